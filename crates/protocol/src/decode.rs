@@ -1,0 +1,476 @@
+//! Request decoding: multibulk (`*N\r\n$len\r\n...`) and inline commands.
+//!
+//! The decoder is resumable: it remembers how far it got in a partial command, so a large
+//! argument arriving in many reads, or a command with a million arguments, is scanned once.
+//! Arguments are recorded as byte ranges into the caller's buffer (zero copy); inline
+//! commands, whose quoting must be undone, are unquoted into a small scratch buffer.
+
+use std::fmt;
+
+use crate::split::split_args_into;
+
+/// Longest inline command, and longest `*N`/`$N` header line, Valkey accepts
+/// (`PROTO_INLINE_MAX_SIZE`).
+pub const INLINE_MAX_SIZE: usize = 64 * 1024;
+
+/// Arguments at least this large make the decoder publish a capacity hint so the reader can
+/// grow its buffer once instead of many times (`PROTO_MBULK_BIG_ARG`).
+pub const BIG_ARG: usize = 32 * 1024;
+
+/// Before authentication Valkey refuses large requests so an unauthenticated peer cannot make
+/// it buffer much: at most this many arguments...
+const UNAUTH_MAX_ARGS: i64 = 10;
+/// ...and arguments of at most this many bytes.
+const UNAUTH_MAX_BULK: i64 = 16 * 1024;
+
+/// Limits in force for the next command.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// `proto-max-bulk-len`: the largest single argument.
+    pub max_bulk_len: u64,
+    /// The client has not authenticated yet while a password is required.
+    pub auth_required: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_bulk_len: 512 * 1024 * 1024, auth_required: false }
+    }
+}
+
+/// What one call to [`Decoder::next`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// A complete command; read it with [`Decoder::args`].
+    Command,
+    /// An empty request (`*0\r\n`, `*-1\r\n` or a blank inline line): nothing to run, but
+    /// bytes were consumed.
+    Empty,
+    /// More bytes are needed.
+    Incomplete,
+}
+
+/// Malformed input. The connection answers `-ERR Protocol error: <Display>` and closes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProtocolError {
+    /// An inline request longer than [`INLINE_MAX_SIZE`] without a newline.
+    TooBigInline,
+    /// A `*N` header line longer than [`INLINE_MAX_SIZE`].
+    TooBigMbulkCount,
+    /// `*N` with N not an integer or above `i32::MAX`.
+    InvalidMultibulkLen,
+    /// More than 10 arguments before authentication.
+    UnauthenticatedMultibulkLen,
+    /// A bulk longer than 16 KiB before authentication.
+    UnauthenticatedBulkLen,
+    /// A `$N` header line longer than [`INLINE_MAX_SIZE`].
+    TooBigBulkCount,
+    /// An argument that does not start with `$`.
+    ExpectedDollar(u8),
+    /// `$N` with N negative, not an integer or above `proto-max-bulk-len`.
+    InvalidBulkLen,
+    /// An inline request with an unterminated quote.
+    UnbalancedQuotes,
+}
+
+impl fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProtocolError::TooBigInline => f.write_str("too big inline request"),
+            ProtocolError::TooBigMbulkCount => f.write_str("too big mbulk count string"),
+            ProtocolError::InvalidMultibulkLen => f.write_str("invalid multibulk length"),
+            ProtocolError::UnauthenticatedMultibulkLen => {
+                f.write_str("unauthenticated multibulk length")
+            }
+            ProtocolError::UnauthenticatedBulkLen => f.write_str("unauthenticated bulk length"),
+            ProtocolError::TooBigBulkCount => f.write_str("too big bulk count string"),
+            ProtocolError::ExpectedDollar(b) => write!(f, "expected '$', got '{}'", *b as char),
+            ProtocolError::InvalidBulkLen => f.write_str("invalid bulk length"),
+            ProtocolError::UnbalancedQuotes => f.write_str("unbalanced quotes in request"),
+        }
+    }
+}
+
+impl std::error::Error for ProtocolError {}
+
+/// Resumable request decoder. One per connection; its vectors are reused for every command.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    /// End of the last complete command: everything before it may be discarded.
+    consumed: usize,
+    /// How far the partial command has been parsed.
+    cursor: usize,
+    /// Arguments still expected by the partial multibulk command; 0 when between commands.
+    remaining: usize,
+    /// Length of the bulk whose `$N` header has been read but whose payload has not.
+    bulk_len: Option<usize>,
+    /// Ranges of the current command's arguments, in the read buffer or in `scratch`.
+    spans: Vec<(usize, usize)>,
+    /// Unquoted inline arguments.
+    scratch: Vec<u8>,
+    /// Whether the current command is inline (its spans point into `scratch`).
+    inline: bool,
+    /// Total buffer length needed to finish the big argument being read, if any.
+    want: usize,
+}
+
+impl Decoder {
+    /// A decoder positioned at the start of a stream.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Decodes the next command from `buf`, which must hold the same bytes as on the previous
+    /// call, possibly with more appended (after [`Decoder::discard_consumed`], minus the
+    /// discarded prefix).
+    pub fn next(&mut self, buf: &[u8], limits: Limits) -> Result<Step, ProtocolError> {
+        if self.remaining == 0 {
+            // Between commands: the previous command's arguments are no longer needed.
+            self.spans.clear();
+            self.inline = false;
+            self.cursor = self.consumed;
+            let Some(&first) = buf.get(self.consumed) else {
+                return Ok(Step::Incomplete);
+            };
+            if first != b'*' {
+                return self.inline_command(buf);
+            }
+            match self.multibulk_header(buf, limits)? {
+                Some(0) => {
+                    self.consumed = self.cursor;
+                    return Ok(Step::Empty);
+                }
+                Some(n) => {
+                    self.remaining = n;
+                    self.spans.reserve(n.min(1024));
+                }
+                None => return Ok(Step::Incomplete),
+            }
+        }
+        while self.remaining > 0 {
+            let len = match self.bulk_len {
+                Some(len) => len,
+                None => match self.bulk_header(buf, limits)? {
+                    Some(len) => len,
+                    None => return Ok(Step::Incomplete),
+                },
+            };
+            if buf.len() - self.cursor < len + 2 {
+                return Ok(Step::Incomplete);
+            }
+            // Like Valkey, the two bytes after the payload are skipped, not checked.
+            self.spans.push((self.cursor, self.cursor + len));
+            self.cursor += len + 2;
+            self.bulk_len = None;
+            self.remaining -= 1;
+        }
+        self.want = 0;
+        self.consumed = self.cursor;
+        Ok(Step::Command)
+    }
+
+    /// The arguments of the command last returned as [`Step::Command`]. `buf` must be the
+    /// buffer passed to that call.
+    pub fn args<'a>(&'a self, buf: &'a [u8]) -> Args<'a> {
+        let buf = if self.inline { &self.scratch[..] } else { buf };
+        Args { buf, spans: &self.spans }
+    }
+
+    /// Bytes at the front of the buffer that belong to complete commands.
+    pub fn consumed(&self) -> usize {
+        self.consumed
+    }
+
+    /// Forgets the consumed prefix: the caller must drop exactly the returned number of bytes
+    /// from the front of its buffer before the next call.
+    pub fn discard_consumed(&mut self) -> usize {
+        let n = self.consumed;
+        if n == 0 {
+            return 0;
+        }
+        self.consumed = 0;
+        self.cursor -= n;
+        if self.remaining > 0 && !self.inline {
+            for span in &mut self.spans {
+                span.0 -= n;
+                span.1 -= n;
+            }
+        }
+        if self.want > 0 {
+            self.want -= n;
+        }
+        n
+    }
+
+    /// When a big argument is being received, the total buffer length that will hold it:
+    /// the reader reserves this much at once.
+    pub fn wanted_capacity(&self) -> usize {
+        self.want
+    }
+
+    /// Whether a command is partially received (used to tell a clean EOF from a cut one).
+    pub fn in_command(&self) -> bool {
+        self.remaining > 0
+    }
+
+    fn inline_command(&mut self, buf: &[u8]) -> Result<Step, ProtocolError> {
+        let rest = &buf[self.consumed..];
+        let Some(nl) = memchr::memchr(b'\n', rest) else {
+            if rest.len() > INLINE_MAX_SIZE {
+                return Err(ProtocolError::TooBigInline);
+            }
+            return Ok(Step::Incomplete);
+        };
+        let line = if nl > 0 && rest[nl - 1] == b'\r' { &rest[..nl - 1] } else { &rest[..nl] };
+        self.scratch.clear();
+        self.spans.clear();
+        split_args_into(line, &mut self.scratch, &mut self.spans)
+            .map_err(|_| ProtocolError::UnbalancedQuotes)?;
+        self.consumed += nl + 1;
+        self.cursor = self.consumed;
+        if self.spans.is_empty() {
+            return Ok(Step::Empty);
+        }
+        self.inline = true;
+        Ok(Step::Command)
+    }
+
+    /// Parses `*N\r\n` at the cursor; `Some(0)` for an empty or negative count.
+    fn multibulk_header(&mut self, buf: &[u8], limits: Limits) -> Result<Option<usize>, ProtocolError> {
+        let Some(line) = header_line(buf, self.cursor, ProtocolError::TooBigMbulkCount)? else {
+            return Ok(None);
+        };
+        let n = crate::number::parse_i64(&buf[self.cursor + 1..line])
+            .filter(|n| *n <= i32::MAX as i64)
+            .ok_or(ProtocolError::InvalidMultibulkLen)?;
+        if n > UNAUTH_MAX_ARGS && limits.auth_required {
+            return Err(ProtocolError::UnauthenticatedMultibulkLen);
+        }
+        self.cursor = line + 2;
+        Ok(Some(n.max(0) as usize))
+    }
+
+    /// Parses `$N\r\n` at the cursor.
+    fn bulk_header(&mut self, buf: &[u8], limits: Limits) -> Result<Option<usize>, ProtocolError> {
+        let Some(line) = header_line(buf, self.cursor, ProtocolError::TooBigBulkCount)? else {
+            return Ok(None);
+        };
+        if buf[self.cursor] != b'$' {
+            return Err(ProtocolError::ExpectedDollar(buf[self.cursor]));
+        }
+        let n = crate::number::parse_i64(&buf[self.cursor + 1..line])
+            .filter(|n| *n >= 0 && (*n as u64) <= limits.max_bulk_len)
+            .ok_or(ProtocolError::InvalidBulkLen)?;
+        if n > UNAUTH_MAX_BULK && limits.auth_required {
+            return Err(ProtocolError::UnauthenticatedBulkLen);
+        }
+        let len = usize::try_from(n).map_err(|_| ProtocolError::InvalidBulkLen)?;
+        self.cursor = line + 2;
+        self.bulk_len = Some(len);
+        if len >= BIG_ARG {
+            self.want = self.cursor.saturating_add(len).saturating_add(2);
+        }
+        Ok(Some(len))
+    }
+}
+
+/// Finds the `\r` ending the header line that starts at `start`, requiring the byte after it
+/// to be present too (Valkey does not check that it is `\n`).
+fn header_line(buf: &[u8], start: usize, too_big: ProtocolError) -> Result<Option<usize>, ProtocolError> {
+    let rest = &buf[start..];
+    match memchr::memchr(b'\r', rest) {
+        Some(i) if i + 1 < rest.len() => Ok(Some(start + i)),
+        Some(_) => Ok(None),
+        None if rest.len() > INLINE_MAX_SIZE => Err(too_big),
+        None => Ok(None),
+    }
+}
+
+/// The arguments of one command, borrowed from the read buffer.
+#[derive(Clone, Copy)]
+pub struct Args<'a> {
+    buf: &'a [u8],
+    spans: &'a [(usize, usize)],
+}
+
+impl<'a> Args<'a> {
+    /// Arguments built from separately owned slices' backing buffer and ranges; used by
+    /// callers that replay stored commands (MULTI queues, tests).
+    pub fn from_parts(buf: &'a [u8], spans: &'a [(usize, usize)]) -> Self {
+        Args { buf, spans }
+    }
+
+    /// Number of arguments, the command name included.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// Whether there are no arguments (never true for a decoded command).
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// Argument `i`; panics when out of range, so check [`Args::len`] (arity) first.
+    pub fn get(&self, i: usize) -> &'a [u8] {
+        let (s, e) = self.spans[i];
+        &self.buf[s..e]
+    }
+
+    /// Argument `i`, or `None` past the end.
+    pub fn opt(&self, i: usize) -> Option<&'a [u8]> {
+        self.spans.get(i).map(|&(s, e)| &self.buf[s..e])
+    }
+
+    /// All arguments in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &'a [u8]> + 'a {
+        let buf = self.buf;
+        self.spans.iter().map(move |&(s, e)| &buf[s..e])
+    }
+
+    /// Total bytes of all arguments.
+    pub fn total_len(&self) -> usize {
+        self.spans.iter().map(|(s, e)| e - s).sum()
+    }
+}
+
+impl fmt::Debug for Args<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter().map(String::from_utf8_lossy)).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_all(input: &[u8]) -> Result<Vec<Vec<Vec<u8>>>, ProtocolError> {
+        let mut d = Decoder::new();
+        let mut out = Vec::new();
+        loop {
+            match d.next(input, Limits::default())? {
+                Step::Command => out.push(d.args(input).iter().map(<[u8]>::to_vec).collect()),
+                Step::Empty => {}
+                Step::Incomplete => return Ok(out),
+            }
+        }
+    }
+
+    fn strs(v: &[&str]) -> Vec<Vec<u8>> {
+        v.iter().map(|s| s.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn multibulk_and_pipeline() {
+        let got = decode_all(b"*1\r\n$4\r\nPING\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n").unwrap();
+        assert_eq!(got, vec![strs(&["PING"]), strs(&["SET", "k", ""])]);
+    }
+
+    #[test]
+    fn inline_with_quotes() {
+        let got = decode_all(b"set \"a b\" 'c\\'d'\r\nPING\n\r\n").unwrap();
+        assert_eq!(got, vec![strs(&["set", "a b", "c'd"]), strs(&["PING"])]);
+    }
+
+    #[test]
+    fn empty_multibulk_is_skipped() {
+        assert_eq!(decode_all(b"*0\r\n*-1\r\n*1\r\n$1\r\nx\r\n").unwrap(), vec![strs(&["x"])]);
+    }
+
+    #[test]
+    fn byte_at_a_time_is_resumable() {
+        let input = b"*2\r\n$4\r\nECHO\r\n$11\r\nhello world\r\nPING\r\n";
+        let mut d = Decoder::new();
+        let mut buf = Vec::new();
+        let mut got = Vec::new();
+        for &b in input.iter() {
+            buf.push(b);
+            loop {
+                match d.next(&buf, Limits::default()).unwrap() {
+                    Step::Command => got.push(d.args(&buf).iter().map(<[u8]>::to_vec).collect::<Vec<_>>()),
+                    Step::Empty => {}
+                    Step::Incomplete => break,
+                }
+            }
+            let n = d.discard_consumed();
+            buf.drain(..n);
+        }
+        assert_eq!(got, vec![strs(&["ECHO", "hello world"]), strs(&["PING"])]);
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn errors_match_valkey() {
+        assert_eq!(decode_all(b"*x\r\n").unwrap_err().to_string(), "invalid multibulk length");
+        assert_eq!(decode_all(b"*3000000000\r\n").unwrap_err(), ProtocolError::InvalidMultibulkLen);
+        assert_eq!(decode_all(b"*1\r\nfoo\r\n").unwrap_err().to_string(), "expected '$', got 'f'");
+        assert_eq!(decode_all(b"*1\r\n$-1\r\n").unwrap_err().to_string(), "invalid bulk length");
+        assert_eq!(
+            decode_all(b"*1\r\n$600000000\r\n").unwrap_err().to_string(),
+            "invalid bulk length"
+        );
+        assert_eq!(decode_all(b"\"abc\r\n").unwrap_err().to_string(), "unbalanced quotes in request");
+        let long = vec![b'a'; INLINE_MAX_SIZE + 1];
+        assert_eq!(decode_all(&long).unwrap_err().to_string(), "too big inline request");
+        let mut long = b"*1\r\n$".to_vec();
+        long.extend(std::iter::repeat_n(b'1', INLINE_MAX_SIZE + 1));
+        assert_eq!(decode_all(&long).unwrap_err().to_string(), "too big bulk count string");
+    }
+
+    #[test]
+    fn unauthenticated_limits() {
+        let limits = Limits { auth_required: true, ..Limits::default() };
+        let mut d = Decoder::new();
+        assert_eq!(d.next(b"*11\r\n", limits).unwrap_err(), ProtocolError::UnauthenticatedMultibulkLen);
+        let mut d = Decoder::new();
+        assert_eq!(
+            d.next(b"*1\r\n$16385\r\n", limits).unwrap_err(),
+            ProtocolError::UnauthenticatedBulkLen
+        );
+    }
+
+    #[test]
+    fn big_argument_publishes_wanted_capacity() {
+        let mut d = Decoder::new();
+        let buf = b"*1\r\n$100000\r\nabc";
+        assert_eq!(d.next(buf, Limits::default()).unwrap(), Step::Incomplete);
+        assert_eq!(d.wanted_capacity(), 13 + 100_000 + 2);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics_on_garbage(data in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = decode_all(&data);
+        }
+
+        #[test]
+        fn never_panics_on_resp_like_garbage(
+            parts in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just(b"*".to_vec()),
+                    proptest::strategy::Just(b"$".to_vec()),
+                    proptest::strategy::Just(b"\r\n".to_vec()),
+                    proptest::strategy::Just(b"-1".to_vec()),
+                    proptest::strategy::Just(b"3".to_vec()),
+                    proptest::strategy::Just(b"\"".to_vec()),
+                    proptest::collection::vec(proptest::num::u8::ANY, 0..4),
+                ],
+                0..64,
+            )
+        ) {
+            let data: Vec<u8> = parts.concat();
+            let _ = decode_all(&data);
+        }
+
+        #[test]
+        fn round_trips_any_arguments(args in proptest::collection::vec(
+            proptest::collection::vec(proptest::num::u8::ANY, 0..40), 1..8)) {
+            let mut wire = format!("*{}\r\n", args.len()).into_bytes();
+            for a in &args {
+                wire.extend(format!("${}\r\n", a.len()).bytes());
+                wire.extend(a);
+                wire.extend(b"\r\n");
+            }
+            proptest::prop_assert_eq!(decode_all(&wire).unwrap(), vec![args]);
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! RESP framing for hotkv.
+//!
+//! This crate owns the bytes on the wire and nothing else: a resumable request decoder that
+//! turns a read buffer into argument vectors without copying them (multibulk and inline
+//! forms, with Valkey's limits and error texts), a reply encoder that writes RESP2 or RESP3
+//! into one reused buffer, and the quote-aware argument splitter shared by inline commands
+//! and `.conf` files. It knows nothing about keys, commands or servers and must never depend
+//! on another hotkv crate.
+
+mod decode;
+mod encode;
+mod number;
+mod split;
+
+pub use decode::{Args, Decoder, Limits, ProtocolError, Step};
+pub use encode::{Protocol, ReplyBuf};
+pub use number::{format_double, parse_double, parse_i64, parse_u64};
+pub use split::{SplitError, split_args};
