@@ -1,1 +1,27 @@
-//! placeholder
+//! The hotkv keyspace engine.
+//!
+//! Owns the data: databases of 16384 slot tables, compact entries, expiry, eviction, the
+//! command metadata table and the handlers of data commands. Depends only on the protocol
+//! crate; it must never name the server, cluster, replication or TLS crates — when it needs
+//! them (slot ownership, write propagation) it defines a trait they implement.
+//!
+//! `unsafe` is denied workspace-wide and allowed in exactly one module, `entry`, which packs
+//! a key and its value into one allocation behind an 8-byte pointer; the memory target
+//! (under 94 bytes for a 16-byte key with a 32-byte value) is out of reach otherwise.
+
+pub mod entry;
+pub mod hash;
+pub mod object;
+pub mod slot;
+pub mod table;
+pub mod command;
+pub mod ctx;
+pub mod error;
+pub mod keyspace;
+pub mod policy;
+
+pub use ctx::{Ctx, EngineConfig, Events, KeyMut, LocalStats, NoEvents, Ttl};
+pub use error::{CmdResult, CommandError};
+pub use keyspace::{Keyspace, LockSet};
+pub mod cmd;
+pub mod testkit;

@@ -1,0 +1,104 @@
+//! Data commands: one file per family, one function per command, each with its metadata row.
+//!
+//! A handler parses its arguments into a typed form, does its work through [`Ctx`] and
+//! writes its reply into the output buffer. It never locks: the dispatcher locks the slots
+//! of the command's keys (found through the row's key specs) before calling it, which is what
+//! lets MULTI/EXEC run a whole transaction under one set of locks.
+
+use hotkv_protocol::{Args, ReplyBuf};
+
+use crate::command::{CommandSpec, InvalidKeyArgs, key_positions};
+use crate::ctx::Ctx;
+use crate::error::{CmdResult, CommandError};
+use crate::keyspace::{LockId, lock_id};
+use crate::slot::key_slot;
+
+pub mod keys;
+pub mod string;
+
+/// A data command handler.
+pub type EngineFn = for<'a, 'b> fn(&mut Ctx<'a>, Args<'b>, &mut ReplyBuf) -> CmdResult;
+
+/// How the dispatcher finds the slots a command needs.
+#[derive(Debug, Clone, Copy)]
+pub enum LockPlan {
+    /// The slots of the keys its key specs name, in the client's database.
+    Keys,
+    /// Also the same keys in the database given by argument `db_arg` (MOVE).
+    KeysAlsoInDbArg(usize),
+    /// Also the destination key in the database after a `DB` option (COPY).
+    KeysAlsoInDbOption,
+    /// No locks: the handler visits slots one at a time itself (KEYS, SCAN, FLUSHDB, ...).
+    /// Such a command must not assume atomicity across slots.
+    PerSlot,
+}
+
+/// The engine's part of a command row.
+#[derive(Debug)]
+pub struct EngineCmd {
+    /// The handler.
+    pub run: EngineFn,
+    /// Which slots to lock.
+    pub plan: LockPlan,
+}
+
+/// A row of an engine command.
+pub type Spec = CommandSpec<EngineCmd>;
+
+/// Every engine command row.
+pub fn commands() -> impl Iterator<Item = &'static Spec> {
+    string::COMMANDS.iter().chain(keys::COMMANDS.iter())
+}
+
+/// Collects the sorted, unique lock ids for a call into `ids` (cleared first); `keys` is
+/// scratch space for key positions.
+pub fn plan_locks(
+    spec: &Spec,
+    args: &Args<'_>,
+    db: usize,
+    databases: usize,
+    keys: &mut Vec<usize>,
+    ids: &mut Vec<LockId>,
+) -> Result<(), CommandError> {
+    ids.clear();
+    keys.clear();
+    let Some(cmd) = &spec.handler else { return Ok(()) };
+    if let LockPlan::PerSlot = cmd.plan {
+        return Ok(());
+    }
+    key_positions(spec, args, keys).map_err(|InvalidKeyArgs| CommandError::Syntax)?;
+    let other_db = match cmd.plan {
+        LockPlan::KeysAlsoInDbArg(i) => args.opt(i).and_then(parse_db).filter(|d| *d < databases),
+        LockPlan::KeysAlsoInDbOption => {
+            let pos = (3..args.len()).find(|&i| args.get(i).eq_ignore_ascii_case(b"db"));
+            pos.and_then(|i| args.opt(i + 1)).and_then(parse_db).filter(|d| *d < databases)
+        }
+        _ => None,
+    };
+    for &k in keys.iter() {
+        let slot = key_slot(args.get(k));
+        ids.push(lock_id(db, slot));
+        if let Some(other) = other_db {
+            ids.push(lock_id(other, slot));
+        }
+    }
+    if ids.len() > 1 {
+        ids.sort_unstable();
+        ids.dedup();
+    }
+    Ok(())
+}
+
+fn parse_db(arg: &[u8]) -> Option<usize> {
+    hotkv_protocol::parse_i64(arg).and_then(|n| usize::try_from(n).ok())
+}
+
+/// Parses an integer argument or fails with the standard error.
+pub(crate) fn int_arg(arg: &[u8]) -> Result<i64, CommandError> {
+    hotkv_protocol::parse_i64(arg).ok_or(CommandError::NotInteger)
+}
+
+/// Parses a float argument or fails with the standard error.
+pub(crate) fn float_arg(arg: &[u8]) -> Result<f64, CommandError> {
+    hotkv_protocol::parse_double(arg).ok_or(CommandError::NotFloat)
+}

@@ -1,0 +1,331 @@
+//! What a command handler works with: its locked slots, the clock, the settings, and the
+//! lookups that apply lazy expiry, hit/miss counting and access tracking the way Valkey's
+//! `lookupKeyRead` / `lookupKeyWrite` / `setKey` / `dbDelete` do.
+
+use crate::entry::{Entry, NewValue, ValueRef};
+use crate::error::CommandError;
+use crate::hash::key_hash;
+use crate::keyspace::{Keyspace, LockSet, Slot, lock_id};
+use crate::object::Object;
+use crate::policy::{self, EvictionPolicy};
+use crate::slot::key_slot;
+use crate::table::Table;
+
+/// Engine settings a handler may read. The server fills it from its configuration.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// `maxmemory` in bytes; 0 is no limit.
+    pub maxmemory: u64,
+    /// `maxmemory-policy`.
+    pub policy: EvictionPolicy,
+    /// `maxmemory-samples`.
+    pub samples: usize,
+    /// `maxmemory-eviction-tenacity` (0-100).
+    pub eviction_tenacity: u32,
+    /// `lfu-log-factor`.
+    pub lfu_log_factor: u32,
+    /// `lfu-decay-time` in minutes.
+    pub lfu_decay_time: u32,
+    /// `proto-max-bulk-len`: the largest string APPEND/SETRANGE may build.
+    pub proto_max_bulk_len: u64,
+    /// `active-expire-effort` (1-10).
+    pub active_expire_effort: u32,
+    /// `hz`.
+    pub hz: u32,
+    /// Whether this node is a replica (keys are not deleted on lazy expiry).
+    pub replica: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            maxmemory: 0,
+            policy: EvictionPolicy::NoEviction,
+            samples: 5,
+            eviction_tenacity: 10,
+            lfu_log_factor: 10,
+            lfu_decay_time: 1,
+            proto_max_bulk_len: 512 * 1024 * 1024,
+            active_expire_effort: 1,
+            hz: 10,
+            replica: false,
+        }
+    }
+}
+
+/// Counters a connection accumulates locally and folds into the server's totals after each
+/// batch, so the command path touches no shared counter.
+#[derive(Debug, Default, Clone)]
+pub struct LocalStats {
+    /// `keyspace_hits`.
+    pub hits: u64,
+    /// `keyspace_misses`.
+    pub misses: u64,
+    /// `expired_keys` (lazy expiry).
+    pub expired: u64,
+    /// Changes to the dataset (`rdb_changes_since_last_save`).
+    pub dirty: u64,
+}
+
+/// Notifications about the keyspace for other subsystems (WATCH, keyspace events,
+/// blocked clients, replication). The engine calls them; the server implements them.
+pub trait Events: Sync {
+    /// `key` in `db` was modified or deleted.
+    fn key_touched(&self, _db: usize, _key: &[u8]) {}
+    /// A keyspace notification (`notify-keyspace-events`): `class` is the event class
+    /// letter (`g` generic, `$` string, `x` expired, `e` evicted, ...).
+    fn notify(&self, _class: char, _event: &str, _key: &[u8], _db: usize) {}
+}
+
+/// Events sink that ignores everything.
+pub struct NoEvents;
+impl Events for NoEvents {}
+
+/// How SET-like writes treat an existing TTL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ttl {
+    /// Remove any TTL (plain SET).
+    Clear,
+    /// Keep the TTL the key had (KEEPTTL, SETRANGE, APPEND, INCR...).
+    Keep,
+    /// Expire at this unix time in milliseconds.
+    At(i64),
+}
+
+/// A command's execution context.
+pub struct Ctx<'a> {
+    /// The keyspace.
+    pub ks: &'a Keyspace,
+    /// The client's selected database.
+    pub db: usize,
+    /// The command's time, unix milliseconds (fixed for the whole command, as in Valkey).
+    pub now_ms: i64,
+    /// Engine settings.
+    pub cfg: &'a EngineConfig,
+    /// The connection's counters.
+    pub stats: &'a mut LocalStats,
+    /// `CLIENT NO-TOUCH on`: reads do not update access times.
+    pub no_touch: bool,
+    /// Keyspace notifications.
+    pub events: &'a dyn Events,
+    /// The slots this command may use.
+    pub locks: LockSet<'a>,
+}
+
+/// A key found in its locked table.
+pub struct KeyMut<'t> {
+    table: &'t mut Table,
+    slot: &'t Slot,
+    idx: usize,
+}
+
+impl<'t> KeyMut<'t> {
+    /// The entry.
+    pub fn entry(&self) -> &Entry {
+        self.table.at(self.idx)
+    }
+
+    /// The value.
+    pub fn value(&self) -> ValueRef<'_> {
+        self.table.at(self.idx).value()
+    }
+
+    /// The string value, or WRONGTYPE.
+    pub fn str(&self) -> Result<&[u8], CommandError> {
+        match self.value() {
+            ValueRef::Str(b) => Ok(b),
+            ValueRef::Obj(Object::Str(v)) => Ok(v),
+            #[allow(unreachable_patterns)]
+            ValueRef::Obj(_) => Err(CommandError::WrongType),
+        }
+    }
+
+    /// The entry, mutably. Use [`KeyMut::set_expire`] to change its TTL.
+    pub fn entry_mut(&mut self) -> &mut Entry {
+        self.table.at_mut(self.idx)
+    }
+
+    /// Replaces the value, keeping the TTL.
+    pub fn set_value(&mut self, v: NewValue<'_>) {
+        self.table.at_mut(self.idx).set_value(v);
+    }
+
+    /// Sets or removes the TTL.
+    pub fn set_expire(&mut self, when: Option<i64>) {
+        self.table.at_mut(self.idx).set_expire(when);
+        self.table.refresh(self.idx);
+        self.slot.sync(self.table);
+    }
+
+    /// Removes the key, returning its entry.
+    pub fn delete(self) -> Entry {
+        let e = self.table.remove_at(self.idx);
+        self.slot.sync(self.table);
+        e
+    }
+}
+
+impl<'a> Ctx<'a> {
+    /// The locked table holding `key` in database `db`.
+    pub fn table(&mut self, db: usize, key: &[u8]) -> Result<(&mut Table, &'a Slot, u32), CommandError> {
+        let id = lock_id(db, key_slot(key));
+        match self.locks.get(id) {
+            Some((t, s)) => Ok((t, s, key_hash(key))),
+            None => {
+                debug_assert!(false, "slot of key not locked: command metadata is missing a key spec");
+                Err(CommandError::err("internal error: key slot not locked"))
+            }
+        }
+    }
+
+    /// Looks a key up for reading: expired keys are deleted (and count as misses), hits and
+    /// misses are counted, and the access time is updated unless NO-TOUCH.
+    pub fn read(&mut self, key: &[u8]) -> Result<Option<KeyMut<'_>>, CommandError> {
+        let db = self.db;
+        let found = self.lookup(db, key, true)?;
+        Ok(found)
+    }
+
+    /// Looks a key up for writing: expired keys are deleted; no hit/miss counting.
+    pub fn write(&mut self, key: &[u8]) -> Result<Option<KeyMut<'_>>, CommandError> {
+        let db = self.db;
+        self.lookup(db, key, false)
+    }
+
+    /// [`Ctx::write`] in another database (MOVE, COPY ... DB).
+    pub fn write_in(&mut self, db: usize, key: &[u8]) -> Result<Option<KeyMut<'_>>, CommandError> {
+        self.lookup(db, key, false)
+    }
+
+    /// Whether `key` exists (after lazy expiry), without touching it.
+    pub fn exists(&mut self, key: &[u8]) -> Result<bool, CommandError> {
+        let db = self.db;
+        let saved = self.no_touch;
+        self.no_touch = true;
+        let found = self.lookup(db, key, false)?.is_some();
+        self.no_touch = saved;
+        Ok(found)
+    }
+
+    /// Stores `value` at `key` in the current database, creating or overwriting it.
+    pub fn set(&mut self, key: &[u8], value: NewValue<'_>, ttl: Ttl) -> Result<(), CommandError> {
+        let db = self.db;
+        self.set_in(db, key, value, ttl)
+    }
+
+    /// [`Ctx::set`] in database `db`.
+    pub fn set_in(&mut self, db: usize, key: &[u8], value: NewValue<'_>, ttl: Ttl) -> Result<(), CommandError> {
+        let now = self.now_ms;
+        let policy = self.cfg.policy;
+        let (table, slot, hash) = self.table(db, key)?;
+        match table.find(key, hash) {
+            Some(i) => {
+                let e = table.at_mut(i);
+                e.set_value(value);
+                match ttl {
+                    Ttl::Keep => {}
+                    Ttl::Clear => e.set_expire(None),
+                    Ttl::At(t) => e.set_expire(Some(t)),
+                }
+                table.refresh(i);
+            }
+            None => {
+                let expire = if let Ttl::At(t) = ttl { Some(t) } else { None };
+                table.insert_new(Entry::new(key, hash, value, expire, policy::initial(policy, now)));
+            }
+        }
+        slot.sync(table);
+        self.stats.dirty += 1;
+        self.events.key_touched(db, key);
+        Ok(())
+    }
+
+    /// Inserts an entry built elsewhere (RENAME, MOVE, COPY) into `db`, replacing any key of
+    /// that name; the entry's key and hash must match.
+    pub fn put_entry(&mut self, db: usize, entry: Entry) -> Result<(), CommandError> {
+        let key = entry.key().to_vec();
+        let (table, slot, hash) = self.table(db, &key)?;
+        debug_assert_eq!(hash, entry.hash());
+        if let Some(i) = table.find(&key, hash) {
+            table.remove_at(i);
+        }
+        table.insert_new(entry);
+        slot.sync(table);
+        self.stats.dirty += 1;
+        self.events.key_touched(db, &key);
+        Ok(())
+    }
+
+    /// Deletes `key` from the current database; returns whether it existed.
+    pub fn delete(&mut self, key: &[u8]) -> Result<bool, CommandError> {
+        let db = self.db;
+        self.delete_in(db, key)
+    }
+
+    /// Deletes `key` from `db`; returns whether it existed (an expired key did not).
+    pub fn delete_in(&mut self, db: usize, key: &[u8]) -> Result<bool, CommandError> {
+        let Some(k) = self.lookup(db, key, false)? else { return Ok(false) };
+        drop(k.delete());
+        self.stats.dirty += 1;
+        self.events.key_touched(db, key);
+        Ok(true)
+    }
+
+    /// Records a change made through a [`KeyMut`] (for dirty counting and WATCH).
+    pub fn modified(&mut self, key: &[u8]) {
+        self.stats.dirty += 1;
+        self.events.key_touched(self.db, key);
+    }
+
+    /// Whether an entry is logically expired at the command's time (Valkey: `now > when`).
+    pub fn is_expired(&self, e: &Entry) -> bool {
+        e.expire().is_some_and(|when| self.now_ms > when)
+    }
+
+    fn lookup(&mut self, db: usize, key: &[u8], read: bool) -> Result<Option<KeyMut<'_>>, CommandError> {
+        let now = self.now_ms;
+        let replica = self.cfg.replica;
+        let (policy, log_factor, decay) = (self.cfg.policy, self.cfg.lfu_log_factor, self.cfg.lfu_decay_time);
+        let no_touch = self.no_touch;
+        let events = self.events;
+        let (table, slot, hash) = {
+            let id = lock_id(db, key_slot(key));
+            match self.locks.get(id) {
+                Some((t, s)) => (t, s, key_hash(key)),
+                None => {
+                    debug_assert!(false, "slot of key not locked: command metadata is missing a key spec");
+                    return Err(CommandError::err("internal error: key slot not locked"));
+                }
+            }
+        };
+        let Some(idx) = table.find(key, hash) else {
+            if read {
+                self.stats.misses += 1;
+            }
+            return Ok(None);
+        };
+        if table.at(idx).expire().is_some_and(|when| now > when) {
+            if read {
+                self.stats.misses += 1;
+            }
+            // A replica waits for its primary's DEL, so it returns "no key" but keeps it.
+            if !replica {
+                table.remove_at(idx);
+                slot.sync(table);
+                self.stats.expired += 1;
+                events.notify('x', "expired", key, db);
+                events.key_touched(db, key);
+            }
+            return Ok(None);
+        }
+        if read {
+            self.stats.hits += 1;
+        }
+        if !no_touch {
+            let e = table.at_mut(idx);
+            let lru = policy::touched(e.lru(), policy, now, log_factor, decay);
+            e.set_lru(lru);
+        }
+        Ok(Some(KeyMut { table, slot, idx }))
+    }
+}

@@ -1,0 +1,212 @@
+//! Databases of slot tables, and the locks that give a command its slots.
+//!
+//! Every database is 16384 independently locked tables, one per cluster hash slot. A
+//! command locks the slots of its keys, in ascending `(db, slot)` order so that commands
+//! with several keys never deadlock, runs, and unlocks: commands on different slots never
+//! wait for each other, on any number of cores, and there is no global lock on the command
+//! path. A transaction (MULTI/EXEC) locks the union of its commands' slots the same way.
+//!
+//! Whole-keyspace commands (KEYS, SCAN, DBSIZE, FLUSHDB, RANDOMKEY) visit slots one at a time.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use parking_lot::{Mutex, MutexGuard};
+use smallvec::SmallVec;
+
+use crate::slot::SLOTS;
+use crate::table::Table;
+
+/// One slot's table plus counters readable without its lock (DBSIZE, INFO keyspace,
+/// CLUSTER COUNTKEYSINSLOT). Aligned to a cache line so neighbouring slots locked by different
+/// cores do not share one.
+#[repr(align(64))]
+#[derive(Default)]
+pub struct Slot {
+    table: Mutex<Table>,
+    keys: AtomicU32,
+    volatile: AtomicU32,
+}
+
+impl Slot {
+    /// Locks the table.
+    pub fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock()
+    }
+
+    /// Keys in the slot (may lag a concurrent writer by one command).
+    pub fn keys(&self) -> usize {
+        self.keys.load(Ordering::Relaxed) as usize
+    }
+
+    /// Keys with a TTL in the slot.
+    pub fn volatile(&self) -> usize {
+        self.volatile.load(Ordering::Relaxed) as usize
+    }
+
+    /// Publishes the counters after a change made under the lock.
+    pub fn sync(&self, table: &Table) {
+        self.keys.store(table.len() as u32, Ordering::Relaxed);
+        self.volatile.store(table.volatile_len() as u32, Ordering::Relaxed);
+    }
+}
+
+/// One database: its slots.
+pub struct Db {
+    slots: Box<[Slot]>,
+}
+
+impl Db {
+    fn new() -> Db {
+        Db { slots: (0..SLOTS).map(|_| Slot::default()).collect() }
+    }
+
+    /// Slot `s`.
+    pub fn slot(&self, s: u16) -> &Slot {
+        &self.slots[s as usize]
+    }
+
+    /// All slots in order.
+    pub fn slots(&self) -> &[Slot] {
+        &self.slots
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.slots.iter().map(Slot::keys).sum()
+    }
+
+    /// Whether the database holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.slots.iter().all(|s| s.keys() == 0)
+    }
+
+    /// Number of keys with a TTL.
+    pub fn volatile(&self) -> usize {
+        self.slots.iter().map(Slot::volatile).sum()
+    }
+}
+
+/// All databases. Database 0 exists from the start; the others are created on first use, so
+/// an idle server does not pay for 16 x 16384 tables.
+pub struct Keyspace {
+    dbs: Box<[OnceLock<Db>]>,
+}
+
+/// Identifies a locked slot: `db * 16384 + slot`, which is also the locking order.
+pub type LockId = u32;
+
+/// The lock id of a slot of a database.
+pub fn lock_id(db: usize, slot: u16) -> LockId {
+    (db * SLOTS) as u32 + u32::from(slot)
+}
+
+impl Keyspace {
+    /// A keyspace with `databases` databases.
+    pub fn new(databases: usize) -> Keyspace {
+        let dbs: Box<[OnceLock<Db>]> = (0..databases.max(1)).map(|_| OnceLock::new()).collect();
+        let ks = Keyspace { dbs };
+        ks.db(0);
+        ks
+    }
+
+    /// Number of databases.
+    pub fn databases(&self) -> usize {
+        self.dbs.len()
+    }
+
+    /// Database `i` (created on first use). Panics when `i` is out of range: callers validate
+    /// indexes from clients against [`Keyspace::databases`].
+    pub fn db(&self, i: usize) -> &Db {
+        self.dbs[i].get_or_init(Db::new)
+    }
+
+    /// Database `i` if it was ever used.
+    pub fn db_if_used(&self, i: usize) -> Option<&Db> {
+        self.dbs[i].get()
+    }
+
+    /// Locks the given slots, which must be sorted and without duplicates.
+    pub fn lock(&self, ids: &[LockId]) -> LockSet<'_> {
+        debug_assert!(ids.windows(2).all(|w| w[0] < w[1]), "lock ids must be sorted and unique");
+        let mut set = LockSet { guards: SmallVec::new() };
+        for &id in ids {
+            let slot = self.slot_by_id(id);
+            set.guards.push((id, slot, slot.lock()));
+        }
+        set
+    }
+
+    /// Locks every slot of the given databases (SWAPDB, FLUSHALL in a transaction).
+    pub fn lock_all(&self, dbs: &[usize]) -> LockSet<'_> {
+        let mut dbs = dbs.to_vec();
+        dbs.sort_unstable();
+        dbs.dedup();
+        let mut set = LockSet { guards: SmallVec::new() };
+        for db in dbs {
+            for s in 0..SLOTS as u16 {
+                let id = lock_id(db, s);
+                let slot = self.slot_by_id(id);
+                set.guards.push((id, slot, slot.lock()));
+            }
+        }
+        set
+    }
+
+    /// The slot a lock id names.
+    pub fn slot_by_id(&self, id: LockId) -> &Slot {
+        let db = id as usize / SLOTS;
+        self.db(db).slot((id as usize % SLOTS) as u16)
+    }
+
+    /// Total keys over all databases.
+    pub fn total_keys(&self) -> usize {
+        self.dbs.iter().filter_map(OnceLock::get).map(Db::len).sum()
+    }
+}
+
+/// The slot locks a command holds while it runs.
+pub struct LockSet<'a> {
+    guards: SmallVec<[(LockId, &'a Slot, MutexGuard<'a, Table>); 1]>,
+}
+
+impl<'a> LockSet<'a> {
+    /// A set holding no lock (for commands without keys).
+    pub fn empty() -> LockSet<'a> {
+        LockSet { guards: SmallVec::new() }
+    }
+
+    /// The locked table for `id` and its slot, if this set holds it.
+    pub fn get(&mut self, id: LockId) -> Option<(&mut Table, &'a Slot)> {
+        let i = if self.guards.len() == 1 {
+            if self.guards[0].0 != id {
+                return None;
+            }
+            0
+        } else {
+            self.guards.binary_search_by_key(&id, |g| g.0).ok()?
+        };
+        let (_, slot, guard) = &mut self.guards[i];
+        Some((&mut **guard, *slot))
+    }
+
+    /// Whether the set holds `id`.
+    pub fn holds(&self, id: LockId) -> bool {
+        self.guards.iter().any(|g| g.0 == id)
+    }
+
+    /// Number of locked slots.
+    pub fn len(&self) -> usize {
+        self.guards.len()
+    }
+
+    /// Whether no slot is locked.
+    pub fn is_empty(&self) -> bool {
+        self.guards.is_empty()
+    }
+
+    /// The locked tables in lock order.
+    pub fn tables_mut(&mut self) -> impl Iterator<Item = (LockId, &mut Table, &'a Slot)> {
+        self.guards.iter_mut().map(|(id, slot, g)| (*id, &mut **g, *slot))
+    }
+}

@@ -1,0 +1,103 @@
+//! A tiny harness to run engine commands in unit tests, the way the dispatcher does:
+//! plan the locks, lock, build a context, call the handler, return the raw reply.
+
+use hotkv_protocol::{Args, Protocol, ReplyBuf};
+
+use crate::cmd::{self, Spec};
+use crate::ctx::{Ctx, EngineConfig, LocalStats, NoEvents};
+use crate::keyspace::Keyspace;
+
+/// A keyspace, a clock and a selected database.
+pub struct TestKit {
+    /// The keyspace.
+    pub ks: Keyspace,
+    /// Settings passed to handlers.
+    pub cfg: EngineConfig,
+    /// Counters accumulated by commands.
+    pub stats: LocalStats,
+    /// The current time in unix milliseconds.
+    pub now_ms: i64,
+    /// The selected database.
+    pub db: usize,
+    /// Reply protocol.
+    pub proto: Protocol,
+}
+
+impl Default for TestKit {
+    fn default() -> Self {
+        TestKit {
+            ks: Keyspace::new(16),
+            cfg: EngineConfig::default(),
+            stats: LocalStats::default(),
+            now_ms: 1_700_000_000_000,
+            db: 0,
+            proto: Protocol::Resp2,
+        }
+    }
+}
+
+impl TestKit {
+    /// Runs one command and returns its reply as text (RESP, with `\r\n`). Arity is checked
+    /// like the dispatcher does.
+    pub fn run(&mut self, argv: &[&str]) -> String {
+        let bytes: Vec<Vec<u8>> = argv.iter().map(|a| a.as_bytes().to_vec()).collect();
+        self.run_bytes(&bytes)
+    }
+
+    /// [`TestKit::run`] with binary arguments.
+    pub fn run_bytes(&mut self, argv: &[Vec<u8>]) -> String {
+        let mut buf = Vec::new();
+        let mut spans = Vec::new();
+        for a in argv {
+            spans.push((buf.len(), buf.len() + a.len()));
+            buf.extend_from_slice(a);
+        }
+        let args = Args::from_parts(&buf, &spans);
+        let mut out = ReplyBuf::new();
+        out.set_protocol(self.proto);
+        let name = String::from_utf8_lossy(args.get(0)).to_ascii_lowercase();
+        let Some(spec) = cmd::commands().find(|s| s.name == name) else {
+            return format!("-ERR unknown command '{name}'\r\n");
+        };
+        let spec: &Spec = match spec.subcommands {
+            [] => spec,
+            subs => {
+                let sub = String::from_utf8_lossy(args.opt(1).unwrap_or(b"")).to_ascii_lowercase();
+                match subs.iter().find(|s| s.name == sub) {
+                    Some(s) => s,
+                    None => return format!("-ERR unknown subcommand '{sub}'\r\n"),
+                }
+            }
+        };
+        let argc = args.len() as i32;
+        if (spec.arity > 0 && argc != spec.arity) || argc < -spec.arity {
+            return format!("-ERR wrong number of arguments for '{name}' command\r\n");
+        }
+        let mut keys = Vec::new();
+        let mut ids = Vec::new();
+        if let Err(e) = cmd::plan_locks(spec, &args, self.db, self.ks.databases(), &mut keys, &mut ids) {
+            return format!("-{}\r\n", e.message());
+        }
+        let locks = self.ks.lock(&ids);
+        let mut ctx = Ctx {
+            ks: &self.ks,
+            db: self.db,
+            now_ms: self.now_ms,
+            cfg: &self.cfg,
+            stats: &mut self.stats,
+            no_touch: false,
+            events: &NoEvents,
+            locks,
+        };
+        let handler = spec.handler.as_ref().expect("leaf command has a handler");
+        let before = out.len();
+        if let Err(e) = (handler.run)(&mut ctx, args, &mut out) {
+            out.truncate(before);
+            out.error(&e.message());
+        }
+        let new_db = ctx.db;
+        drop(ctx);
+        self.db = new_db;
+        String::from_utf8_lossy(out.as_bytes()).into_owned()
+    }
+}
