@@ -25,3 +25,5 @@ pub use error::{CmdResult, CommandError};
 pub use keyspace::{Keyspace, LockSet};
 pub mod cmd;
 pub mod testkit;
+pub mod evict;
+pub mod expire;

@@ -180,6 +180,21 @@ impl Table {
         }
     }
 
+    /// Bucket index of a key with a TTL at or after `start` (wrapping), for volatile-* eviction.
+    pub fn volatile_from(&self, start: usize) -> Option<usize> {
+        if self.volatile == 0 {
+            return None;
+        }
+        let mask = self.mask();
+        let mut i = start & mask;
+        loop {
+            if self.ctrl[i] & VOLATILE != 0 {
+                return Some(i);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
     /// Walks up to `budget` buckets from this table's expire cursor, calling `f` with the
     /// index of each bucket that holds a key with a TTL. `f` returns true when it removed that
     /// entry, so the walk re-examines the bucket (a later entry may have shifted into it).

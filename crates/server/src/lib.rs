@@ -1,4 +1,77 @@
 //! The hotkv server: configuration, listeners, connections, dispatch and the commands that
 //! concern the server rather than the data.
+//!
+//! Depends on the protocol and engine crates (and, as their issues land, on the TLS,
+//! cluster and replication crates); nothing depends on it but the `hotkv` binary.
 
+pub mod cmd;
 pub mod config;
+pub mod connection;
+pub mod cron;
+pub mod dispatch;
+pub mod evict;
+pub mod listener;
+pub mod log;
+pub mod memory;
+pub mod process;
+pub mod registry;
+pub mod server;
+pub mod session;
+pub mod slowlog;
+pub mod stats;
+
+use std::sync::Arc;
+
+use crate::config::Settings;
+use crate::registry::Registry;
+use crate::server::{Server, int_of, str_of};
+
+/// hotkv's own version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Runs the server with the process arguments; returns the exit code.
+pub fn main() -> i32 {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (settings, config_file) = match process::load_config(&args) {
+        Ok(process::Loaded::Run(s, f)) => (s, f),
+        Ok(process::Loaded::Exit(code)) => return code,
+        Err(fatal) => {
+            eprintln!("{fatal}");
+            return 1;
+        }
+    };
+    let daemonize = server::bool_of(&settings, "daemonize", false);
+    if daemonize && let Err(e) = process::daemonize() {
+        eprintln!("Can't daemonize: {e}");
+        return 1;
+    }
+    let level = log::LogLevel::parse(&str_of(&settings, "loglevel", "notice"));
+    let logfile = str_of(&settings, "logfile", "");
+    if let Err(e) = log::init(level, &logfile, daemonize) {
+        eprintln!("Can't open the log file: {e}");
+        return 1;
+    }
+    let workers = match int_of(&settings, "worker-threads", 0) {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n as usize,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name("hotkv-worker")
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::warn!("Can't start the runtime: {e}");
+            return 1;
+        }
+    };
+    let srv = Arc::new(Server::new(settings, config_file, Registry::new(cmd::commands())));
+    runtime.block_on(process::serve(srv))
+}
+
+/// The settings a fresh node runs with, for tests and tools.
+pub fn default_settings() -> Settings {
+    Settings::defaults()
+}

@@ -1,1 +1,5 @@
-fn main(){}
+//! The `hotkv` binary.
+
+fn main() {
+    std::process::exit(hotkv_server::main());
+}

@@ -99,6 +99,7 @@ pub(crate) fn int_arg(arg: &[u8]) -> Result<i64, CommandError> {
 }
 
 /// Parses a float argument or fails with the standard error.
+#[allow(dead_code)] // used by INCRBYFLOAT and the sorted-set commands
 pub(crate) fn float_arg(arg: &[u8]) -> Result<f64, CommandError> {
     hotkv_protocol::parse_double(arg).ok_or(CommandError::NotFloat)
 }

@@ -1,0 +1,191 @@
+//! One task per client connection: read what is available, run every complete command in
+//! the buffer, and answer the whole batch with one write.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::{Buf, BytesMut};
+use hotkv_protocol::{Decoder, Limits, ReplyBuf, Step};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::broadcast;
+use tracing::debug;
+
+use crate::dispatch::{Batch, Scratch, dispatch};
+use crate::registry::Flow;
+use crate::server::{Server, unix_ms};
+use crate::session::{ClientInfo, Session, flag};
+
+/// Read buffer size per read: Valkey's `PROTO_IOBUF_LEN`.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Serves a client until it disconnects, is killed, or the server shuts down.
+pub async fn serve(srv: Arc<Server>, mut stream: TcpStream, info: Arc<ClientInfo>) {
+    let authenticated = srv.rt.load().requirepass.is_none();
+    let mut sess = Session::new(info.clone(), authenticated);
+    srv.clients.add(info.clone());
+    let mut conn = Conn { rbuf: BytesMut::new(), out: ReplyBuf::new(), decoder: Decoder::new(), scratch: Scratch::default() };
+    let result = conn.run(&srv, &mut stream, &mut sess).await;
+    if let Err(e) = result {
+        debug!("client {} closed: {e}", info.id);
+    }
+    let _ = stream.shutdown().await;
+    if info.flags.load(Ordering::Relaxed) & flag::MONITOR != 0 {
+        srv.monitors.fetch_sub(1, Ordering::Relaxed);
+    }
+    srv.clients.remove(info.id);
+}
+
+struct Conn {
+    rbuf: BytesMut,
+    out: ReplyBuf,
+    decoder: Decoder,
+    scratch: Scratch,
+}
+
+impl Conn {
+    async fn run(&mut self, srv: &Arc<Server>, stream: &mut TcpStream, sess: &mut Session) -> io::Result<()> {
+        let info = sess.info.clone();
+        let mut monitor: Option<broadcast::Receiver<Arc<str>>> = None;
+        loop {
+            if info.is_killed() {
+                return Ok(());
+            }
+            tokio::select! {
+                biased;
+                _ = info.wake.notified() => continue,
+                line = recv_monitor(&mut monitor) => {
+                    if let Some(line) = line {
+                        self.out.simple(&line);
+                        self.flush(stream, sess).await?;
+                    }
+                    continue;
+                }
+                ready = stream.readable() => ready?,
+            }
+            self.reserve(sess);
+            match stream.try_read_buf(&mut self.rbuf) {
+                Ok(0) => return Ok(()),
+                Ok(n) => {
+                    info.net_in.fetch_add(n as u64, Ordering::Relaxed);
+                    sess.pending_in += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+            let rt = srv.rt.load();
+            if self.rbuf.len() > rt.query_buffer_limit {
+                tracing::warn!(
+                    "Closing client that reached max query buffer length: id={} addr={} (qbuf initial bytes: {:?})",
+                    info.id,
+                    info.addr,
+                    String::from_utf8_lossy(&self.rbuf[..self.rbuf.len().min(64)])
+                );
+                srv.stats.qbuf_limit_disconnections.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            let flow = self.process(srv, sess);
+            if sess.enter_monitor {
+                sess.enter_monitor = false;
+                monitor = Some(srv.monitor_tx.subscribe());
+            }
+            self.flush(stream, sess).await?;
+            self.release_idle_buffers();
+            match flow {
+                Flow::Continue if !sess.close_after_reply => {}
+                Flow::Shutdown => {
+                    srv.request_shutdown();
+                    return Ok(());
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// Makes room to read: a normal chunk, or all at once for a big argument in progress.
+    fn reserve(&mut self, sess: &Session) {
+        let want = self.decoder.wanted_capacity();
+        if want > self.rbuf.capacity() {
+            self.rbuf.reserve(want - self.rbuf.len());
+        } else if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
+            self.rbuf.reserve(READ_CHUNK);
+        }
+        sess.info.qbuf.store(self.rbuf.len(), Ordering::Relaxed);
+    }
+
+    /// Runs every complete command in the read buffer.
+    fn process(&mut self, srv: &Server, sess: &mut Session) -> Flow {
+        let engine = srv.engine.load();
+        let rt = srv.rt.load();
+        let now_ms = unix_ms();
+        sess.info.last_interaction.store(now_ms, Ordering::Relaxed);
+        let batch = Batch { srv, engine: &engine, rt: &rt, now_ms };
+        let mut flow = Flow::Continue;
+        loop {
+            let limits = Limits { max_bulk_len: rt.proto_max_bulk_len, auth_required: !sess.authenticated };
+            match self.decoder.next(&self.rbuf, limits) {
+                Ok(Step::Command) => {
+                    let args = self.decoder.args(&self.rbuf);
+                    flow = dispatch(&batch, sess, args, &mut self.out, &mut self.scratch);
+                    if flow != Flow::Continue || sess.close_after_reply {
+                        break;
+                    }
+                }
+                Ok(Step::Empty) => {}
+                Ok(Step::Incomplete) => break,
+                Err(e) => {
+                    let msg = format!("ERR Protocol error: {e}");
+                    tracing::debug!(
+                        "Protocol error ({e}) from client: id={} addr={}",
+                        sess.id,
+                        sess.info.addr
+                    );
+                    self.out.error(&msg);
+                    srv.stats.error("ERR");
+                    sess.close_after_reply = true;
+                    break;
+                }
+            }
+        }
+        let n = self.decoder.discard_consumed();
+        self.rbuf.advance(n);
+        srv.stats.absorb(&mut sess.local, std::mem::take(&mut sess.pending_in), self.out.len() as u64);
+        flow
+    }
+
+    async fn flush(&mut self, stream: &mut TcpStream, sess: &Session) -> io::Result<()> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        sess.info.obl.store(self.out.len(), Ordering::Relaxed);
+        stream.write_all(self.out.as_bytes()).await?;
+        sess.info.net_out.fetch_add(self.out.len() as u64, Ordering::Relaxed);
+        self.out.truncate(0);
+        sess.info.obl.store(0, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// An idle connection keeps no buffers: 10k idle clients cost little memory.
+    fn release_idle_buffers(&mut self) {
+        if self.rbuf.is_empty() && self.rbuf.capacity() > 0 && !self.decoder.in_command() {
+            self.rbuf = BytesMut::new();
+        }
+        if self.out.capacity() > READ_CHUNK {
+            self.out.release();
+        }
+    }
+}
+
+async fn recv_monitor(rx: &mut Option<broadcast::Receiver<Arc<str>>>) -> Option<Arc<str>> {
+    match rx {
+        Some(rx) => loop {
+            match rx.recv().await {
+                Ok(line) => return Some(line),
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        },
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,81 @@
+//! The server's periodic work (Valkey's `serverCron`), on its own thread so it never delays a
+//! worker: memory figures, the active expire cycle, idle client timeouts, instantaneous
+//! metrics.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use hotkv_engine::NoEvents;
+use hotkv_engine::expire::{ExpireCursor, active_expire_cycle};
+
+use crate::server::{Server, unix_ms};
+
+/// Starts the cron thread; it stops when the server shuts down.
+pub fn spawn(srv: Arc<Server>) -> std::thread::JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("hotkv-cron".into())
+        .spawn(move || run(&srv))
+        .expect("spawning the cron thread at startup")
+}
+
+fn run(srv: &Server) {
+    let mut cursor = ExpireCursor::default();
+    let mut last_sample = Instant::now();
+    let mut last_second = Instant::now();
+    while !srv.is_shutting_down() {
+        let hz = srv.engine.load().hz.max(1);
+        let period = Duration::from_micros(1_000_000 / u64::from(hz));
+        let tick = Instant::now();
+        srv.memory.refresh();
+        expire(srv, &mut cursor, period);
+        if last_sample.elapsed() >= Duration::from_millis(100) {
+            last_sample = Instant::now();
+            let totals = [srv.stats.commands(), srv.stats.net_in(), srv.stats.net_out()];
+            srv.stats.samples.lock().record(unix_ms(), totals);
+        }
+        if last_second.elapsed() >= Duration::from_secs(1) {
+            last_second = Instant::now();
+            close_idle_clients(srv);
+        }
+        let spent = tick.elapsed();
+        std::thread::sleep(period.saturating_sub(spent).max(Duration::from_millis(1)));
+    }
+}
+
+/// Runs the active expire cycle for at most 25% (plus effort) of the cron period, as Valkey's
+/// `ACTIVE_EXPIRE_CYCLE_SLOW_TIME_PERC`.
+fn expire(srv: &Server, cursor: &mut ExpireCursor, period: Duration) {
+    let cfg = srv.engine.load();
+    let perc = 25 + 2 * (cfg.active_expire_effort.saturating_sub(1)) as u32;
+    let budget = period * perc / 100;
+    let start = Instant::now();
+    let st = active_expire_cycle(&srv.ks, cursor, unix_ms(), start + budget, cfg.replica, &NoEvents);
+    srv.stats.active_expired.fetch_add(st.expired, Ordering::Relaxed);
+    if st.time_cap_reached {
+        srv.stats.expire_cap_reached.fetch_add(1, Ordering::Relaxed);
+    }
+    let ms = start.elapsed().as_millis() as u64;
+    srv.stats.expire_cycle_ms.fetch_add(ms, Ordering::Relaxed);
+    let threshold = srv.rt.load().latency_threshold;
+    if threshold > 0 && ms >= threshold {
+        srv.latency.lock().add("expire-cycle", unix_ms() / 1000, ms);
+    }
+}
+
+/// Closes clients idle for more than `timeout` seconds (not MONITOR clients, as Valkey).
+fn close_idle_clients(srv: &Server) {
+    let timeout = srv.rt.load().timeout;
+    if timeout == 0 {
+        return;
+    }
+    let now = unix_ms();
+    for c in srv.clients.snapshot() {
+        let idle_ms = now - c.last_interaction.load(Ordering::Relaxed);
+        let exempt = c.flags.load(Ordering::Relaxed) & (crate::session::flag::MONITOR | crate::session::flag::BLOCKED | crate::session::flag::PUBSUB) != 0;
+        if !exempt && idle_ms > (timeout * 1000) as i64 {
+            tracing::debug!("Closing idle client");
+            c.kill();
+        }
+    }
+}

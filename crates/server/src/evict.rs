@@ -1,0 +1,57 @@
+//! Keeping memory under `maxmemory`, called from dispatch before each command when a limit
+//! is set.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use hotkv_engine::policy::EvictionPolicy;
+use hotkv_engine::{EngineConfig, NoEvents};
+
+use crate::server::Server;
+
+/// Evicts as needed; returns whether memory is still over the limit afterwards.
+pub fn perform(srv: &Server, cfg: &EngineConfig, now_ms: i64) -> bool {
+    if srv.memory.used() <= cfg.maxmemory && !srv.memory.stale(now_ms) {
+        return false;
+    }
+    let used = srv.memory.refresh_at(now_ms);
+    if used <= cfg.maxmemory {
+        return false;
+    }
+    if cfg.policy == EvictionPolicy::NoEviction {
+        return true;
+    }
+    // One evictor at a time: others go on and are judged on the figure the evictor leaves.
+    let Some(_guard) = srv.evict_lock.try_lock() else {
+        return srv.memory.used() > cfg.maxmemory;
+    };
+    let start = Instant::now();
+    let budget = time_budget(cfg.eviction_tenacity);
+    let mut to_free = used - cfg.maxmemory;
+    loop {
+        let done = hotkv_engine::evict::evict(&srv.ks, cfg, now_ms, to_free, &NoEvents, |d| {
+            d.keys < 64 && start.elapsed() < budget
+        });
+        srv.stats.evicted_keys.fetch_add(done.keys, Ordering::Relaxed);
+        let used = srv.memory.refresh_at(now_ms);
+        if used <= cfg.maxmemory {
+            return false;
+        }
+        if done.keys == 0 || start.elapsed() >= budget {
+            return true;
+        }
+        to_free = used - cfg.maxmemory;
+    }
+}
+
+/// Valkey's `evictionTimeLimitUs`: 50 µs per unit of tenacity up to 10, then growing 15% per
+/// unit, and unlimited at 100.
+fn time_budget(tenacity: u32) -> Duration {
+    if tenacity >= 100 {
+        return Duration::from_secs(3600);
+    }
+    if tenacity <= 10 {
+        return Duration::from_micros(50 * u64::from(tenacity.max(1)));
+    }
+    Duration::from_micros((500.0 * 1.15f64.powi(tenacity as i32 - 10)) as u64)
+}

@@ -1,0 +1,126 @@
+//! Memory accounting: jemalloc's own counters, so `used_memory` is exactly what the allocator
+//! handed out (like Valkey's zmalloc with jemalloc), and RSS from the kernel.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tikv_jemalloc_ctl::{epoch, stats};
+
+/// The process allocator: jemalloc, for its size classes (the compact-entry layout is sized
+/// for them), thread caches, and exact statistics.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// A periodically refreshed view of the allocator's counters.
+#[derive(Default)]
+pub struct MemoryGauge {
+    allocated: AtomicU64,
+    resident: AtomicU64,
+    peak: AtomicU64,
+    refreshed_ms: std::sync::atomic::AtomicI64,
+}
+
+impl MemoryGauge {
+    /// Reads fresh counters from jemalloc (a few microseconds); call from the cron or when
+    /// a decision depends on the exact value (eviction).
+    pub fn refresh(&self) -> u64 {
+        // Advancing the epoch makes jemalloc publish up-to-date totals.
+        let _ = epoch::advance();
+        let allocated = stats::allocated::read().unwrap_or(0) as u64;
+        self.allocated.store(allocated, Ordering::Relaxed);
+        self.peak.fetch_max(allocated, Ordering::Relaxed);
+        self.resident.store(process_rss().unwrap_or(0), Ordering::Relaxed);
+        allocated
+    }
+
+    /// Refreshes unless the figures are less than a millisecond old; returns `used_memory`.
+    pub fn refresh_at(&self, now_ms: i64) -> u64 {
+        if !self.stale(now_ms) {
+            return self.used();
+        }
+        self.refreshed_ms.store(now_ms, Ordering::Relaxed);
+        self.refresh()
+    }
+
+    /// Whether the figures are older than a millisecond.
+    pub fn stale(&self, now_ms: i64) -> bool {
+        self.refreshed_ms.load(Ordering::Relaxed) < now_ms
+    }
+
+    /// Bytes allocated at the last refresh (`used_memory`).
+    pub fn used(&self) -> u64 {
+        self.allocated.load(Ordering::Relaxed)
+    }
+
+    /// Largest `used_memory` seen (`used_memory_peak`).
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed).max(self.used())
+    }
+
+    /// Resets the peak to the current value (`MEMORY` stats reset / CONFIG RESETSTAT).
+    pub fn reset_peak(&self) {
+        self.peak.store(self.used(), Ordering::Relaxed);
+    }
+
+    /// Resident set size at the last refresh (`used_memory_rss`).
+    pub fn rss(&self) -> u64 {
+        self.resident.load(Ordering::Relaxed)
+    }
+
+    /// Allocator-level figures for INFO memory: (active, resident, mapped, retained).
+    pub fn allocator_stats(&self) -> (u64, u64, u64, u64) {
+        let _ = epoch::advance();
+        (
+            stats::active::read().unwrap_or(0) as u64,
+            stats::resident::read().unwrap_or(0) as u64,
+            stats::mapped::read().unwrap_or(0) as u64,
+            stats::retained::read().unwrap_or(0) as u64,
+        )
+    }
+}
+
+/// The process's resident set size from /proc, as Valkey's `zmalloc_get_rss`.
+pub fn process_rss() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    let page = page_size();
+    Some(pages * page)
+}
+
+fn page_size() -> u64 {
+    #[allow(unsafe_code)]
+    // SAFETY: sysconf has no preconditions and only reads system configuration.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 { n as u64 } else { 4096 }
+}
+
+/// Total physical memory (`total_system_memory`).
+pub fn total_system_memory() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Formats bytes as Valkey's `bytesToHuman` (`1.50M`, `912.00K`, `100B`).
+pub fn human(n: u64) -> String {
+    let n = n as f64;
+    const K: f64 = 1024.0;
+    if n < K {
+        format!("{}B", n as u64)
+    } else if n < K * K {
+        format!("{:.2}K", n / K)
+    } else if n < K * K * K {
+        format!("{:.2}M", n / (K * K))
+    } else if n < K * K * K * K {
+        format!("{:.2}G", n / (K * K * K))
+    } else if n < K * K * K * K * K {
+        format!("{:.2}T", n / (K * K * K * K))
+    } else {
+        format!("{:.2}P", n / (K * K * K * K * K))
+    }
+}

@@ -1,0 +1,246 @@
+//! The command registry: engine rows and server rows merged into one indexed list, with
+//! case-insensitive lookup of commands and subcommands that allocates nothing.
+
+use std::collections::HashMap;
+
+use hotkv_engine::cmd::{self as ecmd, EngineCmd};
+use hotkv_engine::command::{ArgSpec, CommandSpec, KeySpec};
+use hotkv_engine::CommandError;
+use hotkv_protocol::{Args, ReplyBuf};
+
+use crate::server::Server;
+use crate::session::Session;
+
+/// What a server command asks the connection to do after its reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Carry on.
+    Continue,
+    /// Close once the reply is written (QUIT, CLIENT KILL of oneself).
+    Close,
+    /// Shut the server down once the reply is written.
+    Shutdown,
+}
+
+/// A server command handler.
+pub type ServerFn = fn(&Server, &mut Session, Args<'_>, &mut ReplyBuf) -> Result<Flow, CommandError>;
+
+/// A row of a server command.
+pub type ServerSpec = CommandSpec<ServerFn>;
+
+/// Who implements a command.
+#[derive(Clone, Copy)]
+pub enum Spec {
+    /// A data command in the engine.
+    Engine(&'static ecmd::Spec),
+    /// A command of the server crate.
+    Server(&'static ServerSpec),
+}
+
+macro_rules! delegate {
+    ($($field:ident: $ty:ty),*) => {
+        $(
+            /// Metadata field of the row.
+            pub fn $field(&self) -> $ty {
+                match self {
+                    Spec::Engine(s) => s.$field,
+                    Spec::Server(s) => s.$field,
+                }
+            }
+        )*
+    };
+}
+
+impl Spec {
+    delegate!(name: &'static str, arity: i32, flags: u32, key_specs: &'static [KeySpec],
+        tips: &'static [&'static str], group: &'static str, since: &'static str,
+        summary: &'static str, complexity: &'static str, args: &'static [ArgSpec]);
+
+    /// ACL categories including derived ones.
+    pub fn effective_acl(&self) -> u32 {
+        match self {
+            Spec::Engine(s) => s.effective_acl(),
+            Spec::Server(s) => s.effective_acl(),
+        }
+    }
+
+    /// Flags including `movablekeys` when key positions depend on arguments.
+    pub fn effective_flags(&self) -> u32 {
+        let movable = match self {
+            Spec::Engine(s) => s.movable_keys(),
+            Spec::Server(s) => s.movable_keys(),
+        };
+        self.flags() | if movable { hotkv_engine::command::flags::MOVABLE_KEYS } else { 0 }
+    }
+
+    /// COMMAND INFO's (first, last, step).
+    pub fn legacy_range(&self) -> (i32, i32, i32) {
+        match self {
+            Spec::Engine(s) => s.legacy_range(),
+            Spec::Server(s) => s.legacy_range(),
+        }
+    }
+
+    /// Key argument positions of a call.
+    pub fn key_positions(&self, args: &Args<'_>, out: &mut Vec<usize>) -> bool {
+        match self {
+            Spec::Engine(s) => hotkv_engine::command::key_positions(*s, args, out).is_ok(),
+            Spec::Server(s) => hotkv_engine::command::key_positions(*s, args, out).is_ok(),
+        }
+    }
+
+    /// The engine handler, for data commands.
+    pub fn engine(&self) -> Option<&'static EngineCmd> {
+        match self {
+            Spec::Engine(s) => s.handler.as_ref(),
+            Spec::Server(_) => None,
+        }
+    }
+
+    /// The server handler.
+    pub fn server(&self) -> Option<ServerFn> {
+        match self {
+            Spec::Server(s) => s.handler,
+            Spec::Engine(_) => None,
+        }
+    }
+}
+
+/// One registered command or subcommand.
+pub struct Command {
+    /// Index in the registry (also the commandstats slot).
+    pub id: usize,
+    /// `get`, or `config|get` for a subcommand.
+    pub full_name: String,
+    /// The container, for a subcommand.
+    pub parent: Option<usize>,
+    /// Subcommands, for a container.
+    pub subs: Vec<usize>,
+    /// Metadata and handler.
+    pub spec: Spec,
+}
+
+/// The outcome of looking up a call.
+pub enum Lookup {
+    /// The command (or subcommand) to run.
+    Found(usize),
+    /// No such command.
+    Unknown,
+    /// A container command called with an unknown subcommand.
+    UnknownSub(usize),
+}
+
+/// All commands.
+pub struct Registry {
+    cmds: Vec<Command>,
+    top: HashMap<Box<[u8]>, usize>,
+    subs: HashMap<(usize, Box<[u8]>), usize>,
+}
+
+impl Registry {
+    /// Builds the registry from the engine's and the server's rows.
+    pub fn new(server_rows: impl Iterator<Item = &'static ServerSpec>) -> Registry {
+        let mut r = Registry { cmds: Vec::new(), top: HashMap::new(), subs: HashMap::new() };
+        for s in ecmd::commands() {
+            let subs: Vec<Spec> = s.subcommands.iter().map(Spec::Engine).collect();
+            r.add(Spec::Engine(s), subs);
+        }
+        for s in server_rows {
+            let subs: Vec<Spec> = s.subcommands.iter().map(Spec::Server).collect();
+            r.add(Spec::Server(s), subs);
+        }
+        r
+    }
+
+    fn add(&mut self, spec: Spec, subs: Vec<Spec>) {
+        let id = self.cmds.len();
+        assert!(self.top.insert(spec.name().as_bytes().into(), id).is_none(), "duplicate command {}", spec.name());
+        self.cmds.push(Command { id, full_name: spec.name().to_string(), parent: None, subs: Vec::new(), spec });
+        for sub in subs {
+            let sid = self.cmds.len();
+            self.subs.insert((id, sub.name().as_bytes().into()), sid);
+            self.cmds.push(Command {
+                id: sid,
+                full_name: format!("{}|{}", spec.name(), sub.name()),
+                parent: Some(id),
+                subs: Vec::new(),
+                spec: sub,
+            });
+            self.cmds[id].subs.push(sid);
+        }
+    }
+
+    /// Finds the command a call names.
+    pub fn lookup(&self, args: &Args<'_>) -> Lookup {
+        let mut buf = [0u8; 64];
+        let Some(name) = lower(args.get(0), &mut buf) else { return Lookup::Unknown };
+        let Some(&id) = self.top.get(name) else { return Lookup::Unknown };
+        if self.cmds[id].subs.is_empty() || args.len() < 2 {
+            return Lookup::Found(id);
+        }
+        let mut buf = [0u8; 64];
+        match lower(args.get(1), &mut buf).and_then(|sub| self.subs.get(&(id, Box::from(sub)))) {
+            Some(&sid) => Lookup::Found(sid),
+            None => Lookup::UnknownSub(id),
+        }
+    }
+
+    /// Finds a command by (lower- or upper-case) name, `config|get` style for subcommands.
+    pub fn by_name(&self, name: &str) -> Option<usize> {
+        let name = name.to_ascii_lowercase();
+        match name.split_once('|') {
+            None => self.top.get(name.as_bytes()).copied(),
+            Some((c, s)) => {
+                let id = *self.top.get(c.as_bytes())?;
+                self.subs.get(&(id, Box::from(s.as_bytes()))).copied()
+            }
+        }
+    }
+
+    /// Command `id`.
+    pub fn get(&self, id: usize) -> &Command {
+        &self.cmds[id]
+    }
+
+    /// Number of registered commands and subcommands.
+    pub fn len(&self) -> usize {
+        self.cmds.len()
+    }
+
+    /// Whether nothing is registered.
+    pub fn is_empty(&self) -> bool {
+        self.cmds.is_empty()
+    }
+
+    /// Top-level commands in registration order.
+    pub fn top_level(&self) -> impl Iterator<Item = &Command> {
+        self.cmds.iter().filter(|c| c.parent.is_none())
+    }
+
+    /// All commands and subcommands.
+    pub fn all(&self) -> impl Iterator<Item = &Command> {
+        self.cmds.iter()
+    }
+
+    /// The error for an unknown command or subcommand.
+    pub fn unknown_error(&self, lookup: &Lookup, args: &Args<'_>) -> CommandError {
+        match lookup {
+            Lookup::UnknownSub(id) => CommandError::UnknownSubcommand {
+                sub: String::from_utf8_lossy(&args.get(1)[..args.get(1).len().min(128)]).into_owned(),
+                container: self.cmds[*id].full_name.to_ascii_uppercase(),
+            },
+            _ => CommandError::unknown_command(args.get(0), args.iter().skip(1)),
+        }
+    }
+}
+
+fn lower<'b>(name: &[u8], buf: &'b mut [u8; 64]) -> Option<&'b [u8]> {
+    if name.len() > buf.len() {
+        return None;
+    }
+    let out = &mut buf[..name.len()];
+    for (o, c) in out.iter_mut().zip(name) {
+        *o = c.to_ascii_lowercase();
+    }
+    Some(out)
+}

@@ -1,0 +1,241 @@
+//! The shared server state every connection task holds an `Arc` to.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+use hotkv_engine::policy::EvictionPolicy;
+use hotkv_engine::{EngineConfig, Keyspace};
+use parking_lot::Mutex;
+use tokio::sync::{Notify, broadcast};
+
+use crate::config::Settings;
+use crate::config::table::find;
+use crate::config::value::Value;
+use crate::memory::MemoryGauge;
+use crate::registry::Registry;
+use crate::session::Clients;
+use crate::slowlog::{LatencyMonitor, SlowLog};
+use crate::stats::Stats;
+
+/// Values read on the command path, derived from [`Settings`] whenever they change.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    /// `requirepass`, if set.
+    pub requirepass: Option<String>,
+    /// `protected-mode`.
+    pub protected_mode: bool,
+    /// `timeout` in seconds (0 = never).
+    pub timeout: u64,
+    /// `maxclients`.
+    pub maxclients: usize,
+    /// `client-query-buffer-limit`.
+    pub query_buffer_limit: usize,
+    /// `proto-max-bulk-len`.
+    pub proto_max_bulk_len: u64,
+    /// `slowlog-log-slower-than` in microseconds (negative = off).
+    pub slowlog_threshold: i64,
+    /// `slowlog-max-len`.
+    pub slowlog_max_len: usize,
+    /// `latency-monitor-threshold` in milliseconds (0 = off).
+    pub latency_threshold: u64,
+    /// `latency-tracking` (INFO latencystats).
+    pub latency_tracking: bool,
+    /// `latency-tracking-info-percentiles`.
+    pub latency_percentiles: Vec<f64>,
+    /// `databases`.
+    pub databases: usize,
+    /// `tcp-keepalive` seconds.
+    pub tcp_keepalive: u64,
+}
+
+impl Runtime {
+    /// Derives the runtime values.
+    pub fn from_settings(s: &Settings) -> Runtime {
+        let pass = str_of(s, "requirepass", "");
+        Runtime {
+            requirepass: (!pass.is_empty()).then_some(pass),
+            protected_mode: bool_of(s, "protected-mode", true),
+            timeout: int_of(s, "timeout", 0).max(0) as u64,
+            maxclients: int_of(s, "maxclients", 10000).max(1) as usize,
+            query_buffer_limit: int_of(s, "client-query-buffer-limit", 1 << 30) as usize,
+            proto_max_bulk_len: int_of(s, "proto-max-bulk-len", 512 << 20) as u64,
+            slowlog_threshold: int_of(s, "slowlog-log-slower-than", 10_000),
+            slowlog_max_len: int_of(s, "slowlog-max-len", 128).max(0) as usize,
+            latency_threshold: int_of(s, "latency-monitor-threshold", 0).max(0) as u64,
+            latency_tracking: bool_of(s, "latency-tracking", true),
+            latency_percentiles: str_of(s, "latency-tracking-info-percentiles", "50 99 99.9")
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect(),
+            databases: int_of(s, "databases", 16).max(1) as usize,
+            tcp_keepalive: int_of(s, "tcp-keepalive", 300).max(0) as u64,
+        }
+    }
+}
+
+/// The engine's settings from the configuration.
+pub fn engine_config(s: &Settings, replica: bool) -> EngineConfig {
+    EngineConfig {
+        maxmemory: int_of(s, "maxmemory", 0).max(0) as u64,
+        policy: EvictionPolicy::parse(&str_of(s, "maxmemory-policy", "noeviction")).unwrap_or_default(),
+        samples: int_of(s, "maxmemory-samples", 5).max(1) as usize,
+        eviction_tenacity: int_of(s, "maxmemory-eviction-tenacity", 10) as u32,
+        lfu_log_factor: int_of(s, "lfu-log-factor", 10) as u32,
+        lfu_decay_time: int_of(s, "lfu-decay-time", 1) as u32,
+        proto_max_bulk_len: int_of(s, "proto-max-bulk-len", 512 << 20) as u64,
+        active_expire_effort: int_of(s, "active-expire-effort", 1) as u32,
+        hz: int_of(s, "hz", 10).clamp(1, 500) as u32,
+        replica,
+    }
+}
+
+/// A directive's value by name; used where a row may not exist in every build of the table.
+pub fn value_of<'s>(s: &'s Settings, name: &str) -> Option<&'s Value> {
+    find(name).map(|id| s.get(id))
+}
+
+/// An integer directive by name, or `default` if the table lacks it.
+pub fn int_of(s: &Settings, name: &str, default: i64) -> i64 {
+    value_of(s, name).map_or(default, Value::as_int)
+}
+
+/// A yes/no directive by name, or `default`.
+pub fn bool_of(s: &Settings, name: &str, default: bool) -> bool {
+    value_of(s, name).map_or(default, Value::as_bool)
+}
+
+/// A string directive by name, or `default`.
+pub fn str_of(s: &Settings, name: &str, default: &str) -> String {
+    value_of(s, name).map_or_else(|| default.to_string(), |v| v.as_str().to_string())
+}
+
+/// Everything shared by connections.
+pub struct Server {
+    /// The data.
+    pub ks: Keyspace,
+    /// The full configuration.
+    pub settings: ArcSwap<Settings>,
+    /// Derived command-path values.
+    pub rt: ArcSwap<Runtime>,
+    /// Engine settings.
+    pub engine: ArcSwap<EngineConfig>,
+    /// All commands.
+    pub registry: Registry,
+    /// Connected clients.
+    pub clients: Clients,
+    /// Statistics.
+    pub stats: Stats,
+    /// Allocator figures.
+    pub memory: MemoryGauge,
+    /// Start instant, for uptime.
+    pub started: Instant,
+    /// 40 hex characters, new at every start.
+    pub run_id: String,
+    /// The configuration file, for CONFIG REWRITE and INFO.
+    pub config_file: Option<PathBuf>,
+    /// The executable, for INFO.
+    pub executable: PathBuf,
+    /// Signals that the server must shut down.
+    pub shutdown: Notify,
+    /// Set once shutdown started.
+    pub shutting_down: AtomicBool,
+    /// Unix seconds of the last successful save (start time: hotkv does not persist yet).
+    pub lastsave: AtomicI64,
+    /// The slow log.
+    pub slowlog: Mutex<SlowLog>,
+    /// LATENCY samples.
+    pub latency: Mutex<LatencyMonitor>,
+    /// MONITOR feed.
+    pub monitor_tx: broadcast::Sender<Arc<str>>,
+    /// Number of MONITOR clients (checked before formatting a feed line).
+    pub monitors: AtomicUsize,
+    /// Ports actually bound: (plain, tls).
+    pub ports: Mutex<(u16, u16)>,
+    /// Held by the one thread evicting at a time.
+    pub evict_lock: Mutex<()>,
+}
+
+impl Server {
+    /// The server for the given configuration and command rows.
+    pub fn new(settings: Settings, config_file: Option<PathBuf>, registry: Registry) -> Server {
+        let rt = Runtime::from_settings(&settings);
+        let engine = engine_config(&settings, false);
+        let commands = registry.len();
+        let (monitor_tx, _) = broadcast::channel(4096);
+        Server {
+            ks: Keyspace::new(rt.databases),
+            engine: ArcSwap::from_pointee(engine),
+            rt: ArcSwap::from_pointee(rt),
+            settings: ArcSwap::from_pointee(settings),
+            registry,
+            clients: Clients::default(),
+            stats: Stats::new(commands),
+            memory: MemoryGauge::default(),
+            started: Instant::now(),
+            run_id: random_hex(40),
+            config_file,
+            executable: std::env::current_exe().unwrap_or_default(),
+            shutdown: Notify::new(),
+            shutting_down: AtomicBool::new(false),
+            lastsave: AtomicI64::new(unix_ms() / 1000),
+            slowlog: Mutex::new(SlowLog::default()),
+            latency: Mutex::new(LatencyMonitor::default()),
+            monitor_tx,
+            monitors: AtomicUsize::new(0),
+            ports: Mutex::new((0, 0)),
+            evict_lock: Mutex::new(()),
+        }
+    }
+
+    /// Starts shutting down.
+    pub fn request_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+        self.shutdown.notify_waiters();
+        self.shutdown.notify_one();
+    }
+
+    /// Whether shutdown started.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    /// Replaces the configuration and everything derived from it.
+    pub fn install_settings(&self, s: Settings) {
+        self.rt.store(Arc::new(Runtime::from_settings(&s)));
+        self.engine.store(Arc::new(engine_config(&s, false)));
+        self.settings.store(Arc::new(s));
+    }
+}
+
+/// Unix time in milliseconds.
+pub fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Unix time in microseconds.
+pub fn unix_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+/// Random lower-case hex from the kernel's generator (run ids).
+pub fn random_hex(n: usize) -> String {
+    let mut bytes = vec![0u8; n.div_ceil(2)];
+    let ok = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .is_ok();
+    if !ok {
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = (hotkv_engine::policy::random_u64() >> (i % 8)) as u8;
+        }
+    }
+    let mut s: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    s.truncate(n);
+    s
+}

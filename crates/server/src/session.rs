@@ -1,0 +1,262 @@
+//! Per-connection state: what only the connection task touches ([`Session`]), and what
+//! other clients may read or act on through CLIENT LIST/KILL ([`ClientInfo`]).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::time::Instant;
+
+use hotkv_engine::LocalStats;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+/// Client flags shown in CLIENT LIST (`flags=`), as bits.
+pub mod flag {
+    /// `O`: MONITOR.
+    pub const MONITOR: u32 = 1 << 0;
+    /// `e`: CLIENT NO-EVICT on.
+    pub const NO_EVICT: u32 = 1 << 1;
+    /// `T`: CLIENT NO-TOUCH on.
+    pub const NO_TOUCH: u32 = 1 << 2;
+    /// `c`: close after the reply is written.
+    pub const CLOSE_AFTER_REPLY: u32 = 1 << 3;
+    /// `x`: in MULTI.
+    pub const MULTI: u32 = 1 << 4;
+    /// `P`: subscribed to pub/sub.
+    pub const PUBSUB: u32 = 1 << 5;
+    /// `b`: blocked.
+    pub const BLOCKED: u32 = 1 << 6;
+}
+
+/// What CLIENT REPLY asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyMode {
+    /// Replies are sent.
+    On,
+    /// Replies are dropped until CLIENT REPLY ON.
+    Off,
+    /// The next command's reply is dropped (set by SKIP, applied to the command after it).
+    SkipNext,
+    /// This command's reply is dropped.
+    Skip,
+}
+
+/// State owned by the connection task.
+pub struct Session {
+    /// Client id.
+    pub id: u64,
+    /// Selected database.
+    pub db: usize,
+    /// Whether AUTH (or HELLO AUTH) succeeded, or no password is required.
+    pub authenticated: bool,
+    /// Authenticated user name.
+    pub user: String,
+    /// CLIENT REPLY state.
+    pub reply_mode: ReplyMode,
+    /// Counters folded into the server's totals after each batch.
+    pub local: LocalStats,
+    /// Shared view for other clients.
+    pub info: Arc<ClientInfo>,
+    /// Close the connection once pending replies are written.
+    pub close_after_reply: bool,
+    /// Bytes read since the last batch, folded into the server totals.
+    pub pending_in: u64,
+    /// MONITOR was called: the connection subscribes to the feed after this batch.
+    pub enter_monitor: bool,
+}
+
+impl Session {
+    /// A session for a newly accepted client.
+    pub fn new(info: Arc<ClientInfo>, authenticated: bool) -> Session {
+        Session {
+            id: info.id,
+            db: 0,
+            authenticated,
+            user: "default".into(),
+            reply_mode: ReplyMode::On,
+            local: LocalStats::default(),
+            info,
+            close_after_reply: false,
+            pending_in: 0,
+            enter_monitor: false,
+        }
+    }
+
+    /// Whether a client flag is set.
+    pub fn has_flag(&self, f: u32) -> bool {
+        self.info.flags.load(Ordering::Relaxed) & f != 0
+    }
+
+    /// Sets or clears a client flag.
+    pub fn set_flag(&self, f: u32, on: bool) {
+        if on {
+            self.info.flags.fetch_or(f, Ordering::Relaxed);
+        } else {
+            self.info.flags.fetch_and(!f, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The part of a client visible to other clients and to the server cron.
+pub struct ClientInfo {
+    /// Unique, increasing client id.
+    pub id: u64,
+    /// Peer address.
+    pub addr: SocketAddr,
+    /// Local address.
+    pub laddr: SocketAddr,
+    /// Socket descriptor.
+    pub fd: i32,
+    /// Creation time.
+    pub created: Instant,
+    /// Unix milliseconds of the last command or read.
+    pub last_interaction: AtomicI64,
+    /// Selected database.
+    pub db: AtomicU32,
+    /// Registry index + 1 of the last command (0 = none).
+    pub last_cmd: AtomicU32,
+    /// RESP version (2 or 3).
+    pub resp: AtomicU8,
+    /// Flag bits, see [`flag`].
+    pub flags: AtomicU32,
+    /// Pending query bytes.
+    pub qbuf: AtomicUsize,
+    /// Query buffer capacity not in use.
+    pub qbuf_free: AtomicUsize,
+    /// Pending output bytes.
+    pub obl: AtomicUsize,
+    /// Output buffer capacity.
+    pub omem: AtomicUsize,
+    /// Bytes read.
+    pub net_in: AtomicU64,
+    /// Bytes written.
+    pub net_out: AtomicU64,
+    /// Commands run.
+    pub commands: AtomicU64,
+    /// CLIENT SETNAME.
+    pub name: Mutex<String>,
+    /// CLIENT SETINFO LIB-NAME.
+    pub lib_name: Mutex<String>,
+    /// CLIENT SETINFO LIB-VER.
+    pub lib_ver: Mutex<String>,
+    /// Authenticated user.
+    pub user: Mutex<String>,
+    /// Set by CLIENT KILL or the idle timeout; the task closes when woken.
+    pub killed: AtomicBool,
+    /// Wakes the connection task.
+    pub wake: Notify,
+}
+
+impl ClientInfo {
+    /// A new client record.
+    pub fn new(id: u64, addr: SocketAddr, laddr: SocketAddr, fd: i32, now_ms: i64) -> ClientInfo {
+        ClientInfo {
+            id,
+            addr,
+            laddr,
+            fd,
+            created: Instant::now(),
+            last_interaction: AtomicI64::new(now_ms),
+            db: AtomicU32::new(0),
+            last_cmd: AtomicU32::new(0),
+            resp: AtomicU8::new(2),
+            flags: AtomicU32::new(0),
+            qbuf: AtomicUsize::new(0),
+            qbuf_free: AtomicUsize::new(0),
+            obl: AtomicUsize::new(0),
+            omem: AtomicUsize::new(0),
+            net_in: AtomicU64::new(0),
+            net_out: AtomicU64::new(0),
+            commands: AtomicU64::new(0),
+            name: Mutex::new(String::new()),
+            lib_name: Mutex::new(String::new()),
+            lib_ver: Mutex::new(String::new()),
+            user: Mutex::new("default".into()),
+            killed: AtomicBool::new(false),
+            wake: Notify::new(),
+        }
+    }
+
+    /// Asks the connection to close.
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::Relaxed);
+        self.wake.notify_one();
+    }
+
+    /// Whether CLIENT KILL or a timeout asked the connection to close.
+    pub fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::Relaxed)
+    }
+
+    /// The `flags=` letters of CLIENT LIST.
+    pub fn flag_letters(&self) -> String {
+        let f = self.flags.load(Ordering::Relaxed);
+        let mut s = String::new();
+        for (bit, c) in [
+            (flag::MONITOR, 'O'),
+            (flag::PUBSUB, 'P'),
+            (flag::MULTI, 'x'),
+            (flag::BLOCKED, 'b'),
+            (flag::CLOSE_AFTER_REPLY, 'c'),
+            (flag::NO_EVICT, 'e'),
+            (flag::NO_TOUCH, 'T'),
+        ] {
+            if f & bit != 0 {
+                s.push(c);
+            }
+        }
+        if s.is_empty() {
+            s.push('N');
+        }
+        s
+    }
+}
+
+/// All connected clients.
+#[derive(Default)]
+pub struct Clients {
+    map: Mutex<BTreeMap<u64, Arc<ClientInfo>>>,
+    next_id: AtomicU64,
+    count: AtomicUsize,
+}
+
+impl Clients {
+    /// The next client id (ids start at 1... Valkey starts at 1 too, after its own fake ones).
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Registers a client.
+    pub fn add(&self, info: Arc<ClientInfo>) {
+        self.map.lock().insert(info.id, info);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Removes a client.
+    pub fn remove(&self, id: u64) {
+        if self.map.lock().remove(&id).is_some() {
+            self.count.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Number of connected clients.
+    pub fn len(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Whether no client is connected.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A snapshot of all clients, by id.
+    pub fn snapshot(&self) -> Vec<Arc<ClientInfo>> {
+        self.map.lock().values().cloned().collect()
+    }
+
+    /// One client.
+    pub fn get(&self, id: u64) -> Option<Arc<ClientInfo>> {
+        self.map.lock().get(&id).cloned()
+    }
+}
