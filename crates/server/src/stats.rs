@@ -307,7 +307,8 @@ pub struct Histogram {
 }
 
 const SUB: u32 = 8;
-const BUCKETS: usize = (64 * SUB) as usize;
+/// Indexes go up to exponent 63: (63 - 2) * SUB + SUB - 1.
+const BUCKETS: usize = (62 * SUB) as usize;
 
 impl Default for Histogram {
     fn default() -> Self {
@@ -331,7 +332,7 @@ impl Histogram {
         }
         let e = (i / SUB as usize) as u32 + 2;
         let sub = (i % SUB as usize) as u64;
-        ((u64::from(SUB) + sub + 1) << (e - 3)) - 1
+        ((u64::from(SUB) + sub + 1) << (e - 3)).wrapping_sub(1)
     }
 
     /// Records a value.
