@@ -11,11 +11,14 @@
 //!   [`rewrite`] keeps the file-editing part.
 //! - [`docs`] generates docs/configuration.md from the table.
 
+pub mod cli;
 pub mod conf;
 pub mod glob;
 pub mod load;
+pub mod rewrite;
 pub mod special;
 pub mod table;
+pub mod toml;
 pub mod value;
 
 use std::fmt;
