@@ -16,6 +16,7 @@ pub mod conf;
 pub mod glob;
 pub mod load;
 pub mod rewrite;
+pub mod runtime;
 pub mod special;
 pub mod table;
 pub mod toml;
