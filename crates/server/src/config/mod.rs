@@ -13,6 +13,7 @@
 
 pub mod cli;
 pub mod conf;
+pub mod docs;
 pub mod glob;
 pub mod load;
 pub mod rewrite;
