@@ -239,6 +239,45 @@ mod tests {
     }
 
     #[test]
+    fn example_files_describe_the_same_node() {
+        let conf = super::super::conf::load_str(include_str!("../../../../conf/hotkv.conf")).unwrap();
+        let toml = load(include_str!("../../../../conf/hotkv.toml")).unwrap();
+        assert_eq!(conf.settings, toml.settings);
+        assert!(conf.no_effect.is_empty(), "{:?}", conf.no_effect);
+        let s = &conf.settings;
+        assert_eq!(s.list(table::BIND), ["127.0.0.1", "-::1"]);
+        assert_eq!(s.int(table::PORT), 6379);
+        assert!(s.bool(table::PROTECTED_MODE));
+        // Apart from bind, the examples show the defaults.
+        let mut defaults = Settings::defaults();
+        defaults.set(table::BIND, s.get(table::BIND).clone());
+        assert_eq!(*s, defaults);
+    }
+
+    #[test]
+    fn product_doc_example_node_loads_the_same_from_both_formats() {
+        // The 7000.conf and hotkv.toml of the "Cluster over TLS" guide, word for word.
+        let conf = super::super::conf::load_str(
+            "bind 10.0.0.1 127.0.0.1\nport 0\ntls-port 7000\ntls-cert-file /etc/hotkv/tls/node.crt\n\
+             tls-key-file /etc/hotkv/tls/node.key\ntls-ca-cert-file /etc/hotkv/tls/ca.crt\ntls-auth-clients yes\n\
+             tls-cluster yes\ntls-replication yes\nrequirepass change-me\ncluster-enabled yes\n\
+             dir /var/lib/hotkv/7000\n",
+        )
+        .unwrap();
+        let toml = load(
+            "[network]\nbind = \"10.0.0.1 127.0.0.1\"\nport = 0\n\n[tls]\nport = 7000\n\
+             cert_file = \"/etc/hotkv/tls/node.crt\"\nkey_file = \"/etc/hotkv/tls/node.key\"\n\
+             ca_cert_file = \"/etc/hotkv/tls/ca.crt\"\nauth_clients = \"yes\"\ncluster = true\nreplication = true\n\n\
+             [security]\nrequirepass = \"change-me\"\n\n[cluster]\nenabled = true\n\n\
+             [persistence]\ndir = \"/var/lib/hotkv/7000\"\n",
+        )
+        .unwrap();
+        assert_eq!(conf.settings, toml.settings);
+        assert_eq!(conf.settings.str(table::TLS_CA_CERT_FILE), "/etc/hotkv/tls/ca.crt");
+        assert_eq!(conf.settings.int(table::DATABASES), 1);
+    }
+
+    #[test]
     fn every_value_survives_a_toml_round_trip() {
         let mut s = Settings::defaults();
         for (id, d) in TABLE.iter().enumerate() {
