@@ -188,6 +188,10 @@ mod tests {
         let c = serve(&["--port 6380", "--requirepass", "a \"b\""], "");
         assert_eq!(c.settings.int(table::PORT), 6380);
         assert_eq!(c.settings.str(table::REQUIREPASS), "a \"b\"");
+        // "-" reads stdin only as the first or last argument; elsewhere it is a value.
+        let c = serve(&["--requirepass", "-", "--port", "1"], "port 2\n");
+        assert_eq!(c.settings.str(table::REQUIREPASS), "-");
+        assert_eq!(c.settings.int(table::PORT), 1);
         let c = serve(&["-"], "maxmemory 128mb\n");
         assert_eq!(c.settings.int(table::MAXMEMORY), 128 << 20);
     }

@@ -42,12 +42,12 @@ pub fn rewrite_file(settings: &Settings, path: &Path) -> io::Result<()> {
 /// (Valkey's `DEBUG CONFIG-REWRITE-FORCE-ALL`).
 pub fn rewrite_conf(old: &str, settings: &Settings, force_all: bool) -> String {
     let mut st = State::read(old, force_all);
-    for id in 0..TABLE.len() {
+    for (id, d) in TABLE.iter().enumerate() {
         let Some(lines) = entries(settings, id) else { continue };
         for (line, force) in lines {
-            st.rewrite_line(TABLE[id].name, line, force);
+            st.rewrite_line(d.name, line, force);
         }
-        st.processed.insert(TABLE[id].name.to_string());
+        st.processed.insert(d.name.to_string());
     }
     st.remove_orphans();
     st.content()

@@ -22,7 +22,7 @@ pub(crate) fn parse_bind(args: &[String]) -> Result<Value, String> {
 /// Appending repeated `save` lines in a file is the loader's business.
 pub(crate) fn parse_save(args: &[String]) -> Result<Value, String> {
     let args = if args.len() == 1 && args[0].is_empty() { &[][..] } else { args };
-    if args.len() % 2 == 1 {
+    if !args.len().is_multiple_of(2) {
         return Err("Invalid save parameters".into());
     }
     let mut out = Vec::with_capacity(args.len());
@@ -42,7 +42,7 @@ const CLASSES: [&str; 3] = ["normal", "replica", "pubsub"];
 /// `client-output-buffer-limit`: groups of `<class> <hard> <soft> <soft-seconds>`; classes not
 /// named keep their current limits, and one bad group refuses the whole line.
 pub(crate) fn parse_buffer_limits(args: &[String], base: &Value) -> Result<Value, String> {
-    if args.len() % 4 != 0 {
+    if !args.len().is_multiple_of(4) {
         return Err("Wrong number of arguments in buffer limit configuration.".into());
     }
     let mut out = base.as_ints().to_vec();
