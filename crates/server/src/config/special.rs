@@ -193,6 +193,8 @@ pub(crate) fn parse_events(arg: &str) -> Result<Value, String> {
     let mut out = String::new();
     if EVENT_ALL.chars().all(|c| on.contains(&c)) {
         out.push('A');
+        // Valkey prints `A` alone here and so loses `n` (not part of `A`) in CONFIG GET and
+        // REWRITE; hotkv keeps it so the value reads back the same.
         if on.contains(&'n') {
             out.push('n');
         }
@@ -332,6 +334,7 @@ mod tests {
     fn events_flags_replicaof_percentiles() {
         assert_eq!(parse_events("KEA"), Ok(Value::Str("AKE".into())));
         assert_eq!(parse_events("Ex$"), Ok(Value::Str("$xE".into())));
+        assert_eq!(parse_events("nAm"), Ok(Value::Str("Anm".into())));
         assert!(parse_events("Q").is_err());
         const SIG: &[&str] = &["default", "save", "nosave", "now", "force"];
         assert_eq!(parse_flags(SIG, &s(&["now", "NOSAVE"])), Ok(Value::Word("nosave now")));
