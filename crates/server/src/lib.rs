@@ -10,6 +10,7 @@ pub mod connection;
 pub mod cron;
 pub mod dispatch;
 pub mod evict;
+pub mod hooks;
 pub mod listener;
 pub mod log;
 pub mod memory;
@@ -20,11 +21,9 @@ pub mod session;
 pub mod slowlog;
 pub mod stats;
 
-use std::sync::Arc;
-
 use crate::config::Settings;
 use crate::registry::Registry;
-use crate::server::{Server, int_of, str_of};
+use crate::server::Server;
 
 /// hotkv's own version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -32,26 +31,27 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Runs the server with the process arguments; returns the exit code.
 pub fn main() -> i32 {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (settings, config_file) = match process::load_config(&args) {
-        Ok(process::Loaded::Run(s, f)) => (s, f),
+    let loaded = match process::load_config(&args) {
+        Ok(process::Loaded::Run(l)) => l,
         Ok(process::Loaded::Exit(code)) => return code,
         Err(fatal) => {
             eprintln!("{fatal}");
             return 1;
         }
     };
-    let daemonize = server::bool_of(&settings, "daemonize", false);
+    let settings = loaded.settings;
+    let daemonize = settings.bool(config::table::DAEMONIZE);
     if daemonize && let Err(e) = process::daemonize() {
         eprintln!("Can't daemonize: {e}");
         return 1;
     }
-    let level = log::LogLevel::parse(&str_of(&settings, "loglevel", "notice"));
-    let logfile = str_of(&settings, "logfile", "");
+    let level = log::LogLevel::parse(settings.str(config::table::LOGLEVEL));
+    let logfile = settings.str(config::table::LOGFILE).to_string();
     if let Err(e) = log::init(level, &logfile, daemonize) {
         eprintln!("Can't open the log file: {e}");
         return 1;
     }
-    let workers = match int_of(&settings, "worker-threads", 0) {
+    let workers = match settings.int(config::table::WORKER_THREADS) {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n as usize,
     };
@@ -67,8 +67,8 @@ pub fn main() -> i32 {
             return 1;
         }
     };
-    let srv = Arc::new(Server::new(settings, config_file, Registry::new(cmd::commands())));
-    runtime.block_on(process::serve(srv))
+    let srv = Server::new(settings, loaded.config_file, Registry::new(cmd::commands())).into_arc();
+    runtime.block_on(process::serve(srv, loaded.no_effect, loaded.warnings))
 }
 
 /// The settings a fresh node runs with, for tests and tools.

@@ -10,6 +10,8 @@ use std::time::Duration;
 use socket2::{Domain, SockRef, Socket, TcpKeepalive, Type};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
 use crate::server::{Server, unix_ms};
@@ -79,10 +81,83 @@ pub fn os_text(e: &std::io::Error) -> String {
     }
 }
 
-/// Accepts clients until shutdown.
-pub async fn accept_loop(srv: Arc<Server>, listener: TcpListener) {
+/// A running accept loop and the signal that stops it.
+pub struct ListenerHandle {
+    stop: Arc<Notify>,
+    task: JoinHandle<()>,
+    /// The address it listens on.
+    pub addr: Option<SocketAddr>,
+}
+
+/// Starts an accept loop per listener.
+pub fn start(srv: &Arc<Server>, listeners: Vec<std::net::TcpListener>) -> std::io::Result<Vec<ListenerHandle>> {
+    let mut out = Vec::new();
+    for l in listeners {
+        let addr = l.local_addr().ok();
+        let l = TcpListener::from_std(l)?;
+        let stop = Arc::new(Notify::new());
+        let task = tokio::spawn(accept_loop(srv.clone(), l, stop.clone()));
+        out.push(ListenerHandle { stop, task, addr });
+    }
+    Ok(out)
+}
+
+/// Stops accept loops and waits until their sockets are closed, so the port can be bound
+/// again at once. Must run on a multi-threaded runtime worker (CONFIG SET does).
+pub fn stop_blocking(handles: Vec<ListenerHandle>) {
+    for h in &handles {
+        h.stop.notify_one();
+    }
+    let rt = tokio::runtime::Handle::current();
+    tokio::task::block_in_place(|| {
+        rt.block_on(async {
+            for h in handles {
+                let _ = h.task.await;
+            }
+        })
+    });
+}
+
+/// CONFIG SET port/bind: replaces the plain listeners. The old ones close first (the new
+/// set may reuse their addresses); if the new set cannot be bound, the old one is restored
+/// and the reason returned.
+pub fn rebind(srv: &Arc<Server>, old: (&[String], u16), new: (&[String], u16), backlog: i32) -> Result<(), String> {
+    let handles = std::mem::take(&mut *srv.listeners.lock());
+    stop_blocking(handles);
+    let bind_new = || -> Result<Vec<ListenerHandle>, String> {
+        if new.1 == 0 {
+            return Ok(Vec::new());
+        }
+        let ls = bind_all(new.0, new.1, backlog)?;
+        if ls.is_empty() {
+            return Err("Failed to bind to specified addresses.".to_string());
+        }
+        start(srv, ls).map_err(|e| os_text(&e))
+    };
+    match bind_new() {
+        Ok(h) => {
+            let port = h.first().and_then(|h| h.addr).map_or(new.1, |a| a.port());
+            srv.ports.lock().0 = port;
+            *srv.listeners.lock() = h;
+            Ok(())
+        }
+        Err(e) => {
+            if old.1 != 0
+                && let Ok(ls) = bind_all(old.0, old.1, backlog)
+                && let Ok(h) = start(srv, ls)
+            {
+                *srv.listeners.lock() = h;
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Accepts clients until shutdown or until `stop` is notified.
+async fn accept_loop(srv: Arc<Server>, listener: TcpListener, stop: Arc<Notify>) {
     loop {
         let (stream, peer) = tokio::select! {
+            _ = stop.notified() => return,
             r = listener.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {

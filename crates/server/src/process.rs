@@ -6,94 +6,35 @@ use std::sync::Arc;
 
 use tracing::{info, warn};
 
-use crate::config::Settings;
-use crate::config::table::{self, TABLE};
-use crate::config::value;
+use crate::config::cli::{self, Invocation};
+use crate::config::table;
+use crate::config::{LoadedConfig, Settings};
 use crate::listener;
-use crate::server::{Server, bool_of, int_of, str_of};
+use crate::server::Server;
 
 /// What the command line asks for.
 pub enum Loaded {
-    /// Run a server with these settings and this configuration file.
-    Run(Settings, Option<PathBuf>),
+    /// Run a server with this configuration.
+    Run(LoadedConfig),
     /// Exit at once with this code (`--version`, `--help`).
     Exit(i32),
 }
 
-/// Reads `hotkv [config-file] [--directive value ...]`.
+/// Reads `hotkv [config-file] [--directive value ...]`; the error is the text to print on
+/// stderr before exiting with status 1.
 pub fn load_config(args: &[String]) -> Result<Loaded, String> {
-    let mut settings = Settings::defaults();
-    let mut rest = args;
-    let mut file = None;
-    if let Some(first) = rest.first() {
-        match first.as_str() {
-            "-v" | "--version" => {
-                println!("hotkv server v={} redis-compatible={}", crate::VERSION, crate::cmd::conn::REDIS_VERSION);
-                return Ok(Loaded::Exit(0));
-            }
-            "-h" | "--help" => {
-                println!("Usage: hotkv [/path/to/hotkv.conf|hotkv.toml] [--directive value ...]");
-                return Ok(Loaded::Exit(0));
-            }
-            f if !f.starts_with("--") => {
-                let text = std::fs::read_to_string(f).map_err(|e| {
-                    format!("Fatal error, can't open config file '{f}': {}", listener::os_text(&e))
-                })?;
-                apply_conf_text(&mut settings, &text)?;
-                file = Some(PathBuf::from(f));
-                rest = &rest[1..];
-            }
-            _ => {}
+    match cli::parse_args(args, &mut std::io::stdin()) {
+        Ok(Invocation::Serve(loaded)) => Ok(Loaded::Run(loaded)),
+        Ok(Invocation::Version) => {
+            println!("{}", cli::version_text());
+            Ok(Loaded::Exit(0))
         }
-    }
-    let mut i = 0;
-    while i < rest.len() {
-        let Some(name) = rest[i].strip_prefix("--") else {
-            return Err(fatal(&rest[i], "Bad directive or wrong number of arguments"));
-        };
-        let mut vals = Vec::new();
-        i += 1;
-        while i < rest.len() && !rest[i].starts_with("--") {
-            vals.push(rest[i].clone());
-            i += 1;
+        Ok(Invocation::Help) => {
+            eprintln!("{}", cli::usage_text());
+            Ok(Loaded::Exit(1))
         }
-        set_directive(&mut settings, name, &vals).map_err(|e| fatal(&format!("{name} {}", vals.join(" ")), &e))?;
+        Err(e) => Err(e.to_string()),
     }
-    Ok(Loaded::Run(settings, file))
-}
-
-fn apply_conf_text(settings: &mut Settings, text: &str) -> Result<(), String> {
-    for (n, line) in text.lines().enumerate() {
-        let trimmed = line.trim();
-        if trimmed.is_empty() || trimmed.starts_with('#') {
-            continue;
-        }
-        let words: Vec<String> = hotkv_protocol::split_args(trimmed.as_bytes())
-            .map_err(|e| fatal_at(n + 1, line, &e.to_string()))?
-            .into_iter()
-            .map(|w| String::from_utf8_lossy(&w).into_owned())
-            .collect();
-        let Some((name, vals)) = words.split_first() else { continue };
-        set_directive(settings, name, vals).map_err(|e| fatal_at(n + 1, line, &e))?;
-    }
-    Ok(())
-}
-
-fn set_directive(settings: &mut Settings, name: &str, vals: &[String]) -> Result<(), String> {
-    let id = table::find(name).ok_or_else(|| "Bad directive or wrong number of arguments".to_string())?;
-    let d = &TABLE[id];
-    let vals: Vec<String> = if matches!(d.ty, value::Ty::List) { vals.to_vec() } else { vec![vals.join(" ")] };
-    let v = value::parse(d.ty, &vals)?;
-    settings.set(id, v);
-    Ok(())
-}
-
-fn fatal(line: &str, reason: &str) -> String {
-    format!("\n*** FATAL CONFIG FILE ERROR (Version {}) ***\nReading the configuration file, at line 2\n>>> '{line}'\n{reason}", crate::VERSION)
-}
-
-fn fatal_at(n: usize, line: &str, reason: &str) -> String {
-    format!("\n*** FATAL CONFIG FILE ERROR (Version {}) ***\nReading the configuration file, at line {n}\n>>> '{}'\n{reason}", crate::VERSION, line.trim())
 }
 
 /// Detaches from the terminal: fork, setsid, stdio to /dev/null. Must run before any thread
@@ -125,7 +66,7 @@ pub fn daemonize() -> std::io::Result<()> {
 }
 
 /// Logs the banner, binds, writes the pid file, serves until shutdown; returns the exit code.
-pub async fn serve(srv: Arc<Server>) -> i32 {
+pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec<String>) -> i32 {
     let settings = srv.settings.load_full();
     let pid = std::process::id();
     info!("oO0OoO0OoO0Oo hotkv is starting oO0OoO0OoO0Oo");
@@ -140,17 +81,14 @@ pub async fn serve(srv: Arc<Server>) -> i32 {
             "Warning: no config file specified, using the default config. In order to specify a config file use hotkv /path/to/hotkv.conf"
         ),
     }
-    let no_effect: Vec<&str> = TABLE
-        .iter()
-        .enumerate()
-        .filter(|(id, d)| d.flags & table::NO_EFFECT != 0 && settings.display(*id) != d.default)
-        .map(|(_, d)| d.name)
-        .collect();
+    for w in &warnings {
+        warn!("{w}");
+    }
     if !no_effect.is_empty() {
         warn!("These directives are accepted but have no effect in this version: {}", no_effect.join(", "));
     }
-    let port = int_of(&settings, "port", 6379) as u16;
-    let backlog = int_of(&settings, "tcp-backlog", 511) as i32;
+    let port = settings.int(table::PORT) as u16;
+    let backlog = settings.int(table::TCP_BACKLOG) as i32;
     let bind = settings.list(table::BIND).to_vec();
     let listeners = if port == 0 {
         Vec::new()
@@ -180,15 +118,11 @@ pub async fn serve(srv: Arc<Server>) -> i32 {
     srv.memory.refresh();
     info!("Server initialized");
     let cron = crate::cron::spawn(srv.clone());
-    for l in listeners {
-        match tokio::net::TcpListener::from_std(l) {
-            Ok(l) => {
-                tokio::spawn(listener::accept_loop(srv.clone(), l));
-            }
-            Err(e) => {
-                warn!("Failed listening on port {port} (tcp), aborting: {e}");
-                return 1;
-            }
+    match listener::start(&srv, listeners) {
+        Ok(h) => *srv.listeners.lock() = h,
+        Err(e) => {
+            warn!("Failed listening on port {port} (tcp), aborting: {e}");
+            return 1;
         }
     }
     info!("Ready to accept connections tcp");
@@ -199,18 +133,19 @@ pub async fn serve(srv: Arc<Server>) -> i32 {
         info!("Removing the pid file.");
         let _ = std::fs::remove_file(p);
     }
+    listener::stop_blocking(std::mem::take(&mut *srv.listeners.lock()));
     let _ = cron.join();
     info!("hotkv is now ready to exit, bye bye...");
     0
 }
 
 fn pidfile_path(settings: &Settings, port: u16) -> Option<PathBuf> {
-    let p = str_of(settings, "pidfile", "");
+    let p = settings.str(table::PIDFILE);
     if !p.is_empty() {
         return Some(PathBuf::from(p));
     }
     // Valkey writes a default pid file only when daemonized.
-    bool_of(settings, "daemonize", false).then(|| PathBuf::from(format!("/var/run/hotkv_{port}.pid")))
+    settings.bool(table::DAEMONIZE).then(|| PathBuf::from(format!("/var/run/hotkv_{port}.pid")))
 }
 
 async fn wait_for_shutdown(srv: &Server) {

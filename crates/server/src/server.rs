@@ -6,13 +6,12 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
-use hotkv_engine::policy::EvictionPolicy;
 use hotkv_engine::{EngineConfig, Keyspace};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, broadcast};
 
 use crate::config::Settings;
-use crate::config::table::find;
+use crate::config::table::{self as t, find};
 use crate::config::value::Value;
 use crate::memory::MemoryGauge;
 use crate::registry::Registry;
@@ -54,45 +53,29 @@ pub struct Runtime {
 impl Runtime {
     /// Derives the runtime values.
     pub fn from_settings(s: &Settings) -> Runtime {
-        let pass = str_of(s, "requirepass", "");
+        let pass = s.str(t::REQUIREPASS);
         Runtime {
-            requirepass: (!pass.is_empty()).then_some(pass),
-            protected_mode: bool_of(s, "protected-mode", true),
-            timeout: int_of(s, "timeout", 0).max(0) as u64,
-            maxclients: int_of(s, "maxclients", 10000).max(1) as usize,
-            query_buffer_limit: int_of(s, "client-query-buffer-limit", 1 << 30) as usize,
-            proto_max_bulk_len: int_of(s, "proto-max-bulk-len", 512 << 20) as u64,
-            slowlog_threshold: int_of(s, "slowlog-log-slower-than", 10_000),
-            slowlog_max_len: int_of(s, "slowlog-max-len", 128).max(0) as usize,
-            latency_threshold: int_of(s, "latency-monitor-threshold", 0).max(0) as u64,
-            latency_tracking: bool_of(s, "latency-tracking", true),
-            latency_percentiles: str_of(s, "latency-tracking-info-percentiles", "50 99 99.9")
+            requirepass: (!pass.is_empty()).then(|| pass.to_string()),
+            protected_mode: s.bool(t::PROTECTED_MODE),
+            timeout: s.int(t::TIMEOUT).max(0) as u64,
+            maxclients: s.int(t::MAXCLIENTS).max(1) as usize,
+            query_buffer_limit: s.int(t::CLIENT_QUERY_BUFFER_LIMIT).max(0) as usize,
+            proto_max_bulk_len: s.int(t::PROTO_MAX_BULK_LEN).max(0) as u64,
+            slowlog_threshold: s.int(t::SLOWLOG_LOG_SLOWER_THAN),
+            slowlog_max_len: s.int(t::SLOWLOG_MAX_LEN).max(0) as usize,
+            latency_threshold: s.int(t::LATENCY_MONITOR_THRESHOLD).max(0) as u64,
+            latency_tracking: s.bool(t::LATENCY_TRACKING),
+            latency_percentiles: s.display(t::LATENCY_TRACKING_INFO_PERCENTILES)
                 .split_whitespace()
                 .filter_map(|p| p.parse().ok())
                 .collect(),
-            databases: int_of(s, "databases", 16).max(1) as usize,
-            tcp_keepalive: int_of(s, "tcp-keepalive", 300).max(0) as u64,
+            databases: s.int(t::DATABASES).max(1) as usize,
+            tcp_keepalive: s.int(t::TCP_KEEPALIVE).max(0) as u64,
         }
     }
 }
 
-/// The engine's settings from the configuration.
-pub fn engine_config(s: &Settings, replica: bool) -> EngineConfig {
-    EngineConfig {
-        maxmemory: int_of(s, "maxmemory", 0).max(0) as u64,
-        policy: EvictionPolicy::parse(&str_of(s, "maxmemory-policy", "noeviction")).unwrap_or_default(),
-        samples: int_of(s, "maxmemory-samples", 5).max(1) as usize,
-        eviction_tenacity: int_of(s, "maxmemory-eviction-tenacity", 10) as u32,
-        lfu_log_factor: int_of(s, "lfu-log-factor", 10) as u32,
-        lfu_decay_time: int_of(s, "lfu-decay-time", 1) as u32,
-        proto_max_bulk_len: int_of(s, "proto-max-bulk-len", 512 << 20) as u64,
-        active_expire_effort: int_of(s, "active-expire-effort", 1) as u32,
-        hz: int_of(s, "hz", 10).clamp(1, 500) as u32,
-        replica,
-    }
-}
-
-/// A directive's value by name; used where a row may not exist in every build of the table.
+/// A directive's value by name (for code paths that take names from clients).
 pub fn value_of<'s>(s: &'s Settings, name: &str) -> Option<&'s Value> {
     find(name).map(|id| s.get(id))
 }
@@ -156,13 +139,20 @@ pub struct Server {
     pub ports: Mutex<(u16, u16)>,
     /// Held by the one thread evicting at a time.
     pub evict_lock: Mutex<()>,
+    /// Serialises CONFIG SET.
+    pub config_lock: Mutex<()>,
+    /// Plain-text accept loops.
+    pub listeners: Mutex<Vec<crate::listener::ListenerHandle>>,
+    /// A handle to this server's own `Arc`, for code that has only `&Server` and must spawn
+    /// tasks (CONFIG SET port).
+    pub this: std::sync::OnceLock<std::sync::Weak<Server>>,
 }
 
 impl Server {
     /// The server for the given configuration and command rows.
     pub fn new(settings: Settings, config_file: Option<PathBuf>, registry: Registry) -> Server {
         let rt = Runtime::from_settings(&settings);
-        let engine = engine_config(&settings, false);
+        let engine = settings.engine_config();
         let commands = registry.len();
         let (monitor_tx, _) = broadcast::channel(4096);
         Server {
@@ -187,7 +177,22 @@ impl Server {
             monitors: AtomicUsize::new(0),
             ports: Mutex::new((0, 0)),
             evict_lock: Mutex::new(()),
+            config_lock: Mutex::new(()),
+            listeners: Mutex::new(Vec::new()),
+            this: std::sync::OnceLock::new(),
         }
+    }
+
+    /// This server as an `Arc` (set right after construction by [`Server::into_arc`]).
+    pub fn arc(&self) -> Option<Arc<Server>> {
+        self.this.get().and_then(std::sync::Weak::upgrade)
+    }
+
+    /// Wraps the server in an `Arc` that it can hand out to tasks it spawns.
+    pub fn into_arc(self) -> Arc<Server> {
+        let srv = Arc::new(self);
+        let _ = srv.this.set(Arc::downgrade(&srv));
+        srv
     }
 
     /// Starts shutting down.
@@ -205,7 +210,7 @@ impl Server {
     /// Replaces the configuration and everything derived from it.
     pub fn install_settings(&self, s: Settings) {
         self.rt.store(Arc::new(Runtime::from_settings(&s)));
-        self.engine.store(Arc::new(engine_config(&s, false)));
+        self.engine.store(Arc::new(s.engine_config()));
         self.settings.store(Arc::new(s));
     }
 }

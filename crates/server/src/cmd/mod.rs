@@ -5,11 +5,12 @@ use hotkv_engine::command::{CommandSpec, KeySpec};
 
 use crate::registry::{ServerFn, ServerSpec};
 
+pub mod config;
 pub mod conn;
 
 /// Every server command row.
 pub fn commands() -> impl Iterator<Item = &'static ServerSpec> {
-    conn::COMMANDS.iter()
+    conn::COMMANDS.iter().chain(config::COMMANDS.iter())
 }
 
 /// A server command row.

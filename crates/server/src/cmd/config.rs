@@ -1,0 +1,129 @@
+//! CONFIG GET / SET / RESETSTAT / REWRITE / HELP.
+
+use std::sync::Arc;
+
+use hotkv_engine::CommandError;
+use hotkv_engine::command::{CommandSpec, acl, flags as f};
+use hotkv_protocol::{Args, ReplyBuf};
+use tracing::{info, warn};
+
+use super::row;
+use crate::config::runtime::{self, SetError};
+use crate::hooks;
+use crate::registry::{Flow, ServerSpec};
+use crate::server::Server;
+use crate::session::Session;
+
+const ADMIN_FLAGS: u32 = f::ADMIN | f::NOSCRIPT | f::LOADING | f::STALE;
+
+/// CONFIG and its subcommands.
+pub static COMMANDS: &[ServerSpec] = &[CommandSpec::container("config", -2, "server", "2.0.0",
+    "A container for server configuration commands.", SUBCOMMANDS)];
+
+static SUBCOMMANDS: &[ServerSpec] = &[
+    row("get", -3, ADMIN_FLAGS, 0, &[], "server", "2.0.0",
+        "Returns the effective values of configuration parameters.",
+        "O(N) when N is the number of configuration parameters provided", get),
+    row("set", -4, ADMIN_FLAGS | f::MAY_REPLICATE, 0, &[], "server", "2.0.0",
+        "Sets configuration parameters in-flight.",
+        "O(N) when N is the number of configuration parameters provided", set)
+        .with_tips(&["request_policy:all_nodes", "response_policy:all_succeeded"]),
+    row("resetstat", 2, ADMIN_FLAGS, 0, &[], "server", "2.0.0", "Resets the server's statistics.", "O(1)", resetstat)
+        .with_tips(&["request_policy:all_nodes", "response_policy:all_succeeded"]),
+    row("rewrite", 2, ADMIN_FLAGS, 0, &[], "server", "2.8.0",
+        "Persists the effective configuration to file.", "O(1)", rewrite)
+        .with_tips(&["request_policy:all_nodes", "response_policy:all_succeeded"]),
+    row("help", 2, f::LOADING | f::STALE, acl::SLOW, &[], "server", "5.0.0", "Returns helpful text about the different subcommands.", "O(1)", help),
+];
+
+fn get(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+    let patterns: Vec<&[u8]> = args.iter().skip(2).collect();
+    let pairs = runtime::get(&srv.settings.load(), &patterns);
+    out.map(pairs.len());
+    for (k, v) in pairs {
+        out.bulk(k.as_bytes());
+        out.bulk(v.as_bytes());
+    }
+    Ok(Flow::Continue)
+}
+
+fn set(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+    if args.len() % 2 != 0 {
+        return Err(CommandError::WrongArity("config|set".into()));
+    }
+    let pairs: Vec<(&[u8], &[u8])> = (2..args.len()).step_by(2).map(|i| (args.get(i), args.get(i + 1))).collect();
+    // Serialise CONFIG SETs so a concurrent one cannot interleave its hooks with ours.
+    let _guard = srv.config_lock.lock();
+    let old = srv.settings.load_full();
+    let local = sess.info.addr.ip().is_loopback();
+    let outcome = runtime::set_as(&old, &pairs, local).map_err(set_error)?;
+    srv.install_settings(outcome.settings.clone());
+    for run in &outcome.hooks {
+        if let Err(reason) = hooks::apply(srv, run.hook, &old, &outcome.settings) {
+            // Put everything back, including what earlier hooks changed.
+            srv.install_settings(Settings::clone(&old));
+            for undo in &outcome.hooks {
+                let _ = hooks::apply(srv, undo.hook, &outcome.settings, &old);
+                if undo.hook == run.hook {
+                    break;
+                }
+            }
+            return Err(set_error(SetError::hook_failed(run.name, &reason)));
+        }
+    }
+    out.ok();
+    Ok(Flow::Continue)
+}
+
+use crate::config::Settings;
+
+fn set_error(e: SetError) -> CommandError {
+    CommandError::raw(e.to_string())
+}
+
+fn resetstat(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+    srv.stats.reset();
+    srv.memory.reset_peak();
+    out.ok();
+    Ok(Flow::Continue)
+}
+
+fn rewrite(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+    let Some(path) = &srv.config_file else {
+        return Err(CommandError::err("The server is running without a config file"));
+    };
+    let settings: Arc<Settings> = srv.settings.load_full();
+    match runtime::rewrite(&settings, path) {
+        Ok(()) => {
+            info!("CONFIG REWRITE executed with success.");
+            out.ok();
+            Ok(Flow::Continue)
+        }
+        Err(e) => {
+            let reason = crate::config::os_reason(&e);
+            warn!("CONFIG REWRITE failed: {reason}");
+            Err(CommandError::err(format!("Rewriting config file: {reason}")))
+        }
+    }
+}
+
+fn help(_: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+    const LINES: &[&str] = &[
+        "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "GET <pattern>",
+        "    Return parameters matching the glob-like <pattern> and their values.",
+        "SET <directive> <value>",
+        "    Set the configuration <directive> to <value>.",
+        "RESETSTAT",
+        "    Reset statistics reported by the INFO command.",
+        "REWRITE",
+        "    Rewrite the configuration file.",
+        "HELP",
+        "    Print this help.",
+    ];
+    out.array(LINES.len());
+    for l in LINES {
+        out.simple(l);
+    }
+    Ok(Flow::Continue)
+}
