@@ -1,0 +1,418 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark of hotkv against redis-server (and valkey-server when VALKEY_SERVER
+names one), on this machine, in the same run.
+
+Every server gets the same settings (no persistence, loopback, one plain and one TLS port,
+the same certificates). The same load generator binary (redis-benchmark) drives each one.
+In per-core mode the server is pinned to one CPU and the client to another, and hotkv runs
+with one worker thread, so the comparison is per core. Servers run back to back in rotated
+order for several rounds; each cell reports the median ops/s, the min-max, p50 and p99
+latency, and the median of the per-round paired ratios hotkv/redis. A cell whose spread is
+over 25% of its median is marked noisy. Raw numbers and the exact commands go to a JSON
+results file next to the markdown table.
+
+Usage: benches/run.sh [--quick] [--rounds N] [--seconds S] [--mode percore|allcores|both]
+                      [--cells a,b,c] [--out DIR]
+"""
+
+import argparse
+import csv
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NOISY_SPREAD = 0.25
+
+
+# ---------------------------------------------------------------------------------------------
+# servers
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ping(port, tls_args=None, timeout=15.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            out = subprocess.run(
+                ["redis-cli", "-p", str(port)] + (tls_args or []) + ["PING"],
+                capture_output=True, text=True, timeout=2)
+            if "PONG" in out.stdout:
+                return True
+        except subprocess.TimeoutExpired:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+@dataclass
+class Server:
+    name: str
+    argv_fn: object          # (port, tls_port, pki, mode) -> argv list
+    proc: object = None
+    port: int = 0
+    tls_port: int = 0
+    tls_ok: bool = False
+    log: object = None
+    argv: list = field(default_factory=list)
+
+    def start(self, pki, mode, cpus):
+        self.port, self.tls_port = free_port(), free_port()
+        self.argv = self.argv_fn(self.port, self.tls_port, pki, mode)
+        if cpus is not None:
+            self.argv = ["taskset", "-c", cpus] + self.argv
+        self.log = tempfile.NamedTemporaryFile(prefix=f"bench-{self.name}-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        if not wait_ping(self.port):
+            self.stop()
+            raise RuntimeError(f"{self.name} did not start: {' '.join(self.argv)} (log {self.log.name})")
+        self.tls_ok = pki is not None and wait_ping(self.tls_port, pki.client_args(), timeout=3)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def info(self, section):
+        out = subprocess.run(["redis-cli", "-p", str(self.port), "INFO", section],
+                             capture_output=True, text=True, timeout=30).stdout
+        fields = {}
+        for line in out.splitlines():
+            if ":" in line and not line.startswith("#"):
+                k, v = line.split(":", 1)
+                fields[k.strip()] = v.strip()
+        return fields
+
+
+def hotkv_argv(binary):
+    def argv(port, tls_port, pki, mode):
+        a = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--protected-mode", "no", "--loglevel", "warning"]
+        if mode == "percore":
+            a += ["--worker-threads", "1"]
+        if pki:
+            a += pki.server_args(tls_port)
+        return a
+    return argv
+
+
+def redis_argv(binary):
+    def argv(port, tls_port, pki, mode):
+        a = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--protected-mode", "no", "--loglevel", "warning", "--io-threads", "1"]
+        if pki:
+            a += pki.server_args(tls_port)
+        return a
+    return argv
+
+
+class Pki:
+    """A throwaway CA and server certificate, the same for every server."""
+
+    def __init__(self, d):
+        self.d = Path(d)
+        run = lambda *c: subprocess.run(c, check=True, capture_output=True, cwd=self.d)
+        run("openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "ca.key")
+        run("openssl", "req", "-x509", "-new", "-key", "ca.key", "-sha256", "-days", "30",
+            "-subj", "/CN=bench CA", "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-out", "ca.crt")
+        run("openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "node.key")
+        run("openssl", "req", "-new", "-key", "node.key", "-subj", "/CN=127.0.0.1", "-out", "node.csr")
+        (self.d / "ext").write_text("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
+        run("openssl", "x509", "-req", "-in", "node.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-sha256", "-days", "30", "-extfile", "ext", "-out", "node.crt")
+
+    def server_args(self, tls_port):
+        return ["--tls-port", str(tls_port), "--tls-cert-file", str(self.d / "node.crt"),
+                "--tls-key-file", str(self.d / "node.key"), "--tls-ca-cert-file", str(self.d / "ca.crt"),
+                "--tls-auth-clients", "no"]
+
+    def client_args(self):
+        return ["--tls", "--cacert", str(self.d / "ca.crt")]
+
+
+# ---------------------------------------------------------------------------------------------
+# cells
+
+
+@dataclass
+class Cell:
+    name: str
+    tests: str                # redis-benchmark -t list
+    args: list                # extra redis-benchmark arguments
+    tls: bool = False
+    requires: str = ""        # a command the server must know, else the cell is skipped
+    setup: bool = False       # populate the keys first (GET cells)
+
+
+def cells():
+    kv = ["-r", "100000", "-d", "100", "-c", "50"]
+    out = [
+        Cell("ping", "ping_mbulk", ["-c", "50", "-P", "16"]),
+        Cell("set-p1", "set", kv + ["-P", "1"]),
+        Cell("get-p1", "get", kv + ["-P", "1"], setup=True),
+        Cell("set-p16", "set", kv + ["-P", "16"]),
+        Cell("get-p16", "get", kv + ["-P", "16"], setup=True),
+        Cell("incr", "incr", ["-r", "100000", "-c", "50", "-P", "16"]),
+        Cell("lpush-lpop", "lpush,lpop", ["-c", "50", "-P", "16"], requires="lpush"),
+        Cell("hset", "hset", ["-r", "100000", "-c", "50", "-P", "16"], requires="hset"),
+        Cell("zadd", "zadd", ["-r", "100000", "-c", "50", "-P", "16"], requires="zadd"),
+        Cell("mset10", "mset", ["-r", "100000", "-c", "50", "-P", "16"]),
+        Cell("get-16k", "get", ["-r", "1000", "-d", "16384", "-c", "50", "-P", "1"],
+             setup=True),
+        Cell("set-1000conns", "set", ["-r", "100000", "-d", "100", "-c", "1000", "-P", "1"]),
+    ]
+    for c in list(out):
+        if c.name.startswith(("set-p", "get-p")):
+            out.append(Cell("tls-" + c.name, c.tests, c.args, tls=True, setup=c.setup))
+    out.append(Cell("tls-churn", "ping_mbulk", ["-c", "50", "-k", "0"], tls=True))
+    return out
+
+
+def with_pipeline(args, p):
+    out, skip = [], False
+    for i, a in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if a == "-P":
+            skip = True
+            continue
+        out.append(a)
+    return out + ["-P", str(p)]
+
+
+def bench_cmd(server, cell, n, pki, client_cpus):
+    a = ["redis-benchmark", "-p", str(server.tls_port if cell.tls else server.port), "-t", cell.tests,
+         "-n", str(n), "--csv"] + cell.args
+    if cell.tls:
+        a += pki.client_args()
+    if client_cpus is not None:
+        a = ["taskset", "-c", client_cpus] + a
+    return a
+
+
+def run_bench(argv, timeout):
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    rows = [r for r in csv.reader(io.StringIO(out.stdout)) if r and r[0] != "test"]
+    if out.returncode != 0 or not rows:
+        raise RuntimeError(f"{' '.join(argv)} failed: {out.stderr.strip()[-300:]}")
+    # One row per test in -t; a cell of several tests (lpush,lpop) sums throughput and keeps
+    # the worst latencies.
+    rps = sum(float(r[1]) for r in rows)
+    p50 = max(float(r[4]) for r in rows)
+    p99 = max(float(r[6]) for r in rows)
+    return rps, p50, p99
+
+
+def knows(server, command):
+    out = subprocess.run(["redis-cli", "-p", str(server.port), "COMMAND", "INFO", command],
+                         capture_output=True, text=True, timeout=10).stdout
+    return command in out.lower()
+
+
+# ---------------------------------------------------------------------------------------------
+# memory
+
+
+def mem_cell(server, kind, count):
+    """Bytes per item of `kind` by used_memory and RSS deltas after loading `count` items."""
+    subprocess.run(["redis-cli", "-p", str(server.port), "FLUSHALL"], capture_output=True, timeout=60)
+    time.sleep(0.3)
+    before = server.info("memory")
+    with tempfile.NamedTemporaryFile(suffix=".resp", delete=False) as f:
+        for i in range(count):
+            key = b"key:%012d" % i
+            if kind == "string":
+                parts = [b"SET", key, b"v" * 32]
+            elif kind == "hash10":
+                parts = [b"HSET", key] + [x for j in range(10) for x in (b"field:%02d" % j, b"value:%06d" % j)]
+            elif kind == "set100":
+                parts = [b"SADD", key] + [b"member:%06d" % j for j in range(100)]
+            else:
+                parts = [b"ZADD", key] + [x for j in range(100) for x in (b"%d" % j, b"member:%06d" % j)]
+            f.write(b"*%d\r\n" % len(parts))
+            for p in parts:
+                f.write(b"$%d\r\n%s\r\n" % (len(p), p))
+        path = f.name
+    with open(path, "rb") as inp:
+        r = subprocess.run(["redis-cli", "-p", str(server.port), "--pipe"], stdin=inp,
+                           capture_output=True, text=True, timeout=600)
+    os.unlink(path)
+    if "errors: 0" not in r.stdout:
+        raise RuntimeError(f"loading {kind} into {server.name} failed: {r.stdout[-200:]}")
+    time.sleep(0.5)
+    after = server.info("memory")
+    per = lambda k: (int(after[k]) - int(before[k])) / count
+    return {"used_memory": per("used_memory"), "used_memory_rss": per("used_memory_rss")}
+
+
+# ---------------------------------------------------------------------------------------------
+# driver
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def run_mode(mode, servers, pki, args, results):
+    server_cpus, client_cpus = ("0", "1") if mode == "percore" else (None, None)
+    if mode == "allcores":
+        print("note: allcores mode lets hotkv use every core while the client shares them; "
+              "read these figures as scaling, not as a per-core comparison", file=sys.stderr)
+    selected = [c for c in cells() if not args.cells or c.name in args.cells]
+    for srv in servers:
+        srv.start(pki, mode, server_cpus)
+    try:
+        for cell in selected:
+            usable = [s for s in servers if (not cell.tls or s.tls_ok) and (not cell.requires or knows(s, cell.requires))]
+            skipped = sorted({s.name for s in servers} - {s.name for s in usable})
+            if not any(s.name == "hotkv" for s in usable) or not any(s.name == "redis" for s in usable):
+                results["cells"].append({"mode": mode, "cell": cell.name, "skipped": skipped})
+                print(f"[{mode}] {cell.name}: skipped ({', '.join(skipped)} cannot run it)", file=sys.stderr)
+                continue
+            # Size the run so each measurement lasts about --seconds on redis.
+            ref = next(s for s in usable if s.name == "redis")
+            if cell.setup:
+                # Populate the keys the GET cells read, with the cell's key range and size.
+                fill = Cell("setup", "set", with_pipeline(cell.args, 16))
+                for s in usable:
+                    run_bench(bench_cmd(s, fill, 200000, pki, client_cpus), timeout=300)
+            probe, _, _ = run_bench(bench_cmd(ref, cell, 20000, pki, client_cpus), timeout=300)
+            n = max(20000, int(probe * args.seconds))
+            per = {s.name: {"rps": [], "p50": [], "p99": []} for s in usable}
+            ratios = {s.name: [] for s in usable if s.name != "redis"}
+            commands = {}
+            for rnd in range(args.rounds):
+                order = usable[rnd % len(usable):] + usable[:rnd % len(usable)]
+                round_rps = {}
+                for s in order:
+                    argv = bench_cmd(s, cell, n, pki, client_cpus)
+                    commands[s.name] = " ".join(argv)
+                    rps, p50, p99 = run_bench(argv, timeout=max(120, args.seconds * 20))
+                    per[s.name]["rps"].append(rps)
+                    per[s.name]["p50"].append(p50)
+                    per[s.name]["p99"].append(p99)
+                    round_rps[s.name] = rps
+                for name in ratios:
+                    ratios[name].append(round_rps[name] / round_rps["redis"])
+            row = {"mode": mode, "cell": cell.name, "requests": n, "rounds": args.rounds, "servers": {},
+                   "commands": commands, "skipped": skipped}
+            for name, m in per.items():
+                med = median(m["rps"])
+                spread = (max(m["rps"]) - min(m["rps"])) / med if med else 0
+                row["servers"][name] = {
+                    "rps_median": med, "rps_min": min(m["rps"]), "rps_max": max(m["rps"]),
+                    "p50_ms": median(m["p50"]), "p99_ms": median(m["p99"]),
+                    "noisy": spread > NOISY_SPREAD, "raw": m,
+                }
+                if name in ratios:
+                    row["servers"][name]["ratio_vs_redis"] = median(ratios[name])
+                    row["servers"][name]["ratios"] = ratios[name]
+            results["cells"].append(row)
+            h = row["servers"]["hotkv"]
+            print(f"[{mode}] {cell.name}: hotkv {h['rps_median']:.0f} ops/s, redis "
+                  f"{row['servers']['redis']['rps_median']:.0f} ops/s, ratio {h['ratio_vs_redis']:.2f}"
+                  f"{' (noisy)' if h['noisy'] else ''}", file=sys.stderr)
+        if mode == "percore" and not args.no_memory:
+            for kind, count in [("string", args.mem_keys), ("hash10", 100000), ("set100", 20000), ("zset100", 20000)]:
+                row = {"mode": mode, "memory": kind, "items": count, "servers": {}}
+                for s in servers:
+                    cmd = {"string": "set", "hash10": "hset", "set100": "sadd", "zset100": "zadd"}[kind]
+                    if not knows(s, cmd):
+                        row["servers"][s.name] = None
+                        continue
+                    row["servers"][s.name] = mem_cell(s, kind, count)
+                results["memory"].append(row)
+                print(f"[memory] {kind}: " + ", ".join(
+                    f"{k} {v['used_memory']:.1f} B" if v else f"{k} n/a" for k, v in row["servers"].items()),
+                    file=sys.stderr)
+    finally:
+        for srv in servers:
+            srv.stop()
+
+
+def markdown(results):
+    lines = ["| mode | cell | hotkv ops/s (min-max) | redis ops/s (min-max) | hotkv/redis | hotkv p50/p99 ms | redis p50/p99 ms |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results["cells"]:
+        if "servers" not in r:
+            lines.append(f"| {r['mode']} | {r['cell']} | skipped ({', '.join(r['skipped'])}) | | | | |")
+            continue
+        h, d = r["servers"]["hotkv"], r["servers"]["redis"]
+        fmt = lambda s: f"{s['rps_median']:.0f} ({s['rps_min']:.0f}-{s['rps_max']:.0f}){' noisy' if s['noisy'] else ''}"
+        lines.append(f"| {r['mode']} | {r['cell']} | {fmt(h)} | {fmt(d)} | {h['ratio_vs_redis']:.2f} | "
+                     f"{h['p50_ms']:.3f}/{h['p99_ms']:.3f} | {d['p50_ms']:.3f}/{d['p99_ms']:.3f} |")
+    if results["memory"]:
+        lines += ["", "| memory per item | items | hotkv used_memory / RSS (B) | redis used_memory / RSS (B) |",
+                  "|---|---|---|---|"]
+        for m in results["memory"]:
+            f = lambda v: "n/a" if not v else f"{v['used_memory']:.1f} / {v['used_memory_rss']:.1f}"
+            lines.append(f"| {m['memory']} | {m['items']} | {f(m['servers'].get('hotkv'))} | {f(m['servers'].get('redis'))} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hotkv", default=str(ROOT / "target" / "release" / "hotkv"))
+    ap.add_argument("--redis", default=shutil.which("redis-server") or "redis-server")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--mode", choices=["percore", "allcores", "both"], default="percore")
+    ap.add_argument("--cells", type=lambda s: s.split(","), default=None)
+    ap.add_argument("--mem-keys", type=int, default=1000000)
+    ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--no-tls", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="3 rounds of 1 s, 100k keys for memory")
+    ap.add_argument("--out", default=str(ROOT / "benches" / "results"))
+    args = ap.parse_args()
+    if args.quick:
+        args.rounds, args.seconds, args.mem_keys = 3, 1.0, 100000
+    if os.cpu_count() < 2 and args.mode != "allcores":
+        print("note: fewer than 2 CPUs, server and client cannot be pinned apart", file=sys.stderr)
+    servers = [Server("hotkv", hotkv_argv(args.hotkv)), Server("redis", redis_argv(args.redis))]
+    if os.environ.get("VALKEY_SERVER"):
+        servers.append(Server("valkey", redis_argv(os.environ["VALKEY_SERVER"])))
+    results = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "host": os.uname().nodename,
+               "cpus": os.cpu_count(), "args": vars(args), "cells": [], "memory": [],
+               "versions": {
+                   "redis": subprocess.run([args.redis, "--version"], capture_output=True, text=True).stdout.strip(),
+                   "hotkv": subprocess.run([args.hotkv, "--version"], capture_output=True, text=True).stdout.strip(),
+                   "redis-benchmark": subprocess.run(["redis-benchmark", "--version"], capture_output=True, text=True).stdout.strip()}}
+    with tempfile.TemporaryDirectory(prefix="bench-pki-") as d:
+        pki = None if args.no_tls else Pki(d)
+        for mode in (["percore", "allcores"] if args.mode == "both" else [args.mode]):
+            run_mode(mode, servers, pki, args, results)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    (out / f"{stamp}.json").write_text(json.dumps(results, indent=1))
+    table = markdown(results)
+    (out / f"{stamp}.md").write_text(table)
+    (out / "latest.md").write_text(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
