@@ -156,6 +156,10 @@ pub struct Server {
     pub ports: Mutex<(u16, u16)>,
     /// Held by the one thread evicting at a time.
     pub evict_lock: Mutex<()>,
+    /// Replication id (INFO `master_replid`); DEBUG CHANGE-REPL-ID replaces it.
+    pub replid: Mutex<String>,
+    /// Whether the cron runs the active expire cycle (DEBUG SET-ACTIVE-EXPIRE).
+    pub active_expire: AtomicBool,
 }
 
 impl Server {
@@ -187,6 +191,8 @@ impl Server {
             monitors: AtomicUsize::new(0),
             ports: Mutex::new((0, 0)),
             evict_lock: Mutex::new(()),
+            replid: Mutex::new(random_hex(40)),
+            active_expire: AtomicBool::new(true),
         }
     }
 
