@@ -513,3 +513,118 @@ fn help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Resu
     ]);
     Ok(Flow::Continue)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::testutil::{client, server};
+    use hotkv_engine::command::key_flags as kf;
+
+    const GET_INFO: &str = "*10\r\n$3\r\nget\r\n:2\r\n*2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n*3\r\n+@read\r\n+@string\r\n+@fast\r\n*0\r\n*1\r\n*6\r\n$5\r\nflags\r\n*2\r\n+RO\r\n+access\r\n$12\r\nbegin_search\r\n*4\r\n$4\r\ntype\r\n$5\r\nindex\r\n$4\r\nspec\r\n*2\r\n$5\r\nindex\r\n:1\r\n$9\r\nfind_keys\r\n*4\r\n$4\r\ntype\r\n$5\r\nrange\r\n$4\r\nspec\r\n*6\r\n$7\r\nlastkey\r\n:0\r\n$7\r\nkeystep\r\n:1\r\n$5\r\nlimit\r\n:0\r\n*0\r\n";
+    // Valkey's reply for SET, less the key spec's `notes` field hotkv rows do not carry.
+    const SET_INFO: &str = "*10\r\n$3\r\nset\r\n:-3\r\n*2\r\n+write\r\n+denyoom\r\n:1\r\n:1\r\n:1\r\n*3\r\n+@write\r\n+@string\r\n+@slow\r\n*0\r\n*1\r\n*6\r\n$5\r\nflags\r\n*4\r\n+RW\r\n+access\r\n+update\r\n+variable_flags\r\n$12\r\nbegin_search\r\n*4\r\n$4\r\ntype\r\n$5\r\nindex\r\n$4\r\nspec\r\n*2\r\n$5\r\nindex\r\n:1\r\n$9\r\nfind_keys\r\n*4\r\n$4\r\ntype\r\n$5\r\nrange\r\n$4\r\nspec\r\n*6\r\n$7\r\nlastkey\r\n:0\r\n$7\r\nkeystep\r\n:1\r\n$5\r\nlimit\r\n:0\r\n*0\r\n";
+    const GET_INFO_RESP3: &str = "*1\r\n*10\r\n$3\r\nget\r\n:2\r\n~2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n~3\r\n+@read\r\n+@string\r\n+@fast\r\n~0\r\n~1\r\n%3\r\n$5\r\nflags\r\n~2\r\n+RO\r\n+access\r\n$12\r\nbegin_search\r\n%2\r\n$4\r\ntype\r\n$5\r\nindex\r\n$4\r\nspec\r\n%1\r\n$5\r\nindex\r\n:1\r\n$9\r\nfind_keys\r\n%2\r\n$4\r\ntype\r\n$5\r\nrange\r\n$4\r\nspec\r\n%3\r\n$7\r\nlastkey\r\n:0\r\n$7\r\nkeystep\r\n:1\r\n$5\r\nlimit\r\n:0\r\n~0\r\n";
+
+    #[test]
+    fn info_bytes_equal_valkeys() {
+        let srv = server();
+        let mut c = client(&srv, 45000);
+        assert_eq!(c.run(&srv, &["command", "info", "get", "SET", "nosuch"]), format!("*3\r\n{GET_INFO}{SET_INFO}$-1\r\n"));
+        c.run(&srv, &["hello", "3"]);
+        assert_eq!(c.run(&srv, &["command", "info", "get"]), GET_INFO_RESP3);
+        assert_eq!(c.run(&srv, &["command", "info", "nosuch"]), "*1\r\n_\r\n");
+    }
+
+    #[test]
+    fn containers_list_their_subcommands() {
+        let srv = server();
+        let mut c = client(&srv, 45001);
+        let r = c.run(&srv, &["command", "info", "client"]);
+        assert!(r.starts_with("*1\r\n*10\r\n$6\r\nclient\r\n:-2\r\n*0\r\n:0\r\n:0\r\n:0\r\n*1\r\n+@slow\r\n*0\r\n*0\r\n*"), "{r}");
+        assert!(r.contains("$11\r\nclient|list\r\n:-2\r\n*4\r\n+admin\r\n+noscript\r\n+loading\r\n+stale\r\n"), "{r}");
+        assert!(r.contains("*4\r\n+@admin\r\n+@slow\r\n+@dangerous\r\n+@connection\r\n*1\r\n$23\r\nnondeterministic_output\r\n"), "{r}");
+        let r = c.run(&srv, &["command", "info", "client|id"]);
+        assert!(r.starts_with("*1\r\n*10\r\n$9\r\nclient|id\r\n:2\r\n"), "{r}");
+        let n = srv.registry.top_level().count();
+        assert_eq!(c.run(&srv, &["command", "count"]), format!(":{n}\r\n"));
+        assert!(c.run(&srv, &["command"]).starts_with(&format!("*{n}\r\n*10\r\n")));
+    }
+
+    #[test]
+    fn docs_shape() {
+        let srv = server();
+        let mut c = client(&srv, 45002);
+        assert_eq!(c.run(&srv, &["command", "docs", "nosuch"]), "*0\r\n");
+        let r = c.run(&srv, &["command", "docs", "time"]);
+        assert_eq!(r, "*2\r\n$4\r\ntime\r\n*8\r\n$7\r\nsummary\r\n$24\r\nReturns the server time.\r\n$5\r\nsince\r\n$5\r\n2.6.0\r\n$5\r\ngroup\r\n$6\r\nserver\r\n$10\r\ncomplexity\r\n$4\r\nO(1)\r\n");
+        c.run(&srv, &["hello", "3"]);
+        let r = c.run(&srv, &["command", "docs", "slowlog"]);
+        assert!(r.starts_with("%1\r\n$7\r\nslowlog\r\n%5\r\n"), "{r}");
+        assert!(r.contains("$11\r\nsubcommands\r\n%4\r\n$11\r\nslowlog|get\r\n%4\r\n"), "{r}");
+        // MONITOR has no complexity in Valkey's table, so the field is left out.
+        assert!(c.run(&srv, &["command", "docs", "monitor"]).starts_with("%1\r\n$7\r\nmonitor\r\n%3\r\n"));
+    }
+
+    #[test]
+    fn list_and_filters() {
+        let srv = server();
+        let mut c = client(&srv, 45003);
+        let all = c.run(&srv, &["command", "list"]);
+        assert!(all.starts_with(&format!("*{}\r\n", srv.registry.len())) && all.contains("$11\r\nclient|list\r\n"));
+        assert_eq!(c.run(&srv, &["command", "list", "filterby", "pattern", "CLIENT|L*"]), "*1\r\n$11\r\nclient|list\r\n");
+        let r = c.run(&srv, &["command", "list", "filterby", "aclcat", "STRING"]);
+        assert!(r.contains("$3\r\nget\r\n") && !r.contains("ping"), "{r}");
+        assert_eq!(c.run(&srv, &["command", "list", "filterby", "aclcat", "nosuch"]), "*0\r\n");
+        assert_eq!(c.run(&srv, &["command", "list", "filterby", "module", "x"]), "*0\r\n");
+        assert_eq!(c.run(&srv, &["command", "list", "filterby", "other", "x"]), "-ERR syntax error\r\n");
+        assert_eq!(c.run(&srv, &["command", "list", "filterby", "pattern"]), "-ERR syntax error\r\n");
+    }
+
+    #[test]
+    fn getkeys_errors_and_flags() {
+        let srv = server();
+        let mut c = client(&srv, 45004);
+        assert_eq!(c.run(&srv, &["command", "getkeys", "get", "k"]), "*1\r\n$1\r\nk\r\n");
+        assert_eq!(c.run(&srv, &["command", "getkeys", "del", "a", "b"]), "*2\r\n$1\r\na\r\n$1\r\nb\r\n");
+        assert_eq!(c.run(&srv, &["command", "getkeysandflags", "set", "k", "v"]),
+            "*1\r\n*2\r\n$1\r\nk\r\n*4\r\n+RW\r\n+access\r\n+update\r\n+variable_flags\r\n");
+        assert_eq!(c.run(&srv, &["command", "getkeys", "nosuch", "k"]), "-ERR Invalid command specified\r\n");
+        assert_eq!(c.run(&srv, &["command", "getkeys", "client", "nosuch"]), "-ERR Invalid command specified\r\n");
+        assert_eq!(c.run(&srv, &["command", "getkeys", "ping", "x"]), "-ERR The command has no key arguments\r\n");
+        assert_eq!(c.run(&srv, &["command", "getkeys", "get", "a", "b"]),
+            "-ERR Invalid number of arguments specified for command\r\n");
+        assert_eq!(c.run(&srv, &["command", "getkeys"]), "-ERR wrong number of arguments for 'command|getkeys' command\r\n");
+        assert_eq!(c.run(&srv, &["command", "nosuch"]), "-ERR unknown subcommand 'nosuch'. Try COMMAND HELP.\r\n");
+        assert!(c.run(&srv, &["command", "help"]).starts_with("*21\r\n+COMMAND <subcommand>"));
+    }
+
+    #[test]
+    fn legacy_ranges_follow_valkey() {
+        let one = |i| KeySpec::single(i, kf::RW);
+        static MSET: [KeySpec; 1] = [KeySpec::range(1, -1, 2, kf::OW)];
+        assert_eq!(legacy_range(&MSET), ((1, -1, 2), false));
+        assert_eq!(legacy_range(&[one(1), one(2)]), ((1, 2, 1), false));
+        // Not adjacent: the second spec is skipped and the command is movable.
+        assert_eq!(legacy_range(&[one(1), one(3)]), ((1, 1, 1), true));
+        let kw = KeySpec { flags: kf::RO, begin: BeginSearch::Keyword { keyword: "STREAMS", start_from: 1 },
+            find: FindKeys::Range { last_key: -1, step: 1, limit: 2 } };
+        assert_eq!(legacy_range(&[kw]), ((0, 0, 0), true));
+        let numkeys = KeySpec { flags: kf::RO, begin: BeginSearch::Index(2),
+            find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 } };
+        assert_eq!(legacy_range(&[one(1), numkeys]), ((1, 1, 1), true));
+        let incomplete = KeySpec::single(1, kf::RO | kf::INCOMPLETE);
+        assert_eq!(legacy_range(&[incomplete]), ((1, 1, 1), true));
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_match(b"*", b"", false));
+        assert!(glob_match(b"h?llo", b"hello", false));
+        assert!(glob_match(b"h[ae]llo", b"hallo", false) && !glob_match(b"h[ae]llo", b"hillo", false));
+        assert!(glob_match(b"h[^e]llo", b"hallo", false) && !glob_match(b"h[^e]llo", b"hello", false));
+        assert!(glob_match(b"h[a-b]llo", b"hbllo", false));
+        assert!(glob_match(b"CONFIG|*", b"config|get", true) && !glob_match(b"CONFIG|*", b"config|get", false));
+        assert!(glob_match(b"a\\*b", b"a*b", false) && !glob_match(b"a\\*b", b"axb", false));
+        assert!(glob_match(b"*a*b*", b"xxaxxbxx", false));
+    }
+}
