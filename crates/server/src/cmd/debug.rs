@@ -41,6 +41,11 @@ fn debug(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -
              server.",
         ));
     }
+    run(srv, sess, args, out)
+}
+
+/// DEBUG once allowed.
+fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
     let sub = String::from_utf8_lossy(args.get(1)).to_ascii_lowercase();
     let argc = args.len();
     match (sub.as_str(), argc) {
@@ -277,6 +282,48 @@ mod tests {
         if str_of(&srv.settings.load(), "enable-debug-command", "no") == "no" {
             assert!(c.run(&srv, &["debug", "sleep", "0"]).starts_with("-ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run"));
         }
+    }
+
+    /// Runs DEBUG past the permission check.
+    fn debug(srv: &Server, c: &mut crate::cmd::testutil::TestClient, argv: &[&str]) -> String {
+        let mut out = ReplyBuf::new();
+        crate::cmd::testutil::with_args(argv, |args| match run(srv, &mut c.sess, args, &mut out) {
+            Ok(_) => String::from_utf8_lossy(out.as_bytes()).into_owned(),
+            Err(e) => format!("-{}\r\n", e.message()),
+        })
+    }
+
+    #[test]
+    fn subcommands() {
+        let srv = server();
+        let mut c = client(&srv, 44002);
+        let start = std::time::Instant::now();
+        assert_eq!(debug(&srv, &mut c, &["debug", "sleep", "0.05"]), "+OK\r\n");
+        assert!(start.elapsed() >= Duration::from_millis(50));
+        assert_eq!(debug(&srv, &mut c, &["debug", "sleep", "nonsense"]), "+OK\r\n");
+        assert_eq!(debug(&srv, &mut c, &["debug", "set-active-expire", "0"]), "+OK\r\n");
+        assert!(!srv.active_expire.load(Ordering::Relaxed));
+        assert_eq!(debug(&srv, &mut c, &["debug", "set-active-expire", "1"]), "+OK\r\n");
+        assert!(srv.active_expire.load(Ordering::Relaxed));
+        assert_eq!(debug(&srv, &mut c, &["debug", "object", "nokey"]), "-ERR no such key\r\n");
+        c.run(&srv, &["set", "n", "12345"]);
+        let r = debug(&srv, &mut c, &["debug", "object", "n", "fast"]);
+        assert!(r.starts_with("+Value at:0x") && r.contains(" refcount:1 encoding:int lru:"), "{r}");
+        assert!(!r.contains("serializedlength"), "{r}");
+        let old = srv.replid.lock().clone();
+        assert_eq!(debug(&srv, &mut c, &["debug", "change-repl-id"]), "+OK\r\n");
+        assert_ne!(*srv.replid.lock(), old);
+        assert_eq!(debug(&srv, &mut c, &["debug", "reload", "nosave", "merge"]), "+OK\r\n");
+        assert_eq!(debug(&srv, &mut c, &["debug", "reload", "x"]),
+            "-ERR DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options.\r\n");
+        assert_eq!(debug(&srv, &mut c, &["debug", "log", "hello"]), "+OK\r\n");
+        let d = debug(&srv, &mut c, &["debug", "digest"]);
+        assert!(d.len() == 43 && d != format!("+{}\r\n", "0".repeat(40)), "{d}");
+        let v = debug(&srv, &mut c, &["debug", "digest-value", "n", "nokey"]);
+        assert!(v.starts_with("*2\r\n+") && v.ends_with(&format!("+{}\r\n", "0".repeat(40))), "{v}");
+        assert_eq!(debug(&srv, &mut c, &["debug", "nosuch"]),
+            "-ERR unknown subcommand or wrong number of arguments for 'nosuch'. Try DEBUG HELP.\r\n");
+        assert!(debug(&srv, &mut c, &["debug", "help"]).starts_with("*28\r\n+DEBUG <subcommand>"));
     }
 
     #[test]

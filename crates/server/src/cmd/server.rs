@@ -90,8 +90,7 @@ fn shutdown(_: &Server, _: &mut Session, args: Args<'_>, _: &mut ReplyBuf) -> Re
         return Err(CommandError::err("No shutdown in progress."));
     }
     // Nothing to save: hotkv does not persist yet. The client gets no reply, as in Valkey,
-    // whose process exits before answering.
-    tracing::warn!("User requested shutdown...");
+    // whose process exits before answering; the process logs the shutdown.
     Ok(Flow::Shutdown)
 }
 

@@ -20,6 +20,17 @@ pub(crate) struct TestClient {
     scratch: Scratch,
 }
 
+/// Calls `f` with `argv` as command arguments.
+pub(crate) fn with_args<R>(argv: &[&str], f: impl FnOnce(Args<'_>) -> R) -> R {
+    let mut buf = Vec::new();
+    let mut spans = Vec::new();
+    for a in argv {
+        spans.push((buf.len(), buf.len() + a.len()));
+        buf.extend_from_slice(a.as_bytes());
+    }
+    f(Args::from_parts(&buf, &spans))
+}
+
 /// A server with the default settings.
 pub(crate) fn server() -> Arc<Server> {
     Arc::new(Server::new(crate::default_settings(), None, Registry::new(super::commands())))
@@ -37,18 +48,11 @@ pub(crate) fn client(srv: &Server, port: u16) -> TestClient {
 impl TestClient {
     /// Runs one command; returns the raw reply and the flow.
     pub(crate) fn run_flow(&mut self, srv: &Server, argv: &[&str]) -> (String, Flow) {
-        let mut buf = Vec::new();
-        let mut spans = Vec::new();
-        for a in argv {
-            spans.push((buf.len(), buf.len() + a.len()));
-            buf.extend_from_slice(a.as_bytes());
-        }
-        let args = Args::from_parts(&buf, &spans);
         let engine = srv.engine.load();
         let rt = srv.rt.load();
         let batch = Batch { srv, engine: &engine, rt: &rt, now_ms: unix_ms() };
         self.out.truncate(0);
-        let flow = dispatch(&batch, &mut self.sess, args, &mut self.out, &mut self.scratch);
+        let flow = with_args(argv, |args| dispatch(&batch, &mut self.sess, args, &mut self.out, &mut self.scratch));
         srv.stats.absorb(&mut self.sess.local, 0, 0);
         (String::from_utf8_lossy(self.out.as_bytes()).into_owned(), flow)
     }
