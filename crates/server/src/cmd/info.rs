@@ -81,10 +81,13 @@ macro_rules! fields {
     };
 }
 
+/// A section: its selection name, its title and what prints its fields.
+type Section = (&'static str, &'static str, fn(&Server, &mut String));
+
 /// The full INFO text for a selection.
 pub fn generate(srv: &Server, sel: &Selection) -> String {
     let mut out = String::with_capacity(4096);
-    let sections: &[(&str, &str, fn(&Server, &mut String))] = &[
+    let sections: &[Section] = &[
         ("server", "Server", server),
         ("clients", "Clients", clients),
         ("memory", "Memory", memory),

@@ -292,10 +292,10 @@ pub fn doctor(mon: &LatencyMonitor, threshold_ms: u64, slowlog_us: i64, slowlog_
     r.push_str("\nHere is some advice for you:\n\n");
     let t = threshold_ms * 1000;
     if slowlog_enable {
-        let _ = write!(r, "- There are latency issues with potentially slow commands you are using. Try to enable the Slow Log Valkey feature using the command 'CONFIG SET slowlog-log-slower-than {t}'. If the Slow log is disabled Valkey is not able to log slow commands execution for you.\n");
+        let _ = writeln!(r, "- There are latency issues with potentially slow commands you are using. Try to enable the Slow Log Valkey feature using the command 'CONFIG SET slowlog-log-slower-than {t}'. If the Slow log is disabled Valkey is not able to log slow commands execution for you.");
     }
     if slowlog_tune {
-        let _ = write!(r, "- Your current Slow Log configuration only logs events that are slower than your configured latency monitor threshold. Please use 'CONFIG SET slowlog-log-slower-than {t}'.\n");
+        let _ = writeln!(r, "- Your current Slow Log configuration only logs events that are slower than your configured latency monitor threshold. Please use 'CONFIG SET slowlog-log-slower-than {t}'.");
     }
     if inspect {
         r.push_str("- Check your Slow Log to understand what are the commands you are running which are too slow to execute. Please check https://valkey.io/commands/slowlog for more information.\n");
