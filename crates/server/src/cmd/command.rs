@@ -49,34 +49,32 @@ pub static COMMANDS: &[ServerSpec] = &[CommandSpec {
 /// specs, steps other than 1 and non-adjacent ranges all make a command movable).
 pub fn legacy_range(specs: &[KeySpec]) -> ((i32, i32, i32), bool) {
     let abs_last = |pos: i32, last_key: i32| if last_key >= 0 { pos + last_key } else { last_key };
-    match specs {
-        [] => ((0, 0, 0), false),
-        [ks] if matches!((ks.begin, ks.find), (BeginSearch::Index(_), FindKeys::Range { .. })) => {
-            let (BeginSearch::Index(pos), FindKeys::Range { last_key, step, .. }) = (ks.begin, ks.find) else {
-                unreachable!("matched just above")
-            };
-            ((pos, abs_last(pos, last_key), step), ks.flags & key_flags::INCOMPLETE != 0)
-        }
-        _ => {
-            let (mut first, mut last, mut prev_last, mut movable) = (i32::MAX, 0i32, 0i32, false);
-            for ks in specs {
-                let (BeginSearch::Index(pos), FindKeys::Range { last_key, step, .. }) = (ks.begin, ks.find) else {
-                    movable = true;
-                    continue;
-                };
-                if step != 1 || (prev_last != 0 && prev_last != pos - 1) {
-                    movable = true;
-                    continue;
-                }
-                movable |= ks.flags & key_flags::INCOMPLETE != 0;
-                first = first.min(pos);
-                // Valkey compares as unsigned so that a negative (from the end) last key wins.
-                last = (last as u32).max(abs_last(pos, last_key) as u32) as i32;
-                prev_last = last;
-            }
-            if first == i32::MAX { ((0, 0, 0), true) } else { ((first, last, 1), movable) }
-        }
+    if specs.is_empty() {
+        return ((0, 0, 0), false);
     }
+    // The quick case: exactly one index/range spec is the legacy range as it is.
+    if let [ks] = specs
+        && let (BeginSearch::Index(pos), FindKeys::Range { last_key, step, .. }) = (ks.begin, ks.find)
+    {
+        return ((pos, abs_last(pos, last_key), step), ks.flags & key_flags::INCOMPLETE != 0);
+    }
+    let (mut first, mut last, mut prev_last, mut movable) = (i32::MAX, 0i32, 0i32, false);
+    for ks in specs {
+        let (BeginSearch::Index(pos), FindKeys::Range { last_key, step, .. }) = (ks.begin, ks.find) else {
+            movable = true;
+            continue;
+        };
+        if step != 1 || (prev_last != 0 && prev_last != pos - 1) {
+            movable = true;
+            continue;
+        }
+        movable |= ks.flags & key_flags::INCOMPLETE != 0;
+        first = first.min(pos);
+        // Valkey compares as unsigned so that a negative (from the end) last key wins.
+        last = (last as u32).max(abs_last(pos, last_key) as u32) as i32;
+        prev_last = last;
+    }
+    if first == i32::MAX { ((0, 0, 0), true) } else { ((first, last, 1), movable) }
 }
 
 /// The flags COMMAND INFO shows: the row's flags plus `movablekeys`.
