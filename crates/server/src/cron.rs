@@ -28,7 +28,10 @@ fn run(srv: &Server) {
         let period = Duration::from_micros(1_000_000 / u64::from(hz));
         let tick = Instant::now();
         srv.memory.refresh();
-        expire(srv, &mut cursor, period);
+        // DEBUG SET-ACTIVE-EXPIRE 0 leaves expired keys to lazy expiry, as in Valkey.
+        if srv.active_expire.load(Ordering::Relaxed) {
+            expire(srv, &mut cursor, period);
+        }
         if last_sample.elapsed() >= Duration::from_millis(100) {
             last_sample = Instant::now();
             let totals = [srv.stats.commands(), srv.stats.net_in(), srv.stats.net_out()];

@@ -46,7 +46,8 @@ pub fn dispatch(b: &Batch<'_>, sess: &mut Session, args: Args<'_>, out: &mut Rep
             Flow::Continue
         }
     };
-    if matches!(mode, ReplyMode::Off | ReplyMode::Skip) {
+    // CLIENT REPLY ON answers even when replies were off or skipped, as in Valkey.
+    if matches!(mode, ReplyMode::Off | ReplyMode::Skip) && sess.reply_mode != ReplyMode::On {
         out.truncate(mark);
     }
     // The skipped command may itself have changed the mode (CLIENT REPLY OFF/ON).

@@ -146,6 +146,10 @@ pub struct Server {
     /// A handle to this server's own `Arc`, for code that has only `&Server` and must spawn
     /// tasks (CONFIG SET port).
     pub this: std::sync::OnceLock<std::sync::Weak<Server>>,
+    /// Replication id (INFO `master_replid`); DEBUG CHANGE-REPL-ID replaces it.
+    pub replid: Mutex<String>,
+    /// Whether the cron runs the active expire cycle (DEBUG SET-ACTIVE-EXPIRE).
+    pub active_expire: AtomicBool,
 }
 
 impl Server {
@@ -180,6 +184,8 @@ impl Server {
             config_lock: Mutex::new(()),
             listeners: Mutex::new(Vec::new()),
             this: std::sync::OnceLock::new(),
+            replid: Mutex::new(random_hex(40)),
+            active_expire: AtomicBool::new(true),
         }
     }
 

@@ -1,0 +1,356 @@
+//! DEBUG: the test suite's levers (SLEEP, SET-ACTIVE-EXPIRE, OBJECT, DIGEST, ...), refused
+//! unless `enable-debug-command` allows it, as in Valkey.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use hotkv_engine::CommandError;
+use hotkv_engine::command::flags as f;
+use hotkv_engine::entry::{Entry, ValueRef};
+use hotkv_engine::hash::key_hash;
+use hotkv_engine::object::Object;
+use hotkv_engine::policy;
+use hotkv_engine::slot::key_slot;
+use hotkv_protocol::{Args, ReplyBuf};
+use sha1_smol::Sha1;
+
+use super::{reply_help, row, subcommand_syntax_error, text};
+use crate::registry::{Flow, ServerSpec};
+use crate::server::{Server, random_hex, str_of, unix_ms};
+use crate::session::Session;
+
+/// DEBUG's row.
+pub static COMMANDS: &[ServerSpec] = &[row("debug", -2, f::ADMIN | f::NOSCRIPT | f::LOADING | f::STALE | f::PROTECTED, 0,
+    &[], "server", "1.0.0", "A container for debugging commands.", "Depends on subcommand.", debug)];
+
+/// Whether `enable-debug-command` (`no`, `yes` or `local`) lets this client run DEBUG.
+pub fn debug_allowed(setting: &str, peer_is_loopback: bool) -> bool {
+    match setting.to_ascii_lowercase().as_str() {
+        "yes" => true,
+        "local" => peer_is_loopback,
+        _ => false,
+    }
+}
+
+fn debug(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+    let setting = str_of(&srv.settings.load(), "enable-debug-command", "no");
+    if !debug_allowed(&setting, sess.info.addr.ip().is_loopback()) {
+        return Err(CommandError::err(
+            "DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run it from a \
+             local connection, otherwise you need to set this option in the configuration file, and then restart the \
+             server.",
+        ));
+    }
+    run(srv, sess, args, out)
+}
+
+/// DEBUG once allowed.
+fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+    let sub = String::from_utf8_lossy(args.get(1)).to_ascii_lowercase();
+    let argc = args.len();
+    match (sub.as_str(), argc) {
+        ("help", 2) => help(&args, out),
+        ("sleep", 3) => {
+            // strtod semantics: what does not parse sleeps for 0 seconds.
+            let secs: f64 = text(args.get(2)).trim().parse().unwrap_or(0.0);
+            let micros = (secs * 1_000_000.0) as i64;
+            // Blocks this worker thread, as Valkey blocks its event loop.
+            std::thread::sleep(Duration::from_micros(micros.max(0) as u64));
+            out.ok();
+        }
+        ("set-active-expire", 3) => {
+            let on = hotkv_protocol::parse_i64(args.get(2)).unwrap_or(0) != 0;
+            srv.active_expire.store(on, Ordering::Relaxed);
+            out.ok();
+        }
+        ("object", 3 | 4) => {
+            let fast = argc == 4 && args.get(3).eq_ignore_ascii_case(b"fast");
+            let now = unix_ms();
+            let engine = srv.engine.load();
+            let line = with_entry(srv, sess.db, args.get(2), |e| object_line(e, fast, now, engine.lfu_decay_time))
+                .ok_or(CommandError::NoSuchKey)?;
+            out.simple(&line);
+        }
+        ("change-repl-id", 2) => {
+            tracing::info!("Changing replication IDs after receiving DEBUG change-repl-id");
+            *srv.replid.lock() = random_hex(40);
+            out.ok();
+        }
+        ("reload", _) => {
+            for opt in args.iter().skip(2) {
+                if ![&b"merge"[..], b"noflush", b"nosave"].iter().any(|o| opt.eq_ignore_ascii_case(o)) {
+                    return Err(CommandError::err("DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options."));
+                }
+            }
+            // Nothing is persisted yet, so saving and loading back yields the same dataset.
+            out.ok();
+        }
+        ("log", 3) => {
+            tracing::warn!("DEBUG LOG: {}", text(args.get(2)));
+            out.ok();
+        }
+        ("digest", 2) => out.simple(&hex(&dataset_digest(srv))),
+        ("digest-value", _) => {
+            out.array(argc - 2);
+            for key in args.iter().skip(2) {
+                let digest = with_entry(srv, sess.db, key, |e| {
+                    let mut d = [0u8; 20];
+                    entry_digest(e, &mut d);
+                    d
+                });
+                out.simple(&hex(&digest.unwrap_or([0; 20])));
+            }
+        }
+        _ => return Err(subcommand_syntax_error(&args)),
+    }
+    Ok(Flow::Continue)
+}
+
+/// Runs `f` on the entry of `key` in `db` under its slot's lock, expired or not (DEBUG looks
+/// at what is stored, as Valkey's `dbFind`).
+fn with_entry<T>(srv: &Server, db: usize, key: &[u8], f: impl FnOnce(&Entry) -> T) -> Option<T> {
+    let table = srv.ks.db(db).slot(key_slot(key)).lock();
+    let i = table.find(key, key_hash(key))?;
+    Some(f(table.at(i)))
+}
+
+/// Valkey's `string2ll` acceptance: the canonical decimal form of an `i64`.
+fn is_int_string(b: &[u8]) -> bool {
+    b.len() <= 20 && hotkv_protocol::parse_i64(b).is_some_and(|n| n.to_string().as_bytes() == b)
+}
+
+/// (encoding, bytes) of a value as Valkey would store it.
+fn encoding<'a>(v: &ValueRef<'a>) -> (&'static str, Option<&'a [u8]>) {
+    match *v {
+        ValueRef::Str(b) if is_int_string(b) => ("int", Some(b)),
+        ValueRef::Str(b) if b.len() <= 44 => ("embstr", Some(b)),
+        ValueRef::Str(b) => ("raw", Some(b)),
+        ValueRef::Obj(Object::Str(b)) => ("raw", Some(b.as_slice())),
+        #[allow(unreachable_patterns)]
+        ValueRef::Obj(_) => ("unknown", None),
+    }
+}
+
+/// RDB length of a string (`rdbSaveRawString` without LZF compression).
+fn rdb_string_len(b: &[u8]) -> usize {
+    if b.len() <= 11
+        && let Some(n) = hotkv_protocol::parse_i64(b).filter(|_| is_int_string(b))
+    {
+        if i8::try_from(n).is_ok() {
+            return 2;
+        } else if i16::try_from(n).is_ok() {
+            return 3;
+        } else if i32::try_from(n).is_ok() {
+            return 5;
+        }
+    }
+    let prefix = match b.len() {
+        0..64 => 1,
+        64..16384 => 2,
+        n if n <= u32::MAX as usize => 5,
+        _ => 9,
+    };
+    prefix + b.len()
+}
+
+/// DEBUG OBJECT's status line.
+fn object_line(e: &Entry, fast: bool, now_ms: i64, lfu_decay_time: u32) -> String {
+    let value = e.value();
+    let (enc, bytes) = encoding(&value);
+    let lru = e.lru();
+    let mut s = format!("Value at:{:p} refcount:1 encoding:{enc}", e as *const Entry);
+    if !fast {
+        s.push_str(&format!(" serializedlength:{}", bytes.map_or(0, rdb_string_len)));
+    }
+    s.push_str(&format!(
+        " lru:{lru} lru_seconds_idle:{} lfu_freq:{} lfu_access_time_minutes:{}",
+        policy::idle_ms(lru, now_ms) / 1000,
+        policy::lfu_decayed(lru, now_ms, lfu_decay_time),
+        lru >> 8
+    ));
+    s
+}
+
+/// Valkey's `xorDigest`: XORs SHA1(data) into `digest` (order-independent).
+fn xor_digest(digest: &mut [u8; 20], data: &[u8]) {
+    let h = Sha1::from(data).digest().bytes();
+    for (d, x) in digest.iter_mut().zip(h) {
+        *d ^= x;
+    }
+}
+
+/// Valkey's `mixDigest`: digest = SHA1(digest xor SHA1(data)) (order-dependent).
+fn mix_digest(digest: &mut [u8; 20], data: &[u8]) {
+    xor_digest(digest, data);
+    *digest = Sha1::from(&digest[..]).digest().bytes();
+}
+
+/// Valkey's `xorObjectDigest` for one entry's value and expire.
+fn entry_digest(e: &Entry, digest: &mut [u8; 20]) {
+    let value = e.value();
+    let name = match value {
+        ValueRef::Str(_) => "string",
+        ValueRef::Obj(o) => o.type_name(),
+    };
+    // Valkey's OBJ_STRING, OBJ_LIST, ... type codes.
+    let type_id: u32 = match name {
+        "string" => 0,
+        "list" => 1,
+        "set" => 2,
+        "zset" => 3,
+        "hash" => 4,
+        _ => 6,
+    };
+    mix_digest(digest, &type_id.to_be_bytes());
+    if let (_, Some(b)) = encoding(&value) {
+        mix_digest(digest, b);
+    }
+    if e.expire().is_some() {
+        xor_digest(digest, b"!!expire!!");
+    }
+}
+
+/// Valkey's `computeDatasetDigest`: per database its id, then the XOR of every key/value
+/// digest; all zeros for an empty dataset.
+fn dataset_digest(srv: &Server) -> [u8; 20] {
+    let mut total = [0u8; 20];
+    for i in 0..srv.ks.databases() {
+        let Some(db) = srv.ks.db_if_used(i) else { continue };
+        if db.is_empty() {
+            continue;
+        }
+        mix_digest(&mut total, &(i as u32).to_be_bytes());
+        for slot in db.slots() {
+            let table = slot.lock();
+            for (_, e) in table.iter() {
+                let mut d = [0u8; 20];
+                mix_digest(&mut d, e.key());
+                entry_digest(e, &mut d);
+                xor_digest(&mut total, &d);
+            }
+        }
+    }
+    total
+}
+
+fn hex(d: &[u8; 20]) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn help(args: &Args<'_>, out: &mut ReplyBuf) {
+    reply_help(out, args, &[
+        "CHANGE-REPL-ID",
+        "    Change the replication IDs of the instance.",
+        "    Dangerous: should be used only for testing the replication subsystem.",
+        "DIGEST",
+        "    Output a hex signature representing the current DB content.",
+        "DIGEST-VALUE <key> [<key> ...]",
+        "    Output a hex signature of the values of all the specified keys.",
+        "LOG <message>",
+        "    Write <message> to the server log.",
+        "OBJECT <key> [fast]",
+        "    Show low level info about `key` and associated value.",
+        "    Some fields of the default behavior may be time consuming to fetch,",
+        "    and `fast` can be passed to avoid fetching them.",
+        "RELOAD [option ...]",
+        "    Save the RDB on disk and reload it back to memory. Valid <option> values:",
+        "    * MERGE: conflicting keys will be loaded from RDB.",
+        "    * NOFLUSH: the existing database will not be removed before load, but",
+        "      conflicting keys will generate an exception and kill the server.",
+        "    * NOSAVE: the database will be loaded from an existing RDB file.",
+        "SET-ACTIVE-EXPIRE <0|1>",
+        "    Setting it to 0 disables expiring keys in background when they are not",
+        "    accessed (otherwise the behavior). Setting it to 1 reenables back the",
+        "    default.",
+        "SLEEP <seconds>",
+        "    Stop the server for <seconds>. Decimals allowed.",
+    ]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::testutil::{client, server};
+
+    #[test]
+    fn refused_by_default() {
+        assert!(!debug_allowed("no", true));
+        assert!(debug_allowed("local", true) && !debug_allowed("local", false));
+        assert!(debug_allowed("yes", false));
+        let srv = server();
+        let mut c = client(&srv, 44000);
+        if str_of(&srv.settings.load(), "enable-debug-command", "no") == "no" {
+            assert!(c.run(&srv, &["debug", "sleep", "0"]).starts_with("-ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run"));
+        }
+    }
+
+    /// Runs DEBUG past the permission check.
+    fn debug(srv: &Server, c: &mut crate::cmd::testutil::TestClient, argv: &[&str]) -> String {
+        let mut out = ReplyBuf::new();
+        crate::cmd::testutil::with_args(argv, |args| match run(srv, &mut c.sess, args, &mut out) {
+            Ok(_) => String::from_utf8_lossy(out.as_bytes()).into_owned(),
+            Err(e) => format!("-{}\r\n", e.message()),
+        })
+    }
+
+    #[test]
+    fn subcommands() {
+        let srv = server();
+        let mut c = client(&srv, 44002);
+        let start = std::time::Instant::now();
+        assert_eq!(debug(&srv, &mut c, &["debug", "sleep", "0.05"]), "+OK\r\n");
+        assert!(start.elapsed() >= Duration::from_millis(50));
+        assert_eq!(debug(&srv, &mut c, &["debug", "sleep", "nonsense"]), "+OK\r\n");
+        assert_eq!(debug(&srv, &mut c, &["debug", "set-active-expire", "0"]), "+OK\r\n");
+        assert!(!srv.active_expire.load(Ordering::Relaxed));
+        assert_eq!(debug(&srv, &mut c, &["debug", "set-active-expire", "1"]), "+OK\r\n");
+        assert!(srv.active_expire.load(Ordering::Relaxed));
+        assert_eq!(debug(&srv, &mut c, &["debug", "object", "nokey"]), "-ERR no such key\r\n");
+        c.run(&srv, &["set", "n", "12345"]);
+        let r = debug(&srv, &mut c, &["debug", "object", "n", "fast"]);
+        assert!(r.starts_with("+Value at:0x") && r.contains(" refcount:1 encoding:int lru:"), "{r}");
+        assert!(!r.contains("serializedlength"), "{r}");
+        let old = srv.replid.lock().clone();
+        assert_eq!(debug(&srv, &mut c, &["debug", "change-repl-id"]), "+OK\r\n");
+        assert_ne!(*srv.replid.lock(), old);
+        assert_eq!(debug(&srv, &mut c, &["debug", "reload", "nosave", "merge"]), "+OK\r\n");
+        assert_eq!(debug(&srv, &mut c, &["debug", "reload", "x"]),
+            "-ERR DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options.\r\n");
+        assert_eq!(debug(&srv, &mut c, &["debug", "log", "hello"]), "+OK\r\n");
+        let d = debug(&srv, &mut c, &["debug", "digest"]);
+        assert!(d.len() == 43 && d != format!("+{}\r\n", "0".repeat(40)), "{d}");
+        let v = debug(&srv, &mut c, &["debug", "digest-value", "n", "nokey"]);
+        assert!(v.starts_with("*2\r\n+") && v.ends_with(&format!("+{}\r\n", "0".repeat(40))), "{v}");
+        assert_eq!(debug(&srv, &mut c, &["debug", "nosuch"]),
+            "-ERR unknown subcommand or wrong number of arguments for 'nosuch'. Try DEBUG HELP.\r\n");
+        assert!(debug(&srv, &mut c, &["debug", "help"]).starts_with("*28\r\n+DEBUG <subcommand>"));
+    }
+
+    #[test]
+    fn digests_follow_valkeys_mixing() {
+        // SHA1 of the empty string, as a sanity check of the primitive.
+        let mut d = [0u8; 20];
+        xor_digest(&mut d, b"");
+        assert_eq!(hex(&d), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+        assert_eq!(rdb_string_len(b"12"), 2);
+        assert_eq!(rdb_string_len(b"1000"), 3);
+        assert_eq!(rdb_string_len(b"100000"), 5);
+        assert_eq!(rdb_string_len(b"hello"), 6);
+        assert_eq!(rdb_string_len(&[b'x'; 100]), 102);
+        assert_eq!(encoding(&ValueRef::Str(b"-12")).0, "int");
+        assert_eq!(encoding(&ValueRef::Str(b"012")).0, "embstr");
+        assert_eq!(encoding(&ValueRef::Str(&[b'a'; 45])).0, "raw");
+        let srv = server();
+        assert_eq!(hex(&dataset_digest(&srv)), "0".repeat(40));
+        let mut c = client(&srv, 44001);
+        c.run(&srv, &["set", "k", "v"]);
+        let one = dataset_digest(&srv);
+        c.run(&srv, &["set", "k2", "v"]);
+        assert_ne!(dataset_digest(&srv), one);
+        c.run(&srv, &["del", "k2"]);
+        assert_eq!(dataset_digest(&srv), one);
+        let line = with_entry(&srv, 0, b"k", |e| object_line(e, false, unix_ms(), 1)).unwrap();
+        assert!(line.starts_with("Value at:0x") && line.contains(" refcount:1 encoding:embstr serializedlength:2 lru:"), "{line}");
+        assert!(line.contains(" lru_seconds_idle:0 lfu_freq:"), "{line}");
+    }
+}
