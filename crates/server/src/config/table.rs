@@ -283,7 +283,7 @@ directives! {
         Ty::Enum(&["resetchannels", "allchannels"]), "resetchannels", M | NE, H, "Channel permissions of new users.";
     ENABLE_PROTECTED_CONFIGS = "enable-protected-configs" [] "security.enable_protected_configs": PROTECTED_ACTION,
         "no", I, H, "Allow CONFIG SET of protected directives (dir, dbfilename): no, yes or local clients.";
-    ENABLE_DEBUG_COMMAND = "enable-debug-command" [] "security.enable_debug_command": PROTECTED_ACTION, "no", I | NE, H,
+    ENABLE_DEBUG_COMMAND = "enable-debug-command" [] "security.enable_debug_command": PROTECTED_ACTION, "no", I, H,
         "Allow DEBUG: no, yes or local clients.";
     ENABLE_MODULE_COMMAND = "enable-module-command" [] "security.enable_module_command": PROTECTED_ACTION, "no",
         I | NE, H, "Allow MODULE: no, yes or local clients.";
@@ -559,15 +559,15 @@ directives! {
         M | U | NE, H, "Redis-compatible, not in Valkey: names other nodes' certificates must carry.";
     // latency
     SLOWLOG_LOG_SLOWER_THAN = "slowlog-log-slower-than" [] "latency.slowlog_log_slower_than": int(-1, LONG), "10000",
-        M | NE, H, "Microseconds above which a command is logged in SLOWLOG; -1 = never.";
-    SLOWLOG_MAX_LEN = "slowlog-max-len" [] "latency.slowlog_max_len": int(0, LONG), "128", M | NE, H,
+        M | U, H, "Microseconds above which a command is logged in SLOWLOG; -1 = never.";
+    SLOWLOG_MAX_LEN = "slowlog-max-len" [] "latency.slowlog_max_len": int(0, LONG), "128", M | U, H,
         "Entries kept by SLOWLOG.";
     LATENCY_MONITOR_THRESHOLD = "latency-monitor-threshold" [] "latency.latency_monitor_threshold": int(0, LONG), "0",
-        M | NE, H, "Milliseconds above which events are sampled by LATENCY; 0 = off.";
-    LATENCY_TRACKING = "latency-tracking" [] "latency.latency_tracking": B, "yes", M | NE, H,
+        M | U, H, "Milliseconds above which events are sampled by LATENCY; 0 = off.";
+    LATENCY_TRACKING = "latency-tracking" [] "latency.latency_tracking": B, "yes", M | U, H,
         "Per-command latency histograms.";
     LATENCY_TRACKING_INFO_PERCENTILES = "latency-tracking-info-percentiles" []
-        "latency.latency_tracking_info_percentiles": Ty::Percentiles, "50 99 99.9", M | NE, H,
+        "latency.latency_tracking_info_percentiles": Ty::Percentiles, "50 99 99.9", M | U, H,
         "Percentiles reported by INFO latencystats.";
     WATCHDOG_PERIOD = "watchdog-period" [] "latency.watchdog_period": int(0, INT), "0", M | HID | NE, H,
         "Software watchdog period in milliseconds (debugging).";
