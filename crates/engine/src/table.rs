@@ -1,10 +1,12 @@
 //! The hash table of one slot of one database.
 //!
-//! Open addressing with linear probing over an array of entries plus a parallel array of
-//! control bytes. A control byte is 0 for an empty bucket, else `0x80 | volatile << 6 | tag`
-//! where `tag` is 6 bits of the key's hash: a lookup compares control bytes (dense, one
-//! cache line for 64 buckets) and only dereferences an entry whose tag matches, and the active
-//! expire cycle finds keys with a TTL without touching the others.
+//! Open addressing with linear probing over groups of seven buckets, each group one 64-byte
+//! cache line holding seven control bytes and seven entry pointers. A control byte is 0 for an
+//! empty bucket, else `0x80 | volatile << 6 | tag` where `tag` is 6 bits of the key's hash: a
+//! lookup reads its home group's line, compares tags and dereferences only an entry whose tag
+//! matches (two cache lines per lookup: group and entry), and the active expire cycle finds
+//! keys with a TTL without touching the others. Homes are groups, so the load a home can absorb
+//! before spilling into the next group is seven keys.
 //!
 //! Deletion shifts later entries back (no tombstones), which keeps the invariant that every
 //! entry sits in the run of occupied buckets starting at its home bucket. SCAN walks *home*
@@ -17,16 +19,42 @@ const EMPTY: u8 = 0;
 const FULL: u8 = 0x80;
 const VOLATILE: u8 = 0x40;
 const TAG_MASK: u8 = 0x3F;
-const MIN_CAPACITY: usize = 4;
+/// Buckets per group: 7 tags and 7 entry pointers fill one 64-byte cache line.
+const WIDTH: usize = 7;
+
+/// Seven buckets in one cache line: a lookup reads one line for all of a home's candidates.
+#[repr(C, align(64))]
+#[derive(Default)]
+struct Group {
+    ctrl: [u8; WIDTH],
+    _pad: u8,
+    ents: [Option<Entry>; WIDTH],
+}
+
+/// A bucket position: group in the high bits, position within the group in the low 3 bits.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Pos {
+    g: usize,
+    s: usize,
+}
+
+impl Pos {
+    fn index(self) -> usize {
+        (self.g << 3) | self.s
+    }
+
+    fn from_index(i: usize) -> Pos {
+        Pos { g: i >> 3, s: i & 7 }
+    }
+}
 
 /// A slot's keys.
 #[derive(Default)]
 pub struct Table {
-    ctrl: Box<[u8]>,
-    ents: Box<[Option<Entry>]>,
+    groups: Box<[Group]>,
     len: u32,
     volatile: u32,
-    /// Where the active expire cycle resumes in this table.
+    /// Where the active expire cycle resumes in this table (a group index).
     expire_cursor: u32,
 }
 
@@ -53,12 +81,12 @@ impl Table {
 
     /// Number of buckets.
     pub fn capacity(&self) -> usize {
-        self.ctrl.len()
+        self.groups.len() * WIDTH
     }
 
-    /// Bytes used by the bucket arrays (not the entries).
+    /// Bytes used by the bucket array (not the entries).
     pub fn overhead_bytes(&self) -> usize {
-        self.ctrl.len() * (1 + std::mem::size_of::<Option<Entry>>())
+        self.groups.len() * std::mem::size_of::<Group>()
     }
 
     /// Finds `key`, whose table hash is `hash`; returns its bucket index.
@@ -66,40 +94,46 @@ impl Table {
         if self.len == 0 {
             return None;
         }
-        let mask = self.mask();
         let want = FULL | tag(hash);
-        let mut i = hash as usize & mask;
+        let mut g = self.home(hash);
         loop {
-            let c = self.ctrl[i];
-            if c == EMPTY {
-                return None;
+            let group = &self.groups[g];
+            for s in 0..WIDTH {
+                let c = group.ctrl[s];
+                if c == EMPTY {
+                    return None;
+                }
+                if c & !VOLATILE == want
+                    && let Some(e) = &group.ents[s]
+                    && e.key() == key
+                {
+                    return Some(Pos { g, s }.index());
+                }
             }
-            if c & !VOLATILE == want
-                && let Some(e) = &self.ents[i]
-                && e.key() == key
-            {
-                return Some(i);
-            }
-            i = (i + 1) & mask;
+            g = (g + 1) & self.gmask();
         }
     }
 
     /// The entry in bucket `i` (an index from [`Table::find`] or iteration).
     pub fn at(&self, i: usize) -> &Entry {
-        self.ents[i].as_ref().expect("bucket index from find() is occupied")
+        let p = Pos::from_index(i);
+        self.groups[p.g].ents[p.s].as_ref().expect("bucket index from find() is occupied")
     }
 
     /// The entry in bucket `i`, mutably. Call [`Table::refresh`] after changing its expire.
     pub fn at_mut(&mut self, i: usize) -> &mut Entry {
-        self.ents[i].as_mut().expect("bucket index from find() is occupied")
+        let p = Pos::from_index(i);
+        self.groups[p.g].ents[p.s].as_mut().expect("bucket index from find() is occupied")
     }
 
     /// Re-reads bucket `i`'s expire flag after the entry gained or lost a TTL.
     pub fn refresh(&mut self, i: usize) {
+        let p = Pos::from_index(i);
         let volatile = self.at(i).expire().is_some();
-        let was = self.ctrl[i] & VOLATILE != 0;
+        let c = &mut self.groups[p.g].ctrl[p.s];
+        let was = *c & VOLATILE != 0;
         if volatile != was {
-            self.ctrl[i] ^= VOLATILE;
+            *c ^= VOLATILE;
             if volatile {
                 self.volatile += 1;
             } else {
@@ -111,22 +145,24 @@ impl Table {
     /// Inserts an entry whose key is not in the table; returns its bucket index.
     pub fn insert_new(&mut self, entry: Entry) -> usize {
         if (self.len as usize + 1) * 5 > self.capacity() * 4 {
-            self.resize((self.capacity() * 2).max(MIN_CAPACITY));
+            self.resize((self.groups.len() * 2).max(1));
         }
         self.place(entry)
     }
 
     /// Removes and returns the entry in bucket `i`.
     pub fn remove_at(&mut self, i: usize) -> Entry {
-        let entry = self.ents[i].take().expect("bucket index from find() is occupied");
-        if self.ctrl[i] & VOLATILE != 0 {
+        let p = Pos::from_index(i);
+        let group = &mut self.groups[p.g];
+        let entry = group.ents[p.s].take().expect("bucket index from find() is occupied");
+        if group.ctrl[p.s] & VOLATILE != 0 {
             self.volatile -= 1;
         }
-        self.ctrl[i] = EMPTY;
+        group.ctrl[p.s] = EMPTY;
         self.len -= 1;
-        self.backshift(i);
-        if self.capacity() > MIN_CAPACITY && (self.len as usize) * 8 < self.capacity() {
-            self.resize(self.capacity() / 2);
+        self.backshift(p);
+        if self.groups.len() > 1 && (self.len as usize) * 8 < self.capacity() {
+            self.resize(self.groups.len() / 2);
         }
         entry
     }
@@ -139,45 +175,36 @@ impl Table {
 
     /// Iterates over all entries with their bucket indexes.
     pub fn iter(&self) -> impl Iterator<Item = (usize, &Entry)> {
-        self.ents.iter().enumerate().filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
+        self.groups.iter().enumerate().flat_map(|(g, group)| {
+            group.ents.iter().enumerate().filter_map(move |(s, e)| e.as_ref().map(|e| (Pos { g, s }.index(), e)))
+        })
     }
 
-    /// Visits the keys whose home bucket is the one `cursor` designates, and returns the next
+    /// Visits the keys whose home group is the one `cursor` designates, and returns the next
     /// cursor (0 when the table is done). Same contract as Valkey's `dictScan`.
     pub fn scan(&self, cursor: u64, mut f: impl FnMut(&Entry)) -> u64 {
         if self.len == 0 {
             return 0;
         }
-        let mask = self.mask();
-        let home = cursor as usize & mask;
-        let mut i = home;
-        while self.ctrl[i] != EMPTY {
-            if let Some(e) = &self.ents[i]
-                && e.hash() as usize & mask == home
+        let gmask = self.gmask();
+        let home = cursor as usize & gmask;
+        let mut p = Pos { g: home, s: 0 };
+        let mut steps = 0;
+        while self.ctrl_at(p) != EMPTY && steps < self.capacity() {
+            if let Some(e) = &self.groups[p.g].ents[p.s]
+                && self.home(e.hash()) == home
             {
                 f(e);
             }
-            i = (i + 1) & mask;
-            if i == home {
-                break;
-            }
+            p = self.next(p);
+            steps += 1;
         }
-        next_cursor(cursor, mask as u64)
+        next_cursor(cursor, gmask as u64)
     }
 
     /// Bucket index of an occupied bucket at or after `start` (wrapping), for random sampling.
     pub fn occupied_from(&self, start: usize) -> Option<usize> {
-        if self.len == 0 {
-            return None;
-        }
-        let mask = self.mask();
-        let mut i = start & mask;
-        loop {
-            if self.ctrl[i] != EMPTY {
-                return Some(i);
-            }
-            i = (i + 1) & mask;
-        }
+        self.first_from(start, |c| c != EMPTY)
     }
 
     /// Bucket index of a key with a TTL at or after `start` (wrapping), for volatile-* eviction.
@@ -185,14 +212,7 @@ impl Table {
         if self.volatile == 0 {
             return None;
         }
-        let mask = self.mask();
-        let mut i = start & mask;
-        loop {
-            if self.ctrl[i] & VOLATILE != 0 {
-                return Some(i);
-            }
-            i = (i + 1) & mask;
-        }
+        self.first_from(start, |c| c & VOLATILE != 0)
     }
 
     /// Walks up to `budget` buckets from this table's expire cursor, calling `f` with the
@@ -200,82 +220,120 @@ impl Table {
     /// entry, so the walk re-examines the bucket (a later entry may have shifted into it).
     /// Returns whether the walk wrapped around the whole table.
     pub fn walk_volatile(&mut self, budget: usize, mut f: impl FnMut(&mut Table, usize) -> bool) -> bool {
-        if self.volatile == 0 || self.capacity() == 0 {
+        if self.volatile == 0 || self.groups.is_empty() {
             self.expire_cursor = 0;
             return true;
         }
-        let mut i = self.expire_cursor as usize & self.mask();
+        let mut g = self.expire_cursor as usize;
+        let mut s = 0;
         let mut steps = 0;
         while steps < budget {
-            if self.capacity() == 0 {
+            if g >= self.groups.len() {
                 self.expire_cursor = 0;
                 return true;
             }
-            i &= self.mask();
-            if self.ctrl[i] & VOLATILE != 0 && f(self, i) {
-                steps += 1;
+            steps += 1;
+            if self.groups[g].ctrl[s] & VOLATILE != 0 && f(self, Pos { g, s }.index()) {
+                // The table may have shrunk: the loop re-checks g against its new size.
                 continue;
             }
-            i += 1;
-            steps += 1;
-            if i >= self.capacity() {
-                self.expire_cursor = 0;
-                return true;
+            s += 1;
+            if s == WIDTH {
+                s = 0;
+                g += 1;
             }
         }
-        self.expire_cursor = i as u32;
+        self.expire_cursor = g as u32;
         false
     }
 
-    fn mask(&self) -> usize {
-        self.capacity() - 1
+    fn gmask(&self) -> usize {
+        self.groups.len() - 1
+    }
+
+    fn home(&self, hash: u32) -> usize {
+        hash as usize & self.gmask()
+    }
+
+    fn ctrl_at(&self, p: Pos) -> u8 {
+        self.groups[p.g].ctrl[p.s]
+    }
+
+    /// The bucket after `p` in probe order, wrapping at the end of the table.
+    fn next(&self, p: Pos) -> Pos {
+        if p.s + 1 < WIDTH { Pos { g: p.g, s: p.s + 1 } } else { Pos { g: (p.g + 1) & self.gmask(), s: 0 } }
+    }
+
+    fn first_from(&self, start: usize, want: impl Fn(u8) -> bool) -> Option<usize> {
+        if self.len == 0 {
+            return None;
+        }
+        let n = self.capacity();
+        let start = start % n;
+        let mut p = Pos { g: start / WIDTH, s: start % WIDTH };
+        for _ in 0..n {
+            if want(self.ctrl_at(p)) {
+                return Some(p.index());
+            }
+            p = self.next(p);
+        }
+        None
     }
 
     fn place(&mut self, entry: Entry) -> usize {
-        let mask = self.mask();
-        let mut i = entry.hash() as usize & mask;
-        while self.ctrl[i] != EMPTY {
-            i = (i + 1) & mask;
+        let mut p = Pos { g: self.home(entry.hash()), s: 0 };
+        while self.ctrl_at(p) != EMPTY {
+            p = self.next(p);
         }
         let volatile = entry.expire().is_some();
-        self.ctrl[i] = FULL | tag(entry.hash()) | if volatile { VOLATILE } else { 0 };
-        self.ents[i] = Some(entry);
+        let group = &mut self.groups[p.g];
+        group.ctrl[p.s] = FULL | tag(entry.hash()) | if volatile { VOLATILE } else { 0 };
+        group.ents[p.s] = Some(entry);
         self.len += 1;
         if volatile {
             self.volatile += 1;
         }
-        i
+        p.index()
     }
 
-    /// Closes the gap at `hole` by moving back entries that may live there.
-    fn backshift(&mut self, mut hole: usize) {
-        let mask = self.mask();
+    /// Linear position of a bucket in probe order, for the "between" test of deletion.
+    fn flat(p: Pos) -> usize {
+        p.g * WIDTH + p.s
+    }
+
+    /// Closes the gap at `hole` by moving back entries whose home allows it, which keeps every
+    /// entry within the run of occupied buckets that starts at its home (no tombstones).
+    fn backshift(&mut self, mut hole: Pos) {
         let mut j = hole;
         loop {
-            j = (j + 1) & mask;
-            if self.ctrl[j] == EMPTY {
+            j = self.next(j);
+            if self.ctrl_at(j) == EMPTY {
                 return;
             }
-            let home = self.ents[j].as_ref().map_or(0, |e| e.hash() as usize & mask);
+            let home = self.groups[j.g].ents[j.s].as_ref().map_or(0, |e| self.home(e.hash()));
+            let (h, jj, hh) = (Self::flat(hole), Self::flat(j), home * WIDTH);
             // The entry at j may move to the hole unless its home lies cyclically in (hole, j].
-            let home_in_between = if hole <= j { hole < home && home <= j } else { hole < home || home <= j };
+            let home_in_between = if h <= jj { h < hh && hh <= jj } else { h < hh || hh <= jj };
             if !home_in_between {
-                self.ctrl[hole] = self.ctrl[j];
-                self.ents[hole] = self.ents[j].take();
-                self.ctrl[j] = EMPTY;
+                let c = self.groups[j.g].ctrl[j.s];
+                let e = self.groups[j.g].ents[j.s].take();
+                self.groups[j.g].ctrl[j.s] = EMPTY;
+                self.groups[hole.g].ctrl[hole.s] = c;
+                self.groups[hole.g].ents[hole.s] = e;
                 hole = j;
             }
         }
     }
 
-    fn resize(&mut self, capacity: usize) {
-        let old_ents = std::mem::replace(&mut self.ents, (0..capacity).map(|_| None).collect());
-        self.ctrl = vec![EMPTY; capacity].into_boxed_slice();
+    fn resize(&mut self, groups: usize) {
+        let old = std::mem::replace(&mut self.groups, (0..groups).map(|_| Group::default()).collect());
         self.len = 0;
         self.volatile = 0;
         self.expire_cursor = 0;
-        for e in old_ents.into_vec().into_iter().flatten() {
-            self.place(e);
+        for group in old.into_vec() {
+            for e in group.ents.into_iter().flatten() {
+                self.place(e);
+            }
         }
     }
 }
