@@ -10,6 +10,7 @@
 //! (under 94 bytes for a 16-byte key with a 32-byte value) is out of reach otherwise.
 
 pub mod entry;
+pub mod glob;
 pub mod hash;
 pub mod object;
 pub mod slot;
