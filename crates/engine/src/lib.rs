@@ -21,7 +21,7 @@ pub mod error;
 pub mod keyspace;
 pub mod policy;
 
-pub use ctx::{Ctx, EngineConfig, Events, KeyMut, LocalStats, NoEvents, Ttl};
+pub use ctx::{Ctx, EngineConfig, Events, KeyMut, LocalStats, LookupFlags, NoEvents, Ttl};
 pub use error::{CmdResult, CommandError};
 pub use keyspace::{Keyspace, LockSet};
 pub mod cmd;
