@@ -272,17 +272,18 @@ impl<'a> Ctx<'a> {
     }
 
     /// Inserts an entry built elsewhere (RENAME, MOVE, COPY) into `db`, replacing any key of
-    /// that name; the entry's key and hash must match.
+    /// that name; the entry's key and hash must match. Like Valkey's delete-then-`dbAdd`, it
+    /// sends the `new` event even when it replaced a key.
     pub fn put_entry(&mut self, db: usize, entry: Entry) -> Result<(), CommandError> {
         let key = entry.key().to_vec();
         let events = self.events;
         let (table, slot, hash) = self.table(db, &key)?;
         debug_assert_eq!(hash, entry.hash());
-        let replaced = table.find(&key, hash).map(|i| table.remove_at(i)).is_some();
-        table.insert_new(entry);
-        if !replaced {
-            events.notify('n', "new", &key, db);
+        if let Some(i) = table.find(&key, hash) {
+            table.remove_at(i);
         }
+        table.insert_new(entry);
+        events.notify('n', "new", &key, db);
         slot.sync(table);
         self.stats.dirty += 1;
         self.events.key_touched(db, &key);

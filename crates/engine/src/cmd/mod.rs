@@ -13,7 +13,11 @@ use crate::error::{CmdResult, CommandError};
 use crate::keyspace::{LockId, lock_id};
 use crate::slot::key_slot;
 
+pub mod counter;
+pub mod expire;
 pub mod keys;
+pub mod object;
+pub mod range;
 pub mod string;
 
 /// A data command handler.
@@ -47,7 +51,9 @@ pub type Spec = CommandSpec<EngineCmd>;
 
 /// Every engine command row.
 pub fn commands() -> impl Iterator<Item = &'static Spec> {
-    string::COMMANDS.iter().chain(keys::COMMANDS.iter())
+    [string::COMMANDS, counter::COMMANDS, range::COMMANDS, keys::COMMANDS, expire::COMMANDS, object::COMMANDS]
+        .into_iter()
+        .flatten()
 }
 
 /// Collects the sorted, unique lock ids for a call into `ids` (cleared first); `keys` is
