@@ -14,10 +14,12 @@ use crate::keyspace::{LockId, lock_id};
 use crate::slot::key_slot;
 
 pub mod counter;
+pub mod db;
 pub mod expire;
 pub mod keys;
 pub mod object;
 pub mod range;
+pub mod scan;
 pub mod string;
 
 /// A data command handler.
@@ -51,7 +53,16 @@ pub type Spec = CommandSpec<EngineCmd>;
 
 /// Every engine command row.
 pub fn commands() -> impl Iterator<Item = &'static Spec> {
-    [string::COMMANDS, counter::COMMANDS, range::COMMANDS, keys::COMMANDS, expire::COMMANDS, object::COMMANDS]
+    [
+        string::COMMANDS,
+        counter::COMMANDS,
+        range::COMMANDS,
+        keys::COMMANDS,
+        expire::COMMANDS,
+        scan::COMMANDS,
+        db::COMMANDS,
+        object::COMMANDS,
+    ]
         .into_iter()
         .flatten()
 }
@@ -75,10 +86,7 @@ pub fn plan_locks(
     key_positions(spec, args, keys).map_err(|InvalidKeyArgs| CommandError::Syntax)?;
     let other_db = match cmd.plan {
         LockPlan::KeysAlsoInDbArg(i) => args.opt(i).and_then(parse_db).filter(|d| *d < databases),
-        LockPlan::KeysAlsoInDbOption => {
-            let pos = (3..args.len()).find(|&i| args.get(i).eq_ignore_ascii_case(b"db"));
-            pos.and_then(|i| args.opt(i + 1)).and_then(parse_db).filter(|d| *d < databases)
-        }
+        LockPlan::KeysAlsoInDbOption => db_option(args).and_then(parse_db).filter(|d| *d < databases),
         _ => None,
     };
     for &k in keys.iter() {
@@ -95,6 +103,21 @@ pub fn plan_locks(
     Ok(())
 }
 
+/// The argument of COPY's last `DB` option, found the way COPY parses its options (the
+/// value after `DB` is never itself an option), so the locks match the database it uses.
+fn db_option<'a>(args: &Args<'a>) -> Option<&'a [u8]> {
+    let mut found = None;
+    let mut i = 3;
+    while i < args.len() {
+        if args.get(i).eq_ignore_ascii_case(b"db") && i + 1 < args.len() {
+            found = Some(args.get(i + 1));
+            i += 1;
+        }
+        i += 1;
+    }
+    found
+}
+
 fn parse_db(arg: &[u8]) -> Option<usize> {
     hotkv_protocol::parse_i64(arg).and_then(|n| usize::try_from(n).ok())
 }
@@ -102,6 +125,21 @@ fn parse_db(arg: &[u8]) -> Option<usize> {
 /// Parses an integer argument or fails with the standard error.
 pub(crate) fn int_arg(arg: &[u8]) -> Result<i64, CommandError> {
     hotkv_protocol::parse_i64(arg).ok_or(CommandError::NotInteger)
+}
+
+/// Parses an argument Valkey reads as a C `int` (`getIntFromObjectOrReply`).
+pub(crate) fn int32_arg(arg: &[u8]) -> Result<i32, CommandError> {
+    int_arg(arg).and_then(|n| i32::try_from(n).map_err(|_| CommandError::NotInteger))
+}
+
+/// Appends a bulk string to `buf`: replies whose length is known only at the end (KEYS, SCAN)
+/// collect their elements here, then write the array header and the bytes.
+pub(crate) fn push_bulk(buf: &mut Vec<u8>, b: &[u8]) {
+    buf.push(b'$');
+    buf.extend_from_slice(itoa::Buffer::new().format(b.len()).as_bytes());
+    buf.extend_from_slice(b"\r\n");
+    buf.extend_from_slice(b);
+    buf.extend_from_slice(b"\r\n");
 }
 
 /// Parses a float argument or fails with the standard error.
