@@ -16,9 +16,9 @@ use crate::table::Table;
 
 /// Database command rows.
 pub static COMMANDS: &[Spec] = &[
-    cmd("select", 2, flags::LOADING | flags::STALE | flags::FAST, acl::CONNECTION, &[], LockPlan::PerSlot,
+    cmd("select", 2, flags::LOADING | flags::STALE | flags::FAST, acl::CONNECTION, &[], LockPlan::Keys,
         "connection", "1.0.0", "Changes the selected database.", "O(1)", select),
-    cmd("dbsize", 1, flags::READONLY | flags::FAST, acl::KEYSPACE, &[], LockPlan::PerSlot, "server", "1.0.0",
+    cmd("dbsize", 1, flags::READONLY | flags::FAST, acl::KEYSPACE, &[], LockPlan::Keys, "server", "1.0.0",
         "Returns the number of keys in the database.", "O(1)", dbsize)
         .with_tips(&["request_policy:all_shards", "response_policy:agg_sum"]),
     cmd("flushdb", -1, flags::WRITE, acl::KEYSPACE | acl::DANGEROUS, &[], LockPlan::PerSlot, "server", "1.0.0",

@@ -146,3 +146,80 @@ pub(crate) fn push_bulk(buf: &mut Vec<u8>, b: &[u8]) {
 pub(crate) fn float_arg(arg: &[u8]) -> Result<f64, CommandError> {
     hotkv_protocol::parse_double(arg).ok_or(CommandError::NotFloat)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use hotkv_protocol::Args;
+
+    use super::*;
+    use crate::command::flags;
+
+    fn locks(argv: &[&str], db: usize) -> Result<Vec<LockId>, CommandError> {
+        let buf: Vec<u8> = argv.concat().into_bytes();
+        let mut spans = Vec::new();
+        let mut at = 0;
+        for a in argv {
+            spans.push((at, at + a.len()));
+            at += a.len();
+        }
+        let args = Args::from_parts(&buf, &spans);
+        let name = argv[0].to_ascii_lowercase();
+        let spec = commands().find(|s| s.name == name).expect("known command");
+        let (mut keys, mut ids) = (Vec::new(), Vec::new());
+        plan_locks(spec, &args, db, 16, &mut keys, &mut ids)?;
+        Ok(ids)
+    }
+
+    #[test]
+    fn rows_are_well_formed() {
+        let mut names = HashSet::new();
+        for spec in commands() {
+            assert!(names.insert(spec.name), "{} registered twice", spec.name);
+            assert_eq!(spec.name, spec.name.to_ascii_lowercase());
+            assert_ne!(spec.arity, 0);
+            assert_eq!(spec.handler.is_none(), !spec.subcommands.is_empty(), "{}", spec.name);
+            for sub in spec.subcommands {
+                assert!(sub.handler.is_some() && sub.arity != 0, "{}|{}", spec.name, sub.name);
+            }
+            for s in std::iter::once(spec).chain(spec.subcommands) {
+                let rw = s.flags & (flags::WRITE | flags::READONLY);
+                assert_ne!(rw, flags::WRITE | flags::READONLY, "{}", s.name);
+            }
+        }
+    }
+
+    #[test]
+    fn key_commands_lock_their_slots() {
+        use crate::keyspace::lock_id;
+        use crate::slot::key_slot;
+        let id = |db, k: &str| lock_id(db, key_slot(k.as_bytes()));
+        let mut want = vec![id(0, "a"), id(0, "b")];
+        want.sort_unstable();
+        assert_eq!(locks(&["MSET", "a", "1", "b", "2"], 0).unwrap(), want);
+        assert_eq!(locks(&["GET", "{x}1"], 3).unwrap(), [id(3, "x")]);
+        assert_eq!(locks(&["DEL", "{x}1", "{x}2"], 0).unwrap(), [id(0, "x")]);
+        assert!(locks(&["KEYS", "*"], 0).unwrap().is_empty());
+        assert!(locks(&["DBSIZE"], 0).unwrap().is_empty());
+    }
+
+    #[test]
+    fn move_and_copy_also_lock_the_other_database() {
+        use crate::keyspace::lock_id;
+        use crate::slot::key_slot;
+        let id = |db, k: &str| lock_id(db, key_slot(k.as_bytes()));
+        assert_eq!(locks(&["MOVE", "k", "2"], 0).unwrap(), [id(0, "k"), id(2, "k")]);
+        assert_eq!(locks(&["MOVE", "k", "99"], 0).unwrap(), [id(0, "k")], "the handler rejects it");
+        assert_eq!(locks(&["MOVE", "k", "0"], 0).unwrap(), [id(0, "k")]);
+        let mut want = vec![id(0, "a"), id(0, "b"), id(5, "a"), id(5, "b")];
+        want.sort_unstable();
+        assert_eq!(locks(&["COPY", "a", "b", "DB", "5"], 0).unwrap(), want);
+        let mut want = vec![id(1, "a"), id(1, "b"), id(3, "a"), id(3, "b")];
+        want.sort_unstable();
+        assert_eq!(locks(&["COPY", "a", "b", "DB", "5", "REPLACE", "db", "3"], 1).unwrap(), want, "last DB wins");
+        let mut want = vec![id(0, "a"), id(0, "b")];
+        want.sort_unstable();
+        assert_eq!(locks(&["COPY", "a", "b", "REPLACE"], 0).unwrap(), want);
+    }
+}

@@ -27,7 +27,7 @@ static OBJECT_SUBCOMMANDS: &[Spec] = &[
     object_row("freq", "Returns the logarithmic access frequency counter of an object.", "4.0.0", freq),
     CommandSpec::new("help", 2, flags::LOADING | flags::STALE, acl::KEYSPACE, &[], "generic", "6.2.0",
         "Returns helpful text about the different subcommands.", "O(1)",
-        EngineCmd { run: object_help, plan: LockPlan::PerSlot }),
+        EngineCmd { run: object_help, plan: LockPlan::Keys }),
 ];
 
 static MEMORY_SUBCOMMANDS: &[Spec] = &[
@@ -36,7 +36,7 @@ static MEMORY_SUBCOMMANDS: &[Spec] = &[
         EngineCmd { run: usage, plan: LockPlan::Keys }),
     CommandSpec::new("help", 2, flags::LOADING | flags::STALE, 0, &[], "server", "4.0.0",
         "Returns helpful text about the different subcommands.", "O(1)",
-        EngineCmd { run: memory_help, plan: LockPlan::PerSlot }),
+        EngineCmd { run: memory_help, plan: LockPlan::Keys }),
 ];
 
 const KEY_AT_2: &[KeySpec] = &[KeySpec::single(2, kf::RO)];
