@@ -410,6 +410,11 @@ mod tests {
         assert_eq!(got.len(), 1000);
         let (cursor, keys) = parse(&t.run(&["SCAN", "0", "COUNT", "100000"]));
         assert_eq!((cursor.as_str(), keys.len()), ("0", 1000), "a big COUNT finishes in one call");
+        let (cursor, keys) = parse(&t.run(&["SCAN", "0", "COUNT", "9223372036854775807"]));
+        assert_eq!((cursor.as_str(), keys.len()), ("0", 1000), "the step budget saturates");
+        t.proto = hotkv_protocol::Protocol::Resp3;
+        let (_, keys) = parse(&t.run(&["SCAN", "0", "MATCH", "key:999"]));
+        assert!(keys.len() <= 1, "RESP3 uses the same arrays");
     }
 
     #[test]
