@@ -51,6 +51,9 @@ pub mod flags {
     pub const MOVABLE_KEYS: u32 = 1 << 22;
     /// Allowed while a script is busy.
     pub const ALLOW_BUSY: u32 = 1 << 23;
+    /// May lazily expire keys it did not name (SCAN, RANDOMKEY), so its deletions must be
+    /// propagated even from a read-only command (hidden in COMMAND INFO).
+    pub const TOUCHES_ARBITRARY_KEYS: u32 = 1 << 24;
 
     /// Names in COMMAND INFO order; hidden flags are absent.
     pub const NAMES: &[(u32, &str)] = &[

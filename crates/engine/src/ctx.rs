@@ -75,6 +75,9 @@ pub trait Events: Sync {
     /// A keyspace notification (`notify-keyspace-events`): `class` is the event class
     /// letter (`g` generic, `$` string, `x` expired, `e` evicted, ...).
     fn notify(&self, _class: char, _event: &str, _key: &[u8], _db: usize) {}
+    /// Every key of `db` may have changed at once (FLUSHDB, FLUSHALL, SWAPDB): WATCH treats
+    /// all keys of that database as touched, as Valkey's `touchAllWatchedKeysInDb`.
+    fn db_changed(&self, _db: usize) {}
 }
 
 /// Events sink that ignores everything.
@@ -90,6 +93,30 @@ pub enum Ttl {
     Keep,
     /// Expire at this unix time in milliseconds.
     At(i64),
+}
+
+/// Options of a read lookup beyond lazy expiry, as Valkey's `LOOKUP_*` flags.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LookupFlags {
+    /// Do not update the access time (TYPE, TTL, EXISTS, OBJECT): `LOOKUP_NOTOUCH`.
+    pub no_touch: bool,
+    /// Do not send the `keymiss` notification (OBJECT): `LOOKUP_NONOTIFY`.
+    pub no_notify: bool,
+}
+
+/// How one lookup behaves.
+#[derive(Clone, Copy)]
+struct Mode {
+    /// A read: hits and misses are counted.
+    read: bool,
+    /// Update the access time (unless the client set NO-TOUCH).
+    touch: bool,
+    /// On a read miss, send `keymiss`.
+    notify_miss: bool,
+}
+
+impl Mode {
+    const WRITE: Mode = Mode { read: false, touch: true, notify_miss: false };
 }
 
 /// A command's execution context.
@@ -181,29 +208,31 @@ impl<'a> Ctx<'a> {
     /// Looks a key up for reading: expired keys are deleted (and count as misses), hits and
     /// misses are counted, and the access time is updated unless NO-TOUCH.
     pub fn read(&mut self, key: &[u8]) -> Result<Option<KeyMut<'_>>, CommandError> {
+        self.read_with(key, LookupFlags::default())
+    }
+
+    /// [`Ctx::read`] with Valkey's lookup flags: counts hits and misses like any read.
+    pub fn read_with(&mut self, key: &[u8], flags: LookupFlags) -> Result<Option<KeyMut<'_>>, CommandError> {
         let db = self.db;
-        let found = self.lookup(db, key, true)?;
-        Ok(found)
+        let mode = Mode { read: true, touch: !flags.no_touch, notify_miss: !flags.no_notify };
+        self.lookup(db, key, mode)
     }
 
     /// Looks a key up for writing: expired keys are deleted; no hit/miss counting.
     pub fn write(&mut self, key: &[u8]) -> Result<Option<KeyMut<'_>>, CommandError> {
         let db = self.db;
-        self.lookup(db, key, false)
+        self.lookup(db, key, Mode::WRITE)
     }
 
     /// [`Ctx::write`] in another database (MOVE, COPY ... DB).
     pub fn write_in(&mut self, db: usize, key: &[u8]) -> Result<Option<KeyMut<'_>>, CommandError> {
-        self.lookup(db, key, false)
+        self.lookup(db, key, Mode::WRITE)
     }
 
     /// Whether `key` exists (after lazy expiry), without touching it.
     pub fn exists(&mut self, key: &[u8]) -> Result<bool, CommandError> {
         let db = self.db;
-        let saved = self.no_touch;
-        self.no_touch = true;
-        let found = self.lookup(db, key, false)?.is_some();
-        self.no_touch = saved;
+        let found = self.lookup(db, key, Mode { touch: false, ..Mode::WRITE })?.is_some();
         Ok(found)
     }
 
@@ -217,6 +246,7 @@ impl<'a> Ctx<'a> {
     pub fn set_in(&mut self, db: usize, key: &[u8], value: NewValue<'_>, ttl: Ttl) -> Result<(), CommandError> {
         let now = self.now_ms;
         let policy = self.cfg.policy;
+        let events = self.events;
         let (table, slot, hash) = self.table(db, key)?;
         match table.find(key, hash) {
             Some(i) => {
@@ -232,6 +262,7 @@ impl<'a> Ctx<'a> {
             None => {
                 let expire = if let Ttl::At(t) = ttl { Some(t) } else { None };
                 table.insert_new(Entry::new(key, hash, value, expire, policy::initial(policy, now)));
+                events.notify('n', "new", key, db);
             }
         }
         slot.sync(table);
@@ -241,15 +272,18 @@ impl<'a> Ctx<'a> {
     }
 
     /// Inserts an entry built elsewhere (RENAME, MOVE, COPY) into `db`, replacing any key of
-    /// that name; the entry's key and hash must match.
+    /// that name; the entry's key and hash must match. Like Valkey's delete-then-`dbAdd`, it
+    /// sends the `new` event even when it replaced a key.
     pub fn put_entry(&mut self, db: usize, entry: Entry) -> Result<(), CommandError> {
         let key = entry.key().to_vec();
+        let events = self.events;
         let (table, slot, hash) = self.table(db, &key)?;
         debug_assert_eq!(hash, entry.hash());
         if let Some(i) = table.find(&key, hash) {
             table.remove_at(i);
         }
         table.insert_new(entry);
+        events.notify('n', "new", &key, db);
         slot.sync(table);
         self.stats.dirty += 1;
         self.events.key_touched(db, &key);
@@ -264,7 +298,7 @@ impl<'a> Ctx<'a> {
 
     /// Deletes `key` from `db`; returns whether it existed (an expired key did not).
     pub fn delete_in(&mut self, db: usize, key: &[u8]) -> Result<bool, CommandError> {
-        let Some(k) = self.lookup(db, key, false)? else { return Ok(false) };
+        let Some(k) = self.lookup(db, key, Mode::WRITE)? else { return Ok(false) };
         drop(k.delete());
         self.stats.dirty += 1;
         self.events.key_touched(db, key);
@@ -282,11 +316,12 @@ impl<'a> Ctx<'a> {
         e.expire().is_some_and(|when| self.now_ms > when)
     }
 
-    fn lookup(&mut self, db: usize, key: &[u8], read: bool) -> Result<Option<KeyMut<'_>>, CommandError> {
+    fn lookup(&mut self, db: usize, key: &[u8], mode: Mode) -> Result<Option<KeyMut<'_>>, CommandError> {
         let now = self.now_ms;
         let replica = self.cfg.replica;
         let (policy, log_factor, decay) = (self.cfg.policy, self.cfg.lfu_log_factor, self.cfg.lfu_decay_time);
-        let no_touch = self.no_touch;
+        let no_touch = self.no_touch || !mode.touch;
+        let read = mode.read;
         let events = self.events;
         let (table, slot, hash) = {
             let id = lock_id(db, key_slot(key));
@@ -301,6 +336,9 @@ impl<'a> Ctx<'a> {
         let Some(idx) = table.find(key, hash) else {
             if read {
                 self.stats.misses += 1;
+                if mode.notify_miss {
+                    events.notify('m', "keymiss", key, db);
+                }
             }
             return Ok(None);
         };
@@ -315,6 +353,9 @@ impl<'a> Ctx<'a> {
                 self.stats.expired += 1;
                 events.notify('x', "expired", key, db);
                 events.key_touched(db, key);
+            }
+            if read && mode.notify_miss {
+                events.notify('m', "keymiss", key, db);
             }
             return Ok(None);
         }

@@ -10,6 +10,7 @@
 //! (under 94 bytes for a 16-byte key with a 32-byte value) is out of reach otherwise.
 
 pub mod entry;
+pub mod glob;
 pub mod hash;
 pub mod object;
 pub mod slot;
@@ -20,7 +21,7 @@ pub mod error;
 pub mod keyspace;
 pub mod policy;
 
-pub use ctx::{Ctx, EngineConfig, Events, KeyMut, LocalStats, NoEvents, Ttl};
+pub use ctx::{Ctx, EngineConfig, Events, KeyMut, LocalStats, LookupFlags, NoEvents, Ttl};
 pub use error::{CmdResult, CommandError};
 pub use keyspace::{Keyspace, LockSet};
 pub mod cmd;

@@ -24,3 +24,42 @@ impl Object {
         }
     }
 }
+
+/// The size jemalloc actually allocates for a request of `n` bytes (its size classes: 8, then
+/// multiples of 16 up to 128, then four classes per doubling: 160, 192, 224, 256, 320, ...).
+/// Memory accounting rounds with it so MEMORY USAGE reports what Valkey would.
+pub fn size_class(n: usize) -> usize {
+    match n {
+        0..=8 => 8,
+        9..=128 => n.div_ceil(16) * 16,
+        _ => {
+            let lg = usize::BITS - 1 - (n - 1).leading_zeros();
+            let delta = 1usize << (lg - 2);
+            n.div_ceil(delta) * delta
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::size_class;
+
+    #[test]
+    fn jemalloc_size_classes() {
+        let classes = [8, 16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640];
+        let mut want = classes.iter();
+        let mut current = *want.next().unwrap();
+        for n in 1..=640 {
+            if n > current {
+                current = *want.next().unwrap();
+            }
+            assert_eq!(size_class(n), current, "{n}");
+        }
+        assert_eq!(size_class(4096), 4096);
+        assert_eq!(size_class(4097), 5120);
+        assert_eq!(size_class(14337), 16384);
+        assert_eq!(size_class(16385), 20480);
+        assert_eq!(size_class(1 << 20), 1 << 20);
+        assert_eq!(size_class((1 << 20) + 1), (1 << 20) + (1 << 18));
+    }
+}

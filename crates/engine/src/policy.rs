@@ -102,7 +102,7 @@ pub fn lfu_decayed(lru: u32, now_ms: i64, decay_time: u32) -> u32 {
     let counter = lru & 255;
     let now = lfu_minutes(now_ms);
     let elapsed = if now >= ldt { now - ldt } else { 65535 - ldt + now };
-    let periods = if decay_time > 0 { elapsed / decay_time } else { 0 };
+    let periods = elapsed.checked_div(decay_time).unwrap_or(0);
     counter.saturating_sub(periods)
 }
 

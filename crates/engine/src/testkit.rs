@@ -3,9 +3,40 @@
 
 use hotkv_protocol::{Args, Protocol, ReplyBuf};
 
+use std::sync::Mutex;
+
 use crate::cmd::{self, Spec};
-use crate::ctx::{Ctx, EngineConfig, LocalStats, NoEvents};
+use crate::ctx::{Ctx, EngineConfig, Events, LocalStats};
 use crate::keyspace::Keyspace;
+
+/// An events sink that records keyspace notifications, so tests can check that commands
+/// send Valkey's events.
+#[derive(Default)]
+pub struct Recorder {
+    log: Mutex<Vec<String>>,
+}
+
+impl Recorder {
+    /// The notifications since the last call, as `class:event:key@db`, or `*changed@db` for
+    /// [`Events::db_changed`].
+    pub fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.log.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn push(&self, line: String) {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+    }
+}
+
+impl Events for Recorder {
+    fn notify(&self, class: char, event: &str, key: &[u8], db: usize) {
+        self.push(format!("{class}:{event}:{}@{db}", String::from_utf8_lossy(key)));
+    }
+
+    fn db_changed(&self, db: usize) {
+        self.push(format!("*changed@{db}"));
+    }
+}
 
 /// A keyspace, a clock and a selected database.
 pub struct TestKit {
@@ -21,6 +52,10 @@ pub struct TestKit {
     pub db: usize,
     /// Reply protocol.
     pub proto: Protocol,
+    /// Keyspace notifications sent by commands.
+    pub events: Recorder,
+    /// The client's `CLIENT NO-TOUCH` flag.
+    pub no_touch: bool,
 }
 
 impl Default for TestKit {
@@ -32,6 +67,8 @@ impl Default for TestKit {
             now_ms: 1_700_000_000_000,
             db: 0,
             proto: Protocol::Resp2,
+            events: Recorder::default(),
+            no_touch: false,
         }
     }
 }
@@ -85,8 +122,8 @@ impl TestKit {
             now_ms: self.now_ms,
             cfg: &self.cfg,
             stats: &mut self.stats,
-            no_touch: false,
-            events: &NoEvents,
+            no_touch: self.no_touch,
+            events: &self.events,
             locks,
         };
         let handler = spec.handler.as_ref().expect("leaf command has a handler");

@@ -13,7 +13,13 @@ use crate::error::{CmdResult, CommandError};
 use crate::keyspace::{LockId, lock_id};
 use crate::slot::key_slot;
 
+pub mod counter;
+pub mod db;
+pub mod expire;
 pub mod keys;
+pub mod object;
+pub mod range;
+pub mod scan;
 pub mod string;
 
 /// A data command handler.
@@ -47,7 +53,18 @@ pub type Spec = CommandSpec<EngineCmd>;
 
 /// Every engine command row.
 pub fn commands() -> impl Iterator<Item = &'static Spec> {
-    string::COMMANDS.iter().chain(keys::COMMANDS.iter())
+    [
+        string::COMMANDS,
+        counter::COMMANDS,
+        range::COMMANDS,
+        keys::COMMANDS,
+        expire::COMMANDS,
+        scan::COMMANDS,
+        db::COMMANDS,
+        object::COMMANDS,
+    ]
+        .into_iter()
+        .flatten()
 }
 
 /// Collects the sorted, unique lock ids for a call into `ids` (cleared first); `keys` is
@@ -69,10 +86,7 @@ pub fn plan_locks(
     key_positions(spec, args, keys).map_err(|InvalidKeyArgs| CommandError::Syntax)?;
     let other_db = match cmd.plan {
         LockPlan::KeysAlsoInDbArg(i) => args.opt(i).and_then(parse_db).filter(|d| *d < databases),
-        LockPlan::KeysAlsoInDbOption => {
-            let pos = (3..args.len()).find(|&i| args.get(i).eq_ignore_ascii_case(b"db"));
-            pos.and_then(|i| args.opt(i + 1)).and_then(parse_db).filter(|d| *d < databases)
-        }
+        LockPlan::KeysAlsoInDbOption => db_option(args).and_then(parse_db).filter(|d| *d < databases),
         _ => None,
     };
     for &k in keys.iter() {
@@ -89,6 +103,21 @@ pub fn plan_locks(
     Ok(())
 }
 
+/// The argument of COPY's last `DB` option, found the way COPY parses its options (the
+/// value after `DB` is never itself an option), so the locks match the database it uses.
+fn db_option<'a>(args: &Args<'a>) -> Option<&'a [u8]> {
+    let mut found = None;
+    let mut i = 3;
+    while i < args.len() {
+        if args.get(i).eq_ignore_ascii_case(b"db") && i + 1 < args.len() {
+            found = Some(args.get(i + 1));
+            i += 1;
+        }
+        i += 1;
+    }
+    found
+}
+
 fn parse_db(arg: &[u8]) -> Option<usize> {
     hotkv_protocol::parse_i64(arg).and_then(|n| usize::try_from(n).ok())
 }
@@ -98,8 +127,100 @@ pub(crate) fn int_arg(arg: &[u8]) -> Result<i64, CommandError> {
     hotkv_protocol::parse_i64(arg).ok_or(CommandError::NotInteger)
 }
 
+/// Parses an argument Valkey reads as a C `int` (`getIntFromObjectOrReply`).
+pub(crate) fn int32_arg(arg: &[u8]) -> Result<i32, CommandError> {
+    int_arg(arg).and_then(|n| i32::try_from(n).map_err(|_| CommandError::NotInteger))
+}
+
+/// Appends a bulk string to `buf`: replies whose length is known only at the end (KEYS, SCAN)
+/// collect their elements here, then write the array header and the bytes.
+pub(crate) fn push_bulk(buf: &mut Vec<u8>, b: &[u8]) {
+    buf.push(b'$');
+    buf.extend_from_slice(itoa::Buffer::new().format(b.len()).as_bytes());
+    buf.extend_from_slice(b"\r\n");
+    buf.extend_from_slice(b);
+    buf.extend_from_slice(b"\r\n");
+}
+
 /// Parses a float argument or fails with the standard error.
 #[allow(dead_code)] // used by INCRBYFLOAT and the sorted-set commands
 pub(crate) fn float_arg(arg: &[u8]) -> Result<f64, CommandError> {
     hotkv_protocol::parse_double(arg).ok_or(CommandError::NotFloat)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use hotkv_protocol::Args;
+
+    use super::*;
+    use crate::command::flags;
+
+    fn locks(argv: &[&str], db: usize) -> Result<Vec<LockId>, CommandError> {
+        let buf: Vec<u8> = argv.concat().into_bytes();
+        let mut spans = Vec::new();
+        let mut at = 0;
+        for a in argv {
+            spans.push((at, at + a.len()));
+            at += a.len();
+        }
+        let args = Args::from_parts(&buf, &spans);
+        let name = argv[0].to_ascii_lowercase();
+        let spec = commands().find(|s| s.name == name).expect("known command");
+        let (mut keys, mut ids) = (Vec::new(), Vec::new());
+        plan_locks(spec, &args, db, 16, &mut keys, &mut ids)?;
+        Ok(ids)
+    }
+
+    #[test]
+    fn rows_are_well_formed() {
+        let mut names = HashSet::new();
+        for spec in commands() {
+            assert!(names.insert(spec.name), "{} registered twice", spec.name);
+            assert_eq!(spec.name, spec.name.to_ascii_lowercase());
+            assert_ne!(spec.arity, 0);
+            assert_eq!(spec.handler.is_none(), !spec.subcommands.is_empty(), "{}", spec.name);
+            for sub in spec.subcommands {
+                assert!(sub.handler.is_some() && sub.arity != 0, "{}|{}", spec.name, sub.name);
+            }
+            for s in std::iter::once(spec).chain(spec.subcommands) {
+                let rw = s.flags & (flags::WRITE | flags::READONLY);
+                assert_ne!(rw, flags::WRITE | flags::READONLY, "{}", s.name);
+            }
+        }
+    }
+
+    #[test]
+    fn key_commands_lock_their_slots() {
+        use crate::keyspace::lock_id;
+        use crate::slot::key_slot;
+        let id = |db, k: &str| lock_id(db, key_slot(k.as_bytes()));
+        let mut want = vec![id(0, "a"), id(0, "b")];
+        want.sort_unstable();
+        assert_eq!(locks(&["MSET", "a", "1", "b", "2"], 0).unwrap(), want);
+        assert_eq!(locks(&["GET", "{x}1"], 3).unwrap(), [id(3, "x")]);
+        assert_eq!(locks(&["DEL", "{x}1", "{x}2"], 0).unwrap(), [id(0, "x")]);
+        assert!(locks(&["KEYS", "*"], 0).unwrap().is_empty());
+        assert!(locks(&["DBSIZE"], 0).unwrap().is_empty());
+    }
+
+    #[test]
+    fn move_and_copy_also_lock_the_other_database() {
+        use crate::keyspace::lock_id;
+        use crate::slot::key_slot;
+        let id = |db, k: &str| lock_id(db, key_slot(k.as_bytes()));
+        assert_eq!(locks(&["MOVE", "k", "2"], 0).unwrap(), [id(0, "k"), id(2, "k")]);
+        assert_eq!(locks(&["MOVE", "k", "99"], 0).unwrap(), [id(0, "k")], "the handler rejects it");
+        assert_eq!(locks(&["MOVE", "k", "0"], 0).unwrap(), [id(0, "k")]);
+        let mut want = vec![id(0, "a"), id(0, "b"), id(5, "a"), id(5, "b")];
+        want.sort_unstable();
+        assert_eq!(locks(&["COPY", "a", "b", "DB", "5"], 0).unwrap(), want);
+        let mut want = vec![id(1, "a"), id(1, "b"), id(3, "a"), id(3, "b")];
+        want.sort_unstable();
+        assert_eq!(locks(&["COPY", "a", "b", "DB", "5", "REPLACE", "db", "3"], 1).unwrap(), want, "last DB wins");
+        let mut want = vec![id(0, "a"), id(0, "b")];
+        want.sort_unstable();
+        assert_eq!(locks(&["COPY", "a", "b", "REPLACE"], 0).unwrap(), want);
+    }
 }
