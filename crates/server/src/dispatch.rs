@@ -139,7 +139,7 @@ fn execute(
             Flow::Continue
         }
     };
-    b.srv.stats.call(cmd.id, nanos, failed);
+    b.srv.stats.call(cmd.id, nanos, failed, b.rt.latency_tracking);
     sess.info.commands.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     sess.info.last_cmd.store(cmd.id as u32 + 1, std::sync::atomic::Ordering::Relaxed);
     record_slow(b, sess, cmd, &args, nanos);

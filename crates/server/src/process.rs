@@ -115,7 +115,8 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
     {
         warn!("Failed to write PID file: {}", listener::os_text(&e));
     }
-    srv.memory.refresh();
+    let startup = srv.memory.refresh();
+    srv.startup_memory.store(startup, std::sync::atomic::Ordering::Relaxed);
     info!("Server initialized");
     let cron = crate::cron::spawn(srv.clone());
     match listener::start(&srv, listeners) {

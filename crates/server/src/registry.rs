@@ -152,13 +152,30 @@ impl Registry {
         r
     }
 
+    /// Adds a command; a container already registered by the other owner gains the new
+    /// subcommands (MEMORY: USAGE is the engine's, STATS the server's).
     fn add(&mut self, spec: Spec, subs: Vec<Spec>) {
-        let id = self.cmds.len();
-        assert!(self.top.insert(spec.name().as_bytes().into(), id).is_none(), "duplicate command {}", spec.name());
-        self.cmds.push(Command { id, full_name: spec.name().to_string(), parent: None, subs: Vec::new(), spec });
+        let id = match self.top.get(spec.name().as_bytes()) {
+            Some(&existing) => {
+                assert!(!subs.is_empty() && !self.cmds[existing].subs.is_empty(), "duplicate command {}", spec.name());
+                existing
+            }
+            None => {
+                let id = self.cmds.len();
+                self.top.insert(spec.name().as_bytes().into(), id);
+                self.cmds.push(Command { id, full_name: spec.name().to_string(), parent: None, subs: Vec::new(), spec });
+                id
+            }
+        };
+        let spec = self.cmds[id].spec;
         for sub in subs {
             let sid = self.cmds.len();
-            self.subs.insert((id, sub.name().as_bytes().into()), sid);
+            assert!(
+                self.subs.insert((id, sub.name().as_bytes().into()), sid).is_none(),
+                "duplicate subcommand {}|{}",
+                spec.name(),
+                sub.name()
+            );
             self.cmds.push(Command {
                 id: sid,
                 full_name: format!("{}|{}", spec.name(), sub.name()),

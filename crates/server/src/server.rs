@@ -139,6 +139,8 @@ pub struct Server {
     pub ports: Mutex<(u16, u16)>,
     /// Held by the one thread evicting at a time.
     pub evict_lock: Mutex<()>,
+    /// `used_memory` when the server became ready (`used_memory_startup`).
+    pub startup_memory: std::sync::atomic::AtomicU64,
     /// Serialises CONFIG SET.
     pub config_lock: Mutex<()>,
     /// Plain-text accept loops.
@@ -181,6 +183,7 @@ impl Server {
             monitors: AtomicUsize::new(0),
             ports: Mutex::new((0, 0)),
             evict_lock: Mutex::new(()),
+            startup_memory: std::sync::atomic::AtomicU64::new(0),
             config_lock: Mutex::new(()),
             listeners: Mutex::new(Vec::new()),
             this: std::sync::OnceLock::new(),

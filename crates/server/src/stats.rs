@@ -154,7 +154,7 @@ impl Stats {
     }
 
     /// Records one executed command.
-    pub fn call(&self, cmd: usize, nanos: u64, failed: bool) {
+    pub fn call(&self, cmd: usize, nanos: u64, failed: bool, track_latency: bool) {
         let s = self.shard();
         s.commands.fetch_add(1, Ordering::Relaxed);
         let c = &s.per_cmd[cmd];
@@ -163,7 +163,9 @@ impl Stats {
         if failed {
             c.failed.fetch_add(1, Ordering::Relaxed);
         }
-        c.hist.get_or_init(Default::default).add(nanos);
+        if track_latency {
+            c.hist.get_or_init(Default::default).add(nanos);
+        }
     }
 
     /// Records a command refused before execution.
@@ -251,14 +253,13 @@ impl Stats {
     /// Latency percentiles of command `cmd` in microseconds, if it ever ran.
     pub fn percentiles(&self, cmd: usize, ps: &[f64]) -> Option<Vec<f64>> {
         let mut merged = Histogram::default();
-        let mut any = false;
         for s in self.shards.iter() {
             if let Some(h) = s.per_cmd[cmd].hist.get() {
                 merged.merge(h);
-                any = true;
             }
         }
-        any.then(|| ps.iter().map(|p| merged.percentile(*p) as f64 / 1000.0).collect())
+        // A histogram emptied by CONFIG RESETSTAT reports nothing, as if the command never ran.
+        (merged.count() > 0).then(|| ps.iter().map(|p| merged.percentile(*p) as f64 / 1000.0).collect())
     }
 
     /// Error counts by code.
@@ -350,6 +351,11 @@ impl Histogram {
         for b in self.buckets.iter() {
             b.store(0, Ordering::Relaxed);
         }
+    }
+
+    /// Number of recorded values.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
     }
 
     /// The value at percentile `p` (0-100), as the upper bound of its bucket.

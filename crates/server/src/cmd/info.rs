@@ -224,7 +224,9 @@ fn memory(srv: &Server, o: &mut String) {
         .iter()
         .map(|c| (c.qbuf.load(Ordering::Relaxed) + c.qbuf_free.load(Ordering::Relaxed) + c.omem.load(Ordering::Relaxed)) as u64)
         .sum();
-    let dataset = used.saturating_sub(clients_mem);
+    let startup = srv.startup_memory.load(Ordering::Relaxed);
+    let overhead = startup + clients_mem;
+    let dataset = used.saturating_sub(overhead);
     let total = total_system_memory();
     let engine = srv.engine.load();
     let signed = |a: u64, b: u64| a as i64 - b as i64;
@@ -236,10 +238,10 @@ fn memory(srv: &Server, o: &mut String) {
         "used_memory_peak" => peak,
         "used_memory_peak_human" => human(peak),
         "used_memory_peak_perc" => format!("{:.2}%", used as f32 * 100.0 / peak.max(1) as f32),
-        "used_memory_overhead" => clients_mem,
-        "used_memory_startup" => 0,
+        "used_memory_overhead" => overhead,
+        "used_memory_startup" => startup,
         "used_memory_dataset" => dataset,
-        "used_memory_dataset_perc" => format!("{:.2}%", dataset as f32 * 100.0 / used.max(1) as f32),
+        "used_memory_dataset_perc" => format!("{:.2}%", dataset as f32 * 100.0 / used.saturating_sub(startup).max(1) as f32),
         "allocator_allocated" => used,
         "allocator_active" => active,
         "allocator_resident" => resident,

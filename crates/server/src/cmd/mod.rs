@@ -13,6 +13,7 @@ pub mod config;
 pub mod conn;
 pub mod debug;
 pub mod info;
+pub mod memory;
 pub mod server;
 pub mod slowlog;
 
@@ -27,6 +28,7 @@ pub fn commands() -> impl Iterator<Item = &'static ServerSpec> {
         .chain(client::COMMANDS.iter())
         .chain(command::COMMANDS.iter())
         .chain(config::COMMANDS.iter())
+        .chain(memory::COMMANDS.iter())
         .chain(server::COMMANDS.iter())
         .chain(slowlog::COMMANDS.iter())
         .chain(debug::COMMANDS.iter())
