@@ -7,12 +7,12 @@ use std::sync::atomic::Ordering;
 
 use bytes::{Buf, BytesMut};
 use hotkv_protocol::{Decoder, Limits, ReplyBuf, Step};
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::broadcast;
 use tracing::debug;
 
 use crate::dispatch::{Batch, Scratch, dispatch};
+use crate::io::Socket;
 use crate::registry::Flow;
 use crate::server::{Server, unix_ms};
 use crate::session::{ClientInfo, Session, flag};
@@ -21,16 +21,26 @@ use crate::session::{ClientInfo, Session, flag};
 const READ_CHUNK: usize = 16 * 1024;
 
 /// Serves a client until it disconnects, is killed, or the server shuts down.
-pub async fn serve(srv: Arc<Server>, mut stream: TcpStream, info: Arc<ClientInfo>) {
+pub async fn serve(srv: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>) {
+    let sock = match Socket::new(stream) {
+        Ok(s) => s,
+        Err(e) => {
+            debug!("client {} could not be registered: {e}", info.id);
+            return;
+        }
+    };
+    *info.sock.lock() = Some(sock.raw_fd());
     let authenticated = srv.rt.load().requirepass.is_none();
     let mut sess = Session::new(info.clone(), authenticated);
     srv.clients.add(info.clone());
     let mut conn = Conn { rbuf: BytesMut::new(), out: ReplyBuf::new(), decoder: Decoder::new(), scratch: Scratch::default() };
-    let result = conn.run(&srv, &mut stream, &mut sess).await;
+    let result = conn.run(&srv, &sock, &mut sess).await;
     if let Err(e) = result {
         debug!("client {} closed: {e}", info.id);
     }
-    let _ = stream.shutdown().await;
+    // From here on CLIENT KILL must not touch the descriptor: it is about to be closed.
+    *info.sock.lock() = None;
+    sock.shutdown();
     if info.flags.load(Ordering::Relaxed) & flag::MONITOR != 0 {
         srv.monitors.fetch_sub(1, Ordering::Relaxed);
     }
@@ -45,35 +55,34 @@ struct Conn {
 }
 
 impl Conn {
-    async fn run(&mut self, srv: &Arc<Server>, stream: &mut TcpStream, sess: &mut Session) -> io::Result<()> {
+    async fn run(&mut self, srv: &Arc<Server>, stream: &Socket, sess: &mut Session) -> io::Result<()> {
         let info = sess.info.clone();
         let mut monitor: Option<broadcast::Receiver<Arc<str>>> = None;
         loop {
             if info.is_killed() {
                 return Ok(());
             }
-            tokio::select! {
-                biased;
-                _ = info.wake.notified() => continue,
-                line = recv_monitor(&mut monitor) => {
-                    if let Some(line) = line {
-                        self.out.simple(&line);
-                        self.flush(stream, sess).await?;
-                    }
-                    continue;
-                }
-                ready = stream.readable() => ready?,
-            }
             self.reserve(sess);
-            match stream.try_read_buf(&mut self.rbuf) {
-                Ok(0) => return Ok(()),
-                Ok(n) => {
-                    info.net_in.fetch_add(n as u64, Ordering::Relaxed);
-                    sess.pending_in += n as u64;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e),
+            // A plain client only waits for its socket (CLIENT KILL shuts the socket down, so
+            // the read ends); a MONITOR client also waits for the feed.
+            let n = match &mut monitor {
+                None => stream.read_into(&mut self.rbuf).await?,
+                Some(_) => tokio::select! {
+                    line = recv_monitor(&mut monitor) => {
+                        if let Some(line) = line {
+                            self.out.simple(&line);
+                            self.flush(stream, sess).await?;
+                        }
+                        continue;
+                    }
+                    n = stream.read_into(&mut self.rbuf) => n?,
+                },
+            };
+            if n == 0 {
+                return Ok(());
             }
+            info.net_in.fetch_add(n as u64, Ordering::Relaxed);
+            sess.pending_in += n as u64;
             let rt = srv.rt.load();
             if self.rbuf.len() > rt.query_buffer_limit {
                 tracing::warn!(
@@ -154,7 +163,7 @@ impl Conn {
         flow
     }
 
-    async fn flush(&mut self, stream: &mut TcpStream, sess: &Session) -> io::Result<()> {
+    async fn flush(&mut self, stream: &Socket, sess: &Session) -> io::Result<()> {
         if self.out.is_empty() {
             return Ok(());
         }

@@ -11,6 +11,7 @@ pub mod cron;
 pub mod dispatch;
 pub mod evict;
 pub mod hooks;
+pub mod io;
 pub mod listener;
 pub mod log;
 pub mod memory;

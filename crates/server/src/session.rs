@@ -146,6 +146,9 @@ pub struct ClientInfo {
     pub killed: AtomicBool,
     /// Wakes the connection task.
     pub wake: Notify,
+    /// The socket descriptor while the connection owns it; cleared under this lock before the
+    /// socket closes, so CLIENT KILL never shuts down a descriptor reused by someone else.
+    pub sock: Mutex<Option<std::os::fd::RawFd>>,
 }
 
 impl ClientInfo {
@@ -175,12 +178,16 @@ impl ClientInfo {
             user: Mutex::new("default".into()),
             killed: AtomicBool::new(false),
             wake: Notify::new(),
+            sock: Mutex::new(None),
         }
     }
 
-    /// Asks the connection to close.
+    /// Asks the connection to close: its pending read ends at once.
     pub fn kill(&self) {
         self.killed.store(true, Ordering::Relaxed);
+        if let Some(fd) = *self.sock.lock() {
+            crate::io::shutdown_fd(fd);
+        }
         self.wake.notify_one();
     }
 
