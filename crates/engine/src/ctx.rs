@@ -4,11 +4,9 @@
 
 use crate::entry::{Entry, NewValue, ValueRef};
 use crate::error::CommandError;
-use crate::hash::key_hash;
-use crate::keyspace::{Keyspace, LockSet, Slot, lock_id};
+use crate::keyspace::{Keyspace, LockSet, Slot};
 use crate::object::Object;
 use crate::policy::{self, EvictionPolicy};
-use crate::slot::key_slot;
 use crate::table::Table;
 
 /// Engine settings a handler may read. The server fills it from its configuration.
@@ -195,9 +193,9 @@ impl<'t> KeyMut<'t> {
 impl<'a> Ctx<'a> {
     /// The locked table holding `key` in database `db`.
     pub fn table(&mut self, db: usize, key: &[u8]) -> Result<(&mut Table, &'a Slot, u32), CommandError> {
-        let id = lock_id(db, key_slot(key));
+        let (id, hash) = self.locks.locate(db, key);
         match self.locks.get(id) {
-            Some((t, s)) => Ok((t, s, key_hash(key))),
+            Some((t, s)) => Ok((t, s, hash)),
             None => {
                 debug_assert!(false, "slot of key not locked: command metadata is missing a key spec");
                 Err(CommandError::err("internal error: key slot not locked"))
@@ -324,9 +322,9 @@ impl<'a> Ctx<'a> {
         let read = mode.read;
         let events = self.events;
         let (table, slot, hash) = {
-            let id = lock_id(db, key_slot(key));
+            let (id, hash) = self.locks.locate(db, key);
             match self.locks.get(id) {
-                Some((t, s)) => (t, s, key_hash(key)),
+                Some((t, s)) => (t, s, hash),
                 None => {
                     debug_assert!(false, "slot of key not locked: command metadata is missing a key spec");
                     return Err(CommandError::err("internal error: key slot not locked"));

@@ -129,7 +129,7 @@ impl Keyspace {
     /// Locks the given slots, which must be sorted and without duplicates.
     pub fn lock(&self, ids: &[LockId]) -> LockSet<'_> {
         debug_assert!(ids.windows(2).all(|w| w[0] < w[1]), "lock ids must be sorted and unique");
-        let mut set = LockSet { guards: SmallVec::new() };
+        let mut set = LockSet { guards: SmallVec::new(), memo: KeyMemo::default() };
         for &id in ids {
             let slot = self.slot_by_id(id);
             set.guards.push((id, slot, slot.lock()));
@@ -142,7 +142,7 @@ impl Keyspace {
         let mut dbs = dbs.to_vec();
         dbs.sort_unstable();
         dbs.dedup();
-        let mut set = LockSet { guards: SmallVec::new() };
+        let mut set = LockSet { guards: SmallVec::new(), memo: KeyMemo::default() };
         for db in dbs {
             for s in 0..SLOTS as u16 {
                 let id = lock_id(db, s);
@@ -165,15 +165,56 @@ impl Keyspace {
     }
 }
 
-/// The slot locks a command holds while it runs.
+/// The slot locks a command holds while it runs, and the slot and table hash of the key it
+/// last located (a command usually looks the same key up two or three times: lock planning,
+/// lookup, write; CRC16 and the table hash are then computed once).
 pub struct LockSet<'a> {
     guards: SmallVec<[(LockId, &'a Slot, MutexGuard<'a, Table>); 1]>,
+    memo: KeyMemo,
+}
+
+/// A copy of the last located key (up to 32 bytes) with its lock id and table hash.
+struct KeyMemo {
+    len: u8,
+    key: [u8; MEMO_MAX],
+    id: LockId,
+    hash: u32,
+}
+
+const MEMO_MAX: usize = 32;
+
+impl Default for KeyMemo {
+    fn default() -> Self {
+        KeyMemo { len: u8::MAX, key: [0; MEMO_MAX], id: 0, hash: 0 }
+    }
 }
 
 impl<'a> LockSet<'a> {
     /// A set holding no lock (for commands without keys).
     pub fn empty() -> LockSet<'a> {
-        LockSet { guards: SmallVec::new() }
+        LockSet { guards: SmallVec::new(), memo: KeyMemo::default() }
+    }
+
+    /// The lock id of `key` in database `db` and its table hash, remembered for the next call
+    /// with the same key.
+    pub fn locate(&mut self, db: usize, key: &[u8]) -> (LockId, u32) {
+        let m = &self.memo;
+        if usize::from(m.len) == key.len() && key.len() <= MEMO_MAX && &m.key[..key.len()] == key {
+            let base = lock_id(db, 0);
+            if m.id >= base && m.id < base + SLOTS as u32 {
+                return (m.id, m.hash);
+            }
+            return (lock_id(db, (m.id as usize % SLOTS) as u16), m.hash);
+        }
+        let id = lock_id(db, crate::slot::key_slot(key));
+        let hash = crate::hash::key_hash(key);
+        if key.len() <= MEMO_MAX {
+            self.memo.len = key.len() as u8;
+            self.memo.key[..key.len()].copy_from_slice(key);
+            self.memo.id = id;
+            self.memo.hash = hash;
+        }
+        (id, hash)
     }
 
     /// The locked table for `id` and its slot, if this set holds it.

@@ -33,7 +33,9 @@ pub fn perform(srv: &Server, cfg: &EngineConfig, now_ms: i64) -> bool {
             d.keys < 64 && start.elapsed() < budget
         });
         srv.stats.evicted_keys.fetch_add(done.keys, Ordering::Relaxed);
-        let used = srv.memory.refresh_at(now_ms);
+        // Not refresh_at: within the same millisecond it would return the figure from before
+        // the eviction and the loop would evict until its budget ran out.
+        let used = srv.memory.refresh();
         if used <= cfg.maxmemory {
             return false;
         }
