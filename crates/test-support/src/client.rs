@@ -17,16 +17,17 @@ use crate::resp::{self, Frame};
 /// expect the connection to break.
 #[derive(Debug)]
 pub struct RawClient {
+    /// The socket, behind the read buffer; writes go to the same socket through
+    /// `get_ref()` (`&TcpStream` is `Write`), so a client costs one file descriptor, which
+    /// matters to tests that hold 10,000 connections.
     reader: BufReader<TcpStream>,
-    writer: TcpStream,
 }
 
 impl RawClient {
     /// Connects to `127.0.0.1:port`; panics if that fails within [`IO_TIMEOUT`].
     #[track_caller]
     pub fn connect(port: u16) -> RawClient {
-        RawClient::try_connect(port)
-            .unwrap_or_else(|e| panic!("cannot connect to 127.0.0.1:{port}: {e}"))
+        RawClient::try_connect(port).unwrap_or_else(|e| panic!("cannot connect to 127.0.0.1:{port}: {e}"))
     }
 
     /// Connects to `127.0.0.1:port`.
@@ -40,15 +41,14 @@ impl RawClient {
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(IO_TIMEOUT))?;
         stream.set_write_timeout(Some(IO_TIMEOUT))?;
-        let writer = stream.try_clone()?;
-        Ok(RawClient { reader: BufReader::new(stream), writer })
+        Ok(RawClient { reader: BufReader::new(stream) })
     }
 
     /// Changes the read and write timeouts.
     pub fn set_timeout(&mut self, timeout: Duration) {
         // Both only fail for a zero duration, which is a bug in the calling test.
-        self.writer.set_read_timeout(Some(timeout)).expect("non-zero read timeout");
-        self.writer.set_write_timeout(Some(timeout)).expect("non-zero write timeout");
+        self.socket().set_read_timeout(Some(timeout)).expect("non-zero read timeout");
+        self.socket().set_write_timeout(Some(timeout)).expect("non-zero write timeout");
     }
 
     /// Sends a command as a multibulk request and reads one reply; panics on I/O errors.
@@ -59,14 +59,14 @@ impl RawClient {
 
     /// Sends a command and reads one reply.
     pub fn try_cmd<A: AsRef<[u8]>>(&mut self, args: &[A]) -> io::Result<Frame> {
-        self.writer.write_all(&resp::encode_command(args))?;
+        self.socket().write_all(&resp::encode_command(args))?;
         self.try_read_frame()
     }
 
     /// Sends a command without reading its reply (pipelining, MONITOR, blocking commands).
     #[track_caller]
     pub fn send<A: AsRef<[u8]>>(&mut self, args: &[A]) {
-        self.writer
+        self.socket()
             .write_all(&resp::encode_command(args))
             .unwrap_or_else(|e| panic!("sending {}: {e}", describe(args)));
     }
@@ -79,8 +79,8 @@ impl RawClient {
 
     /// Writes bytes exactly as given.
     pub fn try_send_raw(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.writer.write_all(bytes)?;
-        self.writer.flush()
+        self.socket().write_all(bytes)?;
+        self.socket().flush()
     }
 
     /// Reads one reply; panics on I/O errors or timeout.
@@ -97,7 +97,7 @@ impl RawClient {
     /// Closes the write half: the server sees EOF but may still send to us.
     pub fn shutdown_write(&mut self) {
         // Only fails if the socket is already gone, which the next read reports anyway.
-        let _ = self.writer.shutdown(Shutdown::Write);
+        let _ = self.socket().shutdown(Shutdown::Write);
     }
 
     /// Waits up to `timeout` for the server to close the connection, discarding anything it
@@ -110,7 +110,7 @@ impl RawClient {
             if left.is_zero() {
                 return false;
             }
-            let _ = self.writer.set_read_timeout(Some(left.max(Duration::from_millis(1))));
+            let _ = self.socket().set_read_timeout(Some(left.max(Duration::from_millis(1))));
             match self.reader.read(&mut buf) {
                 Ok(0) => return true,
                 Ok(_) => continue,
@@ -123,10 +123,20 @@ impl RawClient {
         }
     }
 
+    /// Another handle on the socket for writing from a second thread, for pipelines larger
+    /// than the socket buffers (writing them all before reading would deadlock).
+    pub fn writer_clone(&self) -> io::Result<TcpStream> {
+        self.socket().try_clone()
+    }
+
     /// The local address of this connection (as `CLIENT LIST` shows it in `addr=`).
     pub fn local_addr(&self) -> SocketAddr {
         // A connected socket always has a local address.
-        self.writer.local_addr().expect("connected socket has a local address")
+        self.socket().local_addr().expect("connected socket has a local address")
+    }
+
+    fn socket(&self) -> &TcpStream {
+        self.reader.get_ref()
     }
 }
 

@@ -28,6 +28,10 @@ pub mod tools;
 
 use std::time::{Duration, Instant};
 
+/// Signal numbers for [`TestServer::signal`] and [`ProcessGuard::signal`], so tests need no
+/// libc dependency of their own.
+pub use libc::{SIGINT, SIGKILL, SIGTERM};
+
 pub use client::RawClient;
 pub use process::{ProcessGuard, raise_fd_limit};
 pub use resp::Frame;

@@ -31,6 +31,26 @@ pub(crate) fn alive(pid: u32) -> bool {
     }
 }
 
+/// Counts sockets whose local port is `port` in state ESTABLISHED (01) or CLOSE_WAIT (08):
+/// connections a server on `port` has accepted and not yet closed.
+pub(crate) fn server_side_connections(port: u16) -> usize {
+    let mut n = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else { continue };
+        for line in text.lines().skip(1) {
+            let mut cols = line.split_whitespace();
+            let (Some(local), Some(_remote), Some(state)) = (cols.nth(1), cols.next(), cols.next()) else {
+                continue;
+            };
+            let local_port = local.rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
+            if local_port == Some(port) && matches!(state, "01" | "08") {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
 /// Raises this process's soft open-files limit to at least `want` (children inherit it).
 /// Returns the limit now in force, or why it cannot reach `want` (hard limit too low and no
 /// privilege to raise it).
@@ -58,10 +78,7 @@ pub fn raise_fd_limit(want: u64) -> Result<u64, String> {
             return Ok(want);
         }
     }
-    Err(format!(
-        "open files limit is {} (hard {}) and cannot be raised to {want}: {err}",
-        lim.rlim_cur, lim.rlim_max
-    ))
+    Err(format!("open files limit is {} (hard {}) and cannot be raised to {want}: {err}", lim.rlim_cur, lim.rlim_max))
 }
 
 /// Kills a process that is not our child (so `Child` cannot own it) when dropped: SIGTERM,
@@ -133,6 +150,18 @@ mod tests {
     fn fd_limit_at_or_below_current_is_a_no_op() {
         let now = raise_fd_limit(1).unwrap();
         assert!(now >= 1);
+    }
+
+    #[test]
+    fn counts_accepted_connections_on_a_port() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert_eq!(server_side_connections(port), 0);
+        let _client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        assert_eq!(server_side_connections(port), 1);
+        drop(accepted);
+        assert_eq!(server_side_connections(port), 0);
     }
 
     #[test]

@@ -119,9 +119,7 @@ impl Frame {
     pub fn pairs(&self) -> Vec<(Frame, Frame)> {
         match self {
             Frame::Map(p) => p.clone(),
-            Frame::Array(v) if v.len() % 2 == 0 => {
-                v.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect()
-            }
+            Frame::Array(v) if v.len() % 2 == 0 => v.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect(),
             other => panic!("expected a map reply, got {other}"),
         }
     }
@@ -134,12 +132,8 @@ impl Frame {
     /// Text of string-like frames, the Display form of anything else; never panics.
     pub fn text_lossy(&self) -> String {
         match self {
-            Frame::Simple(s) | Frame::Error(s) | Frame::Double(s) | Frame::BigNumber(s) => {
-                s.clone()
-            }
-            Frame::Bulk(b) | Frame::Verbatim(_, b) | Frame::BlobError(b) => {
-                String::from_utf8_lossy(b).into_owned()
-            }
+            Frame::Simple(s) | Frame::Error(s) | Frame::Double(s) | Frame::BigNumber(s) => s.clone(),
+            Frame::Bulk(b) | Frame::Verbatim(_, b) | Frame::BlobError(b) => String::from_utf8_lossy(b).into_owned(),
             other => other.to_string(),
         }
     }

@@ -315,6 +315,13 @@ impl TestServer {
         fs::read_to_string(self.dir().join("stderr.log")).unwrap_or_default()
     }
 
+    /// Client connections the server side still holds open (TCP states ESTABLISHED or
+    /// CLOSE_WAIT on the server port), read from `/proc/net/tcp{,6}`: independent of any
+    /// server command, so protocol tests can check that a connection was really closed.
+    pub fn open_connections(&self) -> usize {
+        process::server_side_connections(self.port)
+    }
+
     /// Waits up to `timeout` for `needle` to appear in the log; true if it did.
     pub fn wait_for_log(&self, needle: &str, timeout: Duration) -> bool {
         wait_for(|| self.log().contains(needle), timeout)
