@@ -18,6 +18,7 @@ mod config_set;
 mod databases;
 mod debug_shutdown;
 mod expiry;
+mod harness;
 mod info;
 mod inline;
 mod keys;

@@ -40,6 +40,7 @@ pub struct Builder {
     args: Vec<String>,
     env: Vec<(String, String)>,
     start_timeout: Duration,
+    port_hint: Option<u16>,
 }
 
 impl Builder {
@@ -55,6 +56,7 @@ impl Builder {
             args: Vec::new(),
             env: Vec::new(),
             start_timeout: START_TIMEOUT,
+            port_hint: None,
         }
     }
 
@@ -113,6 +115,14 @@ impl Builder {
         self
     }
 
+    /// Tries `port` on the first attempt instead of a free one. Meant for testing the harness
+    /// itself: if `port` is taken, the spawn retries once on a free port, as it does when
+    /// another process grabs a port between picking and binding.
+    pub fn port_hint(mut self, port: u16) -> Builder {
+        self.port_hint = Some(port);
+        self
+    }
+
     /// Starts the server and waits until it answers PING; panics with the server's output if
     /// it exits or does not answer in time. If it fails to bind because another process took
     /// the port meanwhile, it retries once on a new port.
@@ -121,7 +131,10 @@ impl Builder {
         let dir = TempDir::new();
         let mut last_failure = String::new();
         for attempt in 0..2 {
-            let port = free_port_pair();
+            let port = match (attempt, self.port_hint) {
+                (0, Some(hint)) => hint,
+                _ => free_port_pair(),
+            };
             let (mut child, log) = self.start(&dir, port);
             match self.wait_ready(&mut child, port, log.as_deref()) {
                 Ok(()) => {
