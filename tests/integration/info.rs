@@ -14,7 +14,9 @@ fn info_server_reports_version_mode_and_identity() {
     let parts: Vec<u32> = version.split('.').map(|p| p.parse().expect("numeric version part")).collect();
     assert_eq!(parts.len(), 3, "redis_version {version}");
     assert!(parts[0] >= 7, "clients gate RESP3 and newer commands on redis_version >= 7: {version}");
-    assert_eq!(info_field(&text, "redis_mode").as_deref(), Some("standalone"));
+    // Valkey 8 says server_mode unless extended-redis-compatibility is on; either will do.
+    let mode = info_field(&text, "redis_mode").or_else(|| info_field(&text, "server_mode"));
+    assert_eq!(mode.as_deref(), Some("standalone"), "{text}");
     assert_eq!(info_num(&text, "process_id"), i64::from(srv.pid()));
     assert_eq!(info_num(&text, "tcp_port"), i64::from(srv.port()));
     assert_eq!(info_num(&text, "arch_bits"), 64);

@@ -138,6 +138,9 @@ impl Builder {
             let (mut child, log) = self.start(&dir, port);
             match self.wait_ready(&mut child, port, log.as_deref()) {
                 Ok(()) => {
+                    // Tests count clients (INFO clients, CLIENT LIST): let the server notice
+                    // that the readiness probes hung up before handing it over.
+                    wait_for(|| crate::process::server_side_connections(port) == 0, Duration::from_secs(2));
                     return TestServer { child: Some(child), port, dir, log, exit: None };
                 }
                 Err(failure) => {
