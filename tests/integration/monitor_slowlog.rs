@@ -1,0 +1,127 @@
+//! MONITOR (live command feed) and SLOWLOG (commands over a latency threshold).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hotkv_test_support::{Frame, RawClient};
+
+use crate::{ok, server, server_with};
+
+/// Reads MONITOR lines until one contains `needle` (bounded by the client's read timeout and a
+/// line count, since other commands may be fed first).
+fn monitor_line_with(m: &mut RawClient, needle: &str) -> String {
+    for _ in 0..100 {
+        let line = match m.read_frame() {
+            Frame::Simple(s) => s,
+            other => panic!("MONITOR fed {other}, expected a status line"),
+        };
+        if line.contains(needle) {
+            return line;
+        }
+    }
+    panic!("no MONITOR line containing {needle:?} among 100 lines");
+}
+
+#[test]
+fn monitor_sees_commands_of_other_clients() {
+    let srv = server();
+    let mut m = srv.client();
+    m.set_timeout(Duration::from_secs(5));
+    assert_eq!(m.cmd(&["MONITOR"]), Frame::ok());
+    let mut c = srv.client();
+    ok(&mut c, &["set", "foo", "bar"]);
+    let line = monitor_line_with(&mut m, "\"foo\"");
+    // `<unix seconds>.<micros> [<db> <client addr>] "arg" ...`
+    let (ts, rest) = line.split_once(' ').expect("a timestamp first");
+    let (secs, micros) = ts.split_once('.').expect("seconds.micros");
+    assert!(secs.parse::<u64>().is_ok() && micros.len() == 6, "timestamp {ts:?}");
+    let expected = format!("[0 {}] \"set\" \"foo\" \"bar\"", c.local_addr());
+    assert_eq!(rest, expected);
+}
+
+#[test]
+fn monitor_shows_the_database_and_quotes_arguments() {
+    let srv = server();
+    let mut m = srv.client();
+    m.set_timeout(Duration::from_secs(5));
+    assert_eq!(m.cmd(&["MONITOR"]), Frame::ok());
+    let mut c = srv.client();
+    ok(&mut c, &["SELECT", "3"]);
+    ok(&mut c, &["SET", "a b", "x\ny\"z"]);
+    let line = monitor_line_with(&mut m, "\"a b\"");
+    assert!(line.ends_with(&format!("[3 {}] \"SET\" \"a b\" \"x\\ny\\\"z\"", c.local_addr())), "{line}");
+}
+
+#[test]
+fn slowlog_with_a_zero_threshold_records_every_command() {
+    let srv = server_with(&[("slowlog-log-slower-than", "0")]);
+    let mut c = srv.client();
+    ok(&mut c, &["CLIENT", "SETNAME", "slow-client"]);
+    ok(&mut c, &["SET", "k", "v"]);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
+    let log = c.cmd(&["SLOWLOG", "GET", "10"]);
+    let entry = log
+        .items()
+        .iter()
+        .find(|e| e.items().get(3).is_some_and(|a| a.items().iter().map(Frame::text).eq(["SET", "k", "v"])))
+        .unwrap_or_else(|| panic!("SET k v not in the slow log: {log}"))
+        .items()
+        .to_vec();
+    assert_eq!(entry.len(), 6, "id, time, duration, args, addr, name");
+    assert!(entry[0].int() >= 0);
+    assert!((entry[1].int() - now).abs() < 60, "timestamp {} vs now {now}", entry[1]);
+    assert!(entry[2].int() >= 0);
+    assert_eq!(entry[4].text(), c.local_addr().to_string());
+    assert_eq!(entry[5].text(), "slow-client");
+    assert!(c.cmd(&["SLOWLOG", "LEN"]).int() >= 2);
+}
+
+#[test]
+fn slowlog_reset_len_and_max_len() {
+    let srv = server_with(&[("slowlog-log-slower-than", "0"), ("slowlog-max-len", "10")]);
+    let mut c = srv.client();
+    for _ in 0..50 {
+        c.cmd(&["PING"]);
+    }
+    assert_eq!(c.cmd(&["SLOWLOG", "LEN"]), Frame::Integer(10));
+    assert_eq!(c.cmd(&["SLOWLOG", "GET", "5"]).items().len(), 5);
+    assert_eq!(c.cmd(&["SLOWLOG", "GET", "-1"]).items().len(), 10);
+    ok(&mut c, &["SLOWLOG", "RESET"]);
+    // The RESET itself may be logged after it ran, but nothing older survives it.
+    assert!(c.cmd(&["SLOWLOG", "LEN"]).int() <= 1);
+}
+
+#[test]
+fn slowlog_default_threshold_skips_fast_commands() {
+    let srv = server();
+    let mut c = srv.client();
+    for _ in 0..20 {
+        c.cmd(&["PING"]);
+    }
+    assert_eq!(c.cmd(&["SLOWLOG", "LEN"]), Frame::Integer(0));
+}
+
+#[test]
+fn slowlog_truncates_long_arguments_and_argument_lists() {
+    let srv = server_with(&[("slowlog-log-slower-than", "0")]);
+    let mut c = srv.client();
+    ok(&mut c, &["SET", "k", &"x".repeat(200)]);
+    let mut args = vec!["MSET".to_string()];
+    for i in 0..20 {
+        args.push(format!("k{i}"));
+        args.push("v".into());
+    }
+    ok(&mut c, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let log = c.cmd(&["SLOWLOG", "GET", "-1"]);
+    let argv_of = |name: &str| -> Vec<String> {
+        log.items()
+            .iter()
+            .map(|e| e.items()[3].items().iter().map(Frame::text).collect::<Vec<_>>())
+            .find(|a| a[0] == name)
+            .unwrap_or_else(|| panic!("no {name} entry in {log}"))
+    };
+    let set = argv_of("SET");
+    assert_eq!(set[2], format!("{}... (72 more bytes)", "x".repeat(128)));
+    let mset = argv_of("MSET");
+    assert_eq!(mset.len(), 32);
+    assert_eq!(mset[31], "... (10 more arguments)");
+}
