@@ -4,13 +4,18 @@ use std::time::{Duration, Instant};
 
 use hotkv_test_support::{Frame, SIGTERM};
 
-use crate::{assert_err, ok, server};
+use crate::{assert_err, ok, server, server_with};
+
+/// DEBUG is refused unless enabled, as in Valkey (its test suite enables it the same way).
+fn debug_server() -> hotkv_test_support::TestServer {
+    server_with(&[("enable-debug-command", "yes")])
+}
 
 const EXIT_WAIT: Duration = Duration::from_secs(10);
 
 #[test]
 fn debug_sleep_0_returns_ok_at_once() {
-    let srv = server();
+    let srv = debug_server();
     let mut c = srv.client();
     let start = Instant::now();
     ok(&mut c, &["DEBUG", "SLEEP", "0"]);
@@ -19,7 +24,7 @@ fn debug_sleep_0_returns_ok_at_once() {
 
 #[test]
 fn debug_sleep_takes_the_given_time() {
-    let srv = server();
+    let srv = debug_server();
     let mut c = srv.client();
     let start = Instant::now();
     ok(&mut c, &["DEBUG", "SLEEP", "0.2"]);

@@ -120,7 +120,9 @@ fn info_stats_count_commands_hits_and_misses() {
 fn info_clients_counts_connections() {
     let srv = server();
     let mut c = srv.client();
-    let _other = srv.client();
+    // A connection counts once the server has accepted it: a round trip proves that.
+    let mut other = srv.client();
+    assert_eq!(other.cmd(&["PING"]), hotkv_test_support::Frame::Simple("PONG".into()));
     let text = info(&mut c, "clients");
     assert_eq!(info_num(&text, "connected_clients"), 2, "{text}");
     assert_eq!(info_num(&text, "blocked_clients"), 0);

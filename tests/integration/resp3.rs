@@ -63,7 +63,7 @@ fn resp3_nulls_replace_null_bulks() {
 
 #[test]
 fn debug_protocol_shows_each_resp3_type() {
-    let srv = server();
+    let srv = crate::server_with(&[("enable-debug-command", "yes")]);
     let mut c = srv.client();
     // In RESP2 a double degrades to a bulk string.
     assert_eq!(c.cmd(&["DEBUG", "PROTOCOL", "double"]), Frame::bulk("3.141"));

@@ -20,6 +20,7 @@ pub mod ctx;
 pub mod error;
 pub mod keyspace;
 pub mod policy;
+pub mod rdb;
 
 pub use ctx::{Ctx, EngineConfig, Events, KeyMut, LocalStats, LookupFlags, NoEvents, Ttl};
 pub use error::{CmdResult, CommandError};

@@ -83,6 +83,11 @@ impl TestKit {
 
     /// [`TestKit::run`] with binary arguments.
     pub fn run_bytes(&mut self, argv: &[Vec<u8>]) -> String {
+        String::from_utf8_lossy(&self.run_raw(argv)).into_owned()
+    }
+
+    /// [`TestKit::run_bytes`] returning the reply's exact bytes (binary payloads).
+    pub fn run_raw(&mut self, argv: &[Vec<u8>]) -> Vec<u8> {
         let mut buf = Vec::new();
         let mut spans = Vec::new();
         for a in argv {
@@ -94,7 +99,7 @@ impl TestKit {
         out.set_protocol(self.proto);
         let name = String::from_utf8_lossy(args.get(0)).to_ascii_lowercase();
         let Some(spec) = cmd::commands().find(|s| s.name == name) else {
-            return format!("-ERR unknown command '{name}'\r\n");
+            return format!("-ERR unknown command '{name}'\r\n").into_bytes();
         };
         let spec: &Spec = match spec.subcommands {
             [] => spec,
@@ -102,18 +107,18 @@ impl TestKit {
                 let sub = String::from_utf8_lossy(args.opt(1).unwrap_or(b"")).to_ascii_lowercase();
                 match subs.iter().find(|s| s.name == sub) {
                     Some(s) => s,
-                    None => return format!("-ERR unknown subcommand '{sub}'\r\n"),
+                    None => return format!("-ERR unknown subcommand '{sub}'\r\n").into_bytes(),
                 }
             }
         };
         let argc = args.len() as i32;
         if (spec.arity > 0 && argc != spec.arity) || argc < -spec.arity {
-            return format!("-ERR wrong number of arguments for '{name}' command\r\n");
+            return format!("-ERR wrong number of arguments for '{name}' command\r\n").into_bytes();
         }
         let mut keys = Vec::new();
         let mut ids = Vec::new();
         if let Err(e) = cmd::plan_locks(spec, &args, self.db, self.ks.databases(), &mut keys, &mut ids) {
-            return format!("-{}\r\n", e.message());
+            return format!("-{}\r\n", e.message()).into_bytes();
         }
         let locks = self.ks.lock(&ids);
         let mut ctx = Ctx {
@@ -135,6 +140,6 @@ impl TestKit {
         let new_db = ctx.db;
         drop(ctx);
         self.db = new_db;
-        String::from_utf8_lossy(out.as_bytes()).into_owned()
+        out.as_bytes().to_vec()
     }
 }

@@ -214,6 +214,24 @@ impl ReplyBuf {
         }
     }
 
+    /// A big number: `(digits` in RESP3, a bulk string in RESP2.
+    pub fn big_number(&mut self, digits: &[u8]) {
+        match self.proto {
+            Protocol::Resp2 => self.bulk(digits),
+            Protocol::Resp3 => {
+                self.buf.extend_from_slice(b"(");
+                self.buf.extend_from_slice(digits);
+                self.buf.extend_from_slice(b"\r\n");
+            }
+        }
+    }
+
+    /// An attribute header for `n` pairs (RESP3 only: in RESP2 attributes are not sent, and
+    /// the caller must skip the pairs).
+    pub fn attribute(&mut self, n: usize) {
+        self.prefixed(b'|', n as i64);
+    }
+
     /// Verbatim text (`=len\r\ntxt:...` in RESP3, a bulk string in RESP2), as INFO and
     /// CLIENT LIST reply.
     pub fn verbatim(&mut self, text: &[u8]) {

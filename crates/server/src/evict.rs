@@ -9,7 +9,10 @@ use hotkv_engine::{EngineConfig, NoEvents};
 
 use crate::server::Server;
 
-/// Evicts as needed; returns whether memory is still over the limit afterwards.
+/// Evicts as needed; returns whether the server is over the limit with nothing it can evict
+/// (the caller then refuses commands that may grow memory). Like Valkey's `performEvictions`,
+/// a pass that freed keys but ran out of time lets the command through: eviction continues on
+/// the next command.
 pub fn perform(srv: &Server, cfg: &EngineConfig, now_ms: i64) -> bool {
     if srv.memory.used() <= cfg.maxmemory && !srv.memory.stale(now_ms) {
         return false;
@@ -28,19 +31,25 @@ pub fn perform(srv: &Server, cfg: &EngineConfig, now_ms: i64) -> bool {
     let start = Instant::now();
     let budget = time_budget(cfg.eviction_tenacity);
     let mut to_free = used - cfg.maxmemory;
+    let mut freed_any = false;
     loop {
+        // The clock is read every 16 keys, as Valkey does, so a pass always makes progress.
         let done = hotkv_engine::evict::evict(&srv.ks, cfg, now_ms, to_free, &NoEvents, |d| {
-            d.keys < 64 && start.elapsed() < budget
+            d.keys < 64 && (d.keys % 16 != 0 || d.keys == 0 || start.elapsed() < budget)
         });
         srv.stats.evicted_keys.fetch_add(done.keys, Ordering::Relaxed);
+        freed_any |= done.keys > 0;
         // Not refresh_at: within the same millisecond it would return the figure from before
         // the eviction and the loop would evict until its budget ran out.
         let used = srv.memory.refresh();
         if used <= cfg.maxmemory {
             return false;
         }
-        if done.keys == 0 || start.elapsed() >= budget {
-            return true;
+        if done.keys == 0 {
+            return !freed_any;
+        }
+        if start.elapsed() >= budget {
+            return false;
         }
         to_free = used - cfg.maxmemory;
     }

@@ -37,5 +37,11 @@ fn rebind(srv: &Server, old: &Settings, new: &Settings) -> Result<(), String> {
     let Some(arc): Option<Arc<Server>> = srv.arc() else {
         return Err("server is not running".into());
     };
-    listener::rebind(&arc, (old_bind, old_port), (new_bind, new_port), new.int(table::TCP_BACKLOG) as i32)
+    listener::rebind(&arc, (old_bind, old_port), (new_bind, new_port), new.int(table::TCP_BACKLOG) as i32).map_err(
+        |reason| {
+            // Valkey logs the system's reason and answers with a pointer to the log.
+            tracing::warn!("{reason}");
+            "Unable to listen on this port. Check server logs.".to_string()
+        },
+    )
 }

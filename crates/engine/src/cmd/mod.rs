@@ -15,6 +15,7 @@ use crate::slot::key_slot;
 
 pub mod counter;
 pub mod db;
+pub mod dump;
 pub mod expire;
 pub mod keys;
 pub mod object;
@@ -62,6 +63,7 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         scan::COMMANDS,
         db::COMMANDS,
         object::COMMANDS,
+        dump::COMMANDS,
     ]
         .into_iter()
         .flatten()

@@ -44,6 +44,65 @@ fn debug(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -
     run(srv, sess, args, out)
 }
 
+fn sub_arg(args: &Args<'_>) -> String {
+    String::from_utf8_lossy(args.get(2)).to_ascii_lowercase()
+}
+
+/// DEBUG PROTOCOL <type>: one sample reply of each RESP type, for client and test authors.
+fn protocol(name: &str, out: &mut ReplyBuf) -> Result<(), CommandError> {
+    match name {
+        "string" => out.bulk(b"Hello World"),
+        "integer" => out.int(12345),
+        "double" => out.double(3.141),
+        "bignum" => out.big_number(b"1234567999999999999999999999999999999"),
+        "null" => out.null(),
+        "array" => {
+            out.array(3);
+            (0..3).for_each(|j| out.int(j));
+        }
+        "set" => {
+            out.set(3);
+            (0..3).for_each(|j| out.int(j));
+        }
+        "map" => {
+            out.map(3);
+            for j in 0..3 {
+                out.int(j);
+                out.boolean(j == 1);
+            }
+        }
+        "attrib" => {
+            if out.is_resp3() {
+                out.attribute(1);
+                out.bulk(b"key-popularity");
+                out.array(2);
+                out.bulk(b"key:123");
+                out.int(90);
+            }
+            // An attribute is not a reply: a real one follows it.
+            out.bulk(b"Some real reply following the attribute");
+        }
+        "push" => {
+            if !out.is_resp3() {
+                return Err(CommandError::err("RESP2 is not supported by this command"));
+            }
+            out.push(2);
+            out.bulk(b"server-cpu-usage");
+            out.int(42);
+            out.bulk(b"Some real reply following the push reply");
+        }
+        "true" => out.boolean(true),
+        "false" => out.boolean(false),
+        "verbatim" => out.verbatim(b"This is a verbatim\nstring"),
+        _ => {
+            return Err(CommandError::err(
+                "Wrong protocol type name. Please use one of the following: string|integer|double|bignum|null|array|set|map|attrib|push|verbatim|true|false",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// DEBUG once allowed.
 fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
     let sub = String::from_utf8_lossy(args.get(1)).to_ascii_lowercase();
@@ -58,6 +117,7 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
             std::thread::sleep(Duration::from_micros(micros.max(0) as u64));
             out.ok();
         }
+        ("protocol", 3) => protocol(&sub_arg(&args), out)?,
         ("set-active-expire", 3) => {
             let on = hotkv_protocol::parse_i64(args.get(2)).unwrap_or(0) != 0;
             srv.active_expire.store(on, Ordering::Relaxed);
