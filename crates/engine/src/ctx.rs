@@ -82,6 +82,10 @@ pub trait Events: Sync {
 pub struct NoEvents;
 impl Events for NoEvents {}
 
+/// Strings up to this size replace their entry with a new allocation instead of being
+/// copied over the old value.
+const FRESH_ENTRY_MAX: usize = 1024;
+
 /// How SET-like writes treat an existing TTL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ttl {
@@ -249,11 +253,22 @@ impl<'a> Ctx<'a> {
         match table.find(key, hash) {
             Some(i) => {
                 let e = table.at_mut(i);
-                e.set_value(value);
-                match ttl {
-                    Ttl::Keep => {}
-                    Ttl::Clear => e.set_expire(None),
-                    Ttl::At(t) => e.set_expire(Some(t)),
+                let expire = match ttl {
+                    Ttl::Keep => e.expire(),
+                    Ttl::Clear => None,
+                    Ttl::At(t) => Some(t),
+                };
+                match value {
+                    // A small string gets a fresh entry, as Valkey gives SET a fresh object:
+                    // writing the new value into recently freed (cache-hot) memory avoids the
+                    // read-for-ownership misses of overwriting the old entry's value lines.
+                    NewValue::Bytes(b) if b.len() <= FRESH_ENTRY_MAX => {
+                        *e = Entry::new(key, hash, NewValue::Bytes(b), expire, e.lru());
+                    }
+                    value => {
+                        e.set_value(value);
+                        e.set_expire(expire);
+                    }
                 }
                 table.refresh(i);
             }

@@ -99,6 +99,13 @@ impl Conn {
                 sess.enter_monitor = false;
                 monitor = Some(srv.monitor_tx.subscribe());
             }
+            // Let every other ready connection run its commands first, then write: replies
+            // leave in a burst, as Valkey writes all pending replies before it sleeps, so a
+            // client is woken once for many replies instead of once per reply (waking a
+            // sleeping peer dominated the kernel time of the send path).
+            if !self.out.is_empty() {
+                tokio::task::yield_now().await;
+            }
             self.flush(stream, sess).await?;
             self.release_idle_buffers();
             match flow {
