@@ -121,6 +121,8 @@ fn client_kill_with_filters_counts_the_killed() {
     assert!(victim.closed_within(Duration::from_secs(5)));
     assert_eq!(admin.cmd(&["CLIENT", "KILL", "ID", &id.to_string()]), Frame::Integer(0));
     let mut other = srv.client();
+    // A round trip proves the server has accepted the connection before we kill it.
+    assert_eq!(other.cmd(&["PING"]), Frame::simple("PONG"));
     let addr = other.local_addr().to_string();
     assert_eq!(admin.cmd(&["CLIENT", "KILL", "ADDR", &addr, "SKIPME", "yes"]), Frame::Integer(1));
     assert!(other.closed_within(Duration::from_secs(5)));
