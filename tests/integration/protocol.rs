@@ -197,3 +197,20 @@ fn rss_kib(pid: u32) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmRSS in /proc/<pid>/status")
 }
+
+#[test]
+fn output_buffer_limit_closes_a_client_that_would_buffer_too_much() {
+    let srv = server();
+    let mut c = srv.client();
+    ok(&mut c, &["SET", "big", &"a".repeat(100_000)]);
+    ok(&mut c, &["CONFIG", "SET", "client-output-buffer-limit", "normal 10 0 0"]);
+    // The reply (100 KB) passes the 10-byte hard limit beyond the static buffer: closed.
+    let mut victim = srv.client();
+    victim.send(&["GET", "big"]);
+    assert!(victim.closed_within(Duration::from_secs(5)), "the client was not closed");
+    let mut admin = srv.client();
+    let stats = crate::info(&mut admin, "stats");
+    assert_eq!(crate::info_num(&stats, "client_output_buffer_limit_disconnections"), 1, "{stats}");
+    // Small replies stay within the static buffer and are not limited.
+    assert_eq!(admin.cmd(&["PING"]), Frame::simple("PONG"));
+}

@@ -33,7 +33,7 @@ pub async fn serve(srv: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>) {
     let authenticated = srv.rt.load().requirepass.is_none();
     let mut sess = Session::new(info.clone(), authenticated);
     srv.clients.add(info.clone());
-    let mut conn = Conn { rbuf: BytesMut::new(), out: ReplyBuf::new(), decoder: Decoder::new(), scratch: Scratch::default() };
+    let mut conn = Conn { rbuf: BytesMut::new(), out: ReplyBuf::new(), decoder: Decoder::new(), scratch: Scratch::default(), soft_since: None };
     let result = conn.run(&srv, &sock, &mut sess).await;
     if let Err(e) = result {
         debug!("client {} closed: {e}", info.id);
@@ -52,6 +52,8 @@ struct Conn {
     out: ReplyBuf,
     decoder: Decoder,
     scratch: Scratch,
+    /// Since when pending output has been above the soft output limit.
+    soft_since: Option<std::time::Instant>,
 }
 
 impl Conn {
@@ -147,6 +149,10 @@ impl Conn {
                     if flow != Flow::Continue || sess.close_after_reply {
                         break;
                     }
+                    if self.over_output_limit(srv, sess, rt.obuf_normal) {
+                        flow = Flow::Close;
+                        break;
+                    }
                 }
                 Ok(Step::Empty) => {}
                 Ok(Step::Incomplete) => break,
@@ -168,6 +174,32 @@ impl Conn {
         self.rbuf.advance(n);
         srv.stats.absorb(&mut sess.local, std::mem::take(&mut sess.pending_in), self.out.len() as u64);
         flow
+    }
+
+    /// `client-output-buffer-limit normal`: a client whose pending replies pass the hard limit,
+    /// or stay above the soft limit too long, is closed without its replies. Like Valkey, the
+    /// first 16 KiB (its static reply buffer) do not count.
+    fn over_output_limit(&mut self, srv: &Server, sess: &Session, (hard, soft, secs): (u64, u64, u64)) -> bool {
+        if hard == 0 && soft == 0 {
+            return false;
+        }
+        let pending = self.out.len().saturating_sub(READ_CHUNK) as u64;
+        let soft_hit = soft > 0 && pending > soft;
+        if !soft_hit {
+            self.soft_since = None;
+        }
+        let soft_expired = soft_hit && self.soft_since.get_or_insert_with(std::time::Instant::now).elapsed().as_secs() >= secs;
+        if (hard > 0 && pending > hard) || soft_expired {
+            tracing::warn!(
+                "Client id={} addr={} scheduled to be closed ASAP for overcoming of output buffer limits.",
+                sess.id,
+                sess.info.addr
+            );
+            srv.stats.obuf_limit_disconnections.fetch_add(1, Ordering::Relaxed);
+            self.out.truncate(0);
+            return true;
+        }
+        false
     }
 
     async fn flush(&mut self, stream: &Socket, sess: &Session) -> io::Result<()> {

@@ -34,7 +34,13 @@ fn run(srv: &Server) {
         }
         if last_sample.elapsed() >= Duration::from_millis(100) {
             last_sample = Instant::now();
-            let totals = [srv.stats.commands(), srv.stats.net_in(), srv.stats.net_out()];
+            let totals = [
+                srv.stats.commands(),
+                srv.stats.net_in(),
+                srv.stats.net_out(),
+                srv.stats.cron_cycles.load(Ordering::Relaxed),
+                srv.stats.cron_usec.load(Ordering::Relaxed),
+            ];
             srv.stats.samples.lock().record(unix_ms(), totals);
         }
         if last_second.elapsed() >= Duration::from_secs(1) {
@@ -42,6 +48,8 @@ fn run(srv: &Server) {
             close_idle_clients(srv);
         }
         let spent = tick.elapsed();
+        srv.stats.cron_cycles.fetch_add(1, Ordering::Relaxed);
+        srv.stats.cron_usec.fetch_add(spent.as_micros() as u64, Ordering::Relaxed);
         std::thread::sleep(period.saturating_sub(spent).max(Duration::from_millis(1)));
     }
 }

@@ -48,6 +48,8 @@ pub struct Runtime {
     pub databases: usize,
     /// `tcp-keepalive` seconds.
     pub tcp_keepalive: u64,
+    /// `client-output-buffer-limit` of the normal class: (hard, soft, soft seconds), 0 = none.
+    pub obuf_normal: (u64, u64, u64),
 }
 
 impl Runtime {
@@ -71,6 +73,11 @@ impl Runtime {
                 .collect(),
             databases: s.int(t::DATABASES).max(1) as usize,
             tcp_keepalive: s.int(t::TCP_KEEPALIVE).max(0) as u64,
+            obuf_normal: {
+                let l = s.ints(t::CLIENT_OUTPUT_BUFFER_LIMIT);
+                let at = |i: usize| l.get(i).copied().unwrap_or(0).max(0) as u64;
+                (at(0), at(1), at(2))
+            },
         }
     }
 }

@@ -66,6 +66,12 @@ pub struct Stats {
     pub evicted_clients: AtomicU64,
     /// `client_query_buffer_limit_disconnections`.
     pub qbuf_limit_disconnections: AtomicU64,
+    /// `client_output_buffer_limit_disconnections`.
+    pub obuf_limit_disconnections: AtomicU64,
+    /// Cron cycles (hotkv's event loop: workers have no loop of their own to count).
+    pub cron_cycles: AtomicU64,
+    /// Microseconds spent in cron cycles.
+    pub cron_usec: AtomicU64,
     /// `total_error_replies`.
     pub error_replies: AtomicU64,
     errors: Mutex<HashMap<String, u64>>,
@@ -77,14 +83,14 @@ pub struct Stats {
 #[derive(Default)]
 pub struct Samples {
     last_ms: i64,
-    last: [u64; 3],
-    ring: [[f64; 16]; 3],
+    last: [u64; 5],
+    ring: [[f64; 16]; 5],
     idx: usize,
 }
 
 impl Samples {
-    /// Records totals (commands, bytes in, bytes out) seen at `now_ms`.
-    pub fn record(&mut self, now_ms: i64, totals: [u64; 3]) {
+    /// Records totals (commands, bytes in, bytes out, cron cycles, cron µs) seen at `now_ms`.
+    pub fn record(&mut self, now_ms: i64, totals: [u64; 5]) {
         if self.last_ms != 0 {
             let dt = (now_ms - self.last_ms).max(1) as f64;
             for (k, total) in totals.iter().enumerate() {
@@ -96,7 +102,8 @@ impl Samples {
         self.last = totals;
     }
 
-    /// Mean rate of metric `k` (0 commands, 1 input bytes, 2 output bytes) per second.
+    /// Mean rate of metric `k` (0 commands, 1 input bytes, 2 output bytes, 3 cron cycles,
+    /// 4 cron µs) per second.
     pub fn rate(&self, k: usize) -> f64 {
         self.ring[k].iter().sum::<f64>() / 16.0
     }
@@ -143,6 +150,9 @@ impl Stats {
             expire_cycle_ms: AtomicU64::new(0),
             evicted_clients: AtomicU64::new(0),
             qbuf_limit_disconnections: AtomicU64::new(0),
+            obuf_limit_disconnections: AtomicU64::new(0),
+            cron_cycles: AtomicU64::new(0),
+            cron_usec: AtomicU64::new(0),
             error_replies: AtomicU64::new(0),
             errors: Mutex::new(HashMap::new()),
             samples: Mutex::new(Samples::default()),
@@ -293,6 +303,7 @@ impl Stats {
             &self.expire_cycle_ms,
             &self.evicted_clients,
             &self.qbuf_limit_disconnections,
+            &self.obuf_limit_disconnections,
             &self.error_replies,
         ] {
             a.store(0, Ordering::Relaxed);

@@ -117,15 +117,12 @@ fn setrange(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult 
             }
             check_length(offset as u64, patch.len() as u64, max)?;
             let len = old.max(end);
-            // Within an inline value: patch it in place, no reallocation.
-            if let Some(inline) = k.entry_mut().inline_mut().filter(|_| end <= old) {
-                inline[offset..end].copy_from_slice(patch);
-            } else {
-                edit(&mut k, len, |v| {
-                    v.resize(len, 0);
-                    v[offset..end].copy_from_slice(patch);
-                });
-            }
+            // Like Valkey, an edited string becomes "raw" (an object with room to grow), even
+            // when the patch fits: OBJECT ENCODING must say so.
+            edit(&mut k, len, |v| {
+                v.resize(len, 0);
+                v[offset..end].copy_from_slice(patch);
+            });
             ctx.modified(key);
             len
         }

@@ -464,6 +464,7 @@ fn getkeys_impl(srv: &Server, args: &Args<'_>, out: &mut ReplyBuf, with_flags: b
         }
         return Err(CommandError::err("Invalid arguments specified for command"));
     };
+    let keys = resolve_variable_flags(spec.name(), &inner, keys);
     out.array(keys.len());
     for (pos, flags) in keys {
         if with_flags {
@@ -475,6 +476,40 @@ fn getkeys_impl(srv: &Server, args: &Args<'_>, out: &mut ReplyBuf, with_flags: b
         }
     }
     Ok(Flow::Continue)
+}
+
+/// Key specs marked `variable_flags` have flags that depend on the arguments; Valkey resolves
+/// them per command (`setGetKeys`, `bitfieldGetKeys`).
+fn resolve_variable_flags(name: &str, args: &Args<'_>, mut keys: Vec<(usize, u32)>) -> Vec<(usize, u32)> {
+    match name {
+        "set" => {
+            let get = args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(b"get"));
+            for k in &mut keys {
+                k.1 = if get {
+                    key_flags::RW | key_flags::ACCESS | key_flags::UPDATE
+                } else {
+                    key_flags::OW | key_flags::UPDATE
+                };
+            }
+        }
+        "bitfield" => {
+            let mut i = 2;
+            let mut readonly = true;
+            while i < args.len() {
+                let a = args.get(i);
+                if a.eq_ignore_ascii_case(b"set") || a.eq_ignore_ascii_case(b"incrby") {
+                    readonly = false;
+                    break;
+                }
+                i += 1;
+            }
+            for k in &mut keys {
+                k.1 = if readonly { key_flags::RO | key_flags::ACCESS } else { key_flags::RW | key_flags::ACCESS | key_flags::UPDATE };
+            }
+        }
+        _ => {}
+    }
+    keys
 }
 
 fn getkeys(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
@@ -585,7 +620,9 @@ mod tests {
         assert_eq!(c.run(&srv, &["command", "getkeys", "get", "k"]), "*1\r\n$1\r\nk\r\n");
         assert_eq!(c.run(&srv, &["command", "getkeys", "del", "a", "b"]), "*2\r\n$1\r\na\r\n$1\r\nb\r\n");
         assert_eq!(c.run(&srv, &["command", "getkeysandflags", "set", "k", "v"]),
-            "*1\r\n*2\r\n$1\r\nk\r\n*4\r\n+RW\r\n+access\r\n+update\r\n+variable_flags\r\n");
+            "*1\r\n*2\r\n$1\r\nk\r\n*2\r\n+OW\r\n+update\r\n");
+        assert_eq!(c.run(&srv, &["command", "getkeysandflags", "set", "k", "v", "get"]),
+            "*1\r\n*2\r\n$1\r\nk\r\n*3\r\n+RW\r\n+access\r\n+update\r\n");
         assert_eq!(c.run(&srv, &["command", "getkeys", "nosuch", "k"]), "-ERR Invalid command specified\r\n");
         assert_eq!(c.run(&srv, &["command", "getkeys", "client", "nosuch"]), "-ERR Invalid command specified\r\n");
         assert_eq!(c.run(&srv, &["command", "getkeys", "ping", "x"]), "-ERR The command has no key arguments\r\n");

@@ -325,10 +325,13 @@ fn persistence(srv: &Server, o: &mut String) {
 
 fn stats(srv: &Server, o: &mut String) {
     let s = &srv.stats;
-    let (ops, kin, kout) = {
+    let (ops, kin, kout, cycles_rate, cron_usec_rate) = {
         let samples = s.samples.lock();
-        (samples.rate(0) as i64, samples.rate(1) as i64, samples.rate(2) as i64)
+        (samples.rate(0) as i64, samples.rate(1) as i64, samples.rate(2) as i64, samples.rate(3), samples.rate(4))
     };
+    // hotkv's workers have no event loop of their own; the cron thread's cycles stand in for
+    // it (hz cycles a second, each running the periodic work).
+    let cycle_usec = if cycles_rate > 0.0 { (cron_usec_rate / cycles_rate).max(1.0) as i64 } else { 0 };
     let kbps = |v: i64| format!("{:.2}", v as f32 / 1024.0);
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     fields!(o,
@@ -386,14 +389,14 @@ fn stats(srv: &Server, o: &mut String) {
         "io_threaded_total_prefetch_batches" => 0,
         "io_threaded_total_prefetch_entries" => 0,
         "client_query_buffer_limit_disconnections" => load(&s.qbuf_limit_disconnections),
-        "client_output_buffer_limit_disconnections" => 0,
+        "client_output_buffer_limit_disconnections" => load(&s.obuf_limit_disconnections),
         "reply_buffer_shrinks" => 0,
         "reply_buffer_expands" => 0,
-        "eventloop_cycles" => 0,
-        "eventloop_duration_sum" => 0,
+        "eventloop_cycles" => load(&s.cron_cycles),
+        "eventloop_duration_sum" => load(&s.cron_usec),
         "eventloop_duration_cmd_sum" => 0,
-        "instantaneous_eventloop_cycles_per_sec" => 0,
-        "instantaneous_eventloop_duration_usec" => 0,
+        "instantaneous_eventloop_cycles_per_sec" => cycles_rate.round() as i64,
+        "instantaneous_eventloop_duration_usec" => cycle_usec,
         "acl_access_denied_auth" => 0,
         "acl_access_denied_cmd" => 0,
         "acl_access_denied_key" => 0,

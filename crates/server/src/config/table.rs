@@ -299,7 +299,7 @@ directives! {
     TIMEOUT = "timeout" [] "clients.timeout": int(0, INT), "0", M, CLIENTS,
         "Close a client after this many idle seconds (0 = never).";
     CLIENT_OUTPUT_BUFFER_LIMIT = "client-output-buffer-limit" [] "clients.client_output_buffer_limit":
-        Ty::BufferLimits, "normal 0 0 0 replica 256mb 64mb 60 pubsub 32mb 8mb 60", M | NE, H,
+        Ty::BufferLimits, "normal 0 0 0 replica 256mb 64mb 60 pubsub 32mb 8mb 60", M | U, H,
         "Output buffer limits per client class: hard, soft and soft seconds.";
     MAXMEMORY_CLIENTS = "maxmemory-clients" [] "clients.maxmemory_clients": Ty::MemoryPercent { max: LONG }, "0",
         M | NE, H, "Memory all clients may use together, in bytes or % of maxmemory; 0 = no limit.";
