@@ -66,16 +66,7 @@ fn keyspace(c: &mut Criterion) {
     let value = [b'v'; 32];
     let mut run = |key: &[u8], write: bool| {
         let id = lock_id(0, key_slot(key));
-        let mut ctx = Ctx {
-            ks: &ks,
-            db: 0,
-            now_ms: 1_700_000_000_000,
-            cfg: &cfg,
-            stats: &mut stats,
-            no_touch: false,
-            events: &NoEvents,
-            locks: ks.lock(&[id]),
-        };
+        let mut ctx = Ctx::new(&ks, 0, 1_700_000_000_000, &cfg, &mut stats, false, &NoEvents, ks.lock(&[id]));
         if write {
             ctx.set(key, NewValue::Bytes(&value), Ttl::Clear).expect("slot is locked");
         } else {

@@ -121,6 +121,28 @@ impl Mode {
     const WRITE: Mode = Mode { read: false, touch: true, notify_miss: false };
 }
 
+/// How a blocking command (BLPOP, BZPOPMIN, BLMOVE, ...) behaves when it finds no data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BlockMode {
+    /// A normal call: ask the dispatcher to block the client ([`Ctx::block_on`]).
+    #[default]
+    Normal,
+    /// Inside MULTI/EXEC or a script: never block, reply as if the timeout expired.
+    Immediate,
+    /// Re-run on behalf of a blocked client because one of its keys changed: with no data,
+    /// ask to stay blocked ([`Ctx::block_on`]) and write nothing.
+    Serving,
+}
+
+/// What a blocking command asks the dispatcher when it found no data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockRequest {
+    /// The keys to wait on, in the client's database.
+    pub keys: Vec<Vec<u8>>,
+    /// Absolute unix time in milliseconds to give up at, `None` to wait forever.
+    pub deadline_ms: Option<i64>,
+}
+
 /// A command's execution context.
 pub struct Ctx<'a> {
     /// The keyspace.
@@ -139,6 +161,10 @@ pub struct Ctx<'a> {
     pub events: &'a dyn Events,
     /// The slots this command may use.
     pub locks: LockSet<'a>,
+    /// How a blocking command behaves without data.
+    pub block_mode: BlockMode,
+    /// Set by [`Ctx::block_on`]: the client must block (no reply was written).
+    pub block: Option<BlockRequest>,
 }
 
 /// A key found in its locked table.
@@ -195,6 +221,32 @@ impl<'t> KeyMut<'t> {
 }
 
 impl<'a> Ctx<'a> {
+    /// A context for one command in database `db` with the given locks.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        ks: &'a Keyspace,
+        db: usize,
+        now_ms: i64,
+        cfg: &'a EngineConfig,
+        stats: &'a mut LocalStats,
+        no_touch: bool,
+        events: &'a dyn Events,
+        locks: LockSet<'a>,
+    ) -> Ctx<'a> {
+        Ctx { ks, db, now_ms, cfg, stats, no_touch, events, locks, block_mode: BlockMode::Normal, block: None }
+    }
+
+    /// Whether a blocking command without data may block now (see [`BlockMode`]).
+    pub fn can_block(&self) -> bool {
+        self.block_mode != BlockMode::Immediate
+    }
+
+    /// Asks the dispatcher to block the client on `keys` until `deadline_ms` (None: forever).
+    /// The handler must not write a reply after calling this.
+    pub fn block_on(&mut self, keys: Vec<Vec<u8>>, deadline_ms: Option<i64>) {
+        self.block = Some(BlockRequest { keys, deadline_ms });
+    }
+
     /// The locked table holding `key` in database `db`.
     pub fn table(&mut self, db: usize, key: &[u8]) -> Result<(&mut Table, &'a Slot, u32), CommandError> {
         let (id, hash) = self.locks.locate(db, key);

@@ -56,6 +56,10 @@ pub struct TestKit {
     pub events: Recorder,
     /// The client's `CLIENT NO-TOUCH` flag.
     pub no_touch: bool,
+    /// How blocking commands behave without data.
+    pub block_mode: crate::ctx::BlockMode,
+    /// What the last command asked to block on, if it asked.
+    pub last_block: Option<crate::ctx::BlockRequest>,
 }
 
 impl Default for TestKit {
@@ -69,6 +73,8 @@ impl Default for TestKit {
             proto: Protocol::Resp2,
             events: Recorder::default(),
             no_touch: false,
+            block_mode: crate::ctx::BlockMode::Normal,
+            last_block: None,
         }
     }
 }
@@ -121,16 +127,8 @@ impl TestKit {
             return format!("-{}\r\n", e.message()).into_bytes();
         }
         let locks = self.ks.lock(&ids);
-        let mut ctx = Ctx {
-            ks: &self.ks,
-            db: self.db,
-            now_ms: self.now_ms,
-            cfg: &self.cfg,
-            stats: &mut self.stats,
-            no_touch: self.no_touch,
-            events: &self.events,
-            locks,
-        };
+        let mut ctx = Ctx::new(&self.ks, self.db, self.now_ms, &self.cfg, &mut self.stats, self.no_touch, &self.events, locks);
+        ctx.block_mode = self.block_mode;
         let handler = spec.handler.as_ref().expect("leaf command has a handler");
         let before = out.len();
         if let Err(e) = (handler.run)(&mut ctx, args, &mut out) {
@@ -138,8 +136,10 @@ impl TestKit {
             out.error(&e.message());
         }
         let new_db = ctx.db;
+        let block = ctx.block.take();
         drop(ctx);
         self.db = new_db;
+        self.last_block = block;
         out.as_bytes().to_vec()
     }
 }

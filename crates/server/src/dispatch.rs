@@ -169,16 +169,7 @@ fn run_engine(
     plan_locks(spec, &args, sess.db, b.srv.ks.databases(), &mut scratch.keys, &mut scratch.locks)?;
     let locks = b.srv.ks.lock(&scratch.locks);
     let no_touch = sess.has_flag(crate::session::flag::NO_TOUCH);
-    let mut ctx = Ctx {
-        ks: &b.srv.ks,
-        db: sess.db,
-        now_ms: b.now_ms,
-        cfg: b.engine,
-        stats: &mut sess.local,
-        no_touch,
-        events: &NoEvents,
-        locks,
-    };
+    let mut ctx = Ctx::new(&b.srv.ks, sess.db, b.now_ms, b.engine, &mut sess.local, no_touch, &NoEvents, locks);
     let r = (ecmd.run)(&mut ctx, args, out);
     let db = ctx.db;
     drop(ctx);

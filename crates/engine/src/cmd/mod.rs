@@ -124,6 +124,26 @@ fn parse_db(arg: &[u8]) -> Option<usize> {
     hotkv_protocol::parse_i64(arg).and_then(|n| usize::try_from(n).ok())
 }
 
+/// Parses a blocking command's timeout in seconds (a float) as Valkey's
+/// `getTimeoutFromObjectOrReply`: returns the absolute deadline in unix milliseconds, or `None`
+/// for 0 (wait forever).
+pub fn parse_timeout(arg: &[u8], now_ms: i64) -> Result<Option<i64>, CommandError> {
+    let secs =
+        hotkv_protocol::parse_double(arg).ok_or_else(|| CommandError::err("timeout is not a float or out of range"))?;
+    let ms = (secs * 1000.0).ceil();
+    if ms > i64::MAX as f64 {
+        return Err(CommandError::err("timeout is out of range"));
+    }
+    if ms < 0.0 {
+        return Err(CommandError::err("timeout is negative"));
+    }
+    let ms = ms as i64;
+    if ms == 0 {
+        return Ok(None);
+    }
+    now_ms.checked_add(ms).map(Some).ok_or_else(|| CommandError::err("timeout is out of range"))
+}
+
 /// Parses an integer argument or fails with the standard error.
 pub(crate) fn int_arg(arg: &[u8]) -> Result<i64, CommandError> {
     hotkv_protocol::parse_i64(arg).ok_or(CommandError::NotInteger)
