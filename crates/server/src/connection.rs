@@ -140,11 +140,14 @@ impl Conn {
         sess.info.last_interaction.store(now_ms, Ordering::Relaxed);
         let batch = Batch { srv, engine: &engine, rt: &rt, now_ms };
         let mut flow = Flow::Continue;
+        let started = std::time::Instant::now();
+        let mut commands = 0u64;
         loop {
             let limits = Limits { max_bulk_len: rt.proto_max_bulk_len, auth_required: !sess.authenticated };
             match self.decoder.next(&self.rbuf, limits) {
                 Ok(Step::Command) => {
                     let args = self.decoder.args(&self.rbuf);
+                    commands += 1;
                     flow = dispatch(&batch, sess, args, &mut self.out, &mut self.scratch);
                     if flow != Flow::Continue || sess.close_after_reply {
                         break;
@@ -172,6 +175,7 @@ impl Conn {
         }
         let n = self.decoder.discard_consumed();
         self.rbuf.advance(n);
+        srv.stats.batch(commands, started.elapsed().as_micros() as u64);
         srv.stats.absorb(&mut sess.local, std::mem::take(&mut sess.pending_in), self.out.len() as u64);
         flow
     }

@@ -72,6 +72,10 @@ pub struct Stats {
     pub cron_cycles: AtomicU64,
     /// Microseconds spent in cron cycles.
     pub cron_usec: AtomicU64,
+    /// Most commands run in one batch (`eventloop_cmd_per_cycle_max`).
+    pub max_batch_cmds: AtomicU64,
+    /// Longest batch in microseconds (`eventloop_duration_max`).
+    pub max_batch_usec: AtomicU64,
     /// `total_error_replies`.
     pub error_replies: AtomicU64,
     errors: Mutex<HashMap<String, u64>>,
@@ -153,6 +157,8 @@ impl Stats {
             obuf_limit_disconnections: AtomicU64::new(0),
             cron_cycles: AtomicU64::new(0),
             cron_usec: AtomicU64::new(0),
+            max_batch_cmds: AtomicU64::new(0),
+            max_batch_usec: AtomicU64::new(0),
             error_replies: AtomicU64::new(0),
             errors: Mutex::new(HashMap::new()),
             samples: Mutex::new(Samples::default()),
@@ -245,6 +251,22 @@ impl Stats {
     /// Changes since startup (`rdb_changes_since_last_save`).
     pub fn dirty(&self) -> u64 {
         self.sum(|s| &s.dirty)
+    }
+
+    /// Records a batch's size and duration when it sets a new maximum.
+    pub fn batch(&self, commands: u64, usec: u64) {
+        // Read first: the shared line is written only when a record falls.
+        if commands > self.max_batch_cmds.load(Ordering::Relaxed) {
+            self.max_batch_cmds.fetch_max(commands, Ordering::Relaxed);
+        }
+        if usec > self.max_batch_usec.load(Ordering::Relaxed) {
+            self.max_batch_usec.fetch_max(usec, Ordering::Relaxed);
+        }
+    }
+
+    /// Microseconds spent executing commands, all commands together.
+    pub fn command_usec(&self) -> u64 {
+        self.shards.iter().flat_map(|s| s.per_cmd.iter()).map(|c| c.nanos.load(Ordering::Relaxed)).sum::<u64>() / 1000
     }
 
     /// Totals for command `cmd`.

@@ -121,8 +121,11 @@ pub fn generate(srv: &Server, sel: &Selection) -> String {
             out.push_str("\r\n");
         }
         out.push_str("# Debug\r\n");
-        fields!(out, "eventloop_duration_aof_sum" => 0, "eventloop_duration_cron_sum" => 0,
-            "eventloop_duration_max" => 0, "eventloop_cmd_per_cycle_max" => 0);
+        let st = &srv.stats;
+        fields!(out, "eventloop_duration_aof_sum" => 0,
+            "eventloop_duration_cron_sum" => st.cron_usec.load(Ordering::Relaxed),
+            "eventloop_duration_max" => st.max_batch_usec.load(Ordering::Relaxed),
+            "eventloop_cmd_per_cycle_max" => st.max_batch_cmds.load(Ordering::Relaxed));
     }
     out
 }
@@ -394,7 +397,7 @@ fn stats(srv: &Server, o: &mut String) {
         "reply_buffer_expands" => 0,
         "eventloop_cycles" => load(&s.cron_cycles),
         "eventloop_duration_sum" => load(&s.cron_usec),
-        "eventloop_duration_cmd_sum" => 0,
+        "eventloop_duration_cmd_sum" => s.command_usec(),
         "instantaneous_eventloop_cycles_per_sec" => cycles_rate.round() as i64,
         "instantaneous_eventloop_duration_usec" => cycle_usec,
         "acl_access_denied_auth" => 0,
