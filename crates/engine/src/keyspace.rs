@@ -51,6 +51,50 @@ impl Slot {
     }
 }
 
+/// A slot's table, either borrowed from a lock set or locked for this reference alone.
+pub enum SlotRef<'a, 's> {
+    /// Held by the command's lock set.
+    Held(&'s mut Table, &'a Slot),
+    /// Locked for as long as this value lives.
+    Own(MutexGuard<'a, Table>, &'a Slot),
+}
+
+impl SlotRef<'_, '_> {
+    /// The slot (for its counters).
+    pub fn slot(&self) -> &Slot {
+        match self {
+            SlotRef::Held(_, s) | SlotRef::Own(_, s) => s,
+        }
+    }
+
+    /// Publishes the slot's counters after a change.
+    pub fn sync(&mut self) {
+        match self {
+            SlotRef::Held(t, s) => s.sync(t),
+            SlotRef::Own(t, s) => s.sync(t),
+        }
+    }
+}
+
+impl std::ops::Deref for SlotRef<'_, '_> {
+    type Target = Table;
+    fn deref(&self) -> &Table {
+        match self {
+            SlotRef::Held(t, _) => t,
+            SlotRef::Own(t, _) => t,
+        }
+    }
+}
+
+impl std::ops::DerefMut for SlotRef<'_, '_> {
+    fn deref_mut(&mut self) -> &mut Table {
+        match self {
+            SlotRef::Held(t, _) => t,
+            SlotRef::Own(t, _) => t,
+        }
+    }
+}
+
 /// One database: its slots.
 pub struct Db {
     slots: Box<[Slot]>,
@@ -244,6 +288,47 @@ impl<'a> LockSet<'a> {
     /// Whether no slot is locked.
     pub fn is_empty(&self) -> bool {
         self.guards.is_empty()
+    }
+
+    /// The table of slot `s` of database `db`: the one this set holds, or else locked just for
+    /// the returned guard. Whole-keyspace commands (KEYS, SCAN, FLUSHDB...) walk slots with it,
+    /// so inside a transaction that already holds every slot they do not lock twice.
+    pub fn slot_ref<'s>(&'s mut self, ks: &'a Keyspace, db: usize, s: u16) -> SlotRef<'a, 's> {
+        let id = lock_id(db, s);
+        if let Some(i) = self.guards.iter().position(|g| g.0 == id) {
+            let (_, slot, guard) = &mut self.guards[i];
+            return SlotRef::Held(&mut **guard, *slot);
+        }
+        let slot = ks.db(db).slot(s);
+        SlotRef::Own(slot.lock(), slot)
+    }
+
+    /// Whether this set holds every slot of database `db`.
+    pub fn holds_db(&self, db: usize) -> bool {
+        let first = lock_id(db, 0);
+        self.guards.iter().filter(|g| g.0 >= first && g.0 < first + SLOTS as u32).count() == SLOTS
+    }
+
+    /// Adds the locks of `ids` this set does not hold yet, without waiting: succeeds only if
+    /// every one of them was free. Used to serve a blocked client from inside another command,
+    /// where waiting for a lock out of order could deadlock.
+    pub fn try_extend(&mut self, ks: &'a Keyspace, ids: &[LockId]) -> bool {
+        let mut added = Vec::new();
+        for &id in ids {
+            if self.holds(id) || added.iter().any(|(i, _, _)| *i == id) {
+                continue;
+            }
+            let slot = ks.slot_by_id(id);
+            match slot.table.try_lock() {
+                Some(g) => added.push((id, slot, g)),
+                None => return false,
+            }
+        }
+        for a in added {
+            let at = self.guards.partition_point(|g| g.0 < a.0);
+            self.guards.insert(at, a);
+        }
+        true
     }
 
     /// The locked tables in lock order.

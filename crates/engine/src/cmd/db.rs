@@ -93,8 +93,9 @@ fn flush_async(args: &Args<'_>) -> Result<bool, CommandError> {
 fn flushdb(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let lazy = flush_async(&args)?;
     let mut garbage = Vec::new();
-    if let Some(db) = ctx.ks.db_if_used(ctx.db) {
-        ctx.stats.dirty += empty_db(db, &mut garbage) as u64;
+    if ctx.ks.db_if_used(ctx.db).is_some() {
+        let dbi = ctx.db;
+        ctx.stats.dirty += empty_db(ctx, dbi, &mut garbage) as u64;
     }
     ctx.events.db_changed(ctx.db);
     free(garbage, lazy);
@@ -106,8 +107,8 @@ fn flushall(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult 
     let lazy = flush_async(&args)?;
     let mut garbage = Vec::new();
     for i in 0..ctx.ks.databases() {
-        if let Some(db) = ctx.ks.db_if_used(i) {
-            ctx.stats.dirty += empty_db(db, &mut garbage) as u64;
+        if ctx.ks.db_if_used(i).is_some() {
+            ctx.stats.dirty += empty_db(ctx, i, &mut garbage) as u64;
         }
         ctx.events.db_changed(i);
     }
@@ -116,16 +117,20 @@ fn flushall(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult 
     Ok(())
 }
 
-/// Takes every slot's table out of `db`, one slot lock at a time; returns the keys removed.
-fn empty_db(db: &Db, garbage: &mut Vec<Table>) -> usize {
+/// Takes every slot's table out of database `db`, one slot lock at a time (or under the
+/// transaction's locks); returns the keys removed.
+fn empty_db(ctx: &mut Ctx<'_>, db: usize, garbage: &mut Vec<Table>) -> usize {
     let mut removed = 0;
-    for slot in db.slots() {
-        let mut table = slot.lock();
+    for s in 0..SLOTS as u16 {
+        if ctx.ks.db(db).slot(s).keys() == 0 && !ctx.locks.holds(crate::keyspace::lock_id(db, s)) {
+            continue;
+        }
+        let mut table = ctx.locks.slot_ref(ctx.ks, db, s);
         if table.is_empty() {
             continue;
         }
         let old = table.take_all();
-        slot.sync(&table);
+        table.sync();
         drop(table);
         removed += old.len();
         garbage.push(old);
@@ -156,9 +161,22 @@ fn swapdb(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         return Err(CommandError::DbIndexOutOfRange);
     }
     if a != b {
-        // Every slot of both databases at once, so no command sees a half-swapped pair.
-        let mut locks = ctx.ks.lock_all(&[a, b]);
-        let mut tables: Vec<_> = locks.tables_mut().collect();
+        // Every slot of both databases at once, so no command sees a half-swapped pair; a
+        // transaction already holds them all (it plans SWAPDB that way).
+        let held = ctx.locks.holds_db(a) && ctx.locks.holds_db(b);
+        let mut own = if held { None } else { Some(ctx.ks.lock_all(&[a, b])) };
+        let locks = match own.as_mut() {
+            Some(l) => l,
+            None => &mut ctx.locks,
+        };
+        let (lo, hi) = (a.min(b), a.max(b));
+        let mut tables: Vec<_> = locks
+            .tables_mut()
+            .filter(|(id, _, _)| {
+                let d = *id as usize / SLOTS;
+                d == lo || d == hi
+            })
+            .collect();
         let (low, high) = tables.split_at_mut(SLOTS);
         for ((_, x, xs), (_, y, ys)) in low.iter_mut().zip(high.iter_mut()) {
             std::mem::swap(&mut **x, &mut **y);

@@ -10,14 +10,13 @@ use hotkv_protocol::{Args, ReplyBuf, parse_i64};
 use super::keys::{row, type_name};
 use super::{LockPlan, Spec, push_bulk};
 use crate::command::{acl, flags};
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, Events, LocalStats};
 use crate::entry::Entry;
 use crate::error::{CmdResult, CommandError};
 use crate::glob;
-use crate::keyspace::{Db, Slot};
+use crate::keyspace::{Db, SlotRef};
 use crate::policy::random_u64;
 use crate::slot::SLOTS;
-use crate::table::Table;
 
 /// Keyspace walking command rows.
 pub static COMMANDS: &[Spec] = &[
@@ -56,7 +55,7 @@ fn keys(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let mut n = 0;
     if let Some(db) = ctx.ks.db_if_used(ctx.db) {
         for slot in candidate_slots(db, pattern, all) {
-            let table = slot.lock();
+            let table = ctx.locks.slot_ref(ctx.ks, ctx.db, slot);
             for (_, e) in table.iter() {
                 if (all || glob::matches(pattern, e.key(), false)) && !expired(e, now) {
                     push_bulk(&mut buf, e.key());
@@ -72,13 +71,13 @@ fn keys(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
 
 /// The non-empty slots that can hold keys matching `pattern`: one when its hash tag (or the
 /// whole wildcard-free pattern) pins the slot down.
-fn candidate_slots<'d>(db: &'d Db, pattern: &[u8], all: bool) -> impl Iterator<Item = &'d Slot> {
+fn candidate_slots<'d>(db: &'d Db, pattern: &[u8], all: bool) -> impl Iterator<Item = u16> + 'd {
     let only = if all { None } else { glob::pattern_slot(pattern) };
     let range = match only {
         Some(s) => usize::from(s)..usize::from(s) + 1,
         None => 0..SLOTS,
     };
-    db.slots()[range].iter().filter(|s| s.keys() > 0)
+    range.filter(move |&s| db.slot(s as u16).keys() > 0).map(|s| s as u16)
 }
 
 fn expired(e: &Entry, now: i64) -> bool {
@@ -196,10 +195,10 @@ fn scan_step(ctx: &mut Ctx<'_>, db: &Db, cursor: u64, only: Option<u16>, opts: &
         }
     }
     let next = {
-        let s = db.slot(slot);
-        let mut table = s.lock();
+        let (replica, dbi, now) = (ctx.cfg.replica, ctx.db, ctx.now_ms);
+        let (stats, events) = (&mut *ctx.stats, ctx.events);
+        let mut table = ctx.locks.slot_ref(ctx.ks, dbi, slot);
         let mut stale: Vec<Vec<u8>> = Vec::new();
-        let now = ctx.now_ms;
         let next = table.scan(inner, |e| {
             found.sampled += 1;
             if opts.type_.is_some_and(|t| !t.eq_ignore_ascii_case(type_name(e.value()).as_bytes())) {
@@ -216,7 +215,7 @@ fn scan_step(ctx: &mut Ctx<'_>, db: &Db, cursor: u64, only: Option<u16>, opts: &
             }
         });
         for key in stale {
-            expire_now(ctx, &mut table, s, &key);
+            expire_now(replica, stats, events, dbi, &mut table, &key);
         }
         next
     };
@@ -235,17 +234,17 @@ fn scan_step(ctx: &mut Ctx<'_>, db: &Db, cursor: u64, only: Option<u16>, opts: &
 
 /// Deletes a logically expired key met while walking a locked table, with the side effects
 /// of a lazy expiry on lookup. A replica leaves it for its primary's DEL.
-fn expire_now(ctx: &mut Ctx<'_>, table: &mut Table, slot: &Slot, key: &[u8]) {
-    if ctx.cfg.replica {
+fn expire_now(replica: bool, stats: &mut LocalStats, events: &dyn Events, db: usize, table: &mut SlotRef<'_, '_>, key: &[u8]) {
+    if replica {
         return;
     }
     let hash = crate::hash::key_hash(key);
     let Some(i) = table.find(key, hash) else { return };
     drop(table.remove_at(i));
-    slot.sync(table);
-    ctx.stats.expired += 1;
-    ctx.events.notify('x', "expired", key, ctx.db);
-    ctx.events.key_touched(ctx.db, key);
+    table.sync();
+    stats.expired += 1;
+    events.notify('x', "expired", key, db);
+    events.key_touched(db, key);
 }
 
 fn randomkey(ctx: &mut Ctx<'_>, _: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
@@ -269,15 +268,16 @@ fn randomkey(ctx: &mut Ctx<'_>, _: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
             stale_counts += 1;
             continue;
         };
-        let slot = db.slot(s);
-        let mut table = slot.lock();
+        let (replica, dbi) = (ctx.cfg.replica, ctx.db);
+        let (stats, events) = (&mut *ctx.stats, ctx.events);
+        let mut table = ctx.locks.slot_ref(ctx.ks, dbi, s);
         let Some(i) = table.occupied_from(random_u64() as usize) else {
             stale_counts += 1;
             continue;
         };
         let e = table.at(i);
         if expired(e, now) {
-            if ctx.cfg.replica {
+            if replica {
                 // The replica cannot delete it; when everything has a TTL, everything may be
                 // expired, so stop looking eventually.
                 replica_tries -= u32::from(all_volatile);
@@ -286,7 +286,7 @@ fn randomkey(ctx: &mut Ctx<'_>, _: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
                 }
             } else {
                 let key = e.key().to_vec();
-                expire_now(ctx, &mut table, slot, &key);
+                expire_now(replica, stats, events, dbi, &mut table, &key);
                 continue;
             }
         }
