@@ -49,7 +49,9 @@ fn setname_refuses_spaces_and_newlines() {
 fn client_list_describes_each_connection() {
     let srv = server();
     let mut c = srv.client();
-    let other = srv.client();
+    let mut other = srv.client();
+    // A round trip proves the server has accepted it before we list clients.
+    assert_eq!(other.cmd(&["PING"]), Frame::simple("PONG"));
     ok(&mut c, &["CLIENT", "SETNAME", "lister"]);
     ok(&mut c, &["SELECT", "2"]);
     let id = c.cmd(&["CLIENT", "ID"]).int();

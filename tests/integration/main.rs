@@ -27,11 +27,13 @@ mod monitor_slowlog;
 mod object_memory;
 mod pipeline;
 mod protocol;
+mod pubsub;
 mod python;
 mod redis_cli;
 mod resp3;
 mod scan;
 mod strings;
+mod transactions;
 
 use std::time::Duration;
 

@@ -34,6 +34,11 @@ impl Slot {
         self.table.lock()
     }
 
+    /// Locks the table if it is free right now.
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, Table>> {
+        self.table.try_lock()
+    }
+
     /// Keys in the slot (may lag a concurrent writer by one command).
     pub fn keys(&self) -> usize {
         self.keys.load(Ordering::Relaxed) as usize

@@ -22,7 +22,7 @@ pub mod keyspace;
 pub mod policy;
 pub mod rdb;
 
-pub use ctx::{Ctx, EngineConfig, Events, KeyMut, LocalStats, LookupFlags, NoEvents, Ttl};
+pub use ctx::{BlockMode, BlockRequest, Ctx, EngineConfig, Events, KeyMut, LocalStats, LookupFlags, NoEvents, Ttl};
 pub use error::{CmdResult, CommandError};
 pub use keyspace::{Keyspace, LockSet};
 pub mod cmd;

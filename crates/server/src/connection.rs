@@ -6,12 +6,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bytes::{Buf, BytesMut};
+use hotkv_engine::BlockMode;
 use hotkv_protocol::{Decoder, Limits, ReplyBuf, Step};
 use tokio::net::TcpStream;
 use tokio::sync::broadcast;
 use tracing::debug;
 
-use crate::dispatch::{Batch, Scratch, dispatch};
+use crate::blocking::{BlockWait, Wakeup};
+use crate::dispatch::{Batch, Scratch, dispatch, dispatch_with};
 use crate::io::Socket;
 use crate::registry::Flow;
 use crate::server::{Server, unix_ms};
@@ -38,6 +40,10 @@ pub async fn serve(srv: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>) {
     if let Err(e) = result {
         debug!("client {} closed: {e}", info.id);
     }
+    if let Some(mut subs) = sess.subs.take() {
+        srv.pubsub.unsubscribe_all(&mut subs);
+    }
+    crate::cmd::multi::forget_watches(&srv, &mut sess);
     // From here on CLIENT KILL must not touch the descriptor: it is about to be closed.
     *info.sock.lock() = None;
     sock.shutdown();
@@ -66,10 +72,11 @@ impl Conn {
             }
             self.reserve(sess);
             // A plain client only waits for its socket (CLIENT KILL shuts the socket down, so
-            // the read ends); a MONITOR client also waits for the feed.
-            let n = match &mut monitor {
-                None => stream.read_into(&mut self.rbuf).await?,
-                Some(_) => tokio::select! {
+            // the read ends); a MONITOR or subscribed client also waits for its feed.
+            let n = if monitor.is_none() && sess.subs.is_none() {
+                stream.read_into(&mut self.rbuf).await?
+            } else {
+                tokio::select! {
                     line = recv_monitor(&mut monitor) => {
                         if let Some(line) = line {
                             self.out.simple(&line);
@@ -77,8 +84,15 @@ impl Conn {
                         }
                         continue;
                     }
+                    msg = recv_message(sess) => {
+                        if let Some(msg) = msg {
+                            self.deliver(sess, msg);
+                            self.flush(stream, sess).await?;
+                        }
+                        continue;
+                    }
                     n = stream.read_into(&mut self.rbuf) => n?,
-                },
+                }
             };
             if n == 0 {
                 return Ok(());
@@ -96,10 +110,32 @@ impl Conn {
                 srv.stats.qbuf_limit_disconnections.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
-            let flow = self.process(srv, sess);
-            if sess.enter_monitor {
-                sess.enter_monitor = false;
-                monitor = Some(srv.monitor_tx.subscribe());
+            // Run what is buffered; a blocked command suspends the rest of the pipeline until
+            // it is woken, as in Valkey.
+            loop {
+                let flow = self.process(srv, sess);
+                if sess.enter_monitor {
+                    sess.enter_monitor = false;
+                    monitor = Some(srv.monitor_tx.subscribe());
+                }
+                match flow {
+                    Flow::Continue if !sess.close_after_reply => break,
+                    Flow::Block(wait) => {
+                        self.flush(stream, sess).await?;
+                        if !self.wait_blocked(srv, stream, sess, wait).await? {
+                            return Ok(());
+                        }
+                    }
+                    Flow::Shutdown => {
+                        self.flush(stream, sess).await?;
+                        srv.request_shutdown();
+                        return Ok(());
+                    }
+                    _ => {
+                        self.flush(stream, sess).await?;
+                        return Ok(());
+                    }
+                }
             }
             // Let every other ready connection run its commands first, then write: replies
             // leave in a burst, as Valkey writes all pending replies before it sleeps, so a
@@ -110,15 +146,96 @@ impl Conn {
             }
             self.flush(stream, sess).await?;
             self.release_idle_buffers();
-            match flow {
-                Flow::Continue if !sess.close_after_reply => {}
-                Flow::Shutdown => {
-                    srv.request_shutdown();
-                    return Ok(());
+        }
+    }
+
+    /// Waits until a blocked command is served, times out or is unblocked, and writes its
+    /// reply. Returns false when the client went away meanwhile.
+    async fn wait_blocked(&mut self, srv: &Arc<Server>, stream: &Socket, sess: &mut Session, mut wait: BlockWait) -> io::Result<bool> {
+        loop {
+            sess.set_flag(flag::BLOCKED, true);
+            let deadline = wait.deadline_ms.map(|ms| {
+                let left = (ms - unix_ms()).max(0) as u64;
+                tokio::time::Instant::now() + std::time::Duration::from_millis(left)
+            });
+            let wakeup = loop {
+                self.reserve(sess);
+                tokio::select! {
+                    w = &mut wait.rx => break w.unwrap_or(Wakeup::Retry),
+                    _ = sleep_until(deadline) => {
+                        // Claim our own wakeup; if the server already claimed it, it is serving
+                        // us right now and the reply is on its way.
+                        if wait.waiter.claim().is_some() {
+                            break Wakeup::Timeout;
+                        }
+                    }
+                    n = stream.read_into(&mut self.rbuf) => {
+                        // More commands wait behind the blocked one; only a closed socket ends it.
+                        if n.unwrap_or(0) == 0 {
+                            srv.blocked.unregister(&wait.waiter);
+                            sess.set_flag(flag::BLOCKED, false);
+                            return Ok(false);
+                        }
+                    }
                 }
-                _ => return Ok(()),
+            };
+            srv.blocked.unregister(&wait.waiter);
+            sess.set_flag(flag::BLOCKED, false);
+            let mode = match wakeup {
+                Wakeup::Reply(bytes) => {
+                    self.out.raw(&bytes);
+                    return Ok(true);
+                }
+                Wakeup::Error(msg) => {
+                    crate::dispatch::reply_error(srv, &mut self.out, &hotkv_engine::CommandError::raw(msg));
+                    return Ok(true);
+                }
+                Wakeup::Retry => BlockMode::Normal,
+                Wakeup::Timeout => BlockMode::Immediate,
+            };
+            // Run the command again: with data now (retry), or for its timeout reply.
+            let argv = wait.waiter.args.clone();
+            let mut spans = Vec::with_capacity(argv.len());
+            let mut flat = Vec::new();
+            for a in &argv {
+                spans.push((flat.len(), flat.len() + a.len()));
+                flat.extend_from_slice(a);
+            }
+            let engine = srv.engine.load();
+            let rt = srv.rt.load();
+            let batch = Batch { srv, engine: &engine, rt: &rt, now_ms: unix_ms() };
+            let args = hotkv_protocol::Args::from_parts(&flat, &spans);
+            match dispatch_with(&batch, sess, args, &mut self.out, &mut self.scratch, mode) {
+                Flow::Block(again) => wait = again,
+                _ => return Ok(true),
             }
         }
+    }
+
+    /// Encodes a pub/sub message in the client's protocol.
+    fn deliver(&mut self, sess: &mut Session, msg: crate::pubsub::Message) {
+        use crate::pubsub::Kind;
+        if let Some(subs) = &sess.subs {
+            let size = msg.channel.len() + msg.payload.len() + msg.pattern.as_ref().map_or(0, |p| p.len()) + 32;
+            subs.queued.fetch_sub(size.min(subs.queued.load(Ordering::Relaxed)), Ordering::Relaxed);
+        }
+        match msg.kind {
+            Kind::Pattern => {
+                self.out.push(4);
+                self.out.bulk(b"pmessage");
+                self.out.bulk(msg.pattern.as_deref().unwrap_or(b""));
+            }
+            Kind::Channel => {
+                self.out.push(3);
+                self.out.bulk(b"message");
+            }
+            Kind::Shard => {
+                self.out.push(3);
+                self.out.bulk(b"smessage");
+            }
+        }
+        self.out.bulk(&msg.channel);
+        self.out.bulk(&msg.payload);
     }
 
     /// Makes room to read: a normal chunk, or all at once for a big argument in progress.
@@ -149,7 +266,7 @@ impl Conn {
                     let args = self.decoder.args(&self.rbuf);
                     commands += 1;
                     flow = dispatch(&batch, sess, args, &mut self.out, &mut self.scratch);
-                    if flow != Flow::Continue || sess.close_after_reply {
+                    if !flow.is_continue() || sess.close_after_reply {
                         break;
                     }
                     if self.over_output_limit(srv, sess, rt.obuf_normal) {
@@ -226,6 +343,20 @@ impl Conn {
         if self.out.capacity() > READ_CHUNK {
             self.out.release();
         }
+    }
+}
+
+async fn recv_message(sess: &mut Session) -> Option<crate::pubsub::Message> {
+    match &mut sess.subs {
+        Some(subs) => subs.rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use hotkv_engine::NoEvents;
 use hotkv_engine::expire::{ExpireCursor, active_expire_cycle};
 
 use crate::server::{Server, unix_ms};
@@ -61,7 +60,9 @@ fn expire(srv: &Server, cursor: &mut ExpireCursor, period: Duration) {
     let perc = 25 + 2 * (cfg.active_expire_effort.saturating_sub(1)) as u32;
     let budget = period * perc / 100;
     let start = Instant::now();
-    let st = active_expire_cycle(&srv.ks, cursor, unix_ms(), start + budget, cfg.replica, &NoEvents);
+    // Expired keys announce themselves, abort WATCHes and may make blocked clients' keys ready.
+    let events = crate::events::CmdEvents::new(srv, srv.rt.load().notify);
+    let st = active_expire_cycle(&srv.ks, cursor, unix_ms(), start + budget, cfg.replica, &events);
     srv.stats.active_expired.fetch_add(st.expired, Ordering::Relaxed);
     if st.time_cap_reached {
         srv.stats.expire_cap_reached.fetch_add(1, Ordering::Relaxed);

@@ -7,10 +7,12 @@ use std::time::Instant;
 use hotkv_engine::cmd::{EngineCmd, plan_locks};
 use hotkv_engine::command::flags;
 use hotkv_engine::keyspace::LockId;
-use hotkv_engine::{CommandError, Ctx, EngineConfig, NoEvents};
+use hotkv_engine::{BlockMode, CommandError, Ctx, EngineConfig};
 use hotkv_protocol::{Args, ReplyBuf};
 
+use crate::blocking::{BlockWait, Waiter, Wakeup};
 use crate::evict;
+use crate::events::CmdEvents;
 use crate::registry::{Command, Flow, Lookup};
 use crate::server::{Runtime, Server, unix_us};
 use crate::session::{ReplyMode, Session};
@@ -36,9 +38,22 @@ pub struct Scratch {
 
 /// Runs one command, writing its reply into `out`.
 pub fn dispatch(b: &Batch<'_>, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf, scratch: &mut Scratch) -> Flow {
+    dispatch_with(b, sess, args, out, scratch, BlockMode::Normal)
+}
+
+/// [`dispatch`] with a given behaviour for blocking commands (a blocked client re-runs its
+/// command in `Normal` mode when asked to retry, in `Immediate` mode when it timed out).
+pub fn dispatch_with(
+    b: &Batch<'_>,
+    sess: &mut Session,
+    args: Args<'_>,
+    out: &mut ReplyBuf,
+    scratch: &mut Scratch,
+    mode: BlockMode,
+) -> Flow {
     let mark = out.len();
-    let mode = advance_reply_mode(sess);
-    let flow = match run_checked(b, sess, args, out, scratch) {
+    let reply_mode = advance_reply_mode(sess);
+    let flow = match run_checked(b, sess, args, out, scratch, mode) {
         Ok(flow) => flow,
         Err(e) => {
             out.truncate(mark);
@@ -47,11 +62,11 @@ pub fn dispatch(b: &Batch<'_>, sess: &mut Session, args: Args<'_>, out: &mut Rep
         }
     };
     // CLIENT REPLY ON answers even when replies were off or skipped, as in Valkey.
-    if matches!(mode, ReplyMode::Off | ReplyMode::Skip) && sess.reply_mode != ReplyMode::On {
+    if matches!(reply_mode, ReplyMode::Off | ReplyMode::Skip) && sess.reply_mode != ReplyMode::On {
         out.truncate(mark);
     }
     // The skipped command may itself have changed the mode (CLIENT REPLY OFF/ON).
-    if mode == ReplyMode::Skip && sess.reply_mode == ReplyMode::Skip {
+    if reply_mode == ReplyMode::Skip && sess.reply_mode == ReplyMode::Skip {
         sess.reply_mode = ReplyMode::On;
     }
     flow
@@ -64,21 +79,60 @@ fn run_checked(
     args: Args<'_>,
     out: &mut ReplyBuf,
     scratch: &mut Scratch,
+    mode: BlockMode,
 ) -> Result<Flow, CommandError> {
     let reg = &b.srv.registry;
     let lookup = reg.lookup(&args);
     let Lookup::Found(id) = lookup else {
+        flag_transaction(sess);
         return Err(reg.unknown_error(&lookup, &args));
     };
     let cmd = reg.get(id);
-    let rejected = |e: CommandError| {
+    let rejected = |sess: &mut Session, e: CommandError| {
         b.srv.stats.reject(Some(id));
+        flag_transaction(sess);
         e
     };
-    check_arity(cmd, &args).map_err(rejected)?;
-    check_auth(cmd, sess).map_err(rejected)?;
-    check_memory(b, cmd, sess).map_err(rejected)?;
-    Ok(execute(b, sess, cmd, args, out, scratch))
+    if let Err(e) = check_arity(cmd, &args) {
+        return Err(rejected(sess, e));
+    }
+    check_auth(cmd, sess).map_err(|e| rejected(sess, e))?;
+    if sess.multi.is_some() && cmd.spec.flags() & flags::NO_MULTI != 0 {
+        return Err(rejected(sess, CommandError::err("Command not allowed inside a transaction")));
+    }
+    check_pubsub_context(b, cmd, sess, out).map_err(|e| rejected(sess, e))?;
+    if sess.multi.is_some() && !b.srv.known.multi_immediate.contains(&id) {
+        return queue(b, cmd, sess, args, out).map_err(|e| rejected(sess, e));
+    }
+    if id == b.srv.known.exec {
+        if let Some(m) = &sess.multi
+            && m.queue.iter().any(|(c, _)| b.srv.registry.get(*c).spec.flags() & flags::DENYOOM != 0)
+        {
+            check_memory(b, cmd, sess, true).map_err(|e| rejected(sess, e))?;
+        }
+        return crate::multi::exec(b, sess, out, scratch);
+    }
+    check_memory(b, cmd, sess, false).map_err(|e| rejected(sess, e))?;
+    Ok(execute(b, sess, cmd, args, out, scratch, mode))
+}
+
+/// An error while queueing a transaction makes EXEC fail with EXECABORT.
+fn flag_transaction(sess: &mut Session) {
+    if let Some(m) = &mut sess.multi {
+        m.aborted = true;
+    }
+}
+
+/// Queues a command between MULTI and EXEC.
+fn queue(b: &Batch<'_>, cmd: &Command, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+    // Valkey refuses to queue a command that may grow memory while over the limit.
+    check_memory(b, cmd, sess, false)?;
+    let owned = args.iter().map(<[u8]>::to_vec).collect();
+    if let Some(m) = &mut sess.multi {
+        m.queue.push((cmd.id, owned));
+    }
+    out.simple("QUEUED");
+    Ok(Flow::Continue)
 }
 
 fn check_arity(cmd: &Command, args: &Args<'_>) -> Result<(), CommandError> {
@@ -97,14 +151,31 @@ fn check_auth(cmd: &Command, sess: &Session) -> Result<(), CommandError> {
     Ok(())
 }
 
+/// A RESP2 client in subscribed mode may only (un)subscribe, ping, quit and reset; the
+/// unsubscribe commands are refused outside subscribed mode.
+fn check_pubsub_context(b: &Batch<'_>, cmd: &Command, sess: &Session, out: &ReplyBuf) -> Result<(), CommandError> {
+    let known = &b.srv.known;
+    if sess.subscribed() && !out.is_resp3() && !known.pubsub_allowed.contains(&cmd.id) {
+        return Err(CommandError::err(format!(
+            "Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+            cmd.full_name
+        )));
+    }
+    if !sess.subscribed() && known.unsubscribes.contains(&cmd.id) {
+        return Err(CommandError::raw(format!("NOSUB '{}' command executed not in subscribed mode", cmd.full_name)));
+    }
+    Ok(())
+}
+
 /// Over `maxmemory`, try to evict; a command that may grow memory is then refused with OOM
 /// if the server is still over the limit (Valkey's `performEvictions` + `CMD_DENYOOM`).
-fn check_memory(b: &Batch<'_>, cmd: &Command, sess: &Session) -> Result<(), CommandError> {
+fn check_memory(b: &Batch<'_>, cmd: &Command, sess: &Session, deny: bool) -> Result<(), CommandError> {
     if b.engine.maxmemory == 0 {
         return Ok(());
     }
     let over = evict::perform(b.srv, b.engine, b.now_ms);
-    if over && cmd.spec.flags() & flags::DENYOOM != 0 && !sess.has_flag(crate::session::flag::NO_EVICT) {
+    let denyoom = deny || cmd.spec.flags() & flags::DENYOOM != 0;
+    if over && denyoom && !sess.has_flag(crate::session::flag::NO_EVICT) {
         return Err(CommandError::OutOfMemory);
     }
     Ok(())
@@ -119,11 +190,12 @@ fn execute(
     args: Args<'_>,
     out: &mut ReplyBuf,
     scratch: &mut Scratch,
+    mode: BlockMode,
 ) -> Flow {
     let mark = out.len();
     let start = Instant::now();
     let result = match cmd.spec.engine() {
-        Some(ecmd) => run_engine(b, sess, cmd, ecmd, args, out, scratch).map(|()| Flow::Continue),
+        Some(ecmd) => run_engine(b, sess, cmd, ecmd, args, out, scratch, mode),
         None => match cmd.spec.server() {
             Some(f) => f(b.srv, sess, args, out),
             None => Err(CommandError::err("internal error: command without handler")),
@@ -139,18 +211,27 @@ fn execute(
             Flow::Continue
         }
     };
-    b.srv.stats.call(cmd.id, nanos, failed, b.rt.latency_tracking);
-    sess.info.commands.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    sess.info.last_cmd.store(cmd.id as u32 + 1, std::sync::atomic::Ordering::Relaxed);
-    record_slow(b, sess, cmd, &args, nanos);
-    if b.srv.monitors.load(std::sync::atomic::Ordering::Relaxed) > 0
-        && cmd.spec.flags() & (flags::SKIP_MONITOR | flags::ADMIN) == 0
-    {
-        feed_monitors(b.srv, sess, &args);
+    // A command that blocked is accounted when it is served, as in Valkey.
+    if !matches!(flow, Flow::Block(_)) {
+        account(b, sess, cmd, &args, nanos, failed);
     }
     flow
 }
 
+/// commandstats, the slow log, the latency monitor and the MONITOR feed for one call.
+pub(crate) fn account(b: &Batch<'_>, sess: &Session, cmd: &Command, args: &Args<'_>, nanos: u64, failed: bool) {
+    b.srv.stats.call(cmd.id, nanos, failed, b.rt.latency_tracking);
+    sess.info.commands.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    sess.info.last_cmd.store(cmd.id as u32 + 1, std::sync::atomic::Ordering::Relaxed);
+    record_slow(b, sess, cmd, args, nanos);
+    if b.srv.monitors.load(std::sync::atomic::Ordering::Relaxed) > 0
+        && cmd.spec.flags() & (flags::SKIP_MONITOR | flags::ADMIN) == 0
+    {
+        feed_monitors(b.srv, sess, args);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn run_engine(
     b: &Batch<'_>,
     sess: &mut Session,
@@ -159,25 +240,126 @@ fn run_engine(
     args: Args<'_>,
     out: &mut ReplyBuf,
     scratch: &mut Scratch,
-) -> Result<(), CommandError> {
-    let Some(spec) = (match cmd.spec {
-        crate::registry::Spec::Engine(s) => Some(s),
-        crate::registry::Spec::Server(_) => None,
-    }) else {
+    mode: BlockMode,
+) -> Result<Flow, CommandError> {
+    let Some(spec) = engine_spec(cmd) else {
         return Err(CommandError::err("internal error: engine command without engine row"));
     };
     plan_locks(spec, &args, sess.db, b.srv.ks.databases(), &mut scratch.keys, &mut scratch.locks)?;
+    // Declared before the locks: the lock set borrows the same lifetime as the events sink.
+    let events = CmdEvents::new(b.srv, b.rt.notify);
     let locks = b.srv.ks.lock(&scratch.locks);
     let no_touch = sess.has_flag(crate::session::flag::NO_TOUCH);
-    let mut ctx = Ctx::new(&b.srv.ks, sess.db, b.now_ms, b.engine, &mut sess.local, no_touch, &NoEvents, locks);
+    let mut local = std::mem::take(&mut sess.local);
+    let mut ctx = Ctx::new(&b.srv.ks, sess.db, b.now_ms, b.engine, &mut local, no_touch, &events, locks);
+    ctx.block_mode = mode;
     let r = (ecmd.run)(&mut ctx, args, out);
+    let mut flow = Flow::Continue;
+    if let Some(req) = ctx.block.take()
+        && r.is_ok()
+    {
+        // Registered before the locks are released, so no write can slip in unnoticed.
+        let (waiter, rx) = Waiter::new(
+            sess.id,
+            ctx.db,
+            cmd.id,
+            args.iter().map(<[u8]>::to_vec).collect(),
+            out.protocol(),
+            req.keys,
+        );
+        b.srv.blocked.register(waiter.clone());
+        flow = Flow::Block(BlockWait { waiter, rx, deadline_ms: req.deadline_ms });
+    }
+    serve_blocked(b, &mut ctx, &events);
     let db = ctx.db;
     drop(ctx);
+    sess.local = local;
     if db != sess.db {
         sess.db = db;
         sess.info.db.store(db as u32, std::sync::atomic::Ordering::Relaxed);
     }
-    r
+    r.map(|()| flow)
+}
+
+/// The engine row of a command.
+pub(crate) fn engine_spec(cmd: &Command) -> Option<&'static hotkv_engine::cmd::Spec> {
+    match cmd.spec {
+        crate::registry::Spec::Engine(s) => Some(s),
+        crate::registry::Spec::Server(_) => None,
+    }
+}
+
+/// Serves clients blocked on keys the command touched, in arrival order, while the command's
+/// locks are still held (Valkey's `handleClientsBlockedOnKeys`). A waiter whose command needs
+/// a lock this command does not hold is retried by its own connection instead, since waiting
+/// for that lock here could deadlock.
+pub(crate) fn serve_blocked(b: &Batch<'_>, ctx: &mut Ctx<'_>, events: &CmdEvents<'_>) {
+    let mut ready: std::collections::VecDeque<(usize, Vec<u8>)> = events.take_ready().into();
+    let mut budget = 100_000;
+    let mut keys = Vec::new();
+    let mut ids = Vec::new();
+    while let Some((db, key)) = ready.pop_front() {
+        while budget > 0 {
+            budget -= 1;
+            let Some(w) = b.srv.blocked.first(db, &key) else { break };
+            let Some(tx) = w.claim() else {
+                // Timing out right now: it will unregister itself.
+                b.srv.blocked.unregister(&w);
+                continue;
+            };
+            let cmd = b.srv.registry.get(w.cmd);
+            let (Some(spec), Some(ecmd)) = (engine_spec(cmd), cmd.spec.engine()) else {
+                b.srv.blocked.unregister(&w);
+                let _ = tx.send(Wakeup::Retry);
+                continue;
+            };
+            let spans = spans_of(&w.args);
+            let flat: Vec<u8> = w.args.concat();
+            let args = Args::from_parts(&flat, &spans);
+            let planned = plan_locks(spec, &args, w.db, b.srv.ks.databases(), &mut keys, &mut ids).is_ok();
+            let ks = ctx.ks;
+            if !planned || !ctx.locks.try_extend(ks, &ids) {
+                b.srv.blocked.unregister(&w);
+                let _ = tx.send(Wakeup::Retry);
+                continue;
+            }
+            let mut reply = ReplyBuf::new();
+            reply.set_protocol(w.proto);
+            let (saved_db, saved_mode) = (ctx.db, ctx.block_mode);
+            ctx.db = w.db;
+            ctx.block_mode = BlockMode::Serving;
+            let start = Instant::now();
+            let r = (ecmd.run)(ctx, args, &mut reply);
+            let still_blocked = ctx.block.take().is_some();
+            ctx.db = saved_db;
+            ctx.block_mode = saved_mode;
+            if still_blocked {
+                // Nothing for the first in line means nothing for anyone after it.
+                w.unclaim(tx);
+                break;
+            }
+            if let Err(e) = &r {
+                reply.truncate(0);
+                reply_error(b.srv, &mut reply, e);
+            }
+            b.srv.blocked.unregister(&w);
+            b.srv.stats.call(cmd.id, start.elapsed().as_nanos() as u64, r.is_err(), b.rt.latency_tracking);
+            let _ = tx.send(Wakeup::Reply(reply.as_bytes().to_vec()));
+            // Serving may have made other keys ready (BLMOVE pushes to its destination).
+            ready.extend(events.take_ready());
+        }
+    }
+}
+
+fn spans_of(args: &[Vec<u8>]) -> Vec<(usize, usize)> {
+    let mut at = 0;
+    args.iter()
+        .map(|a| {
+            let span = (at, at + a.len());
+            at += a.len();
+            span
+        })
+        .collect()
 }
 
 /// Writes an error reply and counts it in errorstats.

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use hotkv_engine::policy::EvictionPolicy;
-use hotkv_engine::{EngineConfig, NoEvents};
+use hotkv_engine::EngineConfig;
 
 use crate::server::Server;
 
@@ -32,9 +32,10 @@ pub fn perform(srv: &Server, cfg: &EngineConfig, now_ms: i64) -> bool {
     let budget = time_budget(cfg.eviction_tenacity);
     let mut to_free = used - cfg.maxmemory;
     let mut freed_any = false;
+    let events = crate::events::CmdEvents::new(srv, srv.rt.load().notify);
     loop {
         // The clock is read every 16 keys, as Valkey does, so a pass always makes progress.
-        let done = hotkv_engine::evict::evict(&srv.ks, cfg, now_ms, to_free, &NoEvents, |d| {
+        let done = hotkv_engine::evict::evict(&srv.ks, cfg, now_ms, to_free, &events, |d| {
             d.keys < 64 && (d.keys % 16 != 0 || d.keys == 0 || start.elapsed() < budget)
         });
         srv.stats.evicted_keys.fetch_add(done.keys, Ordering::Relaxed);

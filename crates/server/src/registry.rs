@@ -11,8 +11,7 @@ use hotkv_protocol::{Args, ReplyBuf};
 use crate::server::Server;
 use crate::session::Session;
 
-/// What a server command asks the connection to do after its reply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a command asks the connection to do after its reply.
 pub enum Flow {
     /// Carry on.
     Continue,
@@ -20,6 +19,36 @@ pub enum Flow {
     Close,
     /// Shut the server down once the reply is written.
     Shutdown,
+    /// The client is blocked (BLPOP without data): wait for the wakeup before going on.
+    Block(crate::blocking::BlockWait),
+}
+
+impl std::fmt::Debug for Flow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Flow::Continue => "Continue",
+            Flow::Close => "Close",
+            Flow::Shutdown => "Shutdown",
+            Flow::Block(_) => "Block",
+        })
+    }
+}
+
+/// Flows compare by kind; two blocks are never equal (each is its own registration).
+impl PartialEq for Flow {
+    fn eq(&self, other: &Flow) -> bool {
+        matches!(
+            (self, other),
+            (Flow::Continue, Flow::Continue) | (Flow::Close, Flow::Close) | (Flow::Shutdown, Flow::Shutdown)
+        )
+    }
+}
+
+impl Flow {
+    /// Whether the connection simply carries on.
+    pub fn is_continue(&self) -> bool {
+        matches!(self, Flow::Continue)
+    }
 }
 
 /// A server command handler.

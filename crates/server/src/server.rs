@@ -50,6 +50,8 @@ pub struct Runtime {
     pub tcp_keepalive: u64,
     /// `client-output-buffer-limit` of the normal class: (hard, soft, soft seconds), 0 = none.
     pub obuf_normal: (u64, u64, u64),
+    /// `notify-keyspace-events` as bits (see `events::class`).
+    pub notify: u32,
 }
 
 impl Runtime {
@@ -73,6 +75,7 @@ impl Runtime {
                 .collect(),
             databases: s.int(t::DATABASES).max(1) as usize,
             tcp_keepalive: s.int(t::TCP_KEEPALIVE).max(0) as u64,
+            notify: crate::events::class::parse(s.str(t::NOTIFY_KEYSPACE_EVENTS)),
             obuf_normal: {
                 let l = s.ints(t::CLIENT_OUTPUT_BUFFER_LIMIT);
                 let at = |i: usize| l.get(i).copied().unwrap_or(0).max(0) as u64;
@@ -100,6 +103,44 @@ pub fn bool_of(s: &Settings, name: &str, default: bool) -> bool {
 /// A string directive by name, or `default`.
 pub fn str_of(s: &Settings, name: &str, default: &str) -> String {
     value_of(s, name).map_or_else(|| default.to_string(), |v| v.as_str().to_string())
+}
+
+/// Commands dispatch must recognise (transactions, pub/sub context).
+#[derive(Debug, Clone, Copy)]
+pub struct Known {
+    /// EXEC.
+    pub exec: usize,
+    /// Commands that run at once inside MULTI instead of being queued.
+    pub multi_immediate: [usize; 6],
+    /// Commands allowed in RESP2 subscribed mode.
+    pub pubsub_allowed: [usize; 9],
+    /// UNSUBSCRIBE, PUNSUBSCRIBE, SUNSUBSCRIBE (refused outside subscribed mode).
+    pub unsubscribes: [usize; 3],
+    /// SELECT (EXEC follows database changes while planning its locks).
+    pub select: usize,
+}
+
+impl Known {
+    fn new(r: &Registry) -> Known {
+        let id = |n: &str| r.by_name(n).unwrap_or(usize::MAX);
+        Known {
+            exec: id("exec"),
+            multi_immediate: [id("exec"), id("discard"), id("multi"), id("watch"), id("quit"), id("reset")],
+            pubsub_allowed: [
+                id("ping"),
+                id("subscribe"),
+                id("ssubscribe"),
+                id("unsubscribe"),
+                id("sunsubscribe"),
+                id("psubscribe"),
+                id("punsubscribe"),
+                id("quit"),
+                id("reset"),
+            ],
+            unsubscribes: [id("unsubscribe"), id("punsubscribe"), id("sunsubscribe")],
+            select: id("select"),
+        }
+    }
 }
 
 /// Everything shared by connections.
@@ -146,6 +187,14 @@ pub struct Server {
     pub ports: Mutex<(u16, u16)>,
     /// Held by the one thread evicting at a time.
     pub evict_lock: Mutex<()>,
+    /// Pub/sub subscriptions.
+    pub pubsub: crate::pubsub::PubSub,
+    /// WATCHed keys.
+    pub watches: crate::events::Watches,
+    /// Clients blocked on keys.
+    pub blocked: crate::blocking::Blocked,
+    /// Registry indexes of the commands dispatch treats specially.
+    pub known: Known,
     /// `used_memory` when the server became ready (`used_memory_startup`).
     pub startup_memory: std::sync::atomic::AtomicU64,
     /// Serialises CONFIG SET.
@@ -167,13 +216,16 @@ impl Server {
         let rt = Runtime::from_settings(&settings);
         let engine = settings.engine_config();
         let commands = registry.len();
+        let known = Known::new(&registry);
         let (monitor_tx, _) = broadcast::channel(4096);
-        Server {
+        let obuf = settings.ints(t::CLIENT_OUTPUT_BUFFER_LIMIT).to_vec();
+        let srv = Server {
             ks: Keyspace::new(rt.databases),
             engine: ArcSwap::from_pointee(engine),
             rt: ArcSwap::from_pointee(rt),
             settings: ArcSwap::from_pointee(settings),
             registry,
+            known,
             clients: Clients::default(),
             stats: Stats::new(commands),
             memory: MemoryGauge::default(),
@@ -191,12 +243,17 @@ impl Server {
             ports: Mutex::new((0, 0)),
             evict_lock: Mutex::new(()),
             startup_memory: std::sync::atomic::AtomicU64::new(0),
+            pubsub: crate::pubsub::PubSub::default(),
+            watches: crate::events::Watches::default(),
+            blocked: crate::blocking::Blocked::default(),
             config_lock: Mutex::new(()),
             listeners: Mutex::new(Vec::new()),
             this: std::sync::OnceLock::new(),
             replid: Mutex::new(random_hex(40)),
             active_expire: AtomicBool::new(true),
-        }
+        };
+        srv.pubsub.hard_limit.store(obuf.get(6).copied().unwrap_or(0).max(0) as usize, Ordering::Relaxed);
+        srv
     }
 
     /// This server as an `Arc` (set right after construction by [`Server::into_arc`]).
@@ -225,6 +282,8 @@ impl Server {
 
     /// Replaces the configuration and everything derived from it.
     pub fn install_settings(&self, s: Settings) {
+        let limits = s.ints(t::CLIENT_OUTPUT_BUFFER_LIMIT);
+        self.pubsub.hard_limit.store(limits.get(6).copied().unwrap_or(0).max(0) as usize, Ordering::Relaxed);
         self.rt.store(Arc::new(Runtime::from_settings(&s)));
         self.engine.store(Arc::new(s.engine_config()));
         self.settings.store(Arc::new(s));

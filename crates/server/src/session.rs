@@ -27,6 +27,8 @@ pub mod flag {
     pub const PUBSUB: u32 = 1 << 5;
     /// `b`: blocked.
     pub const BLOCKED: u32 = 1 << 6;
+    /// Has WATCHed keys (INFO `watching_clients`; no CLIENT LIST letter).
+    pub const WATCHING: u32 = 1 << 7;
 }
 
 /// What CLIENT REPLY asked for.
@@ -64,6 +66,23 @@ pub struct Session {
     pub pending_in: u64,
     /// MONITOR was called: the connection subscribes to the feed after this batch.
     pub enter_monitor: bool,
+    /// The transaction being queued (between MULTI and EXEC/DISCARD).
+    pub multi: Option<MultiState>,
+    /// WATCHed keys: (database, key, whether it was already expired when watched).
+    pub watched: Vec<(usize, Vec<u8>, bool)>,
+    /// Set by anyone who changes a watched key.
+    pub watch_dirty: std::sync::Arc<AtomicBool>,
+    /// Pub/sub queue and subscriptions, created by the first subscription.
+    pub subs: Option<crate::pubsub::ClientSubs>,
+}
+
+/// A transaction being queued.
+#[derive(Default)]
+pub struct MultiState {
+    /// The queued commands: registry index and arguments.
+    pub queue: Vec<(usize, Vec<Vec<u8>>)>,
+    /// An error while queueing: EXEC answers EXECABORT.
+    pub aborted: bool,
 }
 
 impl Session {
@@ -80,7 +99,16 @@ impl Session {
             close_after_reply: false,
             pending_in: 0,
             enter_monitor: false,
+            multi: None,
+            watched: Vec::new(),
+            watch_dirty: std::sync::Arc::new(AtomicBool::new(false)),
+            subs: None,
         }
+    }
+
+    /// Whether the client is subscribed to any channel, pattern or shard channel.
+    pub fn subscribed(&self) -> bool {
+        self.subs.as_ref().is_some_and(crate::pubsub::ClientSubs::any)
     }
 
     /// Whether a client flag is set.

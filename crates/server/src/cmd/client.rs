@@ -44,6 +44,9 @@ pub static COMMANDS: &[ServerSpec] = &[CommandSpec::container("client", -2, "con
             .with_tips(ALL_NODES),
         row("setname", 3, BASE, CONN, &[], "connection", "2.6.9", "Sets the connection name.", "O(1)", setname)
             .with_tips(ALL_NODES),
+        row("unblock", -3, ADMIN, CONN, &[], "connection", "5.0.0",
+            "Unblocks a client blocked by a blocking command from a different connection.",
+            "O(log N) where N is the number of client connections", unblock),
         row("unpause", 2, ADMIN, CONN, &[], "connection", "6.2.0",
             "Resumes processing commands from paused clients.", "O(N) Where N is the number of paused clients", unpause),
     ])];
@@ -370,6 +373,30 @@ fn no_touch(_: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) 
     Ok(Flow::Continue)
 }
 
+/// CLIENT UNBLOCK id [TIMEOUT|ERROR]: the blocked client gets its timeout reply, or the
+/// UNBLOCKED error.
+fn unblock(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+    let id = hotkv_protocol::parse_i64(args.get(2)).ok_or(CommandError::NotInteger)?;
+    let as_error = match args.opt(3) {
+        None => false,
+        Some(a) if a.eq_ignore_ascii_case(b"timeout") => false,
+        Some(a) if a.eq_ignore_ascii_case(b"error") => true,
+        Some(_) => return Err(CommandError::err("CLIENT UNBLOCK reason should be TIMEOUT or ERROR")),
+    };
+    if args.len() > 4 {
+        return Err(CommandError::Syntax);
+    }
+    let woken = u64::try_from(id).ok().and_then(|id| srv.blocked.by_client(id)).is_some_and(|w| {
+        w.wake(if as_error {
+            crate::blocking::Wakeup::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into())
+        } else {
+            crate::blocking::Wakeup::Timeout
+        })
+    });
+    out.int(i64::from(woken));
+    Ok(Flow::Continue)
+}
+
 fn unpause(_: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
     // CLIENT PAUSE is not implemented, so no client is ever paused.
     out.ok();
@@ -406,6 +433,8 @@ fn help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Resu
         "    Return information about client connections. Options:",
         "    * TYPE (NORMAL|PRIMARY|REPLICA|PUBSUB)",
         "      Return clients of specified type.",
+        "UNBLOCK <clientid> [TIMEOUT|ERROR]",
+        "    Unblock the specified blocked client.",
         "UNPAUSE",
         "    Stop the current client pause, resuming traffic.",
         "REPLY (ON|OFF|SKIP)",
@@ -530,7 +559,7 @@ mod tests {
         assert!(a.run(&srv, &["client", "info"]).contains(" flags=T "));
         assert_eq!(a.run(&srv, &["client", "id"]), format!(":{}\r\n", a.sess.id));
         assert_eq!(a.run(&srv, &["client", "nosuch"]), "-ERR unknown subcommand 'nosuch'. Try CLIENT HELP.\r\n");
-        assert!(a.run(&srv, &["client", "help"]).starts_with("*45\r\n+CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n"));
+        assert!(a.run(&srv, &["client", "help"]).starts_with("*47\r\n+CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n"));
     }
 
     #[test]

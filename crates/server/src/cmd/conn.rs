@@ -34,11 +34,20 @@ pub static COMMANDS: &[ServerSpec] = &[
         "O(N) where N is the number of passwords defined for the user", auth),
 ];
 
-fn ping(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+fn ping(_: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+    if args.len() > 2 {
+        return Err(CommandError::WrongArity("ping".into()));
+    }
+    // A RESP2 subscriber gets PING's reply in the shape of a pub/sub message.
+    if sess.subscribed() && !out.is_resp3() {
+        out.array(2);
+        out.bulk(b"pong");
+        out.bulk(args.opt(1).unwrap_or(b""));
+        return Ok(Flow::Continue);
+    }
     match args.len() {
         1 => out.simple("PONG"),
-        2 => out.bulk(args.get(1)),
-        _ => return Err(CommandError::WrongArity("ping".into())),
+        _ => out.bulk(args.get(1)),
     }
     Ok(Flow::Continue)
 }
@@ -69,6 +78,13 @@ fn reset(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> R
     }
     sess.authenticated = srv.rt.load().requirepass.is_none();
     sess.user = "default".into();
+    sess.multi = None;
+    sess.set_flag(flag::MULTI, false);
+    crate::cmd::multi::forget_watches(srv, sess);
+    if let Some(mut subs) = sess.subs.take() {
+        srv.pubsub.unsubscribe_all(&mut subs);
+    }
+    sess.set_flag(flag::PUBSUB, false);
     out.simple("RESET");
     Ok(Flow::Continue)
 }

@@ -194,6 +194,7 @@ fn clients(srv: &Server, o: &mut String) {
     let count = |bit: u32| all.iter().filter(|c| c.flags.load(Ordering::Relaxed) & bit != 0).count();
     let max_in = all.iter().map(|c| c.qbuf.load(Ordering::Relaxed)).max().unwrap_or(0);
     let max_out = all.iter().map(|c| c.obl.load(Ordering::Relaxed)).max().unwrap_or(0);
+    let watching = count(flag::WATCHING);
     fields!(o,
         "connected_clients" => all.len(),
         "cluster_connections" => 0,
@@ -203,10 +204,10 @@ fn clients(srv: &Server, o: &mut String) {
         "blocked_clients" => count(flag::BLOCKED),
         "tracking_clients" => 0,
         "pubsub_clients" => count(flag::PUBSUB),
-        "watching_clients" => 0,
+        "watching_clients" => watching,
         "clients_in_timeout_table" => 0,
-        "total_watched_keys" => 0,
-        "total_blocking_keys" => 0,
+        "total_watched_keys" => srv.watches.len(),
+        "total_blocking_keys" => srv.blocked.keys(),
         "total_blocking_keys_on_nokey" => 0,
     );
 }
@@ -364,9 +365,9 @@ fn stats(srv: &Server, o: &mut String) {
         "current_eviction_exceeded_time" => 0,
         "keyspace_hits" => s.hits(),
         "keyspace_misses" => s.misses(),
-        "pubsub_channels" => 0,
-        "pubsub_patterns" => 0,
-        "pubsubshard_channels" => 0,
+        "pubsub_channels" => srv.pubsub.channels(crate::pubsub::Kind::Channel, None).len(),
+        "pubsub_patterns" => srv.pubsub.numpat(),
+        "pubsubshard_channels" => srv.pubsub.channels(crate::pubsub::Kind::Shard, None).len(),
         "latest_fork_usec" => 0,
         "total_forks" => 0,
         "migrate_cached_sockets" => 0,

@@ -14,6 +14,8 @@ pub mod conn;
 pub mod debug;
 pub mod info;
 pub mod memory;
+pub mod multi;
+pub mod pubsub;
 pub mod server;
 pub mod slowlog;
 
@@ -29,6 +31,8 @@ pub fn commands() -> impl Iterator<Item = &'static ServerSpec> {
         .chain(command::COMMANDS.iter())
         .chain(config::COMMANDS.iter())
         .chain(memory::COMMANDS.iter())
+        .chain(multi::COMMANDS.iter())
+        .chain(pubsub::COMMANDS.iter())
         .chain(server::COMMANDS.iter())
         .chain(slowlog::COMMANDS.iter())
         .chain(debug::COMMANDS.iter())

@@ -1,0 +1,200 @@
+//! Clients blocked on keys (BLPOP, BZPOPMIN, BLMOVE...).
+//!
+//! A blocking command that finds no data asks to block ([`hotkv_engine::Ctx::block_on`]); the
+//! dispatcher registers a [`Waiter`] on each key *before* releasing the command's locks, so a
+//! writer cannot slip in between and leave it asleep. When a command touches a key someone
+//! waits on, the dispatcher re-runs the waiters' commands in arrival order, inside the writer's
+//! locks, and sends each reply to its connection. A waiter's connection task holds no thread
+//! while it waits.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use hotkv_protocol::Protocol;
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+
+/// How a blocked client is woken.
+#[derive(Debug)]
+pub enum Wakeup {
+    /// Served: these bytes are its reply.
+    Reply(Vec<u8>),
+    /// Could not be served in place (it needs locks the writer could not take): run the
+    /// command again normally.
+    Retry,
+    /// Timed out or `CLIENT UNBLOCK ... TIMEOUT`: run the command again without blocking,
+    /// which gives the command's own timeout reply.
+    Timeout,
+    /// `CLIENT UNBLOCK ... ERROR`.
+    Error(String),
+}
+
+/// A client waiting on keys.
+pub struct Waiter {
+    /// Client id.
+    pub client: u64,
+    /// The database of its keys.
+    pub db: usize,
+    /// Registry index of its command.
+    pub cmd: usize,
+    /// Its arguments.
+    pub args: Vec<Vec<u8>>,
+    /// Its protocol, to encode a reply on its behalf.
+    pub proto: Protocol,
+    /// The keys it waits on.
+    pub keys: Vec<Vec<u8>>,
+    tx: Mutex<Option<oneshot::Sender<Wakeup>>>,
+}
+
+impl Waiter {
+    /// A waiter and the receiver its connection awaits.
+    pub fn new(
+        client: u64,
+        db: usize,
+        cmd: usize,
+        args: Vec<Vec<u8>>,
+        proto: Protocol,
+        keys: Vec<Vec<u8>>,
+    ) -> (Arc<Waiter>, oneshot::Receiver<Wakeup>) {
+        let (tx, rx) = oneshot::channel();
+        (Arc::new(Waiter { client, db, cmd, args, proto, keys, tx: Mutex::new(Some(tx)) }), rx)
+    }
+
+    /// Wakes the client; false if it was already woken (or gone).
+    pub fn wake(&self, w: Wakeup) -> bool {
+        match self.claim() {
+            Some(tx) => tx.send(w).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Takes the right to wake this client. Whoever claims it decides the outcome: the
+    /// server serving it (it then either sends the reply or [`Waiter::unclaim`]s), or the
+    /// client itself on timeout. This is what keeps a served reply from being lost when the
+    /// timeout fires at the same moment.
+    pub fn claim(&self) -> Option<oneshot::Sender<Wakeup>> {
+        self.tx.lock().take()
+    }
+
+    /// Gives back a claim that was not used (the command found no data after all).
+    pub fn unclaim(&self, tx: oneshot::Sender<Wakeup>) {
+        *self.tx.lock() = Some(tx);
+    }
+}
+
+/// What a blocked connection waits for.
+pub struct BlockWait {
+    /// Its registration.
+    pub waiter: Arc<Waiter>,
+    /// Where the wakeup arrives.
+    pub rx: oneshot::Receiver<Wakeup>,
+    /// Unix milliseconds to time out at, `None` to wait forever.
+    pub deadline_ms: Option<i64>,
+}
+
+/// Every waiter, by (database, key) in arrival order, and by client.
+#[derive(Default)]
+pub struct Blocked {
+    keys: Mutex<HashMap<(usize, Box<[u8]>), VecDeque<Arc<Waiter>>>>,
+    clients: Mutex<HashMap<u64, Arc<Waiter>>>,
+    count: AtomicUsize,
+}
+
+impl Blocked {
+    /// Registers a waiter at the back of each of its keys' queues.
+    pub fn register(&self, w: Arc<Waiter>) {
+        {
+            let mut keys = self.keys.lock();
+            for k in &w.keys {
+                keys.entry((w.db, Box::from(&k[..]))).or_default().push_back(w.clone());
+            }
+        }
+        self.clients.lock().insert(w.client, w);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Removes a waiter from every queue (served, timed out, disconnected); idempotent.
+    pub fn unregister(&self, w: &Arc<Waiter>) {
+        {
+            let mut clients = self.clients.lock();
+            match clients.get(&w.client) {
+                Some(cur) if Arc::ptr_eq(cur, w) => {
+                    clients.remove(&w.client);
+                }
+                _ => return,
+            }
+        }
+        self.count.fetch_sub(1, Ordering::Relaxed);
+        let mut keys = self.keys.lock();
+        for k in &w.keys {
+            let key = (w.db, Box::from(&k[..]));
+            if let Some(q) = keys.get_mut(&key) {
+                q.retain(|x| !Arc::ptr_eq(x, w));
+                if q.is_empty() {
+                    keys.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Whether anyone waits on `key` in `db` (one relaxed load when nobody waits at all).
+    pub fn waits_on(&self, db: usize, key: &[u8]) -> bool {
+        self.count.load(Ordering::Relaxed) > 0 && self.keys.lock().contains_key(&(db, Box::from(key)))
+    }
+
+    /// The first waiter on `key` in `db`.
+    pub fn first(&self, db: usize, key: &[u8]) -> Option<Arc<Waiter>> {
+        self.keys.lock().get(&(db, Box::from(key))).and_then(|q| q.front().cloned())
+    }
+
+    /// Keys of `db` that have waiters (SWAPDB and FLUSHALL can make them ready).
+    pub fn keys_in_db(&self, db: usize) -> Vec<Vec<u8>> {
+        if self.count.load(Ordering::Relaxed) == 0 {
+            return Vec::new();
+        }
+        self.keys.lock().keys().filter(|(d, _)| *d == db).map(|(_, k)| k.to_vec()).collect()
+    }
+
+    /// The waiter of a client, for CLIENT UNBLOCK.
+    pub fn by_client(&self, id: u64) -> Option<Arc<Waiter>> {
+        self.clients.lock().get(&id).cloned()
+    }
+
+    /// Blocked clients (INFO `blocked_clients`).
+    pub fn clients(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Keys with waiters (INFO `total_blocking_keys`).
+    pub fn keys(&self) -> usize {
+        if self.clients() == 0 {
+            return 0;
+        }
+        self.keys.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrival_order_and_cleanup() {
+        let b = Blocked::default();
+        let (w1, _r1) = Waiter::new(1, 0, 0, vec![], Protocol::Resp2, vec![b"a".to_vec(), b"b".to_vec()]);
+        let (w2, mut r2) = Waiter::new(2, 0, 0, vec![], Protocol::Resp2, vec![b"a".to_vec()]);
+        b.register(w1.clone());
+        b.register(w2.clone());
+        assert!(b.waits_on(0, b"a") && b.waits_on(0, b"b") && !b.waits_on(1, b"a"));
+        assert_eq!(b.first(0, b"a").unwrap().client, 1);
+        b.unregister(&w1);
+        b.unregister(&w1);
+        assert_eq!(b.first(0, b"a").unwrap().client, 2);
+        assert!(!b.waits_on(0, b"b"));
+        assert_eq!((b.clients(), b.keys()), (1, 1));
+        assert!(w2.wake(Wakeup::Timeout));
+        assert!(!w2.wake(Wakeup::Timeout));
+        assert!(matches!(r2.try_recv(), Ok(Wakeup::Timeout)));
+    }
+}

@@ -1,0 +1,211 @@
+//! What the engine reports about the keyspace, and who listens: WATCH (a touched key aborts
+//! the transactions watching it), blocked clients (a touched key they wait on may serve them),
+//! and keyspace notifications (`notify-keyspace-events`, published on `__keyspace@N__:` and
+//! `__keyevent@N__:` channels).
+//!
+//! The engine calls [`CmdEvents`] while it holds the command's slot locks; everything here is
+//! cheap when nobody watches, waits or listens (one relaxed load each).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use hotkv_engine::Events;
+use parking_lot::Mutex;
+
+use crate::server::Server;
+
+/// Keys being WATCHed, and the flags of the transactions watching them.
+#[derive(Default)]
+pub struct Watches {
+    map: Mutex<HashMap<(usize, Box<[u8]>), Vec<Arc<AtomicBool>>>>,
+    count: AtomicUsize,
+}
+
+impl Watches {
+    /// Registers `flag` as watching `key` in `db`.
+    pub fn watch(&self, db: usize, key: &[u8], flag: &Arc<AtomicBool>) {
+        let mut m = self.map.lock();
+        let v = m.entry((db, key.into())).or_default();
+        if !v.iter().any(|f| Arc::ptr_eq(f, flag)) {
+            v.push(flag.clone());
+            self.count.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Removes `flag` from the given keys.
+    pub fn unwatch(&self, keys: &[(usize, Vec<u8>)], flag: &Arc<AtomicBool>) {
+        if keys.is_empty() {
+            return;
+        }
+        let mut m = self.map.lock();
+        for (db, key) in keys {
+            let k = (*db, Box::from(&key[..]));
+            if let Some(v) = m.get_mut(&k) {
+                let before = v.len();
+                v.retain(|f| !Arc::ptr_eq(f, flag));
+                self.count.fetch_sub(before - v.len(), Ordering::Relaxed);
+                if v.is_empty() {
+                    m.remove(&k);
+                }
+            }
+        }
+    }
+
+    /// Marks every transaction watching `key` in `db` as dirty.
+    pub fn touch(&self, db: usize, key: &[u8]) {
+        if self.count.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        if let Some(v) = self.map.lock().get(&(db, Box::from(key))) {
+            v.iter().for_each(|f| f.store(true, Ordering::Relaxed));
+        }
+    }
+
+    /// Marks every transaction watching a key of `db` as dirty (FLUSHDB, SWAPDB...).
+    pub fn touch_db(&self, db: usize) {
+        if self.count.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        for ((d, _), v) in self.map.lock().iter() {
+            if *d == db {
+                v.iter().for_each(|f| f.store(true, Ordering::Relaxed));
+            }
+        }
+    }
+
+    /// Number of watched (key, client) pairs (INFO `total_watched_keys`).
+    pub fn len(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Whether nothing is watched.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Notification classes of `notify-keyspace-events`, as bits.
+pub mod class {
+    /// `K`: publish on `__keyspace@<db>__:<key>`.
+    pub const KEYSPACE: u32 = 1 << 0;
+    /// `E`: publish on `__keyevent@<db>__:<event>`.
+    pub const KEYEVENT: u32 = 1 << 1;
+
+    /// The bit of an event class letter (`g`, `$`, `l`, ...), 0 for an unknown letter.
+    pub fn bit(c: char) -> u32 {
+        match c {
+            'g' => 1 << 2,
+            '$' => 1 << 3,
+            'l' => 1 << 4,
+            's' => 1 << 5,
+            'h' => 1 << 6,
+            'z' => 1 << 7,
+            'x' => 1 << 8,
+            'e' => 1 << 9,
+            't' => 1 << 10,
+            'm' => 1 << 11,
+            'd' => 1 << 13,
+            'n' => 1 << 14,
+            _ => 0,
+        }
+    }
+
+    /// Parses the directive's canonical letters into bits (`A` is every class but `m` and `n`).
+    pub fn parse(letters: &str) -> u32 {
+        let mut bits = 0;
+        for c in letters.chars() {
+            bits |= match c {
+                'K' => KEYSPACE,
+                'E' => KEYEVENT,
+                'A' => "g$lshzxetd".chars().map(bit).fold(0, |a, b| a | b),
+                c => bit(c),
+            };
+        }
+        bits
+    }
+}
+
+/// The engine's event sink for one command (or one transaction).
+pub struct CmdEvents<'a> {
+    srv: &'a Server,
+    notify: u32,
+    /// Keys touched that blocked clients wait on, to serve after the command.
+    pub ready: Mutex<Vec<(usize, Vec<u8>)>>,
+}
+
+impl<'a> CmdEvents<'a> {
+    /// Events for a command on `srv` with the current notification classes.
+    pub fn new(srv: &'a Server, notify: u32) -> CmdEvents<'a> {
+        CmdEvents { srv, notify, ready: Mutex::new(Vec::new()) }
+    }
+
+    /// Takes the keys made ready so far.
+    pub fn take_ready(&self) -> Vec<(usize, Vec<u8>)> {
+        std::mem::take(&mut *self.ready.lock())
+    }
+}
+
+impl Events for CmdEvents<'_> {
+    fn key_touched(&self, db: usize, key: &[u8]) {
+        self.srv.watches.touch(db, key);
+        if self.srv.blocked.waits_on(db, key) {
+            let mut r = self.ready.lock();
+            if !r.iter().any(|(d, k)| *d == db && k == key) {
+                r.push((db, key.to_vec()));
+            }
+        }
+    }
+
+    fn notify(&self, c: char, event: &str, key: &[u8], db: usize) {
+        let bit = class::bit(c);
+        if self.notify & bit == 0 || self.notify & (class::KEYSPACE | class::KEYEVENT) == 0 {
+            return;
+        }
+        if self.notify & class::KEYSPACE != 0 {
+            let mut channel = format!("__keyspace@{db}__:").into_bytes();
+            channel.extend_from_slice(key);
+            self.srv.pubsub.publish(&channel, event.as_bytes());
+        }
+        if self.notify & class::KEYEVENT != 0 {
+            let channel = format!("__keyevent@{db}__:{event}");
+            self.srv.pubsub.publish(channel.as_bytes(), key);
+        }
+    }
+
+    fn db_changed(&self, db: usize) {
+        self.srv.watches.touch_db(db);
+        let keys = self.srv.blocked.keys_in_db(db);
+        if !keys.is_empty() {
+            self.ready.lock().extend(keys.into_iter().map(|k| (db, k)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_letters() {
+        assert_eq!(class::parse(""), 0);
+        let kea = class::parse("AKE");
+        assert_ne!(kea & class::bit('g'), 0);
+        assert_eq!(kea & class::bit('m'), 0, "A does not include keymiss");
+        assert_eq!(kea & class::bit('n'), 0, "A does not include new");
+        assert_ne!(class::parse("Kx") & class::bit('x'), 0);
+    }
+
+    #[test]
+    fn watches_mark_and_forget() {
+        let w = Watches::default();
+        let f = Arc::new(AtomicBool::new(false));
+        w.watch(0, b"k", &f);
+        w.touch(1, b"k");
+        assert!(!f.load(Ordering::Relaxed));
+        w.touch(0, b"k");
+        assert!(f.load(Ordering::Relaxed));
+        w.unwatch(&[(0, b"k".to_vec())], &f);
+        assert!(w.is_empty());
+    }
+}
