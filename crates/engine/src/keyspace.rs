@@ -9,7 +9,7 @@
 //! Whole-keyspace commands (KEYS, SCAN, DBSIZE, FLUSHDB, RANDOMKEY) visit slots one at a time.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
@@ -26,6 +26,10 @@ pub struct Slot {
     table: Mutex<Table>,
     keys: AtomicU32,
     volatile: AtomicU32,
+    /// Address and count of the table's groups, published for prefetching only (never
+    /// dereferenced): a pipelined batch warms the lines its commands will touch.
+    groups_addr: AtomicUsize,
+    groups_len: AtomicU32,
 }
 
 impl Slot {
@@ -53,6 +57,19 @@ impl Slot {
     pub fn sync(&self, table: &Table) {
         self.keys.store(table.len() as u32, Ordering::Relaxed);
         self.volatile.store(table.volatile_len() as u32, Ordering::Relaxed);
+        let (addr, len) = table.groups_addr();
+        self.groups_addr.store(addr, Ordering::Relaxed);
+        self.groups_len.store(len as u32, Ordering::Relaxed);
+    }
+
+    /// Hints the CPU to load the cache line of `hash`'s home group in this slot's table.
+    pub fn prefetch_home(&self, hash: u32) {
+        let len = self.groups_len.load(Ordering::Relaxed) as usize;
+        if len == 0 {
+            return;
+        }
+        let addr = self.groups_addr.load(Ordering::Relaxed);
+        crate::prefetch::read(addr + (hash as usize & (len - 1)) * 64);
     }
 }
 

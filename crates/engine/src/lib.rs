@@ -5,7 +5,8 @@
 //! crate; it must never name the server, cluster, replication or TLS crates — when it needs
 //! them (slot ownership, write propagation) it defines a trait they implement.
 //!
-//! `unsafe` is denied workspace-wide and allowed in exactly one module, `entry`, which packs
+//! `unsafe` is denied workspace-wide and allowed in two modules: `prefetch` (cache hints) and
+//! `entry`, which packs
 //! a key and its value into one allocation behind an 8-byte pointer; the memory target
 //! (under 94 bytes for a 16-byte key with a 32-byte value) is out of reach otherwise.
 
@@ -20,6 +21,7 @@ pub mod ctx;
 pub mod error;
 pub mod keyspace;
 pub mod policy;
+pub mod prefetch;
 pub mod rdb;
 
 pub use ctx::{BlockMode, BlockRequest, Ctx, EngineConfig, Events, KeyMut, LocalStats, LookupFlags, NoEvents, Ttl};

@@ -89,6 +89,14 @@ impl Table {
         self.groups.len() * std::mem::size_of::<Group>()
     }
 
+    /// Address and number of the groups, for prefetch hints (0, 0 when empty).
+    pub fn groups_addr(&self) -> (usize, usize) {
+        if self.groups.is_empty() {
+            return (0, 0);
+        }
+        (self.groups.as_ptr() as usize, self.groups.len())
+    }
+
     /// Finds `key`, whose table hash is `hash`; returns its bucket index.
     pub fn find(&self, key: &[u8], hash: u32) -> Option<usize> {
         if self.len == 0 {

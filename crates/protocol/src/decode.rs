@@ -208,6 +208,25 @@ impl Decoder {
         self.want
     }
 
+    /// Whether the last command was inline: its arguments live in the decoder's own scratch
+    /// buffer and are overwritten by the next inline command.
+    pub fn is_inline(&self) -> bool {
+        self.inline
+    }
+
+    /// Moves back to `offset`, the end of an earlier complete command, so the commands after
+    /// it are decoded again (a batch stopped early: a blocked client, a closing connection).
+    pub fn rewind_to(&mut self, offset: usize) {
+        debug_assert!(offset <= self.consumed);
+        self.consumed = offset;
+        self.cursor = offset;
+        self.remaining = 0;
+        self.bulk_len = None;
+        self.spans.clear();
+        self.inline = false;
+        self.want = 0;
+    }
+
     /// Whether a command is partially received (used to tell a clean EOF from a cut one).
     pub fn in_command(&self) -> bool {
         self.remaining > 0
@@ -325,6 +344,11 @@ impl<'a> Args<'a> {
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &'a [u8]> + 'a {
         let buf = self.buf;
         self.spans.iter().map(move |&(s, e)| &buf[s..e])
+    }
+
+    /// The argument ranges (into the buffer these arguments borrow).
+    pub fn spans(&self) -> &'a [(usize, usize)] {
+        self.spans
     }
 
     /// Total bytes of all arguments.

@@ -35,7 +35,7 @@ pub async fn serve(srv: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>) {
     let authenticated = srv.rt.load().requirepass.is_none();
     let mut sess = Session::new(info.clone(), authenticated);
     srv.clients.add(info.clone());
-    let mut conn = Conn { rbuf: BytesMut::new(), out: ReplyBuf::new(), decoder: Decoder::new(), scratch: Scratch::default(), soft_since: None };
+    let mut conn = Conn { cmds: Vec::new(), spans: Vec::new(), hints: Vec::new(), rbuf: BytesMut::new(), out: ReplyBuf::new(), decoder: Decoder::new(), scratch: Scratch::default(), soft_since: None };
     let result = conn.run(&srv, &sock, &mut sess).await;
     if let Err(e) = result {
         debug!("client {} closed: {e}", info.id);
@@ -53,7 +53,26 @@ pub async fn serve(srv: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>) {
     srv.clients.remove(info.id);
 }
 
+/// Most commands decoded ahead of execution (bounds the prefetch window and the spans kept).
+const MAX_BATCH: usize = 64;
+
+fn flat_spans(argv: &[Vec<u8>]) -> Vec<(usize, usize)> {
+    let mut at = 0;
+    argv.iter()
+        .map(|a| {
+            at += a.len();
+            (at - a.len(), at)
+        })
+        .collect()
+}
+
 struct Conn {
+    /// Decoded commands of the batch: (first span, argument count, end offset).
+    cmds: Vec<(usize, usize, usize)>,
+    /// Their argument ranges.
+    spans: Vec<(usize, usize)>,
+    /// (slot, table hash) of each command's key, for the second prefetch pass.
+    hints: Vec<(u16, u32)>,
     rbuf: BytesMut,
     out: ReplyBuf,
     decoder: Decoder,
@@ -257,44 +276,131 @@ impl Conn {
         sess.info.last_interaction.store(now_ms, Ordering::Relaxed);
         let batch = Batch { srv, engine: &engine, rt: &rt, now_ms };
         let mut flow = Flow::Continue;
-        let started = std::time::Instant::now();
+        let started = quanta::Instant::now();
         let mut commands = 0u64;
+        let mut protocol_error = None;
         loop {
-            let limits = Limits { max_bulk_len: rt.proto_max_bulk_len, auth_required: !sess.authenticated };
-            match self.decoder.next(&self.rbuf, limits) {
-                Ok(Step::Command) => {
-                    let args = self.decoder.args(&self.rbuf);
-                    commands += 1;
-                    flow = dispatch(&batch, sess, args, &mut self.out, &mut self.scratch);
-                    if !flow.is_continue() || sess.close_after_reply {
+            // Decode every complete command first, then warm the cache lines their keys will
+            // touch, then run them: the loads of a whole pipeline overlap instead of missing
+            // one after another. Before authentication commands are decoded one at a time,
+            // since AUTH changes the request limits for what follows.
+            let mut pending = None;
+            let mut drained = false;
+            self.cmds.clear();
+            self.spans.clear();
+            let one_at_a_time = !sess.authenticated;
+            loop {
+                let limits = Limits { max_bulk_len: rt.proto_max_bulk_len, auth_required: !sess.authenticated };
+                match self.decoder.next(&self.rbuf, limits) {
+                    Ok(Step::Command) if self.decoder.is_inline() => {
+                        // Inline arguments live in the decoder and the next command would
+                        // overwrite them: run the batch so far, then this one.
+                        let args = self.decoder.args(&self.rbuf);
+                        pending = Some((args.iter().map(<[u8]>::to_vec).collect::<Vec<_>>(), self.decoder.consumed()));
                         break;
                     }
-                    if self.over_output_limit(srv, sess, rt.obuf_normal) {
-                        flow = Flow::Close;
+                    Ok(Step::Command) => {
+                        let args = self.decoder.args(&self.rbuf);
+                        let at = self.spans.len();
+                        self.spans.extend_from_slice(args.spans());
+                        self.cmds.push((at, args.len(), self.decoder.consumed()));
+                        if one_at_a_time || self.cmds.len() >= MAX_BATCH {
+                            break;
+                        }
+                    }
+                    Ok(Step::Empty) => {}
+                    Ok(Step::Incomplete) => {
+                        drained = true;
+                        break;
+                    }
+                    Err(e) => {
+                        protocol_error = Some(e);
+                        drained = true;
                         break;
                     }
                 }
-                Ok(Step::Empty) => {}
-                Ok(Step::Incomplete) => break,
-                Err(e) => {
-                    let msg = format!("ERR Protocol error: {e}");
-                    tracing::debug!(
-                        "Protocol error ({e}) from client: id={} addr={}",
-                        sess.id,
-                        sess.info.addr
-                    );
-                    self.out.error(&msg);
-                    srv.stats.error("ERR");
-                    sess.close_after_reply = true;
+            }
+            if self.cmds.is_empty() && pending.is_none() {
+                break;
+            }
+            self.prefetch(srv, sess.db);
+            let mut stopped = false;
+            for i in 0..self.cmds.len() {
+                let (at, n, end) = self.cmds[i];
+                let args = hotkv_protocol::Args::from_parts(&self.rbuf, &self.spans[at..at + n]);
+                commands += 1;
+                flow = dispatch(&batch, sess, args, &mut self.out, &mut self.scratch);
+                let stop = !flow.is_continue() || sess.close_after_reply;
+                let over = !stop && self.over_output_limit(srv, sess, rt.obuf_normal);
+                if over {
+                    flow = Flow::Close;
+                }
+                if stop || over {
+                    // The commands after this one were decoded but must wait (a blocked
+                    // client) or never run (a closing one): decode them again later.
+                    self.decoder.rewind_to(end);
+                    protocol_error = None;
+                    pending = None;
+                    stopped = true;
                     break;
                 }
             }
+            if stopped {
+                break;
+            }
+            if let Some((argv, _)) = pending.take() {
+                let spans = flat_spans(&argv);
+                let flat = argv.concat();
+                let args = hotkv_protocol::Args::from_parts(&flat, &spans);
+                commands += 1;
+                flow = dispatch(&batch, sess, args, &mut self.out, &mut self.scratch);
+                if !flow.is_continue() || sess.close_after_reply || self.over_output_limit(srv, sess, rt.obuf_normal) {
+                    if flow.is_continue() && !sess.close_after_reply {
+                        flow = Flow::Close;
+                    }
+                    break;
+                }
+            }
+            if drained {
+                break;
+            }
+        }
+        if let Some(e) = protocol_error {
+            let msg = format!("ERR Protocol error: {e}");
+            tracing::debug!("Protocol error ({e}) from client: id={} addr={}", sess.id, sess.info.addr);
+            self.out.error(&msg);
+            srv.stats.error("ERR");
+            sess.close_after_reply = true;
         }
         let n = self.decoder.discard_consumed();
         self.rbuf.advance(n);
         srv.stats.batch(commands, started.elapsed().as_micros() as u64);
         srv.stats.absorb(&mut sess.local, std::mem::take(&mut sess.pending_in), self.out.len() as u64);
         flow
+    }
+
+    /// Prefetches, for every decoded command, the slot line and then the home group line of
+    /// its second argument, which is the key of nearly every data command (a wrong guess only
+    /// costs a useless hint).
+    fn prefetch(&mut self, srv: &Server, db: usize) {
+        if self.cmds.len() < 2 {
+            return;
+        }
+        let Some(d) = srv.ks.db_if_used(db) else { return };
+        self.hints.clear();
+        for &(at, n, _) in &self.cmds {
+            if n < 2 {
+                continue;
+            }
+            let (s, e) = self.spans[at + 1];
+            let key = &self.rbuf[s..e];
+            let slot = hotkv_engine::slot::key_slot(key);
+            hotkv_engine::prefetch::read(d.slot(slot) as *const _ as usize);
+            self.hints.push((slot, hotkv_engine::hash::key_hash(key)));
+        }
+        for &(slot, hash) in &self.hints {
+            d.slot(slot).prefetch_home(hash);
+        }
     }
 
     /// `client-output-buffer-limit normal`: a client whose pending replies pass the hard limit,

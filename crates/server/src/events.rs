@@ -132,16 +132,24 @@ pub struct CmdEvents<'a> {
     notify: u32,
     /// Keys touched that blocked clients wait on, to serve after the command.
     pub ready: Mutex<Vec<(usize, Vec<u8>)>>,
+    /// Whether `ready` may hold something (checked without the lock on every command).
+    any: AtomicBool,
 }
 
 impl<'a> CmdEvents<'a> {
     /// Events for a command on `srv` with the current notification classes.
     pub fn new(srv: &'a Server, notify: u32) -> CmdEvents<'a> {
-        CmdEvents { srv, notify, ready: Mutex::new(Vec::new()) }
+        CmdEvents { srv, notify, ready: Mutex::new(Vec::new()), any: AtomicBool::new(false) }
+    }
+
+    /// Whether some key was made ready since the last [`CmdEvents::take_ready`].
+    pub fn any_ready(&self) -> bool {
+        self.any.load(Ordering::Relaxed)
     }
 
     /// Takes the keys made ready so far.
     pub fn take_ready(&self) -> Vec<(usize, Vec<u8>)> {
+        self.any.store(false, Ordering::Relaxed);
         std::mem::take(&mut *self.ready.lock())
     }
 }
@@ -154,6 +162,7 @@ impl Events for CmdEvents<'_> {
             if !r.iter().any(|(d, k)| *d == db && k == key) {
                 r.push((db, key.to_vec()));
             }
+            self.any.store(true, Ordering::Relaxed);
         }
     }
 
@@ -178,6 +187,7 @@ impl Events for CmdEvents<'_> {
         let keys = self.srv.blocked.keys_in_db(db);
         if !keys.is_empty() {
             self.ready.lock().extend(keys.into_iter().map(|k| (db, k)));
+            self.any.store(true, Ordering::Relaxed);
         }
     }
 }

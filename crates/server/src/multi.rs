@@ -4,7 +4,7 @@
 //! databases involved). Queued blocking commands do not block (`BlockMode::Immediate`).
 
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use quanta::Instant;
 
 use hotkv_engine::cmd::{LockPlan, plan_locks};
 use hotkv_engine::keyspace::lock_id;

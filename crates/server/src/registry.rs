@@ -162,14 +162,17 @@ pub enum Lookup {
 /// All commands.
 pub struct Registry {
     cmds: Vec<Command>,
-    top: HashMap<Box<[u8]>, usize>,
-    subs: HashMap<(usize, Box<[u8]>), usize>,
+    // foldhash: command names are not attacker-chosen keys, and SipHash showed in profiles.
+    top: HashMap<Box<[u8]>, usize, FixedState>,
+    subs: HashMap<(usize, Box<[u8]>), usize, FixedState>,
 }
+
+type FixedState = foldhash::fast::FixedState;
 
 impl Registry {
     /// Builds the registry from the engine's and the server's rows.
     pub fn new(server_rows: impl Iterator<Item = &'static ServerSpec>) -> Registry {
-        let mut r = Registry { cmds: Vec::new(), top: HashMap::new(), subs: HashMap::new() };
+        let mut r = Registry { cmds: Vec::new(), top: HashMap::default(), subs: HashMap::default() };
         for s in ecmd::commands() {
             let subs: Vec<Spec> = s.subcommands.iter().map(Spec::Engine).collect();
             r.add(Spec::Engine(s), subs);
