@@ -13,6 +13,7 @@ use crate::error::{CmdResult, CommandError};
 use crate::keyspace::{LockId, lock_id};
 use crate::slot::key_slot;
 
+pub mod bitops;
 pub mod counter;
 pub mod db;
 pub mod dump;
@@ -64,6 +65,7 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         db::COMMANDS,
         object::COMMANDS,
         dump::COMMANDS,
+        bitops::COMMANDS,
     ]
         .into_iter()
         .flatten()
