@@ -13,6 +13,7 @@ use crate::error::{CmdResult, CommandError};
 use crate::keyspace::{LockId, lock_id};
 use crate::slot::key_slot;
 
+pub mod bitfield;
 pub mod bitops;
 pub mod counter;
 pub mod db;
@@ -66,6 +67,7 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         object::COMMANDS,
         dump::COMMANDS,
         bitops::COMMANDS,
+        bitfield::COMMANDS,
     ]
         .into_iter()
         .flatten()
