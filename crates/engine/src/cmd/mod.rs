@@ -19,6 +19,7 @@ pub mod counter;
 pub mod db;
 pub mod dump;
 pub mod expire;
+pub mod hll;
 pub mod keys;
 pub mod object;
 pub mod range;
@@ -68,6 +69,7 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         dump::COMMANDS,
         bitops::COMMANDS,
         bitfield::COMMANDS,
+        hll::COMMANDS,
     ]
         .into_iter()
         .flatten()
