@@ -137,14 +137,11 @@ fn run(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf, read_only: bool) -
                     out.int(old);
                     continue;
                 }
-                Action::Set(value) => {
-                    // An unsigned field takes the value's 64-bit pattern, as Valkey casts it:
-                    // a negative SET overflows an unsigned type upwards.
-                    let v = if op.field.signed { i128::from(value) } else { i128::from(value as u64) };
-                    (old, apply(op, v))
-                }
+                // An unsigned field takes the value's 64-bit pattern, as Valkey casts it: a
+                // negative SET overflows an unsigned type upwards.
+                Action::Set(value) => (old, apply(op, value as u64, 0)),
                 Action::IncrBy(by) => {
-                    let new = apply(op, i128::from(old) + i128::from(by));
+                    let new = apply(op, old as u64, by);
                     (new.unwrap_or(0), new)
                 }
             };
@@ -164,22 +161,57 @@ fn run(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf, read_only: bool) -
     Ok(())
 }
 
-/// The value to store for the wanted result `v`: itself when it fits, otherwise what the
-/// overflow rule makes of it (`None` for FAIL).
-fn apply(op: &FieldOp, v: i128) -> Option<i64> {
+/// The value to store for `value + incr` (`value` is the field's 64-bit pattern: signed or
+/// unsigned as the field is): itself when it fits, otherwise what the overflow rule makes of
+/// it (`None` for FAIL).
+fn apply(op: &FieldOp, value: u64, incr: i64) -> Option<i64> {
     let f = op.field;
-    let v = if v > f.max() || v < f.min() {
-        match op.overflow {
-            Overflow::Fail => return None,
-            Overflow::Sat if v > f.max() => f.max(),
-            Overflow::Sat => f.min(),
-            Overflow::Wrap => f.wrap(v),
-        }
-    } else {
-        v
+    let base = if f.signed { i128::from(value as i64) } else { i128::from(value) };
+    let exact = base + i128::from(incr);
+    let Some(upwards) = overflow(f, value, incr) else {
+        // Within the field's range, so within i64.
+        return Some(exact as i64);
     };
-    // In range of the field, so in range of i64.
+    let v = match op.overflow {
+        Overflow::Fail => return None,
+        Overflow::Sat if upwards => f.max(),
+        Overflow::Sat => f.min(),
+        Overflow::Wrap => f.wrap(exact),
+    };
     Some(v as i64)
+}
+
+/// Whether `value + incr` leaves the field upwards (`Some(true)`) or downwards, decided with
+/// the 64-bit arithmetic of Valkey's `checkSignedBitfieldOverflow` and
+/// `checkUnsignedBitfieldOverflow`. It is exact except for one quirk kept for compatibility:
+/// there `max - value` wraps for a signed SET far below the range (e.g. `SET i56` of
+/// -2^63), which then counts as overflowing upwards, so SAT stores the maximum.
+fn overflow(f: Field, value: u64, incr: i64) -> Option<bool> {
+    if f.signed {
+        let value = value as i64;
+        let max = if f.bits == 64 { i64::MAX } else { (1i64 << (f.bits - 1)) - 1 };
+        let min = -max - 1;
+        let max_incr = (max as u64).wrapping_sub(value as u64) as i64;
+        let min_incr = min.wrapping_sub(value);
+        let narrow = f.bits != 64;
+        if value > max || (narrow && incr > max_incr) || (value >= 0 && incr > 0 && incr > max_incr) {
+            return Some(true);
+        }
+        if value < min || (narrow && incr < min_incr) || (value < 0 && incr < 0 && incr < min_incr) {
+            return Some(false);
+        }
+        return None;
+    }
+    let max = (1u64 << f.bits) - 1;
+    let max_incr = max.wrapping_sub(value) as i64;
+    let min_incr = value.wrapping_neg() as i64;
+    if value > max || (incr > 0 && incr > max_incr) {
+        Some(true)
+    } else if incr < 0 && incr < min_incr {
+        Some(false)
+    } else {
+        None
+    }
 }
 
 /// Parses every operation; errors come in Valkey's order (per operation: name, type, offset,
@@ -360,6 +392,16 @@ mod tests {
         assert_eq!(bf(&mut t, &["overflow", "sat", "set", "i4", "#1", "-9", "set", "i4", "#1", "8", "get", "i4", "#1"]),
             ints(&[Some(0), Some(-8), Some(7)]));
         assert_eq!(bf(&mut t, &["overflow", "fail", "set", "u2", "0", "4", "set", "u2", "0", "3"]), ints(&[None, Some(2)]));
+        // Valkey's quirk: a signed SET far below the range saturates to the maximum (its
+        // `max - value` wraps around), and for i63 every underflowing SET does.
+        let far = (i64::MIN + 5).to_string();
+        assert_eq!(bf(&mut t, &["overflow", "sat", "set", "i56", "16", &far, "get", "i56", "16"]),
+            ints(&[Some(0), Some((1 << 55) - 1)]));
+        assert_eq!(bf(&mut t, &["overflow", "sat", "set", "i56", "16", "-36028797018963969", "get", "i56", "16"]),
+            ints(&[Some((1 << 55) - 1), Some(-(1 << 55))]), "just below the minimum is still a plain underflow");
+        t.run(&["DEL", "bits"]);
+        assert_eq!(bf(&mut t, &["overflow", "sat", "set", "i63", "0", "-4611686018427387905", "get", "i63", "0"]),
+            ints(&[Some(0), Some((1 << 62) - 1)]));
         // 64-bit signed: i64 arithmetic overflows exactly at the edges.
         t.run(&["DEL", "bits"]);
         let (min, max) = (i64::MIN.to_string(), i64::MAX.to_string());
