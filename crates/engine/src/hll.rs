@@ -18,9 +18,9 @@
 //! `hll-sparse-max-bytes`. Hashing (MurmurHash64A, seed 0xadc83b19) and the estimator (Ertl's
 //! improved estimator, as in Redis 7 and Valkey) match `hyperloglog.c` bit for bit.
 
-use std::fmt::Write as _;
-
 use crate::error::CommandError;
+
+mod sparse;
 
 /// Number of registers (2^14).
 pub const REGISTERS: usize = 1 << P;
@@ -75,8 +75,8 @@ pub fn new_sparse() -> Vec<u8> {
     v.extend_from_slice(&[0; 11]);
     let mut aux = REGISTERS;
     while aux > 0 {
-        let run = aux.min(XZERO_MAX_LEN);
-        v.extend_from_slice(&xzero_op(run));
+        let run = aux.min(sparse::XZERO_MAX_LEN);
+        v.extend_from_slice(&sparse::xzero_op(run));
         aux -= run;
     }
     v
@@ -123,7 +123,7 @@ pub fn add(v: &mut Vec<u8>, element: &[u8], sparse_max: usize) -> Result<bool, H
 pub fn set_register(v: &mut Vec<u8>, index: usize, count: u8, sparse_max: usize) -> Result<bool, HllError> {
     match check(v)? {
         Encoding::Dense => Ok(dense_raise(&mut v[HEADER_LEN..], index, count)),
-        Encoding::Sparse => sparse_set(v, index, count, sparse_max),
+        Encoding::Sparse => sparse::set(v, index, count, sparse_max),
     }
 }
 
@@ -134,7 +134,7 @@ pub fn count(s: &[u8]) -> Result<u64, HllError> {
         Encoding::Dense => dense_histogram(&s[HEADER_LEN..], &mut histo),
         Encoding::Sparse => {
             let mut idx = 0;
-            for op in Ops::new(&s[HEADER_LEN..]) {
+            for op in sparse::Ops::new(&s[HEADER_LEN..]) {
                 idx += op.run;
                 // Past the last register the sketch is corrupt whatever follows; stopping
                 // here also keeps the counters from overflowing on a huge corrupt body.
@@ -183,7 +183,7 @@ pub fn merge_into(max: &mut [u8], s: &[u8]) -> Result<(), HllError> {
         }
         Encoding::Sparse => {
             let mut idx = 0;
-            for op in Ops::new(&s[HEADER_LEN..]) {
+            for op in sparse::Ops::new(&s[HEADER_LEN..]) {
                 if op.value > 0 {
                     // A VAL run past the last register means corruption: stop before writing.
                     if idx + op.run > REGISTERS {
@@ -213,7 +213,7 @@ pub fn to_dense(v: &mut Vec<u8>) -> Result<bool, HllError> {
     dense[..HEADER_LEN].copy_from_slice(&v[..HEADER_LEN]);
     dense[4] = ENC_DENSE;
     let mut idx = 0;
-    for op in Ops::new(&v[HEADER_LEN..]) {
+    for op in sparse::Ops::new(&v[HEADER_LEN..]) {
         if op.value > 0 {
             if idx + op.run > REGISTERS {
                 break;
@@ -240,21 +240,7 @@ pub fn dense_registers(s: &[u8]) -> Vec<u8> {
 /// A sparse sketch's opcodes as PFDEBUG DECODE prints them: `z:<len>`, `Z:<len>`,
 /// `v:<value>,<len>`, separated by spaces.
 pub fn decode_sparse(s: &[u8]) -> String {
-    let mut out = String::new();
-    let body = &s[HEADER_LEN..];
-    let mut p = 0;
-    while p < body.len() {
-        let op = read_op(body, p);
-        let sep = if out.is_empty() { "" } else { " " };
-        // Writing into a String cannot fail.
-        let _ = match (op.value, op.len) {
-            (0, 1) => write!(out, "{sep}z:{}", op.run),
-            (0, _) => write!(out, "{sep}Z:{}", op.run),
-            (v, _) => write!(out, "{sep}v:{v},{}", op.run),
-        };
-        p += op.len;
-    }
-    out
+    sparse::decode(&s[HEADER_LEN..])
 }
 
 /// PFSELFTEST: Redis's `pfselftestCommand` with its sizes as parameters (Redis uses 1000
@@ -447,170 +433,11 @@ fn dense_histogram(regs: &[u8], histo: &mut [u32; 64]) {
     }
 }
 
-/// Raises register `index` of a sparse sketch, splitting the opcode that covers it
-/// (Redis's `hllSparseSet`), or promotes the sketch to dense when the value does not fit a
-/// VAL opcode or the result would exceed `sparse_max` bytes.
-fn sparse_set(v: &mut Vec<u8>, index: usize, count: u8, sparse_max: usize) -> Result<bool, HllError> {
-    if count > SPARSE_VAL_MAX {
-        return promote(v, index, count);
-    }
-    reserve_sparse(v, sparse_max);
-    // Step 1: find the opcode covering `index`, its first register and the opcode before it.
-    let (mut p, mut first, mut prev, mut found) = (HEADER_LEN, 0, None, None);
-    while p < v.len() {
-        let op = read_op(v, p);
-        if index < first + op.run {
-            found = Some(op);
-            break;
-        }
-        prev = Some(p);
-        p += op.len;
-        first += op.run;
-    }
-    let Some(op) = found else { return Err(HllError::Corrupt) };
-    // Step 2: the cases that need no split.
-    if op.value > 0 {
-        if op.value >= count {
-            return Ok(false);
-        }
-        if op.run == 1 {
-            v[p] = val_op(count, 1);
-            return Ok(finish_sparse(v, prev));
-        }
-    } else if op.len == 1 && op.run == 1 {
-        v[p] = val_op(count, 1);
-        return Ok(finish_sparse(v, prev));
-    }
-    // Step 3: split the opcode into up to three (worst case XZERO-VAL-XZERO, 5 bytes).
-    let last = first + op.run - 1;
-    let mut seq = [0u8; 5];
-    let mut n = 0;
-    let push_run = |seq: &mut [u8; 5], n: &mut usize, run: usize| {
-        if op.value > 0 {
-            seq[*n] = val_op(op.value, run);
-            *n += 1;
-        } else if run > ZERO_MAX_LEN {
-            seq[*n..*n + 2].copy_from_slice(&xzero_op(run));
-            *n += 2;
-        } else {
-            seq[*n] = (run - 1) as u8;
-            *n += 1;
-        }
-    };
-    if index != first {
-        push_run(&mut seq, &mut n, index - first);
-    }
-    seq[n] = val_op(count, 1);
-    n += 1;
-    if index != last {
-        push_run(&mut seq, &mut n, last - index);
-    }
-    if n > op.len && v.len() + n - op.len > sparse_max {
-        return promote(v, index, count);
-    }
-    let old_end = (p + op.len).min(v.len());
-    v.splice(p..old_end, seq[..n].iter().copied());
-    Ok(finish_sparse(v, prev))
-}
-
-/// Step 4 of `hllSparseSet`: merges adjacent VAL opcodes of equal value (scanning at most
-/// five opcodes from the one before the change), then marks the cache stale.
-fn finish_sparse(v: &mut Vec<u8>, prev: Option<usize>) -> bool {
-    let mut p = prev.unwrap_or(HEADER_LEN);
-    let mut scan = 5;
-    while p < v.len() && scan > 0 {
-        scan -= 1;
-        let op = read_op(v, p);
-        if op.value == 0 {
-            p += op.len;
-            continue;
-        }
-        if p + 1 < v.len() && v[p + 1] & VAL_BIT != 0 {
-            let next = read_op(v, p + 1);
-            if next.value == op.value && op.run + next.run <= VAL_MAX_LEN {
-                v[p + 1] = val_op(op.value, op.run + next.run);
-                v.remove(p);
-                // Try to merge the merged opcode with the one after it too.
-                continue;
-            }
-        }
-        p += 1;
-    }
-    invalidate(v);
-    true
-}
-
+/// Converts a sparse sketch to dense and raises the register that did not fit.
 fn promote(v: &mut Vec<u8>, index: usize, count: u8) -> Result<bool, HllError> {
     to_dense(v)?;
     // Promotion only happens for a register that must change, so this always raises it.
     Ok(dense_raise(&mut v[HEADER_LEN..], index, count))
-}
-
-/// Grows a sparse sketch's buffer the way Redis does (greedily, but never beyond
-/// `sparse_max`), so repeated adds do not reallocate each time.
-fn reserve_sparse(v: &mut Vec<u8>, sparse_max: usize) {
-    if v.capacity() < sparse_max && v.capacity() - v.len() < 3 {
-        let mut want = v.len() + 3;
-        want += want.min(300);
-        let want = want.min(sparse_max).max(v.len() + 3);
-        v.reserve_exact(want - v.len());
-    }
-}
-
-/// One sparse opcode: its size in bytes, the registers it covers and their value.
-#[derive(Debug, Clone, Copy)]
-struct Op {
-    len: usize,
-    run: usize,
-    value: u8,
-}
-
-/// Decodes the opcode at `p`. A truncated XZERO reads its missing second byte as 0, as C
-/// reads the string's NUL terminator.
-fn read_op(s: &[u8], p: usize) -> Op {
-    let b = s[p];
-    if b & VAL_BIT != 0 {
-        Op { len: 1, run: usize::from(b & 0x3) + 1, value: ((b >> 2) & 0x1f) + 1 }
-    } else if b & XZERO_BIT != 0 {
-        let lo = s.get(p + 1).copied().unwrap_or(0);
-        Op { len: 2, run: ((usize::from(b & 0x3f) << 8) | usize::from(lo)) + 1, value: 0 }
-    } else {
-        Op { len: 1, run: usize::from(b & 0x3f) + 1, value: 0 }
-    }
-}
-
-/// Iterator over the opcodes of a sparse body.
-struct Ops<'a> {
-    body: &'a [u8],
-    p: usize,
-}
-
-impl<'a> Ops<'a> {
-    fn new(body: &'a [u8]) -> Self {
-        Ops { body, p: 0 }
-    }
-}
-
-impl Iterator for Ops<'_> {
-    type Item = Op;
-
-    fn next(&mut self) -> Option<Op> {
-        if self.p >= self.body.len() {
-            return None;
-        }
-        let op = read_op(self.body, self.p);
-        self.p += op.len;
-        Some(op)
-    }
-}
-
-fn val_op(value: u8, run: usize) -> u8 {
-    VAL_BIT | ((value - 1) << 2) | (run - 1) as u8
-}
-
-fn xzero_op(run: usize) -> [u8; 2] {
-    let l = run - 1;
-    [XZERO_BIT | (l >> 8) as u8, (l & 0xff) as u8]
 }
 
 const MAGIC: &[u8; 4] = b"HYLL";
@@ -625,22 +452,12 @@ const BITS: usize = 6;
 const REGISTER_MAX: u8 = (1 << BITS) - 1;
 /// Redis's MurmurHash64A seed for HyperLogLog.
 const SEED: u64 = 0xadc8_3b19;
-const XZERO_BIT: u8 = 0x40;
-const VAL_BIT: u8 = 0x80;
-const SPARSE_VAL_MAX: u8 = 32;
-const VAL_MAX_LEN: usize = 4;
-const ZERO_MAX_LEN: usize = 64;
-const XZERO_MAX_LEN: usize = 16384;
 /// 0.5 / ln(2).
 const ALPHA_INF: f64 = 0.721_347_520_444_481_7;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn decode(v: &[u8]) -> String {
-        decode_sparse(v)
-    }
 
     /// A deterministic stream of distinct elements.
     fn elements(prefix: &str, n: usize) -> impl Iterator<Item = Vec<u8>> + '_ {
@@ -656,7 +473,7 @@ mod tests {
         assert_eq!(check(&v), Ok(Encoding::Sparse));
         assert_eq!(cached(&v), Some(0));
         assert_eq!(count(&v), Ok(0));
-        assert_eq!(decode(&v), "Z:16384");
+        assert_eq!(decode_sparse(&v), "Z:16384");
     }
 
     #[test]
@@ -665,7 +482,7 @@ mod tests {
         assert_eq!(pattern(b""), (5938, 2));
         let mut v = new_sparse();
         assert_eq!(add(&mut v, b"", 3000), Ok(true));
-        assert_eq!(decode(&v), "Z:5938 v:2,1 Z:10445");
+        assert_eq!(decode_sparse(&v), "Z:5938 v:2,1 Z:10445");
         // Every prefix (0 to 40 bytes: word loop and every tail length) of one sentence, and
         // two binary elements, as Redis 7.0.15 decoded the sketches it built from them.
         let base = b"The quick brown fox jumps over the lazy dog!!";
@@ -673,7 +490,7 @@ mod tests {
         for n in 0..=40 {
             add(&mut v, &base[..n], 3000).unwrap();
         }
-        assert_eq!(decode(&v), "Z:488 v:1,1 Z:649 v:1,1 Z:151 v:1,1 Z:443 v:2,1 z:10 v:5,1 z:53 v:1,1 Z:738 \
+        assert_eq!(decode_sparse(&v), "Z:488 v:1,1 Z:649 v:1,1 Z:151 v:1,1 Z:443 v:2,1 z:10 v:5,1 z:53 v:1,1 Z:738 \
             v:1,1 z:56 v:1,1 Z:321 v:6,1 Z:635 v:1,1 z:25 v:1,1 Z:150 v:1,1 z:22 v:1,1 Z:743 v:1,1 Z:224 v:1,1 \
             Z:460 v:3,1 Z:105 v:1,1 Z:648 v:2,1 Z:721 v:1,1 Z:347 v:1,1 Z:157 v:2,1 z:56 v:1,1 Z:618 v:1,1 Z:87 \
             v:1,1 Z:916 v:1,1 Z:154 v:3,1 Z:228 v:2,1 Z:880 v:8,1 Z:359 v:2,1 Z:403 v:1,1 Z:106 v:1,1 Z:123 v:1,1 \
@@ -685,41 +502,7 @@ mod tests {
         let mut v = new_sparse();
         add(&mut v, &up, 3000).unwrap();
         add(&mut v, &down, 3000).unwrap();
-        assert_eq!(decode(&v), "Z:6794 v:3,1 Z:5566 v:1,1 Z:4022");
-    }
-
-    #[test]
-    fn sparse_opcodes_split_and_merge_like_redis() {
-        let mut v = new_sparse();
-        let set = |v: &mut Vec<u8>, i, c| set_register(v, i, c, 3000).unwrap();
-        assert!(set(&mut v, 0, 1));
-        assert_eq!(decode(&v), "v:1,1 Z:16383");
-        assert!(set(&mut v, 1, 1));
-        assert_eq!(decode(&v), "v:1,2 Z:16382", "adjacent equal values merge");
-        assert!(!set(&mut v, 1, 1), "not above the current value");
-        assert!(set(&mut v, 100, 3));
-        assert_eq!(decode(&v), "v:1,2 Z:98 v:3,1 Z:16283");
-        assert!(set(&mut v, 3, 5));
-        assert_eq!(decode(&v), "v:1,2 z:1 v:5,1 Z:96 v:3,1 Z:16283");
-        assert!(set(&mut v, 2, 1));
-        assert_eq!(decode(&v), "v:1,3 v:5,1 Z:96 v:3,1 Z:16283");
-        assert!(set(&mut v, 1, 2), "splitting a VAL run");
-        assert_eq!(decode(&v), "v:1,1 v:2,1 v:1,1 v:5,1 Z:96 v:3,1 Z:16283");
-        assert!(set(&mut v, 16383, 32));
-        assert_eq!(decode(&v), "v:1,1 v:2,1 v:1,1 v:5,1 Z:96 v:3,1 Z:16282 v:32,1");
-        assert_eq!(cached(&v), None, "changes mark the cache stale");
-        let regs = {
-            let mut d = v.clone();
-            assert_eq!(to_dense(&mut d), Ok(true));
-            dense_registers(&d)
-        };
-        assert_eq!(&regs[..5], [1, 2, 1, 5, 0]);
-        assert_eq!((regs[100], regs[16383]), (3, 32));
-        // A value above 32 does not fit a VAL opcode: promotion.
-        assert!(set(&mut v, 7, 33));
-        assert_eq!(check(&v), Ok(Encoding::Dense));
-        let regs = dense_registers(&v);
-        assert_eq!((regs[3], regs[7], regs[100], regs[16383]), (5, 33, 3, 32));
+        assert_eq!(decode_sparse(&v), "Z:6794 v:3,1 Z:5566 v:1,1 Z:4022");
     }
 
     #[test]
@@ -818,7 +601,7 @@ mod tests {
             let _ = add(&mut v, b"more", 3000);
             let _ = set_register(&mut v, (rnd() as usize) % REGISTERS, 1 + (rnd() % 40) as u8, 3000);
             if check(&v) == Ok(Encoding::Sparse) {
-                let _ = decode(&v);
+                let _ = decode_sparse(&v);
             }
         }
         // A huge body of maximal zero runs would overflow 32-bit counters.

@@ -409,7 +409,8 @@ mod tests {
             let len = int(&mut t, &["STRLEN", "hll"]) as u64;
             for i in 0..1 + x % 5 {
                 let pos = (x >> (i * 8)) % len;
-                t.run_bytes(&[b"SETRANGE".to_vec(), b"hll".to_vec(), pos.to_string().into(), vec![(x >> 20 >> i) as u8]]);
+                let byte = vec![(x >> 20 >> i) as u8];
+                t.run_bytes(&[b"SETRANGE".to_vec(), b"hll".to_vec(), pos.to_string().into(), byte]);
             }
             let r = t.run(&["PFCOUNT", "hll"]);
             assert!(r.starts_with(':') || r == CORRUPT || r == NOT_HLL, "{r}");

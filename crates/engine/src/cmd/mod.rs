@@ -14,6 +14,7 @@ use crate::keyspace::{LockId, lock_id};
 use crate::slot::key_slot;
 
 pub mod bitfield;
+pub mod bitop;
 pub mod bitops;
 pub mod counter;
 pub mod db;
@@ -68,6 +69,7 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         object::COMMANDS,
         dump::COMMANDS,
         bitops::COMMANDS,
+        bitop::COMMANDS,
         bitfield::COMMANDS,
         hll::COMMANDS,
     ]
