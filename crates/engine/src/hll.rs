@@ -95,20 +95,24 @@ pub fn check(s: &[u8]) -> Result<Encoding, HllError> {
     }
 }
 
-/// The cached cardinality, unless it is marked stale.
+/// The cached cardinality, unless it is marked stale (or `s` has no header).
 pub fn cached(s: &[u8]) -> Option<u64> {
-    let card = u64::from_le_bytes(s[8..16].try_into().ok()?);
+    let card = u64::from_le_bytes(s.get(8..HEADER_LEN)?.try_into().ok()?);
     (card >> 63 == 0).then_some(card)
 }
 
-/// Stores a freshly computed cardinality in the header.
+/// Stores a freshly computed cardinality in the header (if `s` has one).
 pub fn set_cached(s: &mut [u8], card: u64) {
-    s[8..16].copy_from_slice(&card.to_le_bytes());
+    if let Some(field) = s.get_mut(8..HEADER_LEN) {
+        field.copy_from_slice(&card.to_le_bytes());
+    }
 }
 
-/// Marks the cached cardinality stale (sets the top bit of its last byte).
+/// Marks the cached cardinality stale: sets the top bit of its last byte (if `s` has one).
 pub fn invalidate(s: &mut [u8]) {
-    s[15] |= 0x80;
+    if let Some(b) = s.get_mut(HEADER_LEN - 1) {
+        *b |= 0x80;
+    }
 }
 
 /// Adds `element`: returns whether a register changed (and so the cardinality may have).
@@ -118,8 +122,9 @@ pub fn add(v: &mut Vec<u8>, element: &[u8], sparse_max: usize) -> Result<bool, H
     set_register(v, index, count, sparse_max)
 }
 
-/// Raises register `index` to `count` if it is lower, in either encoding (Redis's
-/// `hllSparseSet` / `hllDenseSet`). Returns whether it changed.
+/// Raises register `index` (below [`REGISTERS`]) to `count` (a register value, at most 63) if
+/// it is lower, in either encoding (Redis's `hllSparseSet` / `hllDenseSet`). Returns whether
+/// it changed.
 pub fn set_register(v: &mut Vec<u8>, index: usize, count: u8, sparse_max: usize) -> Result<bool, HllError> {
     match check(v)? {
         Encoding::Dense => Ok(dense_raise(&mut v[HEADER_LEN..], index, count)),
@@ -151,9 +156,9 @@ pub fn count(s: &[u8]) -> Result<u64, HllError> {
     Ok(estimate(&histo))
 }
 
-/// Estimates the cardinality of 16384 registers held one per byte (the union PFCOUNT builds
-/// for several keys).
-pub fn count_registers(max: &[u8]) -> u64 {
+/// Estimates the cardinality of registers held one per byte (the union PFCOUNT builds for
+/// several keys).
+pub fn count_registers(max: &[u8; REGISTERS]) -> u64 {
     let mut histo = [0u32; 64];
     let mut words = max.chunks_exact(8);
     for w in &mut words {
@@ -173,11 +178,11 @@ pub fn count_registers(max: &[u8]) -> u64 {
 }
 
 /// Merges a sketch into `max` (one byte per register): `max[i] = max(max[i], reg[i])`.
-pub fn merge_into(max: &mut [u8], s: &[u8]) -> Result<(), HllError> {
+pub fn merge_into(max: &mut [u8; REGISTERS], s: &[u8]) -> Result<(), HllError> {
     match check(s)? {
         Encoding::Dense => {
             let regs = &s[HEADER_LEN..];
-            for (i, m) in max.iter_mut().enumerate().take(REGISTERS) {
+            for (i, m) in max.iter_mut().enumerate() {
                 *m = (*m).max(dense_get(regs, i));
             }
         }
@@ -231,7 +236,7 @@ pub fn to_dense(v: &mut Vec<u8>) -> Result<bool, HllError> {
     Ok(true)
 }
 
-/// Every register of a dense sketch, one per byte (PFDEBUG GETREG).
+/// Every register of a sketch [`check`] found dense, one per byte (PFDEBUG GETREG).
 pub fn dense_registers(s: &[u8]) -> Vec<u8> {
     let regs = &s[HEADER_LEN..];
     (0..REGISTERS).map(|i| dense_get(regs, i)).collect()
@@ -240,7 +245,7 @@ pub fn dense_registers(s: &[u8]) -> Vec<u8> {
 /// A sparse sketch's opcodes as PFDEBUG DECODE prints them: `z:<len>`, `Z:<len>`,
 /// `v:<value>,<len>`, separated by spaces.
 pub fn decode_sparse(s: &[u8]) -> String {
-    sparse::decode(&s[HEADER_LEN..])
+    s.get(HEADER_LEN..).map(sparse::decode).unwrap_or_default()
 }
 
 /// PFSELFTEST: Redis's `pfselftestCommand` with its sizes as parameters (Redis uses 1000
@@ -538,9 +543,9 @@ mod tests {
         let mut promoted = sparse.clone();
         to_dense(&mut promoted).unwrap();
         assert_eq!(dense_registers(&promoted), dense_registers(&dense));
-        let mut max = vec![0u8; REGISTERS];
+        let mut max = [0u8; REGISTERS];
         merge_into(&mut max, &sparse).unwrap();
-        assert_eq!(max, dense_registers(&dense));
+        assert_eq!(max.to_vec(), dense_registers(&dense));
         assert_eq!(count_registers(&max), count(&dense).unwrap());
     }
 

@@ -94,7 +94,7 @@ fn pfcount(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     if args.len() > 2 {
         // Several keys: the cardinality of their union, computed on a temporary sketch of
         // one byte per register; no key's cache is touched.
-        let mut max = vec![0u8; REGISTERS];
+        let mut max = [0u8; REGISTERS];
         for key in args.iter().skip(1) {
             if let Some(k) = ctx.read(key)? {
                 hll::merge_into(&mut max, checked(&k)?.0)?;
@@ -126,7 +126,7 @@ fn pfcount(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
 fn pfmerge(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let sparse_max = ctx.cfg.hll_sparse_max_bytes;
     // The destination is itself one of the inputs (argument 1 onwards).
-    let mut max = vec![0u8; REGISTERS];
+    let mut max = [0u8; REGISTERS];
     let mut dense = false;
     for key in args.iter().skip(1) {
         if let Some(k) = ctx.read(key)? {
