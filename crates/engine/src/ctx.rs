@@ -32,6 +32,9 @@ pub struct EngineConfig {
     pub hz: u32,
     /// Whether this node is a replica (keys are not deleted on lazy expiry).
     pub replica: bool,
+    /// `hll-sparse-max-bytes`: a sparse HyperLogLog that would grow beyond this many bytes
+    /// (header included) becomes dense. The server fills it from its configuration.
+    pub hll_sparse_max_bytes: usize,
 }
 
 impl Default for EngineConfig {
@@ -47,6 +50,7 @@ impl Default for EngineConfig {
             active_expire_effort: 1,
             hz: 10,
             replica: false,
+            hll_sparse_max_bytes: 3000,
         }
     }
 }

@@ -13,6 +13,7 @@
 pub mod entry;
 pub mod glob;
 pub mod hash;
+pub mod hll;
 pub mod object;
 pub mod slot;
 pub mod table;

@@ -13,10 +13,14 @@ use crate::error::{CmdResult, CommandError};
 use crate::keyspace::{LockId, lock_id};
 use crate::slot::key_slot;
 
+pub mod bitfield;
+pub mod bitop;
+pub mod bitops;
 pub mod counter;
 pub mod db;
 pub mod dump;
 pub mod expire;
+pub mod hll;
 pub mod keys;
 pub mod object;
 pub mod range;
@@ -64,6 +68,10 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         db::COMMANDS,
         object::COMMANDS,
         dump::COMMANDS,
+        bitops::COMMANDS,
+        bitop::COMMANDS,
+        bitfield::COMMANDS,
+        hll::COMMANDS,
     ]
         .into_iter()
         .flatten()

@@ -170,7 +170,7 @@ fn edit(k: &mut KeyMut<'_>, new_len: usize, change: impl FnOnce(&mut Vec<u8>)) {
 }
 
 /// The capacity sds gives a string growing to `len`.
-fn prealloc(len: usize) -> usize {
+pub(super) fn prealloc(len: usize) -> usize {
     if len < MAX_PREALLOC { len * 2 } else { len + MAX_PREALLOC }
 }
 

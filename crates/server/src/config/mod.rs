@@ -138,6 +138,7 @@ impl Settings {
             active_expire_effort: small(table::ACTIVE_EXPIRE_EFFORT),
             hz: small(table::HZ),
             replica: !self.list(table::REPLICAOF).is_empty(),
+            hll_sparse_max_bytes: usize::try_from(self.int(table::HLL_SPARSE_MAX_BYTES)).unwrap_or(usize::MAX),
         }
     }
 }

@@ -594,7 +594,7 @@ directives! {
         "advanced.zset_max_listpack_entries": int(0, LONG), "128", M | NE, H, "Largest sorted set kept compact.";
     ZSET_MAX_LISTPACK_VALUE = "zset-max-listpack-value" ["zset-max-ziplist-value"] "advanced.zset_max_listpack_value":
         mem(0, LONG), "64", M | NE, H, "Largest member of a compact sorted set.";
-    HLL_SPARSE_MAX_BYTES = "hll-sparse-max-bytes" [] "advanced.hll_sparse_max_bytes": mem(0, LONG), "3000", M | NE, H,
+    HLL_SPARSE_MAX_BYTES = "hll-sparse-max-bytes" [] "advanced.hll_sparse_max_bytes": mem(0, LONG), "3000", M, ENGINE,
         "Largest sparse HyperLogLog.";
     STREAM_NODE_MAX_BYTES = "stream-node-max-bytes" [] "advanced.stream_node_max_bytes": mem(0, LONG), "4096", M | NE, H,
         "Largest stream node in bytes.";
