@@ -319,7 +319,7 @@ impl<'a> LockSet<'a> {
         let id = lock_id(db, s);
         if let Some(i) = self.guards.iter().position(|g| g.0 == id) {
             let (_, slot, guard) = &mut self.guards[i];
-            return SlotRef::Held(&mut **guard, *slot);
+            return SlotRef::Held(guard, slot);
         }
         let slot = ks.db(db).slot(s);
         SlotRef::Own(slot.lock(), slot)

@@ -166,7 +166,8 @@ impl<'a> Reader<'a> {
         })
     }
 
-    /// A length.
+    /// Reads a length (not the reader's size: it consumes input).
+    #[allow(clippy::len_without_is_empty)]
     pub fn len(&mut self) -> Result<u64, RdbError> {
         self.len_or_special()?.map_err(|_| RdbError::BadFormat)
     }

@@ -83,6 +83,9 @@ impl Waiter {
     }
 }
 
+/// A key of a database.
+type DbKey = (usize, Box<[u8]>);
+
 /// What a blocked connection waits for.
 pub struct BlockWait {
     /// Its registration.
@@ -96,7 +99,7 @@ pub struct BlockWait {
 /// Every waiter, by (database, key) in arrival order, and by client.
 #[derive(Default)]
 pub struct Blocked {
-    keys: Mutex<HashMap<(usize, Box<[u8]>), VecDeque<Arc<Waiter>>>>,
+    keys: Mutex<HashMap<DbKey, VecDeque<Arc<Waiter>>>>,
     clients: Mutex<HashMap<u64, Arc<Waiter>>>,
     count: AtomicUsize,
 }

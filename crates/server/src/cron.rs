@@ -57,7 +57,7 @@ fn run(srv: &Server) {
 /// `ACTIVE_EXPIRE_CYCLE_SLOW_TIME_PERC`.
 fn expire(srv: &Server, cursor: &mut ExpireCursor, period: Duration) {
     let cfg = srv.engine.load();
-    let perc = 25 + 2 * (cfg.active_expire_effort.saturating_sub(1)) as u32;
+    let perc = 25 + 2 * cfg.active_expire_effort.saturating_sub(1);
     let budget = period * perc / 100;
     let start = Instant::now();
     // Expired keys announce themselves, abort WATCHes and may make blocked clients' keys ready.

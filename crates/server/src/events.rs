@@ -15,10 +15,13 @@ use parking_lot::Mutex;
 
 use crate::server::Server;
 
+/// A key of a database.
+type DbKey = (usize, Box<[u8]>);
+
 /// Keys being WATCHed, and the flags of the transactions watching them.
 #[derive(Default)]
 pub struct Watches {
-    map: Mutex<HashMap<(usize, Box<[u8]>), Vec<Arc<AtomicBool>>>>,
+    map: Mutex<HashMap<DbKey, Vec<Arc<AtomicBool>>>>,
     count: AtomicUsize,
 }
 

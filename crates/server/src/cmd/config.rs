@@ -48,7 +48,7 @@ fn get(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res
 }
 
 fn set(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
-    if args.len() % 2 != 0 {
+    if !args.len().is_multiple_of(2) {
         return Err(CommandError::WrongArity("config|set".into()));
     }
     let pairs: Vec<(&[u8], &[u8])> = (2..args.len()).step_by(2).map(|i| (args.get(i), args.get(i + 1))).collect();

@@ -132,7 +132,7 @@ fn stats(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Resu
         ("overhead.total", overhead),
         ("db.dict.rehashing.count", 0),
         ("keys.count", m.keys),
-        ("keys.bytes-per-key", if m.keys == 0 { 0 } else { net / m.keys }),
+        ("keys.bytes-per-key", net.checked_div(m.keys).unwrap_or(0)),
         ("dataset.bytes", dataset),
     ];
     for (name, v) in ints {
