@@ -32,6 +32,13 @@ pub struct EngineConfig {
     pub hz: u32,
     /// Whether this node is a replica (keys are not deleted on lazy expiry).
     pub replica: bool,
+    /// `list-max-listpack-size`: negative for a byte limit per node (-1 = 4 KiB ... -5 =
+    /// 64 KiB), positive for an element count.
+    pub list_max_listpack_size: i64,
+    /// `zset-max-listpack-entries`.
+    pub zset_max_listpack_entries: usize,
+    /// `zset-max-listpack-value`.
+    pub zset_max_listpack_value: usize,
 }
 
 impl Default for EngineConfig {
@@ -47,6 +54,9 @@ impl Default for EngineConfig {
             active_expire_effort: 1,
             hz: 10,
             replica: false,
+            list_max_listpack_size: -2,
+            zset_max_listpack_entries: 128,
+            zset_max_listpack_value: 64,
         }
     }
 }

@@ -138,6 +138,8 @@ impl Settings {
             active_expire_effort: small(table::ACTIVE_EXPIRE_EFFORT),
             hz: small(table::HZ),
             replica: !self.list(table::REPLICAOF).is_empty(),
+            // Collection thresholds keep their defaults until the config rows feed them.
+            ..EngineConfig::default()
         }
     }
 }
