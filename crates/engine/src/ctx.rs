@@ -8,6 +8,8 @@ use crate::keyspace::{Keyspace, LockSet, Slot};
 use crate::object::Object;
 use crate::policy::{self, EvictionPolicy};
 use crate::table::Table;
+use crate::types::list::List;
+use crate::types::zset::ZSet;
 
 /// Engine settings a handler may read. The server fills it from its configuration.
 #[derive(Debug, Clone)]
@@ -202,6 +204,38 @@ impl<'t> KeyMut<'t> {
             ValueRef::Obj(Object::Str(v)) => Ok(v),
             #[allow(unreachable_patterns)]
             ValueRef::Obj(_) => Err(CommandError::WrongType),
+        }
+    }
+
+    /// The list value, or WRONGTYPE.
+    pub fn list(&self) -> Result<&List, CommandError> {
+        match self.value() {
+            ValueRef::Obj(Object::List(l)) => Ok(l),
+            _ => Err(CommandError::WrongType),
+        }
+    }
+
+    /// The list value for in-place changes, or WRONGTYPE.
+    pub fn list_mut(&mut self) -> Result<&mut List, CommandError> {
+        match self.entry_mut().object_mut() {
+            Some(Object::List(l)) => Ok(l),
+            _ => Err(CommandError::WrongType),
+        }
+    }
+
+    /// The sorted set value, or WRONGTYPE.
+    pub fn zset(&self) -> Result<&ZSet, CommandError> {
+        match self.value() {
+            ValueRef::Obj(Object::ZSet(z)) => Ok(z),
+            _ => Err(CommandError::WrongType),
+        }
+    }
+
+    /// The sorted set value for in-place changes, or WRONGTYPE.
+    pub fn zset_mut(&mut self) -> Result<&mut ZSet, CommandError> {
+        match self.entry_mut().object_mut() {
+            Some(Object::ZSet(z)) => Ok(z),
+            _ => Err(CommandError::WrongType),
         }
     }
 

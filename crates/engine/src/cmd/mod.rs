@@ -18,6 +18,8 @@ pub mod db;
 pub mod dump;
 pub mod expire;
 pub mod keys;
+pub mod list;
+pub mod list_block;
 pub mod object;
 pub mod range;
 pub mod scan;
@@ -64,6 +66,8 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         db::COMMANDS,
         object::COMMANDS,
         dump::COMMANDS,
+        list::COMMANDS,
+        list_block::COMMANDS,
     ]
         .into_iter()
         .flatten()
