@@ -26,6 +26,15 @@ impl Object {
         }
     }
 
+    /// The members of a set, for commands that take sets where sorted sets are expected
+    /// (ZUNIONSTORE and friends score each member 1); `None` for every other type. The match
+    /// names every variant so that adding the set type fails to compile until it answers here.
+    pub fn set_members(&self) -> Option<Vec<Vec<u8>>> {
+        match self {
+            Object::Str(_) | Object::List(_) | Object::ZSet(_) => None,
+        }
+    }
+
     /// Heap bytes owned by the object beyond the entry, for MEMORY USAGE and eviction.
     pub fn heap_size(&self) -> usize {
         match self {

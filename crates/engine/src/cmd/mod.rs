@@ -24,6 +24,10 @@ pub mod object;
 pub mod range;
 pub mod scan;
 pub mod string;
+pub mod zset;
+pub mod zset_pop;
+pub mod zset_range;
+pub mod zset_store;
 
 /// A data command handler.
 pub type EngineFn = for<'a, 'b> fn(&mut Ctx<'a>, Args<'b>, &mut ReplyBuf) -> CmdResult;
@@ -68,6 +72,10 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         dump::COMMANDS,
         list::COMMANDS,
         list_block::COMMANDS,
+        zset::COMMANDS,
+        zset_range::COMMANDS,
+        zset_pop::COMMANDS,
+        zset_store::COMMANDS,
     ]
         .into_iter()
         .flatten()
@@ -169,7 +177,6 @@ pub(crate) fn push_bulk(buf: &mut Vec<u8>, b: &[u8]) {
 }
 
 /// Parses a float argument or fails with the standard error.
-#[allow(dead_code)] // used by INCRBYFLOAT and the sorted-set commands
 pub(crate) fn float_arg(arg: &[u8]) -> Result<f64, CommandError> {
     hotkv_protocol::parse_double(arg).ok_or(CommandError::NotFloat)
 }

@@ -266,6 +266,23 @@ impl SkipList {
             .collect()
     }
 
+    /// One step of ZSCAN: up to `count` members from arena slot `cursor` on, and the cursor
+    /// to continue from (0 when done). A member keeps its slot for life (a score update
+    /// reuses the slot it frees), so members present for a whole scan are returned.
+    pub fn scan(&self, cursor: u64, count: usize) -> (u64, Vec<(&[u8], f64)>) {
+        let mut out = Vec::new();
+        let mut i = usize::try_from(cursor).unwrap_or(usize::MAX).max(1);
+        while i < self.nodes.len() && out.len() < count {
+            let n = &self.nodes[i];
+            // Free slots have no levels; live nodes have at least one.
+            if !n.levels.is_empty() {
+                out.push((&*n.member, n.score));
+            }
+            i += 1;
+        }
+        (if i >= self.nodes.len() { 0 } else { i as u64 }, out)
+    }
+
     fn node(&self, i: u32) -> &Node {
         &self.nodes[i as usize]
     }
