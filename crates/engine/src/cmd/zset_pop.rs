@@ -59,7 +59,7 @@ struct Shape {
 }
 
 /// Pops up to `count` members from the lowest (`max` false) or highest end of the set at
-/// `key`, writing the reply; `None` when there is no sorted set there (nothing written).
+/// `key` and writes the reply; false when there is no sorted set there (nothing written).
 fn pop_at(ctx: &mut Ctx<'_>, out: &mut ReplyBuf, key: &[u8], max: bool, count: usize, shape: Shape) -> Result<bool, CommandError> {
     let serving = ctx.block_mode == BlockMode::Serving;
     let Some(mut k) = ctx.write(key)? else { return Ok(false) };
@@ -218,5 +218,89 @@ fn wait(ctx: &mut Ctx<'_>, out: &mut ReplyBuf, keys: &[&[u8]], deadline: Option<
         ctx.block_on(keys.iter().map(|k| k.to_vec()).collect(), deadline);
     } else {
         out.null_array();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hotkv_protocol::Protocol;
+
+    use crate::ctx::{BlockMode, BlockRequest};
+    use crate::testkit::TestKit;
+
+    const WRONGTYPE: &str = "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
+
+    fn blocked(keys: &[&str], deadline_ms: Option<i64>) -> Option<BlockRequest> {
+        Some(BlockRequest { keys: keys.iter().map(|k| k.as_bytes().to_vec()).collect(), deadline_ms })
+    }
+
+    #[test]
+    fn zpopmin_and_zpopmax() {
+        let mut t = TestKit::default();
+        t.run(&["ZADD", "z", "1", "a", "2", "b", "3", "c"]);
+        assert_eq!(t.run(&["ZPOPMIN", "z"]), "*2\r\n$1\r\na\r\n$1\r\n1\r\n");
+        assert_eq!(t.run(&["ZPOPMAX", "z", "5"]), "*4\r\n$1\r\nc\r\n$1\r\n3\r\n$1\r\nb\r\n$1\r\n2\r\n");
+        assert_eq!(t.run(&["EXISTS", "z"]), ":0\r\n");
+        assert_eq!(t.run(&["ZPOPMIN", "z"]), "*0\r\n");
+        assert_eq!(t.run(&["ZPOPMIN", "z", "0"]), "*0\r\n");
+        assert_eq!(t.run(&["ZPOPMIN", "z", "-1"]), "-ERR value is out of range, must be positive\r\n");
+        assert_eq!(t.run(&["ZPOPMIN", "z", "1", "2"]), "-ERR syntax error\r\n");
+        t.run(&["ZADD", "z", "1", "a", "2", "b"]);
+        t.proto = Protocol::Resp3;
+        assert_eq!(t.run(&["ZPOPMIN", "z"]), "*2\r\n$1\r\na\r\n,1\r\n", "no count: flat even in RESP3");
+        assert_eq!(t.run(&["ZPOPMAX", "z", "1"]), "*1\r\n*2\r\n$1\r\nb\r\n,2\r\n");
+        t.run(&["SET", "s", "v"]);
+        assert_eq!(t.run(&["ZPOPMIN", "s", "0"]), WRONGTYPE);
+    }
+
+    #[test]
+    fn zmpop_shapes_and_errors() {
+        let mut t = TestKit::default();
+        t.run(&["ZADD", "b", "1", "x", "2", "y"]);
+        assert_eq!(t.run(&["ZMPOP", "2", "a", "b", "MAX"]), "*2\r\n$1\r\nb\r\n*1\r\n*2\r\n$1\r\ny\r\n$1\r\n2\r\n");
+        assert_eq!(t.run(&["ZMPOP", "2", "a", "b", "MIN", "COUNT", "9"]), "*2\r\n$1\r\nb\r\n*1\r\n*2\r\n$1\r\nx\r\n$1\r\n1\r\n");
+        assert_eq!(t.run(&["ZMPOP", "2", "a", "b", "MIN"]), "*-1\r\n");
+        assert_eq!(t.run(&["ZMPOP", "0", "a", "MIN"]), "-ERR numkeys should be greater than 0\r\n");
+        assert_eq!(t.run(&["ZMPOP", "1", "a", "MID"]), "-ERR syntax error\r\n");
+        assert_eq!(t.run(&["ZMPOP", "1", "a", "MIN", "COUNT", "0"]), "-ERR count should be greater than 0\r\n");
+        t.proto = Protocol::Resp3;
+        assert_eq!(t.run(&["ZMPOP", "1", "a", "MIN"]), "_\r\n");
+    }
+
+    #[test]
+    fn bzpop_in_all_three_modes() {
+        let mut t = TestKit::default();
+        t.run(&["ZADD", "b", "1", "x", "2", "y"]);
+        assert_eq!(t.run(&["BZPOPMIN", "a", "b", "0"]), "*3\r\n$1\r\nb\r\n$1\r\nx\r\n$1\r\n1\r\n");
+        assert_eq!(t.run(&["BZPOPMAX", "a", "b", "0"]), "*3\r\n$1\r\nb\r\n$1\r\ny\r\n$1\r\n2\r\n");
+        assert_eq!(t.run(&["BZPOPMIN", "a", "b", "2.5"]), "");
+        assert_eq!(t.last_block, blocked(&["a", "b"], Some(t.now_ms + 2500)));
+        assert_eq!(t.run(&["BZMPOP", "0", "1", "a", "MIN"]), "");
+        assert_eq!(t.last_block, blocked(&["a"], None));
+        assert_eq!(t.run(&["BZPOPMIN", "a", "x"]), "-ERR timeout is not a float or out of range\r\n");
+        assert_eq!(t.run(&["BZMPOP", "-1", "1", "a", "MIN"]), "-ERR timeout is negative\r\n");
+        t.run(&["SET", "s", "v"]);
+        assert_eq!(t.run(&["BZPOPMIN", "s", "0"]), WRONGTYPE);
+        t.block_mode = BlockMode::Immediate;
+        assert_eq!(t.run(&["BZPOPMAX", "a", "0"]), "*-1\r\n");
+        assert_eq!(t.run(&["BZMPOP", "0", "1", "a", "MAX"]), "*-1\r\n");
+        assert_eq!(t.last_block, None);
+        t.block_mode = BlockMode::Serving;
+        assert_eq!(t.run(&["BZPOPMIN", "s", "a", "0"]), "", "wrong type while serving: keep waiting");
+        assert_eq!(t.last_block, blocked(&["s", "a"], None));
+        t.run(&["ZADD", "a", "5", "m"]);
+        t.proto = Protocol::Resp3;
+        assert_eq!(t.run(&["BZPOPMIN", "s", "a", "0"]), "*3\r\n$1\r\na\r\n$1\r\nm\r\n,5\r\n");
+        assert_eq!(t.run(&["EXISTS", "a"]), ":0\r\n");
+    }
+
+    #[test]
+    fn pop_events() {
+        let mut t = TestKit::default();
+        t.run(&["ZADD", "z", "1", "a", "2", "b"]);
+        t.events.take();
+        t.run(&["ZPOPMIN", "z"]);
+        t.run(&["ZPOPMAX", "z"]);
+        assert_eq!(t.events.take(), ["z:zpopmin:z@0", "z:zpopmax:z@0", "g:del:z@0"]);
     }
 }

@@ -238,3 +238,162 @@ fn select(z: &ZSet, interval: &Interval, a: &RangeArgs) -> (usize, usize) {
     }
     if a.rev { (hi - 1 - offset, n) } else { (lo + offset, n) }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use hotkv_protocol::Protocol;
+    use proptest::prelude::*;
+
+    use crate::testkit::TestKit;
+
+    fn arr(items: &[&str]) -> String {
+        let mut s = format!("*{}\r\n", items.len());
+        for i in items {
+            s.push_str(&format!("${}\r\n{i}\r\n", i.len()));
+        }
+        s
+    }
+
+    fn setup() -> TestKit {
+        let mut t = TestKit::default();
+        t.run(&["ZADD", "z", "1", "a", "2", "b", "3", "c", "4", "d", "5", "e"]);
+        t
+    }
+
+    #[test]
+    fn by_rank() {
+        let mut t = setup();
+        assert_eq!(t.run(&["ZRANGE", "z", "0", "-1"]), arr(&["a", "b", "c", "d", "e"]));
+        assert_eq!(t.run(&["ZRANGE", "z", "-2", "100"]), arr(&["d", "e"]));
+        assert_eq!(t.run(&["ZRANGE", "z", "3", "1"]), "*0\r\n");
+        assert_eq!(t.run(&["ZRANGE", "z", "0", "1", "REV"]), arr(&["e", "d"]));
+        assert_eq!(t.run(&["ZREVRANGE", "z", "1", "2"]), arr(&["d", "c"]));
+        assert_eq!(t.run(&["ZREVRANGE", "z", "0", "0", "WITHSCORES"]), arr(&["e", "5"]));
+        assert_eq!(t.run(&["ZRANGE", "z", "0", "1", "WITHSCORES"]), arr(&["a", "1", "b", "2"]));
+        assert_eq!(t.run(&["ZRANGE", "nope", "0", "-1"]), "*0\r\n");
+        assert_eq!(t.run(&["ZRANGE", "z", "0", "x"]), "-ERR value is not an integer or out of range\r\n");
+        assert_eq!(
+            t.run(&["ZRANGE", "z", "0", "1", "LIMIT", "0", "1"]),
+            "-ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX\r\n"
+        );
+        assert_eq!(t.run(&["ZREVRANGE", "z", "0", "1", "REV"]), "-ERR syntax error\r\n");
+        t.proto = Protocol::Resp3;
+        assert_eq!(t.run(&["ZRANGE", "z", "0", "0", "WITHSCORES"]), "*1\r\n*2\r\n$1\r\na\r\n,1\r\n");
+    }
+
+    #[test]
+    fn by_score() {
+        let mut t = setup();
+        assert_eq!(t.run(&["ZRANGEBYSCORE", "z", "(1", "3"]), arr(&["b", "c"]));
+        assert_eq!(t.run(&["ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", "1", "2"]), arr(&["b", "c"]));
+        assert_eq!(t.run(&["ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", "4", "-1"]), arr(&["e"]));
+        assert_eq!(t.run(&["ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", "5", "1"]), "*0\r\n");
+        assert_eq!(t.run(&["ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", "-1", "1"]), "*0\r\n");
+        assert_eq!(t.run(&["ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", "0", "0"]), "*0\r\n");
+        assert_eq!(t.run(&["ZREVRANGEBYSCORE", "z", "4", "(2", "WITHSCORES"]), arr(&["d", "4", "c", "3"]));
+        assert_eq!(t.run(&["ZREVRANGEBYSCORE", "z", "+inf", "-inf", "LIMIT", "1", "1"]), arr(&["d"]));
+        assert_eq!(t.run(&["ZRANGE", "z", "(4", "+inf", "BYSCORE"]), arr(&["e"]));
+        assert_eq!(t.run(&["ZRANGE", "z", "+inf", "(4", "BYSCORE", "REV"]), arr(&["e"]));
+        assert_eq!(t.run(&["ZRANGE", "z", "5", "1", "BYSCORE"]), "*0\r\n");
+        assert_eq!(t.run(&["ZRANGEBYSCORE", "z", "a", "1"]), "-ERR min or max is not a float\r\n");
+        assert_eq!(t.run(&["ZRANGEBYSCORE", "z", "1", "2", "BYSCORE"]), "-ERR syntax error\r\n");
+        assert_eq!(t.run(&["ZRANGEBYSCORE", "z", "1", "2", "LIMIT", "1"]), "-ERR syntax error\r\n");
+    }
+
+    #[test]
+    fn by_lex() {
+        let mut t = TestKit::default();
+        t.run(&["ZADD", "z", "0", "alpha", "0", "bar", "0", "cool", "0", "down", "0", "elephant", "0", "foo"]);
+        assert_eq!(t.run(&["ZRANGEBYLEX", "z", "-", "[cool"]), arr(&["alpha", "bar", "cool"]));
+        assert_eq!(t.run(&["ZRANGEBYLEX", "z", "(bar", "(down"]), arr(&["cool"]));
+        assert_eq!(t.run(&["ZRANGEBYLEX", "z", "[c", "+", "LIMIT", "1", "2"]), arr(&["down", "elephant"]));
+        assert_eq!(t.run(&["ZREVRANGEBYLEX", "z", "+", "(d"]), arr(&["foo", "elephant", "down"]));
+        assert_eq!(t.run(&["ZRANGE", "z", "[foo", "-", "BYLEX", "REV", "LIMIT", "0", "2"]), arr(&["foo", "elephant"]));
+        assert_eq!(
+            t.run(&["ZRANGE", "z", "-", "+", "BYLEX", "WITHSCORES"]),
+            "-ERR syntax error, WITHSCORES not supported in combination with BYLEX\r\n"
+        );
+        assert_eq!(t.run(&["ZRANGEBYLEX", "z", "a", "+"]), "-ERR min or max not valid string range item\r\n");
+    }
+
+    #[test]
+    fn zrangestore() {
+        let mut t = setup();
+        assert_eq!(t.run(&["ZRANGESTORE", "d", "z", "1", "3"]), ":3\r\n");
+        assert_eq!(t.run(&["ZRANGE", "d", "0", "-1", "WITHSCORES"]), arr(&["b", "2", "c", "3", "d", "4"]));
+        assert_eq!(t.run(&["ZRANGESTORE", "d", "z", "5", "+inf", "BYSCORE", "REV", "LIMIT", "0", "2"]), ":0\r\n");
+        assert_eq!(t.run(&["ZRANGESTORE", "d", "z", "+inf", "3", "BYSCORE", "REV", "LIMIT", "0", "2"]), ":2\r\n");
+        assert_eq!(t.run(&["ZRANGE", "d", "0", "-1"]), arr(&["d", "e"]));
+        t.events.take();
+        assert_eq!(t.run(&["ZRANGESTORE", "d", "nope", "0", "-1"]), ":0\r\n");
+        assert_eq!(t.events.take(), ["m:keymiss:nope@0", "g:del:d@0"]);
+        assert_eq!(t.run(&["EXISTS", "d"]), ":0\r\n");
+        assert_eq!(t.run(&["ZRANGESTORE", "d", "z", "0", "1", "WITHSCORES"]), "-ERR syntax error\r\n");
+        t.run(&["SET", "s", "v", "EX", "100"]);
+        t.events.take();
+        assert_eq!(t.run(&["ZRANGESTORE", "s", "z", "0", "0"]), ":1\r\n");
+        assert_eq!(t.run(&["TTL", "s"]), ":-1\r\n", "the destination is replaced with its TTL");
+        assert_eq!(t.events.take(), ["z:zrangestore:s@0"]);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// Random ZADD/ZREM/ZINCRBY/ZREMRANGEBYSCORE against a BTreeMap model, at two
+        /// thresholds so both encodings (and conversions between them) are exercised.
+        #[test]
+        fn behaves_like_a_sorted_model(
+            ops in prop::collection::vec((0u8..5, 0u8..40, -20i32..20, -20i32..20), 1..120),
+            max_entries in prop_oneof![Just(128usize), Just(8)],
+        ) {
+            let mut t = TestKit::default();
+            t.cfg.zset_max_listpack_entries = max_entries;
+            let mut m: BTreeMap<String, f64> = BTreeMap::new();
+            for (op, member, a, b) in ops {
+                let member = format!("m{member}");
+                let (a, b) = (f64::from(a) / 2.0, f64::from(b) / 2.0);
+                match op {
+                    0 => {
+                        t.run(&["ZADD", "z", &a.to_string(), &member]);
+                        m.insert(member, a);
+                    }
+                    1 => {
+                        t.run(&["ZREM", "z", &member]);
+                        m.remove(&member);
+                    }
+                    2 => {
+                        t.run(&["ZINCRBY", "z", &a.to_string(), &member]);
+                        *m.entry(member).or_insert(0.0) += a;
+                    }
+                    3 => {
+                        let (lo, hi) = (a.min(b), a.max(b));
+                        t.run(&["ZREMRANGEBYSCORE", "z", &lo.to_string(), &format!("({hi}")]);
+                        m.retain(|_, s| !(*s >= lo && *s < hi));
+                    }
+                    _ => {
+                        let mut sorted: Vec<(f64, String)> = m.iter().map(|(k, v)| (*v, k.clone())).collect();
+                        sorted.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+                        if let Some(r) = sorted.iter().position(|(_, k)| *k == member) {
+                            prop_assert_eq!(t.run(&["ZRANK", "z", &member]), format!(":{r}\r\n"));
+                        }
+                        let want: Vec<&str> = sorted.iter().filter(|(s, _)| *s > a).map(|(_, k)| k.as_str()).collect();
+                        prop_assert_eq!(t.run(&["ZRANGEBYSCORE", "z", &format!("({a}"), "+inf"]), arr(&want));
+                    }
+                }
+                prop_assert_eq!(t.run(&["ZCARD", "z"]), format!(":{}\r\n", m.len()));
+            }
+            let mut sorted: Vec<(f64, String)> = m.iter().map(|(k, v)| (*v, k.clone())).collect();
+            sorted.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+            let want: Vec<String> = sorted.iter().flat_map(|(s, k)| {
+                let mut f = Vec::new();
+                hotkv_protocol::format_double(*s, &mut f);
+                [k.clone(), String::from_utf8(f).unwrap()]
+            }).collect();
+            let want: Vec<&str> = want.iter().map(String::as_str).collect();
+            prop_assert_eq!(t.run(&["ZRANGE", "z", "0", "-1", "WITHSCORES"]), arr(&want));
+            let rev: Vec<&str> = sorted.iter().rev().map(|(_, k)| k.as_str()).collect();
+            prop_assert_eq!(t.run(&["ZREVRANGE", "z", "0", "-1"]), arr(&rev));
+        }
+    }
+}

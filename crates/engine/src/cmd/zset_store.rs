@@ -266,3 +266,93 @@ fn diff(sources: &[Source]) -> Vec<(Vec<u8>, f64)> {
     let Some((first, rest)) = sources.split_first() else { return Vec::new() };
     first.items.iter().filter(|(m, _)| !rest.iter().any(|s| s.index.contains_key(m))).cloned().collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use hotkv_protocol::Protocol;
+
+    use crate::testkit::TestKit;
+
+    fn arr(items: &[&str]) -> String {
+        let mut s = format!("*{}\r\n", items.len());
+        for i in items {
+            s.push_str(&format!("${}\r\n{i}\r\n", i.len()));
+        }
+        s
+    }
+
+    fn setup() -> TestKit {
+        let mut t = TestKit::default();
+        t.run(&["ZADD", "{s}1", "1", "a", "2", "b", "3", "c"]);
+        t.run(&["ZADD", "{s}2", "10", "b", "20", "c", "30", "d"]);
+        t
+    }
+
+    #[test]
+    fn union_inter_diff() {
+        let mut t = setup();
+        assert_eq!(t.run(&["ZUNION", "2", "{s}1", "{s}2", "WITHSCORES"]), arr(&["a", "1", "b", "12", "c", "23", "d", "30"]));
+        assert_eq!(t.run(&["ZINTER", "2", "{s}1", "{s}2", "WITHSCORES"]), arr(&["b", "12", "c", "23"]));
+        assert_eq!(t.run(&["ZINTER", "2", "{s}1", "{s}2", "AGGREGATE", "MIN"]), arr(&["b", "c"]));
+        assert_eq!(
+            t.run(&["ZINTER", "2", "{s}1", "{s}2", "WEIGHTS", "2", "0.5", "AGGREGATE", "max", "WITHSCORES"]),
+            arr(&["b", "5", "c", "10"])
+        );
+        assert_eq!(t.run(&["ZDIFF", "2", "{s}1", "{s}2", "WITHSCORES"]), arr(&["a", "1"]));
+        assert_eq!(t.run(&["ZDIFF", "1", "{s}nope"]), "*0\r\n");
+        assert_eq!(t.run(&["ZINTER", "2", "{s}1", "{s}nope"]), "*0\r\n");
+        assert_eq!(t.run(&["ZINTERCARD", "2", "{s}1", "{s}2"]), ":2\r\n");
+        assert_eq!(t.run(&["ZINTERCARD", "2", "{s}1", "{s}2", "LIMIT", "1"]), ":1\r\n");
+        assert_eq!(t.run(&["ZINTERCARD", "2", "{s}1", "{s}2", "LIMIT", "-1"]), "-ERR LIMIT can't be negative\r\n");
+        t.proto = Protocol::Resp3;
+        assert_eq!(t.run(&["ZDIFF", "2", "{s}1", "{s}2", "WITHSCORES"]), "*1\r\n*2\r\n$1\r\na\r\n,1\r\n");
+    }
+
+    #[test]
+    fn infinities_and_nan_aggregation() {
+        let mut t = TestKit::default();
+        t.run(&["ZADD", "{s}a", "inf", "x"]);
+        t.run(&["ZADD", "{s}b", "-inf", "x"]);
+        assert_eq!(t.run(&["ZUNION", "2", "{s}a", "{s}b", "WITHSCORES"]), arr(&["x", "0"]), "inf + -inf = 0");
+        assert_eq!(t.run(&["ZUNION", "1", "{s}a", "WEIGHTS", "0", "WITHSCORES"]), arr(&["x", "0"]), "inf * 0 = 0");
+        assert_eq!(t.run(&["ZINTER", "2", "{s}a", "{s}b", "AGGREGATE", "MAX", "WITHSCORES"]), arr(&["x", "inf"]));
+    }
+
+    #[test]
+    fn store_forms() {
+        let mut t = setup();
+        t.events.take();
+        assert_eq!(t.run(&["ZUNIONSTORE", "{s}d", "2", "{s}1", "{s}2"]), ":4\r\n");
+        assert_eq!(t.run(&["ZRANGE", "{s}d", "0", "-1", "WITHSCORES"]), arr(&["a", "1", "b", "12", "c", "23", "d", "30"]));
+        assert_eq!(t.run(&["ZINTERSTORE", "{s}d", "2", "{s}1", "{s}2", "WEIGHTS", "1", "0"]), ":2\r\n");
+        assert_eq!(t.run(&["ZRANGE", "{s}d", "0", "-1", "WITHSCORES"]), arr(&["b", "2", "c", "3"]));
+        assert_eq!(t.run(&["ZDIFFSTORE", "{s}d", "1", "{s}2"]), ":3\r\n");
+        assert_eq!(
+            t.events.take(),
+            ["n:new:{s}d@0", "z:zunionstore:{s}d@0", "z:zinterstore:{s}d@0", "z:zdiffstore:{s}d@0"]
+        );
+        assert_eq!(t.run(&["ZINTERSTORE", "{s}d", "2", "{s}1", "{s}none"]), ":0\r\n");
+        assert_eq!(t.events.take(), ["m:keymiss:{s}none@0", "g:del:{s}d@0"]);
+        assert_eq!(t.run(&["EXISTS", "{s}d"]), ":0\r\n");
+        assert_eq!(t.run(&["ZUNIONSTORE", "{s}1", "2", "{s}1", "{s}1"]), ":3\r\n", "the destination may be an input");
+        assert_eq!(t.run(&["ZSCORE", "{s}1", "c"]), "$1\r\n6\r\n");
+        assert_eq!(t.run(&["OBJECT", "ENCODING", "{s}1"]), "$8\r\nlistpack\r\n");
+    }
+
+    #[test]
+    fn argument_errors() {
+        let mut t = setup();
+        assert_eq!(t.run(&["ZUNION", "0", "{s}1"]), "-ERR at least 1 input key is needed for 'zunion' command\r\n");
+        assert_eq!(
+            t.run(&["ZUNIONSTORE", "{s}d", "0", "{s}1"]),
+            "-ERR at least 1 input key is needed for 'zunionstore' command\r\n"
+        );
+        assert_eq!(t.run(&["ZUNION", "1", "{s}1", "WEIGHTS"]), "-ERR syntax error\r\n");
+        assert_eq!(t.run(&["ZUNION", "1", "{s}1", "WEIGHTS", "x"]), "-ERR weight value is not a float\r\n");
+        assert_eq!(t.run(&["ZUNION", "1", "{s}1", "AGGREGATE", "avg"]), "-ERR syntax error\r\n");
+        assert_eq!(t.run(&["ZDIFF", "1", "{s}1", "WEIGHTS", "1"]), "-ERR syntax error\r\n");
+        assert_eq!(t.run(&["ZUNIONSTORE", "{s}d", "1", "{s}1", "WITHSCORES"]), "-ERR syntax error\r\n");
+        assert_eq!(t.run(&["ZINTERCARD", "1", "{s}1", "WITHSCORES"]), "-ERR syntax error\r\n");
+        assert_eq!(t.run(&["ZUNION", "x", "{s}1"]), "-ERR syntax error\r\n", "the lock planner refuses first");
+    }
+}
