@@ -27,6 +27,7 @@ pub mod string;
 pub mod zset;
 pub mod zset_pop;
 pub mod zset_range;
+pub mod zset_scan;
 pub mod zset_store;
 
 /// A data command handler.
@@ -76,6 +77,7 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         zset_range::COMMANDS,
         zset_pop::COMMANDS,
         zset_store::COMMANDS,
+        zset_scan::COMMANDS,
     ]
         .into_iter()
         .flatten()
