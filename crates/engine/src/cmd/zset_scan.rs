@@ -76,7 +76,8 @@ fn zrandmember(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResu
         }
         return Ok(());
     }
-    let ranks = if count as usize >= len { (0..len).collect() } else { distinct_sample(len, count as usize) };
+    // The whole set comes highest first: Valkey walks sorted-set sources from the tail.
+    let ranks = if count as usize >= len { (0..len).rev().collect() } else { distinct_sample(len, count as usize) };
     header(out, ranks.len());
     for r in ranks {
         emit(out, r);
@@ -201,7 +202,7 @@ mod tests {
         t.run(&["ZADD", "z", "1", "a", "2", "b", "3", "c"]);
         assert!(["$1\r\na\r\n", "$1\r\nb\r\n", "$1\r\nc\r\n"].contains(&t.run(&["ZRANDMEMBER", "z"]).as_str()));
         assert_eq!(t.run(&["ZRANDMEMBER", "z", "0"]), "*0\r\n");
-        assert_eq!(t.run(&["ZRANDMEMBER", "z", "10"]), "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n");
+        assert_eq!(t.run(&["ZRANDMEMBER", "z", "10"]), "*3\r\n$1\r\nc\r\n$1\r\nb\r\n$1\r\na\r\n");
         assert_eq!(t.run(&["ZRANDMEMBER", "z", "9223372036854775807"]).lines().next(), Some("*3"));
         let two = t.run(&["ZRANDMEMBER", "z", "2", "WITHSCORES"]);
         assert!(two.starts_with("*4\r\n"));
