@@ -381,8 +381,7 @@ mod tests {
 
     #[test]
     fn blocking_pops_inside_multi_reply_as_on_timeout() {
-        let mut t = TestKit::default();
-        t.block_mode = BlockMode::Immediate;
+        let mut t = TestKit { block_mode: BlockMode::Immediate, ..TestKit::default() };
         assert_eq!(t.run(&["BLPOP", "a", "0"]), "*-1\r\n");
         assert_eq!(t.run(&["BLMPOP", "0", "1", "a", "LEFT"]), "*-1\r\n");
         assert_eq!(t.run(&["BLMOVE", "a", "b", "LEFT", "LEFT", "0"]), "$-1\r\n");
@@ -396,8 +395,7 @@ mod tests {
 
     #[test]
     fn serving_mode_waits_past_wrong_types_and_serves_data() {
-        let mut t = TestKit::default();
-        t.block_mode = BlockMode::Serving;
+        let mut t = TestKit { block_mode: BlockMode::Serving, ..TestKit::default() };
         t.run(&["SET", "a", "string"]);
         assert_eq!(t.run(&["BLPOP", "a", "b", "0"]), "");
         assert_eq!(t.last_block, blocked(&["a", "b"], None));

@@ -291,7 +291,7 @@ fn zadd_generic(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf, mut f: Ad
     if f.nx && f.xx {
         return Err(CommandError::err("XX and NX options at the same time are not compatible"));
     }
-    if (f.gt && f.nx) || (f.lt && f.nx) || (f.gt && f.lt) {
+    if (f.nx && (f.gt || f.lt)) || (f.gt && f.lt) {
         return Err(CommandError::err("GT, LT, and/or NX options at the same time are not compatible"));
     }
     if f.incr && rest > 2 {

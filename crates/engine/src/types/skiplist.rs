@@ -140,8 +140,8 @@ impl SkipList {
             self.nodes[x as usize].levels[i] = Level { forward: up.forward, span: up.span - (rank[0] - rank[i]) };
             self.nodes[u].levels[i] = Level { forward: x, span: rank[0] - rank[i] + 1 };
         }
-        for i in lvl..self.level {
-            self.nodes[update[i] as usize].levels[i].span += 1;
+        for (i, &u) in update.iter().enumerate().take(self.level).skip(lvl) {
+            self.nodes[u as usize].levels[i].span += 1;
         }
         self.nodes[x as usize].backward = if update[0] == HEAD { NIL } else { update[0] };
         match self.node(x).levels[0].forward {
@@ -374,7 +374,7 @@ impl SkipList {
 /// Levels for a new node: each further level with probability 1/4 (`zslRandomLevel`).
 fn random_level() -> usize {
     let mut level = 1;
-    while level < MAX_LEVEL && random_u64() % 4 == 0 {
+    while level < MAX_LEVEL && random_u64().is_multiple_of(4) {
         level += 1;
     }
     level
@@ -398,12 +398,17 @@ mod tests {
 
     use super::*;
 
-    #[derive(PartialEq, PartialOrd)]
+    #[derive(PartialEq)]
     struct Key(f64, Vec<u8>);
     impl Eq for Key {}
+    impl PartialOrd for Key {
+        fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(o))
+        }
+    }
     impl Ord for Key {
         fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-            self.partial_cmp(o).unwrap_or(std::cmp::Ordering::Equal)
+            self.0.total_cmp(&o.0).then_with(|| self.1.cmp(&o.1))
         }
     }
 

@@ -107,7 +107,7 @@ impl ZSet {
     /// `max_len` bytes will not fit (`zsetTypeMaybeConvert`).
     pub fn maybe_convert(&mut self, size_hint: usize, max_len: usize, limits: Limits) {
         if matches!(self, ZSet::Packed(_)) && (size_hint > limits.max_entries || max_len > limits.max_value) {
-            self.to_skiplist();
+            self.convert_to_skiplist();
         }
     }
 
@@ -118,7 +118,7 @@ impl ZSet {
                 || member.len() > limits.max_value
                 || lp.bytes() + member.len() > LISTPACK_SAFETY_SIZE)
         {
-            self.to_skiplist();
+            self.convert_to_skiplist();
         }
         match self {
             ZSet::Packed(lp) => lp_insert(lp, member, score),
@@ -260,7 +260,7 @@ impl ZSet {
         }
     }
 
-    fn to_skiplist(&mut self) {
+    fn convert_to_skiplist(&mut self) {
         let ZSet::Packed(lp) = self else { return };
         let mut s = SkipList::new();
         let mut p = lp.first();
