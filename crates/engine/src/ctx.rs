@@ -8,6 +8,8 @@ use crate::keyspace::{Keyspace, LockSet, Slot};
 use crate::object::Object;
 use crate::policy::{self, EvictionPolicy};
 use crate::table::Table;
+use crate::types::list::List;
+use crate::types::zset::ZSet;
 
 /// Engine settings a handler may read. The server fills it from its configuration.
 #[derive(Debug, Clone)]
@@ -35,6 +37,13 @@ pub struct EngineConfig {
     /// `hll-sparse-max-bytes`: a sparse HyperLogLog that would grow beyond this many bytes
     /// (header included) becomes dense. The server fills it from its configuration.
     pub hll_sparse_max_bytes: usize,
+    /// `list-max-listpack-size`: negative for a byte limit per node (-1 = 4 KiB ... -5 =
+    /// 64 KiB), positive for an element count.
+    pub list_max_listpack_size: i64,
+    /// `zset-max-listpack-entries`.
+    pub zset_max_listpack_entries: usize,
+    /// `zset-max-listpack-value`.
+    pub zset_max_listpack_value: usize,
 }
 
 impl Default for EngineConfig {
@@ -51,6 +60,9 @@ impl Default for EngineConfig {
             hz: 10,
             replica: false,
             hll_sparse_max_bytes: 3000,
+            list_max_listpack_size: -2,
+            zset_max_listpack_entries: 128,
+            zset_max_listpack_value: 64,
         }
     }
 }
@@ -196,6 +208,38 @@ impl<'t> KeyMut<'t> {
             ValueRef::Obj(Object::Str(v)) => Ok(v),
             #[allow(unreachable_patterns)]
             ValueRef::Obj(_) => Err(CommandError::WrongType),
+        }
+    }
+
+    /// The list value, or WRONGTYPE.
+    pub fn list(&self) -> Result<&List, CommandError> {
+        match self.value() {
+            ValueRef::Obj(Object::List(l)) => Ok(l),
+            _ => Err(CommandError::WrongType),
+        }
+    }
+
+    /// The list value for in-place changes, or WRONGTYPE.
+    pub fn list_mut(&mut self) -> Result<&mut List, CommandError> {
+        match self.entry_mut().object_mut() {
+            Some(Object::List(l)) => Ok(l),
+            _ => Err(CommandError::WrongType),
+        }
+    }
+
+    /// The sorted set value, or WRONGTYPE.
+    pub fn zset(&self) -> Result<&ZSet, CommandError> {
+        match self.value() {
+            ValueRef::Obj(Object::ZSet(z)) => Ok(z),
+            _ => Err(CommandError::WrongType),
+        }
+    }
+
+    /// The sorted set value for in-place changes, or WRONGTYPE.
+    pub fn zset_mut(&mut self) -> Result<&mut ZSet, CommandError> {
+        match self.entry_mut().object_mut() {
+            Some(Object::ZSet(z)) => Ok(z),
+            _ => Err(CommandError::WrongType),
         }
     }
 

@@ -32,3 +32,4 @@ pub mod cmd;
 pub mod testkit;
 pub mod evict;
 pub mod expire;
+pub mod types;

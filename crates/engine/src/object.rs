@@ -1,5 +1,8 @@
 //! Values that do not live inline in their entry.
 
+use crate::types::list::List;
+use crate::types::zset::ZSet;
+
 /// A boxed value. Strings normally live inline in the entry; they become an object when they
 /// are edited in place (APPEND, SETRANGE), which keeps spare capacity like Valkey's raw
 /// strings, or when they are too long for an inline length.
@@ -7,6 +10,10 @@
 pub enum Object {
     /// A string with room to grow.
     Str(Vec<u8>),
+    /// A list.
+    List(List),
+    /// A sorted set.
+    ZSet(ZSet),
 }
 
 impl Object {
@@ -14,6 +21,17 @@ impl Object {
     pub fn type_name(&self) -> &'static str {
         match self {
             Object::Str(_) => "string",
+            Object::List(_) => "list",
+            Object::ZSet(_) => "zset",
+        }
+    }
+
+    /// The members of a set, for commands that take sets where sorted sets are expected
+    /// (ZUNIONSTORE and friends score each member 1); `None` for every other type. The match
+    /// names every variant so that adding the set type fails to compile until it answers here.
+    pub fn set_members(&self) -> Option<Vec<Vec<u8>>> {
+        match self {
+            Object::Str(_) | Object::List(_) | Object::ZSet(_) => None,
         }
     }
 
@@ -21,6 +39,8 @@ impl Object {
     pub fn heap_size(&self) -> usize {
         match self {
             Object::Str(v) => std::mem::size_of::<Object>() + v.capacity(),
+            Object::List(l) => std::mem::size_of::<Object>() + l.heap_size(),
+            Object::ZSet(z) => std::mem::size_of::<Object>() + z.heap_size(),
         }
     }
 }

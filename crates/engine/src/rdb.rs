@@ -8,12 +8,29 @@
 use std::fmt;
 
 use crate::object::Object;
+use crate::types::list::List;
+use crate::types::listpack::{Listpack, Value};
+use crate::types::zset::{ZSet, lp_score};
 
 /// RDB version written into payloads.
 pub const WRITE_VERSION: u16 = 10;
 
 /// RDB type of a string value.
 pub const TYPE_STRING: u8 = 0;
+/// A list as a count of strings (read only; Redis before 3.2 wrote it).
+pub const TYPE_LIST: u8 = 1;
+/// A sorted set with scores as ASCII (read only).
+pub const TYPE_ZSET: u8 = 3;
+/// A sorted set with scores as binary doubles (written for sorted sets).
+pub const TYPE_ZSET_2: u8 = 5;
+/// A sorted set as one listpack of member, score pairs (read only).
+pub const TYPE_ZSET_LISTPACK: u8 = 17;
+/// A list as quicklist nodes, each a listpack or one plain element (written for lists).
+pub const TYPE_LIST_QUICKLIST_2: u8 = 18;
+/// Quicklist node container: a single element stored as is.
+const CONTAINER_PLAIN: u64 = 1;
+/// Quicklist node container: a listpack.
+const CONTAINER_PACKED: u64 = 2;
 
 /// A payload that cannot be restored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +59,11 @@ pub enum Loaded {
     Str(Vec<u8>),
     /// Any other value type (added as the types land).
     Object(Object),
+    /// A list's elements, front to back; the caller picks the encoding.
+    List(Vec<Vec<u8>>),
+    /// A sorted set's members with their scores, in no particular order, without
+    /// duplicates; the caller picks the encoding.
+    ZSet(Vec<(Vec<u8>, f64)>),
 }
 
 /// Serialises a string value as a DUMP payload.
@@ -49,6 +71,34 @@ pub fn dump_string(value: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(value.len() + 16);
     out.push(TYPE_STRING);
     write_string(&mut out, value);
+    finish(out)
+}
+
+/// Serialises a list as `LIST_QUICKLIST_2`: its listpack nodes verbatim, which Redis 7.0+
+/// and Valkey load without re-encoding.
+pub fn dump_list(list: &List) -> Vec<u8> {
+    let nodes: Vec<&Listpack> = list.nodes().filter(|n| !n.is_empty()).collect();
+    let mut out = Vec::with_capacity(nodes.iter().map(|n| n.bytes() + 8).sum::<usize>() + 16);
+    out.push(TYPE_LIST_QUICKLIST_2);
+    write_len(&mut out, nodes.len() as u64);
+    for n in nodes {
+        write_len(&mut out, CONTAINER_PACKED);
+        write_len(&mut out, n.bytes() as u64);
+        out.extend_from_slice(n.as_bytes());
+    }
+    finish(out)
+}
+
+/// Serialises a sorted set as `ZSET_2`, highest score first as Redis writes it (so a loader
+/// inserting at the head does no searching).
+pub fn dump_zset(z: &ZSet) -> Vec<u8> {
+    let mut out = Vec::with_capacity(z.len() * 24 + 16);
+    out.push(TYPE_ZSET_2);
+    write_len(&mut out, z.len() as u64);
+    for (m, score) in z.range(z.len().saturating_sub(1), z.len(), true) {
+        m.with_bytes(|b| write_string(&mut out, b));
+        out.extend_from_slice(&score.to_le_bytes());
+    }
     finish(out)
 }
 
@@ -78,6 +128,9 @@ pub fn restore(payload: &[u8]) -> Result<Loaded, RdbError> {
     let ty = r.byte()?;
     let value = match ty {
         TYPE_STRING => Loaded::Str(r.string()?),
+        TYPE_LIST => Loaded::List(read_list(&mut r)?),
+        TYPE_LIST_QUICKLIST_2 => Loaded::List(read_quicklist(&mut r)?),
+        TYPE_ZSET | TYPE_ZSET_2 | TYPE_ZSET_LISTPACK => Loaded::ZSet(read_zset(&mut r, ty)?),
         _ => return Err(RdbError::BadFormat),
     };
     if r.pos != r.buf.len() {
@@ -187,6 +240,98 @@ impl<'a> Reader<'a> {
             Err(_) => Err(RdbError::BadFormat),
         }
     }
+}
+
+/// A length that must fit memory: it bounds an allocation only after the data was seen.
+fn count(r: &mut Reader<'_>) -> Result<usize, RdbError> {
+    usize::try_from(r.len()?).map_err(|_| RdbError::BadFormat)
+}
+
+/// `LIST`: a count, then the elements.
+fn read_list(r: &mut Reader<'_>) -> Result<Vec<Vec<u8>>, RdbError> {
+    let n = count(r)?;
+    let mut items = Vec::with_capacity(n.min(1 << 16));
+    for _ in 0..n {
+        items.push(r.string()?);
+    }
+    non_empty(items)
+}
+
+/// `LIST_QUICKLIST_2`: a node count, then per node a container kind and a blob. Empty
+/// listpack nodes are skipped, as Valkey does.
+fn read_quicklist(r: &mut Reader<'_>) -> Result<Vec<Vec<u8>>, RdbError> {
+    let n = count(r)?;
+    let mut items = Vec::new();
+    for _ in 0..n {
+        let container = r.len()?;
+        let blob = r.string()?;
+        match container {
+            CONTAINER_PLAIN => items.push(blob),
+            CONTAINER_PACKED => {
+                let lp = Listpack::from_bytes(blob).map_err(|_| RdbError::BadFormat)?;
+                items.extend(lp.iter().map(|v| v.to_vec()));
+            }
+            _ => return Err(RdbError::BadFormat),
+        }
+    }
+    non_empty(items)
+}
+
+/// `ZSET` (ASCII scores), `ZSET_2` (binary scores) or `ZSET_LISTPACK`. Duplicate members and
+/// NaN scores are corrupt data, as in Valkey's loader.
+fn read_zset(r: &mut Reader<'_>, ty: u8) -> Result<Vec<(Vec<u8>, f64)>, RdbError> {
+    let mut items = Vec::new();
+    if ty == TYPE_ZSET_LISTPACK {
+        let lp = Listpack::from_bytes(r.string()?).map_err(|_| RdbError::BadFormat)?;
+        let mut it = lp.iter();
+        while let Some(m) = it.next() {
+            let s = it.next().ok_or(RdbError::BadFormat)?;
+            if let Value::Str(b) = s
+                && hotkv_protocol::parse_double(b).is_none()
+                && !matches!(b, b"inf" | b"-inf")
+            {
+                return Err(RdbError::BadFormat);
+            }
+            items.push((m.to_vec(), lp_score(s)));
+        }
+    } else {
+        let n = count(r)?;
+        for _ in 0..n {
+            let m = r.string()?;
+            let score = if ty == TYPE_ZSET_2 {
+                f64::from_le_bytes(r.take(8)?.try_into().map_err(|_| RdbError::BadFormat)?)
+            } else {
+                ascii_score(r)?
+            };
+            items.push((m, score));
+        }
+    }
+    if items.iter().any(|(_, s)| s.is_nan()) {
+        return Err(RdbError::BadFormat);
+    }
+    let mut seen = std::collections::HashSet::with_capacity(items.len());
+    if !items.iter().all(|(m, _)| seen.insert(m.as_slice())) {
+        return Err(RdbError::BadFormat);
+    }
+    non_empty(items)
+}
+
+/// `rdbLoadDoubleValue`: a length byte (253 NaN, 254 +inf, 255 -inf) and ASCII digits.
+fn ascii_score(r: &mut Reader<'_>) -> Result<f64, RdbError> {
+    match r.byte()? {
+        253 => Ok(f64::NAN),
+        254 => Ok(f64::INFINITY),
+        255 => Ok(f64::NEG_INFINITY),
+        n => {
+            let text = std::str::from_utf8(r.take(usize::from(n))?).map_err(|_| RdbError::BadFormat)?;
+            text.trim().parse().map_err(|_| RdbError::BadFormat)
+        }
+    }
+}
+
+/// Valkey refuses to restore an empty collection.
+fn non_empty<T>(items: Vec<T>) -> Result<Vec<T>, RdbError> {
+    if items.is_empty() { Err(RdbError::BadFormat) } else { Ok(items) }
 }
 
 /// LZF decompression (the format Redis uses for compressed RDB strings).

@@ -10,6 +10,8 @@ use crate::error::{CmdResult, CommandError};
 use crate::object::Object;
 use crate::policy;
 use crate::rdb::{self, Loaded};
+use crate::types::list::List;
+use crate::types::zset::ZSet;
 
 /// DUMP and RESTORE rows.
 pub static COMMANDS: &[Spec] = &[
@@ -33,6 +35,8 @@ fn dump(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let payload = match k.value() {
         ValueRef::Str(s) => rdb::dump_string(s),
         ValueRef::Obj(Object::Str(s)) => rdb::dump_string(s),
+        ValueRef::Obj(Object::List(l)) => rdb::dump_list(l),
+        ValueRef::Obj(Object::ZSet(z)) => rdb::dump_zset(z),
         #[allow(unreachable_patterns)]
         ValueRef::Obj(_) => return Err(CommandError::err("DUMP of this type is not supported yet")),
     };
@@ -111,6 +115,15 @@ fn restore(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     match value {
         Loaded::Str(s) => ctx.set(key, NewValue::Bytes(&s), ttl)?,
         Loaded::Object(o) => ctx.set(key, NewValue::Object(Box::new(o)), ttl)?,
+        Loaded::List(items) => {
+            let list = List::from_elements(items.iter().map(Vec::as_slice), ctx.cfg.list_max_listpack_size);
+            ctx.set(key, NewValue::Object(Box::new(Object::List(list))), ttl)?
+        }
+        Loaded::ZSet(mut items) => {
+            items.sort_by(|(am, a), (bm, b)| a.total_cmp(b).then_with(|| am.cmp(bm)));
+            let limits = super::zset::limits(ctx);
+            ctx.set(key, NewValue::Object(Box::new(Object::ZSet(ZSet::from_sorted(&items, limits)))), ttl)?
+        }
     }
     if opts.idle.is_some() || opts.freq.is_some() {
         let (now, p) = (ctx.now_ms, ctx.cfg.policy);
@@ -165,5 +178,138 @@ mod tests {
         assert_eq!(t.run(&["RESTORE", "k", "0", "x", "FREQ", "256"]), "-ERR Invalid FREQ value, must be >= 0 and <= 255\r\n");
         assert_eq!(t.run(&["RESTORE", "k", "0", "x", "IDLETIME", "1", "FREQ", "1"]), "-ERR syntax error\r\n");
         assert_eq!(t.run(&["RESTORE", "k", "0", "x", "BOGUS"]), "-ERR syntax error\r\n");
+    }
+}
+
+#[cfg(test)]
+mod collection_tests {
+    //! DUMP/RESTORE of lists and sorted sets, checked against payloads `redis-server` 7.0.15
+    //! produced (`DUMP` of keys built with RPUSH/ZADD there).
+
+    use crate::testkit::TestKit;
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    }
+
+    fn restore(t: &mut TestKit, key: &str, payload: &[u8]) -> String {
+        t.run_bytes(&[b"RESTORE".to_vec(), key.as_bytes().to_vec(), b"0".to_vec(), payload.to_vec()])
+    }
+
+    fn dump(t: &mut TestKit, key: &str) -> Vec<u8> {
+        let reply = t.run_raw(&[b"DUMP".to_vec(), key.as_bytes().to_vec()]);
+        let start = reply.iter().position(|&b| b == b'\n').unwrap() + 1;
+        reply[start..reply.len() - 2].to_vec()
+    }
+
+    /// RPUSH l a b c 1 200 -5000: one QUICKLIST_2 node holding a 25-byte listpack.
+    const LIST: &str = "120102191900000006008161028162028163020101c0c802f178ec03ff0a009d0b844e3a212835";
+    /// ZADD z 1 a 1.5 b -2 c inf d: ZSET_LISTPACK.
+    const ZSET_LP: &str = "1122220000000800816302dffe02816102010181620283312e350481640283696e6604ff0a005a20b1feaacfbaf6";
+    /// ZADD zs 1 a 2.5 b 3 c with zset-max-listpack-entries 2: ZSET_2, highest first.
+    const ZSET_2: &str = "050301630000000000000840016200000000000004400161000000000000f03f0a00265b9a2f1de4fe61";
+
+    #[test]
+    fn redis_list_payloads_restore_and_dump_back_identically() {
+        let mut t = TestKit::default();
+        assert_eq!(restore(&mut t, "l", &hex(LIST)), "+OK\r\n");
+        assert_eq!(t.run(&["LRANGE", "l", "0", "-1"]), "*6\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\n1\r\n$3\r\n200\r\n$5\r\n-5000\r\n");
+        assert_eq!(t.run(&["OBJECT", "ENCODING", "l"]), "$8\r\nlistpack\r\n");
+        assert_eq!(dump(&mut t, "l"), hex(LIST), "same bytes as Redis");
+    }
+
+    #[test]
+    fn redis_lzf_compressed_quicklist_restores() {
+        // RPUSH big with 130 elements of 70 'x': two nodes, LZF-compressed listpack blobs.
+        let payload = hex(concat!(
+            "120202c340b75ff708f71f00007000e04678e03c000048e0ff48e01200e1ff23e01300e1ff23e01300e1ff23e01300e1",
+            "ff23e01300e1ff23e01300e1ff23e01300e1ff23e01300e1ff23e01300e1ff23e01300e1ff23e01300e1ff23e01300e1",
+            "ff23e01300e1ff23e01300e1ff23e01300e1ff23e01300e1ff23e01300e1ff23e01300e1ff23e01300e1ff23e01300e1",
+            "ff23e01300e1ff23e01300e1ff23e01300e1ff23e01300e1ff23e01300e1ff23e01300e1ff23e01300e1d2230148ff02",
+            "c32d452908290500001200e04678e03c000048e0ff48e01200e1ff23e01300e1ff23e01300e1ff23e01300e140230148",
+            "ff0a008d06fa8f45806403",
+        ));
+        let mut t = TestKit::default();
+        assert_eq!(restore(&mut t, "big", &payload), "+OK\r\n");
+        assert_eq!(t.run(&["LLEN", "big"]), ":130\r\n");
+        assert_eq!(t.run(&["LINDEX", "big", "129"]), format!("$70\r\n{}\r\n", "x".repeat(70)));
+        assert_eq!(t.run(&["OBJECT", "ENCODING", "big"]), "$9\r\nquicklist\r\n");
+        let again = dump(&mut t, "big");
+        assert_eq!(restore(&mut t, "copy", &again), "+OK\r\n");
+        assert_eq!(t.run(&["LRANGE", "copy", "0", "-1"]), t.run(&["LRANGE", "big", "0", "-1"]));
+    }
+
+    #[test]
+    fn redis_zset_payloads_restore() {
+        let mut t = TestKit::default();
+        assert_eq!(restore(&mut t, "z", &hex(ZSET_LP)), "+OK\r\n");
+        assert_eq!(
+            t.run(&["ZRANGE", "z", "0", "-1", "WITHSCORES"]),
+            "*8\r\n$1\r\nc\r\n$2\r\n-2\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$3\r\n1.5\r\n$1\r\nd\r\n$3\r\ninf\r\n"
+        );
+        assert_eq!(t.run(&["OBJECT", "ENCODING", "z"]), "$8\r\nlistpack\r\n");
+        assert_eq!(restore(&mut t, "zs", &hex(ZSET_2)), "+OK\r\n");
+        assert_eq!(t.run(&["ZRANGE", "zs", "0", "-1", "WITHSCORES"]), "*6\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$3\r\n2.5\r\n$1\r\nc\r\n$1\r\n3\r\n");
+        assert_eq!(t.run(&["OBJECT", "ENCODING", "zs"]), "$8\r\nlistpack\r\n", "small enough here");
+        assert_eq!(dump(&mut t, "zs"), hex(ZSET_2), "ZSET_2 bytes as Redis writes them");
+        t.cfg.zset_max_listpack_entries = 2;
+        assert_eq!(t.run_bytes(&[b"RESTORE".to_vec(), b"zs".to_vec(), b"0".to_vec(), hex(ZSET_2), b"REPLACE".to_vec()]), "+OK\r\n");
+        assert_eq!(t.run(&["OBJECT", "ENCODING", "zs"]), "$8\r\nskiplist\r\n");
+    }
+
+    #[test]
+    fn hand_built_legacy_types_and_corrupt_payloads() {
+        use crate::rdb::{finish, write_len, write_string};
+        let mut t = TestKit::default();
+        // Type 1 LIST.
+        let mut body = vec![1u8];
+        write_len(&mut body, 2);
+        write_string(&mut body, b"x");
+        write_string(&mut body, b"12");
+        assert_eq!(restore(&mut t, "l1", &finish(body)), "+OK\r\n");
+        assert_eq!(t.run(&["LRANGE", "l1", "0", "-1"]), "*2\r\n$1\r\nx\r\n$2\r\n12\r\n");
+        // Type 3 ZSET with ASCII scores and the infinity markers.
+        let mut body = vec![3u8];
+        write_len(&mut body, 2);
+        write_string(&mut body, b"m");
+        body.extend_from_slice(&[3, b'1', b'.', b'5']);
+        write_string(&mut body, b"n");
+        body.push(255);
+        assert_eq!(restore(&mut t, "z3", &finish(body)), "+OK\r\n");
+        assert_eq!(t.run(&["ZRANGE", "z3", "0", "-1", "WITHSCORES"]), "*4\r\n$1\r\nn\r\n$4\r\n-inf\r\n$1\r\nm\r\n$3\r\n1.5\r\n");
+        let bad = |t: &mut TestKit, body: Vec<u8>| restore(t, "bad", &finish(body));
+        let mut dup = vec![5u8, 2];
+        for _ in 0..2 {
+            write_string(&mut dup, b"m");
+            dup.extend_from_slice(&1f64.to_le_bytes());
+        }
+        assert_eq!(bad(&mut t, dup), "-ERR Bad data format\r\n", "duplicate members");
+        let mut nan = vec![5u8, 1];
+        write_string(&mut nan, b"m");
+        nan.extend_from_slice(&f64::NAN.to_le_bytes());
+        assert_eq!(bad(&mut t, nan), "-ERR Bad data format\r\n");
+        assert_eq!(bad(&mut t, vec![1u8, 0]), "-ERR Bad data format\r\n", "empty list");
+        assert_eq!(bad(&mut t, vec![18u8, 1, 2, 3, 1, 2, 3]), "-ERR Bad data format\r\n", "corrupt listpack");
+        assert_eq!(bad(&mut t, vec![18u8, 1, 7, 1, b'x']), "-ERR Bad data format\r\n", "unknown container");
+        assert_eq!(t.run(&["EXISTS", "bad"]), ":0\r\n");
+        let mut corrupted = hex(LIST);
+        corrupted[12] ^= 0xFF;
+        assert_eq!(restore(&mut t, "bad", &corrupted), "-ERR DUMP payload version or checksum are wrong\r\n");
+    }
+
+    #[test]
+    fn round_trips_keep_ttl_and_large_sets() {
+        let mut t = TestKit::default();
+        for i in 0..300 {
+            t.run(&["ZADD", "z", &format!("{}.25", i % 17), &format!("member-{i}")]);
+            t.run(&["RPUSH", "l", &format!("{i}")]);
+        }
+        let (z, l) = (dump(&mut t, "z"), dump(&mut t, "l"));
+        assert_eq!(t.run_bytes(&[b"RESTORE".to_vec(), b"z2".to_vec(), b"5000".to_vec(), z]), "+OK\r\n");
+        assert_eq!(t.run_bytes(&[b"RESTORE".to_vec(), b"l2".to_vec(), b"0".to_vec(), l]), "+OK\r\n");
+        assert_eq!(t.run(&["ZRANGE", "z2", "0", "-1", "WITHSCORES"]), t.run(&["ZRANGE", "z", "0", "-1", "WITHSCORES"]));
+        assert_eq!(t.run(&["LRANGE", "l2", "0", "-1"]), t.run(&["LRANGE", "l", "0", "-1"]));
+        assert_eq!(t.run(&["PTTL", "z2"]), ":5000\r\n");
+        assert_eq!(t.run(&["OBJECT", "ENCODING", "z2"]), "$8\r\nskiplist\r\n");
     }
 }

@@ -22,10 +22,17 @@ pub mod dump;
 pub mod expire;
 pub mod hll;
 pub mod keys;
+pub mod list;
+pub mod list_block;
 pub mod object;
 pub mod range;
 pub mod scan;
 pub mod string;
+pub mod zset;
+pub mod zset_pop;
+pub mod zset_range;
+pub mod zset_scan;
+pub mod zset_store;
 
 /// A data command handler.
 pub type EngineFn = for<'a, 'b> fn(&mut Ctx<'a>, Args<'b>, &mut ReplyBuf) -> CmdResult;
@@ -72,6 +79,13 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         bitop::COMMANDS,
         bitfield::COMMANDS,
         hll::COMMANDS,
+        list::COMMANDS,
+        list_block::COMMANDS,
+        zset::COMMANDS,
+        zset_range::COMMANDS,
+        zset_pop::COMMANDS,
+        zset_store::COMMANDS,
+        zset_scan::COMMANDS,
     ]
         .into_iter()
         .flatten()
@@ -173,7 +187,6 @@ pub(crate) fn push_bulk(buf: &mut Vec<u8>, b: &[u8]) {
 }
 
 /// Parses a float argument or fails with the standard error.
-#[allow(dead_code)] // used by INCRBYFLOAT and the sorted-set commands
 pub(crate) fn float_arg(arg: &[u8]) -> Result<f64, CommandError> {
     hotkv_protocol::parse_double(arg).ok_or(CommandError::NotFloat)
 }

@@ -73,6 +73,8 @@ impl Inspected {
             },
             // Strings grown in place are Valkey's "raw" sds strings.
             ValueRef::Obj(Object::Str(_)) => ("raw", false),
+            ValueRef::Obj(Object::List(l)) => (l.encoding(), false),
+            ValueRef::Obj(Object::ZSet(z)) => (z.encoding(), false),
         };
         Inspected { encoding, shared_int }
     }
@@ -234,6 +236,8 @@ fn object_usage(o: &Object) -> usize {
     match o {
         Object::Str(v) if v.capacity() == 0 => boxed,
         Object::Str(v) => boxed + size_class(v.capacity()),
+        Object::List(l) => boxed + l.heap_size(),
+        Object::ZSet(z) => boxed + z.heap_size(),
     }
 }
 

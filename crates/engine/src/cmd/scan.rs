@@ -128,7 +128,7 @@ impl<'a> ScanArgs<'a> {
 
 /// Valkey's `string2ull`: a plain integer, else whatever C `strtoull` accepts in full
 /// (leading blanks, `+`, leading zeros, even `-` which wraps) up to the first NUL.
-fn parse_cursor(arg: &[u8]) -> Option<u64> {
+pub(super) fn parse_cursor(arg: &[u8]) -> Option<u64> {
     let s = memchr::memchr(0, arg).map_or(arg, |nul| &arg[..nul]);
     if let Some(n) = parse_i64(s) {
         return u64::try_from(n).ok();

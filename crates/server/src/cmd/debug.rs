@@ -200,6 +200,8 @@ fn encoding<'a>(v: &ValueRef<'a>) -> (&'static str, Option<&'a [u8]>) {
         ValueRef::Str(b) if b.len() <= 44 => ("embstr", Some(b)),
         ValueRef::Str(b) => ("raw", Some(b)),
         ValueRef::Obj(Object::Str(b)) => ("raw", Some(b.as_slice())),
+        ValueRef::Obj(Object::List(l)) => (l.encoding(), None),
+        ValueRef::Obj(Object::ZSet(z)) => (z.encoding(), None),
         #[allow(unreachable_patterns)]
         ValueRef::Obj(_) => ("unknown", None),
     }

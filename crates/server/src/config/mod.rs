@@ -139,6 +139,9 @@ impl Settings {
             hz: small(table::HZ),
             replica: !self.list(table::REPLICAOF).is_empty(),
             hll_sparse_max_bytes: usize::try_from(self.int(table::HLL_SPARSE_MAX_BYTES)).unwrap_or(usize::MAX),
+            list_max_listpack_size: self.int(table::LIST_MAX_LISTPACK_SIZE),
+            zset_max_listpack_entries: usize::try_from(self.int(table::ZSET_MAX_LISTPACK_ENTRIES)).unwrap_or(usize::MAX),
+            zset_max_listpack_value: usize::try_from(self.int(table::ZSET_MAX_LISTPACK_VALUE)).unwrap_or(usize::MAX),
         }
     }
 }
