@@ -8,6 +8,8 @@ use crate::keyspace::{Keyspace, LockSet, Slot};
 use crate::object::Object;
 use crate::policy::{self, EvictionPolicy};
 use crate::table::Table;
+use crate::types::hash::Hash;
+use crate::types::set::Set;
 
 /// Engine settings a handler may read. The server fills it from its configuration.
 #[derive(Debug, Clone)]
@@ -32,6 +34,16 @@ pub struct EngineConfig {
     pub hz: u32,
     /// Whether this node is a replica (keys are not deleted on lazy expiry).
     pub replica: bool,
+    /// `hash-max-listpack-entries`: most fields of a compact hash.
+    pub hash_max_listpack_entries: usize,
+    /// `hash-max-listpack-value`: longest field or value of a compact hash.
+    pub hash_max_listpack_value: usize,
+    /// `set-max-intset-entries`: most members of an intset.
+    pub set_max_intset_entries: usize,
+    /// `set-max-listpack-entries`: most members of a compact set.
+    pub set_max_listpack_entries: usize,
+    /// `set-max-listpack-value`: longest member of a compact set.
+    pub set_max_listpack_value: usize,
 }
 
 impl Default for EngineConfig {
@@ -47,6 +59,12 @@ impl Default for EngineConfig {
             active_expire_effort: 1,
             hz: 10,
             replica: false,
+            // Valkey 8's defaults (Redis 7.0 keeps 128 hash fields compact, Valkey 512).
+            hash_max_listpack_entries: 512,
+            hash_max_listpack_value: 64,
+            set_max_intset_entries: 512,
+            set_max_listpack_entries: 128,
+            set_max_listpack_value: 64,
         }
     }
 }
@@ -192,6 +210,38 @@ impl<'t> KeyMut<'t> {
             ValueRef::Obj(Object::Str(v)) => Ok(v),
             #[allow(unreachable_patterns)]
             ValueRef::Obj(_) => Err(CommandError::WrongType),
+        }
+    }
+
+    /// The hash value, or WRONGTYPE.
+    pub fn hash(&self) -> Result<&Hash, CommandError> {
+        match self.value() {
+            ValueRef::Obj(Object::Hash(h)) => Ok(h),
+            _ => Err(CommandError::WrongType),
+        }
+    }
+
+    /// The hash value for in-place changes, or WRONGTYPE.
+    pub fn hash_mut(&mut self) -> Result<&mut Hash, CommandError> {
+        match self.entry_mut().object_mut() {
+            Some(Object::Hash(h)) => Ok(h),
+            _ => Err(CommandError::WrongType),
+        }
+    }
+
+    /// The set value, or WRONGTYPE.
+    pub fn set(&self) -> Result<&Set, CommandError> {
+        match self.value() {
+            ValueRef::Obj(Object::Set(s)) => Ok(s),
+            _ => Err(CommandError::WrongType),
+        }
+    }
+
+    /// The set value for in-place changes, or WRONGTYPE.
+    pub fn set_mut(&mut self) -> Result<&mut Set, CommandError> {
+        match self.entry_mut().object_mut() {
+            Some(Object::Set(s)) => Ok(s),
+            _ => Err(CommandError::WrongType),
         }
     }
 

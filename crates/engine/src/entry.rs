@@ -347,6 +347,7 @@ mod tests {
         match e.value() {
             ValueRef::Str(b) => b.to_vec(),
             ValueRef::Obj(Object::Str(v)) => v.clone(),
+            ValueRef::Obj(_) => unreachable!("these tests store strings only"),
         }
     }
 

@@ -29,3 +29,4 @@ pub mod cmd;
 pub mod testkit;
 pub mod evict;
 pub mod expire;
+pub mod types;

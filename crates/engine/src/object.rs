@@ -1,5 +1,8 @@
 //! Values that do not live inline in their entry.
 
+use crate::types::hash::Hash;
+use crate::types::set::Set;
+
 /// A boxed value. Strings normally live inline in the entry; they become an object when they
 /// are edited in place (APPEND, SETRANGE), which keeps spare capacity like Valkey's raw
 /// strings, or when they are too long for an inline length.
@@ -7,6 +10,10 @@
 pub enum Object {
     /// A string with room to grow.
     Str(Vec<u8>),
+    /// A hash (`types::hash`).
+    Hash(Hash),
+    /// A set (`types::set`).
+    Set(Set),
 }
 
 impl Object {
@@ -14,6 +21,8 @@ impl Object {
     pub fn type_name(&self) -> &'static str {
         match self {
             Object::Str(_) => "string",
+            Object::Hash(_) => "hash",
+            Object::Set(_) => "set",
         }
     }
 
@@ -21,6 +30,8 @@ impl Object {
     pub fn heap_size(&self) -> usize {
         match self {
             Object::Str(v) => std::mem::size_of::<Object>() + v.capacity(),
+            Object::Hash(h) => std::mem::size_of::<Object>() + h.heap_bytes(),
+            Object::Set(s) => std::mem::size_of::<Object>() + s.heap_bytes(),
         }
     }
 }

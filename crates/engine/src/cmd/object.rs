@@ -73,6 +73,8 @@ impl Inspected {
             },
             // Strings grown in place are Valkey's "raw" sds strings.
             ValueRef::Obj(Object::Str(_)) => ("raw", false),
+            ValueRef::Obj(Object::Hash(h)) => (h.encoding(), false),
+            ValueRef::Obj(Object::Set(s)) => (s.encoding(), false),
         };
         Inspected { encoding, shared_int }
     }
@@ -234,6 +236,9 @@ fn object_usage(o: &Object) -> usize {
     match o {
         Object::Str(v) if v.capacity() == 0 => boxed,
         Object::Str(v) => boxed + size_class(v.capacity()),
+        // Exact in O(1) (tables keep a running total), so SAMPLES has nothing to sample.
+        Object::Hash(h) => boxed + h.heap_bytes(),
+        Object::Set(s) => boxed + s.heap_bytes(),
     }
 }
 

@@ -138,6 +138,7 @@ impl Settings {
             active_expire_effort: small(table::ACTIVE_EXPIRE_EFFORT),
             hz: small(table::HZ),
             replica: !self.list(table::REPLICAOF).is_empty(),
+            ..EngineConfig::default()
         }
     }
 }
