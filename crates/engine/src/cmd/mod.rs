@@ -17,6 +17,8 @@ pub mod counter;
 pub mod db;
 pub mod dump;
 pub mod expire;
+pub mod hash;
+pub mod hash_walk;
 pub mod keys;
 pub mod object;
 pub mod range;
@@ -64,6 +66,8 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         db::COMMANDS,
         object::COMMANDS,
         dump::COMMANDS,
+        hash::COMMANDS,
+        hash_walk::COMMANDS,
     ]
         .into_iter()
         .flatten()
@@ -152,6 +156,30 @@ pub(crate) fn int_arg(arg: &[u8]) -> Result<i64, CommandError> {
 /// Parses an argument Valkey reads as a C `int` (`getIntFromObjectOrReply`).
 pub(crate) fn int32_arg(arg: &[u8]) -> Result<i32, CommandError> {
     int_arg(arg).and_then(|n| i32::try_from(n).map_err(|_| CommandError::NotInteger))
+}
+
+/// Largest reply a negative HRANDFIELD/SRANDMEMBER count may ask for. Valkey streams such
+/// replies and relies on output buffer limits (unlimited by default for normal clients); a
+/// handler here builds the whole reply first, so it refuses counts that would exhaust memory.
+pub(crate) const MAX_REPEATED_PICKS: u64 = 1 << 24;
+
+/// The count of HRANDFIELD/SRANDMEMBER: a `long` from -LONG_MAX to LONG_MAX, as Valkey's
+/// `getRangeLongFromObjectOrReply` words its errors.
+pub(crate) fn random_count(arg: &[u8]) -> Result<i64, CommandError> {
+    let n = int_arg(arg)?;
+    if n == i64::MIN {
+        return Err(CommandError::err(format!(
+            "value is out of range, value must between {} and {}",
+            -i64::MAX,
+            i64::MAX
+        )));
+    }
+    Ok(n)
+}
+
+/// The error for a negative count beyond [`MAX_REPEATED_PICKS`].
+pub(crate) fn too_many_picks() -> CommandError {
+    CommandError::err(format!("value is out of range, a negative count may ask for at most {MAX_REPEATED_PICKS} elements"))
 }
 
 /// Appends a bulk string to `buf`: replies whose length is known only at the end (KEYS, SCAN)
