@@ -207,6 +207,14 @@ impl Set {
         }
     }
 
+    /// [`Set::remove`] for an element taken from another set.
+    pub fn remove_elem(&mut self, e: Elem<'_>) -> bool {
+        match self {
+            Set::Ints(s) => e.as_int().is_some_and(|v| s.remove(v)),
+            _ => e.with_bytes(|b| self.remove(b)),
+        }
+    }
+
     /// The members.
     pub fn iter(&self) -> Iter<'_> {
         match self {
