@@ -1,7 +1,8 @@
 //! Values that do not live inline in their entry.
 
-use crate::types::hash::Hash;
-use crate::types::set::Set;
+use crate::ctx::EngineConfig;
+use crate::types::hash::{Hash, HashLimits};
+use crate::types::set::{Set, SetLimits};
 
 /// A boxed value. Strings normally live inline in the entry; they become an object when they
 /// are edited in place (APPEND, SETRANGE), which keeps spare capacity like Valkey's raw
@@ -23,6 +24,16 @@ impl Object {
             Object::Str(_) => "string",
             Object::Hash(_) => "hash",
             Object::Set(_) => "set",
+        }
+    }
+
+    /// Applies the configured compact-encoding limits to a value decoded from a payload
+    /// (RESTORE), which is built as compact as its contents allow.
+    pub fn conform(&mut self, cfg: &EngineConfig) {
+        match self {
+            Object::Str(_) => {}
+            Object::Hash(h) => h.conform(HashLimits::from(cfg)),
+            Object::Set(s) => s.conform(SetLimits::from(cfg)),
         }
     }
 

@@ -211,6 +211,21 @@ impl Hash {
         Some(Hash::Packed(Packed::from_elems(elems)))
     }
 
+    /// Builds a hash from a listpack blob of alternating fields and values (RDB
+    /// `HASH_LISTPACK`); `None` if the blob is malformed, empty, odd, or repeats a field.
+    pub fn from_listpack(blob: &[u8]) -> Option<Hash> {
+        let p = Packed::from_listpack(blob)?;
+        if p.is_empty() || p.len() % 2 != 0 {
+            return None;
+        }
+        let mut seen = HashSet::with_capacity(p.len() / 2);
+        if !p.iter().step_by(2).all(|f| seen.insert(f)) {
+            return None;
+        }
+        drop(seen);
+        Some(Hash::Packed(p))
+    }
+
     /// Moves a loaded hash to the table encoding if it is over the limits.
     pub fn conform(&mut self, limits: HashLimits) {
         let Hash::Packed(p) = self else { return };

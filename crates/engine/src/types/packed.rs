@@ -19,7 +19,7 @@ use crate::object::size_class;
 
 /// One element of a collection, borrowed: a string, or an integer stored in binary form
 /// (which stands for its decimal string).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Elem<'a> {
     /// String bytes.
     Str(&'a [u8]),

@@ -342,6 +342,23 @@ impl Set {
         })
     }
 
+    /// Builds a set from a listpack blob (RDB `SET_LISTPACK`); `None` if the blob is
+    /// malformed, empty, or repeats a member.
+    pub fn from_listpack(blob: &[u8]) -> Option<Set> {
+        let p = Packed::from_listpack(blob)?;
+        let mut seen = HashSet::with_capacity(p.len());
+        if p.is_empty() || !p.iter().all(|m| seen.insert(m)) {
+            return None;
+        }
+        drop(seen);
+        Some(Set::Packed(p))
+    }
+
+    /// Builds a set from an intset blob (RDB `SET_INTSET`); `None` if it is malformed or empty.
+    pub fn from_intset(blob: &[u8]) -> Option<Set> {
+        IntSet::from_blob(blob).filter(|s| !s.is_empty()).map(Set::Ints)
+    }
+
     /// Moves a loaded set to the encoding its size calls for under `limits`.
     pub fn conform(&mut self, limits: SetLimits) {
         let over = match self {
