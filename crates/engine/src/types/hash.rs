@@ -465,4 +465,21 @@ mod tests {
         assert_eq!(h.encoding(), "hashtable");
         assert_eq!(h, copy, "equality ignores the encoding");
     }
+
+    #[test]
+    fn a_ten_field_hash_costs_what_a_listpack_does() {
+        // The memory benchmark's hash: fields field0..field9, values like value-12345-0.
+        let mut h = Hash::new();
+        for k in 0..10 {
+            h.set(format!("field{k}").as_bytes(), format!("value-12345-{k}").as_bytes(), HashLimits::UNBOUNDED);
+        }
+        // 10 x (1 + 6) + 10 x (1 + 13) = 210 bytes in one allocation, a 224-byte size class.
+        // Valkey's listpack holds the same plus a back-length byte per element and a 7-byte
+        // header and terminator (237 bytes, a 256-byte class) behind a 16-byte robj; here the
+        // boxed Object is 32 bytes (the Str variant's class, so no string pays for it).
+        assert_eq!(h.heap_bytes(), 224);
+        assert!(std::mem::size_of::<crate::object::Object>() <= 32);
+        let o = crate::object::Object::Hash(h);
+        assert_eq!(o.heap_size(), std::mem::size_of::<crate::object::Object>() + 224);
+    }
 }

@@ -4,7 +4,8 @@
 //! Conversions happen where Valkey's `setTypeAddAux`, `setTypeCreate` and
 //! `setTypeMaybeConvert` make them, driven by `set-max-intset-entries`,
 //! `set-max-listpack-entries` and `set-max-listpack-value`, and only ever towards the table:
-//! removing members never re-packs a set.
+//! removing members never re-packs a set. The one exception is Valkey's too: SPOP with a count
+//! that leaves few survivors rebuilds them as a new, possibly packed, set.
 
 use std::collections::HashSet;
 
@@ -34,6 +35,10 @@ impl SetLimits {
         self.intset_entries.min(1 << 30)
     }
 }
+
+/// SPOP with a count rebuilds a table from its survivors when they number at most
+/// 1/SPOP_REBUILD_FACTOR of the popped members (Valkey's `SPOP_MOVE_STRATEGY_MUL`).
+const SPOP_REBUILD_FACTOR: usize = 5;
 
 /// A member of a table-encoded set.
 pub type Member = Box<[u8]>;
@@ -272,8 +277,15 @@ impl Set {
 
     /// Removes and returns `count` distinct random members, `count < len()`: O(count) for a
     /// table, one O(N) rebuild for the compact encodings.
-    pub fn pop_many(&mut self, count: usize) -> Vec<Vec<u8>> {
-        if let Set::Table(_) = self {
+    ///
+    /// When few members remain (at most a fifth of those popped), Valkey's `spopWithCount`
+    /// rebuilds a table set from the survivors, added one by one to a fresh listpack; this
+    /// does the same, so such a set can come back packed.
+    pub fn pop_many(&mut self, count: usize, limits: SetLimits) -> Vec<Vec<u8>> {
+        let remaining = self.len() - count;
+        if let Set::Table(_) = self
+            && remaining * SPOP_REBUILD_FACTOR > count
+        {
             return (0..count).filter_map(|_| self.pop_random()).collect();
         }
         let picks = sample::distinct(self.len(), count);
@@ -294,7 +306,13 @@ impl Set {
                 Set::Ints(IntSet::from_sorted(&rest))
             }
             Set::Packed(p) => Set::Packed(Packed::from_elems(p.iter().enumerate().filter(kept).map(|(_, e)| e))),
-            Set::Table(_) => unreachable!("handled above"),
+            Set::Table(d) => {
+                let mut rest = Set::packed();
+                for (_, e) in d.iter().map(|m| Elem::Str(m)).enumerate().filter(kept) {
+                    rest.add_elem(e, limits);
+                }
+                rest
+            }
         };
         popped
     }
@@ -531,7 +549,7 @@ mod tests {
             let enc = s.encoding();
             let one = s.pop_random().unwrap();
             assert!(!s.contains(&one));
-            let more = s.pop_many(s.len() - 1);
+            let more = s.pop_many(s.len() - 1, SMALL);
             assert_eq!(s.len(), 1, "{enc}");
             assert!(more.iter().all(|m| !s.contains(m) && *m != one));
             assert_eq!(s.encoding(), enc, "popping keeps the encoding");
@@ -552,5 +570,24 @@ mod tests {
         let mut s = Set::from_members(&m(&["abcdef"])).unwrap();
         s.conform(SMALL);
         assert_eq!(s.encoding(), "hashtable");
+    }
+
+    #[test]
+    fn a_hundred_member_set_costs_what_valkey_pays() {
+        let words: Vec<String> = (10_000..10_100).map(|i| format!("member:{i}")).collect();
+        let s = Set::from_members(&words.iter().map(|w| w.clone().into_bytes()).collect::<Vec<_>>()).unwrap();
+        // 100 x (1 + 12) = 1300 bytes, a 1536-byte class; Valkey's listpack is 1407 bytes
+        // (back-lengths, header), the same class.
+        assert_eq!((s.encoding(), s.heap_bytes()), ("listpack", 1536));
+        let ints: Vec<Vec<u8>> = (0..100).map(|i: i64| (i * 7).to_string().into_bytes()).collect();
+        let s = Set::from_members(&ints).unwrap();
+        // 100 x 2 bytes; Valkey's intset adds an 8-byte header: 208 bytes, the same class.
+        assert_eq!((s.encoding(), s.heap_bytes()), ("intset", 224));
+        // As a table the same hundred strings cost about what Valkey's dict does: 16 bytes per
+        // slot of the dense vector, 8 per index bucket, and each member's own allocation.
+        let mut t = Set::from_members(&words.iter().map(|w| w.clone().into_bytes()).collect::<Vec<_>>()).unwrap();
+        t.conform(SetLimits { intset_entries: 0, listpack_entries: 0, listpack_value: 0 });
+        assert_eq!(t.encoding(), "hashtable");
+        assert!(t.heap_bytes() < 100 * 48 + 2048 + 1024 + 64, "{}", t.heap_bytes());
     }
 }
