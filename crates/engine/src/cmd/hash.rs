@@ -97,9 +97,9 @@ fn update<R>(
 }
 
 fn hset(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
-    let name = String::from_utf8_lossy(args.get(0)).to_ascii_lowercase();
+    let hmset = args.get(0).eq_ignore_ascii_case(b"hmset");
     if args.len() % 2 == 1 {
-        return Err(CommandError::WrongArity(name));
+        return Err(CommandError::WrongArity(if hmset { "hmset" } else { "hset" }.into()));
     }
     let key = args.get(1);
     let limits = HashLimits::from(ctx.cfg);
@@ -112,7 +112,7 @@ fn hset(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     // Valkey counts every pair as a change.
     ctx.stats.dirty += pairs as u64 - 1;
     ctx.events.notify('h', "hset", key, ctx.db);
-    if name == "hmset" { out.ok() } else { out.int(added as i64) }
+    if hmset { out.ok() } else { out.int(added as i64) }
     Ok(())
 }
 
