@@ -76,7 +76,9 @@ fn client_list_describes_each_connection() {
 fn client_list_filters_by_id_and_type() {
     let srv = server();
     let mut c = srv.client();
-    let other = srv.client();
+    let mut other = srv.client();
+    // A round trip proves the server has accepted it before we list clients.
+    assert_eq!(other.cmd(&["PING"]), Frame::simple("PONG"));
     let id = c.cmd(&["CLIENT", "ID"]).int();
     let list = c.cmd(&["CLIENT", "LIST", "ID", &id.to_string()]).text();
     assert_eq!(list.lines().count(), 1, "CLIENT LIST ID {id}:\n{list}");

@@ -12,6 +12,7 @@
 mod auth;
 mod benchmark;
 mod client_cmd;
+mod collections;
 mod command;
 mod config_file;
 mod config_set;

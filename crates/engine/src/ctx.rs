@@ -10,6 +10,8 @@ use crate::policy::{self, EvictionPolicy};
 use crate::table::Table;
 use crate::types::list::List;
 use crate::types::zset::ZSet;
+use crate::types::hash::Hash;
+use crate::types::set::Set;
 
 /// Engine settings a handler may read. The server fills it from its configuration.
 #[derive(Debug, Clone)]
@@ -44,6 +46,16 @@ pub struct EngineConfig {
     pub zset_max_listpack_entries: usize,
     /// `zset-max-listpack-value`.
     pub zset_max_listpack_value: usize,
+    /// `hash-max-listpack-entries`: most fields of a compact hash.
+    pub hash_max_listpack_entries: usize,
+    /// `hash-max-listpack-value`: longest field or value of a compact hash.
+    pub hash_max_listpack_value: usize,
+    /// `set-max-intset-entries`: most members of an intset.
+    pub set_max_intset_entries: usize,
+    /// `set-max-listpack-entries`: most members of a compact set.
+    pub set_max_listpack_entries: usize,
+    /// `set-max-listpack-value`: longest member of a compact set.
+    pub set_max_listpack_value: usize,
 }
 
 impl Default for EngineConfig {
@@ -63,6 +75,12 @@ impl Default for EngineConfig {
             list_max_listpack_size: -2,
             zset_max_listpack_entries: 128,
             zset_max_listpack_value: 64,
+            // Valkey 8's defaults (Redis 7.0 keeps 128 hash fields compact, Valkey 512).
+            hash_max_listpack_entries: 512,
+            hash_max_listpack_value: 64,
+            set_max_intset_entries: 512,
+            set_max_listpack_entries: 128,
+            set_max_listpack_value: 64,
         }
     }
 }
@@ -219,10 +237,26 @@ impl<'t> KeyMut<'t> {
         }
     }
 
+    /// The hash value, or WRONGTYPE.
+    pub fn hash(&self) -> Result<&Hash, CommandError> {
+        match self.value() {
+            ValueRef::Obj(Object::Hash(h)) => Ok(h),
+            _ => Err(CommandError::WrongType),
+        }
+    }
+
     /// The list value for in-place changes, or WRONGTYPE.
     pub fn list_mut(&mut self) -> Result<&mut List, CommandError> {
         match self.entry_mut().object_mut() {
             Some(Object::List(l)) => Ok(l),
+            _ => Err(CommandError::WrongType),
+        }
+    }
+
+    /// The hash value for in-place changes, or WRONGTYPE.
+    pub fn hash_mut(&mut self) -> Result<&mut Hash, CommandError> {
+        match self.entry_mut().object_mut() {
+            Some(Object::Hash(h)) => Ok(h),
             _ => Err(CommandError::WrongType),
         }
     }
@@ -235,10 +269,26 @@ impl<'t> KeyMut<'t> {
         }
     }
 
+    /// The set value, or WRONGTYPE.
+    pub fn set(&self) -> Result<&Set, CommandError> {
+        match self.value() {
+            ValueRef::Obj(Object::Set(s)) => Ok(s),
+            _ => Err(CommandError::WrongType),
+        }
+    }
+
     /// The sorted set value for in-place changes, or WRONGTYPE.
     pub fn zset_mut(&mut self) -> Result<&mut ZSet, CommandError> {
         match self.entry_mut().object_mut() {
             Some(Object::ZSet(z)) => Ok(z),
+            _ => Err(CommandError::WrongType),
+        }
+    }
+
+    /// The set value for in-place changes, or WRONGTYPE.
+    pub fn set_mut(&mut self) -> Result<&mut Set, CommandError> {
+        match self.entry_mut().object_mut() {
+            Some(Object::Set(s)) => Ok(s),
             _ => Err(CommandError::WrongType),
         }
     }

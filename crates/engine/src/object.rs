@@ -1,6 +1,9 @@
 //! Values that do not live inline in their entry.
 
+use crate::ctx::EngineConfig;
+use crate::types::hash::{Hash, HashLimits};
 use crate::types::list::List;
+use crate::types::set::{Set, SetLimits};
 use crate::types::zset::ZSet;
 
 /// A boxed value. Strings normally live inline in the entry; they become an object when they
@@ -14,6 +17,10 @@ pub enum Object {
     List(List),
     /// A sorted set.
     ZSet(ZSet),
+    /// A hash (`types::hash`).
+    Hash(Hash),
+    /// A set (`types::set`).
+    Set(Set),
 }
 
 impl Object {
@@ -23,15 +30,29 @@ impl Object {
             Object::Str(_) => "string",
             Object::List(_) => "list",
             Object::ZSet(_) => "zset",
+            Object::Hash(_) => "hash",
+            Object::Set(_) => "set",
+        }
+    }
+
+    /// Applies the configured compact-encoding limits to a value decoded from a payload
+    /// (RESTORE), which is built as compact as its contents allow. Lists and sorted sets are
+    /// built to the limits already when decoded.
+    pub fn conform(&mut self, cfg: &EngineConfig) {
+        match self {
+            Object::Str(_) | Object::List(_) | Object::ZSet(_) => {}
+            Object::Hash(h) => h.conform(HashLimits::from(cfg)),
+            Object::Set(s) => s.conform(SetLimits::from(cfg)),
         }
     }
 
     /// The members of a set, for commands that take sets where sorted sets are expected
     /// (ZUNIONSTORE and friends score each member 1); `None` for every other type. The match
-    /// names every variant so that adding the set type fails to compile until it answers here.
+    /// names every variant so that a new type fails to compile until it answers here.
     pub fn set_members(&self) -> Option<Vec<Vec<u8>>> {
         match self {
-            Object::Str(_) | Object::List(_) | Object::ZSet(_) => None,
+            Object::Str(_) | Object::List(_) | Object::ZSet(_) | Object::Hash(_) => None,
+            Object::Set(s) => Some(s.iter().map(|m| m.with_bytes(<[u8]>::to_vec)).collect()),
         }
     }
 
@@ -41,6 +62,8 @@ impl Object {
             Object::Str(v) => std::mem::size_of::<Object>() + v.capacity(),
             Object::List(l) => std::mem::size_of::<Object>() + l.heap_size(),
             Object::ZSet(z) => std::mem::size_of::<Object>() + z.heap_size(),
+            Object::Hash(h) => std::mem::size_of::<Object>() + h.heap_bytes(),
+            Object::Set(s) => std::mem::size_of::<Object>() + s.heap_bytes(),
         }
     }
 }

@@ -11,6 +11,8 @@ use crate::object::Object;
 use crate::types::list::List;
 use crate::types::listpack::{Listpack, Value};
 use crate::types::zset::{ZSet, lp_score};
+use crate::types::hash::Hash;
+use crate::types::set::Set;
 
 /// RDB version written into payloads.
 pub const WRITE_VERSION: u16 = 10;
@@ -31,6 +33,16 @@ pub const TYPE_LIST_QUICKLIST_2: u8 = 18;
 const CONTAINER_PLAIN: u64 = 1;
 /// Quicklist node container: a listpack.
 const CONTAINER_PACKED: u64 = 2;
+/// RDB type of a set written as its members.
+pub const TYPE_SET: u8 = 2;
+/// RDB type of a hash written as field/value pairs.
+pub const TYPE_HASH: u8 = 4;
+/// RDB type of a set of integers as an intset blob.
+pub const TYPE_SET_INTSET: u8 = 11;
+/// RDB type of a hash as a listpack blob.
+pub const TYPE_HASH_LISTPACK: u8 = 16;
+/// RDB type of a set as a listpack blob (Redis 7.2+, Valkey).
+pub const TYPE_SET_LISTPACK: u8 = 20;
 
 /// A payload that cannot be restored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +101,18 @@ pub fn dump_list(list: &List) -> Vec<u8> {
     finish(out)
 }
 
+/// Serialises a hash as a DUMP payload: type 4, field/value pairs, which every Redis and
+/// Valkey version loads whatever its own encoding settings.
+pub fn dump_hash(h: &Hash) -> Vec<u8> {
+    let mut out = vec![TYPE_HASH];
+    write_len(&mut out, h.len() as u64);
+    for (f, v) in h.iter() {
+        f.with_bytes(|b| write_string(&mut out, b));
+        v.with_bytes(|b| write_string(&mut out, b));
+    }
+    finish(out)
+}
+
 /// Serialises a sorted set as `ZSET_2`, highest score first as Redis writes it (so a loader
 /// inserting at the head does no searching).
 pub fn dump_zset(z: &ZSet) -> Vec<u8> {
@@ -98,6 +122,16 @@ pub fn dump_zset(z: &ZSet) -> Vec<u8> {
     for (m, score) in z.range(z.len().saturating_sub(1), z.len(), true) {
         m.with_bytes(|b| write_string(&mut out, b));
         out.extend_from_slice(&score.to_le_bytes());
+    }
+    finish(out)
+}
+
+/// Serialises a set as a DUMP payload: type 2, its members.
+pub fn dump_set(s: &Set) -> Vec<u8> {
+    let mut out = vec![TYPE_SET];
+    write_len(&mut out, s.len() as u64);
+    for m in s.iter() {
+        m.with_bytes(|b| write_string(&mut out, b));
     }
     finish(out)
 }
@@ -131,12 +165,44 @@ pub fn restore(payload: &[u8]) -> Result<Loaded, RdbError> {
         TYPE_LIST => Loaded::List(read_list(&mut r)?),
         TYPE_LIST_QUICKLIST_2 => Loaded::List(read_quicklist(&mut r)?),
         TYPE_ZSET | TYPE_ZSET_2 | TYPE_ZSET_LISTPACK => Loaded::ZSet(read_zset(&mut r, ty)?),
+        TYPE_SET => Loaded::Object(Object::Set(read_set(&mut r)?)),
+        TYPE_HASH => Loaded::Object(Object::Hash(read_hash(&mut r)?)),
+        TYPE_SET_INTSET => Loaded::Object(Object::Set(Set::from_intset(&r.string()?).ok_or(RdbError::BadFormat)?)),
+        TYPE_SET_LISTPACK => Loaded::Object(Object::Set(Set::from_listpack(&r.string()?).ok_or(RdbError::BadFormat)?)),
+        TYPE_HASH_LISTPACK => Loaded::Object(Object::Hash(Hash::from_listpack(&r.string()?).ok_or(RdbError::BadFormat)?)),
         _ => return Err(RdbError::BadFormat),
     };
     if r.pos != r.buf.len() {
         return Err(RdbError::BadFormat);
     }
     Ok(value)
+}
+
+/// A set written as its members; empty or with repeated members is corrupt, as in Valkey.
+fn read_set(r: &mut Reader<'_>) -> Result<Set, RdbError> {
+    let n = r.len()?;
+    // No capacity from the untrusted count: the reader fails at the end of the payload first.
+    let mut members = Vec::new();
+    for _ in 0..n {
+        members.push(r.string()?);
+    }
+    if members.is_empty() {
+        return Err(RdbError::BadFormat);
+    }
+    Set::from_members(&members).ok_or(RdbError::BadFormat)
+}
+
+/// A hash written as field/value pairs; empty or with repeated fields is corrupt.
+fn read_hash(r: &mut Reader<'_>) -> Result<Hash, RdbError> {
+    let n = r.len()?;
+    let mut pairs = Vec::new();
+    for _ in 0..n {
+        pairs.push((r.string()?, r.string()?));
+    }
+    if pairs.is_empty() {
+        return Err(RdbError::BadFormat);
+    }
+    Hash::from_pairs(&pairs).ok_or(RdbError::BadFormat)
 }
 
 /// Writes an RDB length.

@@ -143,3 +143,62 @@ impl TestKit {
         out.as_bytes().to_vec()
     }
 }
+
+/// A parsed reply, for tests that look inside arrays (random and scan commands).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resp {
+    /// A simple or bulk string.
+    Str(String),
+    /// An error line, without the `-`.
+    Err(String),
+    /// An integer.
+    Int(i64),
+    /// A null (`$-1`, `*-1`, `_`).
+    Nil,
+    /// An array, set (`~`) or push; RESP3 maps (`%`) flatten into key, value, key, value.
+    Array(Vec<Resp>),
+}
+
+impl Resp {
+    /// Parses one complete reply; panics on malformed input (test helper).
+    pub fn parse(text: &str) -> Resp {
+        let mut lines = text.split("\r\n");
+        let r = Resp::next(&mut lines);
+        assert_eq!(lines.collect::<Vec<_>>(), [""], "one reply and nothing after it: {text:?}");
+        r
+    }
+
+    /// The elements of an array reply.
+    pub fn items(&self) -> &[Resp] {
+        match self {
+            Resp::Array(v) => v,
+            other => panic!("not an array: {other:?}"),
+        }
+    }
+
+    /// The text of a string reply.
+    pub fn text(&self) -> &str {
+        match self {
+            Resp::Str(s) => s,
+            other => panic!("not a string: {other:?}"),
+        }
+    }
+
+    fn next<'a>(lines: &mut impl Iterator<Item = &'a str>) -> Resp {
+        let line = lines.next().expect("a reply line");
+        let (tag, rest) = line.split_at(1);
+        let n = || rest.parse::<i64>().expect("a length");
+        match tag {
+            "+" => Resp::Str(rest.to_string()),
+            "-" => Resp::Err(rest.to_string()),
+            ":" => Resp::Int(n()),
+            "_" => Resp::Nil,
+            "$" if n() < 0 => Resp::Nil,
+            "$" => Resp::Str(lines.next().expect("bulk bytes").to_string()),
+            "*" if n() < 0 => Resp::Nil,
+            "*" | "~" | ">" => Resp::Array((0..n()).map(|_| Resp::next(lines)).collect()),
+            "%" => Resp::Array((0..2 * n()).map(|_| Resp::next(lines)).collect()),
+            other => panic!("unexpected reply type {other:?} in {line:?}"),
+        }
+    }
+}

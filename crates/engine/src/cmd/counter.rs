@@ -101,14 +101,14 @@ fn incrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResu
     Ok(())
 }
 
-fn parse_float(s: &[u8]) -> Result<f64, CommandError> {
+pub(super) fn parse_float(s: &[u8]) -> Result<f64, CommandError> {
     if s.len() >= MAX_FLOAT_CHARS {
         return Err(CommandError::NotFloat);
     }
     float_arg(s)
 }
 
-fn checked_sum(a: f64, b: f64) -> Result<f64, CommandError> {
+pub(super) fn checked_sum(a: f64, b: f64) -> Result<f64, CommandError> {
     let v = a + b;
     if v.is_finite() {
         Ok(v)
@@ -121,7 +121,7 @@ fn checked_sum(a: f64, b: f64) -> Result<f64, CommandError> {
 /// shortest digits that read back as the same double, at most 17 decimals, no trailing
 /// zeros, and no negative zero. Valkey computes in `long double` and prints `%.17Lf`; with
 /// `f64`, the shortest form is what makes `10.5 + 0.1` read `10.6` as it does there.
-fn format_human(v: f64, out: &mut String) {
+pub(super) fn format_human(v: f64, out: &mut String) {
     use std::fmt::Write;
     out.clear();
     let _ = write!(out, "{v}");

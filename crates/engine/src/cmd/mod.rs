@@ -7,7 +7,7 @@
 
 use hotkv_protocol::{Args, ReplyBuf};
 
-use crate::command::{CommandSpec, InvalidKeyArgs, key_positions};
+use crate::command::{CommandSpec, FindKeys, key_positions};
 use crate::ctx::Ctx;
 use crate::error::{CmdResult, CommandError};
 use crate::keyspace::{LockId, lock_id};
@@ -21,12 +21,16 @@ pub mod db;
 pub mod dump;
 pub mod expire;
 pub mod hll;
+pub mod hash;
+pub mod hash_walk;
 pub mod keys;
 pub mod list;
 pub mod list_block;
 pub mod object;
 pub mod range;
 pub mod scan;
+pub mod set;
+pub mod set_ops;
 pub mod string;
 pub mod zset;
 pub mod zset_pop;
@@ -86,6 +90,10 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         zset_pop::COMMANDS,
         zset_store::COMMANDS,
         zset_scan::COMMANDS,
+        hash::COMMANDS,
+        hash_walk::COMMANDS,
+        set::COMMANDS,
+        set_ops::COMMANDS,
     ]
         .into_iter()
         .flatten()
@@ -107,7 +115,16 @@ pub fn plan_locks(
     if let LockPlan::PerSlot = cmd.plan {
         return Ok(());
     }
-    key_positions(spec, args, keys).map_err(|InvalidKeyArgs| CommandError::Syntax)?;
+    if key_positions(spec, args, keys).is_err() {
+        // A bad key count (SINTERCARD a k, ZUNION 5 k) is the handler's to report, in its own
+        // words ("numkeys should be greater than 0"), as Valkey does: lock nothing and let it
+        // run. Such a handler validates its count before it looks at any key.
+        if spec.key_specs.iter().any(|k| matches!(k.find, FindKeys::Keynum { .. })) {
+            keys.clear();
+            return Ok(());
+        }
+        return Err(CommandError::Syntax);
+    }
     let other_db = match cmd.plan {
         LockPlan::KeysAlsoInDbArg(i) => args.opt(i).and_then(parse_db).filter(|d| *d < databases),
         LockPlan::KeysAlsoInDbOption => db_option(args).and_then(parse_db).filter(|d| *d < databases),
@@ -174,6 +191,30 @@ pub(crate) fn int_arg(arg: &[u8]) -> Result<i64, CommandError> {
 /// Parses an argument Valkey reads as a C `int` (`getIntFromObjectOrReply`).
 pub(crate) fn int32_arg(arg: &[u8]) -> Result<i32, CommandError> {
     int_arg(arg).and_then(|n| i32::try_from(n).map_err(|_| CommandError::NotInteger))
+}
+
+/// Largest reply a negative HRANDFIELD/SRANDMEMBER count may ask for. Valkey streams such
+/// replies and relies on output buffer limits (unlimited by default for normal clients); a
+/// handler here builds the whole reply first, so it refuses counts that would exhaust memory.
+pub(crate) const MAX_REPEATED_PICKS: u64 = 1 << 24;
+
+/// The count of HRANDFIELD/SRANDMEMBER: a `long` from -LONG_MAX to LONG_MAX, as Valkey's
+/// `getRangeLongFromObjectOrReply` words its errors.
+pub(crate) fn random_count(arg: &[u8]) -> Result<i64, CommandError> {
+    let n = int_arg(arg)?;
+    if n == i64::MIN {
+        return Err(CommandError::err(format!(
+            "value is out of range, value must between {} and {}",
+            -i64::MAX,
+            i64::MAX
+        )));
+    }
+    Ok(n)
+}
+
+/// The error for a negative count beyond [`MAX_REPEATED_PICKS`].
+pub(crate) fn too_many_picks() -> CommandError {
+    CommandError::err(format!("value is out of range, a negative count may ask for at most {MAX_REPEATED_PICKS} elements"))
 }
 
 /// Appends a bulk string to `buf`: replies whose length is known only at the end (KEYS, SCAN)

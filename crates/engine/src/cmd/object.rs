@@ -75,6 +75,8 @@ impl Inspected {
             ValueRef::Obj(Object::Str(_)) => ("raw", false),
             ValueRef::Obj(Object::List(l)) => (l.encoding(), false),
             ValueRef::Obj(Object::ZSet(z)) => (z.encoding(), false),
+            ValueRef::Obj(Object::Hash(h)) => (h.encoding(), false),
+            ValueRef::Obj(Object::Set(s)) => (s.encoding(), false),
         };
         Inspected { encoding, shared_int }
     }
@@ -238,6 +240,9 @@ fn object_usage(o: &Object) -> usize {
         Object::Str(v) => boxed + size_class(v.capacity()),
         Object::List(l) => boxed + l.heap_size(),
         Object::ZSet(z) => boxed + z.heap_size(),
+        // Exact in O(1) (tables keep a running total), so SAMPLES has nothing to sample.
+        Object::Hash(h) => boxed + h.heap_bytes(),
+        Object::Set(s) => boxed + s.heap_bytes(),
     }
 }
 

@@ -308,6 +308,97 @@ fn nth_key_slot(db: &Db, mut n: u64) -> Option<u16> {
     None
 }
 
+/// Which collection an element scan (HSCAN, SSCAN, ZSCAN) walks: options differ slightly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ElemKind {
+    /// HSCAN: accepts NOVALUES.
+    Hash,
+    /// SSCAN.
+    Set,
+    /// ZSCAN: accepts NOSCORES.
+    Zset,
+}
+
+/// The options of an element scan, after the key and the cursor (Valkey's
+/// `scanGenericCommand` for an object).
+pub(super) struct ElemScanArgs<'a> {
+    /// COUNT: elements to look at per call, a hint.
+    pub count: u64,
+    /// MATCH, unless it is a lone `*`.
+    pub pattern: Option<&'a [u8]>,
+    /// NOVALUES (HSCAN) or NOSCORES (ZSCAN): return only fields or members.
+    pub only_keys: bool,
+}
+
+impl<'a> ElemScanArgs<'a> {
+    /// Parses the options from argument 3 on. Valkey parses them only once the key was found
+    /// with the right type, so callers do too.
+    pub(super) fn parse(args: &Args<'a>, kind: ElemKind) -> Result<ElemScanArgs<'a>, CommandError> {
+        let mut a = ElemScanArgs { count: 10, pattern: None, only_keys: false };
+        let mut i = 3;
+        while i < args.len() {
+            let opt = args.get(i);
+            match args.opt(i + 1) {
+                Some(v) if opt.eq_ignore_ascii_case(b"count") => {
+                    let n = super::int_arg(v)?;
+                    a.count = u64::try_from(n).ok().filter(|&n| n >= 1).ok_or(CommandError::Syntax)?;
+                    i += 2;
+                    continue;
+                }
+                Some(v) if opt.eq_ignore_ascii_case(b"match") => {
+                    a.pattern = (v != b"*").then_some(v);
+                    i += 2;
+                    continue;
+                }
+                _ => {}
+            }
+            if opt.eq_ignore_ascii_case(b"novalues") {
+                if kind != ElemKind::Hash {
+                    return Err(CommandError::err("NOVALUES option can only be used in HSCAN"));
+                }
+                a.only_keys = true;
+            } else if opt.eq_ignore_ascii_case(b"noscores") {
+                if kind != ElemKind::Zset {
+                    return Err(CommandError::err("NOSCORES option can only be used in ZSCAN"));
+                }
+                a.only_keys = true;
+            } else {
+                return Err(CommandError::Syntax);
+            }
+            i += 1;
+        }
+        Ok(a)
+    }
+
+    /// Whether an element (a field, a member) passes MATCH.
+    pub(super) fn matches(&self, elem: &[u8]) -> bool {
+        self.pattern.is_none_or(|p| glob::matches(p, elem, false))
+    }
+}
+
+/// Runs `step` from `cursor` the way SCAN does for one call: until the walk ends (cursor 0),
+/// COUNT elements were looked at, or 10 x COUNT steps passed. `step` gets the cursor and the
+/// count of elements looked at so far, and returns the next cursor.
+pub(super) fn drive_scan(mut cursor: u64, count: u64, mut step: impl FnMut(u64, &mut u64) -> u64) -> u64 {
+    let mut budget = count.saturating_mul(10);
+    let mut sampled = 0;
+    loop {
+        cursor = step(cursor, &mut sampled);
+        if cursor == 0 || budget == 0 || sampled >= count {
+            return cursor;
+        }
+        budget -= 1;
+    }
+}
+
+/// Writes a scan reply: the next cursor as a bulk string, then the `n` elements in `buf`.
+pub(super) fn scan_reply(out: &mut ReplyBuf, cursor: u64, n: usize, buf: &[u8]) {
+    out.array(2);
+    out.bulk(itoa::Buffer::new().format(cursor).as_bytes());
+    out.array(n);
+    out.raw(buf);
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;

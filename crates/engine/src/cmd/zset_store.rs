@@ -353,6 +353,6 @@ mod tests {
         assert_eq!(t.run(&["ZDIFF", "1", "{s}1", "WEIGHTS", "1"]), "-ERR syntax error\r\n");
         assert_eq!(t.run(&["ZUNIONSTORE", "{s}d", "1", "{s}1", "WITHSCORES"]), "-ERR syntax error\r\n");
         assert_eq!(t.run(&["ZINTERCARD", "1", "{s}1", "WITHSCORES"]), "-ERR syntax error\r\n");
-        assert_eq!(t.run(&["ZUNION", "x", "{s}1"]), "-ERR syntax error\r\n", "the lock planner refuses first");
+        assert_eq!(t.run(&["ZUNION", "x", "{s}1"]), "-ERR value is not an integer or out of range\r\n");
     }
 }

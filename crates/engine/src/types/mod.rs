@@ -1,6 +1,13 @@
-//! Data structures of the collection types, independent of commands.
+//! Value types beyond strings, each in its own module with its compact and large encodings,
+//! independent of commands.
 
-pub mod listpack;
+pub mod dict;
+pub mod hash;
+pub mod intset;
 pub mod list;
+pub mod listpack;
+pub mod packed;
+pub mod sample;
+pub mod set;
 pub mod skiplist;
 pub mod zset;

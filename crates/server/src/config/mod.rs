@@ -142,6 +142,11 @@ impl Settings {
             list_max_listpack_size: self.int(table::LIST_MAX_LISTPACK_SIZE),
             zset_max_listpack_entries: usize::try_from(self.int(table::ZSET_MAX_LISTPACK_ENTRIES)).unwrap_or(usize::MAX),
             zset_max_listpack_value: usize::try_from(self.int(table::ZSET_MAX_LISTPACK_VALUE)).unwrap_or(usize::MAX),
+            hash_max_listpack_entries: usize::try_from(self.int(table::HASH_MAX_LISTPACK_ENTRIES)).unwrap_or(usize::MAX),
+            hash_max_listpack_value: usize::try_from(self.int(table::HASH_MAX_LISTPACK_VALUE)).unwrap_or(usize::MAX),
+            set_max_intset_entries: usize::try_from(self.int(table::SET_MAX_INTSET_ENTRIES)).unwrap_or(usize::MAX),
+            set_max_listpack_entries: usize::try_from(self.int(table::SET_MAX_LISTPACK_ENTRIES)).unwrap_or(usize::MAX),
+            set_max_listpack_value: usize::try_from(self.int(table::SET_MAX_LISTPACK_VALUE)).unwrap_or(usize::MAX),
         }
     }
 }
