@@ -11,6 +11,7 @@
 
 mod auth;
 mod benchmark;
+mod blocking;
 mod client_cmd;
 mod collections;
 mod command;

@@ -577,19 +577,19 @@ directives! {
     ACTIVEREHASHING = "activerehashing" [] "advanced.activerehashing": B, "yes", M | NE, H,
         "Rehash main tables incrementally in the background.";
     HASH_MAX_LISTPACK_ENTRIES = "hash-max-listpack-entries" ["hash-max-ziplist-entries"]
-        "advanced.hash_max_listpack_entries": int(0, LONG), "512", M | NE, H, "Largest hash kept compact, in fields.";
+        "advanced.hash_max_listpack_entries": int(0, LONG), "512", M, ENGINE, "Largest hash kept compact, in fields.";
     HASH_MAX_LISTPACK_VALUE = "hash-max-listpack-value" ["hash-max-ziplist-value"] "advanced.hash_max_listpack_value":
-        mem(0, LONG), "64", M | NE, H, "Largest field or value of a compact hash.";
+        mem(0, LONG), "64", M, ENGINE, "Largest field or value of a compact hash.";
     LIST_MAX_LISTPACK_SIZE = "list-max-listpack-size" ["list-max-ziplist-size"] "advanced.list_max_listpack_size":
         int(IMIN, INT), "-2", M, ENGINE, "List node size: entries, or -1..-5 for 4..64 KB.";
     LIST_COMPRESS_DEPTH = "list-compress-depth" [] "advanced.list_compress_depth": int(0, INT), "0", M | NE, H,
         "List nodes left uncompressed at each end; 0 = no compression.";
     SET_MAX_INTSET_ENTRIES = "set-max-intset-entries" [] "advanced.set_max_intset_entries": int(0, LONG), "512",
-        M | NE, H, "Largest set of integers kept compact.";
+        M, ENGINE, "Largest set of integers kept compact.";
     SET_MAX_LISTPACK_ENTRIES = "set-max-listpack-entries" [] "advanced.set_max_listpack_entries": int(0, LONG), "128",
-        M | NE, H, "Largest set kept compact, in members.";
+        M, ENGINE, "Largest set kept compact, in members.";
     SET_MAX_LISTPACK_VALUE = "set-max-listpack-value" [] "advanced.set_max_listpack_value": int(0, LONG), "64",
-        M | NE, H, "Largest member of a compact set.";
+        M, ENGINE, "Largest member of a compact set.";
     ZSET_MAX_LISTPACK_ENTRIES = "zset-max-listpack-entries" ["zset-max-ziplist-entries"]
         "advanced.zset_max_listpack_entries": int(0, LONG), "128", M, ENGINE, "Largest sorted set kept compact.";
     ZSET_MAX_LISTPACK_VALUE = "zset-max-listpack-value" ["zset-max-ziplist-value"] "advanced.zset_max_listpack_value":

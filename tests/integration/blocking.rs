@@ -1,0 +1,95 @@
+//! Blocking commands through the real server: arrival order, timeouts, MULTI, CLIENT UNBLOCK.
+
+use std::time::{Duration, Instant};
+
+use hotkv_test_support::{Frame, RawClient, wait_for};
+
+use crate::{ok, server};
+
+fn blocked_clients(c: &mut RawClient) -> i64 {
+    crate::info_num(&crate::info(c, "clients"), "blocked_clients")
+}
+
+fn arr(items: &[&str]) -> Frame {
+    Frame::Array(items.iter().map(Frame::bulk).collect())
+}
+
+#[test]
+fn waiters_are_served_in_arrival_order() {
+    let srv = server();
+    let mut admin = srv.client();
+    let mut w1 = srv.client();
+    let mut w2 = srv.client();
+    w1.send(&["BLPOP", "q", "0"]);
+    assert!(wait_for(|| blocked_clients(&mut admin) == 1, Duration::from_secs(5)));
+    w2.send(&["BLPOP", "q", "0"]);
+    assert!(wait_for(|| blocked_clients(&mut admin) == 2, Duration::from_secs(5)));
+    assert_eq!(admin.cmd(&["RPUSH", "q", "a", "b", "c"]), Frame::Integer(3));
+    assert_eq!(w1.read_frame(), arr(&["q", "a"]));
+    assert_eq!(w2.read_frame(), arr(&["q", "b"]));
+    assert_eq!(admin.cmd(&["LRANGE", "q", "0", "-1"]), arr(&["c"]));
+    assert_eq!(blocked_clients(&mut admin), 0);
+}
+
+#[test]
+fn a_timeout_replies_null_and_the_client_carries_on() {
+    let srv = server();
+    let mut c = srv.client();
+    let start = Instant::now();
+    assert_eq!(c.cmd(&["BLPOP", "empty", "0.2"]), Frame::NullArray);
+    assert!(start.elapsed() >= Duration::from_millis(200));
+    assert_eq!(c.cmd(&["PING"]), Frame::simple("PONG"));
+    // Pipelined commands behind a blocked one wait for it, then run in order.
+    c.send_raw(b"*3\r\n$5\r\nBLPOP\r\n$1\r\nx\r\n$3\r\n0.1\r\n*1\r\n$4\r\nPING\r\n");
+    assert_eq!(c.read_frame(), Frame::NullArray);
+    assert_eq!(c.read_frame(), Frame::simple("PONG"));
+}
+
+#[test]
+fn blmove_chains_into_another_waiter_and_multi_never_blocks() {
+    let srv = server();
+    let mut admin = srv.client();
+    let mut mover = srv.client();
+    let mut reader = srv.client();
+    mover.send(&["BLMOVE", "src", "dst", "LEFT", "RIGHT", "0"]);
+    assert!(wait_for(|| blocked_clients(&mut admin) == 1, Duration::from_secs(5)));
+    reader.send(&["BLPOP", "dst", "0"]);
+    assert!(wait_for(|| blocked_clients(&mut admin) == 2, Duration::from_secs(5)));
+    assert_eq!(admin.cmd(&["LPUSH", "src", "x"]), Frame::Integer(1));
+    assert_eq!(mover.read_frame(), Frame::bulk("x"));
+    assert_eq!(reader.read_frame(), arr(&["dst", "x"]));
+    ok(&mut admin, &["MULTI"]);
+    assert_eq!(admin.cmd(&["BLPOP", "nothing", "0"]), Frame::simple("QUEUED"));
+    assert_eq!(admin.cmd(&["EXEC"]), Frame::Array(vec![Frame::NullArray]));
+}
+
+#[test]
+fn client_unblock_with_timeout_or_error() {
+    let srv = server();
+    let mut admin = srv.client();
+    let mut w = srv.client();
+    let id = w.cmd(&["CLIENT", "ID"]).int().to_string();
+    w.send(&["BZPOPMIN", "z", "0"]);
+    assert!(wait_for(|| blocked_clients(&mut admin) == 1, Duration::from_secs(5)));
+    assert_eq!(admin.cmd(&["CLIENT", "UNBLOCK", &id]), Frame::Integer(1));
+    assert_eq!(w.read_frame(), Frame::NullArray);
+    w.send(&["BLPOP", "l", "0"]);
+    assert!(wait_for(|| blocked_clients(&mut admin) == 1, Duration::from_secs(5)));
+    assert_eq!(admin.cmd(&["CLIENT", "UNBLOCK", &id, "ERROR"]), Frame::Integer(1));
+    assert_eq!(w.read_frame(), Frame::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into()));
+    assert_eq!(admin.cmd(&["CLIENT", "UNBLOCK", &id]), Frame::Integer(0), "not blocked any more");
+}
+
+#[test]
+fn a_blocked_client_that_disconnects_is_forgotten() {
+    let srv = server();
+    let mut admin = srv.client();
+    {
+        let mut w = srv.client();
+        w.send(&["BLPOP", "gone", "0"]);
+        assert!(wait_for(|| blocked_clients(&mut admin) == 1, Duration::from_secs(5)));
+    }
+    assert!(wait_for(|| blocked_clients(&mut admin) == 0, Duration::from_secs(5)));
+    assert_eq!(admin.cmd(&["RPUSH", "gone", "v"]), Frame::Integer(1));
+    assert_eq!(admin.cmd(&["LLEN", "gone"]), Frame::Integer(1), "nobody took it");
+}
