@@ -224,6 +224,7 @@ impl Checker<'_> {
         if self.s.ca_cert_file.is_none() && self.s.ca_cert_dir.is_none() {
             return None;
         }
+        let before = self.out.len();
         let ca_file = self.s.ca_cert_file.as_deref().and_then(|p| self.read(FileRole::CaFile, p));
         let ca_dir = match self.s.ca_cert_dir.as_deref().map(material::read_dir) {
             Some(Ok(files)) => files,
@@ -255,6 +256,9 @@ impl Checker<'_> {
             let _ = store.add(der);
         }
         if store.is_empty() {
+            if self.out.len() > before {
+                return None; // the reason is already reported
+            }
             let (directive, path) = match &self.s.ca_cert_file {
                 Some(p) => ("tls-ca-cert-file", p.clone()),
                 None => ("tls-ca-cert-dir", self.s.ca_cert_dir.clone().unwrap_or_default()),

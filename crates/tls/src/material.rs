@@ -33,6 +33,17 @@ impl Fingerprint {
     pub fn entries(&self) -> &[(PathBuf, [u8; 32])] {
         &self.0
     }
+
+    /// One SHA-256 over every entry.
+    pub fn digest(&self) -> [u8; 32] {
+        let mut h = Sha256::new();
+        for (p, d) in &self.0 {
+            h.update(p.as_os_str().as_encoded_bytes());
+            h.update([0]);
+            h.update(d);
+        }
+        h.finalize().into()
+    }
 }
 
 /// Everything a configuration names, read once.
@@ -47,8 +58,6 @@ pub(crate) struct Material {
     pub(crate) ca_dir: Vec<FileBytes>,
     pub(crate) dh: Option<FileBytes>,
     pub(crate) fingerprint: Fingerprint,
-    /// SHA-256 over every CA file: decides whether session caches may be kept across a reload.
-    pub(crate) ca_digest: [u8; 32],
 }
 
 impl Material {
@@ -70,26 +79,11 @@ impl Material {
         };
         let dh = s.dh_params_file.as_deref().map(|p| read_file(FileRole::DhParams, p)).transpose()?;
 
-        let mut fp = Vec::new();
-        let mut ca = Sha256::new();
-        for f in [Some(&cert), Some(&key)].into_iter().flatten() {
-            fp.push((f.path.clone(), sha256(&f.bytes)));
-        }
-        if let Some((c, k)) = &client {
-            fp.push((c.path.clone(), sha256(&c.bytes)));
-            fp.push((k.path.clone(), sha256(&k.bytes)));
-        }
-        for f in ca_file.iter().chain(ca_dir.iter()) {
-            fp.push((f.path.clone(), sha256(&f.bytes)));
-            // Name and content: renaming a CA file in the directory is a change too.
-            ca.update(f.path.as_os_str().as_encoded_bytes());
-            ca.update([0]);
-            ca.update(&f.bytes);
-        }
-        if let Some(f) = &dh {
-            fp.push((f.path.clone(), sha256(&f.bytes)));
-        }
-        Ok(Material { cert, key, client, ca_file, ca_dir, dh, fingerprint: Fingerprint(fp), ca_digest: ca.finalize().into() })
+        // Paths are part of the fingerprint: renaming a file in the CA directory is a change too.
+        let client_files = client.iter().flat_map(|(c, k)| [c, k]);
+        let files = [&cert, &key].into_iter().chain(client_files).chain(ca_file.iter()).chain(ca_dir.iter()).chain(dh.iter());
+        let fp = files.map(|f| (f.path.clone(), sha256(&f.bytes))).collect();
+        Ok(Material { cert, key, client, ca_file, ca_dir, dh, fingerprint: Fingerprint(fp) })
     }
 }
 

@@ -329,9 +329,14 @@ fn config_err(e: Error) -> TlsError {
 }
 
 /// Session caches: one per configuration, because a session resumed under one
-/// `tls-auth-clients` mode must not skip the client check of another. They survive a reload
-/// that keeps the same CA content and cache settings (spec §4.6); a CA change drops them, so a
-/// client admitted under a removed CA cannot come back by resumption.
+/// `tls-auth-clients` mode must not skip the client check of another. They survive only a
+/// reload that read exactly the same files with the same cache settings (a CONFIG SET that
+/// changed nothing else). Spec §4.6 would keep them across a leaf-only change; we do not: a
+/// resumed session keeps the identity of the certificate it was made with, so after a renewal
+/// clients resuming would still see the old serial (and after a rotation for a compromised key,
+/// sessions vouched for by it would live on). Any file change drops them, as upstream's new
+/// SSL_CTX does; a CA change in particular, so a client admitted under a removed CA cannot come
+/// back by resumption. The cost is one full handshake per client after a reload.
 #[derive(Clone, Debug)]
 struct Caches {
     client_port: [Option<Arc<SessionCache>>; 3],
@@ -341,7 +346,7 @@ struct Caches {
 
 impl Caches {
     fn for_build(s: &TlsSettings, m: &Material, previous: Option<&TlsState>) -> Caches {
-        let key = (m.ca_digest, s.session_caching, s.session_cache_size, s.session_cache_timeout);
+        let key = (m.fingerprint.digest(), s.session_caching, s.session_cache_size, s.session_cache_timeout);
         if let Some(prev) = previous.filter(|p| p.caches.key == key) {
             return prev.caches.clone();
         }
