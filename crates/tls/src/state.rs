@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use rustls::client::ResolvesClientCert;
+use rustls::client::{ResolvesClientCert, Resumption};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
@@ -154,14 +154,19 @@ impl TlsState {
             Some(roots) => {
                 let inner = client_verifier(ClientAuth::Required, Some(roots), &policy.provider)?;
                 let bus = Arc::new(BusClientVerifier { inner, names: ctx.names.clone() });
-                let bus = server_config(&policy, s, bus, &server_key, caches.bus.clone())?;
+                // No session resumption on server-to-server links, either way: a resumed
+                // session skips the verifier, so a tls-expected-peer-name change (which needs
+                // no rebuild) would not apply to it. These links are long-lived; resumption
+                // would save little.
+                let bus = server_config(&policy, s, bus, &server_key, None)?;
                 let verifier = PeerServerVerifier { roots: roots.clone(), provider: policy.provider.clone(), names: ctx.names.clone() };
-                let out = ClientConfig::builder_with_provider(policy.provider.clone())
+                let mut out = ClientConfig::builder_with_provider(policy.provider.clone())
                     .with_protocol_versions(&policy.versions)
                     .map_err(config_err)?
                     .dangerous()
                     .with_custom_certificate_verifier(Arc::new(verifier))
                     .with_client_cert_resolver(Arc::new(FixedCert(outbound_key)));
+                out.resumption = Resumption::disabled();
                 (Some(bus), Some(Arc::new(out)))
             }
             None => (None, None),
@@ -328,7 +333,7 @@ fn config_err(e: Error) -> TlsError {
     TlsError::Config(format!("invalid TLS configuration: {e}"))
 }
 
-/// Session caches: one per configuration, because a session resumed under one
+/// Session caches of the client port: one per mode, because a session resumed under one
 /// `tls-auth-clients` mode must not skip the client check of another. They survive only a
 /// reload that read exactly the same files with the same cache settings (a CONFIG SET that
 /// changed nothing else). Spec §4.6 would keep them across a leaf-only change; we do not: a
@@ -340,7 +345,6 @@ fn config_err(e: Error) -> TlsError {
 #[derive(Clone, Debug)]
 struct Caches {
     client_port: [Option<Arc<SessionCache>>; 3],
-    bus: Option<Arc<SessionCache>>,
     key: ([u8; 32], bool, u32, u32),
 }
 
@@ -358,7 +362,7 @@ impl Caches {
                 crate::cache::UNLIMITED_CAP
             );
         }
-        Caches { client_port: [new(), new(), new()], bus: new(), key }
+        Caches { client_port: [new(), new(), new()], key }
     }
 }
 

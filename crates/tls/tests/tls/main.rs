@@ -3,6 +3,7 @@
 
 mod check;
 mod handshake;
+mod links;
 mod load;
 mod pki;
 mod reload;

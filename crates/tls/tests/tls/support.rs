@@ -142,11 +142,16 @@ impl Logs {
     }
 }
 
-pub(crate) struct LogWriter(Arc<Mutex<Vec<u8>>>);
+/// Writes to the capture buffer of the current thread, if it has one.
+pub(crate) struct LogWriter;
 
 impl Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
+        CAPTURE.with(|c| {
+            if let Some(b) = &*c.borrow() {
+                b.lock().unwrap().extend_from_slice(buf);
+            }
+        });
         Ok(buf.len())
     }
 
@@ -155,18 +160,29 @@ impl Write for LogWriter {
     }
 }
 
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
-    type Writer = LogWriter;
+thread_local! {
+    static CAPTURE: std::cell::RefCell<Option<Arc<Mutex<Vec<u8>>>>> = const { std::cell::RefCell::new(None) };
+}
 
-    fn make_writer(&'a self) -> LogWriter {
-        LogWriter(self.0.clone())
+/// Stops capturing when dropped.
+pub(crate) struct CaptureGuard;
+
+impl Drop for CaptureGuard {
+    fn drop(&mut self) {
+        CAPTURE.with(|c| *c.borrow_mut() = None);
     }
 }
 
-/// Captures this thread's logs (debug and up) until the guard drops.
-pub(crate) fn capture() -> (Logs, tracing::subscriber::DefaultGuard) {
+/// Captures this thread's logs (debug and up) until the guard drops. One global subscriber
+/// writes to per-thread buffers: per-thread subscribers (`set_default`) race with tracing's
+/// global callsite-interest cache when tests run in parallel and lose events.
+pub(crate) fn capture() -> (Logs, CaptureGuard) {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let sub = tracing_subscriber::fmt().with_writer(|| LogWriter).with_max_level(tracing::Level::DEBUG).finish();
+        tracing::subscriber::set_global_default(sub).unwrap();
+    });
     let logs = Logs::default();
-    let sub = tracing_subscriber::fmt().with_writer(logs.clone()).with_max_level(tracing::Level::DEBUG).finish();
-    let guard = tracing::subscriber::set_default(sub);
-    (logs, guard)
+    CAPTURE.with(|c| *c.borrow_mut() = Some(logs.0.clone()));
+    (logs, CaptureGuard)
 }
