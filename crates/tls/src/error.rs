@@ -252,7 +252,10 @@ impl HandshakeError {
                 | PeerIncompatible::NoSignatureSchemesInCommon
                 | PeerIncompatible::NoCertificateRequestSignatureSchemesInCommon
                 | PeerIncompatible::NoEcPointFormatsInCommon => HandshakeError::NoSharedCipher,
+                // TLS 1.0/1.1 clients send no signature_algorithms: that is how an old
+                // protocol version shows up here.
                 PeerIncompatible::SupportedVersionsExtensionRequired
+                | PeerIncompatible::SignatureAlgorithmsExtensionRequired
                 | PeerIncompatible::Tls12NotOffered
                 | PeerIncompatible::Tls12NotOfferedOrEnabled
                 | PeerIncompatible::ServerDoesNotSupportTls12Or13

@@ -3,6 +3,7 @@
 
 mod check;
 mod handshake;
+mod interop;
 mod links;
 mod load;
 mod pki;
