@@ -123,7 +123,8 @@ impl Checker<'_> {
         if let Err(e) = PeerNames::parse(&self.s.expected_peer_names) {
             self.push(ProblemKind::Config, "tls-expected-peer-name", None, e.to_string());
         }
-        let server = self.pair(FileRole::Cert, &self.s.cert_file, FileRole::Key, &self.s.key_file, &self.s.key_file_pass);
+        let server =
+            self.pair(FileRole::Cert, &self.s.cert_file, FileRole::Key, &self.s.key_file, &self.s.key_file_pass);
         let client = if self.s.has_client_pair() {
             self.pair(
                 FileRole::ClientCert,
@@ -164,7 +165,11 @@ impl Checker<'_> {
         match material::read_file(role, path) {
             Ok(f) => Some(f),
             Err(e) => {
-                let what = if matches!(role, FileRole::Key | FileRole::ClientKey) { "key file not readable" } else { "not readable" };
+                let what = if matches!(role, FileRole::Key | FileRole::ClientKey) {
+                    "key file not readable"
+                } else {
+                    "not readable"
+                };
                 self.push(ProblemKind::Unreadable, role.directive(), Some(path.into()), format!("{what}: {e}"));
                 None
             }
@@ -210,7 +215,12 @@ impl Checker<'_> {
                         Some(key_bytes.path.clone()),
                         format!("key does not match the certificate {}", cert_path.display()),
                     ),
-                    Err(e) => self.push(ProblemKind::Unreadable, key_role.directive(), Some(key_bytes.path.clone()), e.to_string()),
+                    Err(e) => self.push(
+                        ProblemKind::Unreadable,
+                        key_role.directive(),
+                        Some(key_bytes.path.clone()),
+                        e.to_string(),
+                    ),
                 }
             }
             Err(e) => {
@@ -274,10 +284,20 @@ impl Checker<'_> {
         let directive = p.role.directive();
         self.validity(&p.leaf, directive, Some(p.path.clone()), "certificate");
         if p.leaf.version < 3 {
-            self.push(ProblemKind::Version1, directive, Some(p.path.clone()), "X.509 v1 certificate: rustls peers refuse it; reissue it as v3".into());
+            self.push(
+                ProblemKind::Version1,
+                directive,
+                Some(p.path.clone()),
+                "X.509 v1 certificate: rustls peers refuse it; reissue it as v3".into(),
+            );
         }
         if is_server && !p.leaf.allows_server_auth() {
-            self.push(ProblemKind::NoServerAuth, directive, Some(p.path.clone()), "extended key usage lacks serverAuth: clients and nodes will refuse it".into());
+            self.push(
+                ProblemKind::NoServerAuth,
+                directive,
+                Some(p.path.clone()),
+                "extended key usage lacks serverAuth: clients and nodes will refuse it".into(),
+            );
         }
         if used_outbound && !p.leaf.allows_client_auth() {
             let why = if self.s.cluster { "tls-cluster" } else { "tls-replication" };
@@ -296,12 +316,27 @@ impl Checker<'_> {
     fn validity(&mut self, c: &CertInfo, directive: &'static str, path: Option<PathBuf>, what: &str) {
         let subject = &c.subject;
         if c.not_after < self.now {
-            self.push(ProblemKind::Expired, directive, path, format!("{what} {subject} expired on {}", format_time(c.not_after)));
+            self.push(
+                ProblemKind::Expired,
+                directive,
+                path,
+                format!("{what} {subject} expired on {}", format_time(c.not_after)),
+            );
         } else if c.not_after - self.now < SOON {
             let days = (c.not_after - self.now) / 86_400;
-            self.push(ProblemKind::ExpiringSoon, directive, path, format!("{what} {subject} expires in {days} days ({})", format_time(c.not_after)));
+            self.push(
+                ProblemKind::ExpiringSoon,
+                directive,
+                path,
+                format!("{what} {subject} expires in {days} days ({})", format_time(c.not_after)),
+            );
         } else if c.not_before > self.now {
-            self.push(ProblemKind::NotYetValid, directive, path, format!("{what} {subject} is not valid before {}", format_time(c.not_before)));
+            self.push(
+                ProblemKind::NotYetValid,
+                directive,
+                path,
+                format!("{what} {subject} is not valid before {}", format_time(c.not_before)),
+            );
         }
     }
 
@@ -341,7 +376,12 @@ impl Checker<'_> {
             Err(e) => e.to_string(),
         };
         let role = if as_client { " as a client certificate" } else { "" };
-        self.push(ProblemKind::ChainUnverified, p.role.directive(), Some(p.path.clone()), format!("chain does not verify against the CA{role}: {reason}"));
+        self.push(
+            ProblemKind::ChainUnverified,
+            p.role.directive(),
+            Some(p.path.clone()),
+            format!("chain does not verify against the CA{role}: {reason}"),
+        );
     }
 
     /// Each specific bind address must be a subject alternative name: clients check it.
@@ -363,7 +403,10 @@ impl Checker<'_> {
                     ProblemKind::NameNotCovered,
                     p.role.directive(),
                     Some(p.path.clone()),
-                    format!("subject alternative names do not cover bind address {addr} (the certificate has: {})", p.leaf.san_text()),
+                    format!(
+                        "subject alternative names do not cover bind address {addr} (the certificate has: {})",
+                        p.leaf.san_text()
+                    ),
                 );
             }
         }

@@ -243,9 +243,9 @@ impl HandshakeError {
             RustlsError::NoCertificatesPresented => HandshakeError::NoPeerCertificate,
             RustlsError::InvalidCertificate(c) => HandshakeError::VerifyFailed(x509_reason(c)),
             RustlsError::AlertReceived(a) => HandshakeError::AlertReceived(alert_text(*a)),
-            RustlsError::InvalidMessage(InvalidMessage::InvalidContentType | InvalidMessage::UnknownProtocolVersion) => {
-                HandshakeError::WrongVersionNumber
-            }
+            RustlsError::InvalidMessage(
+                InvalidMessage::InvalidContentType | InvalidMessage::UnknownProtocolVersion,
+            ) => HandshakeError::WrongVersionNumber,
             RustlsError::PeerIncompatible(p) => match p {
                 PeerIncompatible::NoCipherSuitesInCommon
                 | PeerIncompatible::NoKxGroupsInCommon
@@ -301,9 +301,7 @@ pub(crate) fn x509_reason(e: &CertificateError) -> &'static str {
         CertificateError::UnknownIssuer => "unable to get local issuer certificate",
         CertificateError::BadSignature => "certificate signature failure",
         CertificateError::Expired | CertificateError::ExpiredContext { .. } => "certificate has expired",
-        CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
-            "certificate is not yet valid"
-        }
+        CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => "certificate is not yet valid",
         CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => "hostname mismatch",
         CertificateError::InvalidPurpose | CertificateError::InvalidPurposeContext { .. } => {
             "unsupported certificate purpose"
@@ -387,7 +385,11 @@ mod tests {
 
     #[test]
     fn load_errors_use_openssl_words_and_name_the_file() {
-        let e = TlsError::file(FileRole::Key, Path::new("/etc/hotkv/tls/node.key"), FileProblem::Io("Permission denied".into()));
+        let e = TlsError::file(
+            FileRole::Key,
+            Path::new("/etc/hotkv/tls/node.key"),
+            FileProblem::Io("Permission denied".into()),
+        );
         assert_eq!(e.to_string(), "use_private_key_file: Permission denied [/etc/hotkv/tls/node.key]");
         let e = TlsError::file(FileRole::Cert, Path::new("/tmp/not-a-cert.crt"), FileProblem::NoStartLine);
         assert_eq!(
@@ -418,14 +420,21 @@ mod tests {
             t(RustlsError::AlertReceived(AlertDescription::CertificateExpired)),
             "ssl/tls alert certificate expired (SSL routines)"
         );
-        assert_eq!(t(RustlsError::InvalidMessage(InvalidMessage::InvalidContentType)), "wrong version number (SSL routines)");
+        assert_eq!(
+            t(RustlsError::InvalidMessage(InvalidMessage::InvalidContentType)),
+            "wrong version number (SSL routines)"
+        );
         assert_eq!(t(PeerIncompatible::NoCipherSuitesInCommon.into()), "no shared cipher (SSL routines)");
-        assert_eq!(t(PeerIncompatible::SupportedVersionsExtensionRequired.into()), "unsupported protocol (SSL routines)");
+        assert_eq!(
+            t(PeerIncompatible::SupportedVersionsExtensionRequired.into()),
+            "unsupported protocol (SSL routines)"
+        );
     }
 
     #[test]
     fn io_errors_from_tokio_rustls_unwrap_the_rustls_error() {
-        let e = io::Error::new(io::ErrorKind::InvalidData, RustlsError::AlertReceived(AlertDescription::BadCertificate));
+        let e =
+            io::Error::new(io::ErrorKind::InvalidData, RustlsError::AlertReceived(AlertDescription::BadCertificate));
         assert_eq!(HandshakeError::from_io(&e).to_string(), "ssl/tls alert bad certificate (SSL routines)");
         let e = io::Error::new(io::ErrorKind::UnexpectedEof, "eof");
         assert_eq!(HandshakeError::from_io(&e), HandshakeError::UnexpectedEof);

@@ -68,11 +68,7 @@ impl CertInfo {
             not_before: x.validity().not_before.timestamp(),
             not_after: x.validity().not_after.timestamp(),
             version: x.version().0 + 1,
-            common_names: x
-                .subject()
-                .iter_common_name()
-                .filter_map(|cn| cn.as_str().ok().map(str::to_owned))
-                .collect(),
+            common_names: x.subject().iter_common_name().filter_map(|cn| cn.as_str().ok().map(str::to_owned)).collect(),
             dns_names: Vec::new(),
             ip_addresses: Vec::new(),
             uris: Vec::new(),

@@ -19,12 +19,9 @@
 //!   [`TlsManager::connect`] for outbound links.
 //! - [`TlsManager::info`] for `INFO tls`; [`check`] for `hotkv --check-tls`.
 
-mod cache;
 mod check;
 mod ciphers;
-mod connect;
 mod error;
-mod expiry;
 mod info;
 mod inspect;
 mod manager;

@@ -21,8 +21,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use crate::error::TlsError;
-use crate::expiry::{ExpiryWatch, log_in_use};
-use crate::info::{CertSummary, ReloadRecord, TlsCounters, TlsInfo};
+use crate::info::{CertSummary, ExpiryWatch, ReloadRecord, TlsCounters, TlsInfo, log_in_use};
 use crate::material::Material;
 use crate::session::TlsSession;
 use crate::settings::{ClientAuth, TlsSettings};
@@ -129,7 +128,11 @@ impl TlsManager {
         self.commit(pending);
         if let Some(state) = self.state() {
             let s = state.settings();
-            tracing::info!("SSL context initialized (cert={}, key={})", path_text(&s.cert_file), path_text(&s.key_file));
+            tracing::info!(
+                "SSL context initialized (cert={}, key={})",
+                path_text(&s.cert_file),
+                path_text(&s.key_file)
+            );
             self.after_load(&state);
         } else if !in_use {
             tracing::debug!("TLS not in use: settings stored");
@@ -156,7 +159,11 @@ impl TlsManager {
             && let Some(state) = self.state()
         {
             let s = state.settings();
-            tracing::info!("TLS configuration reloaded (cert={}, key={})", path_text(&s.cert_file), path_text(&s.key_file));
+            tracing::info!(
+                "TLS configuration reloaded (cert={}, key={})",
+                path_text(&s.cert_file),
+                path_text(&s.key_file)
+            );
             self.after_load(&state);
             self.record(Ok(()));
         }
@@ -325,7 +332,12 @@ impl TlsManager {
         let material = Material::read(&settings)?;
         let current = self.current.load_full();
         let state = TlsState::build(&settings, &material, &self.ctx(current.as_deref(), LoadMode::Reload))?;
-        Ok(Pending { kind: PendingKind::Auto { config_gen, base_generation }, settings, state: Some(state), _inflight: None })
+        Ok(Pending {
+            kind: PendingKind::Auto { config_gen, base_generation },
+            settings,
+            state: Some(state),
+            _inflight: None,
+        })
     }
 
     /// Re-hashes the files and records whether they still match what is loaded, without
@@ -480,7 +492,9 @@ impl TlsManager {
             );
         }
         if state.certs().server.has_ns_cert_type {
-            tracing::info!("The TLS certificate has a Netscape nsCertType extension: rustls ignores it, OpenSSL peers enforce it");
+            tracing::info!(
+                "The TLS certificate has a Netscape nsCertType extension: rustls ignores it, OpenSSL peers enforce it"
+            );
         }
         self.inner.lock().watch.check(state.certs(), unix_now());
     }

@@ -81,7 +81,8 @@ impl Material {
 
         // Paths are part of the fingerprint: renaming a file in the CA directory is a change too.
         let client_files = client.iter().flat_map(|(c, k)| [c, k]);
-        let files = [&cert, &key].into_iter().chain(client_files).chain(ca_file.iter()).chain(ca_dir.iter()).chain(dh.iter());
+        let files =
+            [&cert, &key].into_iter().chain(client_files).chain(ca_file.iter()).chain(ca_dir.iter()).chain(dh.iter());
         let fp = files.map(|f| (f.path.clone(), sha256(&f.bytes))).collect();
         Ok(Material { cert, key, client, ca_file, ca_dir, dh, fingerprint: Fingerprint(fp) })
     }
@@ -174,7 +175,8 @@ pub(crate) fn parse_cas(m: &Material) -> Result<Vec<CertificateDer<'static>>, Tl
 /// `tls-dh-params-file` must be a readable `DH PARAMETERS` PEM, as upstream requires; rustls
 /// offers no DHE suite, so the parameters themselves are not used.
 pub(crate) fn check_dh(f: &FileBytes) -> Result<(), TlsError> {
-    if contains(&f.bytes, b"-----BEGIN DH PARAMETERS-----") || contains(&f.bytes, b"-----BEGIN X9.42 DH PARAMETERS-----")
+    if contains(&f.bytes, b"-----BEGIN DH PARAMETERS-----")
+        || contains(&f.bytes, b"-----BEGIN X9.42 DH PARAMETERS-----")
     {
         return Ok(());
     }

@@ -11,16 +11,25 @@
 //! read → feed(raw, &mut rbuf)? → parse commands from rbuf → write_plaintext(replies)
 //!      → take_tls_output(&mut out) → send(out)
 //! ```
+//!
+//! Links this node opens (cluster bus, replication, MIGRATE) and the bus listener use
+//! tokio-rustls instead (bottom of this file), whose stream model suits those long-lived links;
+//! callers keep the rule of spec §7 there too: write a whole batch, then flush once.
 
 use std::io::{Read, Write};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use bytes::BytesMut;
+use rustls::pki_types::ServerName;
 use rustls::{ServerConfig, ServerConnection};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_rustls::{TlsAcceptor, TlsConnector, client, server};
 
 use crate::error::HandshakeError;
 use crate::info::TlsCounters;
 use crate::inspect::CertInfo;
+use crate::manager::TlsManager;
 use crate::settings::CertUser;
 
 /// TLS record content type of a handshake message: the first byte of any TLS client's stream.
@@ -41,11 +50,13 @@ pub struct TlsSession {
 }
 
 impl TlsSession {
-    /// A session using `config` (from [`crate::TlsState::server_config`] or the bus config).
+    /// A session using `config`, which must come from a [`crate::TlsState`]
+    /// ([`crate::TlsState::server_config`] or the bus config), with the manager's counters.
     pub fn new(config: Arc<ServerConfig>, counters: Arc<TlsCounters>) -> TlsSession {
-        // ServerConnection::new only fails for configurations rustls itself refuses, which
-        // TlsState::build has already built successfully; see the expect below.
-        let mut conn = ServerConnection::new(config).expect("a ServerConfig built by TlsState is usable");
+        // Invariant: every ServerConfig comes from TlsState::build, which has already started a
+        // ServerConnection with it (state.rs, server_config), and the constructor depends only
+        // on the configuration.
+        let mut conn = ServerConnection::new(config).expect("TlsState::build proved this config usable");
         // The server bounds its output buffer itself (client-output-buffer-limit); rustls' own
         // 64 KiB cap would make write_plaintext accept only part of a large reply batch.
         conn.set_buffer_limit(None);
@@ -208,7 +219,56 @@ impl TlsSession {
 impl Drop for TlsSession {
     fn drop(&mut self) {
         if self.established {
-            self.counters.connections_current.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            self.counters.connections_current.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl TlsManager {
+    /// Opens TLS over `stream` to a peer known as `host` (a host name, which is also sent as
+    /// SNI like upstream, or an IP literal, which sends none). The peer's certificate must chain
+    /// to the configured CA and, when `tls-expected-peer-name` is set, carry one of those names;
+    /// the address dialled is never checked (upstream behaviour). Failures are counted in
+    /// `outbound_handshake_failures` and worded like OpenSSL's.
+    ///
+    /// Under TLS 1.3 a peer that rejects *our* certificate does so after our handshake ended:
+    /// the error shows on the first read. Map it with [`HandshakeError::from_io`].
+    pub async fn connect<S>(&self, host: &str, stream: S) -> Result<client::TlsStream<S>, HandshakeError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let config = self
+            .state()
+            .and_then(|s| s.client_config().cloned())
+            .ok_or_else(|| HandshakeError::Other("TLS is not configured for outgoing links (no CA)".into()))?;
+        let name = ServerName::try_from(host.to_owned())
+            .map_err(|_| HandshakeError::Other(format!("invalid peer name '{host}'")))?;
+        TlsConnector::from(config).connect(name, stream).await.map_err(|e| {
+            TlsCounters::bump(&self.counters().outbound_handshake_failures);
+            HandshakeError::from_io(&e)
+        })
+    }
+
+    /// Accepts an inbound cluster bus connection: a client certificate from the configured CA
+    /// is mandatory whatever `tls-auth-clients` says, plus the expected names if set.
+    pub async fn accept_bus_stream<S>(&self, stream: S) -> Result<server::TlsStream<S>, HandshakeError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let config = self
+            .state()
+            .and_then(|s| s.bus_server_config().cloned())
+            .ok_or_else(|| HandshakeError::Other("TLS is not configured for the cluster bus (no CA)".into()))?;
+        let counters: Arc<TlsCounters> = self.counters().clone();
+        match TlsAcceptor::from(config).accept(stream).await {
+            Ok(s) => {
+                TlsCounters::bump(&counters.connections_total);
+                Ok(s)
+            }
+            Err(e) => {
+                counters.handshake_failures.fetch_add(1, Ordering::Relaxed);
+                Err(HandshakeError::from_io(&e))
+            }
         }
     }
 }

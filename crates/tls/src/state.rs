@@ -7,21 +7,26 @@
 //! accept path. Building the configurations is cheap; reading and parsing the files is the cost,
 //! and that runs off the command path (see `manager.rs`).
 
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use parking_lot::Mutex;
 use rustls::client::{ResolvesClientCert, Resumption};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::server::{ClientHello, NoServerSessionStorage, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::server::{
+    ClientHello, NoServerSessionStorage, ResolvesServerCert, StoresServerSessions, WebPkiClientVerifier,
+};
 use rustls::sign::CertifiedKey;
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, DistinguishedName, Error, InconsistentKeys, RootCertStore,
     ServerConfig, SignatureScheme,
 };
 
-use crate::cache::SessionCache;
 use crate::ciphers::{self, CipherPolicy};
 use crate::error::{FileProblem, FileRole, TlsError};
 use crate::inspect::{CertInfo, format_time};
@@ -125,12 +130,22 @@ impl TlsState {
     /// Builds every configuration from one read of the files.
     pub(crate) fn build(s: &TlsSettings, m: &Material, ctx: &BuildCtx<'_>) -> Result<TlsState, TlsError> {
         let policy = ciphers::policy(&s.protocols, &s.ciphers, &s.ciphersuites)?;
-        let (server_key, server) = load_pair(&policy.provider, FileRole::Cert, &m.cert, FileRole::Key, &m.key, s.key_file_pass.as_deref())?;
+        let (server_key, server) =
+            load_pair(&policy.provider, FileRole::Cert, &m.cert, FileRole::Key, &m.key, s.key_file_pass.as_deref())?;
         check_validity(FileRole::Cert, &m.cert.path, &server, ctx, |p| &p.certs.server)?;
         let (outbound_key, client) = match &m.client {
             Some((c, k)) => {
-                let (key, info) = load_pair(&policy.provider, FileRole::ClientCert, c, FileRole::ClientKey, k, s.client_key_file_pass.as_deref())?;
-                check_validity(FileRole::ClientCert, &c.path, &info, ctx, |p| p.certs.client.as_ref().unwrap_or(&p.certs.server))?;
+                let (key, info) = load_pair(
+                    &policy.provider,
+                    FileRole::ClientCert,
+                    c,
+                    FileRole::ClientKey,
+                    k,
+                    s.client_key_file_pass.as_deref(),
+                )?;
+                check_validity(FileRole::ClientCert, &c.path, &info, ctx, |p| {
+                    p.certs.client.as_ref().unwrap_or(&p.certs.server)
+                })?;
                 (key, Some(info))
             }
             None => (server_key.clone(), None),
@@ -147,9 +162,16 @@ impl TlsState {
         let mut client_port = Vec::with_capacity(3);
         for mode in ClientAuth::ALL {
             let verifier = client_verifier(mode, roots.as_ref(), &policy.provider)?;
-            client_port.push(server_config(&policy, s, verifier, &server_key, caches.client_port[mode.index()].clone())?);
+            client_port.push(server_config(
+                &policy,
+                s,
+                verifier,
+                &server_key,
+                caches.client_port[mode.index()].clone(),
+            )?);
         }
-        let client_port: [Arc<ServerConfig>; 3] = client_port.try_into().unwrap_or_else(|_| unreachable!("three modes"));
+        let client_port: [Arc<ServerConfig>; 3] =
+            client_port.try_into().unwrap_or_else(|_| unreachable!("three modes"));
         let (bus_server, outbound) = match &roots {
             Some(roots) => {
                 let inner = client_verifier(ClientAuth::Required, Some(roots), &policy.provider)?;
@@ -159,7 +181,11 @@ impl TlsState {
                 // no rebuild) would not apply to it. These links are long-lived; resumption
                 // would save little.
                 let bus = server_config(&policy, s, bus, &server_key, None)?;
-                let verifier = PeerServerVerifier { roots: roots.clone(), provider: policy.provider.clone(), names: ctx.names.clone() };
+                let verifier = PeerServerVerifier {
+                    roots: roots.clone(),
+                    provider: policy.provider.clone(),
+                    names: ctx.names.clone(),
+                };
                 let mut out = ClientConfig::builder_with_provider(policy.provider.clone())
                     .with_protocol_versions(&policy.versions)
                     .map_err(config_err)?
@@ -195,7 +221,8 @@ fn load_pair(
     pass: Option<&str>,
 ) -> Result<(Arc<CertifiedKey>, CertInfo), TlsError> {
     let chain = material::parse_chain(cert_role, cert)?;
-    let info = CertInfo::parse(&chain[0]).map_err(|e| TlsError::file(cert_role, &cert.path, FileProblem::BadAsn1(e)))?;
+    let info =
+        CertInfo::parse(&chain[0]).map_err(|e| TlsError::file(cert_role, &cert.path, FileProblem::BadAsn1(e)))?;
     let der: PrivateKeyDer<'static> = material::parse_key(key_role, key, pass)?;
     match CertifiedKey::from_der(chain, der, provider) {
         Ok(ck) => Ok((Arc::new(ck), info)),
@@ -326,7 +353,10 @@ fn server_config(
             cfg.send_tls13_tickets = 0;
         }
     }
-    Ok(Arc::new(cfg))
+    let cfg = Arc::new(cfg);
+    // Proves the configuration can start a connection, so TlsSession::new may rely on it.
+    rustls::ServerConnection::new(cfg.clone()).map_err(config_err)?;
+    Ok(cfg)
 }
 
 fn config_err(e: Error) -> TlsError {
@@ -357,10 +387,7 @@ impl Caches {
         let on = s.session_caching && s.session_cache_timeout > 0;
         let new = || on.then(|| Arc::new(SessionCache::new(s.session_cache_size, s.session_cache_timeout)));
         if on && s.session_cache_size == 0 {
-            tracing::info!(
-                "tls-session-cache-size 0 (unlimited) keeps at most {} sessions",
-                crate::cache::UNLIMITED_CAP
-            );
+            tracing::info!("tls-session-cache-size 0 (unlimited) keeps at most {} sessions", UNLIMITED_CAP);
         }
         Caches { client_port: [new(), new(), new()], key }
     }
@@ -430,5 +457,134 @@ impl ClientCertVerifier for NoTrustAnchors {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         rustls::crypto::aws_lc_rs::default_provider().signature_verification_algorithms.supported_schemes()
+    }
+}
+
+// The server-side session cache behind `tls-session-caching`, `tls-session-cache-size` and
+// `tls-session-cache-timeout`.
+//
+// rustls' own `ServerSessionMemoryCache` has a size but no lifetime, and rustls' stateless
+// tickets have fixed lifetimes, so neither honours the timeout directive. This cache stores
+// each session with its insertion time and treats older ones as absent; stateless tickets stay
+// off so that every resumption goes through it. Eviction is oldest-first.
+
+/// Upstream's "0 = unlimited" becomes this cap: a bound is still needed for memory.
+pub(crate) const UNLIMITED_CAP: usize = 1_000_000;
+
+/// A bounded session store whose entries expire.
+pub(crate) struct SessionCache {
+    inner: Mutex<Inner>,
+    capacity: usize,
+    ttl: Duration,
+}
+
+struct Inner {
+    map: HashMap<Vec<u8>, (Vec<u8>, Instant)>,
+    /// Insertion order; may hold keys already taken (removed lazily).
+    order: VecDeque<Vec<u8>>,
+}
+
+impl SessionCache {
+    /// A cache of `size` sessions (0 = [`UNLIMITED_CAP`]) that live `timeout_secs` seconds.
+    pub(crate) fn new(size: u32, timeout_secs: u32) -> SessionCache {
+        let capacity = if size == 0 { UNLIMITED_CAP } else { size as usize };
+        SessionCache {
+            inner: Mutex::new(Inner { map: HashMap::new(), order: VecDeque::new() }),
+            capacity,
+            ttl: Duration::from_secs(u64::from(timeout_secs)),
+        }
+    }
+
+    /// Sessions currently held (expired ones included until they are looked up or evicted).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.inner.lock().map.len()
+    }
+
+    fn lookup(&self, key: &[u8], remove: bool) -> Option<Vec<u8>> {
+        let mut inner = self.inner.lock();
+        let fresh = inner.map.get(key).map(|(_, at)| at.elapsed() < self.ttl)?;
+        if !fresh || remove {
+            return inner.map.remove(key).filter(|_| fresh).map(|(v, _)| v);
+        }
+        inner.map.get(key).map(|(v, _)| v.clone())
+    }
+}
+
+impl StoresServerSessions for SessionCache {
+    fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
+        let mut inner = self.inner.lock();
+        while inner.map.len() >= self.capacity {
+            let Some(old) = inner.order.pop_front() else { break };
+            inner.map.remove(&old);
+        }
+        if inner.map.insert(key.clone(), (value, Instant::now())).is_none() {
+            inner.order.push_back(key);
+        }
+        // Taken sessions leave their key in `order`; compact before it grows unbounded.
+        if inner.order.len() > 2 * self.capacity.min(inner.map.len() + 1024) {
+            let Inner { map, order } = &mut *inner;
+            order.retain(|k| map.contains_key(k));
+        }
+        true
+    }
+
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.lookup(key, false)
+    }
+
+    fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.lookup(key, true)
+    }
+
+    fn can_cache(&self) -> bool {
+        true
+    }
+}
+
+impl fmt::Debug for SessionCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionCache").field("capacity", &self.capacity).field("ttl", &self.ttl).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evicts_oldest_beyond_capacity() {
+        let c = SessionCache::new(2, 300);
+        c.put(b"a".to_vec(), b"1".to_vec());
+        c.put(b"b".to_vec(), b"2".to_vec());
+        c.put(b"c".to_vec(), b"3".to_vec());
+        assert_eq!(c.get(b"a"), None);
+        assert_eq!(c.get(b"b"), Some(b"2".to_vec()));
+        assert_eq!(c.take(b"c"), Some(b"3".to_vec()));
+        assert_eq!(c.take(b"c"), None);
+        assert_eq!(c.len(), 1);
+    }
+
+    #[test]
+    fn expired_sessions_are_misses() {
+        let c = SessionCache::new(10, 0);
+        c.put(b"a".to_vec(), b"1".to_vec());
+        assert_eq!(c.get(b"a"), None);
+        assert_eq!(c.len(), 0, "an expired entry is dropped when looked up");
+    }
+
+    #[test]
+    fn zero_size_means_a_large_cap() {
+        assert_eq!(SessionCache::new(0, 1).capacity, UNLIMITED_CAP);
+    }
+
+    #[test]
+    fn taken_keys_do_not_pile_up() {
+        let c = SessionCache::new(4, 300);
+        for i in 0..10_000u32 {
+            c.put(i.to_be_bytes().to_vec(), vec![1]);
+            c.take(&i.to_be_bytes());
+        }
+        assert!(c.inner.lock().order.len() < 3000);
     }
 }

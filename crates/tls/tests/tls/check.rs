@@ -71,20 +71,31 @@ fn a_certificate_from_another_ca() {
 #[test]
 fn expired_and_expiring_certificates() {
     let t = Setup::new();
-    for (from, to, kind) in [(-30, -1, ProblemKind::Expired), (-30, 10, ProblemKind::ExpiringSoon), (1, 90, ProblemKind::NotYetValid)] {
+    for (from, to, kind) in
+        [(-30, -1, ProblemKind::Expired), (-30, 10, ProblemKind::ExpiringSoon), (1, 90, ProblemKind::NotYetValid)]
+    {
         let c = t.ca.issue(Leaf::node("n").valid(from, to));
         let cert = t.dir.write("c.crt", &c.cert_pem);
         let key = t.dir.write("c.key", &c.key_pem);
         let problems = check(&settings(&cert, &key, &t.ca_file), &[]);
         assert_eq!(problems.iter().map(|p| p.kind).collect::<Vec<_>>(), [kind], "{problems:?}");
     }
-    let soon = Ca::root_valid("short CA", time::OffsetDateTime::now_utc() - time::Duration::days(1), time::OffsetDateTime::now_utc() + time::Duration::days(5));
+    let soon = Ca::root_valid(
+        "short CA",
+        time::OffsetDateTime::now_utc() - time::Duration::days(1),
+        time::OffsetDateTime::now_utc() + time::Duration::days(5),
+    );
     let ca = t.dir.write("soon-ca.crt", &soon.pem);
     let n = soon.issue(Leaf::node("n"));
     let cert = t.dir.write("n.crt", &n.cert_pem);
     let key = t.dir.write("n.key", &n.key_pem);
     let problems = check(&settings(&cert, &key, &ca), &[]);
-    assert!(problems.iter().any(|p| p.kind == ProblemKind::ExpiringSoon && p.message.starts_with("CA certificate CN=short CA")), "{problems:?}");
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.kind == ProblemKind::ExpiringSoon && p.message.starts_with("CA certificate CN=short CA")),
+        "{problems:?}"
+    );
 }
 
 #[test]

@@ -25,9 +25,11 @@ impl Drop for Proc {
     }
 }
 
+/// The session's result and the plaintext it received.
+type Served = (Result<(), HandshakeError>, Vec<u8>);
+
 /// Serves one connection on a loopback port with `session`, answering `+PONG` to `PING`.
-/// Returns the port and a handle giving the session's result and the plaintext it received.
-fn serve_one(mut session: TlsSession) -> (u16, thread::JoinHandle<(Result<(), HandshakeError>, Vec<u8>)>) {
+fn serve_one(mut session: TlsSession) -> (u16, thread::JoinHandle<Served>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let h = thread::spawn(move || {
@@ -97,7 +99,10 @@ fn openssl_client_with_a_certificate_talks_to_a_session() {
     let app = t.ca.issue(Leaf::client("app"));
     let (cert, key) = (t.dir.write("app.crt", &app.cert_pem), t.dir.write("app.key", &app.key_pem));
     let (port, h) = serve_one(m.accept(ClientAuth::Required).unwrap());
-    let out = s_client(port, &["-CAfile", path(&t.ca_file), "-cert", path(&cert), "-key", path(&key), "-verify_return_error"]);
+    let out = s_client(
+        port,
+        &["-CAfile", path(&t.ca_file), "-cert", path(&cert), "-key", path(&key), "-verify_return_error"],
+    );
     let (result, seen) = h.join().unwrap();
     assert_eq!(result, Ok(()), "{out}");
     assert_eq!(seen, b"PING\r\n", "{out}");

@@ -73,7 +73,10 @@ async fn a_node_from_another_ca_is_refused_on_both_ends() {
     let rogue = node(&c.dir, "rogue", &other.pem, &other.issue(Leaf::node("rogue")));
     // The rogue node is met: our dial-out refuses its server certificate.
     let (dial, accept) = link(&c.a, &rogue, "10.0.0.9").await;
-    assert_eq!(dial.unwrap_err().to_string(), "certificate verify failed (SSL routines): unable to get local issuer certificate");
+    assert_eq!(
+        dial.unwrap_err().to_string(),
+        "certificate verify failed (SSL routines): unable to get local issuer certificate"
+    );
     assert_eq!(accept.unwrap_err().to_string(), "tlsv1 alert unknown ca (SSL routines)");
     assert_eq!(c.a.counters().outbound_handshake_failures.load(Ordering::Relaxed), 1);
     assert_eq!(rogue.counters().handshake_failures.load(Ordering::Relaxed), 1);
@@ -81,7 +84,10 @@ async fn a_node_from_another_ca_is_refused_on_both_ends() {
     let both = format!("{}{}", other.pem, c.ca.pem);
     let rogue = node(&c.dir, "rogue2", &both, &other.issue(Leaf::node("rogue2")));
     let (_, accept) = link(&rogue, &c.a, "10.0.0.1").await;
-    assert_eq!(accept.unwrap_err().to_string(), "certificate verify failed (SSL routines): unable to get local issuer certificate");
+    assert_eq!(
+        accept.unwrap_err().to_string(),
+        "certificate verify failed (SSL routines): unable to get local issuer certificate"
+    );
 }
 
 #[tokio::test]
@@ -117,7 +123,10 @@ async fn a_server_only_certificate_cannot_dial_the_bus() {
     let c = cluster();
     let srv = node(&c.dir, "srv", &c.ca.pem, &c.ca.issue(Leaf::server_only("srv")));
     let (_, accept) = link(&srv, &c.a, "10.0.0.1").await;
-    assert_eq!(accept.unwrap_err().to_string(), "certificate verify failed (SSL routines): unsupported certificate purpose");
+    assert_eq!(
+        accept.unwrap_err().to_string(),
+        "certificate verify failed (SSL routines): unsupported certificate purpose"
+    );
     // A separate clientAuth certificate fixes it.
     let client = c.ca.issue(Leaf::client("srv-client"));
     let s = srv.settings();

@@ -46,7 +46,13 @@ fn missing_directives_use_upstream_texts() {
     let t = Setup::new();
     let no_ca = TlsSettings { ca_cert_file: None, cluster: true, port: 0, ..t.settings() };
     assert!(init_err(no_ca).starts_with("Either tls-ca-cert-file or tls-ca-cert-dir must be specified"));
-    let repl = TlsSettings { ca_cert_file: None, replication: true, port: 0, auth_clients: ClientAuth::NotRequested, ..t.settings() };
+    let repl = TlsSettings {
+        ca_cert_file: None,
+        replication: true,
+        port: 0,
+        auth_clients: ClientAuth::NotRequested,
+        ..t.settings()
+    };
     assert!(init_err(repl).starts_with("Either tls-ca-cert-file"));
     // Client port only, no client certificates asked: no CA needed, no bus or outbound config.
     let m = TlsManager::new();
@@ -91,7 +97,10 @@ fn text_instead_of_a_certificate_is_no_start_line() {
     let e = TlsManager::new().init(TlsSettings { cert_file: Some(bad.clone()), ..t.settings() }).unwrap_err();
     assert_eq!(
         e.config_set_reply(),
-        format!("ERR Unable to update TLS configuration: use_certificate_chain_file: no start line (PEM routines) [{}]", bad.display())
+        format!(
+            "ERR Unable to update TLS configuration: use_certificate_chain_file: no start line (PEM routines) [{}]",
+            bad.display()
+        )
     );
     let e = init_err(TlsSettings { key_file: Some(bad), ..t.settings() });
     assert!(e.starts_with("use_private_key_file: no start line (PEM routines)"), "{e}");
@@ -134,7 +143,8 @@ fn the_client_pair_is_loaded_and_checked_too() {
     let cc = t.dir.write("client.crt", &client.cert_pem);
     let ck = t.dir.write("client.key", &client.key_pem);
     let m = TlsManager::new();
-    let s = TlsSettings { client_cert_file: Some(cc.clone()), client_key_file: Some(ck), cluster: true, ..t.settings() };
+    let s =
+        TlsSettings { client_cert_file: Some(cc.clone()), client_key_file: Some(ck), cluster: true, ..t.settings() };
     m.init(s.clone()).unwrap();
     assert_eq!(m.state().unwrap().outbound_cert().serial, client.serial());
     assert_eq!(m.info().client_cert.unwrap().serial, client.serial());
@@ -161,7 +171,11 @@ fn ca_directory_with_any_file_names() {
 fn expired_cas_are_dropped_with_a_warning_not_fatal() {
     let (logs, _g) = capture();
     let t = Setup::new();
-    let old = Ca::root_valid("old CA", time::OffsetDateTime::now_utc() - time::Duration::days(400), time::OffsetDateTime::now_utc() - time::Duration::days(1));
+    let old = Ca::root_valid(
+        "old CA",
+        time::OffsetDateTime::now_utc() - time::Duration::days(400),
+        time::OffsetDateTime::now_utc() - time::Duration::days(1),
+    );
     let bundle = t.dir.write("bundle.crt", format!("{}{}", t.ca.pem, old.pem));
     let m = TlsManager::new();
     m.init(TlsSettings { ca_cert_file: Some(bundle), ..t.settings() }).unwrap();

@@ -4,8 +4,8 @@
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use hotkv_tls::rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use hotkv_tls::rustls::{self, ClientConfig, RootCertStore};
@@ -241,7 +241,10 @@ pub(crate) fn client_config(ca_pems: &[&str], identity: Option<&Issued>) -> Arc<
         }
     }
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let b = ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions().unwrap().with_root_certificates(roots);
+    let b = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
     let cfg = match identity {
         Some(id) => {
             let chain: Vec<_> = CertificateDer::pem_slice_iter(id.cert_pem.as_bytes()).map(|c| c.unwrap()).collect();

@@ -28,7 +28,11 @@ fn config_set_same_path_reloads_new_connections_only() {
 
     let renewed = renew(&t, "node1");
     m.apply(t.settings()).unwrap();
-    assert!(logs.text().contains(&format!("TLS configuration reloaded (cert={}, key={})", t.cert.display(), t.key.display())));
+    assert!(logs.text().contains(&format!(
+        "TLS configuration reloaded (cert={}, key={})",
+        t.cert.display(),
+        t.key.display()
+    )));
 
     let mut new = Pair::new(m.accept(ClientAuth::Required).unwrap(), client);
     assert!(new.handshake().ok());
@@ -50,10 +54,9 @@ fn a_failed_config_set_changes_nothing() {
     m.init(t.settings()).unwrap();
     let bad = t.dir.write("not-a-cert.crt", "not a certificate\n");
     let e = m.apply(TlsSettings { cert_file: Some(bad), ..t.settings() }).unwrap_err();
-    assert!(
-        e.config_set_reply()
-            .starts_with("ERR Unable to update TLS configuration: use_certificate_chain_file: no start line (PEM routines) [")
-    );
+    assert!(e.config_set_reply().starts_with(
+        "ERR Unable to update TLS configuration: use_certificate_chain_file: no start line (PEM routines) ["
+    ));
     let state = m.state().unwrap();
     assert_eq!(state.generation(), 1);
     assert_eq!(state.settings().cert_file.as_deref(), Some(t.cert.as_path()));
@@ -177,7 +180,8 @@ fn a_broken_file_is_reported_once_and_the_certificate_stays() {
     for _ in 0..3 {
         assert!(matches!(m.reload_if_changed(), ReloadOutcome::Failed(_)));
     }
-    let line = "TLS reload failed, keeping the current certificate: use_certificate_chain_file: no start line (PEM routines)";
+    let line =
+        "TLS reload failed, keeping the current certificate: use_certificate_chain_file: no start line (PEM routines)";
     assert_eq!(logs.count(line), 1, "{}", logs.text());
     assert_eq!(m.state().unwrap().generation(), 1);
     assert_eq!(m.info().files_match_loaded, Some(false));

@@ -135,7 +135,6 @@ impl Logs {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
 
-
     /// How many lines contain `needle`.
     pub(crate) fn count(&self, needle: &str) -> usize {
         self.text().lines().filter(|l| l.contains(needle)).count()
