@@ -18,6 +18,23 @@
 //!   [`TlsManager::accept_bus`] / [`TlsManager::accept_bus_stream`] for the bus;
 //!   [`TlsManager::connect`] for outbound links.
 //! - [`TlsManager::info`] for `INFO tls`; [`check`] for `hotkv --check-tls`.
+//!
+//! Wiring, as the server would do it (every blocking call off the reactor):
+//!
+//! ```text
+//! startup      tls = Arc::new(TlsManager::new())
+//!              spawn_blocking(tls.init(settings))       Err ⇒ exit 1 (the reason is logged)
+//!              tokio::spawn(tls.clone().run_background())
+//! accept       let Some(mut s) = tls.accept(current tls-auth-clients) else { plain only }
+//! readable     recv into raw; s.feed(&raw, &mut rbuf)   Err(e) ⇒ log "TLS handshake failed for
+//!              client {id}: {e}", send s.take_tls_output(), close
+//!              s.take_tls_output(&mut wbuf) and send it (the handshake produces output)
+//! replies      s.write_plaintext(whole batch); s.take_tls_output(&mut wbuf); one send
+//! end of file  if let Some(e) = s.eof_error() { log it as above }
+//! CONFIG SET   tls.apply_async(new settings).await      Err(e) ⇒ reply e.config_set_reply()
+//! INFO tls     tls.info().fields()
+//! --check-tls  hotkv_tls::check(&settings, &binds)      one line per Problem, exit 1 if any
+//! ```
 
 mod check;
 mod ciphers;

@@ -512,13 +512,6 @@ impl Default for TlsManager {
     }
 }
 
-impl TlsState {
-    /// The certificate outbound links present.
-    pub fn outbound_cert(&self) -> &crate::inspect::CertInfo {
-        self.certs().client.as_ref().unwrap_or(&self.certs().server)
-    }
-}
-
 /// Decrements the in-flight CONFIG SET count when a build is committed or dropped.
 #[derive(Debug)]
 struct InflightGuard(Arc<AtomicUsize>);

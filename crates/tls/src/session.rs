@@ -50,9 +50,9 @@ pub struct TlsSession {
 }
 
 impl TlsSession {
-    /// A session using `config`, which must come from a [`crate::TlsState`]
-    /// ([`crate::TlsState::server_config`] or the bus config), with the manager's counters.
-    pub fn new(config: Arc<ServerConfig>, counters: Arc<TlsCounters>) -> TlsSession {
+    /// A session using `config`, which must come from a [`crate::TlsState`]; made by
+    /// [`TlsManager::accept`] and [`TlsManager::accept_bus`].
+    pub(crate) fn new(config: Arc<ServerConfig>, counters: Arc<TlsCounters>) -> TlsSession {
         // Invariant: every ServerConfig comes from TlsState::build, which has already started a
         // ServerConnection with it (state.rs, server_config), and the constructor depends only
         // on the configuration.

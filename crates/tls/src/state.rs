@@ -112,6 +112,11 @@ impl TlsState {
         &self.certs
     }
 
+    /// The certificate outbound links present: the client pair's, else the server's.
+    pub fn outbound_cert(&self) -> &CertInfo {
+        self.certs.client.as_ref().unwrap_or(&self.certs.server)
+    }
+
     /// The settings this state was built from.
     pub fn settings(&self) -> &TlsSettings {
         &self.settings
