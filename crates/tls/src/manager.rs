@@ -223,10 +223,15 @@ impl TlsManager {
         }
         inner.generation += 1;
         let generation = inner.generation;
-        let interval_changed = inner.settings.auto_reload_interval != p.settings.auto_reload_interval;
-        // Validated in prepare(); an empty list is the fallback that cannot fail.
-        self.names.store(Arc::new(PeerNames::parse(&p.settings.expected_peer_names).unwrap_or_default()));
-        inner.settings = p.settings;
+        let mut interval_changed = false;
+        // An automatic reload rebuilt the settings in force: they stay the source, so a
+        // set_auto_reload_interval or set_expected_peer_names made during its build survives.
+        if let PendingKind::ConfigSet { .. } = p.kind {
+            interval_changed = inner.settings.auto_reload_interval != p.settings.auto_reload_interval;
+            // Validated in prepare(); an empty list is the fallback that cannot fail.
+            self.names.store(Arc::new(PeerNames::parse(&p.settings.expected_peer_names).unwrap_or_default()));
+            inner.settings = p.settings;
+        }
         inner.last_auto_failure = None;
         let state = p.state.map(|mut s| {
             s.generation = generation;
@@ -445,6 +450,12 @@ impl TlsManager {
         inner.settings.expected_peer_names = value.to_owned();
         self.names.store(Arc::new(names));
         Ok(())
+    }
+
+    /// `tls-auto-reload-interval` alone: no rebuild, the background task picks it up at once.
+    pub fn set_auto_reload_interval(&self, secs: u64) {
+        self.inner.lock().settings.auto_reload_interval = secs;
+        self.wake.notify_one();
     }
 
     /// Everything `INFO tls` shows.

@@ -66,7 +66,9 @@ impl TlsSession {
     /// Decrypts `tls` (bytes just read from the socket) and appends the plaintext to `plain`.
     /// Handshake messages are processed on the way; afterwards [`Self::take_tls_output`] may
     /// have bytes to send even when `plain` got none. On error the connection is dead: send what
-    /// `take_tls_output` still gives (the alert that tells the peer why), then close.
+    /// `take_tls_output` still gives (the alert that tells the peer why), then close. An error
+    /// while [`Self::is_handshaking`] is a refused handshake (counted, and logged by the server
+    /// as `TLS handshake failed for client N: <reason>`); after it, a broken connection.
     pub fn feed(&mut self, mut tls: &[u8], plain: &mut BytesMut) -> Result<(), HandshakeError> {
         if self.failed {
             return Err(HandshakeError::Other("TLS connection already failed".into()));

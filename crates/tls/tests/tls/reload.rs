@@ -265,7 +265,17 @@ async fn the_background_task_reloads_a_renewed_certificate() {
         assert!(tokio::time::Instant::now() < deadline, "not reloaded within 10 s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // CONFIG SET through the blocking pool, and turning the interval off.
+    // Turning the interval off needs no rebuild; CONFIG SET goes through the blocking pool.
+    let generation = m.state().unwrap().generation();
+    m.set_auto_reload_interval(0);
+    assert_eq!(m.settings().auto_reload_interval, 0);
+    assert_eq!(m.state().unwrap().generation(), generation);
+    // Let a check that was already running when the interval changed finish first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let again = renew(&t, "node1");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_ne!(m.info().server_cert.unwrap().serial, again.serial(), "no automatic reload once off");
     m.apply_async(TlsSettings { auto_reload_interval: 0, ..t.settings() }).await.unwrap();
+    assert_eq!(m.info().server_cert.unwrap().serial, again.serial());
     task.abort();
 }
