@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace, first installing what the integration tests drive when it
-# is missing: redis-cli and redis-benchmark (Debian's redis-tools) and redis-py (PyPI's redis).
+# is missing: redis-cli and redis-benchmark (Debian's redis-tools), the openssl CLI and
+# redis-py (PyPI's redis). No cmake: aws-lc-sys (rustls' crypto) builds with its cc builder.
 # A plain `cargo test` builds the hotkv binary itself, so no separate build step is needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,12 @@ apt_install() {
 if ! command -v redis-cli >/dev/null 2>&1 || ! command -v redis-benchmark >/dev/null 2>&1; then
     echo "test.sh: installing redis-tools (redis-cli, redis-benchmark)"
     apt_install redis-tools
+fi
+
+# The TLS crate's tests encrypt a test key and talk to s_client/s_server with the openssl CLI.
+if ! command -v openssl >/dev/null 2>&1; then
+    echo "test.sh: installing openssl (CLI)"
+    apt_install openssl
 fi
 
 if ! command -v python3 >/dev/null 2>&1; then
