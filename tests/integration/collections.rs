@@ -87,7 +87,8 @@ fn a_ten_field_hash_stays_compact_in_used_memory() {
     let srv = server();
     let mut c = srv.client();
     let before = info_num(&info(&mut c, "memory"), "used_memory");
-    const N: usize = 5000;
+    // Enough hashes that fixed costs (first-use tables, buffers) do not move the average.
+    const N: usize = 20_000;
     for i in 0..N {
         let key = format!("hash:{i:06}");
         let mut argv = vec!["HSET".to_string(), key];
@@ -105,5 +106,5 @@ fn a_ten_field_hash_stays_compact_in_used_memory() {
     let per_hash = (after - before) / N as i64;
     // Entry, boxed object and one 224-byte packed buffer, about 320 bytes; redis-server 7.0
     // measured 330 under the same load. The bound leaves room for allocator noise.
-    assert!(per_hash < 400, "{per_hash} bytes per ten-field hash");
+    assert!(per_hash < 400, "{per_hash} bytes per ten-field hash (used_memory {before} -> {after})");
 }

@@ -28,6 +28,7 @@ mod maxmemory;
 mod monitor_slowlog;
 mod object_memory;
 mod pipeline;
+mod pki;
 mod protocol;
 mod pubsub;
 mod python;
@@ -35,6 +36,7 @@ mod redis_cli;
 mod resp3;
 mod scan;
 mod strings;
+mod tls;
 mod transactions;
 
 use std::time::Duration;

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use bytes::{Buf, BytesMut};
 use hotkv_engine::BlockMode;
 use hotkv_protocol::{Decoder, Limits, ReplyBuf, Step};
+use hotkv_tls::TlsSession;
 use tokio::net::TcpStream;
 use tokio::sync::broadcast;
 use tracing::debug;
@@ -22,9 +23,10 @@ use crate::session::{ClientInfo, Session, flag};
 /// Read buffer size per read: Valkey's `PROTO_IOBUF_LEN`.
 const READ_CHUNK: usize = 16 * 1024;
 
-/// Serves a client until it disconnects, is killed, or the server shuts down.
-pub async fn serve(srv: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>) {
-    let sock = match Socket::new(stream) {
+/// Serves a client until it disconnects, is killed, or the server shuts down. `tls` is the
+/// session of a connection to the TLS port; its handshake runs inside the first reads.
+pub async fn serve(srv: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>, tls: Option<TlsSession>) {
+    let mut sock = match Socket::new(stream, tls, info.id) {
         Ok(s) => s,
         Err(e) => {
             debug!("client {} could not be registered: {e}", info.id);
@@ -36,7 +38,7 @@ pub async fn serve(srv: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>) {
     let mut sess = Session::new(info.clone(), authenticated);
     srv.clients.add(info.clone());
     let mut conn = Conn { cmds: Vec::new(), spans: Vec::new(), hints: Vec::new(), rbuf: BytesMut::new(), out: ReplyBuf::new(), decoder: Decoder::new(), scratch: Scratch::default(), soft_since: None };
-    let result = conn.run(&srv, &sock, &mut sess).await;
+    let result = conn.run(&srv, &mut sock, &mut sess).await;
     if let Err(e) = result {
         debug!("client {} closed: {e}", info.id);
     }
@@ -82,7 +84,7 @@ struct Conn {
 }
 
 impl Conn {
-    async fn run(&mut self, srv: &Arc<Server>, stream: &Socket, sess: &mut Session) -> io::Result<()> {
+    async fn run(&mut self, srv: &Arc<Server>, stream: &mut Socket, sess: &mut Session) -> io::Result<()> {
         let info = sess.info.clone();
         let mut monitor: Option<broadcast::Receiver<Arc<str>>> = None;
         loop {
@@ -115,6 +117,9 @@ impl Conn {
             };
             if n == 0 {
                 return Ok(());
+            }
+            if !sess.authenticated && stream.is_tls() {
+                login_by_certificate(srv, stream, sess);
             }
             info.net_in.fetch_add(n as u64, Ordering::Relaxed);
             sess.pending_in += n as u64;
@@ -165,12 +170,15 @@ impl Conn {
             }
             self.flush(stream, sess).await?;
             self.release_idle_buffers();
+            if self.rbuf.capacity() == 0 {
+                stream.release_idle();
+            }
         }
     }
 
     /// Waits until a blocked command is served, times out or is unblocked, and writes its
     /// reply. Returns false when the client went away meanwhile.
-    async fn wait_blocked(&mut self, srv: &Arc<Server>, stream: &Socket, sess: &mut Session, mut wait: BlockWait) -> io::Result<bool> {
+    async fn wait_blocked(&mut self, srv: &Arc<Server>, stream: &mut Socket, sess: &mut Session, mut wait: BlockWait) -> io::Result<bool> {
         loop {
             sess.set_flag(flag::BLOCKED, true);
             let deadline = wait.deadline_ms.map(|ms| {
@@ -429,7 +437,7 @@ impl Conn {
         false
     }
 
-    async fn flush(&mut self, stream: &Socket, sess: &Session) -> io::Result<()> {
+    async fn flush(&mut self, stream: &mut Socket, sess: &Session) -> io::Result<()> {
         if self.out.is_empty() {
             return Ok(());
         }
@@ -449,6 +457,19 @@ impl Conn {
         if self.out.capacity() > READ_CHUNK {
             self.out.release();
         }
+    }
+}
+
+/// `tls-auth-clients-user`: a client whose certificate names a user is logged in as that user
+/// when its handshake completes (Valkey 9). hotkv's only user is `default`.
+fn login_by_certificate(srv: &Server, stream: &Socket, sess: &mut Session) {
+    let mode = srv.rt.load().tls_cert_user;
+    if mode == hotkv_tls::CertUser::Off {
+        return;
+    }
+    let Some(tls) = stream.tls_session() else { return };
+    if tls.peer_certificate_names(mode).iter().any(|n| n == "default") {
+        sess.authenticated = true;
     }
 }
 

@@ -1,8 +1,8 @@
 //! The hotkv server: configuration, listeners, connections, dispatch and the commands that
 //! concern the server rather than the data.
 //!
-//! Depends on the protocol and engine crates (and, as their issues land, on the TLS,
-//! cluster and replication crates); nothing depends on it but the `hotkv` binary.
+//! Depends on the protocol, engine and TLS crates (and, as their issues land, on the cluster
+//! and replication crates); nothing depends on it but the `hotkv` binary.
 
 pub mod cmd;
 pub mod config;
@@ -25,6 +25,7 @@ pub mod server;
 pub mod session;
 pub mod slowlog;
 pub mod stats;
+pub mod tls;
 
 use crate::config::Settings;
 use crate::registry::Registry;

@@ -8,7 +8,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use socket2::{Domain, SockRef, Socket, TcpKeepalive, Type};
-use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -87,17 +86,19 @@ pub struct ListenerHandle {
     task: JoinHandle<()>,
     /// The address it listens on.
     pub addr: Option<SocketAddr>,
+    /// Whether it is a TLS port.
+    pub tls: bool,
 }
 
-/// Starts an accept loop per listener.
-pub fn start(srv: &Arc<Server>, listeners: Vec<std::net::TcpListener>) -> std::io::Result<Vec<ListenerHandle>> {
+/// Starts an accept loop per listener; `tls` makes them TLS ports.
+pub fn start(srv: &Arc<Server>, listeners: Vec<std::net::TcpListener>, tls: bool) -> std::io::Result<Vec<ListenerHandle>> {
     let mut out = Vec::new();
     for l in listeners {
         let addr = l.local_addr().ok();
         let l = TcpListener::from_std(l)?;
         let stop = Arc::new(Notify::new());
-        let task = tokio::spawn(accept_loop(srv.clone(), l, stop.clone()));
-        out.push(ListenerHandle { stop, task, addr });
+        let task = tokio::spawn(accept_loop(srv.clone(), l, stop.clone(), tls));
+        out.push(ListenerHandle { stop, task, addr, tls });
     }
     Ok(out)
 }
@@ -118,11 +119,22 @@ pub fn stop_blocking(handles: Vec<ListenerHandle>) {
     });
 }
 
-/// CONFIG SET port/bind: replaces the plain listeners. The old ones close first (the new
-/// set may reuse their addresses); if the new set cannot be bound, the old one is restored
-/// and the reason returned.
-pub fn rebind(srv: &Arc<Server>, old: (&[String], u16), new: (&[String], u16), backlog: i32) -> Result<(), String> {
-    let handles = std::mem::take(&mut *srv.listeners.lock());
+/// CONFIG SET port/tls-port/bind: replaces the plain (`tls` false) or TLS listeners. The old
+/// ones close first (the new set may reuse their addresses); if the new set cannot be bound,
+/// the old one is restored and the reason returned.
+pub fn rebind(
+    srv: &Arc<Server>,
+    tls: bool,
+    old: (&[String], u16),
+    new: (&[String], u16),
+    backlog: i32,
+) -> Result<(), String> {
+    let handles: Vec<ListenerHandle> = {
+        let mut all = srv.listeners.lock();
+        let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut *all).into_iter().partition(|h| h.tls == tls);
+        *all = others;
+        mine
+    };
     stop_blocking(handles);
     let bind_new = || -> Result<Vec<ListenerHandle>, String> {
         if new.1 == 0 {
@@ -132,21 +144,24 @@ pub fn rebind(srv: &Arc<Server>, old: (&[String], u16), new: (&[String], u16), b
         if ls.is_empty() {
             return Err("Failed to bind to specified addresses.".to_string());
         }
-        start(srv, ls).map_err(|e| os_text(&e))
+        start(srv, ls, tls).map_err(|e| os_text(&e))
+    };
+    let set_port = |port: u16| {
+        let mut ports = srv.ports.lock();
+        if tls { ports.1 = port } else { ports.0 = port }
     };
     match bind_new() {
         Ok(h) => {
-            let port = h.first().and_then(|h| h.addr).map_or(new.1, |a| a.port());
-            srv.ports.lock().0 = port;
-            *srv.listeners.lock() = h;
+            set_port(h.first().and_then(|h| h.addr).map_or(new.1, |a| a.port()));
+            srv.listeners.lock().extend(h);
             Ok(())
         }
         Err(e) => {
             if old.1 != 0
                 && let Ok(ls) = bind_all(old.0, old.1, backlog)
-                && let Ok(h) = start(srv, ls)
+                && let Ok(h) = start(srv, ls, tls)
             {
-                *srv.listeners.lock() = h;
+                srv.listeners.lock().extend(h);
             }
             Err(e)
         }
@@ -154,7 +169,7 @@ pub fn rebind(srv: &Arc<Server>, old: (&[String], u16), new: (&[String], u16), b
 }
 
 /// Accepts clients until shutdown or until `stop` is notified.
-async fn accept_loop(srv: Arc<Server>, listener: TcpListener, stop: Arc<Notify>) {
+async fn accept_loop(srv: Arc<Server>, listener: TcpListener, stop: Arc<Notify>, tls: bool) {
     loop {
         let (stream, peer) = tokio::select! {
             _ = stop.notified() => return,
@@ -172,33 +187,64 @@ async fn accept_loop(srv: Arc<Server>, listener: TcpListener, stop: Arc<Notify>)
         if srv.is_shutting_down() {
             return;
         }
-        tokio::spawn(admit(srv.clone(), stream, peer));
+        tokio::spawn(admit(srv.clone(), stream, peer, tls));
     }
 }
 
-async fn admit(srv: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
+async fn admit(srv: Arc<Server>, stream: TcpStream, peer: SocketAddr, tls: bool) {
     let rt = srv.rt.load_full();
-    if srv.clients.len() >= rt.maxclients {
-        let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
-        srv.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    if rt.protected_mode && rt.requirepass.is_none() && !is_loopback(peer.ip()) {
-        let _ = stream.write_all(DENIED.as_bytes()).await;
-        srv.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
+    // A TLS connection gets the configuration in force now, with the client-certificate
+    // policy in force now: a reload or CONFIG SET affects only later connections.
+    let session = if tls {
+        match srv.tls.accept(rt.tls_auth) {
+            Some(s) => Some(s),
+            None => {
+                debug!("TLS connection from {peer} closed: no TLS configuration is loaded");
+                return;
+            }
+        }
+    } else {
+        None
+    };
+    let refusal = if srv.clients.len() >= rt.maxclients {
+        Some("-ERR max number of clients reached\r\n")
+    } else if rt.protected_mode && rt.requirepass.is_none() && !is_loopback(peer.ip()) {
+        Some(DENIED)
+    } else {
+        None
+    };
     let _ = stream.set_nodelay(true);
+    let id = srv.clients.next_id();
+    if let Some(msg) = refusal {
+        srv.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+        refuse(stream, session, id, msg).await;
+        return;
+    }
     if rt.tcp_keepalive > 0 {
         let ka = TcpKeepalive::new().with_time(Duration::from_secs(rt.tcp_keepalive));
         let _ = SockRef::from(&stream).set_tcp_keepalive(&ka);
     }
     srv.stats.connections_received.fetch_add(1, Ordering::Relaxed);
     let laddr = stream.local_addr().unwrap_or(peer);
-    let id = srv.clients.next_id();
     let info = Arc::new(ClientInfo::new(id, peer, laddr, stream.as_raw_fd(), unix_ms()));
     debug!("Accepted {peer}");
-    crate::connection::serve(srv, stream, info).await;
+    crate::connection::serve(srv, stream, info, session).await;
+}
+
+/// Tells a refused client why and closes. A TLS client can only read the reason once its
+/// handshake is done, so that waits for its first request (a few seconds at most).
+async fn refuse(stream: TcpStream, tls: Option<hotkv_tls::TlsSession>, id: u64, msg: &str) {
+    let Ok(mut sock) = crate::io::Socket::new(stream, tls, id) else { return };
+    if sock.is_tls() {
+        let mut buf = bytes::BytesMut::with_capacity(1024);
+        let first = tokio::time::timeout(Duration::from_secs(5), sock.read_into(&mut buf)).await;
+        if !matches!(first, Ok(Ok(n)) if n > 0) {
+            sock.shutdown();
+            return;
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), sock.write_all(msg.as_bytes())).await;
+    sock.shutdown();
 }
 
 fn is_loopback(ip: IpAddr) -> bool {

@@ -33,6 +33,10 @@ pub fn load_config(args: &[String]) -> Result<Loaded, String> {
             eprintln!("{}", cli::usage_text());
             Ok(Loaded::Exit(1))
         }
+        Ok(Invocation::CheckTls(loaded)) => {
+            let name = loaded.config_file.as_ref().map_or_else(String::new, |p| p.display().to_string());
+            Ok(Loaded::Exit(crate::tls::check_main(&loaded.settings, &name)))
+        }
         Err(e) => Err(e.to_string()),
     }
 }
@@ -88,28 +92,35 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
         warn!("These directives are accepted but have no effect in this version: {}", no_effect.join(", "));
     }
     let port = settings.int(table::PORT) as u16;
+    let tls_port = settings.int(table::TLS_PORT) as u16;
     let backlog = settings.int(table::TCP_BACKLOG) as i32;
     let bind = settings.list(table::BIND).to_vec();
-    let listeners = if port == 0 {
-        Vec::new()
-    } else {
-        match listener::bind_all(&bind, port, backlog) {
-            Ok(l) if !l.is_empty() => l,
-            Ok(_) => {
-                warn!("Failed listening on port {port} (tcp), aborting.");
-                return 1;
-            }
-            Err(e) => {
-                warn!("{e}");
-                warn!("Failed listening on port {port} (tcp), aborting.");
-                return 1;
-            }
-        }
+    if port == 0 && tls_port == 0 {
+        warn!("Configured to not listen anywhere, exiting.");
+        return 1;
+    }
+    // Reading and checking the files blocks, which is fine here: this runs on the main thread
+    // before anything is served.
+    if crate::tls::init(&srv.tls, &settings).is_err() {
+        // The reason and the file are in the log line the TLS crate wrote.
+        return 1;
+    }
+    let listeners = match bind_port(&bind, port, backlog, "tcp") {
+        Some(l) => l,
+        None => return 1,
     };
-    let bound_port = listeners.first().and_then(|l| l.local_addr().ok()).map_or(port, |a| a.port());
-    srv.ports.lock().0 = bound_port;
-    info!("Running mode=standalone, port={bound_port}, PID: {pid}.");
-    let pidfile = pidfile_path(&settings, port);
+    let tls_listeners = match bind_port(&bind, tls_port, backlog, "tls") {
+        Some(l) => l,
+        None => return 1,
+    };
+    let bound = |ls: &[std::net::TcpListener], p: u16| ls.first().and_then(|l| l.local_addr().ok()).map_or(p, |a| a.port());
+    let (bound_port, bound_tls) = (bound(&listeners, port), bound(&tls_listeners, tls_port));
+    *srv.ports.lock() = (bound_port, bound_tls);
+    if tls_port != 0 {
+        info!("TLS enabled on {}:{bound_tls}", crate::tls::binds_text(&bind));
+    }
+    info!("Running mode=standalone, port={}, PID: {pid}.", if bound_port != 0 { bound_port } else { bound_tls });
+    let pidfile = pidfile_path(&settings, if port != 0 { port } else { tls_port });
     if let Some(p) = &pidfile
         && let Err(e) = std::fs::write(p, format!("{pid}\n"))
     {
@@ -119,14 +130,22 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
     srv.startup_memory.store(startup, std::sync::atomic::Ordering::Relaxed);
     info!("Server initialized");
     let cron = crate::cron::spawn(srv.clone());
-    match listener::start(&srv, listeners) {
-        Ok(h) => *srv.listeners.lock() = h,
-        Err(e) => {
-            warn!("Failed listening on port {port} (tcp), aborting: {e}");
-            return 1;
+    let tls_task = tokio::spawn(srv.tls.clone().run_background());
+    for (ls, tls, p) in [(listeners, false, port), (tls_listeners, true, tls_port)] {
+        match listener::start(&srv, ls, tls) {
+            Ok(h) => srv.listeners.lock().extend(h),
+            Err(e) => {
+                warn!("Failed listening on port {p} ({}), aborting: {e}", if tls { "tls" } else { "tcp" });
+                return 1;
+            }
         }
     }
-    info!("Ready to accept connections tcp");
+    if port != 0 {
+        info!("Ready to accept connections tcp");
+    }
+    if tls_port != 0 {
+        info!("Ready to accept connections tls");
+    }
     wait_for_shutdown(&srv).await;
     info!("User requested shutdown...");
     srv.request_shutdown();
@@ -135,9 +154,30 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
         let _ = std::fs::remove_file(p);
     }
     listener::stop_blocking(std::mem::take(&mut *srv.listeners.lock()));
+    tls_task.abort();
     let _ = cron.join();
     info!("hotkv is now ready to exit, bye bye...");
     0
+}
+
+/// Binds `port` on every bind address, or logs Valkey's lines and returns `None`; port 0 binds
+/// nothing.
+fn bind_port(bind: &[String], port: u16, backlog: i32, kind: &str) -> Option<Vec<std::net::TcpListener>> {
+    if port == 0 {
+        return Some(Vec::new());
+    }
+    match listener::bind_all(bind, port, backlog) {
+        Ok(l) if !l.is_empty() => Some(l),
+        Ok(_) => {
+            warn!("Failed listening on port {port} ({kind}), aborting.");
+            None
+        }
+        Err(e) => {
+            warn!("{e}");
+            warn!("Failed listening on port {port} ({kind}), aborting.");
+            None
+        }
+    }
 }
 
 fn pidfile_path(settings: &Settings, port: u16) -> Option<PathBuf> {

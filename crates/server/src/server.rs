@@ -52,6 +52,10 @@ pub struct Runtime {
     pub obuf_normal: (u64, u64, u64),
     /// `notify-keyspace-events` as bits (see `events::class`).
     pub notify: u32,
+    /// `tls-auth-clients`, applied to each new TLS connection.
+    pub tls_auth: hotkv_tls::ClientAuth,
+    /// `tls-auth-clients-user`.
+    pub tls_cert_user: hotkv_tls::CertUser,
 }
 
 impl Runtime {
@@ -76,6 +80,8 @@ impl Runtime {
             databases: s.int(t::DATABASES).max(1) as usize,
             tcp_keepalive: s.int(t::TCP_KEEPALIVE).max(0) as u64,
             notify: crate::events::class::parse(s.str(t::NOTIFY_KEYSPACE_EVENTS)),
+            tls_auth: crate::tls::client_auth(s),
+            tls_cert_user: s.str(t::TLS_AUTH_CLIENTS_USER).parse().unwrap_or_default(),
             obuf_normal: {
                 let l = s.ints(t::CLIENT_OUTPUT_BUFFER_LIMIT);
                 let at = |i: usize| l.get(i).copied().unwrap_or(0).max(0) as u64;
@@ -199,8 +205,10 @@ pub struct Server {
     pub startup_memory: std::sync::atomic::AtomicU64,
     /// Serialises CONFIG SET.
     pub config_lock: Mutex<()>,
-    /// Plain-text accept loops.
+    /// Accept loops, plain and TLS.
     pub listeners: Mutex<Vec<crate::listener::ListenerHandle>>,
+    /// TLS material in force and everything that replaces it.
+    pub tls: Arc<hotkv_tls::TlsManager>,
     /// A handle to this server's own `Arc`, for code that has only `&Server` and must spawn
     /// tasks (CONFIG SET port).
     pub this: std::sync::OnceLock<std::sync::Weak<Server>>,
@@ -248,6 +256,7 @@ impl Server {
             blocked: crate::blocking::Blocked::default(),
             config_lock: Mutex::new(()),
             listeners: Mutex::new(Vec::new()),
+            tls: Arc::new(hotkv_tls::TlsManager::new()),
             this: std::sync::OnceLock::new(),
             replid: Mutex::new(random_hex(40)),
             active_expire: AtomicBool::new(true),

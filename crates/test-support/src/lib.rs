@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 pub use libc::{SIGINT, SIGKILL, SIGTERM};
 
 pub use client::RawClient;
+pub use ports::free_port;
 pub use process::{ProcessGuard, raise_fd_limit};
 pub use resp::Frame;
 pub use server::{Builder, ConfigFormat, Exited, TestServer};

@@ -36,6 +36,12 @@ pub(crate) fn free_port_pair() -> u16 {
     panic!("no free loopback port pair (port, port+10000) after 200 attempts");
 }
 
+/// A free loopback port for a second listener of a test server (a TLS port), never handed
+/// out twice in this process.
+pub fn free_port() -> u16 {
+    free_port_pair()
+}
+
 fn os_free_port() -> Option<u16> {
     let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).ok()?;
     Some(l.local_addr().ok()?.port())

@@ -41,6 +41,7 @@ pub struct Builder {
     env: Vec<(String, String)>,
     start_timeout: Duration,
     port_hint: Option<u16>,
+    no_ping: bool,
 }
 
 impl Builder {
@@ -57,6 +58,7 @@ impl Builder {
             env: Vec::new(),
             start_timeout: START_TIMEOUT,
             port_hint: None,
+            no_ping: false,
         }
     }
 
@@ -115,6 +117,13 @@ impl Builder {
         self
     }
 
+    /// Counts the server as started once it logs its ready line, without a PING on the plain
+    /// port: for servers that serve TLS only (`port 0`). The log must go to stdout.
+    pub fn ready_without_ping(mut self) -> Builder {
+        self.no_ping = true;
+        self
+    }
+
     /// Tries `port` on the first attempt instead of a free one. Meant for testing the harness
     /// itself: if `port` is taken, the spawn retries once on a free port, as it does when
     /// another process grabs a port between picking and binding.
@@ -140,7 +149,9 @@ impl Builder {
                 Ok(()) => {
                     // Tests count clients (INFO clients, CLIENT LIST): let the server notice
                     // that the readiness probes hung up before handing it over.
-                    wait_for(|| crate::process::server_side_connections(port) == 0, Duration::from_secs(2));
+                    if !self.no_ping {
+                        wait_for(|| crate::process::server_side_connections(port) == 0, Duration::from_secs(2));
+                    }
                     return TestServer { child: Some(child), port, dir, log, exit: None };
                 }
                 Err(failure) => {
@@ -248,7 +259,7 @@ impl Builder {
             }
             let logged = log.is_none_or(|p| fs::read_to_string(p).is_ok_and(|t| t.contains(READY_LINE)));
             // `start` truncated the log file, so a ready line in it is this process's.
-            if logged && answers_ping(port) {
+            if logged && (if self.no_ping { log.is_some() } else { answers_ping(port) }) {
                 return Ok(());
             }
             if Instant::now() >= deadline {

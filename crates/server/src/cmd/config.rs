@@ -59,16 +59,17 @@ fn set(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
     let outcome = runtime::set_as(&old, &pairs, local).map_err(set_error)?;
     srv.install_settings(outcome.settings.clone());
     for run in &outcome.hooks {
-        if let Err(reason) = hooks::apply(srv, run.hook, &old, &outcome.settings) {
-            // Put everything back, including what earlier hooks changed.
+        if let Err(failure) = hooks::apply(srv, run.hook, &old, &outcome.settings) {
+            // Put everything back, including what earlier hooks changed. A failing hook has
+            // changed nothing itself (each one undoes its own partial work).
             srv.install_settings(Settings::clone(&old));
-            for undo in &outcome.hooks {
+            for undo in outcome.hooks.iter().take_while(|h| h.hook != run.hook) {
                 let _ = hooks::apply(srv, undo.hook, &outcome.settings, &old);
-                if undo.hook == run.hook {
-                    break;
-                }
             }
-            return Err(set_error(SetError::hook_failed(run.name, &reason)));
+            return Err(match failure {
+                hooks::HookError::Reason(reason) => set_error(SetError::hook_failed(run.name, &reason)),
+                hooks::HookError::Reply(reply) => CommandError::raw(reply),
+            });
         }
     }
     out.ok();

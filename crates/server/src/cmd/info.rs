@@ -95,6 +95,7 @@ pub fn generate(srv: &Server, sel: &Selection) -> String {
         ("stats", "Stats", stats),
         ("replication", "Replication", replication),
         ("cpu", "CPU", cpu),
+        ("tls", "TLS", tls),
         ("module_list", "Modules", |_, _| {}),
         ("commandstats", "Commandstats", commandstats),
         ("errorstats", "Errorstats", errorstats),
@@ -507,6 +508,14 @@ fn latencystats(srv: &Server, o: &mut String) {
             .map(|(p, v)| format!("p{}={v:.3}", percentile_label(*p)))
             .collect();
         let _ = write!(o, "latency_percentiles_usec_{}:{}\r\n", safe(&c.full_name), parts.join(","));
+    }
+}
+
+/// Valkey 9.1's certificate fields, then hotkv's: what is loaded, whether the files on disk
+/// still match it, the last reload, and the handshake and connection counters.
+fn tls(srv: &Server, o: &mut String) {
+    for (name, value) in srv.tls.info().fields() {
+        let _ = write!(o, "{name}:{}\r\n", safe(&value));
     }
 }
 

@@ -28,6 +28,9 @@ pub enum Invocation {
     Version,
     /// Print [`usage_text`] and exit 1, as Valkey does (`-h`, `--help`).
     Help,
+    /// `--check-tls <config> [options]`: check the TLS files this configuration names, print
+    /// one line per problem and exit.
+    CheckTls(LoadedConfig),
 }
 
 /// Parses the arguments after the program name. `stdin` is read only when an argument asks
@@ -36,8 +39,15 @@ pub fn parse_args(args: &[String], stdin: &mut dyn Read) -> Result<Invocation, F
     match args.first().map(String::as_str) {
         Some("-v" | "--version") => return Ok(Invocation::Version),
         Some("-h" | "--help") => return Ok(Invocation::Help),
-        // `--check-tls <config>` (validate the TLS material of a configuration and exit) will
-        // be recognised here, before the options loop, like --version.
+        Some("--check-tls") => {
+            return match args.get(1) {
+                Some(file) if !file.starts_with('-') => match parse_args(&args[1..], stdin)? {
+                    Invocation::Serve(loaded) => Ok(Invocation::CheckTls(loaded)),
+                    other => Ok(other),
+                },
+                _ => Err(FatalConfigError::Usage("--check-tls needs a configuration file: hotkv --check-tls <config>".into())),
+            };
+        }
         _ => {}
     }
     let file = args.first().filter(|a| !a.starts_with('-')).map(PathBuf::from);
@@ -118,6 +128,7 @@ pub fn usage_text() -> String {
         "       hotkv - (read config from stdin)",
         "       hotkv -v or --version",
         "       hotkv -h or --help",
+        "       hotkv --check-tls /path/to/hotkv.conf [options] (check its TLS files and exit)",
         "",
         "Examples:",
         "       hotkv (run the server with default conf)",

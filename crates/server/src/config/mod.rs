@@ -203,6 +203,8 @@ pub enum FatalConfigError {
         /// The system's reason.
         reason: String,
     },
+    /// The command line itself is malformed.
+    Usage(String),
 }
 
 impl fmt::Display for FatalConfigError {
@@ -224,6 +226,7 @@ impl fmt::Display for FatalConfigError {
             FatalConfigError::Open { path, reason } => {
                 write!(f, "Fatal error, can't open config file '{path}': {reason}")
             }
+            FatalConfigError::Usage(reason) => f.write_str(reason),
         }
     }
 }

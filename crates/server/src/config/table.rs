@@ -45,6 +45,8 @@ pub enum Hook {
     Logging,
     /// Rebuild the TLS contexts from the tls-* directives (only when TLS is in use).
     Tls,
+    /// TLS settings that take effect without a rebuild (reload interval, expected peer names).
+    TlsLive,
     /// Re-evaluate memory limits now (maxmemory may require eviction).
     Maxmemory,
     /// Update limits read by connections (timeouts, buffer limits, maxclients).
@@ -160,6 +162,7 @@ const LISTEN: Option<Hook> = Some(Hook::Listeners);
 const LOG: Option<Hook> = Some(Hook::Logging);
 const CLIENTS: Option<Hook> = Some(Hook::Clients);
 const TLS: Option<Hook> = Some(Hook::Tls);
+const TLS_LIVE: Option<Hook> = Some(Hook::TlsLive);
 const CLUSTER: Option<Hook> = Some(Hook::Cluster);
 const REPL: Option<Hook> = Some(Hook::Replication);
 const POLICIES: &[&str] = &[
@@ -511,52 +514,52 @@ directives! {
     CLUSTER_BUS_PORT_PROTECTED_MODE = "cluster-bus-port-protected-mode" [] "cluster.bus_port_protected_mode": B, "no",
         M | U | NE, H, "Redis-compatible, not in Valkey: refuse a cluster bus without tls-cluster.";
     // tls
-    TLS_PORT = "tls-port" [] "tls.port": P16, "0", M | NE, LISTEN,
+    TLS_PORT = "tls-port" [] "tls.port": P16, "0", M, LISTEN,
         "TCP port for TLS clients; 0 = no TLS listener.";
-    TLS_CERT_FILE = "tls-cert-file" [] "tls.cert_file": O, "", M | VOLATILE | NE, TLS,
+    TLS_CERT_FILE = "tls-cert-file" [] "tls.cert_file": O, "", M | VOLATILE, TLS,
         "Server certificate chain (PEM), also the client certificate of outgoing links.";
-    TLS_KEY_FILE = "tls-key-file" [] "tls.key_file": O, "", M | VOLATILE | NE, TLS,
+    TLS_KEY_FILE = "tls-key-file" [] "tls.key_file": O, "", M | VOLATILE, TLS,
         "Private key of tls-cert-file (PEM).";
-    TLS_KEY_FILE_PASS = "tls-key-file-pass" [] "tls.key_file_pass": O, "", M | SEN | NE, TLS,
+    TLS_KEY_FILE_PASS = "tls-key-file-pass" [] "tls.key_file_pass": O, "", M | SEN, TLS,
         "Passphrase of an encrypted tls-key-file.";
-    TLS_CLIENT_CERT_FILE = "tls-client-cert-file" [] "tls.client_cert_file": O, "", M | VOLATILE | NE, TLS,
+    TLS_CLIENT_CERT_FILE = "tls-client-cert-file" [] "tls.client_cert_file": O, "", M | VOLATILE, TLS,
         "Certificate presented on outgoing links (replication, cluster bus).";
-    TLS_CLIENT_KEY_FILE = "tls-client-key-file" [] "tls.client_key_file": O, "", M | VOLATILE | NE, TLS,
+    TLS_CLIENT_KEY_FILE = "tls-client-key-file" [] "tls.client_key_file": O, "", M | VOLATILE, TLS,
         "Private key of tls-client-cert-file.";
-    TLS_CLIENT_KEY_FILE_PASS = "tls-client-key-file-pass" [] "tls.client_key_file_pass": O, "", M | SEN | NE, TLS,
+    TLS_CLIENT_KEY_FILE_PASS = "tls-client-key-file-pass" [] "tls.client_key_file_pass": O, "", M | SEN, TLS,
         "Passphrase of an encrypted tls-client-key-file.";
-    TLS_DH_PARAMS_FILE = "tls-dh-params-file" [] "tls.dh_params_file": O, "", M | VOLATILE | NE, TLS,
+    TLS_DH_PARAMS_FILE = "tls-dh-params-file" [] "tls.dh_params_file": O, "", M | VOLATILE, TLS,
         "Diffie-Hellman parameters for DHE cipher suites.";
-    TLS_CA_CERT_FILE = "tls-ca-cert-file" [] "tls.ca_cert_file": O, "", M | VOLATILE | NE, TLS,
+    TLS_CA_CERT_FILE = "tls-ca-cert-file" [] "tls.ca_cert_file": O, "", M | VOLATILE, TLS,
         "CA bundle that verifies every peer.";
-    TLS_CA_CERT_DIR = "tls-ca-cert-dir" [] "tls.ca_cert_dir": O, "", M | VOLATILE | NE, TLS,
+    TLS_CA_CERT_DIR = "tls-ca-cert-dir" [] "tls.ca_cert_dir": O, "", M | VOLATILE, TLS,
         "Directory of CA certificates that verify every peer.";
     TLS_AUTH_CLIENTS = "tls-auth-clients" [] "tls.auth_clients": Ty::Enum(&["no", "yes", "optional"]), "yes",
-        M | U | NE, H, "Client certificates on the client port: required, optional or not asked for.";
+        M | U, H, "Client certificates on the client port: required, optional or not asked for.";
     TLS_AUTH_CLIENTS_USER = "tls-auth-clients-user" [] "tls.auth_clients_user": Ty::Enum(&["off", "CN", "URI"]), "off",
-        M | U | NE, H, "Valkey 9: log in as the ACL user named by the client certificate's CN or URI.";
+        M | U, H, "Valkey 9: log in as the ACL user named by the client certificate's CN or URI.";
     TLS_REPLICATION = "tls-replication" [] "tls.replication": B, "no", M | NE, TLS,
         "Connect to the primary over TLS.";
     TLS_CLUSTER = "tls-cluster" [] "tls.cluster": B, "no", M | NE, TLS,
         "Use TLS on the cluster bus.";
-    TLS_PROTOCOLS = "tls-protocols" [] "tls.protocols": Ty::OptStr(Check::TlsProtocols), "", M | NE, TLS,
+    TLS_PROTOCOLS = "tls-protocols" [] "tls.protocols": Ty::OptStr(Check::TlsProtocols), "", M, TLS,
         "TLS versions accepted; empty = TLSv1.2 TLSv1.3.";
-    TLS_CIPHERS = "tls-ciphers" [] "tls.ciphers": O, "", M | NE, TLS,
+    TLS_CIPHERS = "tls-ciphers" [] "tls.ciphers": O, "", M, TLS,
         "TLS 1.2 cipher list.";
-    TLS_CIPHERSUITES = "tls-ciphersuites" [] "tls.ciphersuites": O, "", M | NE, TLS,
+    TLS_CIPHERSUITES = "tls-ciphersuites" [] "tls.ciphersuites": O, "", M, TLS,
         "TLS 1.3 cipher suites.";
-    TLS_PREFER_SERVER_CIPHERS = "tls-prefer-server-ciphers" [] "tls.prefer_server_ciphers": B, "no", M | NE, TLS,
+    TLS_PREFER_SERVER_CIPHERS = "tls-prefer-server-ciphers" [] "tls.prefer_server_ciphers": B, "no", M, TLS,
         "Prefer the server's cipher order over the client's.";
-    TLS_SESSION_CACHING = "tls-session-caching" [] "tls.session_caching": B, "yes", M | NE, TLS,
+    TLS_SESSION_CACHING = "tls-session-caching" [] "tls.session_caching": B, "yes", M, TLS,
         "Cache TLS sessions for resumption.";
-    TLS_SESSION_CACHE_SIZE = "tls-session-cache-size" [] "tls.session_cache_size": int(0, INT), "20480", M | NE, TLS,
+    TLS_SESSION_CACHE_SIZE = "tls-session-cache-size" [] "tls.session_cache_size": int(0, INT), "20480", M, TLS,
         "Sessions cached; 0 = unlimited.";
     TLS_SESSION_CACHE_TIMEOUT = "tls-session-cache-timeout" [] "tls.session_cache_timeout": int(0, INT), "300",
-        M | NE, TLS, "Seconds a cached session stays valid.";
-    TLS_AUTO_RELOAD_INTERVAL = "tls-auto-reload-interval" [] "tls.auto_reload_interval": int(0, INT), "0", M | NE, TLS,
+        M, TLS, "Seconds a cached session stays valid.";
+    TLS_AUTO_RELOAD_INTERVAL = "tls-auto-reload-interval" [] "tls.auto_reload_interval": int(0, INT), "0", M, TLS_LIVE,
         "Valkey 9: seconds between checks of the TLS files for changes; 0 = off.";
     TLS_EXPECTED_PEER_NAME = "tls-expected-peer-name" [] "tls.expected_peer_name": Ty::OptStr(Check::PeerNames), "",
-        M | U | NE, H, "Redis-compatible, not in Valkey: names other nodes' certificates must carry.";
+        M, TLS_LIVE, "Redis-compatible, not in Valkey: names other nodes' certificates must carry.";
     // latency
     SLOWLOG_LOG_SLOWER_THAN = "slowlog-log-slower-than" [] "latency.slowlog_log_slower_than": int(-1, LONG), "10000",
         M | U, H, "Microseconds above which a command is logged in SLOWLOG; -1 = never.";
