@@ -47,4 +47,9 @@ fi
 
 # -j2: the project's machines have two cores, shared with whatever else runs there.
 # --no-fail-fast: a failing test binary must not hide the results of the others.
-exec cargo test -j2 --workspace --no-fail-fast
+status=0
+cargo test -j2 --workspace --no-fail-fast || status=$?
+# The criterion suite in test mode: every benchmark runs once, so a broken one fails here
+# rather than on the day someone measures (timing is never judged in tests).
+cargo test -j2 --bench internals || status=$?
+exit "$status"

@@ -511,3 +511,29 @@ fn check_tls_reports_every_problem_before_deployment() {
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stderr.contains("--check-tls needs a configuration file"), "{out:?}");
 }
+
+#[test]
+fn redis_benchmark_over_tls_runs_without_errors() {
+    let pki = Pki::new();
+    let (srv, tls_port) = tls_server(&pki, &[("tls-auth-clients", "no")]);
+    let mut cmd = Command::new("redis-benchmark");
+    cmd.args(["-h", "127.0.0.1", "-p", &tls_port.to_string(), "--tls", "--cacert", &pki.dir.s("ca.crt")])
+        .args(["-t", "set,get", "-n", "20000", "-P", "16", "-c", "20", "-r", "1000", "--csv"]);
+    let out = run_bounded(&mut cmd, None, Duration::from_secs(60));
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stdout.contains("\"SET\"") && out.stdout.contains("\"GET\""), "{out:?}");
+    assert!(!out.stderr.to_lowercase().contains("error"), "{out:?}");
+    // Every request reached the server.
+    let Frame::Bulk(stats) = srv.cmd(&["INFO", "commandstats"]) else { panic!() };
+    let stats = String::from_utf8(stats).unwrap();
+    for c in ["set", "get"] {
+        let calls: u64 = stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{c}:calls=")))
+            .and_then(|r| r.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!(calls >= 20000, "{c}: {calls} calls\n{stats}");
+    }
+    assert_eq!(info_field(&srv, "tls", "tls_handshake_failures"), "0");
+}
