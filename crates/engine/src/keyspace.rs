@@ -56,7 +56,15 @@ impl Slot {
     /// Publishes the counters after a change made under the lock.
     pub fn sync(&self, table: &Table) {
         self.keys.store(table.len() as u32, Ordering::Relaxed);
-        self.volatile.store(table.volatile_len() as u32, Ordering::Relaxed);
+        let volatile = table.volatile_len() as u32;
+        // Only the lock holder writes the counter, so a load and a store do (no atomic RMW).
+        let before = self.volatile.load(Ordering::Relaxed);
+        if before != volatile {
+            self.volatile.store(volatile, Ordering::Relaxed);
+            if before == 0 {
+                crate::expire::volatile_slot_appeared();
+            }
+        }
         let (addr, len) = table.groups_addr();
         self.groups_addr.store(addr, Ordering::Relaxed);
         self.groups_len.store(len as u32, Ordering::Relaxed);
