@@ -285,13 +285,14 @@ impl Clients {
         self.len() == 0
     }
 
-    /// A snapshot of all clients, by id.
+    /// A snapshot of all clients, by id. A killed client is left out at once, as Valkey frees
+    /// it inside CLIENT KILL, although its task may take a moment to notice and deregister.
     pub fn snapshot(&self) -> Vec<Arc<ClientInfo>> {
-        self.map.lock().values().cloned().collect()
+        self.map.lock().values().filter(|c| !c.is_killed()).cloned().collect()
     }
 
-    /// One client.
+    /// One client (not a killed one).
     pub fn get(&self, id: u64) -> Option<Arc<ClientInfo>> {
-        self.map.lock().get(&id).cloned()
+        self.map.lock().get(&id).filter(|c| !c.is_killed()).cloned()
     }
 }

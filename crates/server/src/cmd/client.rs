@@ -533,7 +533,9 @@ mod tests {
         assert_eq!(a.run(&srv, &["client", "kill", "1.2.3.4:5"]), "-ERR No such client\r\n");
         assert_eq!(a.run(&srv, &["client", "kill", "127.0.0.1:41004"]), "+OK\r\n");
         assert!(b.sess.info.is_killed());
-        assert_eq!(a.run(&srv, &["client", "kill", "skipme", "yes"]), ":1\r\n");
+        // A killed client is gone at once, as in Valkey, even before its task deregisters it.
+        assert_eq!(a.run(&srv, &["client", "kill", "127.0.0.1:41004"]), "-ERR No such client\r\n");
+        assert_eq!(a.run(&srv, &["client", "kill", "skipme", "yes"]), ":0\r\n");
         assert!(!a.sess.close_after_reply);
         assert_eq!(a.run(&srv, &["client", "kill", "id", &a.sess.id.to_string(), "skipme", "no"]), ":1\r\n");
         assert!(a.sess.close_after_reply);
