@@ -269,6 +269,17 @@ impl<'a> LockSet<'a> {
         LockSet { guards: SmallVec::new(), memo: KeyMemo::default() }
     }
 
+    /// Tells the set the slot and hash of `key` in `db`, computed by the caller, so that the
+    /// handler's first [`LockSet::locate`] of it computes nothing.
+    pub fn seed(&mut self, db: usize, key: &[u8], slot: u16, hash: u32) {
+        if key.len() <= MEMO_MAX {
+            self.memo.len = key.len() as u8;
+            self.memo.key[..key.len()].copy_from_slice(key);
+            self.memo.id = lock_id(db, slot);
+            self.memo.hash = hash;
+        }
+    }
+
     /// The lock id of `key` in database `db` and its table hash, remembered for the next call
     /// with the same key.
     pub fn locate(&mut self, db: usize, key: &[u8]) -> (LockId, u32) {

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use bytes::{Buf, BytesMut};
 use hotkv_engine::BlockMode;
+use hotkv_engine::cmd::KeyHint;
 use hotkv_protocol::{Decoder, Limits, ReplyBuf, Step};
 use hotkv_tls::TlsSession;
 use tokio::net::TcpStream;
@@ -73,8 +74,9 @@ struct Conn {
     cmds: Vec<(usize, usize, usize)>,
     /// Their argument ranges.
     spans: Vec<(usize, usize)>,
-    /// (slot, table hash) of each command's key, for the second prefetch pass.
-    hints: Vec<(u16, u32)>,
+    /// (slot, table hash) of each decoded command's second argument (its key, for nearly
+    /// every data command), for the second prefetch pass and for dispatch.
+    hints: Vec<Option<(u16, u32)>>,
     rbuf: BytesMut,
     out: ReplyBuf,
     decoder: Decoder,
@@ -337,6 +339,10 @@ impl Conn {
                 let (at, n, end) = self.cmds[i];
                 let args = hotkv_protocol::Args::from_parts(&self.rbuf, &self.spans[at..at + n]);
                 commands += 1;
+                if let Some(Some((slot, hash))) = self.hints.get(i) {
+                    let at = args.get(1).as_ptr() as usize;
+                    self.scratch.set_hint(KeyHint { arg: 1, at, slot: *slot, hash: Some(*hash) });
+                }
                 flow = dispatch(&batch, sess, args, &mut self.out, &mut self.scratch);
                 let stop = !flow.is_continue() || sess.close_after_reply;
                 let over = !stop && self.over_output_limit(srv, sess, rt.obuf_normal);
@@ -391,22 +397,23 @@ impl Conn {
     /// its second argument, which is the key of nearly every data command (a wrong guess only
     /// costs a useless hint).
     fn prefetch(&mut self, srv: &Server, db: usize) {
+        self.hints.clear();
         if self.cmds.len() < 2 {
             return;
         }
         let Some(d) = srv.ks.db_if_used(db) else { return };
-        self.hints.clear();
         for &(at, n, _) in &self.cmds {
             if n < 2 {
+                self.hints.push(None);
                 continue;
             }
             let (s, e) = self.spans[at + 1];
             let key = &self.rbuf[s..e];
             let slot = hotkv_engine::slot::key_slot(key);
             hotkv_engine::prefetch::read(d.slot(slot) as *const _ as usize);
-            self.hints.push((slot, hotkv_engine::hash::key_hash(key)));
+            self.hints.push(Some((slot, hotkv_engine::hash::key_hash(key))));
         }
-        for &(slot, hash) in &self.hints {
+        for &(slot, hash) in self.hints.iter().flatten() {
             d.slot(slot).prefetch_home(hash);
         }
     }

@@ -5,7 +5,7 @@
 // TSC-based: two clock reads per command cost a few ns instead of two vDSO calls.
 use quanta::Instant;
 
-use hotkv_engine::cmd::{EngineCmd, plan_locks};
+use hotkv_engine::cmd::{EngineCmd, KeyHint, plan_locks, plan_locks_hinted};
 use hotkv_engine::command::flags;
 use hotkv_engine::keyspace::LockId;
 use hotkv_engine::{BlockMode, CommandError, Ctx, EngineConfig};
@@ -35,6 +35,15 @@ pub struct Batch<'a> {
 pub struct Scratch {
     keys: Vec<usize>,
     locks: Vec<LockId>,
+    /// What the connection already computed about the next command's key.
+    hint: KeyHint,
+}
+
+impl Scratch {
+    /// Hands the next dispatched command the slot and hash of one of its keys.
+    pub fn set_hint(&mut self, hint: KeyHint) {
+        self.hint = hint;
+    }
 }
 
 /// Runs one command, writing its reply into `out`.
@@ -54,7 +63,10 @@ pub fn dispatch_with(
 ) -> Flow {
     let mark = out.len();
     let reply_mode = advance_reply_mode(sess);
-    let flow = match run_checked(b, sess, args, out, scratch, mode) {
+    let flow = run_checked(b, sess, args, out, scratch, mode);
+    // A hint is for this command only, whether or not it got as far as using it.
+    scratch.hint = KeyHint::default();
+    let flow = match flow {
         Ok(flow) => flow,
         Err(e) => {
             out.truncate(mark);
@@ -246,10 +258,16 @@ fn run_engine(
     let Some(spec) = engine_spec(cmd) else {
         return Err(CommandError::err("internal error: engine command without engine row"));
     };
-    plan_locks(spec, &args, sess.db, b.srv.ks.databases(), &mut scratch.keys, &mut scratch.locks)?;
+    let mut hint = std::mem::take(&mut scratch.hint);
+    plan_locks_hinted(spec, &args, sess.db, b.srv.ks.databases(), &mut scratch.keys, &mut scratch.locks, &mut hint)?;
     // Declared before the locks: the lock set borrows the same lifetime as the events sink.
     let events = CmdEvents::new(b.srv, b.rt.notify);
-    let locks = b.srv.ks.lock(&scratch.locks);
+    let mut locks = b.srv.ks.lock(&scratch.locks);
+    if hint.applies(&args, hint.arg) {
+        let key = args.get(hint.arg);
+        let hash = hint.hash.unwrap_or_else(|| hotkv_engine::hash::key_hash(key));
+        locks.seed(sess.db, key, hint.slot, hash);
+    }
     let no_touch = sess.has_flag(crate::session::flag::NO_TOUCH);
     let mut local = std::mem::take(&mut sess.local);
     let mut ctx = Ctx::new(&b.srv.ks, sess.db, b.now_ms, b.engine, &mut local, no_touch, &events, locks);

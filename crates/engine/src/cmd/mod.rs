@@ -109,6 +109,54 @@ pub fn plan_locks(
     keys: &mut Vec<usize>,
     ids: &mut Vec<LockId>,
 ) -> Result<(), CommandError> {
+    plan_locks_hinted(spec, args, db, databases, keys, ids, &mut KeyHint::default())
+}
+
+/// The slot of one key argument, and its table hash when known, so that a command computes
+/// them once: the connection computes them while prefetching a pipeline, the lock plan uses
+/// the slot, and the lock set is seeded with both for the handler's first lookup. Before this,
+/// CRC16 ran three times and the table hash twice for every single-key command.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeyHint {
+    /// The argument index; 0 (the command name) means no hint.
+    pub arg: usize,
+    /// Address of that argument's first byte, so a hint can never apply to another command.
+    pub at: usize,
+    /// Its hash slot.
+    pub slot: u16,
+    /// Its table hash, if computed.
+    pub hash: Option<u32>,
+}
+
+impl KeyHint {
+    /// A hint for argument `arg` of `args`, computing the slot (and the hash if asked).
+    pub fn of(args: &Args<'_>, arg: usize, with_hash: bool) -> KeyHint {
+        let key = args.get(arg);
+        KeyHint {
+            arg,
+            at: key.as_ptr() as usize,
+            slot: key_slot(key),
+            hash: with_hash.then(|| crate::hash::key_hash(key)),
+        }
+    }
+
+    /// Whether it describes argument `arg` of `args`.
+    pub fn applies(&self, args: &Args<'_>, arg: usize) -> bool {
+        self.arg != 0 && self.arg == arg && arg < args.len() && args.get(arg).as_ptr() as usize == self.at
+    }
+}
+
+/// [`plan_locks`] using and filling `hint`: a hint for one of the keys saves its CRC16, and
+/// with no hint the first key's slot is recorded in it.
+pub fn plan_locks_hinted(
+    spec: &Spec,
+    args: &Args<'_>,
+    db: usize,
+    databases: usize,
+    keys: &mut Vec<usize>,
+    ids: &mut Vec<LockId>,
+    hint: &mut KeyHint,
+) -> Result<(), CommandError> {
     ids.clear();
     keys.clear();
     let Some(cmd) = &spec.handler else { return Ok(()) };
@@ -131,7 +179,16 @@ pub fn plan_locks(
         _ => None,
     };
     for &k in keys.iter() {
-        let slot = key_slot(args.get(k));
+        let slot = if hint.applies(args, k) {
+            hint.slot
+        } else {
+            let key = args.get(k);
+            let slot = key_slot(key);
+            if hint.arg == 0 {
+                *hint = KeyHint { arg: k, at: key.as_ptr() as usize, slot, hash: None };
+            }
+            slot
+        };
         ids.push(lock_id(db, slot));
         if let Some(other) = other_db {
             ids.push(lock_id(other, slot));
