@@ -56,14 +56,15 @@ impl Object {
         }
     }
 
-    /// Heap bytes owned by the object beyond the entry, for MEMORY USAGE and eviction.
+    /// Heap bytes owned by the object beyond the entry (which holds the object itself), for
+    /// eviction.
     pub fn heap_size(&self) -> usize {
         match self {
-            Object::Str(v) => std::mem::size_of::<Object>() + v.capacity(),
-            Object::List(l) => std::mem::size_of::<Object>() + l.heap_size(),
-            Object::ZSet(z) => std::mem::size_of::<Object>() + z.heap_size(),
-            Object::Hash(h) => std::mem::size_of::<Object>() + h.heap_bytes(),
-            Object::Set(s) => std::mem::size_of::<Object>() + s.heap_bytes(),
+            Object::Str(v) => v.capacity(),
+            Object::List(l) => l.heap_size(),
+            Object::ZSet(z) => z.heap_size(),
+            Object::Hash(h) => h.heap_bytes(),
+            Object::Set(s) => s.heap_bytes(),
         }
     }
 }

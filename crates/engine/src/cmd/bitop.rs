@@ -54,7 +54,7 @@ fn bitop(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     if len > 0 {
         res.shrink_to_fit();
         // Like Valkey, the result is a new raw string; SET semantics drop any TTL.
-        ctx.set(dest, NewValue::Object(Box::new(Object::Str(res))), Ttl::Clear)?;
+        ctx.set(dest, NewValue::Object(Object::Str(res)), Ttl::Clear)?;
         ctx.events.notify('$', "set", dest, ctx.db);
     } else if ctx.delete(dest)? {
         ctx.events.notify('g', "del", dest, ctx.db);

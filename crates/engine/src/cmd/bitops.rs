@@ -84,7 +84,7 @@ pub(super) fn with_bits<R>(
     }
     let mut v = vec![0; len];
     let r = f(&mut v, Growth::Created);
-    ctx.set(key, NewValue::Object(Box::new(Object::Str(v))), Ttl::Clear)?;
+    ctx.set(key, NewValue::Object(Object::Str(v)), Ttl::Clear)?;
     Ok((r, Growth::Created))
 }
 
@@ -107,7 +107,7 @@ pub(super) fn signal_setbit(ctx: &mut Ctx<'_>, key: &[u8], growth: Growth, chang
 pub(super) fn raw_mut<'k>(k: &'k mut KeyMut<'_>) -> Result<&'k mut Vec<u8>, CommandError> {
     if k.entry_mut().object_mut().is_none() {
         let v = k.str()?.to_vec();
-        k.set_value(NewValue::Object(Box::new(Object::Str(v))));
+        k.set_value(NewValue::Object(Object::Str(v)));
     }
     match k.entry_mut().object_mut() {
         Some(Object::Str(v)) => Ok(v),

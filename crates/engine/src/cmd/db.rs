@@ -263,7 +263,7 @@ fn copy(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
 fn duplicate(e: &Entry, key: &[u8], lru: u32) -> Entry {
     let value = match e.value() {
         ValueRef::Str(b) => NewValue::Bytes(b),
-        ValueRef::Obj(o) => NewValue::Object(Box::new(o.clone())),
+        ValueRef::Obj(o) => NewValue::Object(o.clone()),
     };
     Entry::new(key, key_hash(key), value, e.expire(), lru)
 }

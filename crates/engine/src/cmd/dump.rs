@@ -118,16 +118,16 @@ fn restore(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         Loaded::Str(s) => ctx.set(key, NewValue::Bytes(&s), ttl)?,
         Loaded::Object(mut o) => {
             o.conform(ctx.cfg);
-            ctx.set(key, NewValue::Object(Box::new(o)), ttl)?
+            ctx.set(key, NewValue::Object(o), ttl)?
         }
         Loaded::List(items) => {
             let list = List::from_elements(items.iter().map(Vec::as_slice), ctx.cfg.list_max_listpack_size);
-            ctx.set(key, NewValue::Object(Box::new(Object::List(list))), ttl)?
+            ctx.set(key, NewValue::Object(Object::List(list)), ttl)?
         }
         Loaded::ZSet(mut items) => {
             items.sort_by(|(am, a), (bm, b)| a.total_cmp(b).then_with(|| am.cmp(bm)));
             let limits = super::zset::limits(ctx);
-            ctx.set(key, NewValue::Object(Box::new(Object::ZSet(ZSet::from_sorted(&items, limits)))), ttl)?
+            ctx.set(key, NewValue::Object(Object::ZSet(ZSet::from_sorted(&items, limits))), ttl)?
         }
     }
     if opts.idle.is_some() || opts.freq.is_some() {

@@ -91,7 +91,7 @@ fn update<R>(
     let mut h = Hash::new();
     let r = f(&mut h)?;
     if !h.is_empty() {
-        ctx.set(key, NewValue::Object(Box::new(Object::Hash(h))), Ttl::Clear)?;
+        ctx.set(key, NewValue::Object(Object::Hash(h)), Ttl::Clear)?;
     }
     Ok(r)
 }

@@ -78,7 +78,7 @@ fn pfadd(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
                 updated += u64::from(hll::add(&mut v, e, sparse_max)?);
             }
             hll::invalidate(&mut v);
-            ctx.set(key, NewValue::Object(Box::new(Object::Str(v))), Ttl::Clear)?;
+            ctx.set(key, NewValue::Object(Object::Str(v)), Ttl::Clear)?;
             updated
         }
     };
@@ -144,7 +144,7 @@ fn pfmerge(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         None => {
             let mut v = hll::new_sparse();
             store_union(&mut v, &max, dense, sparse_max)?;
-            ctx.set(dest, NewValue::Object(Box::new(Object::Str(v))), Ttl::Clear)?;
+            ctx.set(dest, NewValue::Object(Object::Str(v)), Ttl::Clear)?;
         }
     }
     // A merge is a mass add, so it sends the same event as PFADD.

@@ -164,11 +164,11 @@ pub(super) fn rekey(mut old: Entry, key: &[u8]) -> Entry {
     let (expire, lru, hash) = (old.expire(), old.lru(), key_hash(key));
     if let Some(obj) = old.object_mut() {
         let obj = std::mem::replace(obj, Object::Str(Vec::new()));
-        return Entry::new(key, hash, NewValue::Object(Box::new(obj)), expire, lru);
+        return Entry::new(key, hash, NewValue::Object(obj), expire, lru);
     }
     match old.value() {
         ValueRef::Str(b) => Entry::new(key, hash, NewValue::Bytes(b), expire, lru),
-        ValueRef::Obj(o) => Entry::new(key, hash, NewValue::Object(Box::new(o.clone())), expire, lru),
+        ValueRef::Obj(o) => Entry::new(key, hash, NewValue::Object(o.clone()), expire, lru),
     }
 }
 

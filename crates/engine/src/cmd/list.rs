@@ -105,7 +105,7 @@ pub(super) fn bulk_value(out: &mut ReplyBuf, v: &Value<'_>) {
 
 /// Stores a new list at `key` (which does not exist).
 pub(super) fn create(ctx: &mut Ctx<'_>, key: &[u8], list: List) -> CmdResult {
-    ctx.set(key, NewValue::Object(Box::new(Object::List(list))), Ttl::Clear)
+    ctx.set(key, NewValue::Object(Object::List(list)), Ttl::Clear)
 }
 
 /// Records a change to the list at `key`: dirty/WATCH, the list `event`, and `del` when the

@@ -232,17 +232,17 @@ fn usage(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     Ok(())
 }
 
-/// Heap bytes of an object outside its entry, in allocator size classes.
+/// Heap bytes of an object outside its entry (which holds the object itself), in allocator
+/// size classes.
 fn object_usage(o: &Object) -> usize {
-    let boxed = size_class(std::mem::size_of::<Object>());
     match o {
-        Object::Str(v) if v.capacity() == 0 => boxed,
-        Object::Str(v) => boxed + size_class(v.capacity()),
-        Object::List(l) => boxed + l.heap_size(),
-        Object::ZSet(z) => boxed + z.heap_size(),
+        Object::Str(v) if v.capacity() == 0 => 0,
+        Object::Str(v) => size_class(v.capacity()),
+        Object::List(l) => l.heap_size(),
+        Object::ZSet(z) => z.heap_size(),
         // Exact in O(1) (tables keep a running total), so SAMPLES has nothing to sample.
-        Object::Hash(h) => boxed + h.heap_bytes(),
-        Object::Set(s) => boxed + s.heap_bytes(),
+        Object::Hash(h) => h.heap_bytes(),
+        Object::Set(s) => s.heap_bytes(),
     }
 }
 

@@ -134,7 +134,7 @@ fn setrange(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult 
             check_length(offset as u64, patch.len() as u64, max)?;
             let mut v = vec![0; end];
             v[offset..].copy_from_slice(patch);
-            ctx.set(key, NewValue::Object(Box::new(Object::Str(v))), Ttl::Clear)?;
+            ctx.set(key, NewValue::Object(Object::Str(v)), Ttl::Clear)?;
             end
         }
     };
@@ -166,7 +166,7 @@ fn edit(k: &mut KeyMut<'_>, new_len: usize, change: impl FnOnce(&mut Vec<u8>)) {
     let mut v = Vec::with_capacity(prealloc(new_len));
     v.extend_from_slice(old);
     change(&mut v);
-    k.set_value(NewValue::Object(Box::new(Object::Str(v))));
+    k.set_value(NewValue::Object(Object::Str(v)));
 }
 
 /// The capacity sds gives a string growing to `len`.

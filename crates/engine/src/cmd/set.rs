@@ -81,7 +81,7 @@ impl From<&EngineConfig> for SetLimits {
 
 /// Stores `set` at `key` as a new value (replacing whatever was there, TTL included).
 pub(super) fn store(ctx: &mut Ctx<'_>, key: &[u8], set: Set) -> CmdResult {
-    ctx.set(key, NewValue::Object(Box::new(Object::Set(set))), Ttl::Clear)
+    ctx.set(key, NewValue::Object(Object::Set(set)), Ttl::Clear)
 }
 
 fn sadd(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {

@@ -94,7 +94,7 @@ pub(super) fn limits(ctx: &Ctx<'_>) -> Limits {
 
 /// Stores a new sorted set at `key`, replacing whatever was there (and its TTL).
 pub(super) fn store(ctx: &mut Ctx<'_>, key: &[u8], z: ZSet) -> CmdResult {
-    ctx.set(key, NewValue::Object(Box::new(Object::ZSet(z))), Ttl::Clear)
+    ctx.set(key, NewValue::Object(Object::ZSet(z)), Ttl::Clear)
 }
 
 /// Records a change to the sorted set at `key` with its `z` event, and `del` when emptied.
