@@ -57,7 +57,7 @@ struct Header {
 const HDR: usize = std::mem::size_of::<Header>();
 /// Room an inline object takes; a multiple of 8, so the key after it needs no padding.
 const OBJECT: usize = std::mem::size_of::<Object>();
-const _: () = assert!(OBJECT % 8 == 0 && std::mem::align_of::<Object>() <= 8);
+const _: () = assert!(OBJECT.is_multiple_of(8) && std::mem::align_of::<Object>() <= 8);
 const LRU_MASK: u32 = 0x00FF_FFFF;
 const META_OBJECT: u32 = 1 << 24;
 const META_VOLATILE: u32 = 1 << 25;
