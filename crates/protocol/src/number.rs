@@ -83,6 +83,24 @@ pub fn format_double(v: f64, out: &mut Vec<u8>) {
     }
 }
 
+/// Formats a double as Valkey's bare `fpconv_dtoa`, without `d2string`'s integer shortcut:
+/// DEBUG DIGEST hashes sorted-set scores in this form, so `1e17` must read `1e+17` there
+/// even though ZSCORE replies `100000000000000000`.
+pub fn fpconv_dtoa(v: f64, out: &mut Vec<u8>) {
+    if v.is_sign_negative() && !v.is_nan() {
+        out.push(b'-');
+    }
+    if v == 0.0 {
+        out.push(b'0');
+    } else if v.is_nan() {
+        out.extend_from_slice(b"nan");
+    } else if v.is_infinite() {
+        out.extend_from_slice(b"inf");
+    } else {
+        emit_shortest(v.abs(), out);
+    }
+}
+
 /// Writes `v` (finite, non-zero) using the shortest round-trip digits and `fpconv_dtoa`'s
 /// layout: plain integer, plain decimal, or `d.ddde±XX`.
 fn emit_shortest(v: f64, out: &mut Vec<u8>) {
@@ -136,6 +154,25 @@ mod tests {
         let mut out = Vec::new();
         format_double(v, &mut out);
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn fpconv_dtoa_has_no_integer_shortcut() {
+        let f = |v: f64| {
+            let mut out = Vec::new();
+            fpconv_dtoa(v, &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(f(1e17), "1e+17");
+        assert_eq!(fmt(1e17), "100000000000000000");
+        assert_eq!(f(10000000.0), "10000000");
+        assert_eq!(f(-2.5), "-2.5");
+        assert_eq!(f(0.1), "0.1");
+        assert_eq!(f(0.0), "0");
+        assert_eq!(f(-0.0), "-0");
+        assert_eq!(f(f64::INFINITY), "inf");
+        assert_eq!(f(f64::NEG_INFINITY), "-inf");
+        assert_eq!(f(1.5e-9), "1.5e-9");
     }
 
     #[test]
