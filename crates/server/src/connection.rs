@@ -206,6 +206,8 @@ impl Conn {
                     return Ok(true);
                 }
                 Wakeup::Error(msg) => {
+                    // CLIENT UNBLOCK ... ERROR ends the call: a failed one in commandstats.
+                    srv.stats.call(wait.waiter.cmd, 0, true, srv.rt.load().latency_tracking);
                     crate::dispatch::reply_error(srv, &mut self.out, &hotkv_engine::CommandError::raw(msg));
                     return Ok(true);
                 }
@@ -237,6 +239,11 @@ impl Conn {
         if let Some(subs) = &sess.subs {
             let size = msg.channel.len() + msg.payload.len() + msg.pattern.as_ref().map_or(0, |p| p.len()) + 32;
             subs.queued.fetch_sub(size.min(subs.queued.load(Ordering::Relaxed)), Ordering::Relaxed);
+        }
+        // A RESP2 message is an ordinary reply, which CLIENT REPLY OFF silences; a RESP3
+        // message is a push, which it does not.
+        if sess.reply_mode == crate::session::ReplyMode::Off && !self.out.is_resp3() {
+            return;
         }
         match msg.kind {
             Kind::Pattern => {
