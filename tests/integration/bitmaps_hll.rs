@@ -184,3 +184,28 @@ except redis.ResponseError as e:
                     error: WRONGTYPE Key is not a valid HyperLogLog string value.\n";
     assert_eq!(out, expected);
 }
+
+#[test]
+fn bitmaps_are_strings_that_string_commands_edit() {
+    let srv = server();
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["SETBIT", "b", "0", "1"]), Frame::Integer(0));
+    assert_eq!(c.cmd(&["APPEND", "b", "A"]), Frame::Integer(2));
+    assert_eq!(c.cmd(&["GET", "b"]), Frame::bulk(b"\x80A"));
+    assert_eq!(c.cmd(&["BITCOUNT", "b"]), Frame::Integer(3), "0x80 and 'A' (0x41)");
+    assert_eq!(c.cmd(&["SETRANGE", "b", "3", "\x01"]), Frame::Integer(4), "the gap is zero-filled");
+    assert_eq!(c.cmd(&["BITPOS", "b", "1", "2"]), Frame::Integer(31));
+    assert_eq!(c.cmd(&["GETBIT", "b", "31"]), Frame::Integer(1));
+    assert_eq!(c.cmd(&["OBJECT", "ENCODING", "b"]), Frame::bulk("raw"));
+    // BITOP pads shorter sources with zeros; NOT of a missing key is empty and deletes.
+    ok(&mut c, &["SET", "short", "\x0f"]);
+    assert_eq!(c.cmd(&["BITOP", "XOR", "x", "b", "short"]), Frame::Integer(4));
+    assert_eq!(c.cmd(&["GET", "x"]), Frame::bulk(b"\x8fA\x00\x01"));
+    ok(&mut c, &["SET", "x", "kept?"]);
+    assert_eq!(c.cmd(&["BITOP", "NOT", "x", "none"]), Frame::Integer(0));
+    assert_eq!(c.cmd(&["EXISTS", "x"]), Frame::Integer(0));
+    // A bitmap with a TTL keeps it through SETBIT, as any string edit does.
+    assert_eq!(c.cmd(&["EXPIRE", "b", "100"]), Frame::Integer(1));
+    c.cmd(&["SETBIT", "b", "100", "1"]);
+    assert!(c.cmd(&["TTL", "b"]).int() > 90);
+}
