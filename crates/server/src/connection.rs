@@ -240,11 +240,6 @@ impl Conn {
             let size = msg.channel.len() + msg.payload.len() + msg.pattern.as_ref().map_or(0, |p| p.len()) + 32;
             subs.queued.fetch_sub(size.min(subs.queued.load(Ordering::Relaxed)), Ordering::Relaxed);
         }
-        // A RESP2 message is an ordinary reply, which CLIENT REPLY OFF silences; a RESP3
-        // message is a push, which it does not.
-        if sess.reply_mode == crate::session::ReplyMode::Off && !self.out.is_resp3() {
-            return;
-        }
         match msg.kind {
             Kind::Pattern => {
                 self.out.push(4);
