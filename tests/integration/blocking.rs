@@ -93,3 +93,19 @@ fn a_blocked_client_that_disconnects_is_forgotten() {
     assert_eq!(admin.cmd(&["RPUSH", "gone", "v"]), Frame::Integer(1));
     assert_eq!(admin.cmd(&["LLEN", "gone"]), Frame::Integer(1), "nobody took it");
 }
+
+#[test]
+fn an_unblocked_command_is_a_call_in_commandstats() {
+    let srv = server();
+    let mut admin = srv.client();
+    let mut w = srv.client();
+    let id = w.cmd(&["CLIENT", "ID"]).int().to_string();
+    w.send(&["BLPOP", "l", "0"]);
+    assert!(wait_for(|| blocked_clients(&mut admin) == 1, Duration::from_secs(5)));
+    assert_eq!(admin.cmd(&["CLIENT", "UNBLOCK", &id, "ERROR"]), Frame::Integer(1));
+    assert!(w.read_frame().is_error());
+    let stats = crate::info(&mut admin, "commandstats");
+    let line = stats.lines().find(|l| l.starts_with("cmdstat_blpop:")).unwrap_or_else(|| panic!("no blpop in {stats}"));
+    assert!(line.starts_with("cmdstat_blpop:calls=1,") && line.ends_with(",rejected_calls=0,failed_calls=1"), "{line}");
+    assert!(crate::info(&mut admin, "errorstats").contains("errorstat_UNBLOCKED:count=1"));
+}

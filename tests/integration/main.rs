@@ -11,6 +11,7 @@
 
 mod auth;
 mod benchmark;
+mod bitmaps_hll;
 mod blocking;
 mod client_cmd;
 mod collections;
@@ -20,11 +21,14 @@ mod config_set;
 mod databases;
 mod debug_shutdown;
 mod expiry;
+mod generic_types;
 mod harness;
 mod info;
 mod inline;
 mod keys;
+mod lists;
 mod maxmemory;
+mod model;
 mod monitor_slowlog;
 mod object_memory;
 mod pipeline;
@@ -38,6 +42,7 @@ mod scan;
 mod strings;
 mod tls;
 mod transactions;
+mod zsets;
 
 use std::time::Duration;
 

@@ -115,3 +115,17 @@ fn a_disconnected_subscriber_is_forgotten() {
     let mut p = srv.client();
     assert!(wait_for(|| p.cmd(&["PUBLISH", "gone", "x"]) == Frame::Integer(0), Duration::from_secs(5)));
 }
+
+#[test]
+fn client_reply_off_does_not_silence_pubsub() {
+    // pubsub.tcl: keyspace notifications reach a RESP2 subscriber whose replies are off.
+    let srv = server();
+    let mut c = srv.client();
+    ok(&mut c, &["CONFIG", "SET", "notify-keyspace-events", "KA"]);
+    let mut sub = srv.client();
+    sub.send(&["CLIENT", "REPLY", "OFF"]);
+    assert_eq!(sub.cmd(&["PSUBSCRIBE", "*"]), arr(&[Frame::bulk("psubscribe"), Frame::bulk("*"), Frame::Integer(1)]));
+    ok(&mut c, &["SET", "foo", "bar"]);
+    assert_eq!(sub.read_frame(),
+        arr(&[Frame::bulk("pmessage"), Frame::bulk("*"), Frame::bulk("__keyspace@0__:foo"), Frame::bulk("set")]));
+}

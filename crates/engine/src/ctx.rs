@@ -107,9 +107,15 @@ pub trait Events: Sync {
     /// A keyspace notification (`notify-keyspace-events`): `class` is the event class
     /// letter (`g` generic, `$` string, `x` expired, `e` evicted, ...).
     fn notify(&self, _class: char, _event: &str, _key: &[u8], _db: usize) {}
-    /// Every key of `db` may have changed at once (FLUSHDB, FLUSHALL, SWAPDB): WATCH treats
-    /// all keys of that database as touched, as Valkey's `touchAllWatchedKeysInDb`.
+    /// Every key of `db` may have changed at once (FLUSHDB, FLUSHALL, SWAPDB): clients
+    /// blocked on keys of that database look again. (WATCH is told key by key, through
+    /// [`Events::watched_keys`] and [`Events::key_touched`].)
     fn db_changed(&self, _db: usize) {}
+    /// The WATCHed keys of `db`, so that a flush or swap touches exactly those that change,
+    /// as Valkey's `touchAllWatchedKeysInDb`.
+    fn watched_keys(&self, _db: usize) -> Vec<Vec<u8>> {
+        Vec::new()
+    }
 }
 
 /// Events sink that ignores everything.

@@ -61,6 +61,51 @@ pub fn parse_double(s: &[u8]) -> Option<f64> {
     Some(v)
 }
 
+/// Parses a number as Valkey's `string2ld` (C `strtold`) does: everything [`parse_double`]
+/// takes, plus hexadecimal floats such as `0x7FFFFFFFFFFFFF` or `0x1.8p1`. Blocking
+/// commands read their timeout this way, so a hex timeout is a number (and may be out of
+/// range) rather than a syntax error.
+pub fn parse_long_double(s: &[u8]) -> Option<f64> {
+    parse_double(s).or_else(|| parse_hex_float(s))
+}
+
+/// `[+-]0x<hex digits>[.<hex digits>][p[+-]<decimal exponent>]`; None past the f64 range.
+fn parse_hex_float(s: &[u8]) -> Option<f64> {
+    let (neg, rest) = match s.first()? {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let rest = rest.strip_prefix(b"0x").or_else(|| rest.strip_prefix(b"0X"))?;
+    let (mantissa, exp) = match rest.iter().position(|&c| c == b'p' || c == b'P') {
+        Some(i) => (&rest[..i], Some(&rest[i + 1..])),
+        None => (rest, None),
+    };
+    let (int_part, frac_part) = match mantissa.iter().position(|&c| c == b'.') {
+        Some(i) => (&mantissa[..i], &mantissa[i + 1..]),
+        None => (mantissa, &[][..]),
+    };
+    if int_part.is_empty() && frac_part.is_empty() {
+        return None;
+    }
+    let digit = |c: u8| char::from(c).to_digit(16).map(f64::from);
+    let mut v = 0.0;
+    for &c in int_part {
+        v = v * 16.0 + digit(c)?;
+    }
+    let mut scale = 1.0 / 16.0;
+    for &c in frac_part {
+        v += digit(c)? * scale;
+        scale /= 16.0;
+    }
+    if let Some(e) = exp {
+        let e: i32 = std::str::from_utf8(e).ok()?.parse().ok()?;
+        v *= 2f64.powi(e);
+    }
+    // strtold reports ERANGE for a value past the type's range; string2ld refuses it.
+    v.is_finite().then_some(if neg { -v } else { v })
+}
+
 fn mantissa_has_nonzero_digit(lower: &str) -> bool {
     let mantissa = lower.split('e').next().unwrap_or("");
     mantissa.bytes().any(|c| (b'1'..=b'9').contains(&c))
@@ -80,6 +125,24 @@ pub fn format_double(v: f64, out: &mut Vec<u8>) {
         out.extend_from_slice(itoa::Buffer::new().format(v as i64).as_bytes());
     } else {
         emit_shortest(v, out);
+    }
+}
+
+/// Formats a double as Valkey's bare `fpconv_dtoa`, without `d2string`'s integer shortcut:
+/// DEBUG DIGEST hashes sorted-set scores in this form, so `1e17` must read `1e+17` there
+/// even though ZSCORE replies `100000000000000000`.
+pub fn fpconv_dtoa(v: f64, out: &mut Vec<u8>) {
+    if v.is_sign_negative() && !v.is_nan() {
+        out.push(b'-');
+    }
+    if v == 0.0 {
+        out.push(b'0');
+    } else if v.is_nan() {
+        out.extend_from_slice(b"nan");
+    } else if v.is_infinite() {
+        out.extend_from_slice(b"inf");
+    } else {
+        emit_shortest(v.abs(), out);
     }
 }
 
@@ -136,6 +199,37 @@ mod tests {
         let mut out = Vec::new();
         format_double(v, &mut out);
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn long_doubles_take_hex_like_strtold() {
+        assert_eq!(parse_long_double(b"1.5"), Some(1.5));
+        assert_eq!(parse_long_double(b"0x10"), Some(16.0));
+        assert_eq!(parse_long_double(b"-0X1.8p1"), Some(-3.0));
+        assert_eq!(parse_long_double(b"0x7FFFFFFFFFFFFF"), Some(36028797018963967.0));
+        assert_eq!(parse_long_double(b"0x"), None);
+        assert_eq!(parse_long_double(b"0x1g"), None);
+        assert_eq!(parse_long_double(b"0x1p99999"), None, "out of range");
+        assert_eq!(parse_double(b"0x10"), None, "string2d stays decimal");
+    }
+
+    #[test]
+    fn fpconv_dtoa_has_no_integer_shortcut() {
+        let f = |v: f64| {
+            let mut out = Vec::new();
+            fpconv_dtoa(v, &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(f(1e17), "1e+17");
+        assert_eq!(fmt(1e17), "100000000000000000");
+        assert_eq!(f(10000000.0), "10000000");
+        assert_eq!(f(-2.5), "-2.5");
+        assert_eq!(f(0.1), "0.1");
+        assert_eq!(f(0.0), "0");
+        assert_eq!(f(-0.0), "-0");
+        assert_eq!(f(f64::INFINITY), "inf");
+        assert_eq!(f(f64::NEG_INFINITY), "-inf");
+        assert_eq!(f(1.5e-9), "1.5e-9");
     }
 
     #[test]

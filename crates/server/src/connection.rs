@@ -216,6 +216,8 @@ impl Conn {
                     return Ok(true);
                 }
                 Wakeup::Error(msg) => {
+                    // CLIENT UNBLOCK ... ERROR ends the call: a failed one in commandstats.
+                    srv.stats.call(wait.waiter.cmd, 0, true, srv.rt.load().latency_tracking);
                     crate::dispatch::reply_error(srv, &mut self.out, &hotkv_engine::CommandError::raw(msg));
                     return Ok(true);
                 }

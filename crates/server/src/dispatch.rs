@@ -63,6 +63,7 @@ pub fn dispatch_with(
 ) -> Flow {
     let mark = out.len();
     let reply_mode = advance_reply_mode(sess);
+    sess.pushed = false;
     let flow = run_checked(b, sess, args, out, scratch, mode);
     // A hint is for this command only, whether or not it got as far as using it.
     scratch.hint = KeyHint::default();
@@ -74,8 +75,9 @@ pub fn dispatch_with(
             Flow::Continue
         }
     };
-    // CLIENT REPLY ON answers even when replies were off or skipped, as in Valkey.
-    if matches!(reply_mode, ReplyMode::Off | ReplyMode::Skip) && sess.reply_mode != ReplyMode::On {
+    // CLIENT REPLY ON answers even when replies were off or skipped, as in Valkey; so do
+    // RESP3 pushes, which are not replies.
+    if matches!(reply_mode, ReplyMode::Off | ReplyMode::Skip) && sess.reply_mode != ReplyMode::On && !sess.pushed {
         out.truncate(mark);
     }
     // The skipped command may itself have changed the mode (CLIENT REPLY OFF/ON).
@@ -123,7 +125,12 @@ fn run_checked(
         {
             check_memory(b, cmd, sess, true).map_err(|e| rejected(sess, e))?;
         }
-        return crate::multi::exec(b, sess, out, scratch);
+        let start = Instant::now();
+        let r = crate::multi::exec(b, sess, out, scratch);
+        // EXEC itself is a call in commandstats (a failed one for EXECABORT or a missing
+        // MULTI), besides the queued commands it ran.
+        account(b, sess, cmd, &args, start.elapsed().as_nanos() as u64, r.is_err());
+        return r;
     }
     check_memory(b, cmd, sess, false).map_err(|e| rejected(sess, e))?;
     Ok(execute(b, sess, cmd, args, out, scratch, mode))
@@ -144,6 +151,7 @@ fn queue(b: &Batch<'_>, cmd: &Command, sess: &mut Session, args: Args<'_>, out: 
     if let Some(m) = &mut sess.multi {
         m.queue.push((cmd.id, owned));
     }
+    sess.sync_counts();
     out.simple("QUEUED");
     Ok(Flow::Continue)
 }

@@ -65,16 +65,12 @@ impl Watches {
         }
     }
 
-    /// Marks every transaction watching a key of `db` as dirty (FLUSHDB, SWAPDB...).
-    pub fn touch_db(&self, db: usize) {
+    /// The watched keys of `db`.
+    pub fn keys_in_db(&self, db: usize) -> Vec<Vec<u8>> {
         if self.count.load(Ordering::Relaxed) == 0 {
-            return;
+            return Vec::new();
         }
-        for ((d, _), v) in self.map.lock().iter() {
-            if *d == db {
-                v.iter().for_each(|f| f.store(true, Ordering::Relaxed));
-            }
-        }
+        self.map.lock().keys().filter(|(d, _)| *d == db).map(|(_, k)| k.to_vec()).collect()
     }
 
     /// Number of watched (key, client) pairs (INFO `total_watched_keys`).
@@ -185,8 +181,11 @@ impl Events for CmdEvents<'_> {
         }
     }
 
+    fn watched_keys(&self, db: usize) -> Vec<Vec<u8>> {
+        self.srv.watches.keys_in_db(db)
+    }
+
     fn db_changed(&self, db: usize) {
-        self.srv.watches.touch_db(db);
         let keys = self.srv.blocked.keys_in_db(db);
         if !keys.is_empty() {
             self.ready.lock().extend(keys.into_iter().map(|k| (db, k)));

@@ -74,6 +74,9 @@ pub struct Session {
     pub watch_dirty: std::sync::Arc<AtomicBool>,
     /// Pub/sub queue and subscriptions, created by the first subscription.
     pub subs: Option<crate::pubsub::ClientSubs>,
+    /// The running command replied with RESP3 push frames only ((un)subscribe
+    /// confirmations), which CLIENT REPLY OFF/SKIP does not silence: Valkey's `pushing`.
+    pub pushed: bool,
 }
 
 /// A transaction being queued.
@@ -103,12 +106,25 @@ impl Session {
             watched: Vec::new(),
             watch_dirty: std::sync::Arc::new(AtomicBool::new(false)),
             subs: None,
+            pushed: false,
         }
     }
 
     /// Whether the client is subscribed to any channel, pattern or shard channel.
     pub fn subscribed(&self) -> bool {
         self.subs.as_ref().is_some_and(crate::pubsub::ClientSubs::any)
+    }
+
+    /// Publishes the subscription and watch counts to CLIENT LIST after they changed.
+    pub fn sync_counts(&self) {
+        let c = &self.info.counts;
+        let (sub, psub, ssub) =
+            self.subs.as_ref().map_or((0, 0, 0), |s| (s.channels.len(), s.patterns.len(), s.shard.len()));
+        c.sub.store(sub as u32, Ordering::Relaxed);
+        c.psub.store(psub as u32, Ordering::Relaxed);
+        c.ssub.store(ssub as u32, Ordering::Relaxed);
+        c.watch.store(self.watched.len() as u32, Ordering::Relaxed);
+        c.multi.store(self.multi.as_ref().map_or(0, |m| m.queue.len()) as u32, Ordering::Relaxed);
     }
 
     /// Whether a client flag is set.
@@ -124,6 +140,21 @@ impl Session {
             self.info.flags.fetch_and(!f, Ordering::Relaxed);
         }
     }
+}
+
+/// Sizes of a client's subscriptions, watches and transaction, for CLIENT LIST.
+#[derive(Default)]
+pub struct Counts {
+    /// Subscribed channels.
+    pub sub: AtomicU32,
+    /// Subscribed patterns.
+    pub psub: AtomicU32,
+    /// Subscribed shard channels.
+    pub ssub: AtomicU32,
+    /// WATCHed keys.
+    pub watch: AtomicU32,
+    /// Commands queued in the open transaction.
+    pub multi: AtomicU32,
 }
 
 /// The part of a client visible to other clients and to the server cron.
@@ -172,6 +203,9 @@ pub struct ClientInfo {
     pub user: Mutex<String>,
     /// Set by CLIENT KILL or the idle timeout; the task closes when woken.
     pub killed: AtomicBool,
+    /// CLIENT LIST's `sub=`, `psub=`, `ssub=`, `watch=` and `multi=` (commands queued; shown
+    /// only while the MULTI flag is set), kept up to date by the session.
+    pub counts: Counts,
     /// Wakes the connection task.
     pub wake: Notify,
     /// The socket descriptor while the connection owns it; cleared under this lock before the
@@ -205,6 +239,7 @@ impl ClientInfo {
             lib_ver: Mutex::new(String::new()),
             user: Mutex::new("default".into()),
             killed: AtomicBool::new(false),
+            counts: Counts::default(),
             wake: Notify::new(),
             sock: Mutex::new(None),
         }

@@ -11,7 +11,7 @@ use crate::error::{CmdResult, CommandError};
 use crate::hash::key_hash;
 use crate::keyspace::Db;
 use crate::policy;
-use crate::slot::SLOTS;
+use crate::slot::{SLOTS, key_slot};
 use crate::table::Table;
 
 /// Database command rows.
@@ -93,11 +93,13 @@ fn flush_async(args: &Args<'_>) -> Result<bool, CommandError> {
 fn flushdb(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let lazy = flush_async(&args)?;
     let mut garbage = Vec::new();
-    if ctx.ks.db_if_used(ctx.db).is_some() {
-        let dbi = ctx.db;
+    let dbi = ctx.db;
+    let watched = watched_present(ctx, dbi, None);
+    if ctx.ks.db_if_used(dbi).is_some() {
         ctx.stats.dirty += empty_db(ctx, dbi, &mut garbage) as u64;
     }
-    ctx.events.db_changed(ctx.db);
+    touch_all(ctx, dbi, &watched);
+    ctx.events.db_changed(dbi);
     free(garbage, lazy);
     out.ok();
     Ok(())
@@ -107,14 +109,41 @@ fn flushall(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult 
     let lazy = flush_async(&args)?;
     let mut garbage = Vec::new();
     for i in 0..ctx.ks.databases() {
+        let watched = watched_present(ctx, i, None);
         if ctx.ks.db_if_used(i).is_some() {
             ctx.stats.dirty += empty_db(ctx, i, &mut garbage) as u64;
         }
+        touch_all(ctx, i, &watched);
         ctx.events.db_changed(i);
     }
     free(garbage, lazy);
     out.ok();
     Ok(())
+}
+
+/// Whether `key` holds a value in `db`, expired or not (Valkey's `dbFind`).
+fn present(ctx: &mut Ctx<'_>, db: usize, key: &[u8]) -> bool {
+    if ctx.ks.db_if_used(db).is_none() {
+        return false;
+    }
+    let table = ctx.locks.slot_ref(ctx.ks, db, key_slot(key));
+    table.find(key, key_hash(key)).is_some()
+}
+
+/// The WATCHed keys of `db` that a flush of `db`, or its swap with `other`, changes: those
+/// holding a value in either. Valkey's `touchAllWatchedKeysInDb` leaves the others alone,
+/// so a transaction watching a missing key survives FLUSHALL.
+fn watched_present(ctx: &mut Ctx<'_>, db: usize, other: Option<usize>) -> Vec<Vec<u8>> {
+    let mut keys = ctx.events.watched_keys(db);
+    keys.retain(|k| present(ctx, db, k) || other.is_some_and(|o| present(ctx, o, k)));
+    keys
+}
+
+/// Tells WATCH that each of `keys` in `db` changed.
+fn touch_all(ctx: &Ctx<'_>, db: usize, keys: &[Vec<u8>]) {
+    for k in keys {
+        ctx.events.key_touched(db, k);
+    }
 }
 
 /// Takes every slot's table out of database `db`, one slot lock at a time (or under the
@@ -161,6 +190,7 @@ fn swapdb(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         return Err(CommandError::DbIndexOutOfRange);
     }
     if a != b {
+        let (watched_a, watched_b) = (watched_present(ctx, a, Some(b)), watched_present(ctx, b, Some(a)));
         // Every slot of both databases at once, so no command sees a half-swapped pair; a
         // transaction already holds them all (it plans SWAPDB that way).
         let held = ctx.locks.holds_db(a) && ctx.locks.holds_db(b);
@@ -183,6 +213,8 @@ fn swapdb(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
             xs.sync(x);
             ys.sync(y);
         }
+        touch_all(ctx, a, &watched_a);
+        touch_all(ctx, b, &watched_b);
         ctx.events.db_changed(a);
         ctx.events.db_changed(b);
     }

@@ -118,6 +118,13 @@ pub(super) fn changed(ctx: &mut Ctx<'_>, key: &[u8], event: &str, deleted: bool)
     }
 }
 
+/// Makes the command's share of `dirty` Valkey's figure, `n` (`server.dirty += n`): the
+/// per-change counting of `ctx.set` and `ctx.modified` counts a push that creates its key
+/// twice and a pop of five elements once, and BLPOP's suite test counts exactly.
+pub(super) fn set_dirty(ctx: &mut Ctx<'_>, before: u64, n: usize) {
+    ctx.stats.dirty = before + n as u64;
+}
+
 /// `getRangeLongFromObjectOrReply`: an integer in `min..=max`; `msg` replaces both errors.
 pub(super) fn range_arg(arg: &[u8], min: i64, max: i64, msg: Option<&'static str>) -> Result<i64, CommandError> {
     let v = match hotkv_protocol::parse_i64(arg) {
@@ -172,6 +179,7 @@ fn push_generic(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf, end: End,
     let key = args.get(1);
     let items: Vec<&[u8]> = args.iter().skip(2).collect();
     let fill = fill(ctx);
+    let before = ctx.stats.dirty;
     let len = match ctx.write(key)? {
         Some(mut k) => {
             let l = k.list_mut()?;
@@ -192,6 +200,7 @@ fn push_generic(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf, end: End,
     };
     out.int(len as i64);
     changed(ctx, key, if end == End::Head { "lpush" } else { "rpush" }, false);
+    set_dirty(ctx, before, items.len());
     Ok(())
 }
 
@@ -220,7 +229,7 @@ fn pop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf, end: End) 
         return Ok(());
     };
     let l = k.list_mut()?;
-    match count {
+    let popped = match count {
         Some(0) => {
             out.array(0);
             return Ok(());
@@ -229,6 +238,7 @@ fn pop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf, end: End) 
             let v = l.pop(end).unwrap_or_default();
             l.try_shrink(fill);
             out.bulk(&v);
+            1
         }
         Some(n) => {
             let vals = l.pop_many(end, n, fill);
@@ -236,13 +246,16 @@ fn pop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf, end: End) 
             for v in &vals {
                 out.bulk(v);
             }
+            vals.len()
         }
-    }
+    };
     let deleted = l.is_empty();
     if deleted {
         drop(k.delete());
     }
+    let before = ctx.stats.dirty;
     changed(ctx, key, name, deleted);
+    set_dirty(ctx, before, popped);
     Ok(())
 }
 
@@ -473,6 +486,23 @@ mod tests {
             s.push_str(&format!("${}\r\n{i}\r\n", i.len()));
         }
         s
+    }
+
+    #[test]
+    fn dirty_counts_elements_as_valkey_does() {
+        let mut t = TestKit::default();
+        let step = |t: &mut TestKit, argv: &[&str], want: u64| {
+            let before = t.stats.dirty;
+            t.run(argv);
+            assert_eq!(t.stats.dirty - before, want, "{argv:?}");
+        };
+        step(&mut t, &["LPUSH", "l", "a"], 1);
+        step(&mut t, &["RPUSH", "l", "b", "c", "d"], 3);
+        step(&mut t, &["LPUSHX", "none", "x"], 0);
+        step(&mut t, &["LPOP", "l", "2"], 2);
+        step(&mut t, &["LMOVE", "l", "m", "LEFT", "LEFT"], 1);
+        step(&mut t, &["RPOP", "l"], 1);
+        step(&mut t, &["LPOP", "l", "0"], 0);
     }
 
     #[test]

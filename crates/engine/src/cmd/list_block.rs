@@ -10,7 +10,7 @@
 
 use hotkv_protocol::{Args, ReplyBuf};
 
-use super::list::{changed, create, fill, range_arg};
+use super::list::{changed, create, fill, range_arg, set_dirty};
 use super::{EngineCmd, LockPlan, Spec, parse_timeout};
 use crate::command::{BeginSearch, CommandSpec, FindKeys, KeySpec, acl, flags, key_flags as kf};
 use crate::ctx::{BlockMode, Ctx};
@@ -85,7 +85,9 @@ fn pop_from(ctx: &mut Ctx<'_>, key: &[u8], end: End, count: usize) -> Result<Fou
     if deleted {
         drop(k.delete());
     }
+    let before = ctx.stats.dirty;
     changed(ctx, key, if end == End::Head { "lpop" } else { "rpop" }, deleted);
+    set_dirty(ctx, before, vals.len());
     Ok(Found::Popped(vals))
 }
 
@@ -248,6 +250,8 @@ fn bmove(
 fn move_generic(ctx: &mut Ctx<'_>, out: &mut ReplyBuf, src: &[u8], dst: &[u8], from: End, to: End) -> Result<bool, CommandError> {
     let fill = fill(ctx);
     let serving = ctx.block_mode == BlockMode::Serving;
+    // A move is one change in Valkey's count, however many keys it creates or deletes.
+    let before = ctx.stats.dirty;
     let Some(mut k) = ctx.write(src)? else { return Ok(false) };
     match k.list() {
         Ok(_) => {}
@@ -263,6 +267,7 @@ fn move_generic(ctx: &mut Ctx<'_>, out: &mut ReplyBuf, src: &[u8], dst: &[u8], f
         out.bulk(&v);
         changed(ctx, dst, push_event, false);
         changed(ctx, src, pop_event, false);
+        set_dirty(ctx, before, 1);
         return Ok(true);
     }
     if let Some(d) = ctx.write(dst)? {
@@ -283,6 +288,7 @@ fn move_generic(ctx: &mut Ctx<'_>, out: &mut ReplyBuf, src: &[u8], dst: &[u8], f
     out.bulk(&v);
     changed(ctx, dst, push_event, false);
     changed(ctx, src, pop_event, deleted);
+    set_dirty(ctx, before, 1);
     Ok(true)
 }
 
@@ -418,6 +424,8 @@ mod tests {
         assert_eq!(t.run(&["BLMOVE", "a", "b", "LEFT", "LEFT", "x"]), "-ERR timeout is not a float or out of range\r\n");
         assert_eq!(t.run(&["BLMPOP", "x", "1", "a", "LEFT"]), "-ERR timeout is not a float or out of range\r\n");
         assert_eq!(t.run(&["BLMPOP", "0", "0", "a", "LEFT"]), "-ERR numkeys should be greater than 0\r\n");
+        // list.tcl "BLPOP: timeout value out of range": a hex timeout is a (huge) number.
+        assert_eq!(t.run(&["BLPOP", "a", "0x7FFFFFFFFFFFFF"]), "-ERR timeout is out of range\r\n");
         assert_eq!(t.run(&["BLMPOP", "x", "1", "a", "UP"]), "-ERR syntax error\r\n", "options before the timeout");
         t.run(&["RPUSH", "a", "1"]);
         t.run(&["SET", "s", "v"]);

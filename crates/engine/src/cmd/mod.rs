@@ -224,8 +224,9 @@ fn parse_db(arg: &[u8]) -> Option<usize> {
 /// `getTimeoutFromObjectOrReply`: returns the absolute deadline in unix milliseconds, or `None`
 /// for 0 (wait forever).
 pub fn parse_timeout(arg: &[u8], now_ms: i64) -> Result<Option<i64>, CommandError> {
-    let secs =
-        hotkv_protocol::parse_double(arg).ok_or_else(|| CommandError::err("timeout is not a float or out of range"))?;
+    // `string2ld`, not `string2d`: a hex timeout parses, and may then be out of range.
+    let secs = hotkv_protocol::parse_long_double(arg)
+        .ok_or_else(|| CommandError::err("timeout is not a float or out of range"))?;
     let ms = (secs * 1000.0).ceil();
     if ms > i64::MAX as f64 {
         return Err(CommandError::err("timeout is out of range"));

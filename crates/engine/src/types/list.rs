@@ -216,8 +216,10 @@ impl List {
 
     /// Replaces the element at `index`; false when out of range.
     pub fn set(&mut self, index: i64, value: &[u8], fill: i64) -> bool {
+        // Valkey's LSET checks the limit as if the value were appended (one more element),
+        // and before looking at the index: a full listpack converts even for a small value.
+        self.grow_for(value.len(), 1, fill);
         let Some(i) = self.absolute(index) else { return false };
-        self.grow_for(value.len(), 0, fill);
         match self {
             List::Packed(lp) => {
                 let p = lp.seek(i as i64).unwrap_or_default();
@@ -574,6 +576,25 @@ mod tests {
             l.push(&[i.to_string().as_bytes()], End::Tail, 4);
         }
         assert_eq!(l.encoding(), "quicklist");
+    }
+
+    #[test]
+    fn lset_on_a_full_listpack_converts_like_valkey() {
+        // list.tcl "List listpack -> quicklist encoding conversion": fill 3, three elements,
+        // LSET of a small value gives a quicklist (Valkey counts the value as one more).
+        let three = |fill| List::from_elements([&b"a"[..], b"b", b"c"], fill);
+        let mut l = three(3);
+        assert_eq!(l.encoding(), "listpack");
+        assert!(l.set(0, b"hello", 3));
+        assert_eq!((l.encoding(), strs(&l)), ("quicklist", vec!["hello".into(), "b".into(), "c".into()]));
+        // The conversion happens before the index is checked, as in Valkey.
+        let mut l = three(3);
+        assert!(!l.set(7, b"x", 3));
+        assert_eq!(l.encoding(), "quicklist");
+        // Room for one more: it stays a listpack.
+        let mut l = three(4);
+        assert!(l.set(-1, b"z", 4));
+        assert_eq!(l.encoding(), "listpack");
     }
 
     #[test]

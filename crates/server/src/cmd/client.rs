@@ -83,7 +83,7 @@ pub fn client_line(reg: &Registry, c: &ClientInfo, now_ms: i64, current: &Curren
     let mut s = String::with_capacity(360);
     let _ = write!(
         s,
-        "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi={} watch=0 \
+        "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} watch={} \
          qbuf={qbuf} qbuf-free={qbuf_free} argv-mem={argv_mem} multi-mem=0 rbs={omem} rbp={omem} obl={obl} oll=0 \
          omem={omem} tot-mem={tot_mem} events=r cmd={cmd} user={} redir=-1 resp={} lib-name={} lib-ver={} \
          tot-net-in={} tot-net-out={} tot-cmds={}",
@@ -96,7 +96,11 @@ pub fn client_line(reg: &Registry, c: &ClientInfo, now_ms: i64, current: &Curren
         (now_ms / 1000 - c.last_interaction.load(Ordering::Relaxed) / 1000).max(0),
         c.flag_letters(),
         c.db.load(Ordering::Relaxed),
-        if flags & flag::MULTI != 0 { 0 } else { -1 },
+        c.counts.sub.load(Ordering::Relaxed),
+        c.counts.psub.load(Ordering::Relaxed),
+        c.counts.ssub.load(Ordering::Relaxed),
+        if flags & flag::MULTI != 0 { i64::from(c.counts.multi.load(Ordering::Relaxed)) } else { -1 },
+        c.counts.watch.load(Ordering::Relaxed),
         c.user.lock(),
         c.resp.load(Ordering::Relaxed),
         c.lib_name.lock(),

@@ -85,6 +85,7 @@ fn reset(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> R
         srv.pubsub.unsubscribe_all(&mut subs);
     }
     sess.set_flag(flag::PUBSUB, false);
+    sess.sync_counts();
     out.simple("RESET");
     Ok(Flow::Continue)
 }

@@ -6,17 +6,15 @@ use std::time::Duration;
 
 use hotkv_engine::CommandError;
 use hotkv_engine::command::flags as f;
-use hotkv_engine::entry::{Entry, ValueRef};
+use hotkv_engine::entry::Entry;
 use hotkv_engine::hash::key_hash;
-use hotkv_engine::object::Object;
-use hotkv_engine::policy;
 use hotkv_engine::slot::key_slot;
 use hotkv_protocol::{Args, ReplyBuf};
-use sha1_smol::Sha1;
 
+use super::debug_value::{ListKnobs, entry_digest, hex, mix_digest, object_line, xor_digest};
 use super::{reply_help, row, subcommand_syntax_error, text};
 use crate::registry::{Flow, ServerSpec};
-use crate::server::{Server, random_hex, str_of, unix_ms};
+use crate::server::{Server, int_of, random_hex, str_of, unix_ms};
 use crate::session::Session;
 
 /// DEBUG's row.
@@ -129,7 +127,8 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
             let fast = argc == 4 && args.get(3).eq_ignore_ascii_case(b"fast");
             let now = unix_ms();
             let engine = srv.engine.load();
-            let line = with_entry(srv, sess.db, args.get(2), |e| object_line(e, fast, now, engine.lfu_decay_time))
+            let knobs = list_knobs(srv);
+            let line = with_entry(srv, sess.db, args.get(2), |e| object_line(e, fast, now, engine.lfu_decay_time, knobs))
                 .ok_or(CommandError::NoSuchKey)?;
             out.simple(&line);
         }
@@ -168,6 +167,15 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
     Ok(Flow::Continue)
 }
 
+/// The list settings DEBUG OBJECT reports for quicklists.
+fn list_knobs(srv: &Server) -> ListKnobs {
+    let settings = srv.settings.load();
+    ListKnobs {
+        fill: int_of(&settings, "list-max-listpack-size", -2),
+        compress_depth: int_of(&settings, "list-compress-depth", 0),
+    }
+}
+
 /// Runs `f` on the entry of `key` in `db` under its slot's lock, expired or not (DEBUG looks
 /// at what is stored, as Valkey's `dbFind`).
 fn with_entry<T>(srv: &Server, db: usize, key: &[u8], f: impl FnOnce(&Entry) -> T) -> Option<T> {
@@ -186,104 +194,6 @@ fn busy_lock(slot: &hotkv_engine::keyspace::Slot) -> Option<parking_lot::MutexGu
         std::thread::yield_now();
     }
     None
-}
-
-/// Valkey's `string2ll` acceptance: the canonical decimal form of an `i64`.
-fn is_int_string(b: &[u8]) -> bool {
-    b.len() <= 20 && hotkv_protocol::parse_i64(b).is_some_and(|n| n.to_string().as_bytes() == b)
-}
-
-/// (encoding, bytes) of a value as Valkey would store it.
-fn encoding<'a>(v: &ValueRef<'a>) -> (&'static str, Option<&'a [u8]>) {
-    match *v {
-        ValueRef::Str(b) if is_int_string(b) => ("int", Some(b)),
-        ValueRef::Str(b) if b.len() <= 44 => ("embstr", Some(b)),
-        ValueRef::Str(b) => ("raw", Some(b)),
-        ValueRef::Obj(Object::Str(b)) => ("raw", Some(b.as_slice())),
-        ValueRef::Obj(Object::List(l)) => (l.encoding(), None),
-        ValueRef::Obj(Object::ZSet(z)) => (z.encoding(), None),
-        #[allow(unreachable_patterns)]
-        ValueRef::Obj(_) => ("unknown", None),
-    }
-}
-
-/// RDB length of a string (`rdbSaveRawString` without LZF compression).
-fn rdb_string_len(b: &[u8]) -> usize {
-    if b.len() <= 11
-        && let Some(n) = hotkv_protocol::parse_i64(b).filter(|_| is_int_string(b))
-    {
-        if i8::try_from(n).is_ok() {
-            return 2;
-        } else if i16::try_from(n).is_ok() {
-            return 3;
-        } else if i32::try_from(n).is_ok() {
-            return 5;
-        }
-    }
-    let prefix = match b.len() {
-        0..64 => 1,
-        64..16384 => 2,
-        n if n <= u32::MAX as usize => 5,
-        _ => 9,
-    };
-    prefix + b.len()
-}
-
-/// DEBUG OBJECT's status line.
-fn object_line(e: &Entry, fast: bool, now_ms: i64, lfu_decay_time: u32) -> String {
-    let value = e.value();
-    let (enc, bytes) = encoding(&value);
-    let lru = e.lru();
-    let mut s = format!("Value at:{:p} refcount:1 encoding:{enc}", e as *const Entry);
-    if !fast {
-        s.push_str(&format!(" serializedlength:{}", bytes.map_or(0, rdb_string_len)));
-    }
-    s.push_str(&format!(
-        " lru:{lru} lru_seconds_idle:{} lfu_freq:{} lfu_access_time_minutes:{}",
-        policy::idle_ms(lru, now_ms) / 1000,
-        policy::lfu_decayed(lru, now_ms, lfu_decay_time),
-        lru >> 8
-    ));
-    s
-}
-
-/// Valkey's `xorDigest`: XORs SHA1(data) into `digest` (order-independent).
-fn xor_digest(digest: &mut [u8; 20], data: &[u8]) {
-    let h = Sha1::from(data).digest().bytes();
-    for (d, x) in digest.iter_mut().zip(h) {
-        *d ^= x;
-    }
-}
-
-/// Valkey's `mixDigest`: digest = SHA1(digest xor SHA1(data)) (order-dependent).
-fn mix_digest(digest: &mut [u8; 20], data: &[u8]) {
-    xor_digest(digest, data);
-    *digest = Sha1::from(&digest[..]).digest().bytes();
-}
-
-/// Valkey's `xorObjectDigest` for one entry's value and expire.
-fn entry_digest(e: &Entry, digest: &mut [u8; 20]) {
-    let value = e.value();
-    let name = match value {
-        ValueRef::Str(_) => "string",
-        ValueRef::Obj(o) => o.type_name(),
-    };
-    // Valkey's OBJ_STRING, OBJ_LIST, ... type codes.
-    let type_id: u32 = match name {
-        "string" => 0,
-        "list" => 1,
-        "set" => 2,
-        "zset" => 3,
-        "hash" => 4,
-        _ => 6,
-    };
-    mix_digest(digest, &type_id.to_be_bytes());
-    if let (_, Some(b)) = encoding(&value) {
-        mix_digest(digest, b);
-    }
-    if e.expire().is_some() {
-        xor_digest(digest, b"!!expire!!");
-    }
 }
 
 /// Valkey's `computeDatasetDigest`: per database its id, then the XOR of every key/value
@@ -307,10 +217,6 @@ fn dataset_digest(srv: &Server) -> [u8; 20] {
         }
     }
     total
-}
-
-fn hex(d: &[u8; 20]) -> String {
-    d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn help(args: &Args<'_>, out: &mut ReplyBuf) {
@@ -404,18 +310,6 @@ mod tests {
 
     #[test]
     fn digests_follow_valkeys_mixing() {
-        // SHA1 of the empty string, as a sanity check of the primitive.
-        let mut d = [0u8; 20];
-        xor_digest(&mut d, b"");
-        assert_eq!(hex(&d), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
-        assert_eq!(rdb_string_len(b"12"), 2);
-        assert_eq!(rdb_string_len(b"1000"), 3);
-        assert_eq!(rdb_string_len(b"100000"), 5);
-        assert_eq!(rdb_string_len(b"hello"), 6);
-        assert_eq!(rdb_string_len(&[b'x'; 100]), 102);
-        assert_eq!(encoding(&ValueRef::Str(b"-12")).0, "int");
-        assert_eq!(encoding(&ValueRef::Str(b"012")).0, "embstr");
-        assert_eq!(encoding(&ValueRef::Str(&[b'a'; 45])).0, "raw");
         let srv = server();
         assert_eq!(hex(&dataset_digest(&srv)), "0".repeat(40));
         let mut c = client(&srv, 44001);
@@ -425,8 +319,96 @@ mod tests {
         assert_ne!(dataset_digest(&srv), one);
         c.run(&srv, &["del", "k2"]);
         assert_eq!(dataset_digest(&srv), one);
-        let line = with_entry(&srv, 0, b"k", |e| object_line(e, false, unix_ms(), 1)).unwrap();
+        let knobs = list_knobs(&srv);
+        let line = with_entry(&srv, 0, b"k", |e| object_line(e, false, unix_ms(), 1, knobs)).unwrap();
         assert!(line.starts_with("Value at:0x") && line.contains(" refcount:1 encoding:embstr serializedlength:2 lru:"), "{line}");
         assert!(line.contains(" lru_seconds_idle:0 lfu_freq:"), "{line}");
+    }
+
+    /// DEBUG DIGEST-VALUE of one key, as the hex text.
+    fn digest_of(srv: &Server, c: &mut crate::cmd::testutil::TestClient, key: &str) -> String {
+        let r = debug(srv, c, &["debug", "digest-value", key]);
+        r.trim_start_matches("*1\r\n+").trim_end().to_string()
+    }
+
+    /// The values below were read from redis-server 7.0.15, whose `xorObjectDigest` is
+    /// Valkey's for these types (its scores here print the same under `%.17g` and fpconv).
+    #[test]
+    fn every_type_digests_as_the_reference_server() {
+        let srv = server();
+        let mut c = client(&srv, 44003);
+        c.run(&srv, &["rpush", "l", "a", "b", "3", "-17"]);
+        c.run(&srv, &["sadd", "s", "x", "y", "5"]);
+        c.run(&srv, &["sadd", "si", "1", "2", "300"]);
+        c.run(&srv, &["hset", "h", "f", "v", "n", "12"]);
+        c.run(&srv, &["zadd", "z", "1", "a", "2.5", "b", "-3", "c"]);
+        c.run(&srv, &["set", "str", "hello"]);
+        c.run(&srv, &["set", "n", "12345"]);
+        for (key, want) in [
+            ("l", "5de2061c8bde4dec3dba7826415e6bba2f876011"),
+            ("s", "9ab0175c08c7ea91e0aa7ce3701a4de6bb59341a"),
+            ("si", "bff1310353f341fe4488c7323df3673679c04f02"),
+            ("h", "76d7ce7d8cb69c65ddb54b94589fa9396351461b"),
+            ("z", "2dd2ef669bd842b340aed0cb20be587954151e2b"),
+            ("str", "36b23a1456b2dce2c3ed252c456761301dba8060"),
+            ("n", "e1cf90774e995ae03de66e8109dc5cb9d9c2dc83"),
+        ] {
+            assert_eq!(digest_of(&srv, &mut c, key), want, "{key}");
+        }
+        c.run(&srv, &["expire", "h", "100"]);
+        assert_eq!(digest_of(&srv, &mut c, "h"), "90523082508f76311ca3a06c1df566a279ff0798");
+        // The same values in the big encodings digest the same: order never leaks in.
+        for cfg in ["set-max-intset-entries", "set-max-listpack-entries", "hash-max-listpack-entries", "zset-max-listpack-entries"] {
+            c.run(&srv, &["config", "set", cfg, "0"]);
+        }
+        c.run(&srv, &["config", "set", "list-max-listpack-size", "1"]);
+        for key in ["l", "s", "si", "z"] {
+            let before = digest_of(&srv, &mut c, key);
+            let r = debug(&srv, &mut c, &["debug", "digest-value", key]);
+            c.run(&srv, &["copy", key, "tmp"]);
+            c.run(&srv, &["del", key]);
+            c.run(&srv, &["copy", "tmp", key]);
+            c.run(&srv, &["del", "tmp"]);
+            assert_eq!(digest_of(&srv, &mut c, key), before, "{key} after re-encoding ({r})");
+        }
+        c.run(&srv, &["del", "si", "n"]);
+        assert_eq!(hex(&dataset_digest(&srv)), "f084058469b99c437580865f2d7c6155462df2a7");
+        c.run(&srv, &["select", "3"]);
+        c.run(&srv, &["sadd", "s3", "1", "2", "3"]);
+        assert_eq!(hex(&dataset_digest(&srv)), "b7f370f4bd704c39b7bc9e0c3477fa61e919b703");
+    }
+
+    #[test]
+    fn debug_object_names_every_encoding_and_quicklist_nodes() {
+        let srv = server();
+        let mut c = client(&srv, 44004);
+        c.run(&srv, &["hset", "h", "f", "v"]);
+        c.run(&srv, &["sadd", "si", "1"]);
+        c.run(&srv, &["sadd", "sp", "x"]);
+        c.run(&srv, &["zadd", "z", "1", "a"]);
+        c.run(&srv, &["rpush", "l", "a"]);
+        for (key, enc) in [("h", "listpack"), ("si", "intset"), ("sp", "listpack"), ("z", "listpack"), ("l", "listpack")] {
+            let r = debug(&srv, &mut c, &["debug", "object", key]);
+            assert!(r.contains(&format!(" encoding:{enc} serializedlength:")), "{key}: {r}");
+            assert!(!r.contains("ql_nodes"), "{key}: {r}");
+        }
+        c.run(&srv, &["config", "set", "list-max-listpack-size", "2"]);
+        c.run(&srv, &["rpush", "ql", "a", "b", "c", "d", "e"]);
+        // redis-server 7.0.15 prints these fields for the same list and setting.
+        let r = debug(&srv, &mut c, &["debug", "object", "ql"]);
+        assert!(r.contains(" encoding:quicklist serializedlength:"), "{r}");
+        assert!(r.ends_with(" ql_nodes:3 ql_avg_node:1.67 ql_listpack_max:2 ql_compressed:0 ql_uncompressed_size:36\r\n"), "{r}");
+        let r = debug(&srv, &mut c, &["debug", "object", "ql", "fast"]);
+        assert!(r.ends_with(" ql_compressed:0\r\n") && !r.contains("serializedlength"), "{r}");
+        for cfg in ["hash-max-listpack-entries", "set-max-intset-entries", "set-max-listpack-entries", "zset-max-listpack-entries"] {
+            c.run(&srv, &["config", "set", cfg, "0"]);
+        }
+        c.run(&srv, &["hset", "h", "g", "w"]);
+        c.run(&srv, &["sadd", "si", "2"]);
+        c.run(&srv, &["zadd", "z", "2", "b"]);
+        for (key, enc) in [("h", "hashtable"), ("si", "hashtable"), ("z", "skiplist")] {
+            let r = debug(&srv, &mut c, &["debug", "object", key]);
+            assert!(r.contains(&format!(" encoding:{enc} ")), "{key}: {r}");
+        }
     }
 }

@@ -12,6 +12,7 @@ pub mod command;
 pub mod config;
 pub mod conn;
 pub mod debug;
+mod debug_value;
 pub mod info;
 pub mod memory;
 pub mod multi;

@@ -32,6 +32,7 @@ pub static COMMANDS: &[ServerSpec] = &[
 
 fn multi(_: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
     sess.multi = Some(MultiState::default());
+    sess.sync_counts();
     sess.set_flag(flag::MULTI, true);
     out.ok();
     Ok(Flow::Continue)
@@ -76,6 +77,7 @@ fn watch(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -
         sess.watched.push((sess.db, key.to_vec(), expired));
     }
     sess.set_flag(flag::WATCHING, !sess.watched.is_empty());
+    sess.sync_counts();
     out.ok();
     Ok(Flow::Continue)
 }
@@ -92,4 +94,84 @@ pub fn forget_watches(srv: &Server, sess: &mut Session) {
     srv.watches.unwatch(&keys, &sess.watch_dirty);
     sess.watch_dirty.store(false, Ordering::Relaxed);
     sess.set_flag(flag::WATCHING, false);
+    sess.sync_counts();
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cmd::testutil::{client, server};
+
+    #[test]
+    fn a_flush_aborts_only_transactions_watching_keys_it_removed() {
+        let srv = server();
+        let mut c = client(&srv, 45000);
+        let mut other = client(&srv, 45001);
+        for flush in ["flushall", "flushdb"] {
+            // Watching a missing key: the flush changes nothing for it.
+            assert_eq!(c.run(&srv, &["watch", "x"]), "+OK\r\n");
+            other.run(&srv, &["set", "unrelated", "1"]);
+            other.run(&srv, &[flush]);
+            c.run(&srv, &["multi"]);
+            c.run(&srv, &["ping"]);
+            assert_eq!(c.run(&srv, &["exec"]), "*1\r\n+PONG\r\n", "{flush} with a missing watched key");
+            // Watching a key the flush removes: the transaction aborts.
+            other.run(&srv, &["set", "x", "1"]);
+            c.run(&srv, &["watch", "x"]);
+            other.run(&srv, &[flush]);
+            c.run(&srv, &["multi"]);
+            c.run(&srv, &["ping"]);
+            assert_eq!(c.run(&srv, &["exec"]), "*-1\r\n", "{flush} removing a watched key");
+        }
+        // SWAPDB touches a watched key that exists on either side.
+        other.run(&srv, &["select", "1"]);
+        other.run(&srv, &["set", "y", "1"]);
+        c.run(&srv, &["watch", "y", "z"]);
+        other.run(&srv, &["swapdb", "0", "1"]);
+        c.run(&srv, &["multi"]);
+        assert_eq!(c.run(&srv, &["exec"]), "*-1\r\n");
+    }
+
+    #[test]
+    fn exec_is_a_call_in_commandstats() {
+        let srv = server();
+        let mut c = client(&srv, 45002);
+        c.run(&srv, &["multi"]);
+        c.run(&srv, &["set", "a", "b"]);
+        assert_eq!(c.run(&srv, &["exec"]), "*1\r\n+OK\r\n");
+        assert_eq!(c.run(&srv, &["exec"]), "-ERR EXEC without MULTI\r\n");
+        c.run(&srv, &["multi"]);
+        c.run(&srv, &["nosuchcommand"]);
+        assert!(c.run(&srv, &["exec"]).starts_with("-EXECABORT"));
+        let stats = c.run(&srv, &["info", "commandstats"]);
+        assert!(stats.contains("cmdstat_exec:calls=3,"), "{stats}");
+        assert!(stats.contains(",rejected_calls=0,failed_calls=2\r\n"), "{stats}");
+    }
+
+    #[test]
+    fn client_list_counts_watches_queued_commands_and_subscriptions() {
+        let srv = server();
+        let mut c = client(&srv, 45003);
+        let info = |c: &mut crate::cmd::testutil::TestClient| c.run(&srv, &["client", "info"]);
+        assert!(info(&mut c).contains(" sub=0 psub=0 ssub=0 multi=-1 watch=0 "));
+        c.run(&srv, &["watch", "a", "b", "a"]);
+        assert!(info(&mut c).contains(" multi=-1 watch=2 "), "{}", info(&mut c));
+        c.run(&srv, &["multi"]);
+        c.run(&srv, &["set", "a", "1"]);
+        c.run(&srv, &["get", "a"]);
+        // CLIENT INFO inside MULTI is queued too; read the line from another client.
+        let mut other = client(&srv, 45004);
+        let list = other.run(&srv, &["client", "list"]);
+        assert!(list.contains(" multi=2 watch=2 "), "{list}");
+        c.run(&srv, &["exec"]);
+        assert!(info(&mut c).contains(" multi=-1 watch=0 "), "{}", info(&mut c));
+        c.run(&srv, &["hello", "3"]);
+        c.run(&srv, &["subscribe", "x", "y"]);
+        c.run(&srv, &["psubscribe", "p*"]);
+        c.run(&srv, &["ssubscribe", "s"]);
+        assert!(info(&mut c).contains(" sub=2 psub=1 ssub=1 "), "{}", info(&mut c));
+        c.run(&srv, &["unsubscribe", "x"]);
+        assert!(info(&mut c).contains(" sub=1 psub=1 ssub=1 "), "{}", info(&mut c));
+        c.run(&srv, &["reset"]);
+        assert!(info(&mut c).contains(" sub=0 psub=0 ssub=0 "), "{}", info(&mut c));
+    }
 }

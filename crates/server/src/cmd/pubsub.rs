@@ -81,6 +81,9 @@ fn do_subscribe(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut Repl
         reply(out, kind.subscribe_word(), Some(name), count(sess, kind));
     }
     sess.set_flag(flag::PUBSUB, sess.subscribed());
+    sess.sync_counts();
+    // Valkey sends (un)subscribe confirmations as pushes in RESP2 too.
+    sess.pushed = true;
     Ok(Flow::Continue)
 }
 
@@ -100,6 +103,9 @@ fn do_unsubscribe(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut Re
         reply(out, kind.unsubscribe_word(), Some(&name), count(sess, kind));
     }
     sess.set_flag(flag::PUBSUB, sess.subscribed());
+    sess.sync_counts();
+    // Valkey sends (un)subscribe confirmations as pushes in RESP2 too.
+    sess.pushed = true;
     Ok(Flow::Continue)
 }
 
@@ -202,4 +208,28 @@ fn help(_: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Result<
         out.simple(l);
     }
     Ok(Flow::Continue)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cmd::testutil::{client, server};
+
+    #[test]
+    fn client_reply_off_keeps_subscription_confirmations() {
+        let srv = server();
+        let mut c = client(&srv, 45100);
+        c.run(&srv, &["hello", "3"]);
+        assert_eq!(c.run(&srv, &["client", "reply", "off"]), "");
+        assert_eq!(c.run(&srv, &["subscribe", "ch"]), ">3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n");
+        assert_eq!(c.run(&srv, &["ping"]), "", "an ordinary reply stays silent");
+        assert_eq!(c.run(&srv, &["unsubscribe"]), ">3\r\n$11\r\nunsubscribe\r\n$2\r\nch\r\n:0\r\n");
+        // Valkey flags them as pushes in RESP2 as well (pubsub.tcl subscribes under REPLY OFF
+        // and SKIP and waits for the confirmation).
+        let mut c2 = client(&srv, 45101);
+        c2.run(&srv, &["client", "reply", "skip"]);
+        assert_eq!(c2.run(&srv, &["psubscribe", "*"]), "*3\r\n$10\r\npsubscribe\r\n$1\r\n*\r\n:1\r\n");
+        c2.run(&srv, &["client", "reply", "off"]);
+        assert_eq!(c2.run(&srv, &["punsubscribe"]), "*3\r\n$12\r\npunsubscribe\r\n$1\r\n*\r\n:0\r\n");
+        assert_eq!(c2.run(&srv, &["client", "reply", "on"]), "+OK\r\n");
+    }
 }
