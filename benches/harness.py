@@ -7,7 +7,11 @@ the same certificates). The same load generator binary (redis-benchmark) drives 
 In per-core mode the server is pinned to one CPU and the client to another, and hotkv runs
 with one worker thread, so the comparison is per core. Servers run back to back in rotated
 order for several rounds; each cell reports the median ops/s, the min-max, p50 and p99
-latency, and the median of the per-round paired ratios hotkv/redis. A cell whose spread is
+latency, the median of the per-round paired ratios hotkv/redis, and each server's CPU time
+per request (user + system, from /proc): with one worker that is its per-core cost, which
+still tells the servers apart when the single-threaded client is what limits throughput, as
+at pipeline 1 on two cores. Memory cells load each kind into a fresh process, so the RSS
+deltas are not hidden by pages freed by the previous kind. A cell whose spread is
 over 25% of its median is marked noisy. Raw numbers and the exact commands go to a JSON
 results file next to the markdown table.
 
@@ -93,6 +97,16 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
+
+    def cpu_seconds(self):
+        """User + system CPU time of the server process so far (all its threads)."""
+        pid = self.proc.pid
+        try:
+            # With taskset in front, the server is taskset's exec'd image: same pid.
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return float("nan")
 
     def info(self, section):
         out = subprocess.run(["redis-cli", "-p", str(self.port), "INFO", section],
@@ -301,7 +315,7 @@ def run_mode(mode, servers, pki, args, results):
                     run_bench(bench_cmd(s, fill, 200000, pki, client_cpus), timeout=300)
             probe, _, _ = run_bench(bench_cmd(ref, cell, 20000, pki, client_cpus), timeout=300)
             n = max(20000, int(probe * args.seconds))
-            per = {s.name: {"rps": [], "p50": [], "p99": []} for s in usable}
+            per = {s.name: {"rps": [], "p50": [], "p99": [], "cpu_us": []} for s in usable}
             ratios = {s.name: [] for s in usable if s.name != "redis"}
             commands = {}
             for rnd in range(args.rounds):
@@ -310,7 +324,11 @@ def run_mode(mode, servers, pki, args, results):
                 for s in order:
                     argv = bench_cmd(s, cell, n, pki, client_cpus)
                     commands[s.name] = " ".join(argv)
+                    cpu0 = s.cpu_seconds()
                     rps, p50, p99 = run_bench(argv, timeout=max(120, args.seconds * 20))
+                    # Server CPU per request: per-core efficiency even when the single-threaded
+                    # client, not the server, limits throughput (pipeline 1 cells).
+                    per[s.name]["cpu_us"].append((s.cpu_seconds() - cpu0) * 1e6 / n)
                     per[s.name]["rps"].append(rps)
                     per[s.name]["p50"].append(p50)
                     per[s.name]["p99"].append(p99)
@@ -325,6 +343,7 @@ def run_mode(mode, servers, pki, args, results):
                 row["servers"][name] = {
                     "rps_median": med, "rps_min": min(m["rps"]), "rps_max": max(m["rps"]),
                     "p50_ms": median(m["p50"]), "p99_ms": median(m["p99"]),
+                    "cpu_us_per_op": median(m["cpu_us"]),
                     "noisy": spread > NOISY_SPREAD, "raw": m,
                 }
                 if name in ratios:
@@ -339,6 +358,10 @@ def run_mode(mode, servers, pki, args, results):
             for kind, count in [("string", args.mem_keys), ("hash10", 100000), ("set100", 20000), ("zset100", 20000)]:
                 row = {"mode": mode, "memory": kind, "items": count, "servers": {}}
                 for s in servers:
+                    # A fresh process per kind: after a FLUSHALL the allocator keeps the freed
+                    # pages, and RSS deltas would read as nothing (or less than nothing).
+                    s.stop()
+                    s.start(pki, mode, server_cpus)
                     cmd = {"string": "set", "hash10": "hset", "set100": "sadd", "zset100": "zadd"}[kind]
                     if not knows(s, cmd):
                         row["servers"][s.name] = None
@@ -354,16 +377,19 @@ def run_mode(mode, servers, pki, args, results):
 
 
 def markdown(results):
-    lines = ["| mode | cell | hotkv ops/s (min-max) | redis ops/s (min-max) | hotkv/redis | hotkv p50/p99 ms | redis p50/p99 ms |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| mode | cell | hotkv ops/s (min-max) | redis ops/s (min-max) | hotkv/redis | hotkv p50/p99 ms | redis p50/p99 ms "
+             "| server CPU µs/op hotkv / redis | CPU ratio |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in results["cells"]:
         if "servers" not in r:
-            lines.append(f"| {r['mode']} | {r['cell']} | skipped ({', '.join(r['skipped'])}) | | | | |")
+            lines.append(f"| {r['mode']} | {r['cell']} | skipped ({', '.join(r['skipped'])}) | | | | | | |")
             continue
         h, d = r["servers"]["hotkv"], r["servers"]["redis"]
         fmt = lambda s: f"{s['rps_median']:.0f} ({s['rps_min']:.0f}-{s['rps_max']:.0f}){' noisy' if s['noisy'] else ''}"
+        hc, dc = h.get("cpu_us_per_op", float("nan")), d.get("cpu_us_per_op", float("nan"))
         lines.append(f"| {r['mode']} | {r['cell']} | {fmt(h)} | {fmt(d)} | {h['ratio_vs_redis']:.2f} | "
-                     f"{h['p50_ms']:.3f}/{h['p99_ms']:.3f} | {d['p50_ms']:.3f}/{d['p99_ms']:.3f} |")
+                     f"{h['p50_ms']:.3f}/{h['p99_ms']:.3f} | {d['p50_ms']:.3f}/{d['p99_ms']:.3f} | "
+                     f"{hc:.2f} / {dc:.2f} | {dc / hc if hc else float('nan'):.2f} |")
     if results["memory"]:
         lines += ["", "| memory per item | items | hotkv used_memory / RSS (B) | redis used_memory / RSS (B) |",
                   "|---|---|---|---|"]

@@ -118,6 +118,9 @@ impl ReplyBuf {
 
     /// A bulk string.
     pub fn bulk(&mut self, b: &[u8]) {
+        // Room for the whole reply first: growing after the header would copy what is
+        // already there (perf showed a fifth of a 16 KiB GET's copying in that realloc).
+        self.buf.reserve(b.len() + 24);
         self.prefixed(b'$', b.len() as i64);
         self.buf.extend_from_slice(b);
         self.buf.extend_from_slice(b"\r\n");
