@@ -64,6 +64,13 @@ pub fn main() -> i32 {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .thread_name("hotkv-worker")
+        // Run every connection that is ready before asking the kernel for more, as an event
+        // loop does. With tokio's default (poll for I/O every 61 task polls), 1000 busy
+        // connections on one worker overflow its run queue and the overflow waits behind
+        // connections woken later: redis-benchmark -c 1000 -P 1 saw p99 52 ms against
+        // redis-server's 10-13 ms; with 1024 (one epoll batch), 13 ms. Pipelined cells are
+        // unchanged: their queue drains long before 1024 polls.
+        .event_interval(1024)
         .enable_all()
         .build()
     {
