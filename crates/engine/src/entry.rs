@@ -117,6 +117,11 @@ impl Entry {
         Entry { ptr }
     }
 
+    /// The allocation's address, for prefetch hints only.
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
     /// The key.
     pub fn key(&self) -> &[u8] {
         let s = self.shape();

@@ -81,6 +81,17 @@ impl Slot {
     }
 }
 
+impl Slot {
+    /// Hints the CPU to load the entry `hash` most likely names, when the table is free right
+    /// now: a pipelined batch then waits for all its entries at once instead of one by one.
+    /// Never waits for the lock; a busy slot just gets no hint.
+    pub fn prefetch_entry(&self, hash: u32) {
+        if let Some(t) = self.try_lock() {
+            t.prefetch_entry(hash);
+        }
+    }
+}
+
 /// A slot's table, either borrowed from a lock set or locked for this reference alone.
 pub enum SlotRef<'a, 's> {
     /// Held by the command's lock set.

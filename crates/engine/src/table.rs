@@ -122,6 +122,25 @@ impl Table {
         }
     }
 
+    /// Hints the CPU to load the entries in `hash`'s home group whose tag matches: the header
+    /// and key line, and the next, where a value of up to 100-odd bytes ends. Reads only the
+    /// group (which the caller has usually prefetched already), never an entry.
+    pub fn prefetch_entry(&self, hash: u32) {
+        if self.len == 0 {
+            return;
+        }
+        let want = FULL | tag(hash);
+        let group = &self.groups[self.home(hash)];
+        for s in 0..WIDTH {
+            if group.ctrl[s] & !VOLATILE == want
+                && let Some(e) = &group.ents[s]
+            {
+                crate::prefetch::read(e.addr());
+                crate::prefetch::read(e.addr() + 64);
+            }
+        }
+    }
+
     /// The entry in bucket `i` (an index from [`Table::find`] or iteration).
     pub fn at(&self, i: usize) -> &Entry {
         let p = Pos::from_index(i);

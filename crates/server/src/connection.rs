@@ -395,9 +395,10 @@ impl Conn {
         flow
     }
 
-    /// Prefetches, for every decoded command, the slot line and then the home group line of
-    /// its second argument, which is the key of nearly every data command (a wrong guess only
-    /// costs a useless hint).
+    /// Prefetches, for every decoded command, the slot line, then the home group line, then
+    /// the entry lines of its second argument, which is the key of nearly every data command
+    /// (a wrong guess only costs a useless hint). Each pass runs over the whole batch before
+    /// the next, so the misses of one pass overlap.
     fn prefetch(&mut self, srv: &Server, db: usize) {
         self.hints.clear();
         if self.cmds.len() < 2 {
@@ -417,6 +418,9 @@ impl Conn {
         }
         for &(slot, hash) in self.hints.iter().flatten() {
             d.slot(slot).prefetch_home(hash);
+        }
+        for &(slot, hash) in self.hints.iter().flatten() {
+            d.slot(slot).prefetch_entry(hash);
         }
     }
 
