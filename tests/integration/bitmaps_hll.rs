@@ -89,20 +89,34 @@ fn bit_edges_and_errors() {
 fn bitfield_types_overflow_and_resp3() {
     let srv = server();
     let mut c = srv.client();
-    assert_eq!(c.cmd(&["BITFIELD", "f", "SET", "u8", "0", "255", "GET", "u8", "0", "GET", "i8", "0"]), ints(&[0, 255, -1]));
+    assert_eq!(
+        c.cmd(&["BITFIELD", "f", "SET", "u8", "0", "255", "GET", "u8", "0", "GET", "i8", "0"]),
+        ints(&[0, 255, -1])
+    );
     assert_eq!(c.cmd(&["BITFIELD", "f", "INCRBY", "u8", "0", "10"]), ints(&[9]), "WRAP is the default");
     assert_eq!(c.cmd(&["BITFIELD", "f", "OVERFLOW", "SAT", "INCRBY", "u8", "0", "300"]), ints(&[255]));
-    assert_eq!(c.cmd(&["BITFIELD", "f", "OVERFLOW", "FAIL", "INCRBY", "u8", "0", "1"]), Frame::Array(vec![Frame::NullBulk]));
+    assert_eq!(
+        c.cmd(&["BITFIELD", "f", "OVERFLOW", "FAIL", "INCRBY", "u8", "0", "1"]),
+        Frame::Array(vec![Frame::NullBulk])
+    );
     assert_eq!(c.cmd(&["BITFIELD", "f", "SET", "i16", "#1", "-2", "GET", "i16", "#1"]), ints(&[0, -2]));
     assert_eq!(c.cmd(&["BITFIELD", "f"]), ints(&[]));
     assert_eq!(c.cmd(&["BITFIELD_RO", "f", "GET", "u4", "0"]), ints(&[15]));
-    assert_err(&c.cmd(&["BITFIELD", "f", "GET", "u64", "0"]),
-        "ERR Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported but i64 is.");
+    assert_err(
+        &c.cmd(&["BITFIELD", "f", "GET", "u64", "0"]),
+        "ERR Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported but i64 is.",
+    );
     assert_err(&c.cmd(&["BITFIELD", "f", "OVERFLOW", "NOPE"]), "ERR Invalid OVERFLOW type specified");
-    assert_err(&c.cmd(&["BITFIELD_RO", "f", "SET", "u8", "0", "1"]), "ERR BITFIELD_RO only supports the GET subcommand");
+    assert_err(
+        &c.cmd(&["BITFIELD_RO", "f", "SET", "u8", "0", "1"]),
+        "ERR BITFIELD_RO only supports the GET subcommand",
+    );
     assert_err(&c.cmd(&["BITFIELD", "f", "GET", "u8", "-1"]), "ERR bit offset is not an integer or out of range");
     assert!(matches!(c.cmd(&["HELLO", "3"]), Frame::Map(_)));
-    assert_eq!(c.cmd(&["BITFIELD", "f", "OVERFLOW", "FAIL", "INCRBY", "u8", "0", "1"]), Frame::Array(vec![Frame::Null]));
+    assert_eq!(
+        c.cmd(&["BITFIELD", "f", "OVERFLOW", "FAIL", "INCRBY", "u8", "0", "1"]),
+        Frame::Array(vec![Frame::Null])
+    );
 }
 
 #[test]
@@ -147,8 +161,10 @@ fn bitmaps_and_hll_through_redis_cli() {
     let port = srv.port();
     assert_eq!(redis_cli(port, &["SETBIT", "b", "3", "1"]), "0\n");
     assert_eq!(redis_cli(port, &["--no-raw", "GET", "b"]), "\"\\x10\"\n");
-    assert_eq!(redis_cli(port, &["--no-raw", "BITFIELD", "b", "GET", "u4", "0", "GET", "i4", "0"]),
-        "1) (integer) 1\n2) (integer) 1\n");
+    assert_eq!(
+        redis_cli(port, &["--no-raw", "BITFIELD", "b", "GET", "u4", "0", "GET", "i4", "0"]),
+        "1) (integer) 1\n2) (integer) 1\n"
+    );
     assert_eq!(redis_cli(port, &["--no-raw", "BITPOS", "b", "2"]), "(error) ERR The bit argument must be 1 or 0.\n");
     assert_eq!(redis_cli(port, &["PFADD", "h", "x", "y", "z"]), "1\n");
     assert_eq!(redis_cli(port, &["--no-raw", "PFCOUNT", "h"]), "(integer) 3\n");

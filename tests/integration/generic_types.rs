@@ -56,7 +56,10 @@ fn type_and_encoding_of_strings_lists_and_zsets_across_thresholds() {
     ok(&mut c, &["SET", "s44", &"x".repeat(44)]);
     ok(&mut c, &["SET", "s45", &"x".repeat(45)]);
     ok(&mut c, &["SET", "i", "-9223372036854775808"]);
-    assert_eq!((encoding(&mut c, "s44"), encoding(&mut c, "s45"), encoding(&mut c, "i")), ("embstr".into(), "raw".into(), "int".into()));
+    assert_eq!(
+        (encoding(&mut c, "s44"), encoding(&mut c, "s45"), encoding(&mut c, "i")),
+        ("embstr".into(), "raw".into(), "int".into())
+    );
     c.cmd(&["PFADD", "hll", "a"]);
     assert_eq!((c.cmd(&["TYPE", "hll"]), encoding(&mut c, "hll")), (Frame::simple("string"), "raw".into()));
 

@@ -8,7 +8,7 @@ use hotkv_test_support::tools::{python, redis_cli};
 use hotkv_test_support::{Frame, RawClient, wait_for};
 use redis::{Commands, Direction};
 
-use crate::{assert_err, ok, redis_conn, server, server_with, server_error};
+use crate::{assert_err, ok, redis_conn, server, server_error, server_with};
 
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
@@ -98,8 +98,10 @@ fn pop_counts_and_their_errors() {
     assert_err(&c.cmd(&["LPOP", "l", "1", "2"]), "ERR wrong number of arguments for 'lpop' command");
     assert_eq!(c.cmd(&["LPOP", "none"]), Frame::NullBulk);
     assert_eq!(c.cmd(&["LPOP", "none", "1"]), Frame::NullArray);
-    assert_eq!(c.cmd(&["LMPOP", "2", "none", "l", "RIGHT", "COUNT", "5"]),
-        Frame::Array(vec![Frame::bulk("l"), arr(&["b", "a"])]));
+    assert_eq!(
+        c.cmd(&["LMPOP", "2", "none", "l", "RIGHT", "COUNT", "5"]),
+        Frame::Array(vec![Frame::bulk("l"), arr(&["b", "a"])])
+    );
     assert_eq!(c.cmd(&["LMPOP", "1", "l", "LEFT"]), Frame::NullArray);
     assert_err(&c.cmd(&["LMPOP", "0", "l", "LEFT"]), "ERR numkeys should be greater than 0");
     assert_err(&c.cmd(&["LMPOP", "1", "l", "LEFT", "COUNT", "0"]), "ERR count should be greater than 0");
@@ -113,13 +115,18 @@ fn lpos_ranks_counts_and_maxlen() {
     c.cmd(&["RPUSH", "l", "a", "b", "c", "1", "2", "3", "c", "c"]);
     assert_eq!(c.cmd(&["LPOS", "l", "c"]), Frame::Integer(2));
     assert_eq!(c.cmd(&["LPOS", "l", "c", "RANK", "-1"]), Frame::Integer(7));
-    assert_eq!(c.cmd(&["LPOS", "l", "c", "COUNT", "0"]), Frame::Array(vec![Frame::Integer(2), Frame::Integer(6), Frame::Integer(7)]));
+    assert_eq!(
+        c.cmd(&["LPOS", "l", "c", "COUNT", "0"]),
+        Frame::Array(vec![Frame::Integer(2), Frame::Integer(6), Frame::Integer(7)])
+    );
     assert_eq!(c.cmd(&["LPOS", "l", "c", "RANK", "2", "COUNT", "1"]), Frame::Array(vec![Frame::Integer(6)]));
     assert_eq!(c.cmd(&["LPOS", "l", "c", "MAXLEN", "2"]), Frame::NullBulk);
     assert_eq!(c.cmd(&["LPOS", "l", "zz", "COUNT", "3"]), arr(&[]));
     assert_eq!(c.cmd(&["LPOS", "none", "zz"]), Frame::NullBulk);
-    assert_err(&c.cmd(&["LPOS", "l", "c", "RANK", "0"]),
-        "ERR RANK can't be zero: use 1 to start from the first match, 2 from the second ... or use negative to start from the end of the list");
+    assert_err(
+        &c.cmd(&["LPOS", "l", "c", "RANK", "0"]),
+        "ERR RANK can't be zero: use 1 to start from the first match, 2 from the second ... or use negative to start from the end of the list",
+    );
     assert_err(&c.cmd(&["LPOS", "l", "c", "COUNT", "-1"]), "ERR COUNT can't be negative");
     assert_err(&c.cmd(&["LPOS", "l", "c", "MAXLEN", "-1"]), "ERR MAXLEN can't be negative");
     assert_err(&c.cmd(&["LPOS", "l", "c", "RANK"]), "ERR syntax error");
@@ -161,8 +168,14 @@ fn wrongtype_and_the_list_encodings() {
     let mut c = srv.client();
     ok(&mut c, &["SET", "s", "v"]);
     for args in [
-        &["LPUSH", "s", "x"][..], &["RPUSHX", "s", "x"], &["LRANGE", "s", "0", "-1"], &["LLEN", "s"],
-        &["LPOP", "s"], &["LINDEX", "s", "0"], &["LPOS", "s", "x"], &["LMOVE", "s", "d", "LEFT", "LEFT"],
+        &["LPUSH", "s", "x"][..],
+        &["RPUSHX", "s", "x"],
+        &["LRANGE", "s", "0", "-1"],
+        &["LLEN", "s"],
+        &["LPOP", "s"],
+        &["LINDEX", "s", "0"],
+        &["LPOS", "s", "x"],
+        &["LMOVE", "s", "d", "LEFT", "LEFT"],
     ] {
         assert_err(&c.cmd(args), WRONGTYPE);
     }

@@ -250,14 +250,21 @@ fn run(c: &mut RawClient, seed: u64, steps: usize) {
         let ok = match &want {
             Want::Exact(f) => got == *f,
             Want::Unordered(f) => sorted(&got) == sorted(f),
-            Want::Pairs(want) => matches!(got, Frame::Array(_)) && {
-                let mut pairs: Vec<(String, String)> = got.pairs().iter().map(|(f, v)| (f.text(), v.text())).collect();
-                pairs.sort();
-                pairs == *want
-            },
+            Want::Pairs(want) => {
+                matches!(got, Frame::Array(_)) && {
+                    let mut pairs: Vec<(String, String)> =
+                        got.pairs().iter().map(|(f, v)| (f.text(), v.text())).collect();
+                    pairs.sort();
+                    pairs == *want
+                }
+            }
         };
-        assert!(ok, "seed {seed} step {i}: {:?}\n got  {got}\n want {want:?}\nlast commands:\n{}",
-            argv, history.iter().cloned().collect::<Vec<_>>().join("\n"));
+        assert!(
+            ok,
+            "seed {seed} step {i}: {:?}\n got  {got}\n want {want:?}\nlast commands:\n{}",
+            argv,
+            history.iter().cloned().collect::<Vec<_>>().join("\n")
+        );
         if i % 25 == 0 {
             for k in KEYS {
                 let ty = m.keys.get(*k).map_or("none", Val::type_name);

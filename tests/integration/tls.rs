@@ -9,8 +9,8 @@ use hotkv_test_support::tools::{ToolOutput, run_bounded};
 use hotkv_test_support::{Builder, Frame, TestServer, free_port, wait_for};
 use rcgen::ExtendedKeyUsagePurpose as Eku;
 
-use crate::pki::{Ca, Pki, replace};
 use crate::BIN;
+use crate::pki::{Ca, Pki, replace};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -86,7 +86,10 @@ fn tls_only_node_logs_its_setup_and_serves_redis_cli() {
 
     assert_eq!(app(&pki, tls_port, &["SET", "greeting", "hello"]), "OK");
     assert_eq!(app(&pki, tls_port, &["GET", "greeting"]), "hello");
-    assert_eq!(app(&pki, tls_port, &["INFO", "server"]).lines().find(|l| l.starts_with("tcp_port:")), Some("tcp_port:0"));
+    assert_eq!(
+        app(&pki, tls_port, &["INFO", "server"]).lines().find(|l| l.starts_with("tcp_port:")),
+        Some("tcp_port:0")
+    );
     // The node's own certificate works as a client certificate too (the reference doc's rcli).
     assert_eq!(cli(&pki, tls_port, Some(("node.crt", "node.key")), &["PING"]).stdout.trim(), "PONG");
 }
@@ -113,7 +116,11 @@ fn refused_clients_are_logged_with_the_reason_and_others_carry_on() {
     let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut kept).unwrap();
 
     // A plain-text client on the TLS port.
-    let plain = run_bounded(Command::new("redis-cli").args(["-h", "127.0.0.1", "-p", &tls_port.to_string(), "PING"]), None, WAIT);
+    let plain = run_bounded(
+        Command::new("redis-cli").args(["-h", "127.0.0.1", "-p", &tls_port.to_string(), "PING"]),
+        None,
+        WAIT,
+    );
     assert_eq!(plain.stderr.trim(), "Error: Server closed the connection", "{plain:?}");
     // No certificate while tls-auth-clients is yes.
     let none = cli(&pki, tls_port, None, &["PING"]);
@@ -131,7 +138,10 @@ fn refused_clients_are_logged_with_the_reason_and_others_carry_on() {
         "certificate verify failed (SSL routines): certificate has expired",
     ] {
         assert!(
-            wait_for(|| srv.log().lines().any(|l| l.contains("TLS handshake failed for client ") && l.ends_with(reason)), WAIT),
+            wait_for(
+                || srv.log().lines().any(|l| l.contains("TLS handshake failed for client ") && l.ends_with(reason)),
+                WAIT
+            ),
             "no refusal logged with {reason:?}:\n{}",
             srv.log()
         );
@@ -159,7 +169,11 @@ fn both_ports_serve_the_same_data_to_every_client() {
     assert_eq!(srv.cmd(&["SET", "from-plain", "1"]), Frame::Simple("OK".into()));
 
     // The Rust client over TLS, with a client certificate: pipelines and a large value.
-    let client = redis::Client::build_with_tls(format!("rediss://127.0.0.1:{tls_port}/"), tls_certs(&pki, Some(("app.crt", "app.key")))).unwrap();
+    let client = redis::Client::build_with_tls(
+        format!("rediss://127.0.0.1:{tls_port}/"),
+        tls_certs(&pki, Some(("app.crt", "app.key"))),
+    )
+    .unwrap();
     let mut con = client.get_connection().unwrap();
     let got: String = redis::cmd("GET").arg("from-plain").query(&mut con).unwrap();
     assert_eq!(got, "1");
@@ -220,7 +234,11 @@ fn config_set_reloads_the_certificate_and_open_connections_keep_theirs() {
     let pki = Pki::new();
     let (srv, tls_port) = tls_server(&pki, &[]);
     assert_eq!(served_serial(&pki, tls_port), pki.node.serial);
-    let client = redis::Client::build_with_tls(format!("rediss://127.0.0.1:{tls_port}/"), tls_certs(&pki, Some(("app.crt", "app.key")))).unwrap();
+    let client = redis::Client::build_with_tls(
+        format!("rediss://127.0.0.1:{tls_port}/"),
+        tls_certs(&pki, Some(("app.crt", "app.key"))),
+    )
+    .unwrap();
     let mut open = client.get_connection().unwrap();
     let _: () = redis::cmd("SET").arg("before").arg("1").query(&mut open).unwrap();
 
@@ -245,15 +263,23 @@ fn config_set_reloads_the_certificate_and_open_connections_keep_theirs() {
     let Frame::Error(e) = reply else { panic!("{reply:?}") };
     assert_eq!(
         e,
-        format!("ERR Unable to update TLS configuration: use_certificate_chain_file: no start line (PEM routines) [{}]", bad.display())
+        format!(
+            "ERR Unable to update TLS configuration: use_certificate_chain_file: no start line (PEM routines) [{}]",
+            bad.display()
+        )
     );
-    assert_eq!(srv.cmd(&["CONFIG", "GET", "tls-cert-file"]), Frame::Array(vec![Frame::Bulk(b"tls-cert-file".to_vec()), Frame::Bulk(cert.clone().into_bytes())]));
+    assert_eq!(
+        srv.cmd(&["CONFIG", "GET", "tls-cert-file"]),
+        Frame::Array(vec![Frame::Bulk(b"tls-cert-file".to_vec()), Frame::Bulk(cert.clone().into_bytes())])
+    );
     assert_eq!(served_serial(&pki, tls_port), renewed.serial);
     assert_eq!(info_field(&srv, "tls", "tls_last_reload_status"), "failed");
     // A key that is not the certificate's.
     let stray = pki.ca.node("stray");
     let stray_key = pki.dir.write("stray.key", &stray.key);
-    let Frame::Error(e) = srv.cmd(&["CONFIG", "SET", "tls-key-file", &stray_key.display().to_string()]) else { panic!() };
+    let Frame::Error(e) = srv.cmd(&["CONFIG", "SET", "tls-key-file", &stray_key.display().to_string()]) else {
+        panic!()
+    };
     assert!(e.starts_with("ERR Unable to update TLS configuration: use_private_key_file: key values mismatch"), "{e}");
     // A missing CA file.
     let Frame::Error(e) = srv.cmd(&["CONFIG", "SET", "tls-ca-cert-file", "/nonexistent/ca.crt"]) else { panic!() };
@@ -267,8 +293,17 @@ fn config_set_reloads_the_certificate_and_open_connections_keep_theirs() {
     assert_eq!(srv.cmd(&["CONFIG", "SET", "tls-protocols", "TLSv1.3"]), Frame::Simple("OK".into()));
     let v12 = run_bounded(
         Command::new("openssl").args([
-            "s_client", "-connect", &format!("127.0.0.1:{tls_port}"), "-tls1_2", "-CAfile", &pki.dir.s("ca.crt"),
-            "-cert", &pki.dir.s("app.crt"), "-key", &pki.dir.s("app.key"), "-brief",
+            "s_client",
+            "-connect",
+            &format!("127.0.0.1:{tls_port}"),
+            "-tls1_2",
+            "-CAfile",
+            &pki.dir.s("ca.crt"),
+            "-cert",
+            &pki.dir.s("app.crt"),
+            "-key",
+            &pki.dir.s("app.key"),
+            "-brief",
         ]),
         Some(b""),
         WAIT,
@@ -292,13 +327,25 @@ fn automatic_reload_follows_the_files_and_keeps_the_old_material_on_failure() {
     assert!(wait_for(|| info_field(&srv, "tls", "tls_server_cert_serial") == renewed.serial, WAIT), "{}", srv.log());
     assert_eq!(served_serial(&pki, tls_port), renewed.serial);
     let log = srv.log();
-    assert!(log.contains(&format!("TLS configuration reloaded (cert={}, key={})", pki.dir.s("node.crt"), pki.dir.s("node.key"))), "{log}");
+    assert!(
+        log.contains(&format!(
+            "TLS configuration reloaded (cert={}, key={})",
+            pki.dir.s("node.crt"),
+            pki.dir.s("node.key")
+        )),
+        "{log}"
+    );
     assert!(log.contains("TLS materials reloaded successfully"), "{log}");
 
     // A broken file is reported (once) and the certificate in use stays.
     replace(&pki.dir.path("node.crt"), "not a certificate\n");
     assert!(
-        wait_for(|| srv.log().contains("TLS reload failed, keeping the current certificate: use_certificate_chain_file: no start line (PEM routines)"), WAIT),
+        wait_for(
+            || {
+                srv.log().contains("TLS reload failed, keeping the current certificate: use_certificate_chain_file: no start line (PEM routines)")
+            },
+            WAIT
+        ),
         "{}",
         srv.log()
     );
@@ -311,7 +358,10 @@ fn automatic_reload_follows_the_files_and_keeps_the_old_material_on_failure() {
     let other = pki.dir.write("other.crt", &third.cert);
     for _ in 0..5 {
         replace(&pki.dir.path("node.crt"), &renewed.cert);
-        assert_eq!(srv.cmd(&["CONFIG", "SET", "tls-cert-file", &other.display().to_string()]), Frame::Simple("OK".into()));
+        assert_eq!(
+            srv.cmd(&["CONFIG", "SET", "tls-cert-file", &other.display().to_string()]),
+            Frame::Simple("OK".into())
+        );
         replace(&pki.dir.path("node.crt"), "garbage\n");
     }
     std::thread::sleep(Duration::from_millis(2500)); // two more automatic checks
@@ -342,7 +392,10 @@ fn a_two_ca_bundle_rotates_the_ca_without_a_restart() {
     let node2 = new_ca.node("node1");
     replace(&pki.dir.path("node.crt"), &node2.cert);
     replace(&pki.dir.path("node.key"), &node2.key);
-    assert_eq!(srv.cmd(&["CONFIG", "SET", "tls-cert-file", &pki.dir.s("node.crt"), "tls-key-file", &pki.dir.s("node.key")]), Frame::Simple("OK".into()));
+    assert_eq!(
+        srv.cmd(&["CONFIG", "SET", "tls-cert-file", &pki.dir.s("node.crt"), "tls-key-file", &pki.dir.s("node.key")]),
+        Frame::Simple("OK".into())
+    );
     assert_eq!(served_serial(&pki, tls_port), node2.serial);
 
     // Step 3: drop the old CA: its clients are refused, the new ones are not.
@@ -374,10 +427,22 @@ fn a_tls_port_can_be_opened_moved_and_closed_at_runtime() {
     // A TLS port with files that do not load is refused, and nothing listens.
     let srv2 = crate::server();
     let p = free_port();
-    let reply = srv2.cmd(&["CONFIG", "SET", "tls-port", &p.to_string(), "tls-cert-file", "/nonexistent.crt", "tls-key-file", "/nonexistent.key"]);
+    let reply = srv2.cmd(&[
+        "CONFIG",
+        "SET",
+        "tls-port",
+        &p.to_string(),
+        "tls-cert-file",
+        "/nonexistent.crt",
+        "tls-key-file",
+        "/nonexistent.key",
+    ]);
     let Frame::Error(e) = reply else { panic!("{reply:?}") };
     assert!(e.starts_with("ERR Unable to update TLS configuration: "), "{e}");
-    assert_eq!(srv2.cmd(&["CONFIG", "GET", "tls-port"]), Frame::Array(vec![Frame::Bulk(b"tls-port".to_vec()), Frame::Bulk(b"0".to_vec())]));
+    assert_eq!(
+        srv2.cmd(&["CONFIG", "GET", "tls-port"]),
+        Frame::Array(vec![Frame::Bulk(b"tls-port".to_vec()), Frame::Bulk(b"0".to_vec())])
+    );
     assert!(std::net::TcpStream::connect(("127.0.0.1", p)).is_err());
 }
 
@@ -387,10 +452,17 @@ fn a_node_with_bad_tls_files_does_not_start_and_names_the_file() {
     let missing = pki.dir.s("missing.key");
     let out = builder(&pki, free_port()).config("tls-key-file", &missing).run_to_exit(WAIT);
     assert_eq!(out.status.code(), Some(1), "{}", out.stdout);
-    assert!(out.stdout.contains(&format!("Failed to initialize SSL context: use_private_key_file: No such file or directory [{missing}]")), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(&format!(
+            "Failed to initialize SSL context: use_private_key_file: No such file or directory [{missing}]"
+        )),
+        "{}",
+        out.stdout
+    );
 
     // A directory where the key should be: the system's reason, the file named.
-    let out = builder(&pki, free_port()).config("tls-key-file", &pki.dir.path("").display().to_string()).run_to_exit(WAIT);
+    let out =
+        builder(&pki, free_port()).config("tls-key-file", &pki.dir.path("").display().to_string()).run_to_exit(WAIT);
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.contains("Failed to initialize SSL context: use_private_key_file: "), "{}", out.stdout);
 
@@ -398,10 +470,18 @@ fn a_node_with_bad_tls_files_does_not_start_and_names_the_file() {
     for directive in ["tls-cluster", "tls-replication"] {
         let out = TestServer::builder(BIN).config(directive, "yes").run_to_exit(WAIT);
         assert_eq!(out.status.code(), Some(1), "{directive}: {}", out.stdout);
-        assert!(out.stdout.contains("Failed to initialize SSL context: No tls-cert-file configured!"), "{}", out.stdout);
+        assert!(
+            out.stdout.contains("Failed to initialize SSL context: No tls-cert-file configured!"),
+            "{}",
+            out.stdout
+        );
     }
     let out = TestServer::builder(BIN)
-        .configs(&[("tls-cluster", "yes"), ("tls-cert-file", &pki.dir.s("node.crt")), ("tls-key-file", &pki.dir.s("node.key"))])
+        .configs(&[
+            ("tls-cluster", "yes"),
+            ("tls-cert-file", &pki.dir.s("node.crt")),
+            ("tls-key-file", &pki.dir.s("node.key")),
+        ])
         .run_to_exit(WAIT);
     assert_eq!(out.status.code(), Some(1));
     assert!(out.stdout.contains("Either tls-ca-cert-file or tls-ca-cert-dir must be specified"), "{}", out.stdout);
@@ -410,7 +490,9 @@ fn a_node_with_bad_tls_files_does_not_start_and_names_the_file() {
     let old = pki.ca.issue("node1", &[Eku::ServerAuth, Eku::ClientAuth], -60, -2, None);
     pki.dir.write("old.crt", &old.cert);
     pki.dir.write("old.key", &old.key);
-    let srv = builder(&pki, free_port()).configs(&[("tls-cert-file", &pki.dir.s("old.crt")), ("tls-key-file", &pki.dir.s("old.key"))]).spawn();
+    let srv = builder(&pki, free_port())
+        .configs(&[("tls-cert-file", &pki.dir.s("old.crt")), ("tls-key-file", &pki.dir.s("old.key"))])
+        .spawn();
     assert!(srv.log().lines().any(|l| l.contains(" # ") && l.contains("expired")), "{}", srv.log());
 }
 
@@ -424,7 +506,10 @@ fn login_by_certificate_name() {
     assert_eq!(cli(&pki, tls_port, Some(("default.crt", "default.key")), &["GET", "x"]).stdout.trim(), "");
     let other = cli(&pki, tls_port, Some(("app.crt", "app.key")), &["GET", "x"]);
     assert!(other.stdout.contains("NOAUTH"), "{other:?}");
-    assert_eq!(cli(&pki, tls_port, Some(("app.crt", "app.key")), &["-a", "secret", "--no-auth-warning", "PING"]).stdout.trim(), "PONG");
+    assert_eq!(
+        cli(&pki, tls_port, Some(("app.crt", "app.key")), &["-a", "secret", "--no-auth-warning", "PING"]).stdout.trim(),
+        "PONG"
+    );
     drop(srv);
 }
 
@@ -477,7 +562,11 @@ fn check_tls_reports_every_problem_before_deployment() {
     let soon = pki.ca.issue("node1", &[Eku::ServerAuth, Eku::ClientAuth], -60, 10, None);
     pki.dir.write("soon.crt", &soon.cert);
     pki.dir.write("soon.key", &soon.key);
-    for (cert, key, words) in [("foreign.crt", "foreign.key", "unable to get local issuer certificate"), ("expired.crt", "expired.key", "expired"), ("soon.crt", "soon.key", "expires in")] {
+    for (cert, key, words) in [
+        ("foreign.crt", "foreign.key", "unable to get local issuer certificate"),
+        ("expired.crt", "expired.key", "expired"),
+        ("soon.crt", "soon.key", "expires in"),
+    ] {
         let out = run(&base(cert, key));
         assert_eq!(out.status.code(), Some(1), "{cert}: {out:?}");
         assert!(out.stdout.contains(words), "{cert}: {}", out.stdout);

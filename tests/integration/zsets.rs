@@ -71,9 +71,18 @@ fn zadd_options_and_their_conflicts() {
     assert_eq!(c.cmd(&["ZSCORE", "z", "a"]), Frame::bulk("4"));
     assert_eq!(c.cmd(&["ZADD", "z", "INCR", "0.5", "a"]), Frame::bulk("4.5"));
     assert_eq!(c.cmd(&["ZADD", "z", "NX", "INCR", "1", "a"]), Frame::NullBulk, "an INCR that NX refuses is nil");
-    assert_err(&c.cmd(&["ZADD", "z", "XX", "NX", "1", "a"]), "ERR XX and NX options at the same time are not compatible");
-    assert_err(&c.cmd(&["ZADD", "z", "GT", "LT", "1", "a"]), "ERR GT, LT, and/or NX options at the same time are not compatible");
-    assert_err(&c.cmd(&["ZADD", "z", "INCR", "1", "a", "2", "b"]), "ERR INCR option supports a single increment-element pair");
+    assert_err(
+        &c.cmd(&["ZADD", "z", "XX", "NX", "1", "a"]),
+        "ERR XX and NX options at the same time are not compatible",
+    );
+    assert_err(
+        &c.cmd(&["ZADD", "z", "GT", "LT", "1", "a"]),
+        "ERR GT, LT, and/or NX options at the same time are not compatible",
+    );
+    assert_err(
+        &c.cmd(&["ZADD", "z", "INCR", "1", "a", "2", "b"]),
+        "ERR INCR option supports a single increment-element pair",
+    );
     assert_err(&c.cmd(&["ZADD", "z", "x", "a"]), "ERR value is not a valid float");
     assert_err(&c.cmd(&["ZADD", "z", "nan", "a"]), "ERR value is not a valid float");
     assert_err(&c.cmd(&["ZADD", "z", "1", "a", "2"]), "ERR syntax error");
@@ -102,10 +111,14 @@ fn ranges_by_rank_score_and_lex() {
     assert_eq!(c.cmd(&["ZLEXCOUNT", "z", "(a", "[c"]), Frame::Integer(2));
     assert_err(&c.cmd(&["ZRANGEBYSCORE", "n", "x", "1"]), "ERR min or max is not a float");
     assert_err(&c.cmd(&["ZRANGEBYLEX", "z", "a", "+"]), "ERR min or max not valid string range item");
-    assert_err(&c.cmd(&["ZRANGE", "n", "0", "1", "LIMIT", "0", "1"]),
-        "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX");
-    assert_err(&c.cmd(&["ZRANGE", "z", "-", "+", "BYLEX", "WITHSCORES"]),
-        "ERR syntax error, WITHSCORES not supported in combination with BYLEX");
+    assert_err(
+        &c.cmd(&["ZRANGE", "n", "0", "1", "LIMIT", "0", "1"]),
+        "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
+    );
+    assert_err(
+        &c.cmd(&["ZRANGE", "z", "-", "+", "BYLEX", "WITHSCORES"]),
+        "ERR syntax error, WITHSCORES not supported in combination with BYLEX",
+    );
     assert_eq!(c.cmd(&["ZRANGE", "none", "0", "-1"]), arr(&[]));
     assert_eq!(c.cmd(&["ZREMRANGEBYRANK", "n", "0", "-2"]), Frame::Integer(2));
     assert_eq!(c.cmd(&["ZREMRANGEBYSCORE", "n", "-inf", "+inf"]), Frame::Integer(1));
@@ -143,8 +156,10 @@ fn resp2_and_resp3_reply_shapes() {
     assert_eq!(c.cmd(&["ZADD", "z", "INCR", "1", "a"]), dbl("2.5"));
     assert_eq!(c.cmd(&["ZPOPMIN", "z", "5"]), Frame::Array(vec![pair("a", "2.5")]), "a counted pop is pairs");
     c.cmd(&["ZADD", "m", "1", "x"]);
-    assert_eq!(c.cmd(&["ZMPOP", "1", "m", "MIN"]),
-        Frame::Array(vec![Frame::bulk("m"), Frame::Array(vec![pair("x", "1")])]));
+    assert_eq!(
+        c.cmd(&["ZMPOP", "1", "m", "MIN"]),
+        Frame::Array(vec![Frame::bulk("m"), Frame::Array(vec![pair("x", "1")])])
+    );
     assert_eq!(c.cmd(&["ZMPOP", "1", "m", "MIN"]), Frame::Null);
 }
 
@@ -177,8 +192,10 @@ fn sorted_sets_through_redis_cli() {
         redis_cli(port, &["-3", "--no-raw", "ZRANGE", "z", "0", "-1", "WITHSCORES"]),
         "1) 1) \"a\"\n   2) (double) 1\n2) 1) \"b\"\n   2) (double) 2.5\n"
     );
-    assert_eq!(redis_cli(port, &["--no-raw", "ZADD", "z", "XX", "NX", "1", "a"]),
-        "(error) ERR XX and NX options at the same time are not compatible\n");
+    assert_eq!(
+        redis_cli(port, &["--no-raw", "ZADD", "z", "XX", "NX", "1", "a"]),
+        "(error) ERR XX and NX options at the same time are not compatible\n"
+    );
 }
 
 #[test]

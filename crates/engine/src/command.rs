@@ -213,11 +213,7 @@ pub struct KeySpec {
 impl KeySpec {
     /// The common case: one key at argument `index`.
     pub const fn single(index: i32, flags: u32) -> KeySpec {
-        KeySpec {
-            flags,
-            begin: BeginSearch::Index(index),
-            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-        }
+        KeySpec { flags, begin: BeginSearch::Index(index), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }
     }
 
     /// Keys from `index` to the end (minus `from_end_skip`), every `step`.
@@ -279,9 +275,9 @@ impl<H> CommandSpec<H> {
     /// Whether some key position depends on the arguments (keyword or keynum specs, or an
     /// open range), which COMMAND INFO reports as `movablekeys`.
     pub fn movable_keys(&self) -> bool {
-        self.key_specs.iter().any(|ks| {
-            matches!(ks.begin, BeginSearch::Keyword { .. }) || matches!(ks.find, FindKeys::Keynum { .. })
-        })
+        self.key_specs
+            .iter()
+            .any(|ks| matches!(ks.begin, BeginSearch::Keyword { .. }) || matches!(ks.find, FindKeys::Keynum { .. }))
     }
 
     /// Legacy (first, last, step) triple shown by COMMAND INFO: from the first key spec
@@ -329,7 +325,9 @@ pub fn key_positions<H>(spec: &CommandSpec<H>, args: &Args<'_>, out: &mut Vec<us
                 let found = if start_from > 0 {
                     (start_from..argc).find(|&i| args.get(i as usize).eq_ignore_ascii_case(keyword.as_bytes()))
                 } else {
-                    (1..=argc + start_from).rev().find(|&i| args.get(i as usize).eq_ignore_ascii_case(keyword.as_bytes()))
+                    (1..=argc + start_from)
+                        .rev()
+                        .find(|&i| args.get(i as usize).eq_ignore_ascii_case(keyword.as_bytes()))
                 };
                 match found {
                     Some(i) => i + 1,

@@ -8,10 +8,10 @@ use crate::keyspace::{Keyspace, LockSet, Slot};
 use crate::object::Object;
 use crate::policy::{self, EvictionPolicy};
 use crate::table::Table;
-use crate::types::list::List;
-use crate::types::zset::ZSet;
 use crate::types::hash::Hash;
+use crate::types::list::List;
 use crate::types::set::Set;
+use crate::types::zset::ZSet;
 
 /// Engine settings a handler may read. The server fills it from its configuration.
 #[derive(Debug, Clone)]

@@ -77,9 +77,7 @@ impl Entry {
     /// Builds an entry. `hash` is the table hash of `key`; `lru` the initial access clock.
     pub fn new(key: &[u8], hash: u32, value: NewValue<'_>, expire: Option<i64>, lru: u32) -> Entry {
         let value = match value {
-            NewValue::Bytes(b) if b.len() > u32::MAX as usize => {
-                NewValue::Object(Object::Str(b.to_vec()))
-            }
+            NewValue::Bytes(b) if b.len() > u32::MAX as usize => NewValue::Object(Object::Str(b.to_vec())),
             v => v,
         };
         let klen = u32::try_from(key.len()).expect("keys are limited by proto-max-bulk-len");
@@ -108,9 +106,7 @@ impl Entry {
             }
             ptr::copy_nonoverlapping(key.as_ptr(), raw.add(shape.key_offset()), key.len());
             match value {
-                NewValue::Bytes(b) => {
-                    ptr::copy_nonoverlapping(b.as_ptr(), raw.add(shape.value_offset()), b.len())
-                }
+                NewValue::Bytes(b) => ptr::copy_nonoverlapping(b.as_ptr(), raw.add(shape.value_offset()), b.len()),
                 NewValue::Object(o) => raw.add(shape.object_offset()).cast::<Object>().write(o),
             }
         }

@@ -68,36 +68,24 @@ impl CommandError {
     /// The reply text without the leading `-`.
     pub fn message(&self) -> Cow<'_, str> {
         match self {
-            CommandError::WrongType => {
-                "WRONGTYPE Operation against a key holding the wrong kind of value".into()
-            }
+            CommandError::WrongType => "WRONGTYPE Operation against a key holding the wrong kind of value".into(),
             CommandError::Syntax => "ERR syntax error".into(),
             CommandError::NotInteger => "ERR value is not an integer or out of range".into(),
             CommandError::NotFloat => "ERR value is not a valid float".into(),
             CommandError::Overflow => "ERR increment or decrement would overflow".into(),
             CommandError::NoSuchKey => "ERR no such key".into(),
             CommandError::IndexOutOfRange => "ERR index out of range".into(),
-            CommandError::WrongArity(cmd) => {
-                format!("ERR wrong number of arguments for '{cmd}' command").into()
-            }
+            CommandError::WrongArity(cmd) => format!("ERR wrong number of arguments for '{cmd}' command").into(),
             CommandError::UnknownCommand(text) => text.as_str().into(),
             CommandError::UnknownSubcommand { sub, container } => {
                 format!("ERR unknown subcommand '{sub}'. Try {container} HELP.").into()
             }
-            CommandError::InvalidExpire(cmd) => {
-                format!("ERR invalid expire time in '{cmd}' command").into()
-            }
+            CommandError::InvalidExpire(cmd) => format!("ERR invalid expire time in '{cmd}' command").into(),
             CommandError::DbIndexOutOfRange => "ERR DB index is out of range".into(),
-            CommandError::StringTooLong => {
-                "ERR string exceeds maximum allowed size (proto-max-bulk-len)".into()
-            }
+            CommandError::StringTooLong => "ERR string exceeds maximum allowed size (proto-max-bulk-len)".into(),
             CommandError::NoAuth => "NOAUTH Authentication required.".into(),
-            CommandError::WrongPass => {
-                "WRONGPASS invalid username-password pair or user is disabled.".into()
-            }
-            CommandError::OutOfMemory => {
-                "OOM command not allowed when used memory > 'maxmemory'.".into()
-            }
+            CommandError::WrongPass => "WRONGPASS invalid username-password pair or user is disabled.".into(),
+            CommandError::OutOfMemory => "OOM command not allowed when used memory > 'maxmemory'.".into(),
             CommandError::SameObject => "ERR source and destination objects are the same".into(),
             CommandError::BusyKey => "BUSYKEY Target key name already exists.".into(),
             CommandError::Other(text) => text.as_ref().into(),
@@ -126,9 +114,7 @@ impl CommandError {
         }
         let name = String::from_utf8_lossy(name);
         let name: String = name.chars().take(128).collect();
-        CommandError::UnknownCommand(format!(
-            "ERR unknown command '{name}', with args beginning with: {list}"
-        ))
+        CommandError::UnknownCommand(format!("ERR unknown command '{name}', with args beginning with: {list}"))
     }
 }
 
@@ -150,10 +136,7 @@ mod tests {
     #[test]
     fn texts_and_codes() {
         assert_eq!(CommandError::WrongType.code(), "WRONGTYPE");
-        assert_eq!(
-            CommandError::WrongArity("get".into()).message(),
-            "ERR wrong number of arguments for 'get' command"
-        );
+        assert_eq!(CommandError::WrongArity("get".into()).message(), "ERR wrong number of arguments for 'get' command");
         let e = CommandError::unknown_command(b"foo", [&b"a"[..], b"b"].into_iter());
         assert_eq!(e.message(), "ERR unknown command 'foo', with args beginning with: 'a' 'b' ");
         assert_eq!(CommandError::err("x").message(), "ERR x");

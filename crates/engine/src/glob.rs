@@ -378,4 +378,3 @@ mod tests {
         assert_eq!(pattern_slot(b""), Some(0));
     }
 }
-

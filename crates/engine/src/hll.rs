@@ -495,12 +495,15 @@ mod tests {
         for n in 0..=40 {
             add(&mut v, &base[..n], 3000).unwrap();
         }
-        assert_eq!(decode_sparse(&v), "Z:488 v:1,1 Z:649 v:1,1 Z:151 v:1,1 Z:443 v:2,1 z:10 v:5,1 z:53 v:1,1 Z:738 \
+        assert_eq!(
+            decode_sparse(&v),
+            "Z:488 v:1,1 Z:649 v:1,1 Z:151 v:1,1 Z:443 v:2,1 z:10 v:5,1 z:53 v:1,1 Z:738 \
             v:1,1 z:56 v:1,1 Z:321 v:6,1 Z:635 v:1,1 z:25 v:1,1 Z:150 v:1,1 z:22 v:1,1 Z:743 v:1,1 Z:224 v:1,1 \
             Z:460 v:3,1 Z:105 v:1,1 Z:648 v:2,1 Z:721 v:1,1 Z:347 v:1,1 Z:157 v:2,1 z:56 v:1,1 Z:618 v:1,1 Z:87 \
             v:1,1 Z:916 v:1,1 Z:154 v:3,1 Z:228 v:2,1 Z:880 v:8,1 Z:359 v:2,1 Z:403 v:1,1 Z:106 v:1,1 Z:123 v:1,1 \
             Z:2070 v:1,1 Z:105 v:1,1 Z:564 v:3,1 Z:641 v:1,1 Z:436 v:3,1 Z:193 v:1,1 Z:299 v:1,1 Z:437 v:2,1 \
-            Z:429 v:2,1 Z:93");
+            Z:429 v:2,1 Z:93"
+        );
         assert_eq!(count(&v), Ok(41));
         let up: Vec<u8> = (0..=255).collect();
         let down: Vec<u8> = (0..=255u8).rev().cycle().take(768).collect();

@@ -10,26 +10,26 @@
 //! a key and its value into one allocation behind an 8-byte pointer; the memory target
 //! (under 94 bytes for a 16-byte key with a 32-byte value) is out of reach otherwise.
 
+pub mod command;
+pub mod ctx;
 pub mod entry;
+pub mod error;
 pub mod glob;
 pub mod hash;
 pub mod hll;
-pub mod object;
-pub mod slot;
-pub mod table;
-pub mod command;
-pub mod ctx;
-pub mod error;
 pub mod keyspace;
+pub mod object;
 pub mod policy;
 pub mod prefetch;
 pub mod rdb;
+pub mod slot;
+pub mod table;
 
 pub use ctx::{BlockMode, BlockRequest, Ctx, EngineConfig, Events, KeyMut, LocalStats, LookupFlags, NoEvents, Ttl};
 pub use error::{CmdResult, CommandError};
 pub use keyspace::{Keyspace, LockSet};
 pub mod cmd;
-pub mod testkit;
 pub mod evict;
 pub mod expire;
+pub mod testkit;
 pub mod types;

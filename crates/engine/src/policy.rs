@@ -124,9 +124,7 @@ thread_local! {
 }
 
 fn seed() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let local = 0u8;
     (t ^ (std::ptr::addr_of!(local) as u64).rotate_left(32)) | 1
 }

@@ -8,11 +8,11 @@
 use std::fmt;
 
 use crate::object::Object;
+use crate::types::hash::Hash;
 use crate::types::list::List;
 use crate::types::listpack::{Listpack, Value};
-use crate::types::zset::{ZSet, lp_score};
-use crate::types::hash::Hash;
 use crate::types::set::Set;
+use crate::types::zset::{ZSet, lp_score};
 
 /// RDB version written into payloads.
 pub const WRITE_VERSION: u16 = 10;
@@ -169,7 +169,9 @@ pub fn restore(payload: &[u8]) -> Result<Loaded, RdbError> {
         TYPE_HASH => Loaded::Object(Object::Hash(read_hash(&mut r)?)),
         TYPE_SET_INTSET => Loaded::Object(Object::Set(Set::from_intset(&r.string()?).ok_or(RdbError::BadFormat)?)),
         TYPE_SET_LISTPACK => Loaded::Object(Object::Set(Set::from_listpack(&r.string()?).ok_or(RdbError::BadFormat)?)),
-        TYPE_HASH_LISTPACK => Loaded::Object(Object::Hash(Hash::from_listpack(&r.string()?).ok_or(RdbError::BadFormat)?)),
+        TYPE_HASH_LISTPACK => {
+            Loaded::Object(Object::Hash(Hash::from_listpack(&r.string()?).ok_or(RdbError::BadFormat)?))
+        }
         _ => return Err(RdbError::BadFormat),
     };
     if r.pos != r.buf.len() {
@@ -278,7 +280,9 @@ impl<'a> Reader<'a> {
         Ok(match b >> 6 {
             0 => Ok(u64::from(b & 0x3F)),
             1 => Ok((u64::from(b & 0x3F) << 8) | u64::from(self.byte()?)),
-            2 if b == 0x80 => Ok(u64::from(u32::from_be_bytes(self.take(4)?.try_into().map_err(|_| RdbError::BadFormat)?))),
+            2 if b == 0x80 => {
+                Ok(u64::from(u32::from_be_bytes(self.take(4)?.try_into().map_err(|_| RdbError::BadFormat)?)))
+            }
             2 if b == 0x81 => Ok(u64::from_be_bytes(self.take(8)?.try_into().map_err(|_| RdbError::BadFormat)?)),
             2 => return Err(RdbError::BadFormat),
             _ => Err(b & 0x3F),
@@ -296,8 +300,12 @@ impl<'a> Reader<'a> {
         match self.len_or_special()? {
             Ok(n) => Ok(self.take(usize::try_from(n).map_err(|_| RdbError::BadFormat)?)?.to_vec()),
             Err(0) => Ok((self.byte()? as i8).to_string().into_bytes()),
-            Err(1) => Ok(i16::from_le_bytes(self.take(2)?.try_into().map_err(|_| RdbError::BadFormat)?).to_string().into_bytes()),
-            Err(2) => Ok(i32::from_le_bytes(self.take(4)?.try_into().map_err(|_| RdbError::BadFormat)?).to_string().into_bytes()),
+            Err(1) => Ok(i16::from_le_bytes(self.take(2)?.try_into().map_err(|_| RdbError::BadFormat)?)
+                .to_string()
+                .into_bytes()),
+            Err(2) => Ok(i32::from_le_bytes(self.take(4)?.try_into().map_err(|_| RdbError::BadFormat)?)
+                .to_string()
+                .into_bytes()),
             Err(3) => {
                 let clen = usize::try_from(self.len()?).map_err(|_| RdbError::BadFormat)?;
                 let len = usize::try_from(self.len()?).map_err(|_| RdbError::BadFormat)?;
@@ -470,7 +478,8 @@ mod tests {
     #[test]
     fn matches_a_payload_redis_wrote() {
         // DUMP of "hello" from Redis 7.0 (cluster client contract, section 4).
-        let redis = [0x00, 0x05, b'h', b'e', b'l', b'l', b'o', 0x0a, 0x00, 0x63, 0x72, 0xdf, 0x76, 0x65, 0x34, 0x20, 0x0a];
+        let redis =
+            [0x00, 0x05, b'h', b'e', b'l', b'l', b'o', 0x0a, 0x00, 0x63, 0x72, 0xdf, 0x76, 0x65, 0x34, 0x20, 0x0a];
         assert_eq!(dump_string(b"hello"), redis);
         assert_eq!(restore(&redis), Ok(Loaded::Str(b"hello".to_vec())));
     }

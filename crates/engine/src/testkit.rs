@@ -127,7 +127,8 @@ impl TestKit {
             return format!("-{}\r\n", e.message()).into_bytes();
         }
         let locks = self.ks.lock(&ids);
-        let mut ctx = Ctx::new(&self.ks, self.db, self.now_ms, &self.cfg, &mut self.stats, self.no_touch, &self.events, locks);
+        let mut ctx =
+            Ctx::new(&self.ks, self.db, self.now_ms, &self.cfg, &mut self.stats, self.no_touch, &self.events, locks);
         ctx.block_mode = self.block_mode;
         let handler = spec.handler.as_ref().expect("leaf command has a handler");
         let before = out.len();

@@ -79,9 +79,7 @@ impl fmt::Display for ProtocolError {
             ProtocolError::TooBigInline => f.write_str("too big inline request"),
             ProtocolError::TooBigMbulkCount => f.write_str("too big mbulk count string"),
             ProtocolError::InvalidMultibulkLen => f.write_str("invalid multibulk length"),
-            ProtocolError::UnauthenticatedMultibulkLen => {
-                f.write_str("unauthenticated multibulk length")
-            }
+            ProtocolError::UnauthenticatedMultibulkLen => f.write_str("unauthenticated multibulk length"),
             ProtocolError::UnauthenticatedBulkLen => f.write_str("unauthenticated bulk length"),
             ProtocolError::TooBigBulkCount => f.write_str("too big bulk count string"),
             ProtocolError::ExpectedDollar(b) => write!(f, "expected '$', got '{}'", *b as char),
@@ -243,8 +241,7 @@ impl Decoder {
         let line = if nl > 0 && rest[nl - 1] == b'\r' { &rest[..nl - 1] } else { &rest[..nl] };
         self.scratch.clear();
         self.spans.clear();
-        split_args_into(line, &mut self.scratch, &mut self.spans)
-            .map_err(|_| ProtocolError::UnbalancedQuotes)?;
+        split_args_into(line, &mut self.scratch, &mut self.spans).map_err(|_| ProtocolError::UnbalancedQuotes)?;
         self.consumed += nl + 1;
         self.cursor = self.consumed;
         if self.spans.is_empty() {
@@ -463,10 +460,7 @@ mod tests {
         assert_eq!(decode_all(b"*3000000000\r\n").unwrap_err(), ProtocolError::InvalidMultibulkLen);
         assert_eq!(decode_all(b"*1\r\nfoo\r\n").unwrap_err().to_string(), "expected '$', got 'f'");
         assert_eq!(decode_all(b"*1\r\n$-1\r\n").unwrap_err().to_string(), "invalid bulk length");
-        assert_eq!(
-            decode_all(b"*1\r\n$600000000\r\n").unwrap_err().to_string(),
-            "invalid bulk length"
-        );
+        assert_eq!(decode_all(b"*1\r\n$600000000\r\n").unwrap_err().to_string(), "invalid bulk length");
         assert_eq!(decode_all(b"\"abc\r\n").unwrap_err().to_string(), "unbalanced quotes in request");
         let long = vec![b'a'; INLINE_MAX_SIZE + 1];
         assert_eq!(decode_all(&long).unwrap_err().to_string(), "too big inline request");
@@ -481,16 +475,29 @@ mod tests {
         let mut d = Decoder::new();
         assert_eq!(d.next(b"*11\r\n", limits).unwrap_err(), ProtocolError::UnauthenticatedMultibulkLen);
         let mut d = Decoder::new();
-        assert_eq!(
-            d.next(b"*1\r\n$16385\r\n", limits).unwrap_err(),
-            ProtocolError::UnauthenticatedBulkLen
-        );
+        assert_eq!(d.next(b"*1\r\n$16385\r\n", limits).unwrap_err(), ProtocolError::UnauthenticatedBulkLen);
     }
 
     #[test]
     fn quick_header_agrees_with_the_general_parser() {
-        for text in ["0", "1", "3", "16", "100", "01", "00", "-1", "+1", " 1", "1 ", "", "x", "999999999999999999",
-            "9999999999999999999", "12a"] {
+        for text in [
+            "0",
+            "1",
+            "3",
+            "16",
+            "100",
+            "01",
+            "00",
+            "-1",
+            "+1",
+            " 1",
+            "1 ",
+            "",
+            "x",
+            "999999999999999999",
+            "9999999999999999999",
+            "12a",
+        ] {
             let line = format!("${text}\r\n");
             let buf = line.as_bytes();
             let general = crate::number::parse_i64(text.as_bytes()).filter(|n| *n >= 0);

@@ -127,11 +127,7 @@ mod tests {
     use super::*;
 
     fn s(line: &str) -> Vec<String> {
-        split_args(line.as_bytes())
-            .unwrap()
-            .into_iter()
-            .map(|v| String::from_utf8(v).unwrap())
-            .collect()
+        split_args(line.as_bytes()).unwrap().into_iter().map(|v| String::from_utf8(v).unwrap()).collect()
     }
 
     #[test]

@@ -38,7 +38,16 @@ pub async fn serve(srv: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>, t
     let authenticated = srv.rt.load().requirepass.is_none();
     let mut sess = Session::new(info.clone(), authenticated);
     srv.clients.add(info.clone());
-    let mut conn = Conn { cmds: Vec::new(), spans: Vec::new(), hints: Vec::new(), rbuf: BytesMut::new(), out: ReplyBuf::new(), decoder: Decoder::new(), scratch: Scratch::default(), soft_since: None };
+    let mut conn = Conn {
+        cmds: Vec::new(),
+        spans: Vec::new(),
+        hints: Vec::new(),
+        rbuf: BytesMut::new(),
+        out: ReplyBuf::new(),
+        decoder: Decoder::new(),
+        scratch: Scratch::default(),
+        soft_since: None,
+    };
     let result = conn.run(&srv, &mut sock, &mut sess).await;
     if let Err(e) = result {
         debug!("client {} closed: {e}", info.id);
@@ -180,7 +189,13 @@ impl Conn {
 
     /// Waits until a blocked command is served, times out or is unblocked, and writes its
     /// reply. Returns false when the client went away meanwhile.
-    async fn wait_blocked(&mut self, srv: &Arc<Server>, stream: &mut Socket, sess: &mut Session, mut wait: BlockWait) -> io::Result<bool> {
+    async fn wait_blocked(
+        &mut self,
+        srv: &Arc<Server>,
+        stream: &mut Socket,
+        sess: &mut Session,
+        mut wait: BlockWait,
+    ) -> io::Result<bool> {
         loop {
             sess.set_flag(flag::BLOCKED, true);
             let deadline = wait.deadline_ms.map(|ms| {
@@ -436,7 +451,8 @@ impl Conn {
         if !soft_hit {
             self.soft_since = None;
         }
-        let soft_expired = soft_hit && self.soft_since.get_or_insert_with(std::time::Instant::now).elapsed().as_secs() >= secs;
+        let soft_expired =
+            soft_hit && self.soft_since.get_or_insert_with(std::time::Instant::now).elapsed().as_secs() >= secs;
         if (hard > 0 && pending > hard) || soft_expired {
             tracing::warn!(
                 "Client id={} addr={} scheduled to be closed ASAP for overcoming of output buffer limits.",

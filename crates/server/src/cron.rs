@@ -84,7 +84,9 @@ fn close_idle_clients(srv: &Server) {
     let now = unix_ms();
     for c in srv.clients.snapshot() {
         let idle_ms = now - c.last_interaction.load(Ordering::Relaxed);
-        let exempt = c.flags.load(Ordering::Relaxed) & (crate::session::flag::MONITOR | crate::session::flag::BLOCKED | crate::session::flag::PUBSUB) != 0;
+        let exempt = c.flags.load(Ordering::Relaxed)
+            & (crate::session::flag::MONITOR | crate::session::flag::BLOCKED | crate::session::flag::PUBSUB)
+            != 0;
         if !exempt && idle_ms > (timeout * 1000) as i64 {
             tracing::debug!("Closing idle client");
             c.kill();

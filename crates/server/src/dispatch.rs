@@ -12,8 +12,8 @@ use hotkv_engine::{BlockMode, CommandError, Ctx, EngineConfig};
 use hotkv_protocol::{Args, ReplyBuf};
 
 use crate::blocking::{BlockWait, Waiter, Wakeup};
-use crate::evict;
 use crate::events::CmdEvents;
+use crate::evict;
 use crate::registry::{Command, Flow, Lookup};
 use crate::server::{Runtime, Server, unix_us};
 use crate::session::{ReplyMode, Session};
@@ -144,7 +144,13 @@ fn flag_transaction(sess: &mut Session) {
 }
 
 /// Queues a command between MULTI and EXEC.
-fn queue(b: &Batch<'_>, cmd: &Command, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+fn queue(
+    b: &Batch<'_>,
+    cmd: &Command,
+    sess: &mut Session,
+    args: Args<'_>,
+    out: &mut ReplyBuf,
+) -> Result<Flow, CommandError> {
     // Valkey refuses to queue a command that may grow memory while over the limit.
     check_memory(b, cmd, sess, false)?;
     let owned = args.iter().map(<[u8]>::to_vec).collect();
@@ -286,14 +292,8 @@ fn run_engine(
         && r.is_ok()
     {
         // Registered before the locks are released, so no write can slip in unnoticed.
-        let (waiter, rx) = Waiter::new(
-            sess.id,
-            ctx.db,
-            cmd.id,
-            args.iter().map(<[u8]>::to_vec).collect(),
-            out.protocol(),
-            req.keys,
-        );
+        let (waiter, rx) =
+            Waiter::new(sess.id, ctx.db, cmd.id, args.iter().map(<[u8]>::to_vec).collect(), out.protocol(), req.keys);
         b.srv.blocked.register(waiter.clone());
         flow = Flow::Block(BlockWait { waiter, rx, deadline_ms: req.deadline_ms });
     }
@@ -412,7 +412,14 @@ fn record_slow(b: &Batch<'_>, sess: &Session, cmd: &Command, args: &Args<'_>, na
     let threshold = b.rt.slowlog_threshold;
     if threshold >= 0 && micros as i64 >= threshold && cmd.spec.flags() & flags::SKIP_SLOWLOG == 0 {
         let name = sess.info.name.lock().clone();
-        b.srv.slowlog.lock().push(args, b.now_ms / 1000, micros, sess.info.addr.to_string(), name, b.rt.slowlog_max_len);
+        b.srv.slowlog.lock().push(
+            args,
+            b.now_ms / 1000,
+            micros,
+            sess.info.addr.to_string(),
+            name,
+            b.rt.slowlog_max_len,
+        );
     }
     let ms = micros / 1000;
     if b.rt.latency_threshold > 0 && ms >= b.rt.latency_threshold {

@@ -4,8 +4,8 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use hotkv_engine::policy::EvictionPolicy;
 use hotkv_engine::EngineConfig;
+use hotkv_engine::policy::EvictionPolicy;
 
 use crate::server::Server;
 

@@ -39,8 +39,9 @@ pub fn apply(srv: &Server, hook: Hook, old: &Settings, new: &Settings) -> Result
             Ok(())
         }
         Hook::Listeners => rebind(srv, old, new),
-        Hook::WorkingDir => std::env::set_current_dir(new.str(table::DIR))
-            .map_err(|e| HookError::Reason(crate::config::os_reason(&e))),
+        Hook::WorkingDir => {
+            std::env::set_current_dir(new.str(table::DIR)).map_err(|e| HookError::Reason(crate::config::os_reason(&e)))
+        }
         Hook::Tls => crate::tls::apply(&srv.tls, new).map_err(|e| HookError::Reply(e.config_set_reply())),
         Hook::TlsLive => crate::tls::apply_live(&srv.tls, new).map_err(|e| HookError::Reason(e.to_string())),
         // These subsystems arrive with their issues; their directives are marked no-effect.

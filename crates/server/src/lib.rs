@@ -4,14 +4,14 @@
 //! Depends on the protocol, engine and TLS crates (and, as their issues land, on the cluster
 //! and replication crates); nothing depends on it but the `hotkv` binary.
 
+pub mod blocking;
 pub mod cmd;
 pub mod config;
 pub mod connection;
 pub mod cron;
 pub mod dispatch;
-pub mod evict;
-pub mod blocking;
 pub mod events;
+pub mod evict;
 pub mod hooks;
 pub mod io;
 pub mod listener;

@@ -47,7 +47,10 @@ pub fn bind_all(bind: &[String], port: u16, backlog: i32) -> Result<Vec<std::net
             Ok(l) => out.push(l),
             Err(e) if optional && is_unavailable(&e) => continue,
             Err(e) => {
-                return Err(format!("Warning: Could not create server TCP listening socket {addr}:{port}: bind: {}", os_text(&e)));
+                return Err(format!(
+                    "Warning: Could not create server TCP listening socket {addr}:{port}: bind: {}",
+                    os_text(&e)
+                ));
             }
         }
     }
@@ -91,7 +94,11 @@ pub struct ListenerHandle {
 }
 
 /// Starts an accept loop per listener; `tls` makes them TLS ports.
-pub fn start(srv: &Arc<Server>, listeners: Vec<std::net::TcpListener>, tls: bool) -> std::io::Result<Vec<ListenerHandle>> {
+pub fn start(
+    srv: &Arc<Server>,
+    listeners: Vec<std::net::TcpListener>,
+    tls: bool,
+) -> std::io::Result<Vec<ListenerHandle>> {
     let mut out = Vec::new();
     for l in listeners {
         let addr = l.local_addr().ok();

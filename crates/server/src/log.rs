@@ -14,8 +14,8 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::Layer;
+use tracing_subscriber::layer::{Context, SubscriberExt};
 
 /// Verbosity levels of the `loglevel` directive, most verbose first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -159,9 +159,7 @@ impl Visit for MessageVisitor {
 
 /// `30 Nov 2026 03:51:16.123` in local time, as Valkey's log.
 fn timestamp() -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let secs = now.as_secs() as libc::time_t;
     #[allow(unsafe_code)]
     // SAFETY: localtime_r writes only into the tm we pass and reads the given time value.

@@ -3,8 +3,8 @@
 //! transaction (a transaction with a whole-keyspace command takes every slot of the
 //! databases involved). Queued blocking commands do not block (`BlockMode::Immediate`).
 
-use std::sync::atomic::Ordering;
 use quanta::Instant;
+use std::sync::atomic::Ordering;
 
 use hotkv_engine::cmd::{LockPlan, plan_locks};
 use hotkv_engine::keyspace::lock_id;
@@ -18,7 +18,12 @@ use crate::registry::{Command, Flow};
 use crate::session::{MultiState, Session, flag};
 
 /// EXEC.
-pub fn exec(b: &Batch<'_>, sess: &mut Session, out: &mut ReplyBuf, scratch: &mut Scratch) -> Result<Flow, CommandError> {
+pub fn exec(
+    b: &Batch<'_>,
+    sess: &mut Session,
+    out: &mut ReplyBuf,
+    scratch: &mut Scratch,
+) -> Result<Flow, CommandError> {
     let Some(multi) = sess.multi.take() else {
         return Err(CommandError::err("EXEC without MULTI"));
     };

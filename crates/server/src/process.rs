@@ -113,7 +113,8 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
         Some(l) => l,
         None => return 1,
     };
-    let bound = |ls: &[std::net::TcpListener], p: u16| ls.first().and_then(|l| l.local_addr().ok()).map_or(p, |a| a.port());
+    let bound =
+        |ls: &[std::net::TcpListener], p: u16| ls.first().and_then(|l| l.local_addr().ok()).map_or(p, |a| a.port());
     let (bound_port, bound_tls) = (bound(&listeners, port), bound(&tls_listeners, tls_port));
     *srv.ports.lock() = (bound_port, bound_tls);
     if tls_port != 0 {

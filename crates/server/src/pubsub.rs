@@ -199,7 +199,12 @@ impl PubSub {
         {
             let t = self.channels.read();
             if let Some(subs) = t.get(channel) {
-                let msg = Message { kind: Kind::Channel, pattern: None, channel: channel_arc.clone(), payload: payload_arc.clone() };
+                let msg = Message {
+                    kind: Kind::Channel,
+                    pattern: None,
+                    channel: channel_arc.clone(),
+                    payload: payload_arc.clone(),
+                };
                 for s in subs.values() {
                     receivers += self.deliver(s, msg.clone());
                 }

@@ -3,9 +3,9 @@
 
 use std::collections::HashMap;
 
+use hotkv_engine::CommandError;
 use hotkv_engine::cmd::{self as ecmd, EngineCmd};
 use hotkv_engine::command::{ArgSpec, CommandSpec, KeySpec};
-use hotkv_engine::CommandError;
 use hotkv_protocol::{Args, ReplyBuf};
 
 use crate::server::Server;
@@ -195,7 +195,13 @@ impl Registry {
             None => {
                 let id = self.cmds.len();
                 self.top.insert(spec.name().as_bytes().into(), id);
-                self.cmds.push(Command { id, full_name: spec.name().to_string(), parent: None, subs: Vec::new(), spec });
+                self.cmds.push(Command {
+                    id,
+                    full_name: spec.name().to_string(),
+                    parent: None,
+                    subs: Vec::new(),
+                    spec,
+                });
                 id
             }
         };

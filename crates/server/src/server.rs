@@ -73,7 +73,8 @@ impl Runtime {
             slowlog_max_len: s.int(t::SLOWLOG_MAX_LEN).max(0) as usize,
             latency_threshold: s.int(t::LATENCY_MONITOR_THRESHOLD).max(0) as u64,
             latency_tracking: s.bool(t::LATENCY_TRACKING),
-            latency_percentiles: s.display(t::LATENCY_TRACKING_INFO_PERCENTILES)
+            latency_percentiles: s
+                .display(t::LATENCY_TRACKING_INFO_PERCENTILES)
                 .split_whitespace()
                 .filter_map(|p| p.parse().ok())
                 .collect(),
@@ -301,24 +302,19 @@ impl Server {
 
 /// Unix time in milliseconds.
 pub fn unix_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Unix time in microseconds.
 pub fn unix_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
 }
 
 /// Random lower-case hex from the kernel's generator (run ids).
 pub fn random_hex(n: usize) -> String {
     let mut bytes = vec![0u8; n.div_ceil(2)];
-    let ok = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
-        .is_ok();
+    let ok =
+        std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes)).is_ok();
     if !ok {
         for (i, b) in bytes.iter_mut().enumerate() {
             *b = (hotkv_engine::policy::random_u64() >> (i % 8)) as u8;

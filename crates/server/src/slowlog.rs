@@ -102,10 +102,8 @@ pub struct LatencyMonitor {
 impl LatencyMonitor {
     /// Records a sample; samples in the same second keep the highest.
     pub fn add(&mut self, event: &str, now_s: i64, ms: u64) {
-        let series = self
-            .events
-            .entry(event.to_string())
-            .or_insert_with(|| LatencySeries { samples: VecDeque::new(), max: 0 });
+        let series =
+            self.events.entry(event.to_string()).or_insert_with(|| LatencySeries { samples: VecDeque::new(), max: 0 });
         series.max = series.max.max(ms);
         if let Some(last) = series.samples.back_mut()
             && last.0 == now_s

@@ -87,7 +87,12 @@ pub(super) fn list_op(rng: &mut Rng, m: &mut Model, key: &str, argv: &mut Vec<St
             if n >= 0 {
                 let mut i = 0;
                 while i < l.len() && removed < limit {
-                    if l[i] == v { l.remove(i); removed += 1 } else { i += 1 }
+                    if l[i] == v {
+                        l.remove(i);
+                        removed += 1
+                    } else {
+                        i += 1
+                    }
                 }
             } else {
                 let mut i = l.len();

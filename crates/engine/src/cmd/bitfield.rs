@@ -17,13 +17,26 @@ use crate::error::{CmdResult, CommandError};
 pub static COMMANDS: &[Spec] = &[
     // Whether the key is written depends on the subcommands: the server resolves the
     // `variable_flags` spec for COMMAND GETKEYSANDFLAGS (Valkey's `bitfieldGetKeys`).
-    row("bitfield", -2, flags::WRITE | flags::DENYOOM,
-        &[KeySpec::single(1, kf::RW | kf::ACCESS | kf::UPDATE | kf::VARIABLE_FLAGS)], "3.2.0",
-        "Performs arbitrary bitfield integer operations on strings.", "O(1) for each subcommand specified",
-        bitfield),
-    row("bitfield_ro", -2, flags::READONLY | flags::FAST, RO_ACCESS, "6.0.0",
+    row(
+        "bitfield",
+        -2,
+        flags::WRITE | flags::DENYOOM,
+        &[KeySpec::single(1, kf::RW | kf::ACCESS | kf::UPDATE | kf::VARIABLE_FLAGS)],
+        "3.2.0",
+        "Performs arbitrary bitfield integer operations on strings.",
+        "O(1) for each subcommand specified",
+        bitfield,
+    ),
+    row(
+        "bitfield_ro",
+        -2,
+        flags::READONLY | flags::FAST,
+        RO_ACCESS,
+        "6.0.0",
         "Performs arbitrary read-only bitfield integer operations on strings.",
-        "O(1) for each subcommand specified", bitfield_ro),
+        "O(1) for each subcommand specified",
+        bitfield_ro,
+    ),
 ];
 
 /// What happens when SET or INCRBY leaves the type's range.
@@ -318,11 +331,15 @@ mod tests {
         assert_eq!(bf(&mut t, &["SET", "i8", "0", "101"]), ints(&[Some(-100)]));
         assert_eq!(bf(&mut t, &["get", "i8", "0"]), ints(&[Some(101)]));
         t.run(&["DEL", "bits"]);
-        assert_eq!(bf(&mut t, &["set", "i8", "0", "255", "set", "i8", "0", "100", "get", "i8", "0"]),
-            ints(&[Some(0), Some(-1), Some(100)]));
+        assert_eq!(
+            bf(&mut t, &["set", "i8", "0", "255", "set", "i8", "0", "100", "get", "i8", "0"]),
+            ints(&[Some(0), Some(-1), Some(100)])
+        );
         t.run(&["DEL", "bits"]);
-        assert_eq!(bf(&mut t, &["set", "u8", "0", "255", "incrby", "u8", "0", "100", "get", "u8", "0"]),
-            ints(&[Some(0), Some(99), Some(99)]));
+        assert_eq!(
+            bf(&mut t, &["set", "u8", "0", "255", "incrby", "u8", "0", "100", "get", "u8", "0"]),
+            ints(&[Some(0), Some(99), Some(99)])
+        );
         assert_eq!(bf(&mut t, &[]), "*0\r\n");
         assert_eq!(t.run(&["BITFIELD", "nokey", "GET", "u8", "0"]), ints(&[Some(0)]));
         assert_eq!(t.run(&["EXISTS", "nokey"]), ":0\r\n", "reads create nothing");
@@ -336,15 +353,20 @@ mod tests {
             bf(&mut t, &["set", "u8", &format!("#{i}"), v]);
         }
         assert_eq!(t.run(&["GET", "bits"]), "$3\r\nABC\r\n");
-        assert_eq!(bf(&mut t, &["get", "u4", "#1", "get", "u12", "4", "get", "i3", "5"]),
-            ints(&[Some(1), Some(0x142), Some(1)]));
+        assert_eq!(
+            bf(&mut t, &["get", "u4", "#1", "get", "u12", "4", "get", "i3", "5"]),
+            ints(&[Some(1), Some(0x142), Some(1)])
+        );
         // Valkey's example: u5 = 23 at offset 7 is 00000001|01110000.
         t.run(&["DEL", "bits"]);
         bf(&mut t, &["set", "u5", "7", "23"]);
         assert_eq!(t.run(&["GET", "bits"]), "$2\r\n\x01\x70\r\n");
         t.run(&["DEL", "bits"]);
-        assert_eq!(bf(&mut t, &["SET", "i8", "0", "10", "SET", "i8", "64", "10", "INCRBY", "i8", "10", "99900"]),
-            ints(&[Some(0), Some(0), Some(60)]), "regression #3564");
+        assert_eq!(
+            bf(&mut t, &["SET", "i8", "0", "10", "SET", "i8", "64", "10", "INCRBY", "i8", "10", "99900"]),
+            ints(&[Some(0), Some(0), Some(60)]),
+            "regression #3564"
+        );
         t.run(&["SET", "bits", "1"]);
         assert_eq!(bf(&mut t, &["get", "u1", "0"]), ints(&[Some(0)]), "regression #3221");
     }
@@ -356,8 +378,10 @@ mod tests {
         assert_eq!(bf(&mut t, &["set", "i64", "3", &min, "get", "i64", "3"]), ints(&[Some(0), Some(i64::MIN)]));
         assert_eq!(t.run(&["STRLEN", "bits"]), ":9\r\n");
         assert_eq!(bf(&mut t, &["set", "i64", "3", &max, "get", "u63", "4"]), ints(&[Some(i64::MIN), Some(i64::MAX)]));
-        assert_eq!(bf(&mut t, &["get", "u3", "0", "get", "u1", "3", "get", "u5", "64", "get", "u5", "67"]),
-            ints(&[Some(0), Some(0), Some(0b11100), Some(0)]));
+        assert_eq!(
+            bf(&mut t, &["get", "u3", "0", "get", "u1", "3", "get", "u5", "64", "get", "u5", "67"]),
+            ints(&[Some(0), Some(0), Some(0b11100), Some(0)])
+        );
         let mut buf = [0u8; 10];
         for offset in 0..16 {
             for bits in [1, 7, 8, 33, 63, 64] {
@@ -383,36 +407,53 @@ mod tests {
         assert_eq!(bf(&mut t, &["overflow", "wrap", "incrby", "u8", "#0", "255"]), ints(&[Some(100)]));
         assert_eq!(bf(&mut t, &["overflow", "sat", "incrby", "u8", "#0", "257"]), ints(&[Some(255)]));
         assert_eq!(bf(&mut t, &["overflow", "sat", "incrby", "u8", "#0", "-256"]), ints(&[Some(0)]));
-        assert_eq!(bf(&mut t, &["overflow", "fail", "incrby", "u8", "#0", "-1", "get", "u8", "#0"]),
-            ints(&[None, Some(0)]));
+        assert_eq!(
+            bf(&mut t, &["overflow", "fail", "incrby", "u8", "#0", "-1", "get", "u8", "#0"]),
+            ints(&[None, Some(0)])
+        );
         let sat = ["set", "u8", "#0", "100", "overflow", "sat", "incrby", "i8", "#0", "257", "incrby", "i8", "#0"];
         assert_eq!(bf(&mut t, &[&sat[..], &["-300"]].concat()), ints(&[Some(0), Some(127), Some(-128)]));
         assert_eq!(bf(&mut t, &["overflow", "wrap", "incrby", "i8", "#0", "-1"]), ints(&[Some(127)]));
         assert_eq!(bf(&mut t, &["incrby", "i8", "#0", "1"]), ints(&[Some(-128)]), "WRAP is the default");
         // SET beyond the range: an unsigned field sees a negative value as huge.
         assert_eq!(bf(&mut t, &["set", "u8", "#1", "-1", "get", "u8", "#1"]), ints(&[Some(0), Some(255)]));
-        assert_eq!(bf(&mut t, &["overflow", "sat", "set", "u8", "#1", "-5", "get", "u8", "#1"]),
-            ints(&[Some(255), Some(255)]));
+        assert_eq!(
+            bf(&mut t, &["overflow", "sat", "set", "u8", "#1", "-5", "get", "u8", "#1"]),
+            ints(&[Some(255), Some(255)])
+        );
         // i4 #1 is the low nibble of byte 0, which holds -128 (0x80) from above.
-        assert_eq!(bf(&mut t, &["overflow", "sat", "set", "i4", "#1", "-9", "set", "i4", "#1", "8", "get", "i4", "#1"]),
-            ints(&[Some(0), Some(-8), Some(7)]));
-        assert_eq!(bf(&mut t, &["overflow", "fail", "set", "u2", "0", "4", "set", "u2", "0", "3"]),
-            ints(&[None, Some(2)]));
+        assert_eq!(
+            bf(&mut t, &["overflow", "sat", "set", "i4", "#1", "-9", "set", "i4", "#1", "8", "get", "i4", "#1"]),
+            ints(&[Some(0), Some(-8), Some(7)])
+        );
+        assert_eq!(
+            bf(&mut t, &["overflow", "fail", "set", "u2", "0", "4", "set", "u2", "0", "3"]),
+            ints(&[None, Some(2)])
+        );
         // Valkey's quirk: a signed SET far below the range saturates to the maximum (its
         // `max - value` wraps around), and for i63 every underflowing SET does.
         let far = (i64::MIN + 5).to_string();
-        assert_eq!(bf(&mut t, &["overflow", "sat", "set", "i56", "16", &far, "get", "i56", "16"]),
-            ints(&[Some(0), Some((1 << 55) - 1)]));
-        assert_eq!(bf(&mut t, &["overflow", "sat", "set", "i56", "16", "-36028797018963969", "get", "i56", "16"]),
-            ints(&[Some((1 << 55) - 1), Some(-(1 << 55))]), "just below the minimum is still a plain underflow");
+        assert_eq!(
+            bf(&mut t, &["overflow", "sat", "set", "i56", "16", &far, "get", "i56", "16"]),
+            ints(&[Some(0), Some((1 << 55) - 1)])
+        );
+        assert_eq!(
+            bf(&mut t, &["overflow", "sat", "set", "i56", "16", "-36028797018963969", "get", "i56", "16"]),
+            ints(&[Some((1 << 55) - 1), Some(-(1 << 55))]),
+            "just below the minimum is still a plain underflow"
+        );
         t.run(&["DEL", "bits"]);
-        assert_eq!(bf(&mut t, &["overflow", "sat", "set", "i63", "0", "-4611686018427387905", "get", "i63", "0"]),
-            ints(&[Some(0), Some((1 << 62) - 1)]));
+        assert_eq!(
+            bf(&mut t, &["overflow", "sat", "set", "i63", "0", "-4611686018427387905", "get", "i63", "0"]),
+            ints(&[Some(0), Some((1 << 62) - 1)])
+        );
         // 64-bit signed: i64 arithmetic overflows exactly at the edges.
         t.run(&["DEL", "bits"]);
         let (min, max) = (i64::MIN.to_string(), i64::MAX.to_string());
-        assert_eq!(bf(&mut t, &["set", "i64", "0", &max, "overflow", "fail", "incrby", "i64", "0", "1"]),
-            ints(&[Some(0), None]));
+        assert_eq!(
+            bf(&mut t, &["set", "i64", "0", &max, "overflow", "fail", "incrby", "i64", "0", "1"]),
+            ints(&[Some(0), None])
+        );
         assert_eq!(bf(&mut t, &["overflow", "wrap", "incrby", "i64", "0", "1"]), ints(&[Some(i64::MIN)]));
         assert_eq!(bf(&mut t, &["overflow", "sat", "incrby", "i64", "0", "-1"]), ints(&[Some(i64::MIN)]));
         assert_eq!(bf(&mut t, &["overflow", "sat", "incrby", "i64", "0", &min]), ints(&[Some(i64::MIN)]));
@@ -420,12 +461,13 @@ mod tests {
         assert_eq!(bf(&mut t, &["overflow", "wrap", "incrby", "i64", "0", &min]), ints(&[Some(i64::MAX)]));
         // u63 (the widest unsigned type) and u1/i1.
         t.run(&["DEL", "bits"]);
-        assert_eq!(bf(&mut t, &["set", "u63", "0", &max, "overflow", "wrap", "incrby", "u63", "0", "2"]),
-            ints(&[Some(0), Some(1)]));
+        assert_eq!(
+            bf(&mut t, &["set", "u63", "0", &max, "overflow", "wrap", "incrby", "u63", "0", "2"]),
+            ints(&[Some(0), Some(1)])
+        );
         assert_eq!(bf(&mut t, &["overflow", "sat", "incrby", "u63", "0", &min]), ints(&[Some(0)]));
         let tiny = ["overflow", "sat", "incrby", "u1", "0", "5", "incrby", "i1", "0", "-5", "incrby", "i1", "0", "1"];
-        assert_eq!(bf(&mut t, &tiny),
-            ints(&[Some(1), Some(-1), Some(0)]));
+        assert_eq!(bf(&mut t, &tiny), ints(&[Some(1), Some(-1), Some(0)]));
     }
 
     #[test]
@@ -495,11 +537,15 @@ mod tests {
         assert_eq!(t.run(&["BITFIELD_RO", "bits"]), "*0\r\n");
         bf(&mut t, &["set", "u8", "0", "255"]);
         assert_eq!(t.run(&["BITFIELD_RO", "bits", "GET", "u8", "0", "get", "i4", "4"]), ints(&[Some(255), Some(-1)]));
-        assert_eq!(t.run(&["BITFIELD_RO", "bits", "set", "u8", "0", "100", "get", "u8", "0"]),
-            "-ERR BITFIELD_RO only supports the GET subcommand\r\n");
-        assert_eq!(t.run(&["BITFIELD_RO", "bits", "get", "u64", "0"]),
+        assert_eq!(
+            t.run(&["BITFIELD_RO", "bits", "set", "u8", "0", "100", "get", "u8", "0"]),
+            "-ERR BITFIELD_RO only supports the GET subcommand\r\n"
+        );
+        assert_eq!(
+            t.run(&["BITFIELD_RO", "bits", "get", "u64", "0"]),
             "-ERR Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported but i64 is.\r\n",
-            "parse errors first");
+            "parse errors first"
+        );
         assert_eq!(bf(&mut t, &["get", "u8", "0"]), ints(&[Some(255)]));
     }
 

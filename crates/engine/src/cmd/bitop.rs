@@ -15,11 +15,16 @@ use crate::error::{CmdResult, CommandError};
 use crate::object::Object;
 
 /// BITOP's row.
-pub static COMMANDS: &[Spec] = &[
-    row("bitop", -4, flags::WRITE | flags::DENYOOM,
-        &[KeySpec::single(2, kf::OW | kf::UPDATE), KeySpec::range(3, -1, 1, kf::RO | kf::ACCESS)], "2.6.0",
-        "Performs bitwise operations on multiple strings, and stores the result.", "O(N)", bitop),
-];
+pub static COMMANDS: &[Spec] = &[row(
+    "bitop",
+    -4,
+    flags::WRITE | flags::DENYOOM,
+    &[KeySpec::single(2, kf::OW | kf::UPDATE), KeySpec::range(3, -1, 1, kf::RO | kf::ACCESS)],
+    "2.6.0",
+    "Performs bitwise operations on multiple strings, and stores the result.",
+    "O(N)",
+    bitop,
+)];
 
 /// BITOP's operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

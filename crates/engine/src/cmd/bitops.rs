@@ -18,15 +18,46 @@ use crate::object::Object;
 
 /// Bitmap command rows of this file.
 pub static COMMANDS: &[Spec] = &[
-    row("setbit", 4, flags::WRITE | flags::DENYOOM, &[KeySpec::single(1, kf::RW | kf::ACCESS | kf::UPDATE)],
-        "2.2.0", "Sets or clears the bit at offset of the string value. Creates the key if it doesn't exist.",
-        "O(1)", setbit),
-    row("getbit", 3, flags::READONLY | flags::FAST, RO_ACCESS, "2.2.0", "Returns a bit value by offset.", "O(1)",
-        getbit),
-    row("bitcount", -2, flags::READONLY, RO_ACCESS, "2.6.0",
-        "Counts the number of set bits (population counting) in a string.", "O(N)", bitcount),
-    row("bitpos", -3, flags::READONLY, RO_ACCESS, "2.8.7", "Finds the first set (1) or clear (0) bit in a string.",
-        "O(N)", bitpos),
+    row(
+        "setbit",
+        4,
+        flags::WRITE | flags::DENYOOM,
+        &[KeySpec::single(1, kf::RW | kf::ACCESS | kf::UPDATE)],
+        "2.2.0",
+        "Sets or clears the bit at offset of the string value. Creates the key if it doesn't exist.",
+        "O(1)",
+        setbit,
+    ),
+    row(
+        "getbit",
+        3,
+        flags::READONLY | flags::FAST,
+        RO_ACCESS,
+        "2.2.0",
+        "Returns a bit value by offset.",
+        "O(1)",
+        getbit,
+    ),
+    row(
+        "bitcount",
+        -2,
+        flags::READONLY,
+        RO_ACCESS,
+        "2.6.0",
+        "Counts the number of set bits (population counting) in a string.",
+        "O(N)",
+        bitcount,
+    ),
+    row(
+        "bitpos",
+        -3,
+        flags::READONLY,
+        RO_ACCESS,
+        "2.8.7",
+        "Finds the first set (1) or clear (0) bit in a string.",
+        "O(N)",
+        bitpos,
+    ),
 ];
 
 /// A row of a bitmap command: the BITMAP ACL category and the `bitmap` group.
@@ -41,8 +72,18 @@ pub(super) const fn row(
     complexity: &'static str,
     run: EngineFn,
 ) -> Spec {
-    CommandSpec::new(name, arity, flags, acl::BITMAP, keys, "bitmap", since, summary, complexity,
-        EngineCmd { run, plan: LockPlan::Keys })
+    CommandSpec::new(
+        name,
+        arity,
+        flags,
+        acl::BITMAP,
+        keys,
+        "bitmap",
+        since,
+        summary,
+        complexity,
+        EngineCmd { run, plan: LockPlan::Keys },
+    )
 }
 
 /// One read-only key at argument 1.
@@ -365,7 +406,9 @@ pub(super) mod tests {
 
     fn int(t: &mut TestKit, argv: &[&str]) -> i64 {
         let r = t.run(argv);
-        r.strip_prefix(':').and_then(|r| r.strip_suffix("\r\n")).and_then(|r| r.parse().ok())
+        r.strip_prefix(':')
+            .and_then(|r| r.strip_suffix("\r\n"))
+            .and_then(|r| r.parse().ok())
             .unwrap_or_else(|| panic!("{argv:?} replied {r:?}"))
     }
 
@@ -385,8 +428,13 @@ pub(super) mod tests {
             return;
         }
         for argv in [
-            &["SETBIT", "l", "0", "1"][..], &["GETBIT", "l", "0"], &["BITCOUNT", "l"], &["BITCOUNT", "l", "-6", "-7"],
-            &["BITCOUNT", "l", "-6", "-15", "BIT"], &["BITPOS", "l", "0"], &["BITPOS", "l", "1", "10", "100"],
+            &["SETBIT", "l", "0", "1"][..],
+            &["GETBIT", "l", "0"],
+            &["BITCOUNT", "l"],
+            &["BITCOUNT", "l", "-6", "-7"],
+            &["BITCOUNT", "l", "-6", "-15", "BIT"],
+            &["BITPOS", "l", "0"],
+            &["BITPOS", "l", "1", "10", "100"],
             &["BITOP", "XOR", "d", "a", "l", "b"],
         ] {
             assert_eq!(t.run(argv), WRONGTYPE, "{argv:?}");

@@ -16,19 +16,56 @@ use crate::error::{CmdResult, CommandError};
 
 /// Counter command rows.
 pub static COMMANDS: &[Spec] = &[
-    row("incr", 2, WRITE_FAST, RW_ACCESS_UPDATE, "1.0.0",
-        "Increments the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", "O(1)", incr),
-    row("decr", 2, WRITE_FAST, RW_ACCESS_UPDATE, "1.0.0",
-        "Decrements the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", "O(1)", decr),
-    row("incrby", 3, WRITE_FAST, RW_ACCESS_UPDATE, "1.0.0",
+    row(
+        "incr",
+        2,
+        WRITE_FAST,
+        RW_ACCESS_UPDATE,
+        "1.0.0",
+        "Increments the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.",
+        "O(1)",
+        incr,
+    ),
+    row(
+        "decr",
+        2,
+        WRITE_FAST,
+        RW_ACCESS_UPDATE,
+        "1.0.0",
+        "Decrements the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.",
+        "O(1)",
+        decr,
+    ),
+    row(
+        "incrby",
+        3,
+        WRITE_FAST,
+        RW_ACCESS_UPDATE,
+        "1.0.0",
         "Increments the integer value of a key by a number. Uses 0 as initial value if the key doesn't exist.",
-        "O(1)", incrby),
-    row("decrby", 3, WRITE_FAST, RW_ACCESS_UPDATE, "1.0.0",
+        "O(1)",
+        incrby,
+    ),
+    row(
+        "decrby",
+        3,
+        WRITE_FAST,
+        RW_ACCESS_UPDATE,
+        "1.0.0",
         "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist.",
-        "O(1)", decrby),
-    row("incrbyfloat", 3, WRITE_FAST, RW_ACCESS_UPDATE, "2.6.0",
+        "O(1)",
+        decrby,
+    ),
+    row(
+        "incrbyfloat",
+        3,
+        WRITE_FAST,
+        RW_ACCESS_UPDATE,
+        "2.6.0",
         "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist.",
-        "O(1)", incrbyfloat),
+        "O(1)",
+        incrbyfloat,
+    ),
 ];
 
 const WRITE_FAST: u32 = flags::WRITE | flags::DENYOOM | flags::FAST;
@@ -110,11 +147,7 @@ pub(super) fn parse_float(s: &[u8]) -> Result<f64, CommandError> {
 
 pub(super) fn checked_sum(a: f64, b: f64) -> Result<f64, CommandError> {
     let v = a + b;
-    if v.is_finite() {
-        Ok(v)
-    } else {
-        Err(CommandError::err("increment would produce NaN or Infinity"))
-    }
+    if v.is_finite() { Ok(v) } else { Err(CommandError::err("increment would produce NaN or Infinity")) }
 }
 
 /// Formats a finite double as INCRBYFLOAT stores it: plain decimal (never an exponent), the

@@ -178,9 +178,18 @@ mod tests {
     fn restore_errors_are_valkeys() {
         let mut t = TestKit::default();
         assert_eq!(t.run(&["RESTORE", "k", "-1", "x"]), "-ERR Invalid TTL value, must be >= 0\r\n");
-        assert_eq!(t.run(&["RESTORE", "k", "0", "garbage-payload"]), "-ERR DUMP payload version or checksum are wrong\r\n");
-        assert_eq!(t.run(&["RESTORE", "k", "0", "x", "IDLETIME", "-1"]), "-ERR Invalid IDLETIME value, must be >= 0\r\n");
-        assert_eq!(t.run(&["RESTORE", "k", "0", "x", "FREQ", "256"]), "-ERR Invalid FREQ value, must be >= 0 and <= 255\r\n");
+        assert_eq!(
+            t.run(&["RESTORE", "k", "0", "garbage-payload"]),
+            "-ERR DUMP payload version or checksum are wrong\r\n"
+        );
+        assert_eq!(
+            t.run(&["RESTORE", "k", "0", "x", "IDLETIME", "-1"]),
+            "-ERR Invalid IDLETIME value, must be >= 0\r\n"
+        );
+        assert_eq!(
+            t.run(&["RESTORE", "k", "0", "x", "FREQ", "256"]),
+            "-ERR Invalid FREQ value, must be >= 0 and <= 255\r\n"
+        );
         assert_eq!(t.run(&["RESTORE", "k", "0", "x", "IDLETIME", "1", "FREQ", "1"]), "-ERR syntax error\r\n");
         assert_eq!(t.run(&["RESTORE", "k", "0", "x", "BOGUS"]), "-ERR syntax error\r\n");
     }
@@ -212,7 +221,10 @@ mod tests {
         for (key, payload) in REDIS_PAYLOADS {
             assert_eq!(restore_hex(&mut t, key, &hex(payload)), "+OK\r\n", "{key}");
         }
-        assert_eq!(t.run(&["HGETALL", "h"]), "*6\r\n$1\r\nf\r\n$1\r\nv\r\n$1\r\nn\r\n$5\r\n12345\r\n$3\r\nneg\r\n$2\r\n-7\r\n");
+        assert_eq!(
+            t.run(&["HGETALL", "h"]),
+            "*6\r\n$1\r\nf\r\n$1\r\nv\r\n$1\r\nn\r\n$5\r\n12345\r\n$3\r\nneg\r\n$2\r\n-7\r\n"
+        );
         assert_eq!(t.run(&["OBJECT", "ENCODING", "h"]), "$8\r\nlistpack\r\n");
         assert_eq!(t.run(&["SMEMBERS", "si"]), "*3\r\n$1\r\n1\r\n$1\r\n2\r\n$1\r\n3\r\n");
         assert_eq!(t.run(&["OBJECT", "ENCODING", "si"]), "$6\r\nintset\r\n");
@@ -330,7 +342,8 @@ mod collection_tests {
     /// RPUSH l a b c 1 200 -5000: one QUICKLIST_2 node holding a 25-byte listpack.
     const LIST: &str = "120102191900000006008161028162028163020101c0c802f178ec03ff0a009d0b844e3a212835";
     /// ZADD z 1 a 1.5 b -2 c inf d: ZSET_LISTPACK.
-    const ZSET_LP: &str = "1122220000000800816302dffe02816102010181620283312e350481640283696e6604ff0a005a20b1feaacfbaf6";
+    const ZSET_LP: &str =
+        "1122220000000800816302dffe02816102010181620283312e350481640283696e6604ff0a005a20b1feaacfbaf6";
     /// ZADD zs 1 a 2.5 b 3 c with zset-max-listpack-entries 2: ZSET_2, highest first.
     const ZSET_2: &str = "050301630000000000000840016200000000000004400161000000000000f03f0a00265b9a2f1de4fe61";
 
@@ -338,7 +351,10 @@ mod collection_tests {
     fn redis_list_payloads_restore_and_dump_back_identically() {
         let mut t = TestKit::default();
         assert_eq!(restore(&mut t, "l", &hex(LIST)), "+OK\r\n");
-        assert_eq!(t.run(&["LRANGE", "l", "0", "-1"]), "*6\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\n1\r\n$3\r\n200\r\n$5\r\n-5000\r\n");
+        assert_eq!(
+            t.run(&["LRANGE", "l", "0", "-1"]),
+            "*6\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\n1\r\n$3\r\n200\r\n$5\r\n-5000\r\n"
+        );
         assert_eq!(t.run(&["OBJECT", "ENCODING", "l"]), "$8\r\nlistpack\r\n");
         assert_eq!(dump(&mut t, "l"), hex(LIST), "same bytes as Redis");
     }
@@ -374,11 +390,17 @@ mod collection_tests {
         );
         assert_eq!(t.run(&["OBJECT", "ENCODING", "z"]), "$8\r\nlistpack\r\n");
         assert_eq!(restore(&mut t, "zs", &hex(ZSET_2)), "+OK\r\n");
-        assert_eq!(t.run(&["ZRANGE", "zs", "0", "-1", "WITHSCORES"]), "*6\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$3\r\n2.5\r\n$1\r\nc\r\n$1\r\n3\r\n");
+        assert_eq!(
+            t.run(&["ZRANGE", "zs", "0", "-1", "WITHSCORES"]),
+            "*6\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$3\r\n2.5\r\n$1\r\nc\r\n$1\r\n3\r\n"
+        );
         assert_eq!(t.run(&["OBJECT", "ENCODING", "zs"]), "$8\r\nlistpack\r\n", "small enough here");
         assert_eq!(dump(&mut t, "zs"), hex(ZSET_2), "ZSET_2 bytes as Redis writes them");
         t.cfg.zset_max_listpack_entries = 2;
-        assert_eq!(t.run_bytes(&[b"RESTORE".to_vec(), b"zs".to_vec(), b"0".to_vec(), hex(ZSET_2), b"REPLACE".to_vec()]), "+OK\r\n");
+        assert_eq!(
+            t.run_bytes(&[b"RESTORE".to_vec(), b"zs".to_vec(), b"0".to_vec(), hex(ZSET_2), b"REPLACE".to_vec()]),
+            "+OK\r\n"
+        );
         assert_eq!(t.run(&["OBJECT", "ENCODING", "zs"]), "$8\r\nskiplist\r\n");
     }
 
@@ -401,7 +423,10 @@ mod collection_tests {
         write_string(&mut body, b"n");
         body.push(255);
         assert_eq!(restore(&mut t, "z3", &finish(body)), "+OK\r\n");
-        assert_eq!(t.run(&["ZRANGE", "z3", "0", "-1", "WITHSCORES"]), "*4\r\n$1\r\nn\r\n$4\r\n-inf\r\n$1\r\nm\r\n$3\r\n1.5\r\n");
+        assert_eq!(
+            t.run(&["ZRANGE", "z3", "0", "-1", "WITHSCORES"]),
+            "*4\r\n$1\r\nn\r\n$4\r\n-inf\r\n$1\r\nm\r\n$3\r\n1.5\r\n"
+        );
         let bad = |t: &mut TestKit, body: Vec<u8>| restore(t, "bad", &finish(body));
         let mut dup = vec![5u8, 2];
         for _ in 0..2 {

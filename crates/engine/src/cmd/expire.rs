@@ -11,26 +11,107 @@ use crate::error::{CmdResult, CommandError};
 
 /// Expiry command rows.
 pub static COMMANDS: &[Spec] = &[
-    row("expire", -3, flags::WRITE | flags::FAST, RW_UPDATE, LockPlan::Keys, "1.0.0",
-        "Sets the expiration time of a key in seconds.", "O(1)", expire),
-    row("pexpire", -3, flags::WRITE | flags::FAST, RW_UPDATE, LockPlan::Keys, "2.6.0",
-        "Sets the expiration time of a key in milliseconds.", "O(1)", pexpire),
-    row("expireat", -3, flags::WRITE | flags::FAST, RW_UPDATE, LockPlan::Keys, "1.2.0",
-        "Sets the expiration time of a key to a Unix timestamp.", "O(1)", expireat),
-    row("pexpireat", -3, flags::WRITE | flags::FAST, RW_UPDATE, LockPlan::Keys, "2.6.0",
-        "Sets the expiration time of a key to a Unix milliseconds timestamp.", "O(1)", pexpireat),
-    row("ttl", 2, flags::READONLY | flags::FAST, RO_ACCESS, LockPlan::Keys, "1.0.0",
-        "Returns the expiration time in seconds of a key.", "O(1)", ttl)
-        .with_tips(&["nondeterministic_output"]),
-    row("pttl", 2, flags::READONLY | flags::FAST, RO_ACCESS, LockPlan::Keys, "2.6.0",
-        "Returns the expiration time in milliseconds of a key.", "O(1)", pttl)
-        .with_tips(&["nondeterministic_output"]),
-    row("expiretime", 2, flags::READONLY | flags::FAST, RO_ACCESS, LockPlan::Keys, "7.0.0",
-        "Returns the expiration time of a key as a Unix timestamp.", "O(1)", expiretime),
-    row("pexpiretime", 2, flags::READONLY | flags::FAST, RO_ACCESS, LockPlan::Keys, "7.0.0",
-        "Returns the expiration time of a key as a Unix milliseconds timestamp.", "O(1)", pexpiretime),
-    row("persist", 2, flags::WRITE | flags::FAST, RW_UPDATE, LockPlan::Keys, "2.2.0",
-        "Removes the expiration time of a key.", "O(1)", persist),
+    row(
+        "expire",
+        -3,
+        flags::WRITE | flags::FAST,
+        RW_UPDATE,
+        LockPlan::Keys,
+        "1.0.0",
+        "Sets the expiration time of a key in seconds.",
+        "O(1)",
+        expire,
+    ),
+    row(
+        "pexpire",
+        -3,
+        flags::WRITE | flags::FAST,
+        RW_UPDATE,
+        LockPlan::Keys,
+        "2.6.0",
+        "Sets the expiration time of a key in milliseconds.",
+        "O(1)",
+        pexpire,
+    ),
+    row(
+        "expireat",
+        -3,
+        flags::WRITE | flags::FAST,
+        RW_UPDATE,
+        LockPlan::Keys,
+        "1.2.0",
+        "Sets the expiration time of a key to a Unix timestamp.",
+        "O(1)",
+        expireat,
+    ),
+    row(
+        "pexpireat",
+        -3,
+        flags::WRITE | flags::FAST,
+        RW_UPDATE,
+        LockPlan::Keys,
+        "2.6.0",
+        "Sets the expiration time of a key to a Unix milliseconds timestamp.",
+        "O(1)",
+        pexpireat,
+    ),
+    row(
+        "ttl",
+        2,
+        flags::READONLY | flags::FAST,
+        RO_ACCESS,
+        LockPlan::Keys,
+        "1.0.0",
+        "Returns the expiration time in seconds of a key.",
+        "O(1)",
+        ttl,
+    )
+    .with_tips(&["nondeterministic_output"]),
+    row(
+        "pttl",
+        2,
+        flags::READONLY | flags::FAST,
+        RO_ACCESS,
+        LockPlan::Keys,
+        "2.6.0",
+        "Returns the expiration time in milliseconds of a key.",
+        "O(1)",
+        pttl,
+    )
+    .with_tips(&["nondeterministic_output"]),
+    row(
+        "expiretime",
+        2,
+        flags::READONLY | flags::FAST,
+        RO_ACCESS,
+        LockPlan::Keys,
+        "7.0.0",
+        "Returns the expiration time of a key as a Unix timestamp.",
+        "O(1)",
+        expiretime,
+    ),
+    row(
+        "pexpiretime",
+        2,
+        flags::READONLY | flags::FAST,
+        RO_ACCESS,
+        LockPlan::Keys,
+        "7.0.0",
+        "Returns the expiration time of a key as a Unix milliseconds timestamp.",
+        "O(1)",
+        pexpiretime,
+    ),
+    row(
+        "persist",
+        2,
+        flags::WRITE | flags::FAST,
+        RW_UPDATE,
+        LockPlan::Keys,
+        "2.2.0",
+        "Removes the expiration time of a key.",
+        "O(1)",
+        persist,
+    ),
 ];
 
 const RW_UPDATE: &[KeySpec] = &[KeySpec::single(1, kf::RW | kf::UPDATE)];
@@ -271,10 +352,7 @@ mod tests {
         assert_eq!(t.run(&["EXPIRE", "k", "10", "FOO"]), "-ERR Unsupported option FOO\r\n");
         assert_eq!(t.run(&["EXPIRE", "k", "ten"]), "-ERR value is not an integer or out of range\r\n");
         assert_eq!(t.run(&["EXPIRE", "k", "1.5"]), "-ERR value is not an integer or out of range\r\n");
-        assert_eq!(
-            t.run(&["EXPIRE", "k", "9223372036854775807"]),
-            "-ERR invalid expire time in 'expire' command\r\n"
-        );
+        assert_eq!(t.run(&["EXPIRE", "k", "9223372036854775807"]), "-ERR invalid expire time in 'expire' command\r\n");
         assert_eq!(
             t.run(&["EXPIREAT", "k", "-9223372036854775808"]),
             "-ERR invalid expire time in 'expireat' command\r\n"

@@ -19,32 +19,110 @@ use crate::types::packed::Elem;
 
 /// Hash command rows.
 pub static COMMANDS: &[Spec] = &[
-    row("hset", -4, WRITE_FAST, RW_UPDATE, "2.0.0", "Creates or modifies the value of a field in a hash.",
+    row(
+        "hset",
+        -4,
+        WRITE_FAST,
+        RW_UPDATE,
+        "2.0.0",
+        "Creates or modifies the value of a field in a hash.",
         "O(1) for each field/value pair added, so O(N) to add N field/value pairs when the command is called with \
-         multiple field/value pairs.", hset),
-    row("hsetnx", 4, WRITE_FAST, &[KeySpec::single(1, kf::RW | kf::INSERT)], "2.0.0",
-        "Sets the value of a field in a hash only when the field doesn't exist.", "O(1)", hsetnx),
-    row("hmset", -4, WRITE_FAST, RW_UPDATE, "2.0.0", "Sets the values of multiple fields.",
-        "O(N) where N is the number of fields being set.", hset),
-    row("hget", 3, flags::READONLY | flags::FAST, RO_ACCESS, "2.0.0", "Returns the value of a field in a hash.",
-        "O(1)", hget),
-    row("hmget", -3, flags::READONLY | flags::FAST, RO_ACCESS, "2.0.0", "Returns the values of all fields in a hash.",
-        "O(N) where N is the number of fields being requested.", hmget),
-    row("hdel", -3, flags::WRITE | flags::FAST, &[KeySpec::single(1, kf::RW | kf::DELETE)], "2.0.0",
+         multiple field/value pairs.",
+        hset,
+    ),
+    row(
+        "hsetnx",
+        4,
+        WRITE_FAST,
+        &[KeySpec::single(1, kf::RW | kf::INSERT)],
+        "2.0.0",
+        "Sets the value of a field in a hash only when the field doesn't exist.",
+        "O(1)",
+        hsetnx,
+    ),
+    row(
+        "hmset",
+        -4,
+        WRITE_FAST,
+        RW_UPDATE,
+        "2.0.0",
+        "Sets the values of multiple fields.",
+        "O(N) where N is the number of fields being set.",
+        hset,
+    ),
+    row(
+        "hget",
+        3,
+        flags::READONLY | flags::FAST,
+        RO_ACCESS,
+        "2.0.0",
+        "Returns the value of a field in a hash.",
+        "O(1)",
+        hget,
+    ),
+    row(
+        "hmget",
+        -3,
+        flags::READONLY | flags::FAST,
+        RO_ACCESS,
+        "2.0.0",
+        "Returns the values of all fields in a hash.",
+        "O(N) where N is the number of fields being requested.",
+        hmget,
+    ),
+    row(
+        "hdel",
+        -3,
+        flags::WRITE | flags::FAST,
+        &[KeySpec::single(1, kf::RW | kf::DELETE)],
+        "2.0.0",
         "Deletes one or more fields and their values from a hash. Deletes the hash if no fields remain.",
-        "O(N) where N is the number of fields to be removed.", hdel),
-    row("hexists", 3, flags::READONLY | flags::FAST, RO, "2.0.0", "Determines whether a field exists in a hash.",
-        "O(1)", hexists),
-    row("hlen", 2, flags::READONLY | flags::FAST, RO, "2.0.0", "Returns the number of fields in a hash.", "O(1)",
-        hlen),
-    row("hstrlen", 3, flags::READONLY | flags::FAST, RO, "3.2.0", "Returns the length of the value of a field.",
-        "O(1)", hstrlen),
-    row("hincrby", 4, WRITE_FAST, RW_ACCESS_UPDATE, "2.0.0",
+        "O(N) where N is the number of fields to be removed.",
+        hdel,
+    ),
+    row(
+        "hexists",
+        3,
+        flags::READONLY | flags::FAST,
+        RO,
+        "2.0.0",
+        "Determines whether a field exists in a hash.",
+        "O(1)",
+        hexists,
+    ),
+    row("hlen", 2, flags::READONLY | flags::FAST, RO, "2.0.0", "Returns the number of fields in a hash.", "O(1)", hlen),
+    row(
+        "hstrlen",
+        3,
+        flags::READONLY | flags::FAST,
+        RO,
+        "3.2.0",
+        "Returns the length of the value of a field.",
+        "O(1)",
+        hstrlen,
+    ),
+    row(
+        "hincrby",
+        4,
+        WRITE_FAST,
+        RW_ACCESS_UPDATE,
+        "2.0.0",
         "Increments the integer value of a field in a hash by a number. Uses 0 as initial value if the field doesn't \
-         exist.", "O(1)", hincrby),
-    row("hincrbyfloat", 4, WRITE_FAST, RW_ACCESS_UPDATE, "2.6.0",
+         exist.",
+        "O(1)",
+        hincrby,
+    ),
+    row(
+        "hincrbyfloat",
+        4,
+        WRITE_FAST,
+        RW_ACCESS_UPDATE,
+        "2.6.0",
         "Increments the floating point value of a field by a number. Uses 0 as initial value if the field doesn't \
-         exist.", "O(1)", hincrbyfloat),
+         exist.",
+        "O(1)",
+        hincrbyfloat,
+    ),
 ];
 
 /// A row of a hash command: HASH ACL category, `hash` group, keys from its key specs.
@@ -59,8 +137,18 @@ const fn row(
     complexity: &'static str,
     run: super::EngineFn,
 ) -> Spec {
-    CommandSpec::new(name, arity, flags, acl::HASH, keys, "hash", since, summary, complexity,
-        EngineCmd { run, plan: LockPlan::Keys })
+    CommandSpec::new(
+        name,
+        arity,
+        flags,
+        acl::HASH,
+        keys,
+        "hash",
+        since,
+        summary,
+        complexity,
+        EngineCmd { run, plan: LockPlan::Keys },
+    )
 }
 
 const WRITE_FAST: u32 = flags::WRITE | flags::DENYOOM | flags::FAST;
@@ -112,7 +200,11 @@ fn hset(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     // Valkey counts every pair as a change.
     ctx.stats.dirty += pairs as u64 - 1;
     ctx.events.notify('h', "hset", key, ctx.db);
-    if hmset { out.ok() } else { out.int(added as i64) }
+    if hmset {
+        out.ok()
+    } else {
+        out.int(added as i64)
+    }
     Ok(())
 }
 
@@ -265,7 +357,6 @@ fn hincrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdRes
     Ok(())
 }
 
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -390,7 +481,10 @@ mod tests {
         assert_eq!(t.run(&["HINCRBYFLOAT", "hfoo", "f", "+inf"]), "-ERR value is NaN or Infinity\r\n");
         assert_eq!(t.run(&["EXISTS", "hfoo"]), ":0\r\n");
         t.run(&["HSET", "h", "huge", "1.7e308"]);
-        assert_eq!(t.run(&["HINCRBYFLOAT", "h", "huge", "1.7e308"]), "-ERR increment would produce NaN or Infinity\r\n");
+        assert_eq!(
+            t.run(&["HINCRBYFLOAT", "h", "huge", "1.7e308"]),
+            "-ERR increment would produce NaN or Infinity\r\n"
+        );
     }
 
     #[test]
@@ -463,7 +557,8 @@ mod tests {
             assert_eq!(t.run(argv), WRONGTYPE, "{argv:?}");
         }
         t.run(&["HSET", "h", "f", "v"]);
-        for argv in [&["GET", "h"][..], &["APPEND", "h", "x"], &["INCR", "h"], &["STRLEN", "h"], &["GETRANGE", "h", "0", "1"]]
+        for argv in
+            [&["GET", "h"][..], &["APPEND", "h", "x"], &["INCR", "h"], &["STRLEN", "h"], &["GETRANGE", "h", "0", "1"]]
         {
             assert_eq!(t.run(argv), WRONGTYPE, "{argv:?}");
         }

@@ -16,22 +16,57 @@ use crate::types::sample;
 
 /// Whole-hash command rows.
 pub static COMMANDS: &[Spec] = &[
-    row("hgetall", 2, flags::READONLY, "2.0.0", "Returns all fields and values in a hash.",
-        "O(N) where N is the size of the hash.", hgetall)
-        .with_tips(&["nondeterministic_output_order"]),
-    row("hkeys", 2, flags::READONLY, "2.0.0", "Returns all fields in a hash.",
-        "O(N) where N is the size of the hash.", hkeys)
-        .with_tips(&["nondeterministic_output_order"]),
-    row("hvals", 2, flags::READONLY, "2.0.0", "Returns all values in a hash.",
-        "O(N) where N is the size of the hash.", hvals)
-        .with_tips(&["nondeterministic_output_order"]),
-    row("hrandfield", -2, flags::READONLY, "6.2.0", "Returns one or more random fields from a hash.",
-        "O(N) where N is the number of fields returned", hrandfield)
-        .with_tips(&["nondeterministic_output"]),
-    row("hscan", -3, flags::READONLY, "2.8.0", "Iterates over fields and values of a hash.",
+    row(
+        "hgetall",
+        2,
+        flags::READONLY,
+        "2.0.0",
+        "Returns all fields and values in a hash.",
+        "O(N) where N is the size of the hash.",
+        hgetall,
+    )
+    .with_tips(&["nondeterministic_output_order"]),
+    row(
+        "hkeys",
+        2,
+        flags::READONLY,
+        "2.0.0",
+        "Returns all fields in a hash.",
+        "O(N) where N is the size of the hash.",
+        hkeys,
+    )
+    .with_tips(&["nondeterministic_output_order"]),
+    row(
+        "hvals",
+        2,
+        flags::READONLY,
+        "2.0.0",
+        "Returns all values in a hash.",
+        "O(N) where N is the size of the hash.",
+        hvals,
+    )
+    .with_tips(&["nondeterministic_output_order"]),
+    row(
+        "hrandfield",
+        -2,
+        flags::READONLY,
+        "6.2.0",
+        "Returns one or more random fields from a hash.",
+        "O(N) where N is the number of fields returned",
+        hrandfield,
+    )
+    .with_tips(&["nondeterministic_output"]),
+    row(
+        "hscan",
+        -3,
+        flags::READONLY,
+        "2.8.0",
+        "Iterates over fields and values of a hash.",
         "O(1) for every call. O(N) for a complete iteration, including enough command calls for the cursor to \
-         return back to 0. N is the number of elements inside the collection.", hscan)
-        .with_tips(&["nondeterministic_output"]),
+         return back to 0. N is the number of elements inside the collection.",
+        hscan,
+    )
+    .with_tips(&["nondeterministic_output"]),
 ];
 
 /// A row of a read-only hash command on the key at argument 1.
@@ -44,8 +79,18 @@ const fn row(
     complexity: &'static str,
     run: super::EngineFn,
 ) -> Spec {
-    CommandSpec::new(name, arity, flags, acl::HASH, RO_ACCESS, "hash", since, summary, complexity,
-        EngineCmd { run, plan: LockPlan::Keys })
+    CommandSpec::new(
+        name,
+        arity,
+        flags,
+        acl::HASH,
+        RO_ACCESS,
+        "hash",
+        since,
+        summary,
+        complexity,
+        EngineCmd { run, plan: LockPlan::Keys },
+    )
 }
 
 const RO_ACCESS: &[KeySpec] = &[KeySpec::single(1, kf::RO | kf::ACCESS)];
@@ -74,11 +119,19 @@ fn hvals(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
 /// fields or values.
 fn get_all(ctx: &mut Ctx<'_>, key: &[u8], parts: Parts, out: &mut ReplyBuf) -> CmdResult {
     let Some(k) = ctx.read(key)? else {
-        if parts == Parts::Both { out.map(0) } else { out.array(0) }
+        if parts == Parts::Both {
+            out.map(0)
+        } else {
+            out.array(0)
+        }
         return Ok(());
     };
     let h = k.hash()?;
-    if parts == Parts::Both { out.map(h.len()) } else { out.array(h.len()) }
+    if parts == Parts::Both {
+        out.map(h.len())
+    } else {
+        out.array(h.len())
+    }
     for (f, v) in h.iter() {
         if parts != Parts::Values {
             f.reply(out);
@@ -239,9 +292,15 @@ mod tests {
         ] {
             assert!(t.run(argv).starts_with("-ERR value is out of range"), "{argv:?}");
         }
-        assert!(t.run(&["HRANDFIELD", "h", "9223372036854775807"]).starts_with("*1\r\n"), "huge positive: the whole hash");
+        assert!(
+            t.run(&["HRANDFIELD", "h", "9223372036854775807"]).starts_with("*1\r\n"),
+            "huge positive: the whole hash"
+        );
         t.proto = Protocol::Resp3;
-        assert_eq!(t.run(&["HRANDFIELD", "h", "-2", "WITHVALUES"]), "*2\r\n*2\r\n$1\r\na\r\n$1\r\n1\r\n*2\r\n$1\r\na\r\n$1\r\n1\r\n");
+        assert_eq!(
+            t.run(&["HRANDFIELD", "h", "-2", "WITHVALUES"]),
+            "*2\r\n*2\r\n$1\r\na\r\n$1\r\n1\r\n*2\r\n$1\r\na\r\n$1\r\n1\r\n"
+        );
         assert_eq!(t.run(&["HRANDFIELD", "h", "1"]), "*1\r\n$1\r\na\r\n");
         assert_eq!(t.run(&["HRANDFIELD", "nokey", "1", "WITHVALUES"]), "*0\r\n");
         assert_eq!(t.run(&["HRANDFIELD", "nokey"]), "_\r\n");
@@ -291,8 +350,14 @@ mod tests {
         assert_eq!(t.run(&["HSCAN", "nokey", "0"]), "*2\r\n$1\r\n0\r\n*0\r\n");
         assert_eq!(t.run(&["HSCAN", "nokey", "0", "BOGUS"]), "*2\r\n$1\r\n0\r\n*0\r\n", "options parsed after lookup");
         t.run(&["HSET", "h", "a", "1", "b", "2", "ab", "3"]);
-        assert_eq!(t.run(&["HSCAN", "h", "0"]), "*2\r\n$1\r\n0\r\n*6\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$1\r\n2\r\n$2\r\nab\r\n$1\r\n3\r\n");
-        assert_eq!(t.run(&["HSCAN", "h", "0", "MATCH", "a*", "NOVALUES"]), "*2\r\n$1\r\n0\r\n*2\r\n$1\r\na\r\n$2\r\nab\r\n");
+        assert_eq!(
+            t.run(&["HSCAN", "h", "0"]),
+            "*2\r\n$1\r\n0\r\n*6\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$1\r\n2\r\n$2\r\nab\r\n$1\r\n3\r\n"
+        );
+        assert_eq!(
+            t.run(&["HSCAN", "h", "0", "MATCH", "a*", "NOVALUES"]),
+            "*2\r\n$1\r\n0\r\n*2\r\n$1\r\na\r\n$2\r\nab\r\n"
+        );
         assert_eq!(t.run(&["HSCAN", "h", "123", "COUNT", "1"]).len(), t.run(&["HSCAN", "h", "0"]).len(), "any cursor");
         assert_eq!(t.run(&["HSCAN", "h", "x"]), "-ERR invalid cursor\r\n");
         assert_eq!(t.run(&["HSCAN", "h", "0", "COUNT", "0"]), "-ERR syntax error\r\n");

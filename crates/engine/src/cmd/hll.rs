@@ -15,22 +15,45 @@ use crate::object::Object;
 
 /// HyperLogLog command rows.
 pub static COMMANDS: &[Spec] = &[
-    row("pfadd", -2, flags::WRITE | flags::DENYOOM | flags::FAST, &[KeySpec::single(1, kf::RW | kf::INSERT)],
-        "Adds elements to a HyperLogLog key. Creates the key if it doesn't exist.", "O(1) to add every element.",
-        pfadd),
+    row(
+        "pfadd",
+        -2,
+        flags::WRITE | flags::DENYOOM | flags::FAST,
+        &[KeySpec::single(1, kf::RW | kf::INSERT)],
+        "Adds elements to a HyperLogLog key. Creates the key if it doesn't exist.",
+        "O(1) to add every element.",
+        pfadd,
+    ),
     // A read that may rewrite the cached cardinality: RW key, and it may replicate.
-    row("pfcount", -2, flags::READONLY | flags::MAY_REPLICATE, &[KeySpec::range(1, -1, 1, kf::RW | kf::ACCESS)],
+    row(
+        "pfcount",
+        -2,
+        flags::READONLY | flags::MAY_REPLICATE,
+        &[KeySpec::range(1, -1, 1, kf::RW | kf::ACCESS)],
         "Returns the approximated cardinality of the set(s) observed by the HyperLogLog key(s).",
         "O(1) with a very small average constant time when called with a single key. O(N) with N being the number \
-         of keys, and much bigger constant times, when called with multiple keys.", pfcount),
-    row("pfmerge", -2, flags::WRITE | flags::DENYOOM,
+         of keys, and much bigger constant times, when called with multiple keys.",
+        pfcount,
+    ),
+    row(
+        "pfmerge",
+        -2,
+        flags::WRITE | flags::DENYOOM,
         &[KeySpec::single(1, kf::RW | kf::ACCESS | kf::INSERT), KeySpec::range(2, -1, 1, kf::RO | kf::ACCESS)],
         "Merges one or more HyperLogLog values into a single key.",
-        "O(N) to merge N HyperLogLogs, but with high constant times.", pfmerge),
-    row("pfdebug", 3, flags::WRITE | flags::DENYOOM | flags::ADMIN, &[KeySpec::single(2, kf::RW | kf::ACCESS)],
-        "Internal commands for debugging HyperLogLog values.", "N/A", pfdebug),
-    row("pfselftest", 1, flags::ADMIN, &[], "An internal command for testing HyperLogLog values.", "N/A",
-        pfselftest),
+        "O(N) to merge N HyperLogLogs, but with high constant times.",
+        pfmerge,
+    ),
+    row(
+        "pfdebug",
+        3,
+        flags::WRITE | flags::DENYOOM | flags::ADMIN,
+        &[KeySpec::single(2, kf::RW | kf::ACCESS)],
+        "Internal commands for debugging HyperLogLog values.",
+        "N/A",
+        pfdebug,
+    ),
+    row("pfselftest", 1, flags::ADMIN, &[], "An internal command for testing HyperLogLog values.", "N/A", pfselftest),
 ];
 
 /// A row of a HyperLogLog command: the HYPERLOGLOG ACL category and group, all since 2.8.9.
@@ -43,8 +66,18 @@ const fn row(
     complexity: &'static str,
     run: super::EngineFn,
 ) -> Spec {
-    CommandSpec::new(name, arity, flags, acl::HYPERLOGLOG, keys, "hyperloglog", "2.8.9", summary, complexity,
-        EngineCmd { run, plan: LockPlan::Keys })
+    CommandSpec::new(
+        name,
+        arity,
+        flags,
+        acl::HYPERLOGLOG,
+        keys,
+        "hyperloglog",
+        "2.8.9",
+        summary,
+        complexity,
+        EngineCmd { run, plan: LockPlan::Keys },
+    )
 }
 
 /// PFSELFTEST's sizes, as Redis's `HLL_TEST_CYCLES` and its element count.
@@ -208,8 +241,7 @@ fn pfdebug(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
 
 fn pfselftest(ctx: &mut Ctx<'_>, _args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let seed = ctx.now_ms as u64 ^ 0x9e37_79b9_7f4a_7c15;
-    hll::selftest(SELFTEST_CYCLES, SELFTEST_ELEMENTS, ctx.cfg.hll_sparse_max_bytes, seed)
-        .map_err(CommandError::err)?;
+    hll::selftest(SELFTEST_CYCLES, SELFTEST_ELEMENTS, ctx.cfg.hll_sparse_max_bytes, seed).map_err(CommandError::err)?;
     out.ok();
     Ok(())
 }
@@ -254,7 +286,9 @@ mod tests {
 
     fn int(t: &mut TestKit, argv: &[&str]) -> i64 {
         let r = t.run(argv);
-        r.strip_prefix(':').and_then(|r| r.strip_suffix("\r\n")).and_then(|r| r.parse().ok())
+        r.strip_prefix(':')
+            .and_then(|r| r.strip_suffix("\r\n"))
+            .and_then(|r| r.parse().ok())
             .unwrap_or_else(|| panic!("{argv:?} replied {r:?}"))
     }
 
@@ -506,8 +540,14 @@ mod tests {
             return;
         }
         let wrongtype = "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
-        for argv in [&["PFADD", "l", "a"][..], &["PFCOUNT", "l"], &["PFCOUNT", "x", "l"], &["PFMERGE", "d", "l"],
-            &["PFMERGE", "l"], &["PFDEBUG", "ENCODING", "l"]] {
+        for argv in [
+            &["PFADD", "l", "a"][..],
+            &["PFCOUNT", "l"],
+            &["PFCOUNT", "x", "l"],
+            &["PFMERGE", "d", "l"],
+            &["PFMERGE", "l"],
+            &["PFDEBUG", "ENCODING", "l"],
+        ] {
             assert_eq!(t.run(argv), wrongtype, "{argv:?}");
         }
     }

@@ -12,31 +12,90 @@ use crate::object::Object;
 
 /// Generic key command rows of this file.
 pub static COMMANDS: &[Spec] = &[
-    row("del", -2, flags::WRITE, ALL_RM, LockPlan::Keys, "1.0.0", "Deletes one or more keys.",
+    row(
+        "del",
+        -2,
+        flags::WRITE,
+        ALL_RM,
+        LockPlan::Keys,
+        "1.0.0",
+        "Deletes one or more keys.",
         "O(N) where N is the number of keys that will be removed. When a key to remove holds a value other than a \
          string, the individual complexity for this key is O(M) where M is the number of elements in the list, set, \
-         sorted set or hash. Removing a single key that holds a string value is O(1).", del)
-        .with_tips(MULTI_SHARD_SUM),
-    row("unlink", -2, flags::WRITE | flags::FAST, ALL_RM, LockPlan::Keys, "4.0.0",
+         sorted set or hash. Removing a single key that holds a string value is O(1).",
+        del,
+    )
+    .with_tips(MULTI_SHARD_SUM),
+    row(
+        "unlink",
+        -2,
+        flags::WRITE | flags::FAST,
+        ALL_RM,
+        LockPlan::Keys,
+        "4.0.0",
         "Asynchronously deletes one or more keys.",
         "O(1) for each key removed regardless of its size. Then the command does O(N) work in a different thread in \
-         order to reclaim memory, where N is the number of allocations the deleted objects where composed of.", unlink)
-        .with_tips(MULTI_SHARD_SUM),
-    row("exists", -2, flags::READONLY | flags::FAST, ALL_RO, LockPlan::Keys, "1.0.0",
-        "Determines whether one or more keys exist.", "O(N) where N is the number of keys to check.", exists)
-        .with_tips(MULTI_SHARD_SUM),
-    row("type", 2, flags::READONLY | flags::FAST, &[KeySpec::single(1, kf::RO)], LockPlan::Keys, "1.0.0",
-        "Determines the type of value stored at a key.", "O(1)", type_),
-    row("touch", -2, flags::READONLY | flags::FAST, ALL_RO, LockPlan::Keys, "3.2.1",
+         order to reclaim memory, where N is the number of allocations the deleted objects where composed of.",
+        unlink,
+    )
+    .with_tips(MULTI_SHARD_SUM),
+    row(
+        "exists",
+        -2,
+        flags::READONLY | flags::FAST,
+        ALL_RO,
+        LockPlan::Keys,
+        "1.0.0",
+        "Determines whether one or more keys exist.",
+        "O(N) where N is the number of keys to check.",
+        exists,
+    )
+    .with_tips(MULTI_SHARD_SUM),
+    row(
+        "type",
+        2,
+        flags::READONLY | flags::FAST,
+        &[KeySpec::single(1, kf::RO)],
+        LockPlan::Keys,
+        "1.0.0",
+        "Determines the type of value stored at a key.",
+        "O(1)",
+        type_,
+    ),
+    row(
+        "touch",
+        -2,
+        flags::READONLY | flags::FAST,
+        ALL_RO,
+        LockPlan::Keys,
+        "3.2.1",
         "Returns the number of existing keys out of those specified after updating the time they were last accessed.",
-        "O(N) where N is the number of keys that will be touched.", touch)
-        .with_tips(MULTI_SHARD_SUM),
-    row("rename", 3, flags::WRITE,
+        "O(N) where N is the number of keys that will be touched.",
+        touch,
+    )
+    .with_tips(MULTI_SHARD_SUM),
+    row(
+        "rename",
+        3,
+        flags::WRITE,
         &[KeySpec::single(1, kf::RW | kf::ACCESS | kf::DELETE), KeySpec::single(2, kf::OW | kf::UPDATE)],
-        LockPlan::Keys, "1.0.0", "Renames a key and overwrites the destination.", "O(1)", rename),
-    row("renamenx", 3, flags::WRITE | flags::FAST,
+        LockPlan::Keys,
+        "1.0.0",
+        "Renames a key and overwrites the destination.",
+        "O(1)",
+        rename,
+    ),
+    row(
+        "renamenx",
+        3,
+        flags::WRITE | flags::FAST,
         &[KeySpec::single(1, kf::RW | kf::ACCESS | kf::DELETE), KeySpec::single(2, kf::OW | kf::INSERT)],
-        LockPlan::Keys, "1.0.0", "Renames a key only when the target key name doesn't exist.", "O(1)", renamenx),
+        LockPlan::Keys,
+        "1.0.0",
+        "Renames a key only when the target key name doesn't exist.",
+        "O(1)",
+        renamenx,
+    ),
 ];
 
 /// A row of a generic command (KEYSPACE ACL category, `generic` group).
@@ -52,8 +111,18 @@ pub(super) const fn row(
     complexity: &'static str,
     run: super::EngineFn,
 ) -> Spec {
-    CommandSpec::new(name, arity, flags, acl::KEYSPACE, keys, "generic", since, summary, complexity,
-        EngineCmd { run, plan })
+    CommandSpec::new(
+        name,
+        arity,
+        flags,
+        acl::KEYSPACE,
+        keys,
+        "generic",
+        since,
+        summary,
+        complexity,
+        EngineCmd { run, plan },
+    )
 }
 
 const ALL_RM: &[KeySpec] = &[KeySpec::range(1, -1, 1, kf::RM | kf::DELETE)];
@@ -144,7 +213,11 @@ fn rename_generic(ctx: &mut Ctx<'_>, args: Args<'_>, nx: bool, out: &mut ReplyBu
     }
     // Renaming a key onto itself changes nothing, but the key must exist (since 3.2).
     if src == dst || (nx && ctx.write(dst)?.is_some()) {
-        if nx { out.int(0) } else { out.ok() }
+        if nx {
+            out.int(0)
+        } else {
+            out.ok()
+        }
         return Ok(());
     }
     let Some(k) = ctx.write(src)? else { return Err(CommandError::NoSuchKey) };
@@ -154,7 +227,11 @@ fn rename_generic(ctx: &mut Ctx<'_>, args: Args<'_>, nx: bool, out: &mut ReplyBu
     ctx.put_entry(db, moved)?;
     ctx.events.notify('g', "rename_from", src, db);
     ctx.events.notify('g', "rename_to", dst, db);
-    if nx { out.int(1) } else { out.ok() }
+    if nx {
+        out.int(1)
+    } else {
+        out.ok()
+    }
     Ok(())
 }
 

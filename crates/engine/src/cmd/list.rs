@@ -18,76 +18,230 @@ use crate::types::listpack::Value;
 
 /// Single-list command rows.
 pub static COMMANDS: &[Spec] = &[
-    CommandSpec::new("lpush", -3, flags::WRITE | flags::DENYOOM | flags::FAST, acl::LIST,
-        &[KeySpec { flags: kf::RW | kf::INSERT, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "list", "1.0.0", "Prepends one or more elements to a list. Creates the key if it doesn't exist.",
+    CommandSpec::new(
+        "lpush",
+        -3,
+        flags::WRITE | flags::DENYOOM | flags::FAST,
+        acl::LIST,
+        &[KeySpec {
+            flags: kf::RW | kf::INSERT,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "list",
+        "1.0.0",
+        "Prepends one or more elements to a list. Creates the key if it doesn't exist.",
         "O(1) for each element added, so O(N) to add N elements when the command is called with multiple arguments.",
-        EngineCmd { run: lpush, plan: LockPlan::Keys }),
-    CommandSpec::new("rpush", -3, flags::WRITE | flags::DENYOOM | flags::FAST, acl::LIST,
-        &[KeySpec { flags: kf::RW | kf::INSERT, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "list", "1.0.0", "Appends one or more elements to a list. Creates the key if it doesn't exist.",
+        EngineCmd { run: lpush, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "rpush",
+        -3,
+        flags::WRITE | flags::DENYOOM | flags::FAST,
+        acl::LIST,
+        &[KeySpec {
+            flags: kf::RW | kf::INSERT,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "list",
+        "1.0.0",
+        "Appends one or more elements to a list. Creates the key if it doesn't exist.",
         "O(1) for each element added, so O(N) to add N elements when the command is called with multiple arguments.",
-        EngineCmd { run: rpush, plan: LockPlan::Keys }),
-    CommandSpec::new("lpushx", -3, flags::WRITE | flags::DENYOOM | flags::FAST, acl::LIST,
-        &[KeySpec { flags: kf::RW | kf::INSERT, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "list", "2.2.0", "Prepends one or more elements to a list only when the list exists.",
+        EngineCmd { run: rpush, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "lpushx",
+        -3,
+        flags::WRITE | flags::DENYOOM | flags::FAST,
+        acl::LIST,
+        &[KeySpec {
+            flags: kf::RW | kf::INSERT,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "list",
+        "2.2.0",
+        "Prepends one or more elements to a list only when the list exists.",
         "O(1) for each element added, so O(N) to add N elements when the command is called with multiple arguments.",
-        EngineCmd { run: lpushx, plan: LockPlan::Keys }),
-    CommandSpec::new("rpushx", -3, flags::WRITE | flags::DENYOOM | flags::FAST, acl::LIST,
-        &[KeySpec { flags: kf::RW | kf::INSERT, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "list", "2.2.0", "Appends an element to a list only when the list exists.",
+        EngineCmd { run: lpushx, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "rpushx",
+        -3,
+        flags::WRITE | flags::DENYOOM | flags::FAST,
+        acl::LIST,
+        &[KeySpec {
+            flags: kf::RW | kf::INSERT,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "list",
+        "2.2.0",
+        "Appends an element to a list only when the list exists.",
         "O(1) for each element added, so O(N) to add N elements when the command is called with multiple arguments.",
-        EngineCmd { run: rpushx, plan: LockPlan::Keys }),
-    CommandSpec::new("lpop", -2, flags::WRITE | flags::FAST, acl::LIST,
-        &[KeySpec { flags: kf::RW | kf::ACCESS | kf::DELETE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "list", "1.0.0", "Returns the first elements in a list after removing it. Deletes the list if the last element was popped.",
+        EngineCmd { run: rpushx, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "lpop",
+        -2,
+        flags::WRITE | flags::FAST,
+        acl::LIST,
+        &[KeySpec {
+            flags: kf::RW | kf::ACCESS | kf::DELETE,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "list",
+        "1.0.0",
+        "Returns the first elements in a list after removing it. Deletes the list if the last element was popped.",
         "O(N) where N is the number of elements returned",
-        EngineCmd { run: lpop, plan: LockPlan::Keys }),
-    CommandSpec::new("rpop", -2, flags::WRITE | flags::FAST, acl::LIST,
-        &[KeySpec { flags: kf::RW | kf::ACCESS | kf::DELETE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "list", "1.0.0", "Returns and removes the last elements of a list. Deletes the list if the last element was popped.",
+        EngineCmd { run: lpop, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "rpop",
+        -2,
+        flags::WRITE | flags::FAST,
+        acl::LIST,
+        &[KeySpec {
+            flags: kf::RW | kf::ACCESS | kf::DELETE,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "list",
+        "1.0.0",
+        "Returns and removes the last elements of a list. Deletes the list if the last element was popped.",
         "O(N) where N is the number of elements returned",
-        EngineCmd { run: rpop, plan: LockPlan::Keys }),
-    CommandSpec::new("llen", 2, flags::READONLY | flags::FAST, acl::LIST,
-        &[KeySpec { flags: kf::RO, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "list", "1.0.0", "Returns the length of a list.",
+        EngineCmd { run: rpop, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "llen",
+        2,
+        flags::READONLY | flags::FAST,
+        acl::LIST,
+        &[KeySpec {
+            flags: kf::RO,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "list",
+        "1.0.0",
+        "Returns the length of a list.",
         "O(1)",
-        EngineCmd { run: llen, plan: LockPlan::Keys }),
-    CommandSpec::new("lrange", 4, flags::READONLY, acl::LIST,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "list", "1.0.0", "Returns a range of elements from a list.",
+        EngineCmd { run: llen, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "lrange",
+        4,
+        flags::READONLY,
+        acl::LIST,
+        &[KeySpec {
+            flags: kf::RO | kf::ACCESS,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "list",
+        "1.0.0",
+        "Returns a range of elements from a list.",
         "O(S+N) where S is the distance of start offset from HEAD for small lists, from nearest end (HEAD or TAIL) for large lists; and N is the number of elements in the specified range.",
-        EngineCmd { run: lrange, plan: LockPlan::Keys }),
-    CommandSpec::new("lindex", 3, flags::READONLY, acl::LIST,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "list", "1.0.0", "Returns an element from a list by its index.",
+        EngineCmd { run: lrange, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "lindex",
+        3,
+        flags::READONLY,
+        acl::LIST,
+        &[KeySpec {
+            flags: kf::RO | kf::ACCESS,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "list",
+        "1.0.0",
+        "Returns an element from a list by its index.",
         "O(N) where N is the number of elements to traverse to get to the element at index. This makes asking for the first or the last element of the list O(1).",
-        EngineCmd { run: lindex, plan: LockPlan::Keys }),
-    CommandSpec::new("lset", 4, flags::WRITE | flags::DENYOOM, acl::LIST,
-        &[KeySpec { flags: kf::RW | kf::UPDATE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "list", "1.0.0", "Sets the value of an element in a list by its index.",
+        EngineCmd { run: lindex, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "lset",
+        4,
+        flags::WRITE | flags::DENYOOM,
+        acl::LIST,
+        &[KeySpec {
+            flags: kf::RW | kf::UPDATE,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "list",
+        "1.0.0",
+        "Sets the value of an element in a list by its index.",
         "O(N) where N is the length of the list. Setting either the first or the last element of the list is O(1).",
-        EngineCmd { run: lset, plan: LockPlan::Keys }),
-    CommandSpec::new("linsert", 5, flags::WRITE | flags::DENYOOM, acl::LIST,
-        &[KeySpec { flags: kf::RW | kf::INSERT, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "list", "2.2.0", "Inserts an element before or after another element in a list.",
+        EngineCmd { run: lset, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "linsert",
+        5,
+        flags::WRITE | flags::DENYOOM,
+        acl::LIST,
+        &[KeySpec {
+            flags: kf::RW | kf::INSERT,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "list",
+        "2.2.0",
+        "Inserts an element before or after another element in a list.",
         "O(N) where N is the number of elements to traverse before seeing the value pivot. This means that inserting somewhere on the left end on the list (head) can be considered O(1) and inserting somewhere on the right end (tail) is O(N).",
-        EngineCmd { run: linsert, plan: LockPlan::Keys }),
-    CommandSpec::new("lrem", 4, flags::WRITE, acl::LIST,
-        &[KeySpec { flags: kf::RW | kf::DELETE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "list", "1.0.0", "Removes elements from a list. Deletes the list if the last element was removed.",
+        EngineCmd { run: linsert, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "lrem",
+        4,
+        flags::WRITE,
+        acl::LIST,
+        &[KeySpec {
+            flags: kf::RW | kf::DELETE,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "list",
+        "1.0.0",
+        "Removes elements from a list. Deletes the list if the last element was removed.",
         "O(N+M) where N is the length of the list and M is the number of elements removed.",
-        EngineCmd { run: lrem, plan: LockPlan::Keys }),
-    CommandSpec::new("ltrim", 4, flags::WRITE, acl::LIST,
-        &[KeySpec { flags: kf::RW | kf::DELETE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "list", "1.0.0", "Removes elements from both ends a list. Deletes the list if all elements were trimmed.",
+        EngineCmd { run: lrem, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "ltrim",
+        4,
+        flags::WRITE,
+        acl::LIST,
+        &[KeySpec {
+            flags: kf::RW | kf::DELETE,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "list",
+        "1.0.0",
+        "Removes elements from both ends a list. Deletes the list if all elements were trimmed.",
         "O(N) where N is the number of elements to be removed by the operation.",
-        EngineCmd { run: ltrim, plan: LockPlan::Keys }),
-    CommandSpec::new("lpos", -3, flags::READONLY, acl::LIST,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "list", "6.0.6", "Returns the index of matching elements in a list.",
+        EngineCmd { run: ltrim, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "lpos",
+        -3,
+        flags::READONLY,
+        acl::LIST,
+        &[KeySpec {
+            flags: kf::RO | kf::ACCESS,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "list",
+        "6.0.6",
+        "Returns the index of matching elements in a list.",
         "O(N) where N is the number of elements in the list, for the average case. When searching for elements near the head or the tail of the list, or when the MAXLEN option is provided, the command may run in constant time.",
-        EngineCmd { run: lpos, plan: LockPlan::Keys }),
+        EngineCmd { run: lpos, plan: LockPlan::Keys },
+    ),
 ];
 
 /// The node limit (`list-max-listpack-size`) commands pass to the list.
@@ -225,7 +379,11 @@ fn pop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf, end: End) 
     let key = args.get(1);
     let fill = fill(ctx);
     let Some(mut k) = ctx.write(key)? else {
-        if count.is_some() { out.null_array() } else { out.null() }
+        if count.is_some() {
+            out.null_array()
+        } else {
+            out.null()
+        }
         return Ok(());
     };
     let l = k.list_mut()?;
@@ -421,7 +579,11 @@ fn lpos(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let opts = parse_lpos(&args)?;
     let elem = args.get(2);
     let Some(k) = ctx.read(args.get(1))? else {
-        if opts.count.is_some() { out.array(0) } else { out.null() }
+        if opts.count.is_some() {
+            out.array(0)
+        } else {
+            out.null()
+        }
         return Ok(());
     };
     let l = k.list()?;
@@ -682,8 +844,16 @@ mod tests {
         assert_eq!(
             t.events.take(),
             [
-                "n:new:l@0", "l:rpush:l@0", "l:lpush:l@0", "l:lset:l@0", "l:linsert:l@0", "l:lrem:l@0",
-                "l:ltrim:l@0", "l:lpop:l@0", "l:rpop:l@0", "g:del:l@0",
+                "n:new:l@0",
+                "l:rpush:l@0",
+                "l:lpush:l@0",
+                "l:lset:l@0",
+                "l:linsert:l@0",
+                "l:lrem:l@0",
+                "l:ltrim:l@0",
+                "l:lpop:l@0",
+                "l:rpop:l@0",
+                "g:del:l@0",
             ]
         );
     }

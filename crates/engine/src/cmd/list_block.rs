@@ -19,46 +19,162 @@ use crate::types::list::{End, List};
 
 /// Moving and blocking list command rows.
 pub static COMMANDS: &[Spec] = &[
-    CommandSpec::new("lmove", 5, flags::WRITE | flags::DENYOOM, acl::LIST,
-        &[KeySpec { flags: kf::RW | kf::ACCESS | kf::DELETE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }, KeySpec { flags: kf::RW | kf::INSERT, begin: BeginSearch::Index(2), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "list", "6.2.0", "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved.",
+    CommandSpec::new(
+        "lmove",
+        5,
+        flags::WRITE | flags::DENYOOM,
+        acl::LIST,
+        &[
+            KeySpec {
+                flags: kf::RW | kf::ACCESS | kf::DELETE,
+                begin: BeginSearch::Index(1),
+                find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+            },
+            KeySpec {
+                flags: kf::RW | kf::INSERT,
+                begin: BeginSearch::Index(2),
+                find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+            },
+        ],
+        "list",
+        "6.2.0",
+        "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved.",
         "O(1)",
-        EngineCmd { run: lmove, plan: LockPlan::Keys }),
-    CommandSpec::new("rpoplpush", 3, flags::WRITE | flags::DENYOOM, acl::LIST,
-        &[KeySpec { flags: kf::RW | kf::ACCESS | kf::DELETE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }, KeySpec { flags: kf::RW | kf::INSERT, begin: BeginSearch::Index(2), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "list", "1.2.0", "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped.",
+        EngineCmd { run: lmove, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "rpoplpush",
+        3,
+        flags::WRITE | flags::DENYOOM,
+        acl::LIST,
+        &[
+            KeySpec {
+                flags: kf::RW | kf::ACCESS | kf::DELETE,
+                begin: BeginSearch::Index(1),
+                find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+            },
+            KeySpec {
+                flags: kf::RW | kf::INSERT,
+                begin: BeginSearch::Index(2),
+                find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+            },
+        ],
+        "list",
+        "1.2.0",
+        "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped.",
         "O(1)",
-        EngineCmd { run: rpoplpush, plan: LockPlan::Keys }),
-    CommandSpec::new("lmpop", -4, flags::WRITE, acl::LIST,
-        &[KeySpec { flags: kf::RW | kf::ACCESS | kf::DELETE, begin: BeginSearch::Index(1), find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 } }],
-        "list", "7.0.0", "Returns multiple elements from a list after removing them. Deletes the list if the last element was popped.",
+        EngineCmd { run: rpoplpush, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "lmpop",
+        -4,
+        flags::WRITE,
+        acl::LIST,
+        &[KeySpec {
+            flags: kf::RW | kf::ACCESS | kf::DELETE,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 },
+        }],
+        "list",
+        "7.0.0",
+        "Returns multiple elements from a list after removing them. Deletes the list if the last element was popped.",
         "O(N+M) where N is the number of provided keys and M is the number of elements returned.",
-        EngineCmd { run: lmpop, plan: LockPlan::Keys }),
-    CommandSpec::new("blpop", -3, flags::WRITE | flags::BLOCKING, acl::LIST,
-        &[KeySpec { flags: kf::RW | kf::ACCESS | kf::DELETE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: -2, step: 1, limit: 0 } }],
-        "list", "2.0.0", "Removes and returns the first element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.",
+        EngineCmd { run: lmpop, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "blpop",
+        -3,
+        flags::WRITE | flags::BLOCKING,
+        acl::LIST,
+        &[KeySpec {
+            flags: kf::RW | kf::ACCESS | kf::DELETE,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: -2, step: 1, limit: 0 },
+        }],
+        "list",
+        "2.0.0",
+        "Removes and returns the first element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.",
         "O(N) where N is the number of provided keys.",
-        EngineCmd { run: blpop, plan: LockPlan::Keys }),
-    CommandSpec::new("brpop", -3, flags::WRITE | flags::BLOCKING, acl::LIST,
-        &[KeySpec { flags: kf::RW | kf::ACCESS | kf::DELETE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: -2, step: 1, limit: 0 } }],
-        "list", "2.0.0", "Removes and returns the last element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.",
+        EngineCmd { run: blpop, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "brpop",
+        -3,
+        flags::WRITE | flags::BLOCKING,
+        acl::LIST,
+        &[KeySpec {
+            flags: kf::RW | kf::ACCESS | kf::DELETE,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: -2, step: 1, limit: 0 },
+        }],
+        "list",
+        "2.0.0",
+        "Removes and returns the last element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.",
         "O(N) where N is the number of provided keys.",
-        EngineCmd { run: brpop, plan: LockPlan::Keys }),
-    CommandSpec::new("blmove", 6, flags::WRITE | flags::DENYOOM | flags::BLOCKING, acl::LIST,
-        &[KeySpec { flags: kf::RW | kf::ACCESS | kf::DELETE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }, KeySpec { flags: kf::RW | kf::INSERT, begin: BeginSearch::Index(2), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "list", "6.2.0", "Pops an element from a list, pushes it to another list and returns it. Blocks until an element is available otherwise. Deletes the list if the last element was moved.",
+        EngineCmd { run: brpop, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "blmove",
+        6,
+        flags::WRITE | flags::DENYOOM | flags::BLOCKING,
+        acl::LIST,
+        &[
+            KeySpec {
+                flags: kf::RW | kf::ACCESS | kf::DELETE,
+                begin: BeginSearch::Index(1),
+                find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+            },
+            KeySpec {
+                flags: kf::RW | kf::INSERT,
+                begin: BeginSearch::Index(2),
+                find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+            },
+        ],
+        "list",
+        "6.2.0",
+        "Pops an element from a list, pushes it to another list and returns it. Blocks until an element is available otherwise. Deletes the list if the last element was moved.",
         "O(1)",
-        EngineCmd { run: blmove, plan: LockPlan::Keys }),
-    CommandSpec::new("brpoplpush", 4, flags::WRITE | flags::DENYOOM | flags::BLOCKING, acl::LIST,
-        &[KeySpec { flags: kf::RW | kf::ACCESS | kf::DELETE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }, KeySpec { flags: kf::RW | kf::INSERT, begin: BeginSearch::Index(2), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "list", "2.2.0", "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped.",
+        EngineCmd { run: blmove, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "brpoplpush",
+        4,
+        flags::WRITE | flags::DENYOOM | flags::BLOCKING,
+        acl::LIST,
+        &[
+            KeySpec {
+                flags: kf::RW | kf::ACCESS | kf::DELETE,
+                begin: BeginSearch::Index(1),
+                find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+            },
+            KeySpec {
+                flags: kf::RW | kf::INSERT,
+                begin: BeginSearch::Index(2),
+                find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+            },
+        ],
+        "list",
+        "2.2.0",
+        "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped.",
         "O(1)",
-        EngineCmd { run: brpoplpush, plan: LockPlan::Keys }),
-    CommandSpec::new("blmpop", -5, flags::WRITE | flags::BLOCKING, acl::LIST,
-        &[KeySpec { flags: kf::RW | kf::ACCESS | kf::DELETE, begin: BeginSearch::Index(2), find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 } }],
-        "list", "7.0.0", "Pops the first element from one of multiple lists. Blocks until an element is available otherwise. Deletes the list if the last element was popped.",
+        EngineCmd { run: brpoplpush, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "blmpop",
+        -5,
+        flags::WRITE | flags::BLOCKING,
+        acl::LIST,
+        &[KeySpec {
+            flags: kf::RW | kf::ACCESS | kf::DELETE,
+            begin: BeginSearch::Index(2),
+            find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 },
+        }],
+        "list",
+        "7.0.0",
+        "Pops the first element from one of multiple lists. Blocks until an element is available otherwise. Deletes the list if the last element was popped.",
         "O(N+M) where N is the number of provided keys and M is the number of elements returned.",
-        EngineCmd { run: blmpop, plan: LockPlan::Keys }),
+        EngineCmd { run: blmpop, plan: LockPlan::Keys },
+    ),
 ];
 
 /// What a pop found at one key.
@@ -247,7 +363,14 @@ fn bmove(
 /// LMOVE's work (`lmoveGenericCommand`): pops from `src` and pushes onto `dst`, replying
 /// with the element; false (and no reply) when `src` has no list. A `dst` of another type
 /// is WRONGTYPE, checked before anything changes. `src == dst` rotates the list in place.
-fn move_generic(ctx: &mut Ctx<'_>, out: &mut ReplyBuf, src: &[u8], dst: &[u8], from: End, to: End) -> Result<bool, CommandError> {
+fn move_generic(
+    ctx: &mut Ctx<'_>,
+    out: &mut ReplyBuf,
+    src: &[u8],
+    dst: &[u8],
+    from: End,
+    to: End,
+) -> Result<bool, CommandError> {
     let fill = fill(ctx);
     let serving = ctx.block_mode == BlockMode::Serving;
     // A move is one change in Valkey's count, however many keys it creates or deletes.
@@ -349,7 +472,10 @@ mod tests {
         let mut t = TestKit::default();
         t.run(&["RPUSH", "b", "1", "2", "3"]);
         assert_eq!(t.run(&["LMPOP", "2", "a", "b", "LEFT"]), "*2\r\n$1\r\nb\r\n*1\r\n$1\r\n1\r\n");
-        assert_eq!(t.run(&["LMPOP", "2", "a", "b", "RIGHT", "COUNT", "10"]), "*2\r\n$1\r\nb\r\n*2\r\n$1\r\n3\r\n$1\r\n2\r\n");
+        assert_eq!(
+            t.run(&["LMPOP", "2", "a", "b", "RIGHT", "COUNT", "10"]),
+            "*2\r\n$1\r\nb\r\n*2\r\n$1\r\n3\r\n$1\r\n2\r\n"
+        );
         assert_eq!(t.run(&["LMPOP", "2", "a", "b", "RIGHT"]), "*-1\r\n");
         assert_eq!(t.run(&["LMPOP", "0", "a", "LEFT"]), "-ERR numkeys should be greater than 0\r\n");
         assert_eq!(t.run(&["LMPOP", "1", "a", "UP"]), "-ERR syntax error\r\n");
@@ -410,7 +536,10 @@ mod tests {
         assert_eq!(t.run(&["BLMPOP", "0", "2", "a", "b", "LEFT", "COUNT", "2"]), "");
         assert_eq!(t.last_block, blocked(&["a", "b"], None));
         t.run(&["RPUSH", "b", "1", "2", "3"]);
-        assert_eq!(t.run(&["BLMPOP", "0", "2", "a", "b", "LEFT", "COUNT", "2"]), "*2\r\n$1\r\nb\r\n*2\r\n$1\r\n1\r\n$1\r\n2\r\n");
+        assert_eq!(
+            t.run(&["BLMPOP", "0", "2", "a", "b", "LEFT", "COUNT", "2"]),
+            "*2\r\n$1\r\nb\r\n*2\r\n$1\r\n1\r\n$1\r\n2\r\n"
+        );
         assert_eq!(t.last_block, None);
         assert_eq!(t.run(&["BRPOPLPUSH", "b", "d", "0"]), "$1\r\n3\r\n");
         assert_eq!(t.run(&["LRANGE", "d", "0", "-1"]), arr(&["3"]));
@@ -421,7 +550,10 @@ mod tests {
     fn blmove_and_blmpop_argument_errors() {
         let mut t = TestKit::default();
         assert_eq!(t.run(&["BLMOVE", "a", "b", "LEFT", "UP", "0"]), "-ERR syntax error\r\n");
-        assert_eq!(t.run(&["BLMOVE", "a", "b", "LEFT", "LEFT", "x"]), "-ERR timeout is not a float or out of range\r\n");
+        assert_eq!(
+            t.run(&["BLMOVE", "a", "b", "LEFT", "LEFT", "x"]),
+            "-ERR timeout is not a float or out of range\r\n"
+        );
         assert_eq!(t.run(&["BLMPOP", "x", "1", "a", "LEFT"]), "-ERR timeout is not a float or out of range\r\n");
         assert_eq!(t.run(&["BLMPOP", "0", "0", "a", "LEFT"]), "-ERR numkeys should be greater than 0\r\n");
         // list.tcl "BLPOP: timeout value out of range": a hex timeout is a (huge) number.

@@ -20,9 +20,9 @@ pub mod counter;
 pub mod db;
 pub mod dump;
 pub mod expire;
-pub mod hll;
 pub mod hash;
 pub mod hash_walk;
+pub mod hll;
 pub mod keys;
 pub mod list;
 pub mod list_block;
@@ -95,8 +95,8 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         set::COMMANDS,
         set_ops::COMMANDS,
     ]
-        .into_iter()
-        .flatten()
+    .into_iter()
+    .flatten()
 }
 
 /// Collects the sorted, unique lock ids for a call into `ids` (cleared first); `keys` is
@@ -272,7 +272,9 @@ pub(crate) fn random_count(arg: &[u8]) -> Result<i64, CommandError> {
 
 /// The error for a negative count beyond [`MAX_REPEATED_PICKS`].
 pub(crate) fn too_many_picks() -> CommandError {
-    CommandError::err(format!("value is out of range, a negative count may ask for at most {MAX_REPEATED_PICKS} elements"))
+    CommandError::err(format!(
+        "value is out of range, a negative count may ask for at most {MAX_REPEATED_PICKS} elements"
+    ))
 }
 
 /// Appends a bulk string to `buf`: replies whose length is known only at the end (KEYS, SCAN)

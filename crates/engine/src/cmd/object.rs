@@ -14,10 +14,22 @@ use crate::policy::{self, EvictionPolicy};
 
 /// OBJECT and MEMORY, as containers of their subcommand rows.
 pub static COMMANDS: &[Spec] = &[
-    CommandSpec::container("object", -2, "generic", "2.2.3", "A container for object introspection commands.",
-        OBJECT_SUBCOMMANDS),
-    CommandSpec::container("memory", -2, "server", "4.0.0", "A container for memory diagnostics commands.",
-        MEMORY_SUBCOMMANDS),
+    CommandSpec::container(
+        "object",
+        -2,
+        "generic",
+        "2.2.3",
+        "A container for object introspection commands.",
+        OBJECT_SUBCOMMANDS,
+    ),
+    CommandSpec::container(
+        "memory",
+        -2,
+        "server",
+        "4.0.0",
+        "A container for memory diagnostics commands.",
+        MEMORY_SUBCOMMANDS,
+    ),
 ];
 
 static OBJECT_SUBCOMMANDS: &[Spec] = &[
@@ -25,25 +37,62 @@ static OBJECT_SUBCOMMANDS: &[Spec] = &[
     object_row("refcount", "Returns the reference count of a value of a key.", "2.2.3", refcount),
     object_row("idletime", "Returns the time since the last access to an object.", "2.2.3", idletime),
     object_row("freq", "Returns the logarithmic access frequency counter of an object.", "4.0.0", freq),
-    CommandSpec::new("help", 2, flags::LOADING | flags::STALE, acl::KEYSPACE, &[], "generic", "6.2.0",
-        "Returns helpful text about the different subcommands.", "O(1)",
-        EngineCmd { run: object_help, plan: LockPlan::Keys }),
+    CommandSpec::new(
+        "help",
+        2,
+        flags::LOADING | flags::STALE,
+        acl::KEYSPACE,
+        &[],
+        "generic",
+        "6.2.0",
+        "Returns helpful text about the different subcommands.",
+        "O(1)",
+        EngineCmd { run: object_help, plan: LockPlan::Keys },
+    ),
 ];
 
 static MEMORY_SUBCOMMANDS: &[Spec] = &[
-    CommandSpec::new("usage", -3, flags::READONLY, 0, KEY_AT_2, "server", "4.0.0",
-        "Estimates the memory usage of a key.", "O(N) where N is the number of samples.",
-        EngineCmd { run: usage, plan: LockPlan::Keys }),
-    CommandSpec::new("help", 2, flags::LOADING | flags::STALE, 0, &[], "server", "4.0.0",
-        "Returns helpful text about the different subcommands.", "O(1)",
-        EngineCmd { run: memory_help, plan: LockPlan::Keys }),
+    CommandSpec::new(
+        "usage",
+        -3,
+        flags::READONLY,
+        0,
+        KEY_AT_2,
+        "server",
+        "4.0.0",
+        "Estimates the memory usage of a key.",
+        "O(N) where N is the number of samples.",
+        EngineCmd { run: usage, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "help",
+        2,
+        flags::LOADING | flags::STALE,
+        0,
+        &[],
+        "server",
+        "4.0.0",
+        "Returns helpful text about the different subcommands.",
+        "O(1)",
+        EngineCmd { run: memory_help, plan: LockPlan::Keys },
+    ),
 ];
 
 const KEY_AT_2: &[KeySpec] = &[KeySpec::single(2, kf::RO)];
 
 const fn object_row(name: &'static str, summary: &'static str, since: &'static str, run: super::EngineFn) -> Spec {
-    CommandSpec::new(name, 3, flags::READONLY, acl::KEYSPACE, KEY_AT_2, "generic", since, summary, "O(1)",
-        EngineCmd { run, plan: LockPlan::Keys })
+    CommandSpec::new(
+        name,
+        3,
+        flags::READONLY,
+        acl::KEYSPACE,
+        KEY_AT_2,
+        "generic",
+        since,
+        summary,
+        "O(1)",
+        EngineCmd { run, plan: LockPlan::Keys },
+    )
     .with_tips(&["nondeterministic_output"])
 }
 
@@ -156,37 +205,45 @@ fn access_clock(ctx: &mut Ctx<'_>, args: &Args<'_>) -> Result<Option<u32>, Comma
 }
 
 fn object_help(_: &mut Ctx<'_>, _: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
-    help(out, "OBJECT", &[
-        "ENCODING <key>",
-        "    Return the kind of internal representation used in order to store the value",
-        "    associated with a <key>.",
-        "FREQ <key>",
-        "    Return the access frequency index of the <key>. The returned integer is",
-        "    proportional to the logarithm of the recent access frequency of the key.",
-        "IDLETIME <key>",
-        "    Return the idle time of the <key>, that is the approximated number of",
-        "    seconds elapsed since the last access to the key.",
-        "REFCOUNT <key>",
-        "    Return the number of references of the value associated with the specified",
-        "    <key>.",
-    ]);
+    help(
+        out,
+        "OBJECT",
+        &[
+            "ENCODING <key>",
+            "    Return the kind of internal representation used in order to store the value",
+            "    associated with a <key>.",
+            "FREQ <key>",
+            "    Return the access frequency index of the <key>. The returned integer is",
+            "    proportional to the logarithm of the recent access frequency of the key.",
+            "IDLETIME <key>",
+            "    Return the idle time of the <key>, that is the approximated number of",
+            "    seconds elapsed since the last access to the key.",
+            "REFCOUNT <key>",
+            "    Return the number of references of the value associated with the specified",
+            "    <key>.",
+        ],
+    );
     Ok(())
 }
 
 fn memory_help(_: &mut Ctx<'_>, _: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
-    help(out, "MEMORY", &[
-        "DOCTOR",
-        "    Return memory problems reports.",
-        "MALLOC-STATS",
-        "    Return internal statistics report from the memory allocator.",
-        "PURGE",
-        "    Attempt to purge dirty pages for reclamation by the allocator.",
-        "STATS",
-        "    Return information about the memory usage of the server.",
-        "USAGE <key> [SAMPLES <count>]",
-        "    Return memory in bytes used by <key> and its value. Nested values are",
-        "    sampled up to <count> times (default: 5, 0 means sample all).",
-    ]);
+    help(
+        out,
+        "MEMORY",
+        &[
+            "DOCTOR",
+            "    Return memory problems reports.",
+            "MALLOC-STATS",
+            "    Return internal statistics report from the memory allocator.",
+            "PURGE",
+            "    Attempt to purge dirty pages for reclamation by the allocator.",
+            "STATS",
+            "    Return information about the memory usage of the server.",
+            "USAGE <key> [SAMPLES <count>]",
+            "    Return memory in bytes used by <key> and its value. Nested values are",
+            "    sampled up to <count> times (default: 5, 0 means sample all).",
+        ],
+    );
     Ok(())
 }
 
@@ -333,7 +390,10 @@ mod tests {
         assert_eq!(t.run(&["MEMORY", "USAGE", "nope"]), "$-1\r\n");
         assert_eq!(t.run(&["MEMORY", "USAGE", "a", "SAMPLES"]), "-ERR syntax error\r\n");
         assert_eq!(t.run(&["MEMORY", "USAGE", "a", "SAMPLES", "-1"]), "-ERR syntax error\r\n");
-        assert_eq!(t.run(&["MEMORY", "USAGE", "a", "SAMPLES", "x"]), "-ERR value is not an integer or out of range\r\n");
+        assert_eq!(
+            t.run(&["MEMORY", "USAGE", "a", "SAMPLES", "x"]),
+            "-ERR value is not an integer or out of range\r\n"
+        );
         assert_eq!(t.run(&["MEMORY", "USAGE", "a", "FOO", "1"]), "-ERR syntax error\r\n");
         assert_eq!(t.stats.hits + t.stats.misses, 0, "MEMORY USAGE is not a read");
         t.now_ms += 100_001;

@@ -13,25 +13,70 @@ use crate::object::Object;
 
 /// Range command rows.
 pub static COMMANDS: &[Spec] = &[
-    row("append", 3, flags::WRITE | flags::DENYOOM | flags::FAST, &[KeySpec::single(1, kf::RW | kf::INSERT)],
-        "2.0.0", "Appends a string to the value of a key. Creates the key if it doesn't exist.",
+    row(
+        "append",
+        3,
+        flags::WRITE | flags::DENYOOM | flags::FAST,
+        &[KeySpec::single(1, kf::RW | kf::INSERT)],
+        "2.0.0",
+        "Appends a string to the value of a key. Creates the key if it doesn't exist.",
         "O(1). The amortized time complexity is O(1) assuming the appended value is small and the already present \
          value is of any size, since the dynamic string library used by the server will double the free space \
-         available on every reallocation.", append),
-    row("strlen", 2, flags::READONLY | flags::FAST, &[KeySpec::single(1, kf::RO)], "2.2.0",
-        "Returns the length of a string value.", "O(1)", strlen),
-    row("getrange", 4, flags::READONLY, RO_ACCESS, "2.4.0", "Returns a substring of the string stored at a key.",
-        GETRANGE_COMPLEXITY, getrange),
-    row("substr", 4, flags::READONLY, RO_ACCESS, "1.0.0", "Returns a substring from a string value.",
-        GETRANGE_COMPLEXITY, getrange),
-    row("setrange", 4, flags::WRITE | flags::DENYOOM, &[KeySpec::single(1, kf::RW | kf::UPDATE)], "2.2.0",
+         available on every reallocation.",
+        append,
+    ),
+    row(
+        "strlen",
+        2,
+        flags::READONLY | flags::FAST,
+        &[KeySpec::single(1, kf::RO)],
+        "2.2.0",
+        "Returns the length of a string value.",
+        "O(1)",
+        strlen,
+    ),
+    row(
+        "getrange",
+        4,
+        flags::READONLY,
+        RO_ACCESS,
+        "2.4.0",
+        "Returns a substring of the string stored at a key.",
+        GETRANGE_COMPLEXITY,
+        getrange,
+    ),
+    row(
+        "substr",
+        4,
+        flags::READONLY,
+        RO_ACCESS,
+        "1.0.0",
+        "Returns a substring from a string value.",
+        GETRANGE_COMPLEXITY,
+        getrange,
+    ),
+    row(
+        "setrange",
+        4,
+        flags::WRITE | flags::DENYOOM,
+        &[KeySpec::single(1, kf::RW | kf::UPDATE)],
+        "2.2.0",
         "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist.",
         "O(1), not counting the time taken to copy the new string in place. Usually, this string is very small so \
          the amortized complexity is O(1). Otherwise, complexity is O(M) with M being the length of the value \
-         argument.", setrange),
-    row("lcs", -3, flags::READONLY, &[KeySpec::range(1, 1, 1, kf::RO | kf::ACCESS)], "7.0.0",
+         argument.",
+        setrange,
+    ),
+    row(
+        "lcs",
+        -3,
+        flags::READONLY,
+        &[KeySpec::range(1, 1, 1, kf::RO | kf::ACCESS)],
+        "7.0.0",
         "Finds the longest common substring.",
-        "O(N*M) where N and M are the lengths of s1 and s2, respectively", lcs),
+        "O(N*M) where N and M are the lengths of s1 and s2, respectively",
+        lcs,
+    ),
 ];
 
 const GETRANGE_COMPLEXITY: &str = "O(N) where N is the length of the returned string. The complexity is ultimately \
@@ -272,9 +317,7 @@ impl LcsTable {
             return Err(CommandError::err("Insufficient memory, failed allocating transient memory for LCS"));
         };
         if bytes as u64 > max {
-            return Err(CommandError::err(
-                "Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len",
-            ));
+            return Err(CommandError::err("Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len"));
         }
         let mut v = Vec::new();
         if v.try_reserve_exact(cells).is_err() {
@@ -284,11 +327,7 @@ impl LcsTable {
         let mut t = LcsTable { cells: v, width };
         for i in 1..=a.len() {
             for j in 1..=b.len() {
-                let v = if a[i - 1] == b[j - 1] {
-                    t.at(i - 1, j - 1) + 1
-                } else {
-                    t.at(i - 1, j).max(t.at(i, j - 1))
-                };
+                let v = if a[i - 1] == b[j - 1] { t.at(i - 1, j - 1) + 1 } else { t.at(i - 1, j).max(t.at(i, j - 1)) };
                 t.cells[i * width + j] = v;
             }
         }
@@ -391,10 +430,7 @@ mod tests {
         t.cfg.proto_max_bulk_len = 10;
         t.run(&["SET", "k", "12345"]);
         assert_eq!(t.run(&["APPEND", "k", "67890"]), ":10\r\n");
-        assert_eq!(
-            t.run(&["APPEND", "k", "x"]),
-            "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n"
-        );
+        assert_eq!(t.run(&["APPEND", "k", "x"]), "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n");
         assert_eq!(t.run(&["STRLEN", "k"]), ":10\r\n");
     }
 
@@ -496,8 +532,13 @@ mod tests {
         t.run(&["SET", "virus2{t}", RNA2]);
         assert_eq!(t.run(&["LCS", "virus1{t}", "virus2{t}"]), format!("${}\r\n{RNA_LCS}\r\n", RNA_LCS.len()));
         assert_eq!(t.run(&["LCS", "virus1{t}", "virus2{t}", "LEN"]), format!(":{}\r\n", RNA_LCS.len()));
-        let runs = [((238, 238), (239, 239)), ((236, 236), (238, 238)), ((229, 230), (236, 237)),
-            ((224, 224), (235, 235)), ((1, 222), (13, 234))];
+        let runs = [
+            ((238, 238), (239, 239)),
+            ((236, 236), (238, 238)),
+            ((229, 230), (236, 237)),
+            ((224, 224), (235, 235)),
+            ((1, 222), (13, 234)),
+        ];
         let mut want = String::from("*4\r\n$7\r\nmatches\r\n*5\r\n");
         for (a, b) in runs {
             want += &format!("*2\r\n{}", range_pair(a, b));
@@ -507,7 +548,10 @@ mod tests {
         let with_len = t.run(&["LCS", "virus1{t}", "virus2{t}", "IDX", "WITHMATCHLEN", "MINMATCHLEN", "5"]);
         assert_eq!(
             with_len,
-            format!("*4\r\n$7\r\nmatches\r\n*1\r\n*3\r\n{}:222\r\n$3\r\nlen\r\n:227\r\n", range_pair((1, 222), (13, 234)))
+            format!(
+                "*4\r\n$7\r\nmatches\r\n*1\r\n*3\r\n{}:222\r\n$3\r\nlen\r\n:227\r\n",
+                range_pair((1, 222), (13, 234))
+            )
         );
         let all = t.run(&["LCS", "virus1{t}", "virus2{t}", "IDX", "WITHMATCHLEN"]);
         assert!(all.contains(&format!("*3\r\n{}:2\r\n", range_pair((229, 230), (236, 237)))));

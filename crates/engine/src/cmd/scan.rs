@@ -21,22 +21,47 @@ use crate::slot::SLOTS;
 /// Keyspace walking command rows.
 pub static COMMANDS: &[Spec] = &[
     {
-        let mut keys = row("keys", 2, flags::READONLY, &[], LockPlan::PerSlot, "1.0.0",
+        let mut keys = row(
+            "keys",
+            2,
+            flags::READONLY,
+            &[],
+            LockPlan::PerSlot,
+            "1.0.0",
             "Returns all key names that match a pattern.",
             "O(N) with N being the number of keys in the database, under the assumption that the key names in the \
-             database and the given pattern have limited length.", keys)
-            .with_tips(&["request_policy:all_shards", "nondeterministic_output_order"]);
+             database and the given pattern have limited length.",
+            keys,
+        )
+        .with_tips(&["request_policy:all_shards", "nondeterministic_output_order"]);
         keys.acl |= acl::DANGEROUS;
         keys
     },
-    row("scan", -2, flags::READONLY | flags::TOUCHES_ARBITRARY_KEYS, &[], LockPlan::PerSlot, "2.8.0",
+    row(
+        "scan",
+        -2,
+        flags::READONLY | flags::TOUCHES_ARBITRARY_KEYS,
+        &[],
+        LockPlan::PerSlot,
+        "2.8.0",
         "Iterates over the key names in the database.",
         "O(1) for every call. O(N) for a complete iteration, including enough command calls for the cursor to \
-         return back to 0. N is the number of elements inside the collection.", scan)
-        .with_tips(&["nondeterministic_output", "request_policy:special", "response_policy:special"]),
-    row("randomkey", 1, flags::READONLY | flags::TOUCHES_ARBITRARY_KEYS, &[], LockPlan::PerSlot, "1.0.0",
-        "Returns a random key name from the database.", "O(1)", randomkey)
-        .with_tips(&["request_policy:all_shards", "response_policy:special", "nondeterministic_output"]),
+         return back to 0. N is the number of elements inside the collection.",
+        scan,
+    )
+    .with_tips(&["nondeterministic_output", "request_policy:special", "response_policy:special"]),
+    row(
+        "randomkey",
+        1,
+        flags::READONLY | flags::TOUCHES_ARBITRARY_KEYS,
+        &[],
+        LockPlan::PerSlot,
+        "1.0.0",
+        "Returns a random key name from the database.",
+        "O(1)",
+        randomkey,
+    )
+    .with_tips(&["request_policy:all_shards", "response_policy:special", "nondeterministic_output"]),
 ];
 
 /// Bits of a SCAN cursor that hold the slot; the table cursor sits above them.
@@ -183,7 +208,14 @@ struct Found {
 /// Scans one home bucket of one slot (Valkey's `kvstoreScan`): the low [`SLOT_BITS`] of the
 /// cursor are the slot, the rest the table's own cursor. When a slot is done the cursor
 /// moves to the next non-empty slot; 0 means the whole database is done.
-fn scan_step(ctx: &mut Ctx<'_>, db: &Db, cursor: u64, only: Option<u16>, opts: &ScanArgs<'_>, found: &mut Found) -> u64 {
+fn scan_step(
+    ctx: &mut Ctx<'_>,
+    db: &Db,
+    cursor: u64,
+    only: Option<u16>,
+    opts: &ScanArgs<'_>,
+    found: &mut Found,
+) -> u64 {
     let mut slot = (cursor & (SLOTS as u64 - 1)) as u16;
     let mut inner = cursor >> SLOT_BITS;
     if let Some(only) = only {
@@ -234,7 +266,14 @@ fn scan_step(ctx: &mut Ctx<'_>, db: &Db, cursor: u64, only: Option<u16>, opts: &
 
 /// Deletes a logically expired key met while walking a locked table, with the side effects
 /// of a lazy expiry on lookup. A replica leaves it for its primary's DEL.
-fn expire_now(replica: bool, stats: &mut LocalStats, events: &dyn Events, db: usize, table: &mut SlotRef<'_, '_>, key: &[u8]) {
+fn expire_now(
+    replica: bool,
+    stats: &mut LocalStats,
+    events: &dyn Events,
+    db: usize,
+    table: &mut SlotRef<'_, '_>,
+    key: &[u8],
+) {
     if replica {
         return;
     }

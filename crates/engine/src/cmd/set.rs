@@ -19,35 +19,103 @@ use crate::types::set::{Set, SetLimits};
 
 /// Single-key set command rows.
 pub static COMMANDS: &[Spec] = &[
-    row("sadd", -3, flags::WRITE | flags::DENYOOM | flags::FAST, &[KeySpec::single(1, kf::RW | kf::INSERT)], "1.0.0",
+    row(
+        "sadd",
+        -3,
+        flags::WRITE | flags::DENYOOM | flags::FAST,
+        &[KeySpec::single(1, kf::RW | kf::INSERT)],
+        "1.0.0",
         "Adds one or more members to a set. Creates the key if it doesn't exist.",
         "O(1) for each element added, so O(N) to add N elements when the command is called with multiple \
-         arguments.", sadd),
-    row("srem", -3, flags::WRITE | flags::FAST, &[KeySpec::single(1, kf::RW | kf::DELETE)], "1.0.0",
+         arguments.",
+        sadd,
+    ),
+    row(
+        "srem",
+        -3,
+        flags::WRITE | flags::FAST,
+        &[KeySpec::single(1, kf::RW | kf::DELETE)],
+        "1.0.0",
         "Removes one or more members from a set. Deletes the set if the last member was removed.",
-        "O(N) where N is the number of members to be removed.", srem),
-    row("sismember", 3, flags::READONLY | flags::FAST, RO, "1.0.0", "Determines whether a member belongs to a set.",
-        "O(1)", sismember),
-    row("smismember", -3, flags::READONLY | flags::FAST, RO_ACCESS, "6.2.0",
+        "O(N) where N is the number of members to be removed.",
+        srem,
+    ),
+    row(
+        "sismember",
+        3,
+        flags::READONLY | flags::FAST,
+        RO,
+        "1.0.0",
+        "Determines whether a member belongs to a set.",
+        "O(1)",
+        sismember,
+    ),
+    row(
+        "smismember",
+        -3,
+        flags::READONLY | flags::FAST,
+        RO_ACCESS,
+        "6.2.0",
         "Determines whether multiple members belong to a set.",
-        "O(N) where N is the number of elements being checked for membership", smismember),
-    row("scard", 2, flags::READONLY | flags::FAST, RO, "1.0.0", "Returns the number of members in a set.", "O(1)",
-        scard),
-    row("smembers", 2, flags::READONLY, RO_ACCESS, "1.0.0", "Returns all members of a set.",
-        "O(N) where N is the set cardinality.", smembers)
-        .with_tips(&["nondeterministic_output_order"]),
-    row("spop", -2, flags::WRITE | flags::FAST, &[KeySpec::single(1, kf::RW | kf::ACCESS | kf::DELETE)], "1.0.0",
+        "O(N) where N is the number of elements being checked for membership",
+        smismember,
+    ),
+    row(
+        "scard",
+        2,
+        flags::READONLY | flags::FAST,
+        RO,
+        "1.0.0",
+        "Returns the number of members in a set.",
+        "O(1)",
+        scard,
+    ),
+    row(
+        "smembers",
+        2,
+        flags::READONLY,
+        RO_ACCESS,
+        "1.0.0",
+        "Returns all members of a set.",
+        "O(N) where N is the set cardinality.",
+        smembers,
+    )
+    .with_tips(&["nondeterministic_output_order"]),
+    row(
+        "spop",
+        -2,
+        flags::WRITE | flags::FAST,
+        &[KeySpec::single(1, kf::RW | kf::ACCESS | kf::DELETE)],
+        "1.0.0",
         "Returns one or more random members from a set after removing them. Deletes the set if the last member was \
-         popped.", "Without the count argument O(1), otherwise O(N) where N is the value of the passed count.", spop)
-        .with_tips(&["nondeterministic_output"]),
-    row("srandmember", -2, flags::READONLY, RO_ACCESS, "1.0.0", "Get one or multiple random members from a set",
+         popped.",
+        "Without the count argument O(1), otherwise O(N) where N is the value of the passed count.",
+        spop,
+    )
+    .with_tips(&["nondeterministic_output"]),
+    row(
+        "srandmember",
+        -2,
+        flags::READONLY,
+        RO_ACCESS,
+        "1.0.0",
+        "Get one or multiple random members from a set",
         "Without the count argument O(1), otherwise O(N) where N is the absolute value of the passed count.",
-        srandmember)
-        .with_tips(&["nondeterministic_output"]),
-    row("sscan", -3, flags::READONLY, RO_ACCESS, "2.8.0", "Iterates over members of a set.",
+        srandmember,
+    )
+    .with_tips(&["nondeterministic_output"]),
+    row(
+        "sscan",
+        -3,
+        flags::READONLY,
+        RO_ACCESS,
+        "2.8.0",
+        "Iterates over members of a set.",
         "O(1) for every call. O(N) for a complete iteration, including enough command calls for the cursor to \
-         return back to 0. N is the number of elements inside the collection.", sscan)
-        .with_tips(&["nondeterministic_output"]),
+         return back to 0. N is the number of elements inside the collection.",
+        sscan,
+    )
+    .with_tips(&["nondeterministic_output"]),
 ];
 
 /// A row of a set command: SET ACL category, `set` group.
@@ -62,8 +130,18 @@ pub(super) const fn row(
     complexity: &'static str,
     run: super::EngineFn,
 ) -> Spec {
-    CommandSpec::new(name, arity, flags, acl::SET, keys, "set", since, summary, complexity,
-        EngineCmd { run, plan: LockPlan::Keys })
+    CommandSpec::new(
+        name,
+        arity,
+        flags,
+        acl::SET,
+        keys,
+        "set",
+        since,
+        summary,
+        complexity,
+        EngineCmd { run, plan: LockPlan::Keys },
+    )
 }
 
 const RO: &[KeySpec] = &[KeySpec::single(1, kf::RO)];
@@ -208,7 +286,11 @@ fn spop(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     };
     let limits = SetLimits::from(ctx.cfg);
     let Some(mut k) = ctx.write(key)? else {
-        if count.is_some() { out.set(0) } else { out.null() }
+        if count.is_some() {
+            out.set(0)
+        } else {
+            out.null()
+        }
         return Ok(());
     };
     let s = k.set_mut()?;
@@ -454,16 +536,23 @@ mod tests {
 
     #[test]
     fn spop_count_removes_what_it_returns_in_every_encoding() {
-        for (items, enc) in [(0..20).map(|i| i.to_string()).collect::<Vec<_>>(), (0..20).map(|i| format!("m{i}")).collect(), (0..200).map(|i| format!("m{i}")).collect()]
-            .into_iter()
-            .zip(["intset", "listpack", "hashtable"])
+        for (items, enc) in [
+            (0..20).map(|i| i.to_string()).collect::<Vec<_>>(),
+            (0..20).map(|i| format!("m{i}")).collect(),
+            (0..200).map(|i| format!("m{i}")).collect(),
+        ]
+        .into_iter()
+        .zip(["intset", "listpack", "hashtable"])
         {
             for count in [1, 3, 10, items.len() - 1] {
                 let mut t = TestKit::default();
                 sadd_range(&mut t, "s", items.iter().cloned());
                 assert_eq!(encoding(&mut t, "s"), enc);
-                let popped: Vec<String> =
-                    Resp::parse(&t.run(&["SPOP", "s", &count.to_string()])).items().iter().map(|x| x.text().into()).collect();
+                let popped: Vec<String> = Resp::parse(&t.run(&["SPOP", "s", &count.to_string()]))
+                    .items()
+                    .iter()
+                    .map(|x| x.text().into())
+                    .collect();
                 let rest = members(&mut t, &["SMEMBERS", "s"]);
                 let unique: BTreeSet<String> = popped.iter().cloned().collect();
                 assert_eq!((popped.len(), unique.len(), rest.len()), (count, count, items.len() - count));
@@ -565,7 +654,13 @@ mod tests {
             assert_eq!(t.run(argv), WRONGTYPE, "{argv:?}");
         }
         t.run(&["SADD", "s", "a"]);
-        for argv in [&["GET", "s"][..], &["INCR", "s"], &["HGET", "s", "a"], &["HSET", "s", "a", "b"], &["SETRANGE", "s", "0", "x"]] {
+        for argv in [
+            &["GET", "s"][..],
+            &["INCR", "s"],
+            &["HGET", "s", "a"],
+            &["HSET", "s", "a", "b"],
+            &["SETRANGE", "s", "0", "x"],
+        ] {
             assert_eq!(t.run(argv), WRONGTYPE, "{argv:?}");
         }
         t.run(&["HSET", "h", "a", "1"]);

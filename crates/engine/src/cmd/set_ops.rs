@@ -22,33 +22,93 @@ use crate::types::set::{Set, SetLimits};
 
 /// Multi-set command rows.
 pub static COMMANDS: &[Spec] = &[
-    row("smove", 4, flags::WRITE | flags::FAST,
-        &[KeySpec::single(1, kf::RW | kf::ACCESS | kf::DELETE), KeySpec::single(2, kf::RW | kf::INSERT)], "1.0.0",
-        "Moves a member from one set to another.", "O(1)", smove),
-    row("sinter", -2, flags::READONLY, ALL_RO, "1.0.0", "Returns the intersect of multiple sets.",
-        "O(N*M) worst case where N is the cardinality of the smallest set and M is the number of sets.", sinter)
-        .with_tips(&["nondeterministic_output_order"]),
-    row("sintercard", -3, flags::READONLY, &[KeySpec {
+    row(
+        "smove",
+        4,
+        flags::WRITE | flags::FAST,
+        &[KeySpec::single(1, kf::RW | kf::ACCESS | kf::DELETE), KeySpec::single(2, kf::RW | kf::INSERT)],
+        "1.0.0",
+        "Moves a member from one set to another.",
+        "O(1)",
+        smove,
+    ),
+    row(
+        "sinter",
+        -2,
+        flags::READONLY,
+        ALL_RO,
+        "1.0.0",
+        "Returns the intersect of multiple sets.",
+        "O(N*M) worst case where N is the cardinality of the smallest set and M is the number of sets.",
+        sinter,
+    )
+    .with_tips(&["nondeterministic_output_order"]),
+    row(
+        "sintercard",
+        -3,
+        flags::READONLY,
+        &[KeySpec {
             flags: kf::RO | kf::ACCESS,
             begin: BeginSearch::Index(1),
             find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 },
-        }], "7.0.0", "Returns the number of members of the intersect of multiple sets.",
-        "O(N*M) worst case where N is the cardinality of the smallest set and M is the number of sets.", sintercard),
-    row("sinterstore", -3, flags::WRITE | flags::DENYOOM, STORE_KEYS, "1.0.0",
+        }],
+        "7.0.0",
+        "Returns the number of members of the intersect of multiple sets.",
+        "O(N*M) worst case where N is the cardinality of the smallest set and M is the number of sets.",
+        sintercard,
+    ),
+    row(
+        "sinterstore",
+        -3,
+        flags::WRITE | flags::DENYOOM,
+        STORE_KEYS,
+        "1.0.0",
         "Stores the intersect of multiple sets in a key.",
-        "O(N*M) worst case where N is the cardinality of the smallest set and M is the number of sets.", sinterstore),
-    row("sunion", -2, flags::READONLY, ALL_RO, "1.0.0", "Returns the union of multiple sets.",
-        "O(N) where N is the total number of elements in all given sets.", sunion)
-        .with_tips(&["nondeterministic_output_order"]),
-    row("sunionstore", -3, flags::WRITE | flags::DENYOOM, STORE_KEYS, "1.0.0",
+        "O(N*M) worst case where N is the cardinality of the smallest set and M is the number of sets.",
+        sinterstore,
+    ),
+    row(
+        "sunion",
+        -2,
+        flags::READONLY,
+        ALL_RO,
+        "1.0.0",
+        "Returns the union of multiple sets.",
+        "O(N) where N is the total number of elements in all given sets.",
+        sunion,
+    )
+    .with_tips(&["nondeterministic_output_order"]),
+    row(
+        "sunionstore",
+        -3,
+        flags::WRITE | flags::DENYOOM,
+        STORE_KEYS,
+        "1.0.0",
         "Stores the union of multiple sets in a key.",
-        "O(N) where N is the total number of elements in all given sets.", sunionstore),
-    row("sdiff", -2, flags::READONLY, ALL_RO, "1.0.0", "Returns the difference of multiple sets.",
-        "O(N) where N is the total number of elements in all given sets.", sdiff)
-        .with_tips(&["nondeterministic_output_order"]),
-    row("sdiffstore", -3, flags::WRITE | flags::DENYOOM, STORE_KEYS, "1.0.0",
+        "O(N) where N is the total number of elements in all given sets.",
+        sunionstore,
+    ),
+    row(
+        "sdiff",
+        -2,
+        flags::READONLY,
+        ALL_RO,
+        "1.0.0",
+        "Returns the difference of multiple sets.",
+        "O(N) where N is the total number of elements in all given sets.",
+        sdiff,
+    )
+    .with_tips(&["nondeterministic_output_order"]),
+    row(
+        "sdiffstore",
+        -3,
+        flags::WRITE | flags::DENYOOM,
+        STORE_KEYS,
+        "1.0.0",
         "Stores the difference of multiple sets in a key.",
-        "O(N) where N is the total number of elements in all given sets.", sdiffstore),
+        "O(N) where N is the total number of elements in all given sets.",
+        sdiffstore,
+    ),
 ];
 
 const ALL_RO: &[KeySpec] = &[KeySpec::range(1, -1, 1, kf::RO | kf::ACCESS)];
@@ -379,9 +439,21 @@ mod tests {
     /// Three sets in one hash slot, in the encoding `kind` asks for.
     fn fixture(t: &mut TestKit, kind: &str) {
         let (a, b, c): (Vec<String>, Vec<String>, Vec<String>) = match kind {
-            "intset" => ((0..10).map(|i| i.to_string()).collect(), (5..15).map(|i| i.to_string()).collect(), vec!["7".into(), "8".into(), "100".into()]),
-            "listpack" => ((0..10).map(|i| format!("m{i}")).collect(), (5..15).map(|i| format!("m{i}")).collect(), vec!["m7".into(), "m8".into(), "x".into()]),
-            _ => ((0..200).map(|i| format!("m{i}")).collect(), (5..215).map(|i| format!("m{i}")).collect(), vec!["m7".into(), "m8".into(), "x".into()]),
+            "intset" => (
+                (0..10).map(|i| i.to_string()).collect(),
+                (5..15).map(|i| i.to_string()).collect(),
+                vec!["7".into(), "8".into(), "100".into()],
+            ),
+            "listpack" => (
+                (0..10).map(|i| format!("m{i}")).collect(),
+                (5..15).map(|i| format!("m{i}")).collect(),
+                vec!["m7".into(), "m8".into(), "x".into()],
+            ),
+            _ => (
+                (0..200).map(|i| format!("m{i}")).collect(),
+                (5..215).map(|i| format!("m{i}")).collect(),
+                vec!["m7".into(), "m8".into(), "x".into()],
+            ),
         };
         for (key, items) in [("{t}a", a), ("{t}b", b), ("{t}c", c)] {
             let mut argv = vec!["SADD", key];
@@ -410,7 +482,10 @@ mod tests {
             let diff: BTreeSet<String> = a.difference(&b).filter(|m| !c.contains(*m)).cloned().collect();
             assert_eq!(members(&mut t, &["SDIFF", "{t}a", "{t}b", "{t}c"]), diff);
             // Algorithm 2 (add the first, remove the others) wins with many small subtrahends.
-            assert_eq!(members(&mut t, &["SDIFF", "{t}a", "{t}c", "{t}c", "{t}c", "{t}c", "{t}c"]), a.difference(&c).cloned().collect());
+            assert_eq!(
+                members(&mut t, &["SDIFF", "{t}a", "{t}c", "{t}c", "{t}c", "{t}c", "{t}c"]),
+                a.difference(&c).cloned().collect()
+            );
             assert_eq!(members(&mut t, &["SDIFF", "{t}a", "{t}none"]), a);
             assert_eq!(members(&mut t, &["SDIFF", "{t}none", "{t}a"]), set(&[]));
             assert_eq!(members(&mut t, &["SDIFF", "{t}a", "{t}b", "{t}a"]), set(&[]), "the first set named again");

@@ -12,32 +12,108 @@ use crate::error::{CmdResult, CommandError};
 /// String command rows of this file.
 pub static COMMANDS: &[Spec] = &[
     row("get", 2, flags::READONLY | flags::FAST, RO_ACCESS, "1.0.0", "Returns the string value of a key.", "O(1)", get),
-    row("set", -3, flags::WRITE | flags::DENYOOM, SET_KEYS, "1.0.0",
-        "Sets the string value of a key, ignoring its type. The key is created if it doesn't exist.", "O(1)", set),
-    row("setnx", 3, flags::WRITE | flags::DENYOOM | flags::FAST, OW_INSERT, "1.0.0",
-        "Set the string value of a key only when the key doesn't exist.", "O(1)", setnx),
-    row("setex", 4, flags::WRITE | flags::DENYOOM, OW_UPDATE, "2.0.0",
-        "Sets the string value and expiration time of a key. Creates the key if it doesn't exist.", "O(1)", setex),
-    row("psetex", 4, flags::WRITE | flags::DENYOOM, OW_UPDATE, "2.6.0",
+    row(
+        "set",
+        -3,
+        flags::WRITE | flags::DENYOOM,
+        SET_KEYS,
+        "1.0.0",
+        "Sets the string value of a key, ignoring its type. The key is created if it doesn't exist.",
+        "O(1)",
+        set,
+    ),
+    row(
+        "setnx",
+        3,
+        flags::WRITE | flags::DENYOOM | flags::FAST,
+        OW_INSERT,
+        "1.0.0",
+        "Set the string value of a key only when the key doesn't exist.",
+        "O(1)",
+        setnx,
+    ),
+    row(
+        "setex",
+        4,
+        flags::WRITE | flags::DENYOOM,
+        OW_UPDATE,
+        "2.0.0",
+        "Sets the string value and expiration time of a key. Creates the key if it doesn't exist.",
+        "O(1)",
+        setex,
+    ),
+    row(
+        "psetex",
+        4,
+        flags::WRITE | flags::DENYOOM,
+        OW_UPDATE,
+        "2.6.0",
         "Sets both string value and expiration time in milliseconds of a key. The key is created if it doesn't exist.",
-        "O(1)", psetex),
-    row("getset", 3, flags::WRITE | flags::DENYOOM | flags::FAST, RW_ACCESS_UPDATE, "1.0.0",
-        "Returns the previous string value of a key after setting it to a new value.", "O(1)", getset),
-    row("getdel", 2, flags::WRITE | flags::FAST, &[KeySpec::single(1, kf::RW | kf::ACCESS | kf::DELETE)], "6.2.0",
-        "Returns the string value of a key after deleting the key.", "O(1)", getdel),
-    row("getex", -2, flags::WRITE | flags::FAST, RW_ACCESS_UPDATE, "6.2.0",
-        "Returns the string value of a key after setting its expiration time.", "O(1)", getex),
-    row("mget", -2, flags::READONLY | flags::FAST, &[KeySpec::range(1, -1, 1, kf::RO | kf::ACCESS)], "1.0.0",
+        "O(1)",
+        psetex,
+    ),
+    row(
+        "getset",
+        3,
+        flags::WRITE | flags::DENYOOM | flags::FAST,
+        RW_ACCESS_UPDATE,
+        "1.0.0",
+        "Returns the previous string value of a key after setting it to a new value.",
+        "O(1)",
+        getset,
+    ),
+    row(
+        "getdel",
+        2,
+        flags::WRITE | flags::FAST,
+        &[KeySpec::single(1, kf::RW | kf::ACCESS | kf::DELETE)],
+        "6.2.0",
+        "Returns the string value of a key after deleting the key.",
+        "O(1)",
+        getdel,
+    ),
+    row(
+        "getex",
+        -2,
+        flags::WRITE | flags::FAST,
+        RW_ACCESS_UPDATE,
+        "6.2.0",
+        "Returns the string value of a key after setting its expiration time.",
+        "O(1)",
+        getex,
+    ),
+    row(
+        "mget",
+        -2,
+        flags::READONLY | flags::FAST,
+        &[KeySpec::range(1, -1, 1, kf::RO | kf::ACCESS)],
+        "1.0.0",
         "Atomically returns the string values of one or more keys.",
-        "O(N) where N is the number of keys to retrieve.", mget)
-        .with_tips(&["request_policy:multi_shard"]),
-    row("mset", -3, flags::WRITE | flags::DENYOOM, &[KeySpec::range(1, -1, 2, kf::OW | kf::UPDATE)], "1.0.1",
+        "O(N) where N is the number of keys to retrieve.",
+        mget,
+    )
+    .with_tips(&["request_policy:multi_shard"]),
+    row(
+        "mset",
+        -3,
+        flags::WRITE | flags::DENYOOM,
+        &[KeySpec::range(1, -1, 2, kf::OW | kf::UPDATE)],
+        "1.0.1",
         "Atomically creates or modifies the string values of one or more keys.",
-        "O(N) where N is the number of keys to set.", mset)
-        .with_tips(&["request_policy:multi_shard", "response_policy:all_succeeded"]),
-    row("msetnx", -3, flags::WRITE | flags::DENYOOM, &[KeySpec::range(1, -1, 2, kf::OW | kf::INSERT)], "1.0.1",
+        "O(N) where N is the number of keys to set.",
+        mset,
+    )
+    .with_tips(&["request_policy:multi_shard", "response_policy:all_succeeded"]),
+    row(
+        "msetnx",
+        -3,
+        flags::WRITE | flags::DENYOOM,
+        &[KeySpec::range(1, -1, 2, kf::OW | kf::INSERT)],
+        "1.0.1",
         "Atomically modifies the string values of one or more keys only when all keys don't exist.",
-        "O(N) where N is the number of keys to set.", msetnx),
+        "O(N) where N is the number of keys to set.",
+        msetnx,
+    ),
 ];
 
 /// A row of a string command: every one is in the STRING ACL category and `string` group.
@@ -52,8 +128,18 @@ pub(super) const fn row(
     complexity: &'static str,
     run: super::EngineFn,
 ) -> Spec {
-    CommandSpec::new(name, arity, flags, acl::STRING, keys, "string", since, summary, complexity,
-        EngineCmd { run, plan: LockPlan::Keys })
+    CommandSpec::new(
+        name,
+        arity,
+        flags,
+        acl::STRING,
+        keys,
+        "string",
+        since,
+        summary,
+        complexity,
+        EngineCmd { run, plan: LockPlan::Keys },
+    )
 }
 
 /// One read-only key at argument 1 (GET, GETRANGE, ...).
@@ -242,7 +328,14 @@ impl Replies {
     }
 }
 
-fn set_generic(ctx: &mut Ctx<'_>, out: &mut ReplyBuf, key: &[u8], value: &[u8], opts: SetOpts, replies: Replies) -> CmdResult {
+fn set_generic(
+    ctx: &mut Ctx<'_>,
+    out: &mut ReplyBuf,
+    key: &[u8],
+    value: &[u8],
+    opts: SetOpts,
+    replies: Replies,
+) -> CmdResult {
     if opts.get {
         reply_value(ctx, key, out)?;
     }

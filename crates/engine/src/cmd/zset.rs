@@ -17,71 +17,214 @@ use crate::types::zset::{Limits, ZSet};
 
 /// Single-member and counting sorted set command rows.
 pub static COMMANDS: &[Spec] = &[
-    CommandSpec::new("zadd", -4, flags::WRITE | flags::DENYOOM | flags::FAST, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RW | kf::UPDATE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "1.2.0", "Adds one or more members to a sorted set, or updates their scores. Creates the key if it doesn't exist.",
+    CommandSpec::new(
+        "zadd",
+        -4,
+        flags::WRITE | flags::DENYOOM | flags::FAST,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RW | kf::UPDATE,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "1.2.0",
+        "Adds one or more members to a sorted set, or updates their scores. Creates the key if it doesn't exist.",
         "O(log(N)) for each item added, where N is the number of elements in the sorted set.",
-        EngineCmd { run: zadd, plan: LockPlan::Keys }),
-    CommandSpec::new("zincrby", 4, flags::WRITE | flags::DENYOOM | flags::FAST, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RW | kf::ACCESS | kf::UPDATE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "1.2.0", "Increments the score of a member in a sorted set.",
+        EngineCmd { run: zadd, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zincrby",
+        4,
+        flags::WRITE | flags::DENYOOM | flags::FAST,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RW | kf::ACCESS | kf::UPDATE,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "1.2.0",
+        "Increments the score of a member in a sorted set.",
         "O(log(N)) where N is the number of elements in the sorted set.",
-        EngineCmd { run: zincrby, plan: LockPlan::Keys }),
-    CommandSpec::new("zrem", -3, flags::WRITE | flags::FAST, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RW | kf::DELETE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "1.2.0", "Removes one or more members from a sorted set. Deletes the sorted set if all members were removed.",
+        EngineCmd { run: zincrby, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zrem",
+        -3,
+        flags::WRITE | flags::FAST,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RW | kf::DELETE,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "1.2.0",
+        "Removes one or more members from a sorted set. Deletes the sorted set if all members were removed.",
         "O(M*log(N)) with N being the number of elements in the sorted set and M the number of elements to be removed.",
-        EngineCmd { run: zrem, plan: LockPlan::Keys }),
-    CommandSpec::new("zcard", 2, flags::READONLY | flags::FAST, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RO, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "1.2.0", "Returns the number of members in a sorted set.",
+        EngineCmd { run: zrem, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zcard",
+        2,
+        flags::READONLY | flags::FAST,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RO,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "1.2.0",
+        "Returns the number of members in a sorted set.",
         "O(1)",
-        EngineCmd { run: zcard, plan: LockPlan::Keys }),
-    CommandSpec::new("zscore", 3, flags::READONLY | flags::FAST, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "1.2.0", "Returns the score of a member in a sorted set.",
+        EngineCmd { run: zcard, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zscore",
+        3,
+        flags::READONLY | flags::FAST,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RO | kf::ACCESS,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "1.2.0",
+        "Returns the score of a member in a sorted set.",
         "O(1)",
-        EngineCmd { run: zscore, plan: LockPlan::Keys }),
-    CommandSpec::new("zmscore", -3, flags::READONLY | flags::FAST, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "6.2.0", "Returns the score of one or more members in a sorted set.",
+        EngineCmd { run: zscore, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zmscore",
+        -3,
+        flags::READONLY | flags::FAST,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RO | kf::ACCESS,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "6.2.0",
+        "Returns the score of one or more members in a sorted set.",
         "O(N) where N is the number of members being requested.",
-        EngineCmd { run: zmscore, plan: LockPlan::Keys }),
-    CommandSpec::new("zrank", -3, flags::READONLY | flags::FAST, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "2.0.0", "Returns the index of a member in a sorted set ordered by ascending scores.",
+        EngineCmd { run: zmscore, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zrank",
+        -3,
+        flags::READONLY | flags::FAST,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RO | kf::ACCESS,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "2.0.0",
+        "Returns the index of a member in a sorted set ordered by ascending scores.",
         "O(log(N))",
-        EngineCmd { run: zrank, plan: LockPlan::Keys }),
-    CommandSpec::new("zrevrank", -3, flags::READONLY | flags::FAST, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "2.0.0", "Returns the index of a member in a sorted set ordered by descending scores.",
+        EngineCmd { run: zrank, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zrevrank",
+        -3,
+        flags::READONLY | flags::FAST,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RO | kf::ACCESS,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "2.0.0",
+        "Returns the index of a member in a sorted set ordered by descending scores.",
         "O(log(N))",
-        EngineCmd { run: zrevrank, plan: LockPlan::Keys }),
-    CommandSpec::new("zcount", 4, flags::READONLY | flags::FAST, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "2.0.0", "Returns the count of members in a sorted set that have scores within a range.",
+        EngineCmd { run: zrevrank, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zcount",
+        4,
+        flags::READONLY | flags::FAST,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RO | kf::ACCESS,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "2.0.0",
+        "Returns the count of members in a sorted set that have scores within a range.",
         "O(log(N)) with N being the number of elements in the sorted set.",
-        EngineCmd { run: zcount, plan: LockPlan::Keys }),
-    CommandSpec::new("zlexcount", 4, flags::READONLY | flags::FAST, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "2.8.9", "Returns the number of members in a sorted set within a lexicographical range.",
+        EngineCmd { run: zcount, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zlexcount",
+        4,
+        flags::READONLY | flags::FAST,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RO | kf::ACCESS,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "2.8.9",
+        "Returns the number of members in a sorted set within a lexicographical range.",
         "O(log(N)) with N being the number of elements in the sorted set.",
-        EngineCmd { run: zlexcount, plan: LockPlan::Keys }),
-    CommandSpec::new("zremrangebyrank", 4, flags::WRITE, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RW | kf::DELETE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "2.0.0", "Removes members in a sorted set within a range of indexes. Deletes the sorted set if all members were removed.",
+        EngineCmd { run: zlexcount, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zremrangebyrank",
+        4,
+        flags::WRITE,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RW | kf::DELETE,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "2.0.0",
+        "Removes members in a sorted set within a range of indexes. Deletes the sorted set if all members were removed.",
         "O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements removed by the operation.",
-        EngineCmd { run: zremrangebyrank, plan: LockPlan::Keys }),
-    CommandSpec::new("zremrangebyscore", 4, flags::WRITE, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RW | kf::DELETE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "1.2.0", "Removes members in a sorted set within a range of scores. Deletes the sorted set if all members were removed.",
+        EngineCmd { run: zremrangebyrank, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zremrangebyscore",
+        4,
+        flags::WRITE,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RW | kf::DELETE,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "1.2.0",
+        "Removes members in a sorted set within a range of scores. Deletes the sorted set if all members were removed.",
         "O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements removed by the operation.",
-        EngineCmd { run: zremrangebyscore, plan: LockPlan::Keys }),
-    CommandSpec::new("zremrangebylex", 4, flags::WRITE, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RW | kf::DELETE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "2.8.9", "Removes members in a sorted set within a lexicographical range. Deletes the sorted set if all members were removed.",
+        EngineCmd { run: zremrangebyscore, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zremrangebylex",
+        4,
+        flags::WRITE,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RW | kf::DELETE,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "2.8.9",
+        "Removes members in a sorted set within a lexicographical range. Deletes the sorted set if all members were removed.",
         "O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements removed by the operation.",
-        EngineCmd { run: zremrangebylex, plan: LockPlan::Keys }),
+        EngineCmd { run: zremrangebylex, plan: LockPlan::Keys },
+    ),
 ];
 
 /// The error of a score that became NaN (`ZINCRBY`, `ZADD INCR` of `inf` and `-inf`).
@@ -235,7 +378,13 @@ pub(super) enum Added {
 }
 
 /// Valkey's `zsetAdd`: adds or updates one member under `flags`.
-pub(super) fn zset_add(z: &mut ZSet, member: &[u8], score: f64, flags: AddFlags, limits: Limits) -> Result<Added, CommandError> {
+pub(super) fn zset_add(
+    z: &mut ZSet,
+    member: &[u8],
+    score: f64,
+    flags: AddFlags,
+    limits: Limits,
+) -> Result<Added, CommandError> {
     match z.score(member) {
         Some(_) if flags.nx => Ok(Added::Nop),
         Some(cur) => {
@@ -309,7 +458,9 @@ fn zadd_generic(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf, mut f: Ad
         for &(score, member) in &pairs {
             match zset_add(z, member, score, f, limits)? {
                 Added::New(s) => (added, processed, last) = (added + 1, processed + 1, s),
-                Added::Updated(s, moved) => (updated, processed, last) = (updated + usize::from(moved), processed + 1, s),
+                Added::Updated(s, moved) => {
+                    (updated, processed, last) = (updated + usize::from(moved), processed + 1, s)
+                }
                 Added::Nop => {}
             }
         }
@@ -549,14 +700,20 @@ mod tests {
         assert_eq!(t.run(&["ZADD", "nope", "XX", "INCR", "1", "a"]), "$-1\r\n");
         assert_eq!(t.run(&["ZADD", "nope", "XX", "1", "a"]), ":0\r\n");
         assert_eq!(t.run(&["EXISTS", "nope"]), ":0\r\n", "XX never creates the key");
-        assert_eq!(t.run(&["ZADD", "z", "NX", "XX", "1", "a"]), "-ERR XX and NX options at the same time are not compatible\r\n");
+        assert_eq!(
+            t.run(&["ZADD", "z", "NX", "XX", "1", "a"]),
+            "-ERR XX and NX options at the same time are not compatible\r\n"
+        );
         for opts in [["GT", "NX"], ["LT", "NX"], ["GT", "LT"]] {
             assert_eq!(
                 t.run(&["ZADD", "z", opts[0], opts[1], "1", "a"]),
                 "-ERR GT, LT, and/or NX options at the same time are not compatible\r\n"
             );
         }
-        assert_eq!(t.run(&["ZADD", "z", "INCR", "1", "a", "2", "b"]), "-ERR INCR option supports a single increment-element pair\r\n");
+        assert_eq!(
+            t.run(&["ZADD", "z", "INCR", "1", "a", "2", "b"]),
+            "-ERR INCR option supports a single increment-element pair\r\n"
+        );
         assert_eq!(t.run(&["ZADD", "z", "1", "a", "2"]), "-ERR syntax error\r\n");
         assert_eq!(t.run(&["ZADD", "z", "NX", "1"]), "-ERR syntax error\r\n");
         assert_eq!(t.run(&["ZADD", "z", "x", "a"]), "-ERR value is not a valid float\r\n");
@@ -588,7 +745,10 @@ mod tests {
         assert_eq!(t.run(&["ZRANK", "z", "x", "WITHSCORE"]), "*-1\r\n");
         assert_eq!(t.run(&["ZRANK", "nope", "x", "WITHSCORE"]), "*-1\r\n");
         assert_eq!(t.run(&["ZRANK", "z", "a", "WITHSCORES"]), "-ERR syntax error\r\n");
-        assert_eq!(t.run(&["ZRANK", "z", "a", "WITHSCORE", "x"]), "-ERR wrong number of arguments for 'zrank' command\r\n");
+        assert_eq!(
+            t.run(&["ZRANK", "z", "a", "WITHSCORE", "x"]),
+            "-ERR wrong number of arguments for 'zrank' command\r\n"
+        );
         assert_eq!(t.run(&["ZREM", "z", "a", "x", "a"]), ":1\r\n");
         assert_eq!(t.run(&["ZREM", "nope", "a"]), ":0\r\n");
         t.events.take();
@@ -730,7 +890,6 @@ mod tests {
         t.run(&["ZADD", "small", "1", "a", "2", "b", "3", "c", "4", "d", "5", "e"]);
         assert_eq!(enc(&mut t, "small"), "$8\r\nskiplist\r\n");
     }
-
 
     #[test]
     fn events_copy_rename_and_memory() {

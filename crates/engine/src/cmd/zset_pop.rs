@@ -17,36 +17,102 @@ use crate::types::listpack::Value;
 
 /// Pop command rows.
 pub static COMMANDS: &[Spec] = &[
-    CommandSpec::new("zpopmin", -2, flags::WRITE | flags::FAST, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RW | kf::ACCESS | kf::DELETE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "5.0.0", "Returns the lowest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.",
+    CommandSpec::new(
+        "zpopmin",
+        -2,
+        flags::WRITE | flags::FAST,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RW | kf::ACCESS | kf::DELETE,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "5.0.0",
+        "Returns the lowest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.",
         "O(log(N)*M) with N being the number of elements in the sorted set, and M being the number of elements popped.",
-        EngineCmd { run: zpopmin, plan: LockPlan::Keys }),
-    CommandSpec::new("zpopmax", -2, flags::WRITE | flags::FAST, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RW | kf::ACCESS | kf::DELETE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "5.0.0", "Returns the highest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.",
+        EngineCmd { run: zpopmin, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zpopmax",
+        -2,
+        flags::WRITE | flags::FAST,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RW | kf::ACCESS | kf::DELETE,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "5.0.0",
+        "Returns the highest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.",
         "O(log(N)*M) with N being the number of elements in the sorted set, and M being the number of elements popped.",
-        EngineCmd { run: zpopmax, plan: LockPlan::Keys }),
-    CommandSpec::new("zmpop", -4, flags::WRITE, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RW | kf::ACCESS | kf::DELETE, begin: BeginSearch::Index(1), find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 } }],
-        "sorted_set", "7.0.0", "Returns the highest- or lowest-scoring members from one or more sorted sets after removing them. Deletes the sorted set if the last member was popped.",
+        EngineCmd { run: zpopmax, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zmpop",
+        -4,
+        flags::WRITE,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RW | kf::ACCESS | kf::DELETE,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 },
+        }],
+        "sorted_set",
+        "7.0.0",
+        "Returns the highest- or lowest-scoring members from one or more sorted sets after removing them. Deletes the sorted set if the last member was popped.",
         "O(K) + O(M*log(N)) where K is the number of provided keys, N being the number of elements in the sorted set, and M being the number of elements popped.",
-        EngineCmd { run: zmpop, plan: LockPlan::Keys }),
-    CommandSpec::new("bzpopmin", -3, flags::WRITE | flags::FAST | flags::BLOCKING, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RW | kf::ACCESS | kf::DELETE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: -2, step: 1, limit: 0 } }],
-        "sorted_set", "5.0.0", "Removes and returns the member with the lowest score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.",
+        EngineCmd { run: zmpop, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "bzpopmin",
+        -3,
+        flags::WRITE | flags::FAST | flags::BLOCKING,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RW | kf::ACCESS | kf::DELETE,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: -2, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "5.0.0",
+        "Removes and returns the member with the lowest score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.",
         "O(log(N)) with N being the number of elements in the sorted set.",
-        EngineCmd { run: bzpopmin, plan: LockPlan::Keys }),
-    CommandSpec::new("bzpopmax", -3, flags::WRITE | flags::FAST | flags::BLOCKING, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RW | kf::ACCESS | kf::DELETE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: -2, step: 1, limit: 0 } }],
-        "sorted_set", "5.0.0", "Removes and returns the member with the highest score from one or more sorted sets. Blocks until a member available otherwise.  Deletes the sorted set if the last element was popped.",
+        EngineCmd { run: bzpopmin, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "bzpopmax",
+        -3,
+        flags::WRITE | flags::FAST | flags::BLOCKING,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RW | kf::ACCESS | kf::DELETE,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: -2, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "5.0.0",
+        "Removes and returns the member with the highest score from one or more sorted sets. Blocks until a member available otherwise.  Deletes the sorted set if the last element was popped.",
         "O(log(N)) with N being the number of elements in the sorted set.",
-        EngineCmd { run: bzpopmax, plan: LockPlan::Keys }),
-    CommandSpec::new("bzmpop", -5, flags::WRITE | flags::BLOCKING, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RW | kf::ACCESS | kf::DELETE, begin: BeginSearch::Index(2), find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 } }],
-        "sorted_set", "7.0.0", "Removes and returns a member by score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.",
+        EngineCmd { run: bzpopmax, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "bzmpop",
+        -5,
+        flags::WRITE | flags::BLOCKING,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RW | kf::ACCESS | kf::DELETE,
+            begin: BeginSearch::Index(2),
+            find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 },
+        }],
+        "sorted_set",
+        "7.0.0",
+        "Removes and returns a member by score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.",
         "O(K) + O(M*log(N)) where K is the number of provided keys, N being the number of elements in the sorted set, and M being the number of elements popped.",
-        EngineCmd { run: bzmpop, plan: LockPlan::Keys }),
+        EngineCmd { run: bzmpop, plan: LockPlan::Keys },
+    ),
 ];
 
 /// How a pop reply is shaped (`emitkey` and `use_nested_array` in Valkey).
@@ -60,7 +126,14 @@ struct Shape {
 
 /// Pops up to `count` members from the lowest (`max` false) or highest end of the set at
 /// `key` and writes the reply; false when there is no sorted set there (nothing written).
-fn pop_at(ctx: &mut Ctx<'_>, out: &mut ReplyBuf, key: &[u8], max: bool, count: usize, shape: Shape) -> Result<bool, CommandError> {
+fn pop_at(
+    ctx: &mut Ctx<'_>,
+    out: &mut ReplyBuf,
+    key: &[u8],
+    max: bool,
+    count: usize,
+    shape: Shape,
+) -> Result<bool, CommandError> {
     let serving = ctx.block_mode == BlockMode::Serving;
     let Some(mut k) = ctx.write(key)? else { return Ok(false) };
     let z = match k.zset_mut() {
@@ -167,7 +240,14 @@ fn parse_mpop<'a>(args: &Args<'a>, numkeys_idx: usize) -> Result<MpopArgs<'a>, C
 }
 
 /// Pops from the first key holding a sorted set; false when none does.
-fn pop_first(ctx: &mut Ctx<'_>, out: &mut ReplyBuf, keys: &[&[u8]], max: bool, count: usize, shape: Shape) -> Result<bool, CommandError> {
+fn pop_first(
+    ctx: &mut Ctx<'_>,
+    out: &mut ReplyBuf,
+    keys: &[&[u8]],
+    max: bool,
+    count: usize,
+    shape: Shape,
+) -> Result<bool, CommandError> {
     for key in keys {
         if pop_at(ctx, out, key, max, count, shape)? {
             return Ok(true);
@@ -258,7 +338,10 @@ mod tests {
         let mut t = TestKit::default();
         t.run(&["ZADD", "b", "1", "x", "2", "y"]);
         assert_eq!(t.run(&["ZMPOP", "2", "a", "b", "MAX"]), "*2\r\n$1\r\nb\r\n*1\r\n*2\r\n$1\r\ny\r\n$1\r\n2\r\n");
-        assert_eq!(t.run(&["ZMPOP", "2", "a", "b", "MIN", "COUNT", "9"]), "*2\r\n$1\r\nb\r\n*1\r\n*2\r\n$1\r\nx\r\n$1\r\n1\r\n");
+        assert_eq!(
+            t.run(&["ZMPOP", "2", "a", "b", "MIN", "COUNT", "9"]),
+            "*2\r\n$1\r\nb\r\n*1\r\n*2\r\n$1\r\nx\r\n$1\r\n1\r\n"
+        );
         assert_eq!(t.run(&["ZMPOP", "2", "a", "b", "MIN"]), "*-1\r\n");
         assert_eq!(t.run(&["ZMPOP", "0", "a", "MIN"]), "-ERR numkeys should be greater than 0\r\n");
         assert_eq!(t.run(&["ZMPOP", "1", "a", "MID"]), "-ERR syntax error\r\n");

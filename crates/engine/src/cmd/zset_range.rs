@@ -15,41 +15,125 @@ use crate::types::zset::ZSet;
 
 /// Range command rows.
 pub static COMMANDS: &[Spec] = &[
-    CommandSpec::new("zrange", -4, flags::READONLY, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "1.2.0", "Returns members in a sorted set within a range of indexes.",
+    CommandSpec::new(
+        "zrange",
+        -4,
+        flags::READONLY,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RO | kf::ACCESS,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "1.2.0",
+        "Returns members in a sorted set within a range of indexes.",
         "O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements returned.",
-        EngineCmd { run: zrange, plan: LockPlan::Keys }),
-    CommandSpec::new("zrangestore", -5, flags::WRITE | flags::DENYOOM, acl::SORTEDSET,
-        &[KeySpec { flags: kf::OW | kf::UPDATE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }, KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(2), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "6.2.0", "Stores a range of members from sorted set in a key.",
+        EngineCmd { run: zrange, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zrangestore",
+        -5,
+        flags::WRITE | flags::DENYOOM,
+        acl::SORTEDSET,
+        &[
+            KeySpec {
+                flags: kf::OW | kf::UPDATE,
+                begin: BeginSearch::Index(1),
+                find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+            },
+            KeySpec {
+                flags: kf::RO | kf::ACCESS,
+                begin: BeginSearch::Index(2),
+                find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+            },
+        ],
+        "sorted_set",
+        "6.2.0",
+        "Stores a range of members from sorted set in a key.",
         "O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements stored into the destination key.",
-        EngineCmd { run: zrangestore, plan: LockPlan::Keys }),
-    CommandSpec::new("zrangebyscore", -4, flags::READONLY, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "1.0.5", "Returns members in a sorted set within a range of scores.",
+        EngineCmd { run: zrangestore, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zrangebyscore",
+        -4,
+        flags::READONLY,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RO | kf::ACCESS,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "1.0.5",
+        "Returns members in a sorted set within a range of scores.",
         "O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements being returned. If M is constant (e.g. always asking for the first 10 elements with LIMIT), you can consider it O(log(N)).",
-        EngineCmd { run: zrangebyscore, plan: LockPlan::Keys }),
-    CommandSpec::new("zrevrangebyscore", -4, flags::READONLY, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "2.2.0", "Returns members in a sorted set within a range of scores in reverse order.",
+        EngineCmd { run: zrangebyscore, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zrevrangebyscore",
+        -4,
+        flags::READONLY,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RO | kf::ACCESS,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "2.2.0",
+        "Returns members in a sorted set within a range of scores in reverse order.",
         "O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements being returned. If M is constant (e.g. always asking for the first 10 elements with LIMIT), you can consider it O(log(N)).",
-        EngineCmd { run: zrevrangebyscore, plan: LockPlan::Keys }),
-    CommandSpec::new("zrangebylex", -4, flags::READONLY, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "2.8.9", "Returns members in a sorted set within a lexicographical range.",
+        EngineCmd { run: zrevrangebyscore, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zrangebylex",
+        -4,
+        flags::READONLY,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RO | kf::ACCESS,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "2.8.9",
+        "Returns members in a sorted set within a lexicographical range.",
         "O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements being returned. If M is constant (e.g. always asking for the first 10 elements with LIMIT), you can consider it O(log(N)).",
-        EngineCmd { run: zrangebylex, plan: LockPlan::Keys }),
-    CommandSpec::new("zrevrangebylex", -4, flags::READONLY, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "2.8.9", "Returns members in a sorted set within a lexicographical range in reverse order.",
+        EngineCmd { run: zrangebylex, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zrevrangebylex",
+        -4,
+        flags::READONLY,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RO | kf::ACCESS,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "2.8.9",
+        "Returns members in a sorted set within a lexicographical range in reverse order.",
         "O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements being returned. If M is constant (e.g. always asking for the first 10 elements with LIMIT), you can consider it O(log(N)).",
-        EngineCmd { run: zrevrangebylex, plan: LockPlan::Keys }),
-    CommandSpec::new("zrevrange", -4, flags::READONLY, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
-        "sorted_set", "1.2.0", "Returns members in a sorted set within a range of indexes in reverse order.",
+        EngineCmd { run: zrevrangebylex, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zrevrange",
+        -4,
+        flags::READONLY,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RO | kf::ACCESS,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+        }],
+        "sorted_set",
+        "1.2.0",
+        "Returns members in a sorted set within a range of indexes in reverse order.",
         "O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements returned.",
-        EngineCmd { run: zrevrange, plan: LockPlan::Keys }),
+        EngineCmd { run: zrevrange, plan: LockPlan::Keys },
+    ),
 ];
 
 /// How the interval is given.
@@ -105,7 +189,13 @@ fn zrevrange(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult
 }
 
 /// Parses the options after `key min max` (`src` is the key's index; ZRANGESTORE stores).
-fn parse(args: &Args<'_>, src: usize, store: bool, by: Option<By>, rev: Option<bool>) -> Result<RangeArgs, CommandError> {
+fn parse(
+    args: &Args<'_>,
+    src: usize,
+    store: bool,
+    by: Option<By>,
+    rev: Option<bool>,
+) -> Result<RangeArgs, CommandError> {
     let (mut by_opt, mut rev_opt) = (by, rev);
     let mut a = RangeArgs { by: By::Rank, rev: false, withscores: false, limit: None };
     let mut j = src + 3;

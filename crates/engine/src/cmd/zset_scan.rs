@@ -208,7 +208,10 @@ mod tests {
         assert!(two.starts_with("*4\r\n"));
         let neg = t.run(&["ZRANDMEMBER", "z", "-7"]);
         assert_eq!(neg.matches("\r\n$1\r\n").count() + 1, 8, "{neg}");
-        assert_eq!(t.run(&["ZRANDMEMBER", "z", "-9223372036854770000", "WITHSCORES"]), "-ERR value is out of range\r\n");
+        assert_eq!(
+            t.run(&["ZRANDMEMBER", "z", "-9223372036854770000", "WITHSCORES"]),
+            "-ERR value is out of range\r\n"
+        );
         assert!(t.run(&["ZRANDMEMBER", "z", "-9223372036854775808"]).starts_with("-ERR value is out of range"));
         assert_eq!(t.run(&["ZRANDMEMBER", "z", "1", "WITHSCORE"]), "-ERR syntax error\r\n");
         assert_eq!(t.run(&["ZRANDMEMBER", "z", "1", "WITHSCORES", "x"]), "-ERR syntax error\r\n");
@@ -222,7 +225,10 @@ mod tests {
         let mut t = TestKit::default();
         assert_eq!(t.run(&["ZSCAN", "nope", "0"]), "*2\r\n$1\r\n0\r\n*0\r\n");
         t.run(&["ZADD", "z", "1", "a", "1.5", "b", "2", "c"]);
-        assert_eq!(t.run(&["ZSCAN", "z", "0"]), "*2\r\n$1\r\n0\r\n*6\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$3\r\n1.5\r\n$1\r\nc\r\n$1\r\n2\r\n");
+        assert_eq!(
+            t.run(&["ZSCAN", "z", "0"]),
+            "*2\r\n$1\r\n0\r\n*6\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$3\r\n1.5\r\n$1\r\nc\r\n$1\r\n2\r\n"
+        );
         assert_eq!(t.run(&["ZSCAN", "z", "0", "MATCH", "b*", "NOSCORES"]), "*2\r\n$1\r\n0\r\n*1\r\n$1\r\nb\r\n");
         assert_eq!(t.run(&["ZSCAN", "z", "x"]), "-ERR invalid cursor\r\n");
         assert_eq!(t.run(&["ZSCAN", "z", "0", "COUNT", "0"]), "-ERR syntax error\r\n");

@@ -19,41 +19,139 @@ use crate::types::listpack::Value;
 
 /// Set algebra command rows.
 pub static COMMANDS: &[Spec] = &[
-    CommandSpec::new("zunion", -3, flags::READONLY, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 } }],
-        "sorted_set", "6.2.0", "Returns the union of multiple sorted sets.",
+    CommandSpec::new(
+        "zunion",
+        -3,
+        flags::READONLY,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RO | kf::ACCESS,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 },
+        }],
+        "sorted_set",
+        "6.2.0",
+        "Returns the union of multiple sorted sets.",
         "O(N)+O(M*log(M)) with N being the sum of the sizes of the input sorted sets, and M being the number of elements in the resulting sorted set.",
-        EngineCmd { run: zunion, plan: LockPlan::Keys }),
-    CommandSpec::new("zinter", -3, flags::READONLY, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 } }],
-        "sorted_set", "6.2.0", "Returns the intersect of multiple sorted sets.",
+        EngineCmd { run: zunion, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zinter",
+        -3,
+        flags::READONLY,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RO | kf::ACCESS,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 },
+        }],
+        "sorted_set",
+        "6.2.0",
+        "Returns the intersect of multiple sorted sets.",
         "O(N*K)+O(M*log(M)) worst case with N being the smallest input sorted set, K being the number of input sorted sets and M being the number of elements in the resulting sorted set.",
-        EngineCmd { run: zinter, plan: LockPlan::Keys }),
-    CommandSpec::new("zdiff", -3, flags::READONLY, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 } }],
-        "sorted_set", "6.2.0", "Returns the difference between multiple sorted sets.",
+        EngineCmd { run: zinter, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zdiff",
+        -3,
+        flags::READONLY,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RO | kf::ACCESS,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 },
+        }],
+        "sorted_set",
+        "6.2.0",
+        "Returns the difference between multiple sorted sets.",
         "O(L + (N-K)log(N)) worst case where L is the total number of elements in all the sets, N is the size of the first set, and K is the size of the result set.",
-        EngineCmd { run: zdiff, plan: LockPlan::Keys }),
-    CommandSpec::new("zintercard", -3, flags::READONLY, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 } }],
-        "sorted_set", "7.0.0", "Returns the number of members of the intersect of multiple sorted sets.",
+        EngineCmd { run: zdiff, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zintercard",
+        -3,
+        flags::READONLY,
+        acl::SORTEDSET,
+        &[KeySpec {
+            flags: kf::RO | kf::ACCESS,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 },
+        }],
+        "sorted_set",
+        "7.0.0",
+        "Returns the number of members of the intersect of multiple sorted sets.",
         "O(N*K) worst case with N being the smallest input sorted set, K being the number of input sorted sets.",
-        EngineCmd { run: zintercard, plan: LockPlan::Keys }),
-    CommandSpec::new("zunionstore", -4, flags::WRITE | flags::DENYOOM, acl::SORTEDSET,
-        &[KeySpec { flags: kf::OW | kf::UPDATE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }, KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(2), find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 } }],
-        "sorted_set", "2.0.0", "Stores the union of multiple sorted sets in a key.",
+        EngineCmd { run: zintercard, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zunionstore",
+        -4,
+        flags::WRITE | flags::DENYOOM,
+        acl::SORTEDSET,
+        &[
+            KeySpec {
+                flags: kf::OW | kf::UPDATE,
+                begin: BeginSearch::Index(1),
+                find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+            },
+            KeySpec {
+                flags: kf::RO | kf::ACCESS,
+                begin: BeginSearch::Index(2),
+                find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 },
+            },
+        ],
+        "sorted_set",
+        "2.0.0",
+        "Stores the union of multiple sorted sets in a key.",
         "O(N)+O(M log(M)) with N being the sum of the sizes of the input sorted sets, and M being the number of elements in the resulting sorted set.",
-        EngineCmd { run: zunionstore, plan: LockPlan::Keys }),
-    CommandSpec::new("zinterstore", -4, flags::WRITE | flags::DENYOOM, acl::SORTEDSET,
-        &[KeySpec { flags: kf::OW | kf::UPDATE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }, KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(2), find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 } }],
-        "sorted_set", "2.0.0", "Stores the intersect of multiple sorted sets in a key.",
+        EngineCmd { run: zunionstore, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zinterstore",
+        -4,
+        flags::WRITE | flags::DENYOOM,
+        acl::SORTEDSET,
+        &[
+            KeySpec {
+                flags: kf::OW | kf::UPDATE,
+                begin: BeginSearch::Index(1),
+                find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+            },
+            KeySpec {
+                flags: kf::RO | kf::ACCESS,
+                begin: BeginSearch::Index(2),
+                find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 },
+            },
+        ],
+        "sorted_set",
+        "2.0.0",
+        "Stores the intersect of multiple sorted sets in a key.",
         "O(N*K)+O(M*log(M)) worst case with N being the smallest input sorted set, K being the number of input sorted sets and M being the number of elements in the resulting sorted set.",
-        EngineCmd { run: zinterstore, plan: LockPlan::Keys }),
-    CommandSpec::new("zdiffstore", -4, flags::WRITE | flags::DENYOOM, acl::SORTEDSET,
-        &[KeySpec { flags: kf::OW | kf::UPDATE, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }, KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(2), find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 } }],
-        "sorted_set", "6.2.0", "Stores the difference of multiple sorted sets in a key.",
+        EngineCmd { run: zinterstore, plan: LockPlan::Keys },
+    ),
+    CommandSpec::new(
+        "zdiffstore",
+        -4,
+        flags::WRITE | flags::DENYOOM,
+        acl::SORTEDSET,
+        &[
+            KeySpec {
+                flags: kf::OW | kf::UPDATE,
+                begin: BeginSearch::Index(1),
+                find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
+            },
+            KeySpec {
+                flags: kf::RO | kf::ACCESS,
+                begin: BeginSearch::Index(2),
+                find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 },
+            },
+        ],
+        "sorted_set",
+        "6.2.0",
+        "Stores the difference of multiple sorted sets in a key.",
         "O(L + (N-K)log(N)) worst case where L is the total number of elements in all the sets, N is the size of the first set, and K is the size of the result set.",
-        EngineCmd { run: zdiffstore, plan: LockPlan::Keys }),
+        EngineCmd { run: zdiffstore, plan: LockPlan::Keys },
+    ),
 ];
 
 /// Which operation.
@@ -145,7 +243,14 @@ fn load(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Vec<(Vec<u8>, f64)>, CommandErr
 }
 
 /// `zunionInterDiffGenericCommand`; `numkeys_idx` is the index of numkeys.
-fn generic(ctx: &mut Ctx<'_>, args: &Args<'_>, out: &mut ReplyBuf, numkeys_idx: usize, op: Op, output: Output<'_>) -> CmdResult {
+fn generic(
+    ctx: &mut Ctx<'_>,
+    args: &Args<'_>,
+    out: &mut ReplyBuf,
+    numkeys_idx: usize,
+    op: Op,
+    output: Output<'_>,
+) -> CmdResult {
     let setnum = int_arg(args.get(numkeys_idx))?;
     if setnum < 1 {
         let name = String::from_utf8_lossy(args.get(0)).to_ascii_lowercase();
@@ -291,7 +396,10 @@ mod tests {
     #[test]
     fn union_inter_diff() {
         let mut t = setup();
-        assert_eq!(t.run(&["ZUNION", "2", "{s}1", "{s}2", "WITHSCORES"]), arr(&["a", "1", "b", "12", "c", "23", "d", "30"]));
+        assert_eq!(
+            t.run(&["ZUNION", "2", "{s}1", "{s}2", "WITHSCORES"]),
+            arr(&["a", "1", "b", "12", "c", "23", "d", "30"])
+        );
         assert_eq!(t.run(&["ZINTER", "2", "{s}1", "{s}2", "WITHSCORES"]), arr(&["b", "12", "c", "23"]));
         assert_eq!(t.run(&["ZINTER", "2", "{s}1", "{s}2", "AGGREGATE", "MIN"]), arr(&["b", "c"]));
         assert_eq!(
@@ -323,7 +431,10 @@ mod tests {
         let mut t = setup();
         t.events.take();
         assert_eq!(t.run(&["ZUNIONSTORE", "{s}d", "2", "{s}1", "{s}2"]), ":4\r\n");
-        assert_eq!(t.run(&["ZRANGE", "{s}d", "0", "-1", "WITHSCORES"]), arr(&["a", "1", "b", "12", "c", "23", "d", "30"]));
+        assert_eq!(
+            t.run(&["ZRANGE", "{s}d", "0", "-1", "WITHSCORES"]),
+            arr(&["a", "1", "b", "12", "c", "23", "d", "30"])
+        );
         assert_eq!(t.run(&["ZINTERSTORE", "{s}d", "2", "{s}1", "{s}2", "WEIGHTS", "1", "0"]), ":2\r\n");
         assert_eq!(t.run(&["ZRANGE", "{s}d", "0", "-1", "WITHSCORES"]), arr(&["b", "2", "c", "3"]));
         assert_eq!(t.run(&["ZDIFFSTORE", "{s}d", "1", "{s}2"]), ":3\r\n");

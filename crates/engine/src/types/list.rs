@@ -56,11 +56,7 @@ fn node_limit(fill: i64) -> (usize, usize) {
 /// `quicklistNodeExceedsLimit`.
 fn exceeds_limit(fill: i64, bytes: usize, count: usize) -> bool {
     let (size, max_count) = node_limit(fill);
-    if size != usize::MAX {
-        bytes > size
-    } else {
-        bytes > SIZE_SAFETY_LIMIT || count > max_count
-    }
+    if size != usize::MAX { bytes > size } else { bytes > SIZE_SAFETY_LIMIT || count > max_count }
 }
 
 impl Default for List {
@@ -401,9 +397,9 @@ impl Quicklist {
             End::Head => self.nodes.front_mut(),
             End::Tail => self.nodes.back_mut(),
         };
-        let fits = node.as_ref().is_some_and(|n| {
-            !exceeds_limit(fill, n.bytes() + value.len() + SIZE_ESTIMATE_OVERHEAD, n.len() + 1)
-        });
+        let fits = node
+            .as_ref()
+            .is_some_and(|n| !exceeds_limit(fill, n.bytes() + value.len() + SIZE_ESTIMATE_OVERHEAD, n.len() + 1));
         match (node, fits) {
             (Some(n), true) => match end {
                 End::Head => n.push_front(value),

@@ -536,11 +536,30 @@ mod tests {
 
     #[test]
     fn integers_round_trip_in_every_width() {
-        let vals: Vec<String> = [0i64, 1, 127, 128, -1, -4096, 4095, 4096, -4097, 32767, -32768, 32768, 8388607,
-            -8388608, 8388608, i32::MAX as i64, i32::MIN as i64, i64::MAX, i64::MIN]
-            .iter()
-            .map(|v| v.to_string())
-            .collect();
+        let vals: Vec<String> = [
+            0i64,
+            1,
+            127,
+            128,
+            -1,
+            -4096,
+            4095,
+            4096,
+            -4097,
+            32767,
+            -32768,
+            32768,
+            8388607,
+            -8388608,
+            8388608,
+            i32::MAX as i64,
+            i32::MIN as i64,
+            i64::MAX,
+            i64::MIN,
+        ]
+        .iter()
+        .map(|v| v.to_string())
+        .collect();
         let mut l = Listpack::new();
         for v in &vals {
             l.push_back(v.as_bytes());

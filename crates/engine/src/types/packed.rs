@@ -399,8 +399,26 @@ mod tests {
     #[test]
     fn integers_round_trip_at_every_width_boundary() {
         let values: Vec<i64> = vec![
-            0, 1, 127, 128, -1, -4096, 4095, 4096, -4097, 32767, -32768, 32768, (1 << 23) - 1, -(1 << 23),
-            1 << 23, i32::MAX as i64, i32::MIN as i64, i32::MAX as i64 + 1, i64::MAX, i64::MIN,
+            0,
+            1,
+            127,
+            128,
+            -1,
+            -4096,
+            4095,
+            4096,
+            -4097,
+            32767,
+            -32768,
+            32768,
+            (1 << 23) - 1,
+            -(1 << 23),
+            1 << 23,
+            i32::MAX as i64,
+            i32::MIN as i64,
+            i32::MAX as i64 + 1,
+            i64::MAX,
+            i64::MIN,
         ];
         let texts: Vec<String> = values.iter().map(i64::to_string).collect();
         let p = Packed::from_elems(texts.iter().map(|t| Elem::of(t.as_bytes())));

@@ -94,7 +94,8 @@ impl Default for SkipList {
 impl SkipList {
     /// An empty skip list.
     pub fn new() -> SkipList {
-        let head = Node { member: Box::default(), score: 0.0, backward: NIL, meta: MAX_LEVEL as u32, low: [EMPTY; LOW] };
+        let head =
+            Node { member: Box::default(), score: 0.0, backward: NIL, meta: MAX_LEVEL as u32, low: [EMPTY; LOW] };
         SkipList {
             nodes: vec![head],
             free: Vec::new(),
@@ -120,7 +121,8 @@ impl SkipList {
     /// Heap bytes: the arena, the index and every member, in allocator size classes.
     pub fn heap_size(&self) -> usize {
         use crate::object::size_class;
-        let members: usize = self.nodes.iter().filter(|n| !n.member.is_empty()).map(|n| size_class(n.member.len())).sum();
+        let members: usize =
+            self.nodes.iter().filter(|n| !n.member.is_empty()).map(|n| size_class(n.member.len())).sum();
         size_class(self.nodes.capacity() * std::mem::size_of::<Node>())
             + size_class(self.free.capacity() * 4)
             + self.index.allocation_size()
@@ -563,7 +565,10 @@ mod tests {
                 assert_eq!(s.rank(&want[r].0), Some((r, want[r].1)));
             }
             let back: Vec<Vec<u8>> = s.range(want.len() - 3, 3, true).iter().map(|(m, _)| m.to_vec()).collect();
-            assert_eq!(back, [want[want.len() - 3].0.clone(), want[want.len() - 4].0.clone(), want[want.len() - 5].0.clone()]);
+            assert_eq!(
+                back,
+                [want[want.len() - 3].0.clone(), want[want.len() - 4].0.clone(), want[want.len() - 5].0.clone()]
+            );
         }
     }
 }

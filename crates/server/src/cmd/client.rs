@@ -20,36 +20,164 @@ const CONN: u32 = acl::CONNECTION;
 const ALL_NODES: &[&str] = &["request_policy:all_nodes", "response_policy:all_succeeded"];
 
 /// CLIENT and its subcommands.
-pub static COMMANDS: &[ServerSpec] = &[CommandSpec::container("client", -2, "connection", "2.4.0",
-    "A container for client connection commands.", &[
-        row("getname", 2, BASE, CONN, &[], "connection", "2.6.9", "Returns the name of the connection.", "O(1)", getname),
-        row("help", 2, f::LOADING | f::STALE, CONN, &[], "connection", "5.0.0",
-            "Returns helpful text about the different subcommands.", "O(1)", help),
-        row("id", 2, BASE, CONN, &[], "connection", "5.0.0", "Returns the unique client ID of the connection.", "O(1)", id),
-        row("info", 2, BASE, CONN, &[], "connection", "6.2.0", "Returns information about the connection.", "O(1)", info)
-            .with_tips(&["nondeterministic_output"]),
-        row("kill", -3, ADMIN, CONN, &[], "connection", "2.4.0", "Terminates open connections.",
-            "O(N) where N is the number of client connections", kill),
-        row("list", -2, ADMIN, CONN, &[], "connection", "2.4.0", "Lists open connections.",
-            "O(N) where N is the number of client connections", list)
-            .with_tips(&["nondeterministic_output"]),
-        row("no-evict", 3, ADMIN, CONN, &[], "connection", "7.0.0", "Sets the client eviction mode of the connection.",
-            "O(1)", no_evict),
-        row("no-touch", 3, BASE, CONN, &[], "connection", "7.2.0",
-            "Controls whether commands sent by the client affect the LRU/LFU of accessed keys.", "O(1)", no_touch),
-        row("reply", 3, BASE, CONN, &[], "connection", "3.2.0", "Instructs the server whether to reply to commands.",
-            "O(1)", reply),
-        row("setinfo", 4, BASE, CONN, &[], "connection", "7.2.0",
-            "Sets information specific to the client or connection.", "O(1)", setinfo)
-            .with_tips(ALL_NODES),
+pub static COMMANDS: &[ServerSpec] = &[CommandSpec::container(
+    "client",
+    -2,
+    "connection",
+    "2.4.0",
+    "A container for client connection commands.",
+    &[
+        row(
+            "getname",
+            2,
+            BASE,
+            CONN,
+            &[],
+            "connection",
+            "2.6.9",
+            "Returns the name of the connection.",
+            "O(1)",
+            getname,
+        ),
+        row(
+            "help",
+            2,
+            f::LOADING | f::STALE,
+            CONN,
+            &[],
+            "connection",
+            "5.0.0",
+            "Returns helpful text about the different subcommands.",
+            "O(1)",
+            help,
+        ),
+        row(
+            "id",
+            2,
+            BASE,
+            CONN,
+            &[],
+            "connection",
+            "5.0.0",
+            "Returns the unique client ID of the connection.",
+            "O(1)",
+            id,
+        ),
+        row(
+            "info",
+            2,
+            BASE,
+            CONN,
+            &[],
+            "connection",
+            "6.2.0",
+            "Returns information about the connection.",
+            "O(1)",
+            info,
+        )
+        .with_tips(&["nondeterministic_output"]),
+        row(
+            "kill",
+            -3,
+            ADMIN,
+            CONN,
+            &[],
+            "connection",
+            "2.4.0",
+            "Terminates open connections.",
+            "O(N) where N is the number of client connections",
+            kill,
+        ),
+        row(
+            "list",
+            -2,
+            ADMIN,
+            CONN,
+            &[],
+            "connection",
+            "2.4.0",
+            "Lists open connections.",
+            "O(N) where N is the number of client connections",
+            list,
+        )
+        .with_tips(&["nondeterministic_output"]),
+        row(
+            "no-evict",
+            3,
+            ADMIN,
+            CONN,
+            &[],
+            "connection",
+            "7.0.0",
+            "Sets the client eviction mode of the connection.",
+            "O(1)",
+            no_evict,
+        ),
+        row(
+            "no-touch",
+            3,
+            BASE,
+            CONN,
+            &[],
+            "connection",
+            "7.2.0",
+            "Controls whether commands sent by the client affect the LRU/LFU of accessed keys.",
+            "O(1)",
+            no_touch,
+        ),
+        row(
+            "reply",
+            3,
+            BASE,
+            CONN,
+            &[],
+            "connection",
+            "3.2.0",
+            "Instructs the server whether to reply to commands.",
+            "O(1)",
+            reply,
+        ),
+        row(
+            "setinfo",
+            4,
+            BASE,
+            CONN,
+            &[],
+            "connection",
+            "7.2.0",
+            "Sets information specific to the client or connection.",
+            "O(1)",
+            setinfo,
+        )
+        .with_tips(ALL_NODES),
         row("setname", 3, BASE, CONN, &[], "connection", "2.6.9", "Sets the connection name.", "O(1)", setname)
             .with_tips(ALL_NODES),
-        row("unblock", -3, ADMIN, CONN, &[], "connection", "5.0.0",
+        row(
+            "unblock",
+            -3,
+            ADMIN,
+            CONN,
+            &[],
+            "connection",
+            "5.0.0",
             "Unblocks a client blocked by a blocking command from a different connection.",
-            "O(log N) where N is the number of client connections", unblock),
-        row("unpause", 2, ADMIN, CONN, &[], "connection", "6.2.0",
-            "Resumes processing commands from paused clients.", "O(N) Where N is the number of paused clients", unpause),
-    ])];
+            "O(log N) where N is the number of client connections",
+            unblock,
+        ),
+        row(
+            "unpause",
+            2,
+            ADMIN,
+            CONN,
+            &[],
+            "connection",
+            "6.2.0",
+            "Resumes processing commands from paused clients.",
+            "O(N) Where N is the number of paused clients",
+            unpause,
+        ),
+    ],
+)];
 
 /// What the line of the calling client shows differently: its command is the one running.
 pub struct Current<'a> {
@@ -308,7 +436,11 @@ fn id(_: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Result
 
 fn getname(_: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
     let name = sess.info.name.lock();
-    if name.is_empty() { out.null() } else { out.bulk(name.as_bytes()) }
+    if name.is_empty() {
+        out.null()
+    } else {
+        out.bulk(name.as_bytes())
+    }
     Ok(Flow::Continue)
 }
 
@@ -329,7 +461,10 @@ fn setinfo(_: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -
         return Err(CommandError::err(format!("Unrecognized option '{}'", text(attr))));
     };
     if !val.iter().all(|c| (b'!'..=b'~').contains(c)) {
-        return Err(CommandError::err(format!("{} cannot contain spaces, newlines or special characters.", text(attr))));
+        return Err(CommandError::err(format!(
+            "{} cannot contain spaces, newlines or special characters.",
+            text(attr)
+        )));
     }
     *slot.lock() = text(val);
     out.ok();
@@ -408,52 +543,56 @@ fn unpause(_: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Resu
 }
 
 fn help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
-    reply_help(out, &args, &[
-        "GETNAME",
-        "    Return the name of the current connection.",
-        "ID",
-        "    Return the ID of the current connection.",
-        "INFO",
-        "    Return information about the current client connection.",
-        "KILL <ip:port>",
-        "    Kill connection made from <ip:port>.",
-        "KILL <option> <value> [<option> <value> [...]]",
-        "    Kill connections. Options are:",
-        "    * ADDR (<ip:port>|<unixsocket>:0)",
-        "      Kill connections made from the specified address",
-        "    * LADDR (<ip:port>|<unixsocket>:0)",
-        "      Kill connections made to specified local address",
-        "    * TYPE (NORMAL|PRIMARY|REPLICA|PUBSUB)",
-        "      Kill connections by type.",
-        "    * USER <username>",
-        "      Kill connections authenticated by <username>.",
-        "    * SKIPME (YES|NO)",
-        "      Skip killing current connection (default: yes).",
-        "    * ID <client-id>",
-        "      Kill connections by client id.",
-        "    * MAXAGE <maxage>",
-        "      Kill connections older than the specified age.",
-        "LIST [options ...]",
-        "    Return information about client connections. Options:",
-        "    * TYPE (NORMAL|PRIMARY|REPLICA|PUBSUB)",
-        "      Return clients of specified type.",
-        "UNBLOCK <clientid> [TIMEOUT|ERROR]",
-        "    Unblock the specified blocked client.",
-        "UNPAUSE",
-        "    Stop the current client pause, resuming traffic.",
-        "REPLY (ON|OFF|SKIP)",
-        "    Control the replies sent to the current connection.",
-        "SETNAME <name>",
-        "    Assign the name <name> to the current connection.",
-        "SETINFO <option> <value>",
-        "    Set client meta attr. Options are:",
-        "    * LIB-NAME: the client lib name.",
-        "    * LIB-VER: the client lib version.",
-        "NO-EVICT (ON|OFF)",
-        "    Protect current client connection from eviction.",
-        "NO-TOUCH (ON|OFF)",
-        "    Will not touch LRU/LFU stats when this mode is on.",
-    ]);
+    reply_help(
+        out,
+        &args,
+        &[
+            "GETNAME",
+            "    Return the name of the current connection.",
+            "ID",
+            "    Return the ID of the current connection.",
+            "INFO",
+            "    Return information about the current client connection.",
+            "KILL <ip:port>",
+            "    Kill connection made from <ip:port>.",
+            "KILL <option> <value> [<option> <value> [...]]",
+            "    Kill connections. Options are:",
+            "    * ADDR (<ip:port>|<unixsocket>:0)",
+            "      Kill connections made from the specified address",
+            "    * LADDR (<ip:port>|<unixsocket>:0)",
+            "      Kill connections made to specified local address",
+            "    * TYPE (NORMAL|PRIMARY|REPLICA|PUBSUB)",
+            "      Kill connections by type.",
+            "    * USER <username>",
+            "      Kill connections authenticated by <username>.",
+            "    * SKIPME (YES|NO)",
+            "      Skip killing current connection (default: yes).",
+            "    * ID <client-id>",
+            "      Kill connections by client id.",
+            "    * MAXAGE <maxage>",
+            "      Kill connections older than the specified age.",
+            "LIST [options ...]",
+            "    Return information about client connections. Options:",
+            "    * TYPE (NORMAL|PRIMARY|REPLICA|PUBSUB)",
+            "      Return clients of specified type.",
+            "UNBLOCK <clientid> [TIMEOUT|ERROR]",
+            "    Unblock the specified blocked client.",
+            "UNPAUSE",
+            "    Stop the current client pause, resuming traffic.",
+            "REPLY (ON|OFF|SKIP)",
+            "    Control the replies sent to the current connection.",
+            "SETNAME <name>",
+            "    Assign the name <name> to the current connection.",
+            "SETINFO <option> <value>",
+            "    Set client meta attr. Options are:",
+            "    * LIB-NAME: the client lib name.",
+            "    * LIB-VER: the client lib version.",
+            "NO-EVICT (ON|OFF)",
+            "    Protect current client connection from eviction.",
+            "NO-TOUCH (ON|OFF)",
+            "    Will not touch LRU/LFU stats when this mode is on.",
+        ],
+    );
     Ok(Flow::Continue)
 }
 
@@ -550,22 +689,29 @@ mod tests {
         let srv = server();
         let mut a = client(&srv, 41005);
         assert_eq!(a.run(&srv, &["client", "getname"]), "$-1\r\n");
-        assert_eq!(a.run(&srv, &["client", "setname", "a b"]),
-            "-ERR Client names cannot contain spaces, newlines or special characters.\r\n");
+        assert_eq!(
+            a.run(&srv, &["client", "setname", "a b"]),
+            "-ERR Client names cannot contain spaces, newlines or special characters.\r\n"
+        );
         assert_eq!(a.run(&srv, &["client", "setname", "foo"]), "+OK\r\n");
         assert_eq!(a.run(&srv, &["client", "getname"]), "$3\r\nfoo\r\n");
-        assert_eq!(a.run(&srv, &["client", "setinfo", "lib-name", "redis py"]),
-            "-ERR lib-name cannot contain spaces, newlines or special characters.\r\n");
+        assert_eq!(
+            a.run(&srv, &["client", "setinfo", "lib-name", "redis py"]),
+            "-ERR lib-name cannot contain spaces, newlines or special characters.\r\n"
+        );
         assert_eq!(a.run(&srv, &["client", "setinfo", "badopt", "x"]), "-ERR Unrecognized option 'badopt'\r\n");
         assert_eq!(a.run(&srv, &["client", "setinfo", "LIB-VER", "1.0"]), "+OK\r\n");
-        assert!(a.run(&srv, &["client", "info"]).contains(" name=foo ") );
+        assert!(a.run(&srv, &["client", "info"]).contains(" name=foo "));
         assert!(a.run(&srv, &["client", "info"]).contains(" lib-ver=1.0 "));
         assert_eq!(a.run(&srv, &["client", "no-evict", "maybe"]), "-ERR syntax error\r\n");
         assert_eq!(a.run(&srv, &["client", "no-touch", "ON"]), "+OK\r\n");
         assert!(a.run(&srv, &["client", "info"]).contains(" flags=T "));
         assert_eq!(a.run(&srv, &["client", "id"]), format!(":{}\r\n", a.sess.id));
         assert_eq!(a.run(&srv, &["client", "nosuch"]), "-ERR unknown subcommand 'nosuch'. Try CLIENT HELP.\r\n");
-        assert!(a.run(&srv, &["client", "help"]).starts_with("*47\r\n+CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n"));
+        assert!(
+            a.run(&srv, &["client", "help"])
+                .starts_with("*47\r\n+CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n")
+        );
     }
 
     #[test]

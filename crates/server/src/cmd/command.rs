@@ -19,29 +19,95 @@ const CONN: u32 = acl::CONNECTION;
 pub static COMMANDS: &[ServerSpec] = &[CommandSpec {
     subcommands: &[
         row("count", 2, RO, CONN, &[], "server", "2.8.13", "Returns a count of commands.", "O(1)", count),
-        row("docs", -2, RO, CONN, &[], "server", "7.0.0",
+        row(
+            "docs",
+            -2,
+            RO,
+            CONN,
+            &[],
+            "server",
+            "7.0.0",
             "Returns documentary information about one, multiple or all commands.",
-            "O(N) where N is the number of commands to look up", docs)
-            .with_tips(&["nondeterministic_output_order"]),
-        row("getkeys", -3, RO, CONN, &[], "server", "2.8.13",
+            "O(N) where N is the number of commands to look up",
+            docs,
+        )
+        .with_tips(&["nondeterministic_output_order"]),
+        row(
+            "getkeys",
+            -3,
+            RO,
+            CONN,
+            &[],
+            "server",
+            "2.8.13",
             "Extracts the key names from an arbitrary command.",
-            "O(N) where N is the number of arguments to the command", getkeys),
-        row("getkeysandflags", -3, RO, CONN, &[], "server", "7.0.0",
+            "O(N) where N is the number of arguments to the command",
+            getkeys,
+        ),
+        row(
+            "getkeysandflags",
+            -3,
+            RO,
+            CONN,
+            &[],
+            "server",
+            "7.0.0",
             "Extracts the key names and access flags for an arbitrary command.",
-            "O(N) where N is the number of arguments to the command", getkeysandflags),
-        row("help", 2, RO, CONN, &[], "server", "5.0.0",
-            "Returns helpful text about the different subcommands.", "O(1)", help),
-        row("info", -2, RO, CONN, &[], "server", "2.8.13",
+            "O(N) where N is the number of arguments to the command",
+            getkeysandflags,
+        ),
+        row(
+            "help",
+            2,
+            RO,
+            CONN,
+            &[],
+            "server",
+            "5.0.0",
+            "Returns helpful text about the different subcommands.",
+            "O(1)",
+            help,
+        ),
+        row(
+            "info",
+            -2,
+            RO,
+            CONN,
+            &[],
+            "server",
+            "2.8.13",
             "Returns information about one, multiple or all commands.",
-            "O(N) where N is the number of commands to look up", info)
-            .with_tips(&["nondeterministic_output_order"]),
-        row("list", -2, RO, CONN, &[], "server", "7.0.0", "Returns a list of command names.",
-            "O(N) where N is the total number of commands", list)
-            .with_tips(&["nondeterministic_output_order"]),
+            "O(N) where N is the number of commands to look up",
+            info,
+        )
+        .with_tips(&["nondeterministic_output_order"]),
+        row(
+            "list",
+            -2,
+            RO,
+            CONN,
+            &[],
+            "server",
+            "7.0.0",
+            "Returns a list of command names.",
+            "O(N) where N is the total number of commands",
+            list,
+        )
+        .with_tips(&["nondeterministic_output_order"]),
     ],
-    ..row("command", -1, RO, CONN, &[], "server", "2.8.13", "Returns detailed information about all commands.",
-        "O(N) where N is the total number of commands", all)
-        .with_tips(&["nondeterministic_output_order"])
+    ..row(
+        "command",
+        -1,
+        RO,
+        CONN,
+        &[],
+        "server",
+        "2.8.13",
+        "Returns detailed information about all commands.",
+        "O(N) where N is the total number of commands",
+        all,
+    )
+    .with_tips(&["nondeterministic_output_order"])
 }];
 
 /// The legacy (first, last, step) triple and whether key positions are "movable", derived
@@ -422,7 +488,8 @@ pub fn glob_match(pattern: &[u8], s: &[u8], nocase: bool) -> bool {
 pub fn keys_with_flags(specs: &'static [KeySpec], args: &Args<'_>) -> Option<Vec<(usize, u32)>> {
     let mut found = Vec::new();
     for i in 0..specs.len() {
-        let one: CommandSpec<()> = CommandSpec { key_specs: &specs[i..=i], ..CommandSpec::new("", 0, 0, 0, &[], "", "", "", "", ()) };
+        let one: CommandSpec<()> =
+            CommandSpec { key_specs: &specs[i..=i], ..CommandSpec::new("", 0, 0, 0, &[], "", "", "", "", ()) };
         let mut pos = Vec::new();
         match key_positions(&one, args, &mut pos) {
             Ok(()) => {}
@@ -504,7 +571,11 @@ fn resolve_variable_flags(name: &str, args: &Args<'_>, mut keys: Vec<(usize, u32
                 i += 1;
             }
             for k in &mut keys {
-                k.1 = if readonly { key_flags::RO | key_flags::ACCESS } else { key_flags::RW | key_flags::ACCESS | key_flags::UPDATE };
+                k.1 = if readonly {
+                    key_flags::RO | key_flags::ACCESS
+                } else {
+                    key_flags::RW | key_flags::ACCESS | key_flags::UPDATE
+                };
             }
         }
         _ => {}
@@ -524,26 +595,30 @@ fn help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Resu
     if args.len() != 2 {
         return Err(subcommand_syntax_error(&args));
     }
-    reply_help(out, &args, &[
-        "(no subcommand)",
-        "    Return details about all commands.",
-        "COUNT",
-        "    Return the total number of commands in this server.",
-        "LIST",
-        "    Return a list of all commands in this server.",
-        "INFO [<command-name> ...]",
-        "    Return details about multiple commands.",
-        "    If no command names are given, documentation details for all",
-        "    commands are returned.",
-        "DOCS [<command-name> ...]",
-        "    Return documentation details about multiple commands.",
-        "    If no command names are given, documentation details for all",
-        "    commands are returned.",
-        "GETKEYS <full-command>",
-        "    Return the keys from a full command.",
-        "GETKEYSANDFLAGS <full-command>",
-        "    Return the keys and the access flags from a full command.",
-    ]);
+    reply_help(
+        out,
+        &args,
+        &[
+            "(no subcommand)",
+            "    Return details about all commands.",
+            "COUNT",
+            "    Return the total number of commands in this server.",
+            "LIST",
+            "    Return a list of all commands in this server.",
+            "INFO [<command-name> ...]",
+            "    Return details about multiple commands.",
+            "    If no command names are given, documentation details for all",
+            "    commands are returned.",
+            "DOCS [<command-name> ...]",
+            "    Return documentation details about multiple commands.",
+            "    If no command names are given, documentation details for all",
+            "    commands are returned.",
+            "GETKEYS <full-command>",
+            "    Return the keys from a full command.",
+            "GETKEYSANDFLAGS <full-command>",
+            "    Return the keys and the access flags from a full command.",
+        ],
+    );
     Ok(Flow::Continue)
 }
 
@@ -562,7 +637,10 @@ mod tests {
     fn info_bytes_equal_valkeys() {
         let srv = server();
         let mut c = client(&srv, 45000);
-        assert_eq!(c.run(&srv, &["command", "info", "get", "SET", "nosuch"]), format!("*3\r\n{GET_INFO}{SET_INFO}$-1\r\n"));
+        assert_eq!(
+            c.run(&srv, &["command", "info", "get", "SET", "nosuch"]),
+            format!("*3\r\n{GET_INFO}{SET_INFO}$-1\r\n")
+        );
         c.run(&srv, &["hello", "3"]);
         assert_eq!(c.run(&srv, &["command", "info", "get"]), GET_INFO_RESP3);
         assert_eq!(c.run(&srv, &["command", "info", "nosuch"]), "*1\r\n_\r\n");
@@ -573,9 +651,17 @@ mod tests {
         let srv = server();
         let mut c = client(&srv, 45001);
         let r = c.run(&srv, &["command", "info", "client"]);
-        assert!(r.starts_with("*1\r\n*10\r\n$6\r\nclient\r\n:-2\r\n*0\r\n:0\r\n:0\r\n:0\r\n*1\r\n+@slow\r\n*0\r\n*0\r\n*"), "{r}");
+        assert!(
+            r.starts_with("*1\r\n*10\r\n$6\r\nclient\r\n:-2\r\n*0\r\n:0\r\n:0\r\n:0\r\n*1\r\n+@slow\r\n*0\r\n*0\r\n*"),
+            "{r}"
+        );
         assert!(r.contains("$11\r\nclient|list\r\n:-2\r\n*4\r\n+admin\r\n+noscript\r\n+loading\r\n+stale\r\n"), "{r}");
-        assert!(r.contains("*4\r\n+@admin\r\n+@slow\r\n+@dangerous\r\n+@connection\r\n*1\r\n$23\r\nnondeterministic_output\r\n"), "{r}");
+        assert!(
+            r.contains(
+                "*4\r\n+@admin\r\n+@slow\r\n+@dangerous\r\n+@connection\r\n*1\r\n$23\r\nnondeterministic_output\r\n"
+            ),
+            "{r}"
+        );
         let r = c.run(&srv, &["command", "info", "client|id"]);
         assert!(r.starts_with("*1\r\n*10\r\n$9\r\nclient|id\r\n:2\r\n"), "{r}");
         let n = srv.registry.top_level().count();
@@ -589,7 +675,10 @@ mod tests {
         let mut c = client(&srv, 45002);
         assert_eq!(c.run(&srv, &["command", "docs", "nosuch"]), "*0\r\n");
         let r = c.run(&srv, &["command", "docs", "time"]);
-        assert_eq!(r, "*2\r\n$4\r\ntime\r\n*8\r\n$7\r\nsummary\r\n$24\r\nReturns the server time.\r\n$5\r\nsince\r\n$5\r\n2.6.0\r\n$5\r\ngroup\r\n$6\r\nserver\r\n$10\r\ncomplexity\r\n$4\r\nO(1)\r\n");
+        assert_eq!(
+            r,
+            "*2\r\n$4\r\ntime\r\n*8\r\n$7\r\nsummary\r\n$24\r\nReturns the server time.\r\n$5\r\nsince\r\n$5\r\n2.6.0\r\n$5\r\ngroup\r\n$6\r\nserver\r\n$10\r\ncomplexity\r\n$4\r\nO(1)\r\n"
+        );
         c.run(&srv, &["hello", "3"]);
         let r = c.run(&srv, &["command", "docs", "slowlog"]);
         assert!(r.starts_with("%1\r\n$7\r\nslowlog\r\n%5\r\n"), "{r}");
@@ -604,7 +693,10 @@ mod tests {
         let mut c = client(&srv, 45003);
         let all = c.run(&srv, &["command", "list"]);
         assert!(all.starts_with(&format!("*{}\r\n", srv.registry.len())) && all.contains("$11\r\nclient|list\r\n"));
-        assert_eq!(c.run(&srv, &["command", "list", "filterby", "pattern", "CLIENT|L*"]), "*1\r\n$11\r\nclient|list\r\n");
+        assert_eq!(
+            c.run(&srv, &["command", "list", "filterby", "pattern", "CLIENT|L*"]),
+            "*1\r\n$11\r\nclient|list\r\n"
+        );
         let r = c.run(&srv, &["command", "list", "filterby", "aclcat", "STRING"]);
         assert!(r.contains("$3\r\nget\r\n") && !r.contains("ping"), "{r}");
         assert_eq!(c.run(&srv, &["command", "list", "filterby", "aclcat", "nosuch"]), "*0\r\n");
@@ -619,16 +711,25 @@ mod tests {
         let mut c = client(&srv, 45004);
         assert_eq!(c.run(&srv, &["command", "getkeys", "get", "k"]), "*1\r\n$1\r\nk\r\n");
         assert_eq!(c.run(&srv, &["command", "getkeys", "del", "a", "b"]), "*2\r\n$1\r\na\r\n$1\r\nb\r\n");
-        assert_eq!(c.run(&srv, &["command", "getkeysandflags", "set", "k", "v"]),
-            "*1\r\n*2\r\n$1\r\nk\r\n*2\r\n+OW\r\n+update\r\n");
-        assert_eq!(c.run(&srv, &["command", "getkeysandflags", "set", "k", "v", "get"]),
-            "*1\r\n*2\r\n$1\r\nk\r\n*3\r\n+RW\r\n+access\r\n+update\r\n");
+        assert_eq!(
+            c.run(&srv, &["command", "getkeysandflags", "set", "k", "v"]),
+            "*1\r\n*2\r\n$1\r\nk\r\n*2\r\n+OW\r\n+update\r\n"
+        );
+        assert_eq!(
+            c.run(&srv, &["command", "getkeysandflags", "set", "k", "v", "get"]),
+            "*1\r\n*2\r\n$1\r\nk\r\n*3\r\n+RW\r\n+access\r\n+update\r\n"
+        );
         assert_eq!(c.run(&srv, &["command", "getkeys", "nosuch", "k"]), "-ERR Invalid command specified\r\n");
         assert_eq!(c.run(&srv, &["command", "getkeys", "client", "nosuch"]), "-ERR Invalid command specified\r\n");
         assert_eq!(c.run(&srv, &["command", "getkeys", "ping", "x"]), "-ERR The command has no key arguments\r\n");
-        assert_eq!(c.run(&srv, &["command", "getkeys", "get", "a", "b"]),
-            "-ERR Invalid number of arguments specified for command\r\n");
-        assert_eq!(c.run(&srv, &["command", "getkeys"]), "-ERR wrong number of arguments for 'command|getkeys' command\r\n");
+        assert_eq!(
+            c.run(&srv, &["command", "getkeys", "get", "a", "b"]),
+            "-ERR Invalid number of arguments specified for command\r\n"
+        );
+        assert_eq!(
+            c.run(&srv, &["command", "getkeys"]),
+            "-ERR wrong number of arguments for 'command|getkeys' command\r\n"
+        );
         assert_eq!(c.run(&srv, &["command", "nosuch"]), "-ERR unknown subcommand 'nosuch'. Try COMMAND HELP.\r\n");
         assert!(c.run(&srv, &["command", "help"]).starts_with("*21\r\n+COMMAND <subcommand>"));
     }
@@ -641,11 +742,17 @@ mod tests {
         assert_eq!(legacy_range(&[one(1), one(2)]), ((1, 2, 1), false));
         // Not adjacent: the second spec is skipped and the command is movable.
         assert_eq!(legacy_range(&[one(1), one(3)]), ((1, 1, 1), true));
-        let kw = KeySpec { flags: kf::RO, begin: BeginSearch::Keyword { keyword: "STREAMS", start_from: 1 },
-            find: FindKeys::Range { last_key: -1, step: 1, limit: 2 } };
+        let kw = KeySpec {
+            flags: kf::RO,
+            begin: BeginSearch::Keyword { keyword: "STREAMS", start_from: 1 },
+            find: FindKeys::Range { last_key: -1, step: 1, limit: 2 },
+        };
         assert_eq!(legacy_range(&[kw]), ((0, 0, 0), true));
-        let numkeys = KeySpec { flags: kf::RO, begin: BeginSearch::Index(2),
-            find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 } };
+        let numkeys = KeySpec {
+            flags: kf::RO,
+            begin: BeginSearch::Index(2),
+            find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 },
+        };
         assert_eq!(legacy_range(&[one(1), numkeys]), ((1, 1, 1), true));
         let incomplete = KeySpec::single(1, kf::RO | kf::INCOMPLETE);
         assert_eq!(legacy_range(&[incomplete]), ((1, 1, 1), true));

@@ -17,23 +17,68 @@ use crate::session::Session;
 const ADMIN_FLAGS: u32 = f::ADMIN | f::NOSCRIPT | f::LOADING | f::STALE;
 
 /// CONFIG and its subcommands.
-pub static COMMANDS: &[ServerSpec] = &[CommandSpec::container("config", -2, "server", "2.0.0",
-    "A container for server configuration commands.", SUBCOMMANDS)];
+pub static COMMANDS: &[ServerSpec] = &[CommandSpec::container(
+    "config",
+    -2,
+    "server",
+    "2.0.0",
+    "A container for server configuration commands.",
+    SUBCOMMANDS,
+)];
 
 static SUBCOMMANDS: &[ServerSpec] = &[
-    row("get", -3, ADMIN_FLAGS, 0, &[], "server", "2.0.0",
+    row(
+        "get",
+        -3,
+        ADMIN_FLAGS,
+        0,
+        &[],
+        "server",
+        "2.0.0",
         "Returns the effective values of configuration parameters.",
-        "O(N) when N is the number of configuration parameters provided", get),
-    row("set", -4, ADMIN_FLAGS | f::MAY_REPLICATE, 0, &[], "server", "2.0.0",
+        "O(N) when N is the number of configuration parameters provided",
+        get,
+    ),
+    row(
+        "set",
+        -4,
+        ADMIN_FLAGS | f::MAY_REPLICATE,
+        0,
+        &[],
+        "server",
+        "2.0.0",
         "Sets configuration parameters in-flight.",
-        "O(N) when N is the number of configuration parameters provided", set)
-        .with_tips(&["request_policy:all_nodes", "response_policy:all_succeeded"]),
+        "O(N) when N is the number of configuration parameters provided",
+        set,
+    )
+    .with_tips(&["request_policy:all_nodes", "response_policy:all_succeeded"]),
     row("resetstat", 2, ADMIN_FLAGS, 0, &[], "server", "2.0.0", "Resets the server's statistics.", "O(1)", resetstat)
         .with_tips(&["request_policy:all_nodes", "response_policy:all_succeeded"]),
-    row("rewrite", 2, ADMIN_FLAGS, 0, &[], "server", "2.8.0",
-        "Persists the effective configuration to file.", "O(1)", rewrite)
-        .with_tips(&["request_policy:all_nodes", "response_policy:all_succeeded"]),
-    row("help", 2, f::LOADING | f::STALE, acl::SLOW, &[], "server", "5.0.0", "Returns helpful text about the different subcommands.", "O(1)", help),
+    row(
+        "rewrite",
+        2,
+        ADMIN_FLAGS,
+        0,
+        &[],
+        "server",
+        "2.8.0",
+        "Persists the effective configuration to file.",
+        "O(1)",
+        rewrite,
+    )
+    .with_tips(&["request_policy:all_nodes", "response_policy:all_succeeded"]),
+    row(
+        "help",
+        2,
+        f::LOADING | f::STALE,
+        acl::SLOW,
+        &[],
+        "server",
+        "5.0.0",
+        "Returns helpful text about the different subcommands.",
+        "O(1)",
+        help,
+    ),
 ];
 
 fn get(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {

@@ -18,8 +18,18 @@ use crate::server::{Server, int_of, random_hex, str_of, unix_ms};
 use crate::session::Session;
 
 /// DEBUG's row.
-pub static COMMANDS: &[ServerSpec] = &[row("debug", -2, f::ADMIN | f::NOSCRIPT | f::LOADING | f::STALE | f::PROTECTED, 0,
-    &[], "server", "1.0.0", "A container for debugging commands.", "Depends on subcommand.", debug)];
+pub static COMMANDS: &[ServerSpec] = &[row(
+    "debug",
+    -2,
+    f::ADMIN | f::NOSCRIPT | f::LOADING | f::STALE | f::PROTECTED,
+    0,
+    &[],
+    "server",
+    "1.0.0",
+    "A container for debugging commands.",
+    "Depends on subcommand.",
+    debug,
+)];
 
 /// Whether `enable-debug-command` (`no`, `yes` or `local`) lets this client run DEBUG.
 pub fn debug_allowed(setting: &str, peer_is_loopback: bool) -> bool {
@@ -128,8 +138,9 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
             let now = unix_ms();
             let engine = srv.engine.load();
             let knobs = list_knobs(srv);
-            let line = with_entry(srv, sess.db, args.get(2), |e| object_line(e, fast, now, engine.lfu_decay_time, knobs))
-                .ok_or(CommandError::NoSuchKey)?;
+            let line =
+                with_entry(srv, sess.db, args.get(2), |e| object_line(e, fast, now, engine.lfu_decay_time, knobs))
+                    .ok_or(CommandError::NoSuchKey)?;
             out.simple(&line);
         }
         ("change-repl-id", 2) => {
@@ -220,33 +231,37 @@ fn dataset_digest(srv: &Server) -> [u8; 20] {
 }
 
 fn help(args: &Args<'_>, out: &mut ReplyBuf) {
-    reply_help(out, args, &[
-        "CHANGE-REPL-ID",
-        "    Change the replication IDs of the instance.",
-        "    Dangerous: should be used only for testing the replication subsystem.",
-        "DIGEST",
-        "    Output a hex signature representing the current DB content.",
-        "DIGEST-VALUE <key> [<key> ...]",
-        "    Output a hex signature of the values of all the specified keys.",
-        "LOG <message>",
-        "    Write <message> to the server log.",
-        "OBJECT <key> [fast]",
-        "    Show low level info about `key` and associated value.",
-        "    Some fields of the default behavior may be time consuming to fetch,",
-        "    and `fast` can be passed to avoid fetching them.",
-        "RELOAD [option ...]",
-        "    Save the RDB on disk and reload it back to memory. Valid <option> values:",
-        "    * MERGE: conflicting keys will be loaded from RDB.",
-        "    * NOFLUSH: the existing database will not be removed before load, but",
-        "      conflicting keys will generate an exception and kill the server.",
-        "    * NOSAVE: the database will be loaded from an existing RDB file.",
-        "SET-ACTIVE-EXPIRE <0|1>",
-        "    Setting it to 0 disables expiring keys in background when they are not",
-        "    accessed (otherwise the behavior). Setting it to 1 reenables back the",
-        "    default.",
-        "SLEEP <seconds>",
-        "    Stop the server for <seconds>. Decimals allowed.",
-    ]);
+    reply_help(
+        out,
+        args,
+        &[
+            "CHANGE-REPL-ID",
+            "    Change the replication IDs of the instance.",
+            "    Dangerous: should be used only for testing the replication subsystem.",
+            "DIGEST",
+            "    Output a hex signature representing the current DB content.",
+            "DIGEST-VALUE <key> [<key> ...]",
+            "    Output a hex signature of the values of all the specified keys.",
+            "LOG <message>",
+            "    Write <message> to the server log.",
+            "OBJECT <key> [fast]",
+            "    Show low level info about `key` and associated value.",
+            "    Some fields of the default behavior may be time consuming to fetch,",
+            "    and `fast` can be passed to avoid fetching them.",
+            "RELOAD [option ...]",
+            "    Save the RDB on disk and reload it back to memory. Valid <option> values:",
+            "    * MERGE: conflicting keys will be loaded from RDB.",
+            "    * NOFLUSH: the existing database will not be removed before load, but",
+            "      conflicting keys will generate an exception and kill the server.",
+            "    * NOSAVE: the database will be loaded from an existing RDB file.",
+            "SET-ACTIVE-EXPIRE <0|1>",
+            "    Setting it to 0 disables expiring keys in background when they are not",
+            "    accessed (otherwise the behavior). Setting it to 1 reenables back the",
+            "    default.",
+            "SLEEP <seconds>",
+            "    Stop the server for <seconds>. Decimals allowed.",
+        ],
+    );
 }
 
 #[cfg(test)]
@@ -262,7 +277,9 @@ mod tests {
         let srv = server();
         let mut c = client(&srv, 44000);
         if str_of(&srv.settings.load(), "enable-debug-command", "no") == "no" {
-            assert!(c.run(&srv, &["debug", "sleep", "0"]).starts_with("-ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run"));
+            assert!(c.run(&srv, &["debug", "sleep", "0"]).starts_with(
+                "-ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run"
+            ));
         }
     }
 
@@ -296,15 +313,19 @@ mod tests {
         assert_eq!(debug(&srv, &mut c, &["debug", "change-repl-id"]), "+OK\r\n");
         assert_ne!(*srv.replid.lock(), old);
         assert_eq!(debug(&srv, &mut c, &["debug", "reload", "nosave", "merge"]), "+OK\r\n");
-        assert_eq!(debug(&srv, &mut c, &["debug", "reload", "x"]),
-            "-ERR DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options.\r\n");
+        assert_eq!(
+            debug(&srv, &mut c, &["debug", "reload", "x"]),
+            "-ERR DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options.\r\n"
+        );
         assert_eq!(debug(&srv, &mut c, &["debug", "log", "hello"]), "+OK\r\n");
         let d = debug(&srv, &mut c, &["debug", "digest"]);
         assert!(d.len() == 43 && d != format!("+{}\r\n", "0".repeat(40)), "{d}");
         let v = debug(&srv, &mut c, &["debug", "digest-value", "n", "nokey"]);
         assert!(v.starts_with("*2\r\n+") && v.ends_with(&format!("+{}\r\n", "0".repeat(40))), "{v}");
-        assert_eq!(debug(&srv, &mut c, &["debug", "nosuch"]),
-            "-ERR unknown subcommand or wrong number of arguments for 'nosuch'. Try DEBUG HELP.\r\n");
+        assert_eq!(
+            debug(&srv, &mut c, &["debug", "nosuch"]),
+            "-ERR unknown subcommand or wrong number of arguments for 'nosuch'. Try DEBUG HELP.\r\n"
+        );
         assert!(debug(&srv, &mut c, &["debug", "help"]).starts_with("*28\r\n+DEBUG <subcommand>"));
     }
 
@@ -321,7 +342,10 @@ mod tests {
         assert_eq!(dataset_digest(&srv), one);
         let knobs = list_knobs(&srv);
         let line = with_entry(&srv, 0, b"k", |e| object_line(e, false, unix_ms(), 1, knobs)).unwrap();
-        assert!(line.starts_with("Value at:0x") && line.contains(" refcount:1 encoding:embstr serializedlength:2 lru:"), "{line}");
+        assert!(
+            line.starts_with("Value at:0x") && line.contains(" refcount:1 encoding:embstr serializedlength:2 lru:"),
+            "{line}"
+        );
         assert!(line.contains(" lru_seconds_idle:0 lfu_freq:"), "{line}");
     }
 
@@ -358,7 +382,12 @@ mod tests {
         c.run(&srv, &["expire", "h", "100"]);
         assert_eq!(digest_of(&srv, &mut c, "h"), "90523082508f76311ca3a06c1df566a279ff0798");
         // The same values in the big encodings digest the same: order never leaks in.
-        for cfg in ["set-max-intset-entries", "set-max-listpack-entries", "hash-max-listpack-entries", "zset-max-listpack-entries"] {
+        for cfg in [
+            "set-max-intset-entries",
+            "set-max-listpack-entries",
+            "hash-max-listpack-entries",
+            "zset-max-listpack-entries",
+        ] {
             c.run(&srv, &["config", "set", cfg, "0"]);
         }
         c.run(&srv, &["config", "set", "list-max-listpack-size", "1"]);
@@ -387,7 +416,9 @@ mod tests {
         c.run(&srv, &["sadd", "sp", "x"]);
         c.run(&srv, &["zadd", "z", "1", "a"]);
         c.run(&srv, &["rpush", "l", "a"]);
-        for (key, enc) in [("h", "listpack"), ("si", "intset"), ("sp", "listpack"), ("z", "listpack"), ("l", "listpack")] {
+        for (key, enc) in
+            [("h", "listpack"), ("si", "intset"), ("sp", "listpack"), ("z", "listpack"), ("l", "listpack")]
+        {
             let r = debug(&srv, &mut c, &["debug", "object", key]);
             assert!(r.contains(&format!(" encoding:{enc} serializedlength:")), "{key}: {r}");
             assert!(!r.contains("ql_nodes"), "{key}: {r}");
@@ -397,10 +428,18 @@ mod tests {
         // redis-server 7.0.15 prints these fields for the same list and setting.
         let r = debug(&srv, &mut c, &["debug", "object", "ql"]);
         assert!(r.contains(" encoding:quicklist serializedlength:"), "{r}");
-        assert!(r.ends_with(" ql_nodes:3 ql_avg_node:1.67 ql_listpack_max:2 ql_compressed:0 ql_uncompressed_size:36\r\n"), "{r}");
+        assert!(
+            r.ends_with(" ql_nodes:3 ql_avg_node:1.67 ql_listpack_max:2 ql_compressed:0 ql_uncompressed_size:36\r\n"),
+            "{r}"
+        );
         let r = debug(&srv, &mut c, &["debug", "object", "ql", "fast"]);
         assert!(r.ends_with(" ql_compressed:0\r\n") && !r.contains("serializedlength"), "{r}");
-        for cfg in ["hash-max-listpack-entries", "set-max-intset-entries", "set-max-listpack-entries", "zset-max-listpack-entries"] {
+        for cfg in [
+            "hash-max-listpack-entries",
+            "set-max-intset-entries",
+            "set-max-listpack-entries",
+            "zset-max-listpack-entries",
+        ] {
             c.run(&srv, &["config", "set", cfg, "0"]);
         }
         c.run(&srv, &["hset", "h", "g", "w"]);

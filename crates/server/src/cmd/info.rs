@@ -17,14 +17,33 @@ use crate::server::{Server, int_of, unix_ms, unix_us};
 use crate::session::{Session, flag};
 
 /// INFO's row.
-pub static COMMANDS: &[ServerSpec] = &[row("info", -1, f::LOADING | f::STALE, acl::DANGEROUS, &[], "server", "1.0.0",
-    "Returns information and statistics about the server.", "O(1)", info)
-    .with_tips(&["nondeterministic_output", "request_policy:all_shards", "response_policy:special"])];
+pub static COMMANDS: &[ServerSpec] = &[row(
+    "info",
+    -1,
+    f::LOADING | f::STALE,
+    acl::DANGEROUS,
+    &[],
+    "server",
+    "1.0.0",
+    "Returns information and statistics about the server.",
+    "O(1)",
+    info,
+)
+.with_tips(&["nondeterministic_output", "request_policy:all_shards", "response_policy:special"])];
 
 /// Sections printed by a bare INFO or `INFO default`, in order.
 const DEFAULT_SECTIONS: &[&str] = &[
-    "server", "clients", "memory", "persistence", "stats", "replication", "cpu", "module_list", "errorstats",
-    "cluster", "keyspace",
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "cpu",
+    "module_list",
+    "errorstats",
+    "cluster",
+    "keyspace",
 ];
 
 /// Which sections a call asks for (Valkey's `genInfoSectionDict`).
@@ -100,7 +119,9 @@ pub fn generate(srv: &Server, sel: &Selection) -> String {
         ("commandstats", "Commandstats", commandstats),
         ("errorstats", "Errorstats", errorstats),
         ("latencystats", "Latencystats", latencystats),
-        ("cluster", "Cluster", |_, o| { fields!(o, "cluster_enabled" => 0); }),
+        ("cluster", "Cluster", |_, o| {
+            fields!(o, "cluster_enabled" => 0);
+        }),
         ("keyspace", "Keyspace", keyspace),
     ];
     let mut first = true;
@@ -227,7 +248,10 @@ fn memory(srv: &Server, o: &mut String) {
         .clients
         .snapshot()
         .iter()
-        .map(|c| (c.qbuf.load(Ordering::Relaxed) + c.qbuf_free.load(Ordering::Relaxed) + c.omem.load(Ordering::Relaxed)) as u64)
+        .map(|c| {
+            (c.qbuf.load(Ordering::Relaxed) + c.qbuf_free.load(Ordering::Relaxed) + c.omem.load(Ordering::Relaxed))
+                as u64
+        })
         .sum();
     let startup = srv.startup_memory.load(Ordering::Relaxed);
     let overhead = startup + clients_mem;

@@ -15,21 +15,57 @@ use crate::server::Server;
 use crate::session::Session;
 
 /// Subcommands merged into MEMORY.
-pub static COMMANDS: &[ServerSpec] = &[CommandSpec::container("memory", -2, "server", "4.0.0",
-    "A container for memory diagnostics commands.", SUBCOMMANDS)];
+pub static COMMANDS: &[ServerSpec] = &[CommandSpec::container(
+    "memory",
+    -2,
+    "server",
+    "4.0.0",
+    "A container for memory diagnostics commands.",
+    SUBCOMMANDS,
+)];
 
 static SUBCOMMANDS: &[ServerSpec] = &[
-    row("stats", 2, f::READONLY, acl::SLOW, &[], "server", "4.0.0",
-        "Returns details about memory usage.", "O(1)", stats)
-        .with_tips(&["nondeterministic_output", "request_policy:all_shards", "response_policy:special"]),
+    row(
+        "stats",
+        2,
+        f::READONLY,
+        acl::SLOW,
+        &[],
+        "server",
+        "4.0.0",
+        "Returns details about memory usage.",
+        "O(1)",
+        stats,
+    )
+    .with_tips(&["nondeterministic_output", "request_policy:all_shards", "response_policy:special"]),
     row("doctor", 2, 0, acl::SLOW, &[], "server", "4.0.0", "Outputs a memory problems report.", "O(1)", doctor)
         .with_tips(&["nondeterministic_output", "request_policy:all_shards", "response_policy:special"]),
-    row("malloc-stats", 2, 0, acl::SLOW, &[], "server", "4.0.0", "Returns the allocator statistics.",
-        "Depends on how much memory is allocated, could be slow", malloc_stats)
-        .with_tips(&["nondeterministic_output", "request_policy:all_shards", "response_policy:special"]),
-    row("purge", 2, 0, acl::SLOW, &[], "server", "4.0.0", "Asks the allocator to release memory.",
-        "Depends on how much memory is allocated, could be slow", purge)
-        .with_tips(&["request_policy:all_shards", "response_policy:all_succeeded"]),
+    row(
+        "malloc-stats",
+        2,
+        0,
+        acl::SLOW,
+        &[],
+        "server",
+        "4.0.0",
+        "Returns the allocator statistics.",
+        "Depends on how much memory is allocated, could be slow",
+        malloc_stats,
+    )
+    .with_tips(&["nondeterministic_output", "request_policy:all_shards", "response_policy:special"]),
+    row(
+        "purge",
+        2,
+        0,
+        acl::SLOW,
+        &[],
+        "server",
+        "4.0.0",
+        "Asks the allocator to release memory.",
+        "Depends on how much memory is allocated, could be slow",
+        purge,
+    )
+    .with_tips(&["request_policy:all_shards", "response_policy:all_succeeded"]),
 ];
 
 /// Figures MEMORY STATS and DOCTOR share.
@@ -203,7 +239,11 @@ fn doctor(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res
         if issues.is_empty() {
             report.push_str("Hi Sam, I can't find any memory issue in your instance. I can only account for what occurs on this base.");
         } else {
-            let _ = write!(report, "Sam, I detected a few issues in this hotkv instance memory implants:\n\n{}\n", issues.join("\n\n"));
+            let _ = write!(
+                report,
+                "Sam, I detected a few issues in this hotkv instance memory implants:\n\n{}\n",
+                issues.join("\n\n")
+            );
         }
     }
     out.verbatim(report.as_bytes());
@@ -226,7 +266,13 @@ fn purge(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Resu
     #[allow(unsafe_code)]
     // SAFETY: NAME is NUL-terminated, and a void mallctl takes no old or new value pointers.
     let rc = unsafe {
-        tikv_jemalloc_sys::mallctl(NAME.as_ptr().cast(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), 0)
+        tikv_jemalloc_sys::mallctl(
+            NAME.as_ptr().cast(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        )
     };
     if rc != 0 {
         return Err(CommandError::err("Error purging dirty pages"));

@@ -15,43 +15,180 @@ const SHARD_KEYS: &[KeySpec] = &[KeySpec::range(1, -1, 1, key_flags::NOT_KEY)];
 
 /// Pub/Sub command rows.
 pub static COMMANDS: &[ServerSpec] = &[
-    row("subscribe", -2, SUB, 0, &[], "pubsub", "2.0.0", "Listens for messages published to channels.",
-        "O(N) where N is the number of channels to subscribe to.", subscribe),
-    row("unsubscribe", -1, SUB, 0, &[], "pubsub", "2.0.0", "Stops listening to messages posted to channels.",
-        "O(N) where N is the number of channels to unsubscribe.", unsubscribe),
-    row("psubscribe", -2, SUB, 0, &[], "pubsub", "2.0.0", "Listens for messages published to channels that match one or more patterns.",
-        "O(N) where N is the number of patterns to subscribe to.", psubscribe),
-    row("punsubscribe", -1, SUB, 0, &[], "pubsub", "2.0.0", "Stops listening to messages published to channels that match one or more patterns.",
-        "O(N) where N is the number of patterns to unsubscribe.", punsubscribe),
-    row("ssubscribe", -2, SUB, 0, SHARD_KEYS, "pubsub", "7.0.0", "Listens for messages published to shard channels.",
-        "O(N) where N is the number of shard channels to subscribe to.", ssubscribe),
-    row("sunsubscribe", -1, SUB, 0, SHARD_KEYS, "pubsub", "7.0.0", "Stops listening to messages posted to shard channels.",
-        "O(N) where N is the number of shard channels to unsubscribe.", sunsubscribe),
-    row("publish", 3, f::PUBSUB | f::LOADING | f::STALE | f::FAST | f::MAY_REPLICATE, 0, &[], "pubsub", "2.0.0",
+    row(
+        "subscribe",
+        -2,
+        SUB,
+        0,
+        &[],
+        "pubsub",
+        "2.0.0",
+        "Listens for messages published to channels.",
+        "O(N) where N is the number of channels to subscribe to.",
+        subscribe,
+    ),
+    row(
+        "unsubscribe",
+        -1,
+        SUB,
+        0,
+        &[],
+        "pubsub",
+        "2.0.0",
+        "Stops listening to messages posted to channels.",
+        "O(N) where N is the number of channels to unsubscribe.",
+        unsubscribe,
+    ),
+    row(
+        "psubscribe",
+        -2,
+        SUB,
+        0,
+        &[],
+        "pubsub",
+        "2.0.0",
+        "Listens for messages published to channels that match one or more patterns.",
+        "O(N) where N is the number of patterns to subscribe to.",
+        psubscribe,
+    ),
+    row(
+        "punsubscribe",
+        -1,
+        SUB,
+        0,
+        &[],
+        "pubsub",
+        "2.0.0",
+        "Stops listening to messages published to channels that match one or more patterns.",
+        "O(N) where N is the number of patterns to unsubscribe.",
+        punsubscribe,
+    ),
+    row(
+        "ssubscribe",
+        -2,
+        SUB,
+        0,
+        SHARD_KEYS,
+        "pubsub",
+        "7.0.0",
+        "Listens for messages published to shard channels.",
+        "O(N) where N is the number of shard channels to subscribe to.",
+        ssubscribe,
+    ),
+    row(
+        "sunsubscribe",
+        -1,
+        SUB,
+        0,
+        SHARD_KEYS,
+        "pubsub",
+        "7.0.0",
+        "Stops listening to messages posted to shard channels.",
+        "O(N) where N is the number of shard channels to unsubscribe.",
+        sunsubscribe,
+    ),
+    row(
+        "publish",
+        3,
+        f::PUBSUB | f::LOADING | f::STALE | f::FAST | f::MAY_REPLICATE,
+        0,
+        &[],
+        "pubsub",
+        "2.0.0",
         "Posts a message to a channel.",
         "O(N+M) where N is the number of clients subscribed to the receiving channel and M is the total number of subscribed patterns (by any client).",
-        publish),
-    row("spublish", 3, f::PUBSUB | f::LOADING | f::STALE | f::FAST | f::MAY_REPLICATE, 0,
-        &[KeySpec::single(1, key_flags::NOT_KEY)], "pubsub", "7.0.0", "Post a message to a shard channel",
-        "O(N) where N is the number of clients subscribed to the receiving shard channel.", spublish),
+        publish,
+    ),
+    row(
+        "spublish",
+        3,
+        f::PUBSUB | f::LOADING | f::STALE | f::FAST | f::MAY_REPLICATE,
+        0,
+        &[KeySpec::single(1, key_flags::NOT_KEY)],
+        "pubsub",
+        "7.0.0",
+        "Post a message to a shard channel",
+        "O(N) where N is the number of clients subscribed to the receiving shard channel.",
+        spublish,
+    ),
     CommandSpec::container("pubsub", -2, "pubsub", "2.8.0", "A container for Pub/Sub commands.", PUBSUB_SUBS),
 ];
 
 const INTRO: u32 = f::PUBSUB | f::LOADING | f::STALE;
 
 static PUBSUB_SUBS: &[ServerSpec] = &[
-    row("channels", -2, INTRO, 0, &[], "pubsub", "2.8.0", "Returns the active channels.",
+    row(
+        "channels",
+        -2,
+        INTRO,
+        0,
+        &[],
+        "pubsub",
+        "2.8.0",
+        "Returns the active channels.",
         "O(N) where N is the number of active channels, and assuming constant time pattern matching (relatively short channels and patterns)",
-        channels),
-    row("numsub", -2, INTRO, 0, &[], "pubsub", "2.8.0", "Returns a count of subscribers to channels.",
-        "O(N) for the NUMSUB subcommand, where N is the number of requested channels", numsub),
-    row("numpat", 2, INTRO, 0, &[], "pubsub", "2.8.0", "Returns a count of unique pattern subscriptions.", "O(1)", numpat),
-    row("shardchannels", -2, INTRO, 0, &[], "pubsub", "7.0.0", "Returns the active shard channels.",
+        channels,
+    ),
+    row(
+        "numsub",
+        -2,
+        INTRO,
+        0,
+        &[],
+        "pubsub",
+        "2.8.0",
+        "Returns a count of subscribers to channels.",
+        "O(N) for the NUMSUB subcommand, where N is the number of requested channels",
+        numsub,
+    ),
+    row(
+        "numpat",
+        2,
+        INTRO,
+        0,
+        &[],
+        "pubsub",
+        "2.8.0",
+        "Returns a count of unique pattern subscriptions.",
+        "O(1)",
+        numpat,
+    ),
+    row(
+        "shardchannels",
+        -2,
+        INTRO,
+        0,
+        &[],
+        "pubsub",
+        "7.0.0",
+        "Returns the active shard channels.",
         "O(N) where N is the number of active shard channels, and assuming constant time pattern matching (relatively short shard channels).",
-        shardchannels),
-    row("shardnumsub", -2, INTRO, 0, &[], "pubsub", "7.0.0", "Returns the count of subscribers of shard channels.",
-        "O(N) for the SHARDNUMSUB subcommand, where N is the number of requested shard channels", shardnumsub),
-    row("help", 2, f::LOADING | f::STALE, acl::SLOW, &[], "pubsub", "6.2.0", "Returns helpful text about the different subcommands.", "O(1)", help),
+        shardchannels,
+    ),
+    row(
+        "shardnumsub",
+        -2,
+        INTRO,
+        0,
+        &[],
+        "pubsub",
+        "7.0.0",
+        "Returns the count of subscribers of shard channels.",
+        "O(N) for the SHARDNUMSUB subcommand, where N is the number of requested shard channels",
+        shardnumsub,
+    ),
+    row(
+        "help",
+        2,
+        f::LOADING | f::STALE,
+        acl::SLOW,
+        &[],
+        "pubsub",
+        "6.2.0",
+        "Returns helpful text about the different subcommands.",
+        "O(1)",
+        help,
+    ),
 ];
 
 fn subs(sess: &mut Session) -> &mut ClientSubs {
@@ -75,7 +212,13 @@ fn reply(out: &mut ReplyBuf, word: &[u8], name: Option<&[u8]>, count: i64) {
     out.int(count);
 }
 
-fn do_subscribe(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf, kind: Kind) -> Result<Flow, CommandError> {
+fn do_subscribe(
+    srv: &Server,
+    sess: &mut Session,
+    args: Args<'_>,
+    out: &mut ReplyBuf,
+    kind: Kind,
+) -> Result<Flow, CommandError> {
     for name in args.iter().skip(1) {
         srv.pubsub.subscribe(kind, name, subs(sess));
         reply(out, kind.subscribe_word(), Some(name), count(sess, kind));
@@ -87,7 +230,13 @@ fn do_subscribe(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut Repl
     Ok(Flow::Continue)
 }
 
-fn do_unsubscribe(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf, kind: Kind) -> Result<Flow, CommandError> {
+fn do_unsubscribe(
+    srv: &Server,
+    sess: &mut Session,
+    args: Args<'_>,
+    out: &mut ReplyBuf,
+    kind: Kind,
+) -> Result<Flow, CommandError> {
     let names: Vec<Vec<u8>> = if args.len() > 1 {
         args.iter().skip(1).map(<[u8]>::to_vec).collect()
     } else {
@@ -145,7 +294,10 @@ fn spublish(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -
 
 fn list_channels(srv: &Server, args: &Args<'_>, out: &mut ReplyBuf, kind: Kind) -> Result<Flow, CommandError> {
     if args.len() > 3 {
-        return Err(CommandError::WrongArity(format!("pubsub|{}", String::from_utf8_lossy(args.get(1)).to_ascii_lowercase())));
+        return Err(CommandError::WrongArity(format!(
+            "pubsub|{}",
+            String::from_utf8_lossy(args.get(1)).to_ascii_lowercase()
+        )));
     }
     let found = srv.pubsub.channels(kind, args.opt(2));
     out.array(found.len());

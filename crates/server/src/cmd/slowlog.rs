@@ -19,37 +19,152 @@ const LAT_TIPS: &[&str] = &["nondeterministic_output", "request_policy:all_nodes
 
 /// SLOWLOG and LATENCY rows.
 pub static COMMANDS: &[ServerSpec] = &[
-    CommandSpec::container("slowlog", -2, "server", "2.2.12", "A container for slow log commands.", &[
-        row("get", -2, ADMIN, 0, &[], "server", "2.2.12", "Returns the slow log's entries.",
-            "O(N) where N is the number of entries returned", slowlog_get)
+    CommandSpec::container(
+        "slowlog",
+        -2,
+        "server",
+        "2.2.12",
+        "A container for slow log commands.",
+        &[
+            row(
+                "get",
+                -2,
+                ADMIN,
+                0,
+                &[],
+                "server",
+                "2.2.12",
+                "Returns the slow log's entries.",
+                "O(N) where N is the number of entries returned",
+                slowlog_get,
+            )
             .with_tips(&["request_policy:all_nodes", "nondeterministic_output"]),
-        row("help", 2, f::LOADING | f::STALE, 0, &[], "server", "6.2.0",
-            "Show helpful text about the different subcommands", "O(1)", slowlog_help),
-        row("len", 2, ADMIN, 0, &[], "server", "2.2.12", "Returns the number of entries in the slow log.", "O(1)",
-            slowlog_len)
+            row(
+                "help",
+                2,
+                f::LOADING | f::STALE,
+                0,
+                &[],
+                "server",
+                "6.2.0",
+                "Show helpful text about the different subcommands",
+                "O(1)",
+                slowlog_help,
+            ),
+            row(
+                "len",
+                2,
+                ADMIN,
+                0,
+                &[],
+                "server",
+                "2.2.12",
+                "Returns the number of entries in the slow log.",
+                "O(1)",
+                slowlog_len,
+            )
             .with_tips(&["request_policy:all_nodes", "response_policy:agg_sum", "nondeterministic_output"]),
-        row("reset", 2, ADMIN, 0, &[], "server", "2.2.12", "Clears all entries from the slow log.",
-            "O(N) where N is the number of entries in the slowlog", slowlog_reset)
+            row(
+                "reset",
+                2,
+                ADMIN,
+                0,
+                &[],
+                "server",
+                "2.2.12",
+                "Clears all entries from the slow log.",
+                "O(N) where N is the number of entries in the slowlog",
+                slowlog_reset,
+            )
             .with_tips(&["request_policy:all_nodes", "response_policy:all_succeeded"]),
-    ]),
-    CommandSpec::container("latency", -2, "server", "2.8.13", "A container for latency diagnostics commands.", &[
-        row("doctor", 2, LAT, 0, &[], "server", "2.8.13", "Returns a human-readable latency analysis report.", "O(1)",
-            latency_doctor)
+        ],
+    ),
+    CommandSpec::container(
+        "latency",
+        -2,
+        "server",
+        "2.8.13",
+        "A container for latency diagnostics commands.",
+        &[
+            row(
+                "doctor",
+                2,
+                LAT,
+                0,
+                &[],
+                "server",
+                "2.8.13",
+                "Returns a human-readable latency analysis report.",
+                "O(1)",
+                latency_doctor,
+            )
             .with_tips(LAT_TIPS),
-        row("graph", 3, LAT, 0, &[], "server", "2.8.13", "Returns a latency graph for an event.", "O(1)", latency_graph)
+            row(
+                "graph",
+                3,
+                LAT,
+                0,
+                &[],
+                "server",
+                "2.8.13",
+                "Returns a latency graph for an event.",
+                "O(1)",
+                latency_graph,
+            )
             .with_tips(LAT_TIPS),
-        row("help", 2, f::LOADING | f::STALE, 0, &[], "server", "2.8.13",
-            "Returns helpful text about the different subcommands.", "O(1)", latency_help),
-        row("history", 3, LAT, 0, &[], "server", "2.8.13", "Returns timestamp-latency samples for an event.", "O(1)",
-            latency_history)
+            row(
+                "help",
+                2,
+                f::LOADING | f::STALE,
+                0,
+                &[],
+                "server",
+                "2.8.13",
+                "Returns helpful text about the different subcommands.",
+                "O(1)",
+                latency_help,
+            ),
+            row(
+                "history",
+                3,
+                LAT,
+                0,
+                &[],
+                "server",
+                "2.8.13",
+                "Returns timestamp-latency samples for an event.",
+                "O(1)",
+                latency_history,
+            )
             .with_tips(LAT_TIPS),
-        row("latest", 2, LAT, 0, &[], "server", "2.8.13", "Returns the latest latency samples for all events.", "O(1)",
-            latency_latest)
+            row(
+                "latest",
+                2,
+                LAT,
+                0,
+                &[],
+                "server",
+                "2.8.13",
+                "Returns the latest latency samples for all events.",
+                "O(1)",
+                latency_latest,
+            )
             .with_tips(LAT_TIPS),
-        row("reset", -2, LAT, 0, &[], "server", "2.8.13", "Resets the latency data for one or more events.", "O(1)",
-            latency_reset)
+            row(
+                "reset",
+                -2,
+                LAT,
+                0,
+                &[],
+                "server",
+                "2.8.13",
+                "Resets the latency data for one or more events.",
+                "O(1)",
+                latency_reset,
+            )
             .with_tips(&["request_policy:all_nodes", "response_policy:agg_sum"]),
-    ]),
+        ],
+    ),
 ];
 
 /// SLOWLOG GET's count: 10 by default, -1 for all, capped at the log's length.
@@ -98,17 +213,21 @@ fn slowlog_reset(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf)
 }
 
 fn slowlog_help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
-    reply_help(out, &args, &[
-        "GET [<count>]",
-        "    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
-        "    Entries are made of:",
-        "    id, timestamp, time in microseconds, arguments array, client IP and port,",
-        "    client name",
-        "LEN",
-        "    Return the length of the slowlog.",
-        "RESET",
-        "    Reset the slowlog.",
-    ]);
+    reply_help(
+        out,
+        &args,
+        &[
+            "GET [<count>]",
+            "    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
+            "    Entries are made of:",
+            "    id, timestamp, time in microseconds, arguments array, client IP and port,",
+            "    client name",
+            "LEN",
+            "    Return the length of the slowlog.",
+            "RESET",
+            "    Reset the slowlog.",
+        ],
+    );
     Ok(Flow::Continue)
 }
 
@@ -227,7 +346,14 @@ fn sparkline(g: &mut String, values: &[u64], labels: &[String], min: u64, max: u
 }
 
 /// LATENCY DOCTOR's report (Valkey's `createLatencyReport`, for the events hotkv records).
-pub fn doctor(mon: &LatencyMonitor, threshold_ms: u64, slowlog_us: i64, slowlog_max: usize, hz: u32, now_s: i64) -> String {
+pub fn doctor(
+    mon: &LatencyMonitor,
+    threshold_ms: u64,
+    slowlog_us: i64,
+    slowlog_max: usize,
+    hz: u32,
+    now_s: i64,
+) -> String {
     let events: Vec<_> = mon.events().collect();
     if events.is_empty() && threshold_ms == 0 {
         return "I'm sorry, Dave, I can't do that. Latency monitoring is disabled in this Valkey instance. You may use \
@@ -282,7 +408,9 @@ pub fn doctor(mon: &LatencyMonitor, threshold_ms: u64, slowlog_us: i64, slowlog_
         r.push('\n');
     }
     if events.is_empty() && advices == 0 {
-        r.push_str("No latency spike was observed during the lifetime of this Valkey instance, not in the slightest bit.\n");
+        r.push_str(
+            "No latency spike was observed during the lifetime of this Valkey instance, not in the slightest bit.\n",
+        );
         return r;
     }
     if advices == 0 {
@@ -292,10 +420,16 @@ pub fn doctor(mon: &LatencyMonitor, threshold_ms: u64, slowlog_us: i64, slowlog_
     r.push_str("\nHere is some advice for you:\n\n");
     let t = threshold_ms * 1000;
     if slowlog_enable {
-        let _ = writeln!(r, "- There are latency issues with potentially slow commands you are using. Try to enable the Slow Log Valkey feature using the command 'CONFIG SET slowlog-log-slower-than {t}'. If the Slow log is disabled Valkey is not able to log slow commands execution for you.");
+        let _ = writeln!(
+            r,
+            "- There are latency issues with potentially slow commands you are using. Try to enable the Slow Log Valkey feature using the command 'CONFIG SET slowlog-log-slower-than {t}'. If the Slow log is disabled Valkey is not able to log slow commands execution for you."
+        );
     }
     if slowlog_tune {
-        let _ = writeln!(r, "- Your current Slow Log configuration only logs events that are slower than your configured latency monitor threshold. Please use 'CONFIG SET slowlog-log-slower-than {t}'.");
+        let _ = writeln!(
+            r,
+            "- Your current Slow Log configuration only logs events that are slower than your configured latency monitor threshold. Please use 'CONFIG SET slowlog-log-slower-than {t}'."
+        );
     }
     if inspect {
         r.push_str("- Check your Slow Log to understand what are the commands you are running which are too slow to execute. Please check https://valkey.io/commands/slowlog for more information.\n");
@@ -315,25 +449,36 @@ pub fn doctor(mon: &LatencyMonitor, threshold_ms: u64, slowlog_us: i64, slowlog_
 fn latency_doctor(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
     let rt = srv.rt.load();
     let hz = srv.engine.load().hz;
-    let report = doctor(&srv.latency.lock(), rt.latency_threshold, rt.slowlog_threshold, rt.slowlog_max_len, hz, unix_ms() / 1000);
+    let report = doctor(
+        &srv.latency.lock(),
+        rt.latency_threshold,
+        rt.slowlog_threshold,
+        rt.slowlog_max_len,
+        hz,
+        unix_ms() / 1000,
+    );
     out.verbatim(report.as_bytes());
     Ok(Flow::Continue)
 }
 
 fn latency_help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
-    reply_help(out, &args, &[
-        "DOCTOR",
-        "    Return a human readable latency analysis report.",
-        "GRAPH <event>",
-        "    Return an ASCII latency graph for the <event> class.",
-        "HISTORY <event>",
-        "    Return time-latency samples for the <event> class.",
-        "LATEST",
-        "    Return the latest latency samples for all events.",
-        "RESET [<event> ...]",
-        "    Reset latency data of one or more <event> classes.",
-        "    (default: reset all data for all event classes)",
-    ]);
+    reply_help(
+        out,
+        &args,
+        &[
+            "DOCTOR",
+            "    Return a human readable latency analysis report.",
+            "GRAPH <event>",
+            "    Return an ASCII latency graph for the <event> class.",
+            "HISTORY <event>",
+            "    Return time-latency samples for the <event> class.",
+            "LATEST",
+            "    Return the latest latency samples for all events.",
+            "RESET [<event> ...]",
+            "    Reset latency data of one or more <event> classes.",
+            "    (default: reset all data for all event classes)",
+        ],
+    );
     Ok(Flow::Continue)
 }
 
@@ -350,7 +495,10 @@ mod tests {
         assert_eq!(slowlog_count(Some(b"0"), 30).unwrap(), 0);
         assert_eq!(slowlog_count(Some(b"100"), 30).unwrap(), 30);
         for bad in [&b"-2"[..], b"x"] {
-            assert_eq!(slowlog_count(Some(bad), 30).unwrap_err().message(), "ERR count should be greater than or equal to -1");
+            assert_eq!(
+                slowlog_count(Some(bad), 30).unwrap_err().message(),
+                "ERR count should be greater than or equal to -1"
+            );
         }
     }
 
@@ -376,8 +524,10 @@ mod tests {
         assert!(r.contains(&format!("$147\r\n{}... (72 more bytes)\r\n", "x".repeat(128))), "{r}");
         assert_eq!(c.run(&srv, &["slowlog", "len"]), ":4\r\n");
         assert_eq!(c.run(&srv, &["slowlog", "reset"]), "+OK\r\n");
-        assert_eq!(c.run(&srv, &["slowlog", "get", "1", "2"]),
-            "-ERR unknown subcommand or wrong number of arguments for 'get'. Try SLOWLOG HELP.\r\n");
+        assert_eq!(
+            c.run(&srv, &["slowlog", "get", "1", "2"]),
+            "-ERR unknown subcommand or wrong number of arguments for 'get'. Try SLOWLOG HELP.\r\n"
+        );
         assert!(c.run(&srv, &["slowlog", "help"]).starts_with("*12\r\n+SLOWLOG <subcommand>"));
     }
 
@@ -395,7 +545,13 @@ mod tests {
         let r = c.run(&srv, &["latency", "history", "command"]);
         assert_eq!(r, "*2\r\n*2\r\n:1000\r\n:250\r\n*2\r\n:1001\r\n:500\r\n");
         let g = graph("command", srv.latency.lock().event("command").unwrap(), 1010);
-        assert_eq!(g, format!("command - high 500 ms, low 250 ms (all time high 500 ms)\n{}\n #\n |\n |\n_|\n  \n19\n0s\ns \n", "-".repeat(80)));
+        assert_eq!(
+            g,
+            format!(
+                "command - high 500 ms, low 250 ms (all time high 500 ms)\n{}\n #\n |\n |\n_|\n  \n19\n0s\ns \n",
+                "-".repeat(80)
+            )
+        );
         let d = c.run(&srv, &["latency", "doctor"]);
         assert!(d.contains("1. command: 2 latency spikes (average 375ms, mean deviation 125ms"), "{d}");
         assert_eq!(c.run(&srv, &["latency", "reset", "command", "other"]), ":1\r\n");

@@ -45,7 +45,9 @@ pub fn parse_args(args: &[String], stdin: &mut dyn Read) -> Result<Invocation, F
                     Invocation::Serve(loaded) => Ok(Invocation::CheckTls(loaded)),
                     other => Ok(other),
                 },
-                _ => Err(FatalConfigError::Usage("--check-tls needs a configuration file: hotkv --check-tls <config>".into())),
+                _ => Err(FatalConfigError::Usage(
+                    "--check-tls needs a configuration file: hotkv --check-tls <config>".into(),
+                )),
             };
         }
         _ => {}
@@ -210,8 +212,14 @@ mod tests {
     #[test]
     fn errors_read_like_valkeys() {
         let e = run(&["--port", "abc"], "").unwrap_err();
-        assert_eq!(e, FatalConfigError::Line { line: 2, text: "port \"abc\"".into(),
-            reason: "argument couldn't be parsed into an integer".into() });
+        assert_eq!(
+            e,
+            FatalConfigError::Line {
+                line: 2,
+                text: "port \"abc\"".into(),
+                reason: "argument couldn't be parsed into an integer".into()
+            }
+        );
         let e = run(&["--invalid"], "").unwrap_err();
         assert!(e.to_string().ends_with("Bad directive or wrong number of arguments"));
         let e = run(&["/nonexistent/hotkv.conf"], "").unwrap_err();

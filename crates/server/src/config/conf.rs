@@ -64,7 +64,9 @@ fn apply_text_at(loader: &mut Loader, text: &[u8], depth: usize) -> Result<(), F
 fn include(loader: &mut Loader, path: &str, depth: usize) -> Result<(), FatalConfigError> {
     if depth >= MAX_INCLUDE_DEPTH {
         return Err(FatalConfigError::Config {
-            reason: format!("include nesting deeper than {MAX_INCLUDE_DEPTH} at '{path}' (does a file include itself?)"),
+            reason: format!(
+                "include nesting deeper than {MAX_INCLUDE_DEPTH} at '{path}' (does a file include itself?)"
+            ),
         });
     }
     let mut text = Vec::new();
@@ -152,12 +154,20 @@ mod tests {
 
     #[test]
     fn fatal_errors_are_valkeys_block() {
-        assert_eq!(err("daemonize no\nport \"abc\"\n"),
-            block(2, "port \"abc\"", "argument couldn't be parsed into an integer"));
+        assert_eq!(
+            err("daemonize no\nport \"abc\"\n"),
+            block(2, "port \"abc\"", "argument couldn't be parsed into an integer")
+        );
         assert_eq!(err("nosuch 1"), block(1, "nosuch 1", "Bad directive or wrong number of arguments"));
         assert_eq!(err("port 1 2"), block(1, "port 1 2", "wrong number of arguments"));
-        assert_eq!(err("  loglevel loud  "), block(1, "loglevel loud",
-            "argument(s) must be one of the following: debug, verbose, notice, warning, nothing"));
+        assert_eq!(
+            err("  loglevel loud  "),
+            block(
+                1,
+                "loglevel loud",
+                "argument(s) must be one of the following: debug, verbose, notice, warning, nothing"
+            )
+        );
         assert_eq!(err("maxmemory 1xb"), block(1, "maxmemory 1xb", "argument must be a memory value"));
         assert_eq!(err("port 70000"), block(1, "port 70000", "argument must be between 0 and 65535 inclusive"));
         assert_eq!(err("requirepass \"abc"), block(1, "requirepass \"abc", "Unbalanced quotes in configuration line"));
@@ -177,13 +187,21 @@ mod tests {
 
         dir.file("bad.conf", "\n\nport x\n");
         let e = load_str(&format!("include {}/bad.conf", dir.0.display())).unwrap_err();
-        assert_eq!(e, FatalConfigError::Line { line: 3, text: "port x".into(),
-            reason: "argument couldn't be parsed into an integer".into() });
+        assert_eq!(
+            e,
+            FatalConfigError::Line {
+                line: 3,
+                text: "port x".into(),
+                reason: "argument couldn't be parsed into an integer".into()
+            }
+        );
 
         let missing = dir.0.join("missing.conf");
         let e = load_str(&format!("include {}", missing.display())).unwrap_err();
-        assert_eq!(e.to_string(),
-            format!("Fatal error, can't open config file '{}': No such file or directory", missing.display()));
+        assert_eq!(
+            e.to_string(),
+            format!("Fatal error, can't open config file '{}': No such file or directory", missing.display())
+        );
 
         let looped = dir.file("loop.conf", "");
         std::fs::write(&looped, format!("include {}\n", looped.display())).unwrap();
@@ -211,8 +229,10 @@ mod tests {
         assert_eq!(c.settings.str(table::SHUTDOWN_ON_SIGTERM), "force");
         let c = load_str(VALKEY_CONF_EXCERPT).unwrap();
         assert_eq!(c.settings.list(table::BIND), ["127.0.0.1", "-::1"]);
-        assert_eq!(c.settings.display(table::CLIENT_OUTPUT_BUFFER_LIMIT),
-            "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60");
+        assert_eq!(
+            c.settings.display(table::CLIENT_OUTPUT_BUFFER_LIMIT),
+            "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60"
+        );
     }
 
     /// Valkey 8.0.1's tests/assets/default.conf, which its test suite starts every server with.

@@ -48,11 +48,8 @@ impl Loader {
                 return Err("wrong number of arguments".into());
             }
             // `bind "a b"` and `--save "900 1"` put several values in one argument.
-            let args = if ty.multi_arg() && argc == 2 && !argv[1].is_empty() {
-                split(&argv[1])?
-            } else {
-                argv[1..].to_vec()
-            };
+            let args =
+                if ty.multi_arg() && argc == 2 && !argv[1].is_empty() { split(&argv[1])? } else { argv[1..].to_vec() };
             return self.apply(id, args);
         }
         if argc == 2 && DEPRECATED.contains(&name.as_str()) {
@@ -151,7 +148,9 @@ fn check_loaded(s: &mut Settings, warnings: &mut Vec<String>) -> Result<(), Stri
         return Err(reason.into());
     }
     if !s.lines(table::MODULE_CONFIG).is_empty() && s.lines(table::LOADMODULE).is_empty() {
-        return Err("Module Configuration detected without loadmodule directive or no ApplyConfig call: aborting".into());
+        return Err(
+            "Module Configuration detected without loadmodule directive or no ApplyConfig call: aborting".into()
+        );
     }
     let oom = s.ints(table::OOM_SCORE_ADJ_VALUES);
     if oom[1] < oom[0] || oom[2] < oom[1] {
@@ -176,9 +175,8 @@ pub(crate) fn normalize(s: &mut Settings) {
 /// Redis's `cluster-bus-port-protected-mode`: a cluster node with protection on must run the
 /// bus over TLS.
 fn bus_protection_error(s: &Settings) -> Option<&'static str> {
-    let on = s.bool(table::CLUSTER_ENABLED)
-        && s.bool(table::CLUSTER_BUS_PORT_PROTECTED_MODE)
-        && !s.bool(table::TLS_CLUSTER);
+    let on =
+        s.bool(table::CLUSTER_ENABLED) && s.bool(table::CLUSTER_BUS_PORT_PROTECTED_MODE) && !s.bool(table::TLS_CLUSTER);
     on.then_some(
         "cluster-bus-port-protected-mode is enabled but tls-cluster is disabled: the cluster bus would accept \
          unauthenticated nodes. Enable tls-cluster, or set 'cluster-bus-port-protected-mode no' to run \

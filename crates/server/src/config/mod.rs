@@ -43,8 +43,7 @@ pub struct Settings {
 }
 
 /// Parsed once: CONFIG REWRITE and the loaders compare against the defaults often.
-static DEFAULTS: LazyLock<Settings> =
-    LazyLock::new(|| Settings { values: TABLE.iter().map(default_value).collect() });
+static DEFAULTS: LazyLock<Settings> = LazyLock::new(|| Settings { values: TABLE.iter().map(default_value).collect() });
 
 /// Parses a row's default text as the `.conf` parser would read it after the name; an empty
 /// default is the type's empty value (no address, no password, no save point...).
@@ -140,9 +139,11 @@ impl Settings {
             replica: !self.list(table::REPLICAOF).is_empty(),
             hll_sparse_max_bytes: usize::try_from(self.int(table::HLL_SPARSE_MAX_BYTES)).unwrap_or(usize::MAX),
             list_max_listpack_size: self.int(table::LIST_MAX_LISTPACK_SIZE),
-            zset_max_listpack_entries: usize::try_from(self.int(table::ZSET_MAX_LISTPACK_ENTRIES)).unwrap_or(usize::MAX),
+            zset_max_listpack_entries: usize::try_from(self.int(table::ZSET_MAX_LISTPACK_ENTRIES))
+                .unwrap_or(usize::MAX),
             zset_max_listpack_value: usize::try_from(self.int(table::ZSET_MAX_LISTPACK_VALUE)).unwrap_or(usize::MAX),
-            hash_max_listpack_entries: usize::try_from(self.int(table::HASH_MAX_LISTPACK_ENTRIES)).unwrap_or(usize::MAX),
+            hash_max_listpack_entries: usize::try_from(self.int(table::HASH_MAX_LISTPACK_ENTRIES))
+                .unwrap_or(usize::MAX),
             hash_max_listpack_value: usize::try_from(self.int(table::HASH_MAX_LISTPACK_VALUE)).unwrap_or(usize::MAX),
             set_max_intset_entries: usize::try_from(self.int(table::SET_MAX_INTSET_ENTRIES)).unwrap_or(usize::MAX),
             set_max_listpack_entries: usize::try_from(self.int(table::SET_MAX_LISTPACK_ENTRIES)).unwrap_or(usize::MAX),
@@ -306,8 +307,10 @@ mod tests {
         assert_eq!(e.hz, 10);
         assert!(!e.replica);
         assert!(s.is_default(table::PORT));
-        assert_eq!(s.display(table::CLIENT_OUTPUT_BUFFER_LIMIT),
-            "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60");
+        assert_eq!(
+            s.display(table::CLIENT_OUTPUT_BUFFER_LIMIT),
+            "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60"
+        );
         assert_eq!(s.display(table::SAVE), "3600 1 300 100 60 10000");
         assert_eq!(s.display(table::BIND), "* -::*");
         assert_eq!(s.display(table::LATENCY_TRACKING_INFO_PERCENTILES), "50 99 99.9");

@@ -7,11 +7,11 @@ use std::collections::HashSet;
 use std::fmt;
 use std::path::Path;
 
+use super::Settings;
 use super::glob::string_match;
 use super::load;
 use super::table::{self, DirId, FILE_ONLY, HIDDEN, Hook, MUTABLE, PROTECTED, TABLE, VOLATILE};
 use super::value::{self, Ty};
-use super::Settings;
 
 /// CONFIG GET: every directive matching one of `patterns`, with its value.
 ///
@@ -130,8 +130,7 @@ pub fn set_as(settings: &Settings, pairs: &[(&[u8], &[u8])], local_client: bool)
             (false, _) => vec![text.into_owned()],
         };
         let old = new.get(id).clone();
-        let v = value::parse(d, &args, &old)
-            .map_err(|reason| SetError::Failed { name: d.name.to_string(), reason })?;
+        let v = value::parse(d, &args, &old).map_err(|reason| SetError::Failed { name: d.name.to_string(), reason })?;
         let changed = v != old || d.has(VOLATILE) || always_applied(id, d.ty);
         new.set(id, v);
         if let (true, Some(hook)) = (changed, d.apply)
@@ -225,16 +224,24 @@ mod tests {
         assert!(!names(&all).contains(&"key-load-delay"));
         assert!(names(&all).contains(&"hash-max-ziplist-entries"));
         assert_eq!(g(&d, &["key-load-delay"]).len(), 1);
-        assert_eq!(names(&g(&d, &["tls-*-file"])),
-            ["tls-cert-file", "tls-key-file", "tls-client-cert-file", "tls-client-key-file", "tls-dh-params-file",
-             "tls-ca-cert-file"]);
+        assert_eq!(
+            names(&g(&d, &["tls-*-file"])),
+            [
+                "tls-cert-file",
+                "tls-key-file",
+                "tls-client-cert-file",
+                "tls-client-key-file",
+                "tls-dh-params-file",
+                "tls-ca-cert-file"
+            ]
+        );
     }
 
     #[test]
     fn set_changes_and_collects_hooks_once() {
         let d = Settings::defaults();
-        let out = s(&d, &[("maxmemory", "10mb"), ("port", "7000"), ("bind", "127.0.0.1 ::1"), ("timeout", "3")])
-            .unwrap();
+        let out =
+            s(&d, &[("maxmemory", "10mb"), ("port", "7000"), ("bind", "127.0.0.1 ::1"), ("timeout", "3")]).unwrap();
         assert_eq!(out.settings.int(table::MAXMEMORY), 10 << 20);
         assert_eq!(out.settings.list(table::BIND), ["127.0.0.1", "::1"]);
         let hooks: Vec<Hook> = out.hooks.iter().map(|h| h.hook).collect();
@@ -248,8 +255,10 @@ mod tests {
         assert_eq!(out.settings.int(table::HZ), 500);
         assert!(!out.settings.bool(table::REPLICA_READ_ONLY));
         let out = s(&d, &[("client-output-buffer-limit", "pubsub 1mb 1mb 5")]).unwrap();
-        assert_eq!(out.settings.display(table::CLIENT_OUTPUT_BUFFER_LIMIT),
-            "normal 0 0 0 slave 268435456 67108864 60 pubsub 1048576 1048576 5");
+        assert_eq!(
+            out.settings.display(table::CLIENT_OUTPUT_BUFFER_LIMIT),
+            "normal 0 0 0 slave 268435456 67108864 60 pubsub 1048576 1048576 5"
+        );
     }
 
     #[test]
@@ -258,25 +267,35 @@ mod tests {
         let e = s(&d, &[("maxmemory", "1mb"), ("nosuch", "1")]).unwrap_err();
         assert_eq!(e.to_string(), "ERR Unknown option or number of arguments for CONFIG SET - 'nosuch'");
         let e = s(&d, &[("Daemonize", "yes")]).unwrap_err();
-        assert_eq!(e.to_string(),
-            "ERR CONFIG SET failed (possibly related to argument 'Daemonize') - can't set immutable config");
+        assert_eq!(
+            e.to_string(),
+            "ERR CONFIG SET failed (possibly related to argument 'Daemonize') - can't set immutable config"
+        );
         let e = s(&d, &[("maxmemory", "1"), ("MAXMEMORY", "2")]).unwrap_err();
-        assert_eq!(e.to_string(),
-            "ERR CONFIG SET failed (possibly related to argument 'MAXMEMORY') - duplicate parameter");
+        assert_eq!(
+            e.to_string(),
+            "ERR CONFIG SET failed (possibly related to argument 'MAXMEMORY') - duplicate parameter"
+        );
         let e = s(&d, &[("hash-max-listpack-entries", "1"), ("hash-max-ziplist-entries", "2")]).unwrap_err();
         assert!(e.to_string().contains("duplicate parameter"));
         let e = s(&d, &[("maxmemory", "10000001"), ("maxmemory-clients", "200%"), ("client-query-buffer-limit", "x")])
             .unwrap_err();
-        assert_eq!(e.to_string(), "ERR CONFIG SET failed (possibly related to argument 'maxmemory-clients') - \
-            percentage argument must be less or equal to 100");
+        assert_eq!(
+            e.to_string(),
+            "ERR CONFIG SET failed (possibly related to argument 'maxmemory-clients') - \
+            percentage argument must be less or equal to 100"
+        );
         let e = s(&d, &[("slave-priority", "x")]).unwrap_err();
         assert!(e.to_string().contains("argument 'replica-priority'"));
         let e = s(&d, &[("dir", "/tmp")]).unwrap_err();
         assert!(e.to_string().ends_with("can't set protected config"));
         assert!(s(&d, &[("user", "x")]).is_err());
         let e = SetError::hook_failed("port", "Unable to listen on this port. Check server logs.");
-        assert_eq!(e.to_string(), "ERR CONFIG SET failed (possibly related to argument 'port') - \
-            Unable to listen on this port. Check server logs.");
+        assert_eq!(
+            e.to_string(),
+            "ERR CONFIG SET failed (possibly related to argument 'port') - \
+            Unable to listen on this port. Check server logs."
+        );
     }
 
     #[test]

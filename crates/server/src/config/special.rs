@@ -225,9 +225,9 @@ pub(crate) fn check_text(name: &str, check: Check, v: &str) -> Result<(), String
             fail("Announced human node name contained invalid character")
         }
         Check::ProcTitle if !valid_proc_title(v) => fail("template format is invalid or contains unknown variables"),
-        Check::TlsProtocols if !v.is_empty() && !valid_tls_protocols(v) => fail(
-            "Invalid tls-protocols specified. Use a combination of 'TLSv1', 'TLSv1.1', 'TLSv1.2' and 'TLSv1.3'.",
-        ),
+        Check::TlsProtocols if !v.is_empty() && !valid_tls_protocols(v) => {
+            fail("Invalid tls-protocols specified. Use a combination of 'TLSv1', 'TLSv1.1', 'TLSv1.2' and 'TLSv1.3'.")
+        }
         Check::PeerNames if !v.is_empty() && v.trim_matches(' ').is_empty() => {
             fail("tls-expected-peer-name must contain at least one name")
         }
@@ -323,8 +323,10 @@ mod tests {
         let base = Value::Ints(vec![0, 0, 0, 1, 2, 3, 4, 5, 6]);
         let v = parse_buffer_limits(&s(&["slave", "1mb", "2k", "10"]), &base).unwrap();
         assert_eq!(v, Value::Ints(vec![0, 0, 0, 1 << 20, 2000, 10, 4, 5, 6]));
-        assert_eq!(format_buffer_limits(v.as_ints(), "slave", |b| b.to_string()),
-            "normal 0 0 0 slave 1048576 2000 10 pubsub 4 5 6");
+        assert_eq!(
+            format_buffer_limits(v.as_ints(), "slave", |b| b.to_string()),
+            "normal 0 0 0 slave 1048576 2000 10 pubsub 4 5 6"
+        );
         assert!(parse_buffer_limits(&s(&["master", "1", "1", "1"]), &base).unwrap_err().contains("client class"));
         assert!(parse_buffer_limits(&s(&["normal", "1", "1"]), &base).unwrap_err().contains("Wrong number"));
         assert!(parse_buffer_limits(&s(&["normal", "1", "1", "-1"]), &base).unwrap_err().contains("soft_seconds"));

@@ -127,7 +127,9 @@ macro_rules! directives {
 
 /// Finds a directive by name or alias, case-insensitively.
 pub fn find(name: &str) -> Option<DirId> {
-    TABLE.iter().position(|d| d.name.eq_ignore_ascii_case(name) || d.aliases.iter().any(|a| a.eq_ignore_ascii_case(name)))
+    TABLE
+        .iter()
+        .position(|d| d.name.eq_ignore_ascii_case(name) || d.aliases.iter().any(|a| a.eq_ignore_ascii_case(name)))
 }
 
 /// Finds a directive by its toml path.
@@ -166,7 +168,13 @@ const TLS_LIVE: Option<Hook> = Some(Hook::TlsLive);
 const CLUSTER: Option<Hook> = Some(Hook::Cluster);
 const REPL: Option<Hook> = Some(Hook::Replication);
 const POLICIES: &[&str] = &[
-    "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl", "allkeys-lru", "allkeys-lfu", "allkeys-random",
+    "volatile-lru",
+    "volatile-lfu",
+    "volatile-random",
+    "volatile-ttl",
+    "allkeys-lru",
+    "allkeys-lfu",
+    "allkeys-random",
     "noeviction",
 ];
 const PROTECTED_ACTION: Ty = Ty::Enum(&["no", "yes", "local"]);

@@ -211,8 +211,15 @@ mod tests {
     #[test]
     fn errors_name_file_line_and_key() {
         let e = load("[network]\nport = 6379\n\n[tls]\nnosuch = 1\n").unwrap_err();
-        assert_eq!(e, FatalConfigError::Toml { file: "/etc/hotkv.toml".into(), line: 5, text: "nosuch = 1".into(),
-            reason: "unknown key 'nosuch' in section [tls]".into() });
+        assert_eq!(
+            e,
+            FatalConfigError::Toml {
+                file: "/etc/hotkv.toml".into(),
+                line: 5,
+                text: "nosuch = 1".into(),
+                reason: "unknown key 'nosuch' in section [tls]".into()
+            }
+        );
         assert!(e.to_string().contains("Reading the configuration file /etc/hotkv.toml, at line 5"));
         let e = load("[nosuch]\nx = 1\n").unwrap_err();
         assert!(e.to_string().ends_with("unknown section [nosuch]"), "{e}");

@@ -81,13 +81,7 @@ impl Ty {
     pub fn multi_arg(self) -> bool {
         matches!(
             self,
-            Ty::Flags(_)
-                | Ty::Bind
-                | Ty::Save
-                | Ty::BufferLimits
-                | Ty::OomValues
-                | Ty::ReplicaOf
-                | Ty::Percentiles
+            Ty::Flags(_) | Ty::Bind | Ty::Save | Ty::BufferLimits | Ty::OomValues | Ty::ReplicaOf | Ty::Percentiles
         )
     }
 
@@ -396,8 +390,7 @@ pub fn repr(s: &str) -> String {
 /// An argument as it must appear in a `.conf` line: bare when the parser reads it back
 /// unchanged, quoted otherwise.
 pub fn conf_arg(s: &str) -> String {
-    let plain = !s.is_empty()
-        && s.bytes().all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\'' && b != b'\\');
+    let plain = !s.is_empty() && s.bytes().all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\'' && b != b'\\');
     if plain { s.to_string() } else { repr(s) }
 }
 
@@ -429,8 +422,10 @@ mod tests {
         assert_eq!(p("maxmemory", ""), Ok(Value::Int(0)));
         assert_eq!(p("maxmemory", "-1"), Err("argument must be a memory value".into()));
         assert_eq!(p("maxmemory", "1tb"), Err("argument must be a memory value".into()));
-        assert_eq!(p("proto-max-bulk-len", "1000"),
-            Err("argument must be between 1048576 and 9223372036854775807 inclusive".into()));
+        assert_eq!(
+            p("proto-max-bulk-len", "1000"),
+            Err("argument must be between 1048576 and 9223372036854775807 inclusive".into())
+        );
     }
 
     #[test]
@@ -442,8 +437,10 @@ mod tests {
         assert_eq!(p("unixsocketperm", "1000"), Err("argument must be between 0 and 777 inclusive".into()));
         assert_eq!(p("unixsocketperm", "9"), Err("argument couldn't be parsed as an octal number".into()));
         assert_eq!(p("oom-score-adj", "RELATIVE"), Ok(Value::Word("yes")));
-        assert_eq!(p("oom-score-adj", "x"),
-            Err("argument(s) must be one of the following: no, yes, relative, absolute".into()));
+        assert_eq!(
+            p("oom-score-adj", "x"),
+            Err("argument(s) must be one of the following: no, yes, relative, absolute".into())
+        );
         assert_eq!(p("dbfilename", "a/b"), Err("dbfilename can't be a path, just a filename".into()));
         assert_eq!(p("cluster-config-file", ""), Err("cluster-config-file can't be empty".into()));
     }
