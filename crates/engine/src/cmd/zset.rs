@@ -7,7 +7,7 @@ use hotkv_protocol::{Args, ReplyBuf};
 
 use super::list::bulk_value;
 use super::{EngineCmd, LockPlan, Spec, float_arg, int_arg};
-use crate::command::{BeginSearch, CommandSpec, FindKeys, KeySpec, acl, flags, key_flags as kf};
+use crate::command::{CommandSpec, KeySpec, acl, flags, key_flags as kf};
 use crate::ctx::{Ctx, Ttl};
 use crate::entry::NewValue;
 use crate::error::{CmdResult, CommandError};
@@ -22,11 +22,7 @@ pub static COMMANDS: &[Spec] = &[
         -4,
         flags::WRITE | flags::DENYOOM | flags::FAST,
         acl::SORTEDSET,
-        &[KeySpec {
-            flags: kf::RW | kf::UPDATE,
-            begin: BeginSearch::Index(1),
-            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-        }],
+        &[KeySpec::single(1, kf::RW | kf::UPDATE)],
         "sorted_set",
         "1.2.0",
         "Adds one or more members to a sorted set, or updates their scores. Creates the key if it doesn't exist.",
@@ -38,11 +34,7 @@ pub static COMMANDS: &[Spec] = &[
         4,
         flags::WRITE | flags::DENYOOM | flags::FAST,
         acl::SORTEDSET,
-        &[KeySpec {
-            flags: kf::RW | kf::ACCESS | kf::UPDATE,
-            begin: BeginSearch::Index(1),
-            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-        }],
+        &[KeySpec::single(1, kf::RW | kf::ACCESS | kf::UPDATE)],
         "sorted_set",
         "1.2.0",
         "Increments the score of a member in a sorted set.",
@@ -54,11 +46,7 @@ pub static COMMANDS: &[Spec] = &[
         -3,
         flags::WRITE | flags::FAST,
         acl::SORTEDSET,
-        &[KeySpec {
-            flags: kf::RW | kf::DELETE,
-            begin: BeginSearch::Index(1),
-            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-        }],
+        &[KeySpec::single(1, kf::RW | kf::DELETE)],
         "sorted_set",
         "1.2.0",
         "Removes one or more members from a sorted set. Deletes the sorted set if all members were removed.",
@@ -70,11 +58,7 @@ pub static COMMANDS: &[Spec] = &[
         2,
         flags::READONLY | flags::FAST,
         acl::SORTEDSET,
-        &[KeySpec {
-            flags: kf::RO,
-            begin: BeginSearch::Index(1),
-            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-        }],
+        &[KeySpec::single(1, kf::RO)],
         "sorted_set",
         "1.2.0",
         "Returns the number of members in a sorted set.",
@@ -86,11 +70,7 @@ pub static COMMANDS: &[Spec] = &[
         3,
         flags::READONLY | flags::FAST,
         acl::SORTEDSET,
-        &[KeySpec {
-            flags: kf::RO | kf::ACCESS,
-            begin: BeginSearch::Index(1),
-            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-        }],
+        &[KeySpec::single(1, kf::RO | kf::ACCESS)],
         "sorted_set",
         "1.2.0",
         "Returns the score of a member in a sorted set.",
@@ -102,11 +82,7 @@ pub static COMMANDS: &[Spec] = &[
         -3,
         flags::READONLY | flags::FAST,
         acl::SORTEDSET,
-        &[KeySpec {
-            flags: kf::RO | kf::ACCESS,
-            begin: BeginSearch::Index(1),
-            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-        }],
+        &[KeySpec::single(1, kf::RO | kf::ACCESS)],
         "sorted_set",
         "6.2.0",
         "Returns the score of one or more members in a sorted set.",
@@ -118,11 +94,7 @@ pub static COMMANDS: &[Spec] = &[
         -3,
         flags::READONLY | flags::FAST,
         acl::SORTEDSET,
-        &[KeySpec {
-            flags: kf::RO | kf::ACCESS,
-            begin: BeginSearch::Index(1),
-            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-        }],
+        &[KeySpec::single(1, kf::RO | kf::ACCESS)],
         "sorted_set",
         "2.0.0",
         "Returns the index of a member in a sorted set ordered by ascending scores.",
@@ -134,11 +106,7 @@ pub static COMMANDS: &[Spec] = &[
         -3,
         flags::READONLY | flags::FAST,
         acl::SORTEDSET,
-        &[KeySpec {
-            flags: kf::RO | kf::ACCESS,
-            begin: BeginSearch::Index(1),
-            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-        }],
+        &[KeySpec::single(1, kf::RO | kf::ACCESS)],
         "sorted_set",
         "2.0.0",
         "Returns the index of a member in a sorted set ordered by descending scores.",
@@ -150,11 +118,7 @@ pub static COMMANDS: &[Spec] = &[
         4,
         flags::READONLY | flags::FAST,
         acl::SORTEDSET,
-        &[KeySpec {
-            flags: kf::RO | kf::ACCESS,
-            begin: BeginSearch::Index(1),
-            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-        }],
+        &[KeySpec::single(1, kf::RO | kf::ACCESS)],
         "sorted_set",
         "2.0.0",
         "Returns the count of members in a sorted set that have scores within a range.",
@@ -166,11 +130,7 @@ pub static COMMANDS: &[Spec] = &[
         4,
         flags::READONLY | flags::FAST,
         acl::SORTEDSET,
-        &[KeySpec {
-            flags: kf::RO | kf::ACCESS,
-            begin: BeginSearch::Index(1),
-            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-        }],
+        &[KeySpec::single(1, kf::RO | kf::ACCESS)],
         "sorted_set",
         "2.8.9",
         "Returns the number of members in a sorted set within a lexicographical range.",
@@ -182,11 +142,7 @@ pub static COMMANDS: &[Spec] = &[
         4,
         flags::WRITE,
         acl::SORTEDSET,
-        &[KeySpec {
-            flags: kf::RW | kf::DELETE,
-            begin: BeginSearch::Index(1),
-            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-        }],
+        &[KeySpec::single(1, kf::RW | kf::DELETE)],
         "sorted_set",
         "2.0.0",
         "Removes members in a sorted set within a range of indexes. Deletes the sorted set if all members were removed.",
@@ -198,11 +154,7 @@ pub static COMMANDS: &[Spec] = &[
         4,
         flags::WRITE,
         acl::SORTEDSET,
-        &[KeySpec {
-            flags: kf::RW | kf::DELETE,
-            begin: BeginSearch::Index(1),
-            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-        }],
+        &[KeySpec::single(1, kf::RW | kf::DELETE)],
         "sorted_set",
         "1.2.0",
         "Removes members in a sorted set within a range of scores. Deletes the sorted set if all members were removed.",
@@ -214,11 +166,7 @@ pub static COMMANDS: &[Spec] = &[
         4,
         flags::WRITE,
         acl::SORTEDSET,
-        &[KeySpec {
-            flags: kf::RW | kf::DELETE,
-            begin: BeginSearch::Index(1),
-            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-        }],
+        &[KeySpec::single(1, kf::RW | kf::DELETE)],
         "sorted_set",
         "2.8.9",
         "Removes members in a sorted set within a lexicographical range. Deletes the sorted set if all members were removed.",

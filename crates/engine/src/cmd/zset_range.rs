@@ -8,7 +8,7 @@ use hotkv_protocol::{Args, ReplyBuf};
 use super::list::clamp_range;
 use super::zset::{LexRange, ScoreRange, changed, limits, reply_members, store};
 use super::{EngineCmd, LockPlan, Spec, int_arg};
-use crate::command::{BeginSearch, CommandSpec, FindKeys, KeySpec, acl, flags, key_flags as kf};
+use crate::command::{CommandSpec, KeySpec, acl, flags, key_flags as kf};
 use crate::ctx::Ctx;
 use crate::error::{CmdResult, CommandError};
 use crate::types::zset::ZSet;
@@ -20,11 +20,7 @@ pub static COMMANDS: &[Spec] = &[
         -4,
         flags::READONLY,
         acl::SORTEDSET,
-        &[KeySpec {
-            flags: kf::RO | kf::ACCESS,
-            begin: BeginSearch::Index(1),
-            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-        }],
+        &[KeySpec::single(1, kf::RO | kf::ACCESS)],
         "sorted_set",
         "1.2.0",
         "Returns members in a sorted set within a range of indexes.",
@@ -36,18 +32,7 @@ pub static COMMANDS: &[Spec] = &[
         -5,
         flags::WRITE | flags::DENYOOM,
         acl::SORTEDSET,
-        &[
-            KeySpec {
-                flags: kf::OW | kf::UPDATE,
-                begin: BeginSearch::Index(1),
-                find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-            },
-            KeySpec {
-                flags: kf::RO | kf::ACCESS,
-                begin: BeginSearch::Index(2),
-                find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-            },
-        ],
+        &[KeySpec::single(1, kf::OW | kf::UPDATE), KeySpec::single(2, kf::RO | kf::ACCESS)],
         "sorted_set",
         "6.2.0",
         "Stores a range of members from sorted set in a key.",
@@ -59,11 +44,7 @@ pub static COMMANDS: &[Spec] = &[
         -4,
         flags::READONLY,
         acl::SORTEDSET,
-        &[KeySpec {
-            flags: kf::RO | kf::ACCESS,
-            begin: BeginSearch::Index(1),
-            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-        }],
+        &[KeySpec::single(1, kf::RO | kf::ACCESS)],
         "sorted_set",
         "1.0.5",
         "Returns members in a sorted set within a range of scores.",
@@ -75,11 +56,7 @@ pub static COMMANDS: &[Spec] = &[
         -4,
         flags::READONLY,
         acl::SORTEDSET,
-        &[KeySpec {
-            flags: kf::RO | kf::ACCESS,
-            begin: BeginSearch::Index(1),
-            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-        }],
+        &[KeySpec::single(1, kf::RO | kf::ACCESS)],
         "sorted_set",
         "2.2.0",
         "Returns members in a sorted set within a range of scores in reverse order.",
@@ -91,11 +68,7 @@ pub static COMMANDS: &[Spec] = &[
         -4,
         flags::READONLY,
         acl::SORTEDSET,
-        &[KeySpec {
-            flags: kf::RO | kf::ACCESS,
-            begin: BeginSearch::Index(1),
-            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-        }],
+        &[KeySpec::single(1, kf::RO | kf::ACCESS)],
         "sorted_set",
         "2.8.9",
         "Returns members in a sorted set within a lexicographical range.",
@@ -107,11 +80,7 @@ pub static COMMANDS: &[Spec] = &[
         -4,
         flags::READONLY,
         acl::SORTEDSET,
-        &[KeySpec {
-            flags: kf::RO | kf::ACCESS,
-            begin: BeginSearch::Index(1),
-            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-        }],
+        &[KeySpec::single(1, kf::RO | kf::ACCESS)],
         "sorted_set",
         "2.8.9",
         "Returns members in a sorted set within a lexicographical range in reverse order.",
@@ -123,11 +92,7 @@ pub static COMMANDS: &[Spec] = &[
         -4,
         flags::READONLY,
         acl::SORTEDSET,
-        &[KeySpec {
-            flags: kf::RO | kf::ACCESS,
-            begin: BeginSearch::Index(1),
-            find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-        }],
+        &[KeySpec::single(1, kf::RO | kf::ACCESS)],
         "sorted_set",
         "1.2.0",
         "Returns members in a sorted set within a range of indexes in reverse order.",

@@ -4,7 +4,7 @@ use hotkv_protocol::{Args, ReplyBuf};
 
 use super::list::{bulk_value, range_arg};
 use super::{EngineCmd, LockPlan, Spec, int_arg, push_bulk};
-use crate::command::{BeginSearch, CommandSpec, FindKeys, KeySpec, acl, flags, key_flags as kf};
+use crate::command::{CommandSpec, KeySpec, acl, flags, key_flags as kf};
 use crate::ctx::Ctx;
 use crate::error::{CmdResult, CommandError};
 use crate::glob;
@@ -14,13 +14,13 @@ use crate::types::zset::ZSet;
 /// ZRANDMEMBER and ZSCAN rows.
 pub static COMMANDS: &[Spec] = &[
     CommandSpec::new("zrandmember", -2, flags::READONLY, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
+        &[KeySpec::single(1, kf::RO | kf::ACCESS)],
         "sorted_set", "6.2.0", "Returns one or more random members from a sorted set.",
         "O(N) where N is the number of members returned",
         EngineCmd { run: zrandmember, plan: LockPlan::Keys })
         .with_tips(&["nondeterministic_output"]),
     CommandSpec::new("zscan", -3, flags::READONLY, acl::SORTEDSET,
-        &[KeySpec { flags: kf::RO | kf::ACCESS, begin: BeginSearch::Index(1), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }],
+        &[KeySpec::single(1, kf::RO | kf::ACCESS)],
         "sorted_set", "2.8.0", "Iterates over members and scores of a sorted set.",
         "O(1) for every call. O(N) for a complete iteration, including enough command calls for the cursor to return back to 0. N is the number of elements inside the collection.",
         EngineCmd { run: zscan, plan: LockPlan::Keys })

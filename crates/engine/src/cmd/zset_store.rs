@@ -89,11 +89,7 @@ pub static COMMANDS: &[Spec] = &[
         flags::WRITE | flags::DENYOOM,
         acl::SORTEDSET,
         &[
-            KeySpec {
-                flags: kf::OW | kf::UPDATE,
-                begin: BeginSearch::Index(1),
-                find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-            },
+            KeySpec::single(1, kf::OW | kf::UPDATE),
             KeySpec {
                 flags: kf::RO | kf::ACCESS,
                 begin: BeginSearch::Index(2),
@@ -112,11 +108,7 @@ pub static COMMANDS: &[Spec] = &[
         flags::WRITE | flags::DENYOOM,
         acl::SORTEDSET,
         &[
-            KeySpec {
-                flags: kf::OW | kf::UPDATE,
-                begin: BeginSearch::Index(1),
-                find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-            },
+            KeySpec::single(1, kf::OW | kf::UPDATE),
             KeySpec {
                 flags: kf::RO | kf::ACCESS,
                 begin: BeginSearch::Index(2),
@@ -135,11 +127,7 @@ pub static COMMANDS: &[Spec] = &[
         flags::WRITE | flags::DENYOOM,
         acl::SORTEDSET,
         &[
-            KeySpec {
-                flags: kf::OW | kf::UPDATE,
-                begin: BeginSearch::Index(1),
-                find: FindKeys::Range { last_key: 0, step: 1, limit: 0 },
-            },
+            KeySpec::single(1, kf::OW | kf::UPDATE),
             KeySpec {
                 flags: kf::RO | kf::ACCESS,
                 begin: BeginSearch::Index(2),
