@@ -317,6 +317,7 @@ def run_mode(mode, servers, pki, args, results):
             n = max(20000, int(probe * args.seconds))
             per = {s.name: {"rps": [], "p50": [], "p99": [], "cpu_us": []} for s in usable}
             ratios = {s.name: [] for s in usable if s.name != "redis"}
+            vs_valkey = []
             commands = {}
             for rnd in range(args.rounds):
                 order = usable[rnd % len(usable):] + usable[:rnd % len(usable)]
@@ -335,6 +336,8 @@ def run_mode(mode, servers, pki, args, results):
                     round_rps[s.name] = rps
                 for name in ratios:
                     ratios[name].append(round_rps[name] / round_rps["redis"])
+                if "valkey" in round_rps:
+                    vs_valkey.append(round_rps["hotkv"] / round_rps["valkey"])
             row = {"mode": mode, "cell": cell.name, "requests": n, "rounds": args.rounds, "servers": {},
                    "commands": commands, "skipped": skipped}
             for name, m in per.items():
@@ -349,11 +352,15 @@ def run_mode(mode, servers, pki, args, results):
                 if name in ratios:
                     row["servers"][name]["ratio_vs_redis"] = median(ratios[name])
                     row["servers"][name]["ratios"] = ratios[name]
+            if vs_valkey:
+                row["servers"]["hotkv"]["ratio_vs_valkey"] = median(vs_valkey)
+                row["servers"]["hotkv"]["ratios_vs_valkey"] = vs_valkey
             results["cells"].append(row)
             h = row["servers"]["hotkv"]
             print(f"[{mode}] {cell.name}: hotkv {h['rps_median']:.0f} ops/s, redis "
                   f"{row['servers']['redis']['rps_median']:.0f} ops/s, ratio {h['ratio_vs_redis']:.2f}"
-                  f"{' (noisy)' if h['noisy'] else ''}", file=sys.stderr)
+                  + (f", hotkv/valkey {h['ratio_vs_valkey']:.2f}" if "ratio_vs_valkey" in h else "")
+                  + (" (noisy)" if h["noisy"] else ""), file=sys.stderr)
         if mode == "percore" and not args.no_memory:
             for kind, count in [("string", args.mem_keys), ("hash10", 100000), ("set100", 20000), ("zset100", 20000)]:
                 row = {"mode": mode, "memory": kind, "items": count, "servers": {}}
@@ -377,25 +384,34 @@ def run_mode(mode, servers, pki, args, results):
 
 
 def markdown(results):
+    valkey = any("valkey" in r.get("servers", {}) for r in results["cells"])
+    extra_head = " valkey ops/s (min-max) | hotkv/valkey | valkey p50/p99 ms |" if valkey else ""
     lines = ["| mode | cell | hotkv ops/s (min-max) | redis ops/s (min-max) | hotkv/redis | hotkv p50/p99 ms | redis p50/p99 ms "
-             "| server CPU µs/op hotkv / redis | CPU ratio |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| server CPU µs/op hotkv / redis | CPU ratio |" + extra_head,
+             "|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if valkey else "")]
+    fmt = lambda s: f"{s['rps_median']:.0f} ({s['rps_min']:.0f}-{s['rps_max']:.0f}){' noisy' if s['noisy'] else ''}"
     for r in results["cells"]:
         if "servers" not in r:
-            lines.append(f"| {r['mode']} | {r['cell']} | skipped ({', '.join(r['skipped'])}) | | | | | | |")
+            lines.append(f"| {r['mode']} | {r['cell']} | skipped ({', '.join(r['skipped'])}) | | | | | | |"
+                         + (" | | |" if valkey else ""))
             continue
         h, d = r["servers"]["hotkv"], r["servers"]["redis"]
-        fmt = lambda s: f"{s['rps_median']:.0f} ({s['rps_min']:.0f}-{s['rps_max']:.0f}){' noisy' if s['noisy'] else ''}"
         hc, dc = h.get("cpu_us_per_op", float("nan")), d.get("cpu_us_per_op", float("nan"))
-        lines.append(f"| {r['mode']} | {r['cell']} | {fmt(h)} | {fmt(d)} | {h['ratio_vs_redis']:.2f} | "
-                     f"{h['p50_ms']:.3f}/{h['p99_ms']:.3f} | {d['p50_ms']:.3f}/{d['p99_ms']:.3f} | "
-                     f"{hc:.2f} / {dc:.2f} | {dc / hc if hc else float('nan'):.2f} |")
+        line = (f"| {r['mode']} | {r['cell']} | {fmt(h)} | {fmt(d)} | {h['ratio_vs_redis']:.2f} | "
+                f"{h['p50_ms']:.3f}/{h['p99_ms']:.3f} | {d['p50_ms']:.3f}/{d['p99_ms']:.3f} | "
+                f"{hc:.2f} / {dc:.2f} | {dc / hc if hc else float('nan'):.2f} |")
+        if valkey:
+            v = r["servers"].get("valkey")
+            line += (f" {fmt(v)} | {h['ratio_vs_valkey']:.2f} | {v['p50_ms']:.3f}/{v['p99_ms']:.3f} |" if v
+                     else " n/a | | |")
+        lines.append(line)
     if results["memory"]:
-        lines += ["", "| memory per item | items | hotkv used_memory / RSS (B) | redis used_memory / RSS (B) |",
-                  "|---|---|---|---|"]
+        names = ["hotkv", "redis"] + (["valkey"] if valkey else [])
+        lines += ["", "| memory per item | items | " + " | ".join(f"{n} used_memory / RSS (B)" for n in names) + " |",
+                  "|---|---|" + "---|" * len(names)]
         for m in results["memory"]:
             f = lambda v: "n/a" if not v else f"{v['used_memory']:.1f} / {v['used_memory_rss']:.1f}"
-            lines.append(f"| {m['memory']} | {m['items']} | {f(m['servers'].get('hotkv'))} | {f(m['servers'].get('redis'))} |")
+            lines.append(f"| {m['memory']} | {m['items']} | " + " | ".join(f(m["servers"].get(n)) for n in names) + " |")
     return "\n".join(lines) + "\n"
 
 
