@@ -78,6 +78,22 @@ fn config_set_rolls_back_when_applying_fails() {
 }
 
 #[test]
+fn config_set_bind_to_an_address_it_cannot_have_keeps_the_old_one() {
+    let srv = server();
+    let mut c = srv.client();
+    let before = config_get(&mut c, "bind");
+    // Valkey's networking suite: not an address at all, and an address this host lacks.
+    for bad in ["999.999.999.999", "192.0.2.1"] {
+        assert_err(
+            &c.cmd(&["CONFIG", "SET", "bind", bad]),
+            "ERR CONFIG SET failed (possibly related to argument 'bind') - Failed to bind to specified addresses.",
+        );
+        assert_eq!(config_get(&mut c, "bind"), before);
+        assert_eq!(srv.client().cmd(&["PING"]), Frame::simple("PONG"), "still serving on the old address");
+    }
+}
+
+#[test]
 fn config_set_rejects_unknown_immutable_duplicate_and_malformed_values() {
     let srv = server();
     let mut c = srv.client();

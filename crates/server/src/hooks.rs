@@ -69,9 +69,14 @@ fn rebind(srv: &Server, old: &Settings, new: &Settings) -> Result<(), HookError>
         };
         let result = result.and_then(|()| {
             listener::rebind(&arc, tls, (old_bind, old_port), (new_bind, new_port), backlog).map_err(|reason| {
-                // Valkey logs the system's reason and answers with a pointer to the log.
+                // Valkey logs the system's reason and answers with a pointer to the log, or,
+                // when the addresses changed, says so (applyBind vs updatePort).
                 tracing::warn!("{reason}");
-                HookError::Reason("Unable to listen on this port. Check server logs.".to_string())
+                HookError::Reason(if old_bind != new_bind {
+                    "Failed to bind to specified addresses.".to_string()
+                } else {
+                    "Unable to listen on this port. Check server logs.".to_string()
+                })
             })
         });
         if let Err(e) = result {
