@@ -125,3 +125,55 @@ fn slowlog_truncates_long_arguments_and_argument_lists() {
     assert_eq!(mset.len(), 32);
     assert_eq!(mset[31], "... (10 more arguments)");
 }
+
+/// Flattens a RESP2 array of pairs or a RESP3 map into (key, value) frames.
+fn pairs(f: Frame) -> Vec<(Frame, Frame)> {
+    match f {
+        Frame::Map(kv) => kv,
+        Frame::Array(items) => {
+            assert!(items.len() % 2 == 0, "odd pair list");
+            let mut it = items.into_iter();
+            std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect()
+        }
+        other => panic!("expected a map, got {other}"),
+    }
+}
+
+#[test]
+fn latency_histogram_reports_calls_and_a_cumulative_distribution() {
+    let srv = server();
+    let mut c = srv.client();
+    for i in 0..50 {
+        ok(&mut c, &["set", &format!("k{i}"), "v"]);
+    }
+    c.cmd(&["config", "get", "maxmemory"]);
+    for resp3 in [false, true] {
+        if resp3 {
+            c.cmd(&["hello", "3"]);
+        }
+        let all = pairs(c.cmd(&["latency", "histogram", "set", "config", "no-such-command"]));
+        let names: Vec<Frame> = all.iter().map(|(k, _)| k.clone()).collect();
+        assert!(names.contains(&Frame::bulk("set")), "{names:?}");
+        assert!(names.contains(&Frame::bulk("config|get")), "a container covers its subcommands: {names:?}");
+        assert_eq!(names.len(), 2, "unknown and never-run commands are left out: {names:?}");
+        let (_, set) = all.into_iter().find(|(k, _)| *k == Frame::bulk("set")).unwrap();
+        let fields = pairs(set);
+        assert_eq!(fields[0], (Frame::bulk("calls"), Frame::Integer(50)));
+        assert_eq!(fields[1].0, Frame::bulk("histogram_usec"));
+        let buckets: Vec<(i64, i64)> = pairs(fields[1].1.clone())
+            .into_iter()
+            .map(|(b, n)| match (b, n) {
+                (Frame::Integer(b), Frame::Integer(n)) => (b, n),
+                other => panic!("bucket {other:?}"),
+            })
+            .collect();
+        assert!(!buckets.is_empty());
+        assert!(buckets.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1), "{buckets:?}");
+        assert_eq!(buckets.last().unwrap().1, 50, "the last bucket counts every call");
+    }
+    ok(&mut c, &["config", "resetstat"]);
+    assert_eq!(pairs(c.cmd(&["latency", "histogram", "set"])), vec![], "RESETSTAT empties the histograms");
+    assert!(
+        matches!(c.cmd(&["latency", "help"]), Frame::Array(lines) if lines.contains(&Frame::simple("HISTOGRAM [COMMAND ...]")))
+    );
+}

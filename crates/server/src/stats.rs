@@ -284,14 +284,43 @@ impl Stats {
 
     /// Latency percentiles of command `cmd` in microseconds, if it ever ran.
     pub fn percentiles(&self, cmd: usize, ps: &[f64]) -> Option<Vec<f64>> {
+        let merged = self.merged_histogram(cmd)?;
+        Some(ps.iter().map(|p| merged.percentile(*p) as f64 / 1000.0).collect())
+    }
+
+    /// LATENCY HISTOGRAM's figures for command `cmd`: its calls, and the cumulative count of
+    /// calls at each power-of-two bucket from 1024 ns on, in microseconds, as Valkey's
+    /// `fillCommandCDF` walks its histogram (buckets that add nothing are left out).
+    pub fn latency_cdf(&self, cmd: usize) -> Option<(u64, Vec<(u64, u64)>)> {
+        let merged = self.merged_histogram(cmd)?;
+        let total = merged.count();
+        let mut out = Vec::new();
+        let mut seen = 0;
+        for k in 10..64u32 {
+            if seen >= total {
+                break;
+            }
+            let bound = 1u64 << k;
+            let cumulative = merged.count_below(bound);
+            if cumulative > seen {
+                // hdr_histogram's highest value equivalent to 2^k at two significant digits.
+                out.push(((bound + (bound >> 7) - 1) / 1000, cumulative));
+                seen = cumulative;
+            }
+        }
+        Some((total, out))
+    }
+
+    /// The command's histogram over all shards; None when it has no samples (never ran, or
+    /// CONFIG RESETSTAT emptied it: Valkey then reports nothing, as if it never ran).
+    fn merged_histogram(&self, cmd: usize) -> Option<Histogram> {
         let mut merged = Histogram::default();
         for s in self.shards.iter() {
             if let Some(h) = s.per_cmd[cmd].hist.get() {
                 merged.merge(h);
             }
         }
-        // A histogram emptied by CONFIG RESETSTAT reports nothing, as if the command never ran.
-        (merged.count() > 0).then(|| ps.iter().map(|p| merged.percentile(*p) as f64 / 1000.0).collect())
+        (merged.count() > 0).then_some(merged)
     }
 
     /// Error counts by code.
@@ -391,6 +420,17 @@ impl Histogram {
         self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
     }
 
+    /// Number of recorded values below `bound`, a power of two (bucket edges fall on them).
+    pub fn count_below(&self, bound: u64) -> u64 {
+        debug_assert!(bound.is_power_of_two());
+        self.buckets
+            .iter()
+            .enumerate()
+            .take_while(|(i, _)| Self::upper(*i) < bound)
+            .map(|(_, b)| b.load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// The value at percentile `p` (0-100), as the upper bound of its bucket.
     pub fn percentile(&self, p: f64) -> u64 {
         let total: u64 = self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum();
@@ -412,6 +452,21 @@ impl Histogram {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_below_powers_of_two_are_exact() {
+        let h = Histogram::default();
+        for v in [0u64, 1, 7, 8, 1023, 1024, 1025, 2047, 2048, 1 << 20, (1 << 20) + 5, u64::MAX] {
+            h.add(v);
+        }
+        assert_eq!(h.count_below(8), 3);
+        assert_eq!(h.count_below(1024), 5);
+        assert_eq!(h.count_below(2048), 8);
+        assert_eq!(h.count_below(4096), 9);
+        assert_eq!(h.count_below(1 << 20), 9);
+        assert_eq!(h.count_below(1 << 21), 11);
+        assert_eq!(h.count(), 12);
+    }
 
     #[test]
     fn histogram_percentiles_are_close() {

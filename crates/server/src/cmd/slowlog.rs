@@ -125,6 +125,19 @@ pub static COMMANDS: &[ServerSpec] = &[
                 latency_help,
             ),
             row(
+                "histogram",
+                -2,
+                LAT,
+                0,
+                &[],
+                "server",
+                "7.0.0",
+                "Returns the cumulative distribution of latencies of a subset or all commands.",
+                "O(N) where N is the number of commands with latency information being retrieved.",
+                latency_histogram,
+            )
+            .with_tips(LAT_TIPS),
+            row(
                 "history",
                 3,
                 LAT,
@@ -461,6 +474,38 @@ fn latency_doctor(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf
     Ok(Flow::Continue)
 }
 
+/// LATENCY HISTOGRAM [command ...]: per command (a container's name also covers its
+/// subcommands; unknown names are skipped), the calls and the cumulative distribution of
+/// their latencies, as Valkey replies it. Commands with no samples are left out.
+fn latency_histogram(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+    let ids: Vec<usize> = if args.len() == 2 {
+        srv.registry.all().map(|c| c.id).collect()
+    } else {
+        let mut ids = Vec::new();
+        for i in 2..args.len() {
+            let Some(id) = srv.registry.by_name(&String::from_utf8_lossy(args.get(i))) else { continue };
+            ids.push(id);
+            ids.extend(srv.registry.get(id).subs.iter().copied());
+        }
+        ids
+    };
+    let rows: Vec<_> = ids.into_iter().filter_map(|id| Some((id, srv.stats.latency_cdf(id)?))).collect();
+    out.map(rows.len());
+    for (id, (calls, buckets)) in rows {
+        out.bulk(srv.registry.get(id).full_name.as_bytes());
+        out.map(2);
+        out.bulk(b"calls");
+        out.int(calls as i64);
+        out.bulk(b"histogram_usec");
+        out.map(buckets.len());
+        for (micros, count) in buckets {
+            out.int(micros as i64);
+            out.int(count as i64);
+        }
+    }
+    Ok(Flow::Continue)
+}
+
 fn latency_help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
     reply_help(
         out,
@@ -477,6 +522,9 @@ fn latency_help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf)
             "RESET [<event> ...]",
             "    Reset latency data of one or more <event> classes.",
             "    (default: reset all data for all event classes)",
+            "HISTOGRAM [COMMAND ...]",
+            "    Return a cumulative distribution of latencies in the format of a histogram for the specified command names.",
+            "    If no commands are specified then all histograms are replied.",
         ],
     );
     Ok(Flow::Continue)
