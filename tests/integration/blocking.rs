@@ -109,3 +109,33 @@ fn an_unblocked_command_is_a_call_in_commandstats() {
     assert!(line.starts_with("cmdstat_blpop:calls=1,") && line.ends_with(",rejected_calls=0,failed_calls=1"), "{line}");
     assert!(crate::info(&mut admin, "errorstats").contains("errorstat_UNBLOCKED:count=1"));
 }
+
+/// The BLPOP entries of SLOWLOG GET.
+fn slow_blpops(c: &mut RawClient) -> usize {
+    match c.cmd(&["SLOWLOG", "GET", "-1"]) {
+        Frame::Array(entries) => {
+            entries.iter().filter(|e| format!("{e}").to_ascii_lowercase().contains("blpop")).count()
+        }
+        other => panic!("SLOWLOG GET replied {other}"),
+    }
+}
+
+/// Valkey's slowlog suite: a blocked command is logged once it is unblocked, not before, and
+/// once, whether another client's push serves it or its own timeout ends it.
+#[test]
+fn a_blocked_command_reaches_the_slow_log_when_it_is_unblocked() {
+    let srv = server();
+    let mut admin = srv.client();
+    crate::ok(&mut admin, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    crate::ok(&mut admin, &["SLOWLOG", "RESET"]);
+    let mut w = srv.client();
+    w.send(&["BLPOP", "mylist", "0"]);
+    assert!(wait_for(|| blocked_clients(&mut admin) == 1, Duration::from_secs(5)));
+    assert_eq!(slow_blpops(&mut admin), 0, "not logged while blocked");
+    assert_eq!(admin.cmd(&["LPUSH", "mylist", "1"]), Frame::Integer(1));
+    assert!(wait_for(|| blocked_clients(&mut admin) == 0, Duration::from_secs(5)));
+    assert_eq!(slow_blpops(&mut admin), 1, "logged once served");
+    assert_eq!(w.read_frame(), arr(&["mylist", "1"]));
+    assert_eq!(w.cmd(&["BLPOP", "mylist", "0.05"]), Frame::NullArray);
+    assert_eq!(slow_blpops(&mut admin), 2, "a timeout is logged too");
+}

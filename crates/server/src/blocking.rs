@@ -18,8 +18,8 @@ use tokio::sync::oneshot;
 /// How a blocked client is woken.
 #[derive(Debug)]
 pub enum Wakeup {
-    /// Served: these bytes are its reply.
-    Reply(Vec<u8>),
+    /// Served: these bytes are its reply, and serving it took this many nanoseconds.
+    Reply(Vec<u8>, u64),
     /// Could not be served in place (it needs locks the writer could not take): run the
     /// command again normally.
     Retry,

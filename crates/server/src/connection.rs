@@ -15,7 +15,7 @@ use tokio::sync::broadcast;
 use tracing::debug;
 
 use crate::blocking::{BlockWait, Wakeup};
-use crate::dispatch::{Batch, Scratch, dispatch, dispatch_with};
+use crate::dispatch::{Batch, Scratch, dispatch, dispatch_with, flatten};
 use crate::io::Socket;
 use crate::registry::Flow;
 use crate::server::{Server, unix_ms};
@@ -67,16 +67,6 @@ pub async fn serve(srv: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>, t
 
 /// Most commands decoded ahead of execution (bounds the prefetch window and the spans kept).
 const MAX_BATCH: usize = 64;
-
-fn flat_spans(argv: &[Vec<u8>]) -> Vec<(usize, usize)> {
-    let mut at = 0;
-    argv.iter()
-        .map(|a| {
-            at += a.len();
-            (at - a.len(), at)
-        })
-        .collect()
-}
 
 struct Conn {
     /// Decoded commands of the batch: (first span, argument count, end offset).
@@ -224,9 +214,19 @@ impl Conn {
                 }
             };
             srv.blocked.unregister(&wait.waiter);
+            if let Wakeup::Reply(_, nanos) = &wakeup {
+                // Logged before the client stops counting as blocked: whoever sees it
+                // unblocked also sees it in the slow log.
+                let engine = srv.engine.load();
+                let rt = srv.rt.load();
+                let batch = Batch { srv, engine: &engine, rt: &rt, now_ms: unix_ms() };
+                let (flat, spans) = flatten(&wait.waiter.args);
+                let args = hotkv_protocol::Args::from_parts(&flat, &spans);
+                crate::dispatch::account_client(&batch, sess, srv.registry.get(wait.waiter.cmd), &args, *nanos);
+            }
             sess.set_flag(flag::BLOCKED, false);
             let mode = match wakeup {
-                Wakeup::Reply(bytes) => {
+                Wakeup::Reply(bytes, _) => {
                     self.out.raw(&bytes);
                     return Ok(true);
                 }
@@ -240,13 +240,7 @@ impl Conn {
                 Wakeup::Timeout => BlockMode::Immediate,
             };
             // Run the command again: with data now (retry), or for its timeout reply.
-            let argv = wait.waiter.args.clone();
-            let mut spans = Vec::with_capacity(argv.len());
-            let mut flat = Vec::new();
-            for a in &argv {
-                spans.push((flat.len(), flat.len() + a.len()));
-                flat.extend_from_slice(a);
-            }
+            let (flat, spans) = flatten(&wait.waiter.args);
             let engine = srv.engine.load();
             let rt = srv.rt.load();
             let batch = Batch { srv, engine: &engine, rt: &rt, now_ms: unix_ms() };
@@ -380,8 +374,7 @@ impl Conn {
                 break;
             }
             if let Some((argv, _)) = pending.take() {
-                let spans = flat_spans(&argv);
-                let flat = argv.concat();
+                let (flat, spans) = flatten(&argv);
                 let args = hotkv_protocol::Args::from_parts(&flat, &spans);
                 commands += 1;
                 flow = dispatch(&batch, sess, args, &mut self.out, &mut self.scratch);

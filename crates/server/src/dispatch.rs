@@ -248,6 +248,14 @@ fn execute(
 /// commandstats, the slow log, the latency monitor and the MONITOR feed for one call.
 pub(crate) fn account(b: &Batch<'_>, sess: &Session, cmd: &Command, args: &Args<'_>, nanos: u64, failed: bool) {
     b.srv.stats.call(cmd.id, nanos, failed, b.rt.latency_tracking);
+    account_client(b, sess, cmd, args, nanos);
+}
+
+/// What `account` does for the calling client: its counters, the slow log (which names it),
+/// the latency monitor and the MONITOR feed. A blocked command served by another connection
+/// was counted in commandstats there and gets this part when its reply arrives, as Valkey
+/// logs a blocked command only once it is unblocked.
+pub(crate) fn account_client(b: &Batch<'_>, sess: &Session, cmd: &Command, args: &Args<'_>, nanos: u64) {
     sess.info.commands.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     sess.info.last_cmd.store(cmd.id as u32 + 1, std::sync::atomic::Ordering::Relaxed);
     record_slow(b, sess, cmd, args, nanos);
@@ -343,8 +351,7 @@ pub(crate) fn serve_blocked(b: &Batch<'_>, ctx: &mut Ctx<'_>, events: &CmdEvents
                 let _ = tx.send(Wakeup::Retry);
                 continue;
             };
-            let spans = spans_of(&w.args);
-            let flat: Vec<u8> = w.args.concat();
+            let (flat, spans) = flatten(&w.args);
             let args = Args::from_parts(&flat, &spans);
             let planned = plan_locks(spec, &args, w.db, b.srv.ks.databases(), &mut keys, &mut ids).is_ok();
             let ks = ctx.ks;
@@ -373,23 +380,28 @@ pub(crate) fn serve_blocked(b: &Batch<'_>, ctx: &mut Ctx<'_>, events: &CmdEvents
                 reply_error(b.srv, &mut reply, e);
             }
             b.srv.blocked.unregister(&w);
-            b.srv.stats.call(cmd.id, start.elapsed().as_nanos() as u64, r.is_err(), b.rt.latency_tracking);
-            let _ = tx.send(Wakeup::Reply(reply.as_bytes().to_vec()));
+            let nanos = start.elapsed().as_nanos() as u64;
+            // commandstats here, so the call counts even if its client is gone by now; the
+            // slow log, which names the client, is written by the client's own connection.
+            b.srv.stats.call(cmd.id, nanos, r.is_err(), b.rt.latency_tracking);
+            let _ = tx.send(Wakeup::Reply(reply.as_bytes().to_vec(), nanos));
             // Serving may have made other keys ready (BLMOVE pushes to its destination).
             ready.extend(events.take_ready());
         }
     }
 }
 
-fn spans_of(args: &[Vec<u8>]) -> Vec<(usize, usize)> {
+/// A stored argument vector as one buffer and the spans `Args::from_parts` takes.
+pub(crate) fn flatten(argv: &[Vec<u8>]) -> (Vec<u8>, Vec<(usize, usize)>) {
     let mut at = 0;
-    args.iter()
+    let spans = argv
+        .iter()
         .map(|a| {
-            let span = (at, at + a.len());
             at += a.len();
-            span
+            (at - a.len(), at)
         })
-        .collect()
+        .collect();
+    (argv.concat(), spans)
 }
 
 /// Writes an error reply and counts it in errorstats.
