@@ -91,6 +91,25 @@ fn slowlog_reset_len_and_max_len() {
 }
 
 #[test]
+fn slowlog_max_len_zero_disables_the_log_and_uses_no_ids() {
+    let srv = server_with(&[("slowlog-log-slower-than", "0"), ("slowlog-max-len", "0")]);
+    let mut c = srv.client();
+    for _ in 0..20 {
+        c.cmd(&["PING"]);
+    }
+    assert_eq!(c.cmd(&["SLOWLOG", "LEN"]), Frame::Integer(0));
+    // The CONFIG SET that enables the log is the first entry: id 0, as in Valkey.
+    ok(&mut c, &["CONFIG", "SET", "slowlog-max-len", "10"]);
+    let log = c.cmd(&["SLOWLOG", "GET", "-1"]);
+    let first = log.items().last().unwrap_or_else(|| panic!("empty slow log: {log}")).items().to_vec();
+    assert_eq!(first[0], Frame::Integer(0), "{log}");
+    assert_eq!(
+        first[3].items().iter().map(Frame::text).collect::<Vec<_>>(),
+        ["CONFIG", "SET", "slowlog-max-len", "10"]
+    );
+}
+
+#[test]
 fn slowlog_default_threshold_skips_fast_commands() {
     let srv = server();
     let mut c = srv.client();

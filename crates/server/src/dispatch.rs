@@ -421,20 +421,27 @@ fn advance_reply_mode(sess: &mut Session) -> ReplyMode {
 
 fn record_slow(b: &Batch<'_>, sess: &Session, cmd: &Command, args: &Args<'_>, nanos: u64) {
     let micros = nanos / 1000;
-    let threshold = b.rt.slowlog_threshold;
-    if threshold >= 0 && micros as i64 >= threshold && cmd.spec.flags() & flags::SKIP_SLOWLOG == 0 {
+    // Valkey judges a call by the settings after it ran: the CONFIG SET that turns the slow
+    // log on is its first entry. Only admin commands change settings, and they are rare
+    // enough to pay for a fresh look.
+    let fresh;
+    let rt = if cmd.spec.flags() & flags::ADMIN != 0 {
+        fresh = b.srv.rt.load();
+        &**fresh
+    } else {
+        b.rt
+    };
+    let threshold = rt.slowlog_threshold;
+    if threshold >= 0
+        && micros as i64 >= threshold
+        && rt.slowlog_max_len > 0
+        && cmd.spec.flags() & flags::SKIP_SLOWLOG == 0
+    {
         let name = sess.info.name.lock().clone();
-        b.srv.slowlog.lock().push(
-            args,
-            b.now_ms / 1000,
-            micros,
-            sess.info.addr.to_string(),
-            name,
-            b.rt.slowlog_max_len,
-        );
+        b.srv.slowlog.lock().push(args, b.now_ms / 1000, micros, sess.info.addr.to_string(), name, rt.slowlog_max_len);
     }
     let ms = micros / 1000;
-    if b.rt.latency_threshold > 0 && ms >= b.rt.latency_threshold {
+    if rt.latency_threshold > 0 && ms >= rt.latency_threshold {
         let event = if cmd.spec.flags() & flags::FAST != 0 { "fast-command" } else { "command" };
         b.srv.latency.lock().add(event, b.now_ms / 1000, ms);
     }

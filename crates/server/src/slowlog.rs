@@ -38,6 +38,11 @@ pub struct SlowLog {
 impl SlowLog {
     /// Adds an entry and trims to `max_len`.
     pub fn push(&mut self, args: &Args<'_>, time: i64, micros: u64, addr: String, name: String, max_len: usize) {
+        // slowlog-max-len 0 disables the log: no entry, so no id is used up (Valkey's ids
+        // count logged commands only).
+        if max_len == 0 {
+            return;
+        }
         let mut kept = Vec::with_capacity(args.len().min(MAX_ARGC));
         let argc = args.len();
         for (i, a) in args.iter().enumerate() {
