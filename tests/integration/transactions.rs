@@ -123,6 +123,94 @@ fn unwatch_and_a_key_already_expired_at_watch_time_do_not_abort() {
     assert_eq!(c.cmd(&["EXEC"]), Frame::Array(vec![Frame::bulk("2")]));
 }
 
+/// Runs MULTI PING EXEC and returns EXEC's reply.
+fn exec_ping(c: &mut hotkv_test_support::RawClient) -> Frame {
+    ok(c, &["MULTI"]);
+    queued(c, &["PING"]);
+    c.cmd(&["EXEC"])
+}
+
+/// Valkey's multi suite on stale keys (expired, not yet deleted: active expiry is off):
+/// deleting one, flushing it or swapping it away changes nothing logically; swapping a
+/// missing key for a stale one, or a stale one for another, neither. A live key replaced
+/// by a stale one, or a stale key replaced by a live one, does abort.
+#[test]
+fn stale_watched_keys_changed_by_expiry_flush_or_swap() {
+    let srv = crate::server_with(&[("enable-debug-command", "yes")]);
+    let mut c = srv.client();
+    let stale = |c: &mut hotkv_test_support::RawClient, db: &str, key: &str| {
+        ok(c, &["SELECT", db]);
+        ok(c, &["SET", key, "v", "PX", "1"]);
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let pong = Frame::Array(vec![Frame::simple("PONG")]);
+    ok(&mut c, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+    // Deleted by lazy expiry (EXISTS) after WATCH.
+    ok(&mut c, &["FLUSHALL"]);
+    stale(&mut c, "0", "x");
+    ok(&mut c, &["WATCH", "x"]);
+    assert_eq!(c.cmd(&["EXISTS", "x"]), Frame::Integer(0));
+    assert_eq!(exec_ping(&mut c), pong, "expiring a stale key");
+    // Flushed.
+    stale(&mut c, "0", "x");
+    ok(&mut c, &["WATCH", "x"]);
+    ok(&mut c, &["FLUSHDB"]);
+    assert_eq!(exec_ping(&mut c), pong, "flushing a stale key");
+    // Swapped for nothing, nothing for a stale key, a stale key for another.
+    for (db0, db1) in [(false, true), (true, false), (true, true)] {
+        ok(&mut c, &["FLUSHALL"]);
+        if db0 {
+            stale(&mut c, "0", "x");
+        }
+        if db1 {
+            stale(&mut c, "1", "x");
+        }
+        ok(&mut c, &["SELECT", "1"]);
+        ok(&mut c, &["WATCH", "x"]);
+        ok(&mut c, &["SWAPDB", "0", "1"]);
+        assert_eq!(exec_ping(&mut c), pong, "SWAPDB with a stale x in db0: {db0}, in db1: {db1}");
+    }
+    // A stale key swapped for a live one, and a live one for a stale one, are changes.
+    for live_in_watched_db in [false, true] {
+        ok(&mut c, &["FLUSHALL"]);
+        let (stale_db, live_db) = if live_in_watched_db { ("0", "1") } else { ("1", "0") };
+        stale(&mut c, stale_db, "x");
+        ok(&mut c, &["SELECT", live_db]);
+        ok(&mut c, &["SET", "x", "live"]);
+        ok(&mut c, &["SELECT", "1"]);
+        ok(&mut c, &["WATCH", "x"]);
+        ok(&mut c, &["SWAPDB", "0", "1"]);
+        assert_eq!(exec_ping(&mut c), Frame::NullArray, "live x in the watched db: {live_in_watched_db}");
+    }
+    // A stale watched key that is then written again is a change.
+    ok(&mut c, &["FLUSHALL"]);
+    stale(&mut c, "0", "x");
+    ok(&mut c, &["WATCH", "x"]);
+    assert_eq!(c.cmd(&["EXISTS", "x"]), Frame::Integer(0));
+    ok(&mut srv.client(), &["SET", "x", "again"]);
+    assert_eq!(exec_ping(&mut c), Frame::NullArray, "a write after the stale key went");
+    ok(&mut c, &["DEBUG", "SET-ACTIVE-EXPIRE", "1"]);
+}
+
+/// Valkey's execCommandAbort: EXEC refused for memory discards the transaction and says so.
+#[test]
+fn exec_over_maxmemory_with_a_write_queued_is_execabort_oom() {
+    let srv = server();
+    let mut c = srv.client();
+    let mut admin = srv.client();
+    ok(&mut c, &["MULTI"]);
+    queued(&mut c, &["SET", "x", "1"]);
+    queued(&mut c, &["GET", "x"]);
+    ok(&mut admin, &["CONFIG", "SET", "maxmemory", "1"]);
+    assert_err(
+        &c.cmd(&["EXEC"]),
+        "EXECABORT Transaction discarded because of: OOM command not allowed when used memory > 'maxmemory'.",
+    );
+    ok(&mut admin, &["CONFIG", "SET", "maxmemory", "0"]);
+    assert_err(&c.cmd(&["EXEC"]), "ERR EXEC without MULTI");
+    assert_eq!(c.cmd(&["GET", "x"]), Frame::NullBulk, "nothing ran");
+}
+
 #[test]
 fn exec_is_atomic_for_concurrent_clients() {
     // While transactions move 1 from a to b, a reader doing MGET a b must always see a sum

@@ -104,6 +104,13 @@ pub struct LocalStats {
 pub trait Events: Sync {
     /// `key` in `db` was modified or deleted.
     fn key_touched(&self, _db: usize, _key: &[u8]) {}
+    /// `key` in `db` went from `before` to `after` without a command writing it: it expired,
+    /// or a flush or swap replaced what the database holds. WATCH tells these apart, as
+    /// Valkey does: deleting a key that had already expired when it was watched changes
+    /// nothing logically. By default, the same as [`Events::key_touched`].
+    fn key_replaced(&self, db: usize, key: &[u8], _before: KeyState, _after: KeyState) {
+        self.key_touched(db, key)
+    }
     /// A keyspace notification (`notify-keyspace-events`): `class` is the event class
     /// letter (`g` generic, `$` string, `x` expired, `e` evicted, ...).
     fn notify(&self, _class: char, _event: &str, _key: &[u8], _db: usize) {}
@@ -116,6 +123,17 @@ pub trait Events: Sync {
     fn watched_keys(&self, _db: usize) -> Vec<Vec<u8>> {
         Vec::new()
     }
+}
+
+/// What a key holds, as WATCH sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyState {
+    /// No entry.
+    Missing,
+    /// An entry whose TTL has passed but that nobody deleted yet.
+    Stale,
+    /// A live entry.
+    Live,
 }
 
 /// Events sink that ignores everything.
@@ -521,7 +539,7 @@ impl<'a> Ctx<'a> {
                 slot.sync(table);
                 self.stats.expired += 1;
                 events.notify('x', "expired", key, db);
-                events.key_touched(db, key);
+                events.key_replaced(db, key, KeyState::Stale, KeyState::Missing);
             }
             if read && mode.notify_miss {
                 events.notify('m', "keymiss", key, db);

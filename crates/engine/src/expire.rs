@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use crate::ctx::Events;
+use crate::ctx::{Events, KeyState};
 use crate::keyspace::Keyspace;
 use crate::slot::SLOTS;
 
@@ -117,7 +117,7 @@ pub fn active_expire_cycle(
         drop(table);
         for key in &expired_keys {
             events.notify('x', "expired", key, db);
-            events.key_touched(db, key);
+            events.key_replaced(db, key, KeyState::Stale, KeyState::Missing);
         }
         st.expired += expired_keys.len() as u64;
     }

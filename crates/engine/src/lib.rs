@@ -25,7 +25,9 @@ pub mod rdb;
 pub mod slot;
 pub mod table;
 
-pub use ctx::{BlockMode, BlockRequest, Ctx, EngineConfig, Events, KeyMut, LocalStats, LookupFlags, NoEvents, Ttl};
+pub use ctx::{
+    BlockMode, BlockRequest, Ctx, EngineConfig, Events, KeyMut, KeyState, LocalStats, LookupFlags, NoEvents, Ttl,
+};
 pub use error::{CmdResult, CommandError};
 pub use keyspace::{Keyspace, LockSet};
 pub mod cmd;

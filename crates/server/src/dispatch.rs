@@ -105,6 +105,11 @@ fn run_checked(
     let cmd = reg.get(id);
     let rejected = |sess: &mut Session, e: CommandError| {
         b.srv.stats.reject(Some(id));
+        if id == b.srv.known.exec && sess.multi.is_some() {
+            // Valkey's execCommandAbort: a refused EXEC discards the transaction and says why.
+            crate::cmd::multi::discard_transaction(b.srv, sess);
+            return CommandError::raw(format!("EXECABORT Transaction discarded because of: {}", e.message()));
+        }
         flag_transaction(sess);
         e
     };

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use hotkv_engine::Events;
+use hotkv_engine::{Events, KeyState};
 use parking_lot::Mutex;
 
 use crate::server::Server;
@@ -18,20 +18,29 @@ use crate::server::Server;
 /// A key of a database.
 type DbKey = (usize, Box<[u8]>);
 
+/// One transaction's watch of one key.
+struct Watcher {
+    /// The transaction's flag: set, EXEC fails.
+    dirty: Arc<AtomicBool>,
+    /// The key had expired (but was not deleted) when watched, and has not changed since.
+    stale: Arc<AtomicBool>,
+}
+
 /// Keys being WATCHed, and the flags of the transactions watching them.
 #[derive(Default)]
 pub struct Watches {
-    map: Mutex<HashMap<DbKey, Vec<Arc<AtomicBool>>>>,
+    map: Mutex<HashMap<DbKey, Vec<Watcher>>>,
     count: AtomicUsize,
 }
 
 impl Watches {
-    /// Registers `flag` as watching `key` in `db`.
-    pub fn watch(&self, db: usize, key: &[u8], flag: &Arc<AtomicBool>) {
+    /// Registers the transaction with flag `dirty` as watching `key` in `db`; `stale` says
+    /// whether the key had already expired, and is kept up to date here.
+    pub fn watch(&self, db: usize, key: &[u8], dirty: &Arc<AtomicBool>, stale: &Arc<AtomicBool>) {
         let mut m = self.map.lock();
         let v = m.entry((db, key.into())).or_default();
-        if !v.iter().any(|f| Arc::ptr_eq(f, flag)) {
-            v.push(flag.clone());
+        if !v.iter().any(|w| Arc::ptr_eq(&w.dirty, dirty)) {
+            v.push(Watcher { dirty: dirty.clone(), stale: stale.clone() });
             self.count.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -46,7 +55,7 @@ impl Watches {
             let k = (*db, Box::from(&key[..]));
             if let Some(v) = m.get_mut(&k) {
                 let before = v.len();
-                v.retain(|f| !Arc::ptr_eq(f, flag));
+                v.retain(|w| !Arc::ptr_eq(&w.dirty, flag));
                 self.count.fetch_sub(before - v.len(), Ordering::Relaxed);
                 if v.is_empty() {
                     m.remove(&k);
@@ -61,7 +70,34 @@ impl Watches {
             return;
         }
         if let Some(v) = self.map.lock().get(&(db, Box::from(key))) {
-            v.iter().for_each(|f| f.store(true, Ordering::Relaxed));
+            v.iter().for_each(|w| w.dirty.store(true, Ordering::Relaxed));
+        }
+    }
+
+    /// `key` in `db` went from `before` to `after` by expiry, flush or swap. As Valkey's
+    /// `touchWatchedKey` and `touchAllWatchedKeysInDb`: for a watcher that saw the key
+    /// already expired, its deletion changes nothing (and from then on it watches a missing
+    /// key), nor does its replacement by another expired value; for one that saw it missing,
+    /// its replacement by an expired value changes nothing either (it now watches a stale
+    /// key). Anything else makes the transaction fail.
+    pub fn transition(&self, db: usize, key: &[u8], before: KeyState, after: KeyState) {
+        if self.count.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let m = self.map.lock();
+        let Some(v) = m.get(&(db, Box::from(key))) else { return };
+        for w in v {
+            if w.stale.load(Ordering::Relaxed) {
+                match after {
+                    KeyState::Missing => w.stale.store(false, Ordering::Relaxed),
+                    KeyState::Stale if before == KeyState::Stale => {}
+                    _ => w.dirty.store(true, Ordering::Relaxed),
+                }
+            } else if before == KeyState::Missing && after == KeyState::Stale {
+                w.stale.store(true, Ordering::Relaxed);
+            } else {
+                w.dirty.store(true, Ordering::Relaxed);
+            }
         }
     }
 
@@ -146,6 +182,17 @@ impl<'a> CmdEvents<'a> {
         self.any.load(Ordering::Relaxed)
     }
 
+    /// Queues `key` for the clients blocked on it, if any.
+    fn maybe_ready(&self, db: usize, key: &[u8]) {
+        if self.srv.blocked.waits_on(db, key) {
+            let mut r = self.ready.lock();
+            if !r.iter().any(|(d, k)| *d == db && k == key) {
+                r.push((db, key.to_vec()));
+            }
+            self.any.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// Takes the keys made ready so far.
     pub fn take_ready(&self) -> Vec<(usize, Vec<u8>)> {
         self.any.store(false, Ordering::Relaxed);
@@ -156,13 +203,12 @@ impl<'a> CmdEvents<'a> {
 impl Events for CmdEvents<'_> {
     fn key_touched(&self, db: usize, key: &[u8]) {
         self.srv.watches.touch(db, key);
-        if self.srv.blocked.waits_on(db, key) {
-            let mut r = self.ready.lock();
-            if !r.iter().any(|(d, k)| *d == db && k == key) {
-                r.push((db, key.to_vec()));
-            }
-            self.any.store(true, Ordering::Relaxed);
-        }
+        self.maybe_ready(db, key);
+    }
+
+    fn key_replaced(&self, db: usize, key: &[u8], before: KeyState, after: KeyState) {
+        self.srv.watches.transition(db, key, before, after);
+        self.maybe_ready(db, key);
     }
 
     fn notify(&self, c: char, event: &str, key: &[u8], db: usize) {
@@ -212,12 +258,37 @@ mod tests {
     fn watches_mark_and_forget() {
         let w = Watches::default();
         let f = Arc::new(AtomicBool::new(false));
-        w.watch(0, b"k", &f);
+        w.watch(0, b"k", &f, &Arc::new(AtomicBool::new(false)));
         w.touch(1, b"k");
         assert!(!f.load(Ordering::Relaxed));
         w.touch(0, b"k");
         assert!(f.load(Ordering::Relaxed));
         w.unwatch(&[(0, b"k".to_vec())], &f);
         assert!(w.is_empty());
+    }
+
+    /// Valkey's touchWatchedKey / touchAllWatchedKeysInDb rules, for a watcher that saw the
+    /// key stale or not: (stale at watch, before, after) -> (dirty, stale afterwards).
+    #[test]
+    fn transitions_follow_valkeys_stale_key_rules() {
+        use KeyState::{Live, Missing, Stale};
+        let cases = [
+            (true, Stale, Missing, false, false),
+            (true, Stale, Stale, false, true),
+            (true, Stale, Live, true, true),
+            (false, Missing, Stale, false, true),
+            (false, Live, Missing, true, false),
+            (false, Live, Stale, true, false),
+            (false, Stale, Missing, true, false),
+            (false, Missing, Live, true, false),
+        ];
+        for (was_stale, before, after, dirty, stale_after) in cases {
+            let w = Watches::default();
+            let (d, st) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(was_stale)));
+            w.watch(0, b"k", &d, &st);
+            w.transition(0, b"k", before, after);
+            let got = (d.load(Ordering::Relaxed), st.load(Ordering::Relaxed));
+            assert_eq!(got, (dirty, stale_after), "stale at watch {was_stale}, {before:?} -> {after:?}");
+        }
     }
 }

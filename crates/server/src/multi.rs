@@ -49,8 +49,8 @@ fn unwatch_all(b: &Batch<'_>, sess: &mut Session) {
 /// A watched key that expired since WATCH (it was not expired then) aborts the transaction
 /// even if nobody deleted it yet, as Valkey's `isWatchedKeyExpired`.
 fn watched_key_expired(b: &Batch<'_>, sess: &Session) -> bool {
-    sess.watched.iter().any(|(db, key, was_expired)| {
-        if *was_expired {
+    sess.watched.iter().any(|(db, key, stale)| {
+        if stale.load(Ordering::Relaxed) {
             return false;
         }
         let table = b.srv.ks.db(*db).slot(key_slot(key)).lock();

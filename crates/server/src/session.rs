@@ -68,8 +68,9 @@ pub struct Session {
     pub enter_monitor: bool,
     /// The transaction being queued (between MULTI and EXEC/DISCARD).
     pub multi: Option<MultiState>,
-    /// WATCHed keys: (database, key, whether it was already expired when watched).
-    pub watched: Vec<(usize, Vec<u8>, bool)>,
+    /// WATCHed keys: (database, key, whether it is stale: it had expired, undeleted, when
+    /// watched, and has not changed since; shared with the watch registry, which updates it).
+    pub watched: Vec<(usize, Vec<u8>, std::sync::Arc<AtomicBool>)>,
     /// Set by anyone who changes a watched key.
     pub watch_dirty: std::sync::Arc<AtomicBool>,
     /// Pub/sub queue and subscriptions, created by the first subscription.

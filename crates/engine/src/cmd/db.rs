@@ -5,7 +5,7 @@ use hotkv_protocol::{Args, ReplyBuf};
 
 use super::{EngineCmd, LockPlan, Spec, int32_arg};
 use crate::command::{CommandSpec, KeySpec, acl, flags, key_flags as kf};
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, KeyState};
 use crate::entry::{Entry, NewValue, ValueRef};
 use crate::error::{CmdResult, CommandError};
 use crate::hash::key_hash;
@@ -165,7 +165,7 @@ fn flushdb(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let lazy = flush_async(&args)?;
     let mut garbage = Vec::new();
     let dbi = ctx.db;
-    let watched = watched_present(ctx, dbi, None);
+    let watched = watched_changes(ctx, dbi, None);
     if ctx.ks.db_if_used(dbi).is_some() {
         ctx.stats.dirty += empty_db(ctx, dbi, &mut garbage) as u64;
     }
@@ -180,7 +180,7 @@ fn flushall(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult 
     let lazy = flush_async(&args)?;
     let mut garbage = Vec::new();
     for i in 0..ctx.ks.databases() {
-        let watched = watched_present(ctx, i, None);
+        let watched = watched_changes(ctx, i, None);
         if ctx.ks.db_if_used(i).is_some() {
             ctx.stats.dirty += empty_db(ctx, i, &mut garbage) as u64;
         }
@@ -192,28 +192,43 @@ fn flushall(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult 
     Ok(())
 }
 
-/// Whether `key` holds a value in `db`, expired or not (Valkey's `dbFind`).
-fn present(ctx: &mut Ctx<'_>, db: usize, key: &[u8]) -> bool {
+/// What `key` holds in `db`: nothing, an entry past its TTL, or a live one.
+fn state(ctx: &mut Ctx<'_>, db: usize, key: &[u8]) -> KeyState {
     if ctx.ks.db_if_used(db).is_none() {
-        return false;
+        return KeyState::Missing;
     }
+    let now = ctx.now_ms;
     let table = ctx.locks.slot_ref(ctx.ks, db, key_slot(key));
-    table.find(key, key_hash(key)).is_some()
+    match table.find(key, key_hash(key)) {
+        None => KeyState::Missing,
+        Some(i) if table.at(i).expire().is_some_and(|when| now > when) => KeyState::Stale,
+        Some(_) => KeyState::Live,
+    }
 }
 
-/// The WATCHed keys of `db` that a flush of `db`, or its swap with `other`, changes: those
-/// holding a value in either. Valkey's `touchAllWatchedKeysInDb` leaves the others alone,
-/// so a transaction watching a missing key survives FLUSHALL.
-fn watched_present(ctx: &mut Ctx<'_>, db: usize, other: Option<usize>) -> Vec<Vec<u8>> {
-    let mut keys = ctx.events.watched_keys(db);
-    keys.retain(|k| present(ctx, db, k) || other.is_some_and(|o| present(ctx, o, k)));
-    keys
+/// The WATCHed keys of `db` that a flush of `db` (`other` None) or its swap with `other`
+/// changes, with what they hold before and after. Keys missing on both sides are left out,
+/// as Valkey's `touchAllWatchedKeysInDb` leaves them, so a transaction watching a missing
+/// key survives FLUSHALL.
+fn watched_changes(ctx: &mut Ctx<'_>, db: usize, other: Option<usize>) -> Vec<(Vec<u8>, KeyState, KeyState)> {
+    let mut out = Vec::new();
+    for k in ctx.events.watched_keys(db) {
+        let before = state(ctx, db, &k);
+        let after = match other {
+            Some(o) => state(ctx, o, &k),
+            None => KeyState::Missing,
+        };
+        if before != KeyState::Missing || after != KeyState::Missing {
+            out.push((k, before, after));
+        }
+    }
+    out
 }
 
-/// Tells WATCH that each of `keys` in `db` changed.
-fn touch_all(ctx: &Ctx<'_>, db: usize, keys: &[Vec<u8>]) {
-    for k in keys {
-        ctx.events.key_touched(db, k);
+/// Tells WATCH what became of each watched key of `db`.
+fn touch_all(ctx: &Ctx<'_>, db: usize, changes: &[(Vec<u8>, KeyState, KeyState)]) {
+    for (k, before, after) in changes {
+        ctx.events.key_replaced(db, k, *before, *after);
     }
 }
 
@@ -261,7 +276,7 @@ fn swapdb(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         return Err(CommandError::DbIndexOutOfRange);
     }
     if a != b {
-        let (watched_a, watched_b) = (watched_present(ctx, a, Some(b)), watched_present(ctx, b, Some(a)));
+        let (watched_a, watched_b) = (watched_changes(ctx, a, Some(b)), watched_changes(ctx, b, Some(a)));
         // Every slot of both databases at once, so no command sees a half-swapped pair; a
         // transaction already holds them all (it plans SWAPDB that way).
         let held = ctx.locks.holds_db(a) && ctx.locks.holds_db(b);

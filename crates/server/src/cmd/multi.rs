@@ -93,13 +93,19 @@ fn exec(_: &Server, _: &mut Session, _: Args<'_>, _: &mut ReplyBuf) -> Result<Fl
 }
 
 fn discard(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
-    if sess.multi.take().is_none() {
+    if sess.multi.is_none() {
         return Err(CommandError::err("DISCARD without MULTI"));
     }
-    sess.set_flag(flag::MULTI, false);
-    forget_watches(srv, sess);
+    discard_transaction(srv, sess);
     out.ok();
     Ok(Flow::Continue)
+}
+
+/// Drops the queued transaction and every WATCH (Valkey's `discardTransaction`).
+pub fn discard_transaction(srv: &Server, sess: &mut Session) {
+    sess.multi = None;
+    sess.set_flag(flag::MULTI, false);
+    forget_watches(srv, sess);
 }
 
 fn watch(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
@@ -122,8 +128,9 @@ fn watch(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -
                 .find(key, hotkv_engine::hash::key_hash(key))
                 .is_some_and(|i| table.at(i).expire().is_some_and(|when| now > when))
         };
-        srv.watches.watch(sess.db, key, &sess.watch_dirty);
-        sess.watched.push((sess.db, key.to_vec(), expired));
+        let stale = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(expired));
+        srv.watches.watch(sess.db, key, &sess.watch_dirty, &stale);
+        sess.watched.push((sess.db, key.to_vec(), stale));
     }
     sess.set_flag(flag::WATCHING, !sess.watched.is_empty());
     sess.sync_counts();
