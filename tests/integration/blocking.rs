@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use hotkv_test_support::{Frame, RawClient, wait_for};
 
-use crate::{ok, server};
+use crate::{assert_err, ok, server};
 
 fn blocked_clients(c: &mut RawClient) -> i64 {
     crate::info_num(&crate::info(c, "clients"), "blocked_clients")
@@ -138,4 +138,72 @@ fn a_blocked_command_reaches_the_slow_log_when_it_is_unblocked() {
     assert_eq!(w.read_frame(), arr(&["mylist", "1"]));
     assert_eq!(w.cmd(&["BLPOP", "mylist", "0.05"]), Frame::NullArray);
     assert_eq!(slow_blpops(&mut admin), 2, "a timeout is logged too");
+}
+
+/// CLIENT PAUSE WRITE: reads go on, writes (and an EXEC with a write queued) wait as blocked
+/// clients and run in order once unpaused; a paused client's pipelined commands wait behind
+/// its paused one.
+#[test]
+fn client_pause_write_holds_writes_until_unpause() {
+    let srv = server();
+    let mut admin = srv.client();
+    ok(&mut admin, &["SET", "k", "before"]);
+    let mut tx = srv.client();
+    ok(&mut tx, &["MULTI"]);
+    assert_eq!(tx.cmd(&["INCR", "n"]), Frame::simple("QUEUED"));
+    ok(&mut admin, &["CLIENT", "PAUSE", "60000", "WRITE"]);
+    let mut reader = srv.client();
+    assert_eq!(reader.cmd(&["GET", "k"]), Frame::bulk("before"));
+    assert_eq!(reader.cmd(&["PING"]), Frame::simple("PONG"));
+    assert_eq!(blocked_clients(&mut admin), 0, "reads are not held");
+    let mut writer = srv.client();
+    writer.send(&["SET", "k", "during"]);
+    writer.send(&["GET", "k"]);
+    tx.send(&["EXEC"]);
+    let mut publisher = srv.client();
+    publisher.send(&["PUBLISH", "ch", "m"]);
+    assert!(wait_for(|| blocked_clients(&mut admin) == 3, Duration::from_secs(5)));
+    assert_eq!(admin.cmd(&["GET", "k"]), Frame::bulk("before"), "nothing written yet");
+    ok(&mut admin, &["CLIENT", "UNPAUSE"]);
+    assert_eq!(writer.read_frame(), Frame::ok());
+    assert_eq!(writer.read_frame(), Frame::bulk("during"), "the pipeline went on after the paused command");
+    assert_eq!(tx.read_frame(), Frame::Array(vec![Frame::Integer(1)]));
+    assert_eq!(publisher.read_frame(), Frame::Integer(0));
+    assert_eq!(blocked_clients(&mut admin), 0);
+}
+
+/// CLIENT PAUSE ALL holds every command until the pause ends by itself; a later, weaker
+/// pause does not shorten or relax it; while paused, expired keys read as missing but are
+/// not deleted, and are once the pause is over. The argument errors are Valkey's.
+#[test]
+fn client_pause_all_ends_by_itself_and_holds_expiry() {
+    let srv = server();
+    let mut admin = srv.client();
+    assert_err(&admin.cmd(&["CLIENT", "PAUSE", "abc"]), "ERR timeout is not an integer or out of range");
+    assert_err(&admin.cmd(&["CLIENT", "PAUSE", "-1"]), "ERR timeout is negative");
+    assert_err(&admin.cmd(&["CLIENT", "PAUSE", "10", "SOME"]), "ERR CLIENT PAUSE mode must be WRITE or ALL");
+    let expired = |c: &mut RawClient| crate::info_num(&crate::info(c, "stats"), "expired_keys");
+    let before = expired(&mut admin);
+    // The pause starts inside the transaction, after the keys are written.
+    ok(&mut admin, &["MULTI"]);
+    assert_eq!(admin.cmd(&["SET", "t", "v", "PX", "20"]), Frame::simple("QUEUED"));
+    assert_eq!(admin.cmd(&["CLIENT", "PAUSE", "60000", "WRITE"]), Frame::simple("QUEUED"));
+    assert_eq!(admin.cmd(&["EXEC"]), Frame::Array(vec![Frame::ok(), Frame::ok()]));
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(admin.cmd(&["GET", "t"]), Frame::NullBulk, "logically expired");
+    assert_eq!(admin.cmd(&["DBSIZE"]), Frame::Integer(1), "but not deleted during the pause");
+    assert_eq!(expired(&mut admin), before);
+    ok(&mut admin, &["CLIENT", "UNPAUSE"]);
+    assert_eq!(admin.cmd(&["GET", "t"]), Frame::NullBulk);
+    assert_eq!(expired(&mut admin), before + 1, "deleted once unpaused");
+
+    let start = Instant::now();
+    ok(&mut admin, &["CLIENT", "PAUSE", "300", "ALL"]);
+    let mut other = srv.client();
+    other.send(&["PING"]);
+    // This client is paused too: its own weaker, shorter pause waits for the first to end.
+    ok(&mut admin, &["CLIENT", "PAUSE", "10", "WRITE"]);
+    assert!(start.elapsed() >= Duration::from_millis(300), "ALL held even CLIENT PAUSE");
+    assert_eq!(other.read_frame(), Frame::simple("PONG"));
+    assert!(start.elapsed() >= Duration::from_millis(300));
 }

@@ -135,32 +135,40 @@ impl Conn {
                 srv.stats.qbuf_limit_disconnections.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
-            // Run what is buffered; a blocked command suspends the rest of the pipeline until
-            // it is woken, as in Valkey.
+            // Run what is buffered; a blocked or paused command suspends the rest of the
+            // pipeline until it has run, as in Valkey.
+            let mut flow = self.process(srv, sess);
             loop {
-                let flow = self.process(srv, sess);
                 if sess.enter_monitor {
                     sess.enter_monitor = false;
                     monitor = Some(srv.monitor_tx.subscribe());
                 }
-                match flow {
+                let next = match flow {
                     Flow::Continue if !sess.close_after_reply => break,
                     Flow::Block(wait) => {
                         self.flush(stream, sess).await?;
-                        if !self.wait_blocked(srv, stream, sess, wait).await? {
-                            return Ok(());
-                        }
+                        self.wait_blocked(srv, stream, sess, wait).await?
+                    }
+                    Flow::Paused(argv) => {
+                        self.flush(stream, sess).await?;
+                        self.wait_unpaused(srv, stream, sess, argv).await?
                     }
                     Flow::Shutdown => {
                         self.flush(stream, sess).await?;
                         srv.request_shutdown();
                         return Ok(());
                     }
-                    _ => {
+                    Flow::Continue | Flow::Close => {
                         self.flush(stream, sess).await?;
                         return Ok(());
                     }
-                }
+                };
+                // The waited-for command has run: carry on with what is buffered after it.
+                flow = match next {
+                    None => return Ok(()),
+                    Some(Flow::Continue) if !sess.close_after_reply => self.process(srv, sess),
+                    Some(f) => f,
+                };
             }
             // Let every other ready connection run its commands first, then write: replies
             // leave in a burst, as Valkey writes all pending replies before it sleeps, so a
@@ -178,14 +186,15 @@ impl Conn {
     }
 
     /// Waits until a blocked command is served, times out or is unblocked, and writes its
-    /// reply. Returns false when the client went away meanwhile.
+    /// reply. Returns how the command ended (a retry may be paused), or None when the client
+    /// went away meanwhile.
     async fn wait_blocked(
         &mut self,
         srv: &Arc<Server>,
         stream: &mut Socket,
         sess: &mut Session,
         mut wait: BlockWait,
-    ) -> io::Result<bool> {
+    ) -> io::Result<Option<Flow>> {
         loop {
             sess.set_flag(flag::BLOCKED, true);
             let deadline = wait.deadline_ms.map(|ms| {
@@ -208,7 +217,7 @@ impl Conn {
                         if n.unwrap_or(0) == 0 {
                             srv.blocked.unregister(&wait.waiter);
                             sess.set_flag(flag::BLOCKED, false);
-                            return Ok(false);
+                            return Ok(None);
                         }
                     }
                 }
@@ -228,13 +237,13 @@ impl Conn {
             let mode = match wakeup {
                 Wakeup::Reply(bytes, _) => {
                     self.out.raw(&bytes);
-                    return Ok(true);
+                    return Ok(Some(Flow::Continue));
                 }
                 Wakeup::Error(msg) => {
                     // CLIENT UNBLOCK ... ERROR ends the call: a failed one in commandstats.
                     srv.stats.call(wait.waiter.cmd, 0, true, srv.rt.load().latency_tracking);
                     crate::dispatch::reply_error(srv, &mut self.out, &hotkv_engine::CommandError::raw(msg));
-                    return Ok(true);
+                    return Ok(Some(Flow::Continue));
                 }
                 Wakeup::Retry => BlockMode::Normal,
                 Wakeup::Timeout => BlockMode::Immediate,
@@ -247,7 +256,46 @@ impl Conn {
             let args = hotkv_protocol::Args::from_parts(&flat, &spans);
             match dispatch_with(&batch, sess, args, &mut self.out, &mut self.scratch, mode) {
                 Flow::Block(again) => wait = again,
-                _ => return Ok(true),
+                other => return Ok(Some(other)),
+            }
+        }
+    }
+
+    /// Waits until CLIENT PAUSE lets `argv` run, then runs it (it may be paused again if the
+    /// pause was only relaxed, or block). The client counts as blocked meanwhile, as Valkey's
+    /// postponed clients do. Returns how the command ended, or None when the client went
+    /// away meanwhile.
+    async fn wait_unpaused(
+        &mut self,
+        srv: &Arc<Server>,
+        stream: &mut Socket,
+        sess: &mut Session,
+        mut argv: Vec<Vec<u8>>,
+    ) -> io::Result<Option<Flow>> {
+        loop {
+            sess.set_flag(flag::BLOCKED, true);
+            loop {
+                self.reserve(sess);
+                tokio::select! {
+                    _ = srv.pause.released() => break,
+                    n = stream.read_into(&mut self.rbuf) => {
+                        // More commands wait behind the paused one; only a closed socket ends it.
+                        if n.unwrap_or(0) == 0 {
+                            sess.set_flag(flag::BLOCKED, false);
+                            return Ok(None);
+                        }
+                    }
+                }
+            }
+            sess.set_flag(flag::BLOCKED, false);
+            let (flat, spans) = flatten(&argv);
+            let engine = srv.engine.load();
+            let rt = srv.rt.load();
+            let batch = Batch { srv, engine: &engine, rt: &rt, now_ms: unix_ms() };
+            let args = hotkv_protocol::Args::from_parts(&flat, &spans);
+            match dispatch(&batch, sess, args, &mut self.out, &mut self.scratch) {
+                Flow::Paused(again) => argv = again,
+                other => return Ok(Some(other)),
             }
         }
     }

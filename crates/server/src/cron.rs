@@ -28,7 +28,8 @@ fn run(srv: &Server) {
         let tick = Instant::now();
         srv.memory.refresh();
         // DEBUG SET-ACTIVE-EXPIRE 0 leaves expired keys to lazy expiry, as in Valkey.
-        if srv.active_expire.load(Ordering::Relaxed) {
+        // Neither does a CLIENT PAUSE, which holds the dataset still.
+        if srv.active_expire.load(Ordering::Relaxed) && !srv.pause.holds_dataset(crate::server::unix_ms()) {
             expire(srv, &mut cursor, period);
         }
         if last_sample.elapsed() >= Duration::from_millis(100) {

@@ -121,6 +121,9 @@ fn run_checked(
         return Err(rejected(sess, CommandError::err("Command not allowed inside a transaction")));
     }
     check_pubsub_context(b, cmd, sess, out).map_err(|e| rejected(sess, e))?;
+    if paused(b, cmd, sess) {
+        return Ok(Flow::Paused(args.iter().map(<[u8]>::to_vec).collect()));
+    }
     if sess.multi.is_some() && !b.srv.known.multi_immediate.contains(&id) {
         return queue(b, cmd, sess, args, out).map_err(|e| rejected(sess, e));
     }
@@ -139,6 +142,35 @@ fn run_checked(
     }
     check_memory(b, cmd, sess, false).map_err(|e| rejected(sess, e))?;
     Ok(execute(b, sess, cmd, args, out, scratch, mode))
+}
+
+/// The engine settings a command runs with: while CLIENT PAUSE holds the dataset still, a
+/// read of an expired key says it is missing but leaves it, as on a replica (Valkey's
+/// PAUSE_ACTION_EXPIRE). `held` keeps that copy alive; it is made only during a pause.
+pub(crate) fn dataset_config<'a>(b: &Batch<'a>, held: &'a mut Option<EngineConfig>) -> &'a EngineConfig {
+    if !b.srv.pause.holds_dataset(b.now_ms) {
+        return b.engine;
+    }
+    held.insert(EngineConfig { replica: true, ..b.engine.clone() })
+}
+
+/// Whether CLIENT PAUSE holds this command back: every command under `ALL`; under `WRITE`,
+/// one that may write or replicate, or an EXEC with one queued (Valkey's processCommand,
+/// which checks before queueing, so a write is not even queued during a pause).
+fn paused(b: &Batch<'_>, cmd: &Command, sess: &Session) -> bool {
+    use crate::pause::Mode;
+    const WRITES: u32 = flags::WRITE | flags::MAY_REPLICATE;
+    match b.srv.pause.mode(b.now_ms) {
+        Mode::None => false,
+        Mode::All => true,
+        Mode::Write => {
+            cmd.spec.flags() & WRITES != 0
+                || (cmd.id == b.srv.known.exec
+                    && sess.multi.as_ref().is_some_and(|m| {
+                        m.queue.iter().any(|(c, _)| b.srv.registry.get(*c).spec.flags() & WRITES != 0)
+                    }))
+        }
+    }
 }
 
 /// An error while queueing a transaction makes EXEC fail with EXECABORT.
@@ -202,7 +234,9 @@ fn check_pubsub_context(b: &Batch<'_>, cmd: &Command, sess: &Session, out: &Repl
 /// Over `maxmemory`, try to evict; a command that may grow memory is then refused with OOM
 /// if the server is still over the limit (Valkey's `performEvictions` + `CMD_DENYOOM`).
 fn check_memory(b: &Batch<'_>, cmd: &Command, sess: &Session, deny: bool) -> Result<(), CommandError> {
-    if b.engine.maxmemory == 0 {
+    // A pause holds the dataset still: no eviction, so no OOM either (Valkey's
+    // PAUSE_ACTION_EVICT).
+    if b.engine.maxmemory == 0 || b.srv.pause.holds_dataset(b.now_ms) {
         return Ok(());
     }
     let over = evict::perform(b.srv, b.engine, b.now_ms);
@@ -297,7 +331,9 @@ fn run_engine(
     }
     let no_touch = sess.has_flag(crate::session::flag::NO_TOUCH);
     let mut local = std::mem::take(&mut sess.local);
-    let mut ctx = Ctx::new(&b.srv.ks, sess.db, b.now_ms, b.engine, &mut local, no_touch, &events, locks);
+    let mut held = None;
+    let cfg = dataset_config(b, &mut held);
+    let mut ctx = Ctx::new(&b.srv.ks, sess.db, b.now_ms, cfg, &mut local, no_touch, &events, locks);
     ctx.block_mode = mode;
     let r = (ecmd.run)(&mut ctx, args, out);
     let mut flow = Flow::Continue;

@@ -18,6 +18,7 @@ pub mod listener;
 pub mod log;
 pub mod memory;
 pub mod multi;
+pub mod pause;
 pub mod process;
 pub mod pubsub;
 pub mod registry;

@@ -114,7 +114,9 @@ fn run(b: &Batch<'_>, sess: &mut Session, multi: MultiState, out: &mut ReplyBuf,
     let locks = b.srv.ks.lock(&ids);
     let no_touch = sess.has_flag(flag::NO_TOUCH);
     let mut local = std::mem::take(&mut sess.local);
-    let mut ctx = Ctx::new(&b.srv.ks, sess.db, b.now_ms, b.engine, &mut local, no_touch, &events, locks);
+    let mut held = None;
+    let cfg = crate::dispatch::dataset_config(b, &mut held);
+    let mut ctx = Ctx::new(&b.srv.ks, sess.db, b.now_ms, cfg, &mut local, no_touch, &events, locks);
     ctx.block_mode = BlockMode::Immediate;
     out.array(multi.queue.len());
     for (id, argv) in &multi.queue {

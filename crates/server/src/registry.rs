@@ -21,6 +21,8 @@ pub enum Flow {
     Shutdown,
     /// The client is blocked (BLPOP without data): wait for the wakeup before going on.
     Block(crate::blocking::BlockWait),
+    /// CLIENT PAUSE holds this command (its arguments) back: run it when the pause ends.
+    Paused(Vec<Vec<u8>>),
 }
 
 impl std::fmt::Debug for Flow {
@@ -30,6 +32,7 @@ impl std::fmt::Debug for Flow {
             Flow::Close => "Close",
             Flow::Shutdown => "Shutdown",
             Flow::Block(_) => "Block",
+            Flow::Paused(_) => "Paused",
         })
     }
 }

@@ -217,6 +217,8 @@ pub struct Server {
     pub replid: Mutex<String>,
     /// Whether the cron runs the active expire cycle (DEBUG SET-ACTIVE-EXPIRE).
     pub active_expire: AtomicBool,
+    /// CLIENT PAUSE.
+    pub pause: crate::pause::Pause,
 }
 
 impl Server {
@@ -261,6 +263,7 @@ impl Server {
             this: std::sync::OnceLock::new(),
             replid: Mutex::new(random_hex(40)),
             active_expire: AtomicBool::new(true),
+            pause: Default::default(),
         };
         srv.pubsub.hard_limit.store(obuf.get(6).copied().unwrap_or(0).max(0) as usize, Ordering::Relaxed);
         srv

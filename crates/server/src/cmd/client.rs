@@ -164,6 +164,7 @@ pub static COMMANDS: &[ServerSpec] = &[CommandSpec::container(
             "O(log N) where N is the number of client connections",
             unblock,
         ),
+        row("pause", -3, ADMIN, CONN, &[], "connection", "3.0.0", "Suspends commands processing.", "O(1)", pause),
         row(
             "unpause",
             2,
@@ -536,8 +537,30 @@ fn unblock(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) ->
     Ok(Flow::Continue)
 }
 
-fn unpause(_: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
-    // CLIENT PAUSE is not implemented, so no client is ever paused.
+/// CLIENT PAUSE timeout [WRITE|ALL].
+fn pause(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+    use crate::pause::Mode;
+    if args.len() > 4 {
+        return Err(super::subcommand_syntax_error(&args));
+    }
+    let mode = match args.opt(3).map(<[u8]>::to_ascii_lowercase).as_deref() {
+        None | Some(b"all") => Mode::All,
+        Some(b"write") => Mode::Write,
+        Some(_) => return Err(CommandError::err("CLIENT PAUSE mode must be WRITE or ALL")),
+    };
+    let ms = hotkv_protocol::parse_i64(args.get(2))
+        .ok_or_else(|| CommandError::err("timeout is not an integer or out of range"))?;
+    if ms < 0 {
+        return Err(CommandError::err("timeout is negative"));
+    }
+    let now = unix_ms();
+    srv.pause.pause(mode, now.saturating_add(ms), now);
+    out.ok();
+    Ok(Flow::Continue)
+}
+
+fn unpause(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+    srv.pause.unpause();
     out.ok();
     Ok(Flow::Continue)
 }
@@ -579,6 +602,8 @@ fn help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Resu
             "    Unblock the specified blocked client.",
             "UNPAUSE",
             "    Stop the current client pause, resuming traffic.",
+            "PAUSE <timeout> [WRITE|ALL]",
+            "    Suspend all, or just write, clients for <timeout> milliseconds.",
             "REPLY (ON|OFF|SKIP)",
             "    Control the replies sent to the current connection.",
             "SETNAME <name>",
@@ -710,7 +735,7 @@ mod tests {
         assert_eq!(a.run(&srv, &["client", "nosuch"]), "-ERR unknown subcommand 'nosuch'. Try CLIENT HELP.\r\n");
         assert!(
             a.run(&srv, &["client", "help"])
-                .starts_with("*47\r\n+CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n")
+                .starts_with("*49\r\n+CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n")
         );
     }
 
