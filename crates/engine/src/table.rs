@@ -188,7 +188,13 @@ impl Table {
         group.ctrl[p.s] = EMPTY;
         self.len -= 1;
         self.backshift(p);
-        if self.groups.len() > 1 && (self.len as usize) * 8 < self.capacity() {
+        if self.len == 0 {
+            // An empty table keeps no groups, as a fresh one: keys spread over many slots
+            // would otherwise leave a 64-byte group behind in every slot they ever touched,
+            // memory that evicting keys could never win back.
+            self.groups = Box::default();
+            self.expire_cursor = 0;
+        } else if self.groups.len() > 1 && (self.len as usize) * 8 < self.capacity() {
             self.resize(self.groups.len() / 2);
         }
         entry
@@ -427,6 +433,24 @@ mod tests {
         let mut keys = scan_all(&t);
         keys.sort();
         assert_eq!(keys.len(), 500);
+    }
+
+    #[test]
+    fn an_emptied_table_keeps_no_groups_and_fills_again() {
+        let mut t = Table::new();
+        for round in 0..2 {
+            for i in 0..20u32 {
+                t.insert_new(entry(format!("k{i}").as_bytes(), (i % 2 == 0).then_some(5)));
+            }
+            assert!(t.capacity() > 0);
+            loop {
+                let Some(i) = t.iter().map(|(i, _)| i).next() else { break };
+                drop(t.remove_at(i));
+            }
+            assert_eq!((t.len(), t.volatile_len(), t.capacity(), t.groups_addr()), (0, 0, 0, (0, 0)), "round {round}");
+            assert!(t.find(b"k1", hash_of(b"k1")).is_none());
+            assert!(t.walk_volatile(10, |_, _| unreachable!()));
+        }
     }
 
     #[test]

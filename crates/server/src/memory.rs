@@ -10,6 +10,38 @@ use tikv_jemalloc_ctl::{epoch, stats};
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// Runs a jemalloc control that takes no value (`arena.<i>.purge`);
+/// `name` must end with a NUL. Returns whether jemalloc accepted it.
+pub fn mallctl_void(name: &[u8]) -> bool {
+    assert_eq!(name.last(), Some(&0), "mallctl names are NUL-terminated");
+    #[allow(unsafe_code)]
+    // SAFETY: name is NUL-terminated, and a void mallctl takes no old or new value pointers.
+    let rc = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            name.as_ptr().cast(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    rc == 0
+}
+
+/// Bytes sitting in the threads' allocator caches: freed by the program, counted as
+/// allocated by jemalloc. `used_memory` leaves them out, so it is the live data, as Valkey's
+/// own counter is, and moves as soon as keys are freed (eviction depends on that).
+fn thread_cached_bytes() -> u64 {
+    // Both counters exist in jemalloc 5.3; stashed bytes are cached too, awaiting a check.
+    #[allow(unsafe_code)]
+    let read = |name: &[u8]| {
+        // SAFETY: NUL-terminated names of size_t statistics.
+        let v = unsafe { tikv_jemalloc_ctl::raw::read::<usize>(name) };
+        v.unwrap_or(0) as u64
+    };
+    read(b"stats.arenas.4096.tcache_bytes\0") + read(b"stats.arenas.4096.tcache_stashed_bytes\0")
+}
+
 /// A periodically refreshed view of the allocator's counters.
 #[derive(Default)]
 pub struct MemoryGauge {
@@ -25,7 +57,7 @@ impl MemoryGauge {
     pub fn refresh(&self) -> u64 {
         // Advancing the epoch makes jemalloc publish up-to-date totals.
         let _ = epoch::advance();
-        let allocated = stats::allocated::read().unwrap_or(0) as u64;
+        let allocated = (stats::allocated::read().unwrap_or(0) as u64).saturating_sub(thread_cached_bytes());
         self.allocated.store(allocated, Ordering::Relaxed);
         self.peak.fetch_max(allocated, Ordering::Relaxed);
         self.resident.store(process_rss().unwrap_or(0), Ordering::Relaxed);

@@ -261,20 +261,8 @@ fn malloc_stats(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) 
 }
 
 fn purge(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
-    // "arena.<MALLCTL_ARENAS_ALL>.purge": a void ctl, so every pointer argument is null.
-    const NAME: &[u8] = b"arena.4096.purge\0";
-    #[allow(unsafe_code)]
-    // SAFETY: NAME is NUL-terminated, and a void mallctl takes no old or new value pointers.
-    let rc = unsafe {
-        tikv_jemalloc_sys::mallctl(
-            NAME.as_ptr().cast(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-        )
-    };
-    if rc != 0 {
+    // "arena.<MALLCTL_ARENAS_ALL>.purge".
+    if !crate::memory::mallctl_void(b"arena.4096.purge\0") {
         return Err(CommandError::err("Error purging dirty pages"));
     }
     srv.memory.refresh();
