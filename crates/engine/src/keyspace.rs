@@ -26,10 +26,10 @@ pub struct Slot {
     table: Mutex<Table>,
     keys: AtomicU32,
     volatile: AtomicU32,
-    /// Address and count of the table's groups, published for prefetching only (never
-    /// dereferenced): a pipelined batch warms the lines its commands will touch.
-    groups_addr: AtomicUsize,
-    groups_len: AtomicU32,
+    /// Address of the table's groups with log2 of their count in the low 6 bits (groups are
+    /// 64-byte aligned and a power of two in number), 0 for none. Published for prefetching
+    /// only, never dereferenced: a pipelined batch warms the lines its commands will touch.
+    groups: AtomicUsize,
 }
 
 impl Slot {
@@ -66,17 +66,18 @@ impl Slot {
             }
         }
         let (addr, len) = table.groups_addr();
-        self.groups_addr.store(addr, Ordering::Relaxed);
-        self.groups_len.store(len as u32, Ordering::Relaxed);
+        debug_assert!(addr % 64 == 0 && (len == 0 || len.is_power_of_two()));
+        let packed = if len == 0 { 0 } else { addr | len.trailing_zeros() as usize };
+        self.groups.store(packed, Ordering::Relaxed);
     }
 
     /// Hints the CPU to load the cache line of `hash`'s home group in this slot's table.
     pub fn prefetch_home(&self, hash: u32) {
-        let len = self.groups_len.load(Ordering::Relaxed) as usize;
-        if len == 0 {
+        let packed = self.groups.load(Ordering::Relaxed);
+        if packed == 0 {
             return;
         }
-        let addr = self.groups_addr.load(Ordering::Relaxed);
+        let (addr, len) = (packed & !63, 1usize << (packed & 63));
         crate::prefetch::read(addr + (hash as usize & (len - 1)) * 64);
     }
 }
@@ -91,6 +92,10 @@ impl Slot {
         }
     }
 }
+
+// One cache line per slot, so slots locked by different cores never share one, and 16384
+// slots per database cost 1 MiB.
+const _: () = assert!(std::mem::size_of::<Slot>() == 64);
 
 /// A slot's table, either borrowed from a lock set or locked for this reference alone.
 pub enum SlotRef<'a, 's> {

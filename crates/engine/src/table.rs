@@ -8,6 +8,11 @@
 //! keys with a TTL without touching the others. Homes are groups, so the load a home can absorb
 //! before spilling into the next group is seven keys.
 //!
+//! A table with one key holds it in `one`, with no groups: at a few keys per slot (small
+//! datasets spread over 16384 slots), a 64-byte group for a single key would cost as much as
+//! the key. The second key moves both into groups; the last key but one leaving moves the
+//! survivor back. Its bucket index is 0.
+//!
 //! Deletion shifts later entries back (no tombstones), which keeps the invariant that every
 //! entry sits in the run of occupied buckets starting at its home bucket. SCAN walks *home*
 //! buckets in reverse-binary order, like Valkey's dict, so a key present for a whole scan is
@@ -52,6 +57,8 @@ impl Pos {
 #[derive(Default)]
 pub struct Table {
     groups: Box<[Group]>,
+    /// The only key, while there is exactly one and no groups.
+    one: Option<Entry>,
     len: u32,
     volatile: u32,
     /// Where the active expire cycle resumes in this table (a group index).
@@ -99,8 +106,8 @@ impl Table {
 
     /// Finds `key`, whose table hash is `hash`; returns its bucket index.
     pub fn find(&self, key: &[u8], hash: u32) -> Option<usize> {
-        if self.len == 0 {
-            return None;
+        if self.groups.is_empty() {
+            return self.one.as_ref().is_some_and(|e| e.hash() == hash && e.key() == key).then_some(0);
         }
         let want = FULL | tag(hash);
         let mut g = self.home(hash);
@@ -126,7 +133,11 @@ impl Table {
     /// and key line, and the next, where a value of up to 100-odd bytes ends. Reads only the
     /// group (which the caller has usually prefetched already), never an entry.
     pub fn prefetch_entry(&self, hash: u32) {
-        if self.len == 0 {
+        if self.groups.is_empty() {
+            if let Some(e) = &self.one {
+                crate::prefetch::read(e.addr());
+                crate::prefetch::read(e.addr() + 64);
+            }
             return;
         }
         let want = FULL | tag(hash);
@@ -143,20 +154,32 @@ impl Table {
 
     /// The entry in bucket `i` (an index from [`Table::find`] or iteration).
     pub fn at(&self, i: usize) -> &Entry {
+        if self.groups.is_empty() {
+            debug_assert_eq!(i, 0);
+            return self.one.as_ref().expect("bucket index from find() is occupied");
+        }
         let p = Pos::from_index(i);
         self.groups[p.g].ents[p.s].as_ref().expect("bucket index from find() is occupied")
     }
 
     /// The entry in bucket `i`, mutably. Call [`Table::refresh`] after changing its expire.
     pub fn at_mut(&mut self, i: usize) -> &mut Entry {
+        if self.groups.is_empty() {
+            debug_assert_eq!(i, 0);
+            return self.one.as_mut().expect("bucket index from find() is occupied");
+        }
         let p = Pos::from_index(i);
         self.groups[p.g].ents[p.s].as_mut().expect("bucket index from find() is occupied")
     }
 
     /// Re-reads bucket `i`'s expire flag after the entry gained or lost a TTL.
     pub fn refresh(&mut self, i: usize) {
-        let p = Pos::from_index(i);
         let volatile = self.at(i).expire().is_some();
+        if self.groups.is_empty() {
+            self.volatile = u32::from(volatile);
+            return;
+        }
+        let p = Pos::from_index(i);
         let c = &mut self.groups[p.g].ctrl[p.s];
         let was = *c & VOLATILE != 0;
         if volatile != was {
@@ -171,14 +194,38 @@ impl Table {
 
     /// Inserts an entry whose key is not in the table; returns its bucket index.
     pub fn insert_new(&mut self, entry: Entry) -> usize {
+        if self.groups.is_empty() {
+            match self.one.take() {
+                None => {
+                    self.volatile = u32::from(entry.expire().is_some());
+                    self.one = Some(entry);
+                    self.len = 1;
+                    return 0;
+                }
+                Some(first) => {
+                    // The second key: both move into a group.
+                    self.groups = (0..1).map(|_| Group::default()).collect();
+                    self.len = 0;
+                    self.volatile = 0;
+                    self.place(first);
+                }
+            }
+        }
         if (self.len as usize + 1) * 5 > self.capacity() * 4 {
-            self.resize((self.groups.len() * 2).max(1));
+            self.resize(self.groups.len() * 2);
         }
         self.place(entry)
     }
 
     /// Removes and returns the entry in bucket `i`.
     pub fn remove_at(&mut self, i: usize) -> Entry {
+        if self.groups.is_empty() {
+            debug_assert_eq!(i, 0);
+            let entry = self.one.take().expect("bucket index from find() is occupied");
+            self.len = 0;
+            self.volatile = 0;
+            return entry;
+        }
         let p = Pos::from_index(i);
         let group = &mut self.groups[p.g];
         let entry = group.ents[p.s].take().expect("bucket index from find() is occupied");
@@ -188,11 +235,12 @@ impl Table {
         group.ctrl[p.s] = EMPTY;
         self.len -= 1;
         self.backshift(p);
-        if self.len == 0 {
-            // An empty table keeps no groups, as a fresh one: keys spread over many slots
-            // would otherwise leave a 64-byte group behind in every slot they ever touched,
+        if self.len == 1 {
+            // The survivor goes back to `one` and the groups are freed: keys spread over many
+            // slots would otherwise leave a group behind in every slot they ever touched,
             // memory that evicting keys could never win back.
-            self.groups = Box::default();
+            let groups = std::mem::take(&mut self.groups);
+            self.one = groups.into_vec().into_iter().flat_map(|g| g.ents).flatten().next();
             self.expire_cursor = 0;
         } else if self.groups.len() > 1 && (self.len as usize) * 8 < self.capacity() {
             self.resize(self.groups.len() / 2);
@@ -208,15 +256,20 @@ impl Table {
 
     /// Iterates over all entries with their bucket indexes.
     pub fn iter(&self) -> impl Iterator<Item = (usize, &Entry)> {
-        self.groups.iter().enumerate().flat_map(|(g, group)| {
+        self.one.iter().map(|e| (0, e)).chain(self.groups.iter().enumerate().flat_map(|(g, group)| {
             group.ents.iter().enumerate().filter_map(move |(s, e)| e.as_ref().map(|e| (Pos { g, s }.index(), e)))
-        })
+        }))
     }
 
     /// Visits the keys whose home group is the one `cursor` designates, and returns the next
     /// cursor (0 when the table is done). Same contract as Valkey's `dictScan`.
     pub fn scan(&self, cursor: u64, mut f: impl FnMut(&Entry)) -> u64 {
-        if self.len == 0 {
+        if self.groups.is_empty() {
+            // One home at most: visiting it ends the table (a key seen twice across a shrink
+            // is allowed, as in Valkey).
+            if let Some(e) = &self.one {
+                f(e);
+            }
             return 0;
         }
         let gmask = self.gmask();
@@ -254,6 +307,9 @@ impl Table {
     /// Returns whether the walk wrapped around the whole table.
     pub fn walk_volatile(&mut self, budget: usize, mut f: impl FnMut(&mut Table, usize) -> bool) -> bool {
         if self.volatile == 0 || self.groups.is_empty() {
+            if self.volatile != 0 && budget > 0 {
+                f(self, 0);
+            }
             self.expire_cursor = 0;
             return true;
         }
@@ -267,6 +323,11 @@ impl Table {
             }
             steps += 1;
             if self.groups[g].ctrl[s] & VOLATILE != 0 && f(self, Pos { g, s }.index()) {
+                if self.groups.is_empty() {
+                    // Down to one key, kept outside the groups: the walk ends with it.
+                    self.expire_cursor = 0;
+                    return true;
+                }
                 // The table may have shrunk: the loop re-checks g against its new size.
                 continue;
             }
@@ -298,8 +359,10 @@ impl Table {
     }
 
     fn first_from(&self, start: usize, want: impl Fn(u8) -> bool) -> Option<usize> {
-        if self.len == 0 {
-            return None;
+        if self.groups.is_empty() {
+            let e = self.one.as_ref()?;
+            let ctrl = FULL | tag(e.hash()) | if e.expire().is_some() { VOLATILE } else { 0 };
+            return want(ctrl).then_some(0);
         }
         let n = self.capacity();
         let start = start % n;
@@ -451,6 +514,40 @@ mod tests {
             assert!(t.find(b"k1", hash_of(b"k1")).is_none());
             assert!(t.walk_volatile(10, |_, _| unreachable!()));
         }
+    }
+
+    #[test]
+    fn one_key_lives_outside_the_groups_and_moves_in_and_out() {
+        let mut t = Table::new();
+        t.insert_new(entry(b"a", Some(5)));
+        assert_eq!((t.len(), t.volatile_len(), t.capacity()), (1, 1, 0));
+        let i = t.find(b"a", hash_of(b"a")).unwrap();
+        assert_eq!((i, t.at(i).key()), (0, &b"a"[..]));
+        assert!(t.find(b"b", hash_of(b"b")).is_none());
+        assert_eq!((t.occupied_from(12345), t.volatile_from(7)), (Some(0), Some(0)));
+        assert_eq!(scan_all(&t), vec![b"a".to_vec()]);
+        assert_eq!(t.iter().map(|(i, e)| (i, e.key().to_vec())).collect::<Vec<_>>(), vec![(0, b"a".to_vec())]);
+        t.at_mut(0).set_expire(None);
+        t.refresh(0);
+        assert_eq!((t.volatile_len(), t.volatile_from(0)), (0, None));
+        // A second key moves both into a group; removing one moves the other back out.
+        t.insert_new(entry(b"b", Some(5)));
+        assert_eq!((t.len(), t.volatile_len(), t.capacity()), (2, 1, WIDTH));
+        let ib = t.find(b"b", hash_of(b"b")).unwrap();
+        drop(t.remove_at(ib));
+        assert_eq!((t.len(), t.volatile_len(), t.capacity(), t.groups_addr()), (1, 0, 0, (0, 0)));
+        assert!(t.find(b"a", hash_of(b"a")).is_some());
+        // The expire walk visits the lone key and may remove it.
+        t.insert_new(entry(b"c", Some(5)));
+        let ia = t.find(b"a", hash_of(b"a")).unwrap();
+        drop(t.remove_at(ia));
+        let mut seen = Vec::new();
+        assert!(t.walk_volatile(10, |t, i| {
+            seen.push(t.at(i).key().to_vec());
+            drop(t.remove_at(i));
+            true
+        }));
+        assert_eq!((seen, t.len(), t.volatile_len()), (vec![b"c".to_vec()], 0, 0));
     }
 
     #[test]

@@ -377,16 +377,20 @@ mod tests {
     #[test]
     fn memory_usage() {
         let mut t = TestKit::default();
-        // 16-byte key, 32-byte value: one 64-byte entry plus a 9-byte bucket.
+        // 16-byte key, 32-byte value: one 64-byte entry, alone in its slot (no group).
         t.run(&["SET", &"k".repeat(16), &"v".repeat(32)]);
-        assert_eq!(t.run(&["MEMORY", "USAGE", &"k".repeat(16)]), ":73\r\n");
+        assert_eq!(t.run(&["MEMORY", "USAGE", &"k".repeat(16)]), ":64\r\n");
+        // A second key in the same slot: both live in a 64-byte group of 7 buckets.
+        t.run(&["SET", "{zz}x", "x"]);
+        t.run(&["SET", "{zz}0123456789ab", &"v".repeat(32)]);
+        assert_eq!(t.run(&["MEMORY", "USAGE", "{zz}0123456789ab"]), ":73\r\n");
         t.run(&["SET", "ttl", &"v".repeat(32), "EX", "100"]);
-        assert_eq!(t.run(&["MEMORY", "USAGE", "ttl", "SAMPLES", "0"]), ":73\r\n", "16+8+3+32 = 59 -> 64");
+        assert_eq!(t.run(&["MEMORY", "USAGE", "ttl", "SAMPLES", "0"]), ":64\r\n", "16+8+3+32 = 59 -> 64");
         // An appended string: entry header, key and object pointer, plus the box and buffer.
         t.run(&["APPEND", "a", "hello"]);
         t.run(&["APPEND", "a", "!"]);
         let boxed = crate::object::size_class(std::mem::size_of::<crate::object::Object>());
-        assert_eq!(t.run(&["MEMORY", "USAGE", "a"]), format!(":{}\r\n", 32 + boxed + 16 + 9));
+        assert_eq!(t.run(&["MEMORY", "USAGE", "a"]), format!(":{}\r\n", 32 + boxed + 16));
         assert_eq!(t.run(&["MEMORY", "USAGE", "nope"]), "$-1\r\n");
         assert_eq!(t.run(&["MEMORY", "USAGE", "a", "SAMPLES"]), "-ERR syntax error\r\n");
         assert_eq!(t.run(&["MEMORY", "USAGE", "a", "SAMPLES", "-1"]), "-ERR syntax error\r\n");
@@ -398,6 +402,6 @@ mod tests {
         assert_eq!(t.stats.hits + t.stats.misses, 0, "MEMORY USAGE is not a read");
         t.now_ms += 100_001;
         assert_eq!(t.run(&["MEMORY", "USAGE", "ttl"]), "$-1\r\n", "expired keys are invisible");
-        assert_eq!(t.ks.db(0).len(), 3, "but not deleted by a peek");
+        assert_eq!(t.ks.db(0).len(), 5, "but not deleted by a peek");
     }
 }
