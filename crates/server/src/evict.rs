@@ -14,10 +14,7 @@ use crate::server::Server;
 /// a pass that freed keys but ran out of time lets the command through: eviction continues on
 /// the next command.
 pub fn perform(srv: &Server, cfg: &EngineConfig, now_ms: i64) -> bool {
-    if srv.memory.used() <= cfg.maxmemory && !srv.memory.stale(now_ms) {
-        return false;
-    }
-    let used = srv.memory.refresh_at(now_ms);
+    let used = srv.memory.current(now_ms);
     if used <= cfg.maxmemory {
         return false;
     }

@@ -1,9 +1,12 @@
 //! Memory accounting: jemalloc's own counters, so `used_memory` is exactly what the allocator
 //! handed out (like Valkey's zmalloc with jemalloc), and RSS from the kernel.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 
-use tikv_jemalloc_ctl::{epoch, stats};
+use arc_swap::ArcSwap;
+
+use tikv_jemalloc_ctl::{epoch, stats, thread};
 
 /// The process allocator: jemalloc, for its size classes (the compact-entry layout is sized
 /// for them), thread caches, and exact statistics.
@@ -42,13 +45,51 @@ fn thread_cached_bytes() -> u64 {
     read(b"stats.arenas.4096.tcache_bytes\0") + read(b"stats.arenas.4096.tcache_stashed_bytes\0")
 }
 
-/// A periodically refreshed view of the allocator's counters.
+/// Each thread that checks memory publishes here its own net allocation (bytes it allocated
+/// minus bytes it freed, from jemalloc's per-thread counters, which only it reads), so the
+/// gauge can move between two refreshes of the global statistics without their cost.
+static THREAD_NETS: LazyLock<ArcSwap<Vec<Arc<AtomicI64>>>> = LazyLock::new(Default::default);
+
+thread_local! {
+    /// This thread's counters and its published cell.
+    static MY_NET: Option<(thread::ThreadLocal<u64>, thread::ThreadLocal<u64>, Arc<AtomicI64>)> = {
+        let counters = thread::allocatedp::read().and_then(|a| Ok((a, thread::deallocatedp::read()?)));
+        counters.ok().map(|(a, d)| {
+            let cell = Arc::new(AtomicI64::new(0));
+            THREAD_NETS.rcu(|v| {
+                let mut v = Vec::clone(v);
+                v.push(cell.clone());
+                v
+            });
+            (a, d, cell)
+        })
+    };
+}
+
+/// Publishes the calling thread's net allocation.
+fn publish_own() {
+    MY_NET.with(|mine| {
+        if let Some((a, d, cell)) = mine {
+            cell.store(a.get().wrapping_sub(d.get()) as i64, Ordering::Relaxed);
+        }
+    });
+}
+
+/// Sum of the published net allocations.
+fn published_total() -> i64 {
+    THREAD_NETS.load().iter().map(|c| c.load(Ordering::Relaxed)).fold(0i64, i64::wrapping_add)
+}
+
+/// The allocator's counters: exact figures from its statistics at each refresh, and between
+/// refreshes that figure moved by what the threads that check memory have allocated since.
 #[derive(Default)]
 pub struct MemoryGauge {
     allocated: AtomicU64,
     resident: AtomicU64,
     peak: AtomicU64,
     refreshed_ms: std::sync::atomic::AtomicI64,
+    /// [`published_total`] at the last refresh.
+    mark: AtomicI64,
 }
 
 impl MemoryGauge {
@@ -56,6 +97,8 @@ impl MemoryGauge {
     /// a decision depends on the exact value (eviction).
     pub fn refresh(&self) -> u64 {
         // Advancing the epoch makes jemalloc publish up-to-date totals.
+        publish_own();
+        self.mark.store(published_total(), Ordering::Relaxed);
         let _ = epoch::advance();
         let allocated = (stats::allocated::read().unwrap_or(0) as u64).saturating_sub(thread_cached_bytes());
         self.allocated.store(allocated, Ordering::Relaxed);
@@ -81,6 +124,20 @@ impl MemoryGauge {
     /// Bytes allocated at the last refresh (`used_memory`).
     pub fn used(&self) -> u64 {
         self.allocated.load(Ordering::Relaxed)
+    }
+
+    /// `used_memory` now, for a decision on the command path (maxmemory): the last refresh
+    /// plus what the checking threads allocated since, each as of its own last check (this
+    /// thread's as of now). Costs a few loads; a full refresh happens once a millisecond.
+    /// Threads publish at most one command late, so the figure errs high, never low, by
+    /// about what other threads allocated in one command.
+    pub fn current(&self, now_ms: i64) -> u64 {
+        if self.stale(now_ms) {
+            return self.refresh_at(now_ms);
+        }
+        publish_own();
+        let moved = published_total().wrapping_sub(self.mark.load(Ordering::Relaxed));
+        self.used().saturating_add_signed(moved)
     }
 
     /// Largest `used_memory` seen (`used_memory_peak`).

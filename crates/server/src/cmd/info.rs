@@ -105,6 +105,11 @@ type Section = (&'static str, &'static str, fn(&Server, &mut String));
 
 /// The full INFO text for a selection.
 pub fn generate(srv: &Server, sel: &Selection) -> String {
+    // used_memory is taken before the text it goes into is allocated, so INFO does not count
+    // its own reply (a client polling INFO against maxmemory would see a few KB too many).
+    if sel.wants("memory") {
+        srv.memory.refresh_at(unix_ms());
+    }
     let mut out = String::with_capacity(4096);
     let sections: &[Section] = &[
         ("server", "Server", server),
@@ -240,7 +245,7 @@ fn ratio(a: u64, b: u64) -> String {
 }
 
 fn memory(srv: &Server, o: &mut String) {
-    let used = srv.memory.refresh_at(unix_ms());
+    let used = srv.memory.used();
     let rss = srv.memory.rss();
     let peak = srv.memory.peak().max(used);
     let (active, resident, _mapped, _retained) = srv.memory.allocator_stats();
