@@ -196,3 +196,29 @@ fn latency_histogram_reports_calls_and_a_cumulative_distribution() {
         matches!(c.cmd(&["latency", "help"]), Frame::Array(lines) if lines.contains(&Frame::simple("HISTOGRAM [COMMAND ...]")))
     );
 }
+
+/// Valkey's introspection suite: a blocked command shows in MONITOR when it is called, once,
+/// not again when another client's push serves it or when it times out and runs again.
+#[test]
+fn monitor_shows_a_blocked_command_once_when_it_is_called() {
+    let srv = server();
+    let mut m = srv.client();
+    m.set_timeout(Duration::from_secs(5));
+    assert_eq!(m.cmd(&["MONITOR"]), Frame::ok());
+    let mut blocked = srv.client();
+    let mut pusher = srv.client();
+    blocked.send(&["blpop", "mylist", "0"]);
+    assert!(monitor_line_with(&mut m, "\"blpop\"").contains("\"mylist\" \"0\""));
+    assert_eq!(pusher.cmd(&["lpush", "mylist", "1"]), Frame::Integer(1));
+    assert_eq!(blocked.read_frame(), Frame::Array(vec![Frame::bulk("mylist"), Frame::bulk("1")]));
+    assert_eq!(pusher.cmd(&["lpush", "mylist", "2"]), Frame::Integer(1));
+    let lines: Vec<String> = (0..2).map(|_| monitor_line_with(&mut m, "\"")).collect();
+    assert!(lines[0].contains("\"lpush\" \"mylist\" \"1\""), "{lines:?}");
+    assert!(lines[1].contains("\"lpush\" \"mylist\" \"2\""), "served, the BLPOP is not shown again: {lines:?}");
+    // A timeout runs the command again to reply; MONITOR does not show it twice.
+    assert_eq!(blocked.cmd(&["blpop", "empty", "0.05"]), Frame::NullArray);
+    assert_eq!(pusher.cmd(&["set", "marker", "x"]), Frame::ok());
+    let lines: Vec<String> = (0..2).map(|_| monitor_line_with(&mut m, "\"")).collect();
+    assert!(lines[0].contains("\"blpop\" \"empty\""), "{lines:?}");
+    assert!(lines[1].contains("\"set\" \"marker\""), "{lines:?}");
+}

@@ -254,7 +254,10 @@ impl Conn {
             let rt = srv.rt.load();
             let batch = Batch { srv, engine: &engine, rt: &rt, now_ms: unix_ms() };
             let args = hotkv_protocol::Args::from_parts(&flat, &spans);
-            match dispatch_with(&batch, sess, args, &mut self.out, &mut self.scratch, mode) {
+            sess.reprocessing = true;
+            let flow = dispatch_with(&batch, sess, args, &mut self.out, &mut self.scratch, mode);
+            sess.reprocessing = false;
+            match flow {
                 Flow::Block(again) => wait = again,
                 other => return Ok(Some(other)),
             }

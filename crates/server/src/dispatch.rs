@@ -277,8 +277,13 @@ fn execute(
             Flow::Continue
         }
     };
-    // A command that blocked is accounted when it is served, as in Valkey.
-    if !matches!(flow, Flow::Block(_)) {
+    // A command that blocked is accounted when it is served, as in Valkey; MONITOR sees it
+    // now, once (not again when it is served or run again).
+    if matches!(flow, Flow::Block(_)) {
+        if !sess.reprocessing {
+            feed_monitors_for(b, sess, cmd, &args);
+        }
+    } else {
         account(b, sess, cmd, &args, nanos, failed);
     }
     flow
@@ -288,16 +293,23 @@ fn execute(
 pub(crate) fn account(b: &Batch<'_>, sess: &Session, cmd: &Command, args: &Args<'_>, nanos: u64, failed: bool) {
     b.srv.stats.call(cmd.id, nanos, failed, b.rt.latency_tracking);
     account_client(b, sess, cmd, args, nanos);
+    if !sess.reprocessing {
+        feed_monitors_for(b, sess, cmd, args);
+    }
 }
 
-/// What `account` does for the calling client: its counters, the slow log (which names it),
-/// the latency monitor and the MONITOR feed. A blocked command served by another connection
-/// was counted in commandstats there and gets this part when its reply arrives, as Valkey
-/// logs a blocked command only once it is unblocked.
+/// What `account` does for the calling client: its counters, the slow log (which names it)
+/// and the latency monitor. A blocked command served by another connection was counted in
+/// commandstats there and gets this part when its reply arrives, as Valkey logs a blocked
+/// command only once it is unblocked.
 pub(crate) fn account_client(b: &Batch<'_>, sess: &Session, cmd: &Command, args: &Args<'_>, nanos: u64) {
     sess.info.commands.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     sess.info.last_cmd.store(cmd.id as u32 + 1, std::sync::atomic::Ordering::Relaxed);
     record_slow(b, sess, cmd, args, nanos);
+}
+
+/// The MONITOR feed for a call, unless the command is one MONITOR does not show.
+fn feed_monitors_for(b: &Batch<'_>, sess: &Session, cmd: &Command, args: &Args<'_>) {
     if b.srv.monitors.load(std::sync::atomic::Ordering::Relaxed) > 0
         && cmd.spec.flags() & (flags::SKIP_MONITOR | flags::ADMIN) == 0
     {

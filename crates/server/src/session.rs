@@ -62,6 +62,9 @@ pub struct Session {
     pub info: Arc<ClientInfo>,
     /// Close the connection once pending replies are written.
     pub close_after_reply: bool,
+    /// A blocked command is running again (its timeout, or a retry once its keys are
+    /// ready): MONITOR already saw it.
+    pub reprocessing: bool,
     /// Bytes read since the last batch, folded into the server totals.
     pub pending_in: u64,
     /// MONITOR was called: the connection subscribes to the feed after this batch.
@@ -101,6 +104,7 @@ impl Session {
             local: LocalStats::default(),
             info,
             close_after_reply: false,
+            reprocessing: false,
             pending_in: 0,
             enter_monitor: false,
             multi: None,
