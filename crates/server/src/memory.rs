@@ -1,11 +1,11 @@
-//! Memory accounting: jemalloc's own counters, so `used_memory` is exactly what the allocator
-//! handed out (like Valkey's zmalloc with jemalloc), and RSS from the kernel.
+//! Memory accounting: jemalloc's own counters, so `used_memory` is exactly the live data the
+//! allocator handed out (like Valkey's zmalloc with jemalloc; blocks parked in thread caches
+//! do not count), kept current between refreshes by per-thread counters; RSS from the kernel.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 
 use arc_swap::ArcSwap;
-
 use tikv_jemalloc_ctl::{epoch, stats, thread};
 
 /// The process allocator: jemalloc, for its size classes (the compact-entry layout is sized
