@@ -498,6 +498,16 @@ impl<'a> Ctx<'a> {
         self.events.key_touched(self.db, key);
     }
 
+    /// Records a change to the collection at `key`: dirty and WATCH, its keyspace event of
+    /// `class` (`l`, `z`, `h`, `s`), and `del` when the change emptied and deleted it.
+    pub fn changed(&mut self, key: &[u8], class: char, event: &str, deleted: bool) {
+        self.modified(key);
+        self.events.notify(class, event, key, self.db);
+        if deleted {
+            self.events.notify('g', "del", key, self.db);
+        }
+    }
+
     /// Whether an entry is logically expired at the command's time (Valkey: `now > when`).
     pub fn is_expired(&self, e: &Entry) -> bool {
         e.expire().is_some_and(|when| self.now_ms > when)

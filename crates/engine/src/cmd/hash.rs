@@ -277,12 +277,8 @@ fn hdel(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         drop(k.delete());
     }
     if deleted > 0 {
-        ctx.modified(key);
+        ctx.changed(key, 'h', "hdel", emptied);
         ctx.stats.dirty += deleted - 1;
-        ctx.events.notify('h', "hdel", key, ctx.db);
-        if emptied {
-            ctx.events.notify('g', "del", key, ctx.db);
-        }
     }
     out.int(deleted as i64);
     Ok(())

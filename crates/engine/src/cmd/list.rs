@@ -206,16 +206,6 @@ pub(super) fn create(ctx: &mut Ctx<'_>, key: &[u8], list: List) -> CmdResult {
     ctx.set(key, NewValue::Object(Object::List(list)), Ttl::Clear)
 }
 
-/// Records a change to the list at `key`: dirty/WATCH, the list `event`, and `del` when the
-/// change emptied and deleted it (`listElementsRemoved`).
-pub(super) fn changed(ctx: &mut Ctx<'_>, key: &[u8], event: &str, deleted: bool) {
-    ctx.modified(key);
-    ctx.events.notify('l', event, key, ctx.db);
-    if deleted {
-        ctx.events.notify('g', "del", key, ctx.db);
-    }
-}
-
 /// Makes the command's share of `dirty` Valkey's figure, `n` (`server.dirty += n`): the
 /// per-change counting of `ctx.set` and `ctx.modified` counts a push that creates its key
 /// twice and a pop of five elements once, and BLPOP's suite test counts exactly.
@@ -297,7 +287,7 @@ fn push_generic(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf, end: End,
         }
     };
     out.int(len as i64);
-    changed(ctx, key, if end == End::Head { "lpush" } else { "rpush" }, false);
+    ctx.changed(key, 'l', if end == End::Head { "lpush" } else { "rpush" }, false);
     set_dirty(ctx, before, items.len());
     Ok(())
 }
@@ -356,7 +346,7 @@ fn pop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf, end: End) 
         drop(k.delete());
     }
     let before = ctx.stats.dirty;
-    changed(ctx, key, name, deleted);
+    ctx.changed(key, 'l', name, deleted);
     set_dirty(ctx, before, popped);
     Ok(())
 }
@@ -411,7 +401,7 @@ fn lset(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         return Err(CommandError::IndexOutOfRange);
     }
     out.ok();
-    changed(ctx, key, "lset", false);
+    ctx.changed(key, 'l', "lset", false);
     Ok(())
 }
 
@@ -433,7 +423,7 @@ fn linsert(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         return Ok(());
     }
     out.int(l.len() as i64);
-    changed(ctx, key, "linsert", false);
+    ctx.changed(key, 'l', "linsert", false);
     Ok(())
 }
 
@@ -453,7 +443,7 @@ fn lrem(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         if deleted {
             drop(k.delete());
         }
-        changed(ctx, key, "lrem", deleted);
+        ctx.changed(key, 'l', "lrem", deleted);
     }
     Ok(())
 }
@@ -478,7 +468,7 @@ fn ltrim(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         drop(k.delete());
     }
     // Valkey sends `ltrim` (and counts a change) even when nothing was trimmed.
-    changed(ctx, key, "ltrim", deleted);
+    ctx.changed(key, 'l', "ltrim", deleted);
     out.ok();
     Ok(())
 }

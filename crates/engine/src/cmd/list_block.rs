@@ -10,7 +10,7 @@
 
 use hotkv_protocol::{Args, ReplyBuf};
 
-use super::list::{changed, create, fill, range_arg, set_dirty};
+use super::list::{create, fill, range_arg, set_dirty};
 use super::{EngineCmd, LockPlan, Spec, parse_timeout};
 use crate::command::{BeginSearch, CommandSpec, FindKeys, KeySpec, acl, flags, key_flags as kf};
 use crate::ctx::{BlockMode, Ctx};
@@ -150,7 +150,7 @@ fn pop_from(ctx: &mut Ctx<'_>, key: &[u8], end: End, count: usize) -> Result<Fou
         drop(k.delete());
     }
     let before = ctx.stats.dirty;
-    changed(ctx, key, if end == End::Head { "lpop" } else { "rpop" }, deleted);
+    ctx.changed(key, 'l', if end == End::Head { "lpop" } else { "rpop" }, deleted);
     set_dirty(ctx, before, vals.len());
     Ok(Found::Popped(vals))
 }
@@ -200,21 +200,27 @@ fn wait(ctx: &mut Ctx<'_>, out: &mut ReplyBuf, keys: Vec<Vec<u8>>, deadline: Opt
     }
 }
 
-/// The arguments of LMPOP and BLMPOP after the timeout: `numkeys key... LEFT|RIGHT [COUNT n]`.
-struct MpopArgs<'a> {
-    keys: Vec<&'a [u8]>,
-    end: End,
-    count: usize,
+/// The arguments of LMPOP, BLMPOP, ZMPOP and BZMPOP after the timeout:
+/// `numkeys key... <side> [COUNT n]`, where the side is LEFT|RIGHT or MIN|MAX.
+pub(super) struct MpopArgs<'a, S> {
+    pub(super) keys: Vec<&'a [u8]>,
+    pub(super) side: S,
+    pub(super) count: usize,
 }
 
-fn parse_mpop<'a>(args: &Args<'a>, numkeys_idx: usize) -> Result<MpopArgs<'a>, CommandError> {
+/// Parses the `*MPOP` arguments from `numkeys_idx` on; `side` reads the side argument.
+pub(super) fn parse_mpop<'a, S>(
+    args: &Args<'a>,
+    numkeys_idx: usize,
+    side: impl Fn(&[u8]) -> Result<S, CommandError>,
+) -> Result<MpopArgs<'a, S>, CommandError> {
     let numkeys = range_arg(args.get(numkeys_idx), 1, i64::MAX, Some("numkeys should be greater than 0"))?;
     let where_idx = usize::try_from(numkeys)
         .ok()
         .and_then(|n| n.checked_add(numkeys_idx + 1))
         .filter(|&w| w < args.len())
         .ok_or(CommandError::Syntax)?;
-    let end = parse_end(args.get(where_idx))?;
+    let side = side(args.get(where_idx))?;
     let mut count = None;
     let mut j = where_idx + 1;
     while j < args.len() {
@@ -226,14 +232,14 @@ fn parse_mpop<'a>(args: &Args<'a>, numkeys_idx: usize) -> Result<MpopArgs<'a>, C
         }
     }
     let keys = (numkeys_idx + 1..where_idx).map(|i| args.get(i)).collect();
-    Ok(MpopArgs { keys, end, count: count.unwrap_or(1) })
+    Ok(MpopArgs { keys, side, count: count.unwrap_or(1) })
 }
 
 /// Pops from the first non-empty list and replies `[key, [elements]]`; false when none had
 /// data.
-fn mpop(ctx: &mut Ctx<'_>, out: &mut ReplyBuf, a: &MpopArgs<'_>) -> Result<bool, CommandError> {
+fn mpop(ctx: &mut Ctx<'_>, out: &mut ReplyBuf, a: &MpopArgs<'_, End>) -> Result<bool, CommandError> {
     for key in &a.keys {
-        if let Found::Popped(vals) = pop_from(ctx, key, a.end, a.count)? {
+        if let Found::Popped(vals) = pop_from(ctx, key, a.side, a.count)? {
             out.array(2);
             out.bulk(key);
             out.array(vals.len());
@@ -247,7 +253,7 @@ fn mpop(ctx: &mut Ctx<'_>, out: &mut ReplyBuf, a: &MpopArgs<'_>) -> Result<bool,
 }
 
 fn lmpop(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
-    let a = parse_mpop(&args, 1)?;
+    let a = parse_mpop(&args, 1, parse_end)?;
     if !mpop(ctx, out, &a)? {
         out.null_array();
     }
@@ -255,7 +261,7 @@ fn lmpop(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
 }
 
 fn blmpop(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
-    let a = parse_mpop(&args, 2)?;
+    let a = parse_mpop(&args, 2, parse_end)?;
     let deadline = parse_timeout(args.get(1), ctx.now_ms)?;
     if !mpop(ctx, out, &a)? {
         wait(ctx, out, a.keys.iter().map(|k| k.to_vec()).collect(), deadline);
@@ -336,8 +342,8 @@ fn move_generic(
         let v = l.pop(from).unwrap_or_default();
         l.push(&[&v], to, fill);
         out.bulk(&v);
-        changed(ctx, dst, push_event, false);
-        changed(ctx, src, pop_event, false);
+        ctx.changed(dst, 'l', push_event, false);
+        ctx.changed(src, 'l', pop_event, false);
         set_dirty(ctx, before, 1);
         return Ok(true);
     }
@@ -357,8 +363,8 @@ fn move_generic(
         None => create(ctx, dst, List::from_elements([&v[..]], fill))?,
     }
     out.bulk(&v);
-    changed(ctx, dst, push_event, false);
-    changed(ctx, src, pop_event, deleted);
+    ctx.changed(dst, 'l', push_event, false);
+    ctx.changed(src, 'l', pop_event, deleted);
     set_dirty(ctx, before, 1);
     Ok(true)
 }

@@ -214,12 +214,8 @@ fn srem(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         drop(k.delete());
     }
     if removed > 0 {
-        ctx.modified(key);
+        ctx.changed(key, 's', "srem", emptied);
         ctx.stats.dirty += removed - 1;
-        ctx.events.notify('s', "srem", key, ctx.db);
-        if emptied {
-            ctx.events.notify('g', "del", key, ctx.db);
-        }
     }
     out.int(removed as i64);
     Ok(())
@@ -321,12 +317,8 @@ fn spop(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     if emptied {
         drop(k.delete());
     }
-    ctx.modified(key);
+    ctx.changed(key, 's', "spop", emptied);
     ctx.stats.dirty += changes - 1;
-    ctx.events.notify('s', "spop", key, ctx.db);
-    if emptied {
-        ctx.events.notify('g', "del", key, ctx.db);
-    }
     Ok(())
 }
 

@@ -186,11 +186,7 @@ fn smove(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     if emptied {
         drop(k.delete());
     }
-    ctx.modified(src);
-    ctx.events.notify('s', "srem", src, ctx.db);
-    if emptied {
-        ctx.events.notify('g', "del", src, ctx.db);
-    }
+    ctx.changed(src, 's', "srem", emptied);
     let limits = SetLimits::from(ctx.cfg);
     let added = match ctx.write(dst)? {
         Some(mut k) => {

@@ -188,15 +188,6 @@ pub(super) fn store(ctx: &mut Ctx<'_>, key: &[u8], z: ZSet) -> CmdResult {
     ctx.set(key, NewValue::Object(Object::ZSet(z)), Ttl::Clear)
 }
 
-/// Records a change to the sorted set at `key` with its `z` event, and `del` when emptied.
-pub(super) fn changed(ctx: &mut Ctx<'_>, key: &[u8], event: &str, deleted: bool) {
-    ctx.modified(key);
-    ctx.events.notify('z', event, key, ctx.db);
-    if deleted {
-        ctx.events.notify('g', "del", key, ctx.db);
-    }
-}
-
 /// Writes members, with scores when asked: a flat array in RESP2, `[member, score]` pairs
 /// in RESP3 (Valkey's `zrangeResultEmit*`).
 pub(super) fn reply_members(out: &mut ReplyBuf, items: &[(Value<'_>, f64)], withscores: bool) {
@@ -435,7 +426,7 @@ fn zadd_generic(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf, mut f: Ad
         out.int(if ch { added + updated } else { added } as i64);
     }
     if added + updated > 0 {
-        changed(ctx, key, if f.incr { "zincr" } else { "zadd" }, false);
+        ctx.changed(key, 'z', if f.incr { "zincr" } else { "zadd" }, false);
     }
     Ok(())
 }
@@ -460,7 +451,7 @@ fn zrem(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     }
     out.int(removed);
     if removed > 0 {
-        changed(ctx, key, "zrem", deleted);
+        ctx.changed(key, 'z', "zrem", deleted);
     }
     Ok(())
 }
@@ -611,7 +602,7 @@ fn remrange(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf, range: RemRan
     }
     out.int(removed as i64);
     if removed > 0 {
-        changed(ctx, key, event, deleted);
+        ctx.changed(key, 'z', event, deleted);
     }
     Ok(())
 }

@@ -7,8 +7,8 @@
 
 use hotkv_protocol::{Args, ReplyBuf};
 
-use super::list::{bulk_value, positive_arg, range_arg};
-use super::zset::changed;
+use super::list::{bulk_value, positive_arg};
+use super::list_block::parse_mpop;
 use super::{EngineCmd, LockPlan, Spec, parse_timeout};
 use crate::command::{BeginSearch, CommandSpec, FindKeys, KeySpec, acl, flags, key_flags as kf};
 use crate::ctx::{BlockMode, Ctx};
@@ -154,7 +154,7 @@ fn pop_at(
         bulk_value(out, &Value::Str(m));
         out.double(*s);
     }
-    changed(ctx, key, if max { "zpopmax" } else { "zpopmin" }, deleted);
+    ctx.changed(key, 'z', if max { "zpopmax" } else { "zpopmin" }, deleted);
     Ok(true)
 }
 
@@ -190,37 +190,13 @@ fn zpop(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf, max: bool) -> Cmd
     Ok(())
 }
 
-/// `numkeys key... MIN|MAX [COUNT n]` of ZMPOP and BZMPOP.
-struct MpopArgs<'a> {
-    keys: Vec<&'a [u8]>,
-    max: bool,
-    count: usize,
-}
-
-fn parse_mpop<'a>(args: &Args<'a>, numkeys_idx: usize) -> Result<MpopArgs<'a>, CommandError> {
-    let numkeys = range_arg(args.get(numkeys_idx), 1, i64::MAX, Some("numkeys should be greater than 0"))?;
-    let where_idx = usize::try_from(numkeys)
-        .ok()
-        .and_then(|n| n.checked_add(numkeys_idx + 1))
-        .filter(|&w| w < args.len())
-        .ok_or(CommandError::Syntax)?;
-    let max = match args.get(where_idx) {
-        w if w.eq_ignore_ascii_case(b"min") => false,
-        w if w.eq_ignore_ascii_case(b"max") => true,
-        _ => return Err(CommandError::Syntax),
-    };
-    let mut count = None;
-    let mut j = where_idx + 1;
-    while j < args.len() {
-        if count.is_none() && args.get(j).eq_ignore_ascii_case(b"count") && j + 1 < args.len() {
-            count = Some(range_arg(args.get(j + 1), 1, i64::MAX, Some("count should be greater than 0"))? as usize);
-            j += 2;
-        } else {
-            return Err(CommandError::Syntax);
-        }
+/// ZMPOP's and BZMPOP's side: MIN or MAX (true).
+fn parse_max(w: &[u8]) -> Result<bool, CommandError> {
+    match w {
+        w if w.eq_ignore_ascii_case(b"min") => Ok(false),
+        w if w.eq_ignore_ascii_case(b"max") => Ok(true),
+        _ => Err(CommandError::Syntax),
     }
-    let keys = (numkeys_idx + 1..where_idx).map(|i| args.get(i)).collect();
-    Ok(MpopArgs { keys, max, count: count.unwrap_or(1) })
 }
 
 /// Pops from the first key holding a sorted set; false when none does.
@@ -241,17 +217,17 @@ fn pop_first(
 }
 
 fn zmpop(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
-    let a = parse_mpop(&args, 1)?;
-    if !pop_first(ctx, out, &a.keys, a.max, a.count, Shape { key: true, nested: true })? {
+    let a = parse_mpop(&args, 1, parse_max)?;
+    if !pop_first(ctx, out, &a.keys, a.side, a.count, Shape { key: true, nested: true })? {
         out.null_array();
     }
     Ok(())
 }
 
 fn bzmpop(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
-    let a = parse_mpop(&args, 2)?;
+    let a = parse_mpop(&args, 2, parse_max)?;
     let deadline = parse_timeout(args.get(1), ctx.now_ms)?;
-    if !pop_first(ctx, out, &a.keys, a.max, a.count, Shape { key: true, nested: true })? {
+    if !pop_first(ctx, out, &a.keys, a.side, a.count, Shape { key: true, nested: true })? {
         wait(ctx, out, &a.keys, deadline);
     }
     Ok(())

@@ -6,7 +6,7 @@
 use hotkv_protocol::{Args, ReplyBuf};
 
 use super::list::clamp_range;
-use super::zset::{LexRange, ScoreRange, changed, limits, reply_members, store};
+use super::zset::{LexRange, ScoreRange, limits, reply_members, store};
 use super::{EngineCmd, LockPlan, Spec, int_arg};
 use crate::command::{CommandSpec, KeySpec, acl, flags, key_flags as kf};
 use crate::ctx::Ctx;
@@ -263,7 +263,7 @@ pub(super) fn store_result(
     let z = ZSet::from_sorted(items, limits(ctx));
     store(ctx, dst, z)?;
     out.int(n as i64);
-    changed(ctx, dst, event, false);
+    ctx.changed(dst, 'z', event, false);
     Ok(())
 }
 
