@@ -144,8 +144,10 @@ pub fn finish(mut out: Vec<u8>) -> Vec<u8> {
     out
 }
 
-/// Checks version and checksum and decodes the object.
-pub fn restore(payload: &[u8]) -> Result<Loaded, RdbError> {
+/// Checks version and checksum and decodes the object. `max_string` bounds every string the
+/// object may hold once decoded (the server passes `proto-max-bulk-len`): compressed strings
+/// can claim far more than the payload carries.
+pub fn restore(payload: &[u8], max_string: u64) -> Result<Loaded, RdbError> {
     if payload.len() < 10 {
         return Err(RdbError::VersionOrChecksum);
     }
@@ -158,7 +160,8 @@ pub fn restore(payload: &[u8]) -> Result<Loaded, RdbError> {
     if crc != crc64(0, body) {
         return Err(RdbError::VersionOrChecksum);
     }
-    let mut r = Reader { buf: &body[..body.len() - 2], pos: 0 };
+    let max_string = usize::try_from(max_string).unwrap_or(usize::MAX);
+    let mut r = Reader { buf: &body[..body.len() - 2], pos: 0, max_string };
     let ty = r.byte()?;
     let value = match ty {
         TYPE_STRING => Loaded::Str(r.string()?),
@@ -251,12 +254,19 @@ pub fn write_string(out: &mut Vec<u8>, s: &[u8]) {
 pub struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
+    /// Longest string a compressed encoding may expand to.
+    max_string: usize,
 }
 
 impl<'a> Reader<'a> {
-    /// A reader over `buf`.
-    pub fn new(buf: &'a [u8]) -> Reader<'a> {
-        Reader { buf, pos: 0 }
+    /// A reader over `buf` whose compressed strings expand to at most `max_string` bytes.
+    pub fn new(buf: &'a [u8], max_string: usize) -> Reader<'a> {
+        Reader { buf, pos: 0, max_string }
+    }
+
+    /// Bytes not read yet.
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
     }
 
     /// One byte.
@@ -309,6 +319,9 @@ impl<'a> Reader<'a> {
             Err(3) => {
                 let clen = usize::try_from(self.len()?).map_err(|_| RdbError::BadFormat)?;
                 let len = usize::try_from(self.len()?).map_err(|_| RdbError::BadFormat)?;
+                if len > self.max_string {
+                    return Err(RdbError::BadFormat);
+                }
                 lzf_decompress(self.take(clen)?, len)
             }
             Err(_) => Err(RdbError::BadFormat),
@@ -324,7 +337,8 @@ fn count(r: &mut Reader<'_>) -> Result<usize, RdbError> {
 /// `LIST`: a count, then the elements.
 fn read_list(r: &mut Reader<'_>) -> Result<Vec<Vec<u8>>, RdbError> {
     let n = count(r)?;
-    let mut items = Vec::with_capacity(n.min(1 << 16));
+    // Every element takes at least one byte, so what is left bounds the count that is real.
+    let mut items = Vec::with_capacity(n.min(r.remaining()));
     for _ in 0..n {
         items.push(r.string()?);
     }
@@ -408,9 +422,26 @@ fn non_empty<T>(items: Vec<T>) -> Result<Vec<T>, RdbError> {
     if items.is_empty() { Err(RdbError::BadFormat) } else { Ok(items) }
 }
 
+/// Most bytes one byte of LZF input can produce: a long back reference is three bytes (control,
+/// length, offset) that copy 7 + 255 + 2 = 264 bytes.
+const LZF_MAX_RATIO: usize = 88;
+
 /// LZF decompression (the format Redis uses for compressed RDB strings).
+///
+/// `out_len` comes from the payload, so it is a claim, not a fact: it is checked against what
+/// `input` can produce before anything is allocated from it (a 40-byte payload claiming 2^62
+/// bytes must be `Bad data format`, not an allocation failure), and the output then grows
+/// only as fast as real input fills it.
 fn lzf_decompress(input: &[u8], out_len: usize) -> Result<Vec<u8>, RdbError> {
-    let mut out = Vec::with_capacity(out_len);
+    // Redis and Valkey decompress nothing into an empty string, whatever the input holds.
+    if out_len == 0 {
+        return Ok(Vec::new());
+    }
+    if out_len > input.len().saturating_mul(LZF_MAX_RATIO) {
+        return Err(RdbError::BadFormat);
+    }
+    let mut out = Vec::new();
+    out.try_reserve_exact(out_len.min(input.len().saturating_mul(4))).map_err(|_| RdbError::BadFormat)?;
     let mut i = 0;
     while i < input.len() {
         let ctrl = usize::from(input[i]);
@@ -470,6 +501,10 @@ pub fn crc64(mut crc: u64, data: &[u8]) -> u64 {
 mod tests {
     use super::*;
 
+    fn restore_all(payload: &[u8]) -> Result<Loaded, RdbError> {
+        restore(payload, u64::MAX)
+    }
+
     #[test]
     fn crc64_check_value() {
         assert_eq!(crc64(0, b"123456789"), 0xe9c6_d914_c4b8_d9ca);
@@ -481,13 +516,13 @@ mod tests {
         let redis =
             [0x00, 0x05, b'h', b'e', b'l', b'l', b'o', 0x0a, 0x00, 0x63, 0x72, 0xdf, 0x76, 0x65, 0x34, 0x20, 0x0a];
         assert_eq!(dump_string(b"hello"), redis);
-        assert_eq!(restore(&redis), Ok(Loaded::Str(b"hello".to_vec())));
+        assert_eq!(restore_all(&redis), Ok(Loaded::Str(b"hello".to_vec())));
     }
 
     #[test]
     fn integers_and_long_strings_round_trip() {
         for v in [&b"0"[..], b"-128", b"127", b"32767", b"-2147483648", b"2147483648", b"007", &[b'x'; 20000]] {
-            assert_eq!(restore(&dump_string(v)), Ok(Loaded::Str(v.to_vec())), "{:?}", String::from_utf8_lossy(v));
+            assert_eq!(restore_all(&dump_string(v)), Ok(Loaded::Str(v.to_vec())), "{:?}", String::from_utf8_lossy(v));
         }
     }
 
@@ -500,21 +535,40 @@ mod tests {
         write_len(&mut body, 40);
         body.extend_from_slice(&compressed);
         let payload = finish(body);
-        assert_eq!(restore(&payload), Ok(Loaded::Str(vec![b'a'; 40])));
+        assert_eq!(restore_all(&payload), Ok(Loaded::Str(vec![b'a'; 40])));
+    }
+
+    #[test]
+    fn lzf_lengths_are_claims_checked_before_allocating() {
+        let compressed = [0x00, b'a', 0xE0, 0x1E, 0x00];
+        let payload = |len: u64, max: u64| {
+            let mut body = vec![TYPE_STRING, 0xC3];
+            write_len(&mut body, compressed.len() as u64);
+            write_len(&mut body, len);
+            body.extend_from_slice(&compressed);
+            restore(&finish(body), max)
+        };
+        // The payload: 2^62 claimed from 5 bytes of input.
+        assert_eq!(payload(1 << 62, u64::MAX), Err(RdbError::BadFormat));
+        assert_eq!(payload((1 << 32) + 40, u64::MAX), Err(RdbError::BadFormat));
+        assert_eq!(payload(41, u64::MAX), Err(RdbError::BadFormat), "one byte more than the input makes");
+        assert_eq!(payload(40, 39), Err(RdbError::BadFormat), "longer than proto-max-bulk-len");
+        assert_eq!(payload(40, 40), Ok(Loaded::Str(vec![b'a'; 40])));
+        assert_eq!(payload(0, u64::MAX), Ok(Loaded::Str(Vec::new())), "Redis decompresses nothing to empty");
     }
 
     #[test]
     fn rejects_bad_payloads() {
         let mut p = dump_string(b"hello");
         *p.last_mut().unwrap() ^= 1;
-        assert_eq!(restore(&p), Err(RdbError::VersionOrChecksum));
-        assert_eq!(restore(b"short"), Err(RdbError::VersionOrChecksum));
+        assert_eq!(restore_all(&p), Err(RdbError::VersionOrChecksum));
+        assert_eq!(restore_all(b"short"), Err(RdbError::VersionOrChecksum));
         let mut body = vec![99u8, 1, 2];
         body.extend_from_slice(&12u16.to_le_bytes());
         let crc = crc64(0, &body);
         body.extend_from_slice(&crc.to_le_bytes());
-        assert_eq!(restore(&body), Err(RdbError::VersionOrChecksum), "version 12 is foreign");
-        assert_eq!(restore(&finish(vec![99u8, 1, 2])), Err(RdbError::BadFormat));
-        assert_eq!(restore(&finish(vec![0, 0x05, b'h'])), Err(RdbError::BadFormat));
+        assert_eq!(restore_all(&body), Err(RdbError::VersionOrChecksum), "version 12 is foreign");
+        assert_eq!(restore_all(&finish(vec![99u8, 1, 2])), Err(RdbError::BadFormat));
+        assert_eq!(restore_all(&finish(vec![0, 0x05, b'h'])), Err(RdbError::BadFormat));
     }
 }

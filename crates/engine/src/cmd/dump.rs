@@ -97,7 +97,7 @@ fn restore(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     if ttl < 0 {
         return Err(CommandError::err("Invalid TTL value, must be >= 0"));
     }
-    let value = rdb::restore(args.get(3)).map_err(|e| CommandError::err(e.to_string()))?;
+    let value = rdb::restore(args.get(3), ctx.cfg.proto_max_bulk_len).map_err(|e| CommandError::err(e.to_string()))?;
     let deleted = opts.replace && ctx.delete(key)?;
     let when = match (ttl, opts.absttl) {
         (0, _) => None,
