@@ -153,7 +153,7 @@ impl Decoder {
                     None => return Ok(Step::Incomplete),
                 },
             };
-            if buf.len() - self.cursor < len + 2 {
+            if buf.len() - self.cursor < len.saturating_add(2) {
                 return Ok(Step::Incomplete);
             }
             // Like Valkey, the two bytes after the payload are skipped, not checked.

@@ -1,9 +1,14 @@
 //! One task per client connection: read what is available, run every complete command in
 //! the buffer, and answer the whole batch with one write.
 
+use std::any::Any;
+use std::future::Future;
 use std::io;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
 use hotkv_engine::BlockMode;
@@ -12,7 +17,7 @@ use hotkv_protocol::{Decoder, Limits, ReplyBuf, Step};
 use hotkv_tls::TlsSession;
 use tokio::net::TcpStream;
 use tokio::sync::broadcast;
-use tracing::debug;
+use tracing::{debug, error};
 
 use crate::blocking::{BlockWait, Wakeup};
 use crate::dispatch::{Batch, Scratch, dispatch, dispatch_with, flatten};
@@ -48,9 +53,25 @@ pub async fn serve(srv: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>, t
         scratch: Scratch::default(),
         soft_since: None,
     };
-    let result = conn.run(&srv, &mut sock, &mut sess).await;
-    if let Err(e) = result {
-        debug!("client {} closed: {e}", info.id);
+    // A panic is a bug in hotkv, never the client's doing, but it must cost only this
+    // connection: caught here, the cleanup below still runs (no ghost in CLIENT LIST, no
+    // leaked subscription or watch) and every other client is served on.
+    match CatchUnwind(Box::pin(conn.run(&srv, &mut sock, &mut sess))).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => debug!("client {} closed: {e}", info.id),
+        Err(panic) => {
+            let command = match sess.running as usize {
+                0 => "(none)",
+                n if n <= srv.registry.len() => srv.registry.get(n - 1).full_name.as_str(),
+                _ => "(unknown)",
+            };
+            error!(
+                client = info.id,
+                command,
+                cause = panic_message(panic.as_ref()),
+                "bug: panic while serving a client; closing its connection, the server keeps running"
+            );
+        }
     }
     if let Some(mut subs) = sess.subs.take() {
         srv.pubsub.unsubscribe_all(&mut subs);
@@ -63,6 +84,32 @@ pub async fn serve(srv: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>, t
         srv.monitors.fetch_sub(1, Ordering::Relaxed);
     }
     srv.clients.remove(info.id);
+}
+
+/// Runs a future, turning a panic inside it into an `Err` with the panic's payload.
+struct CatchUnwind<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // Unwind safety: after a panic the future is never polled again, and what it shared
+        // (parking_lot locks, which do not poison, release on unwind) stays consistent
+        // per operation; the session it borrowed is only read to clean up.
+        match catch_unwind(AssertUnwindSafe(|| self.0.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    }
+}
+
+/// The text a panic was raised with.
+pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    match panic.downcast_ref::<&str>() {
+        Some(s) => s,
+        None => panic.downcast_ref::<String>().map_or("(no message)", String::as_str),
+    }
 }
 
 /// Most commands decoded ahead of execution (bounds the prefetch window and the spans kept).
@@ -329,15 +376,21 @@ impl Conn {
         self.out.bulk(&msg.payload);
     }
 
-    /// Makes room to read: a normal chunk, or all at once for a big argument in progress.
+    /// Makes room to read: a normal chunk, or, for a big argument in progress, room that
+    /// doubles with what has arrived until it holds the whole argument. The size in a `$N`
+    /// header is only a claim: reserving it at once, as Valkey does, would let a few bytes of
+    /// header per connection commit `proto-max-bulk-len` each. Doubling copies each byte
+    /// at most twice on average.
     fn reserve(&mut self, sess: &Session) {
         let want = self.decoder.wanted_capacity();
+        let len = self.rbuf.len();
         if want > self.rbuf.capacity() {
-            self.rbuf.reserve(want - self.rbuf.len());
-        } else if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
+            self.rbuf.reserve((want - len).min(len.max(READ_CHUNK)));
+        } else if self.rbuf.capacity() - len < READ_CHUNK / 4 {
             self.rbuf.reserve(READ_CHUNK);
         }
-        sess.info.qbuf.store(self.rbuf.len(), Ordering::Relaxed);
+        sess.info.qbuf.store(len, Ordering::Relaxed);
+        sess.info.qbuf_free.store(self.rbuf.capacity() - len, Ordering::Relaxed);
     }
 
     /// Runs every complete command in the read buffer.

@@ -103,6 +103,7 @@ fn run_checked(
         return Err(reg.unknown_error(&lookup, &args));
     };
     let cmd = reg.get(id);
+    sess.running = id as u32 + 1;
     let rejected = |sess: &mut Session, e: CommandError| {
         b.srv.stats.reject(Some(id));
         if id == b.srv.known.exec && sess.multi.is_some() {

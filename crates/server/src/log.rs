@@ -92,6 +92,13 @@ pub fn init(level: LogLevel, logfile: &str, daemonized: bool) -> std::io::Result
     let subscriber = tracing_subscriber::registry().with(ValkeyFormat { sink });
     // A second init (tests) keeps the first subscriber.
     let _ = tracing::subscriber::set_global_default(subscriber);
+    // Panics reach the server log (stderr may be nowhere) with where they happened; the
+    // connection boundary that catches one then logs which client and command it cost.
+    std::panic::set_hook(Box::new(|info| {
+        let location = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
+        let cause = crate::connection::panic_message(info.payload());
+        tracing::error!(location, cause, "bug: panic");
+    }));
     Ok(())
 }
 

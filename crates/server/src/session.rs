@@ -65,6 +65,9 @@ pub struct Session {
     /// A blocked command is running again (its timeout, or a retry once its keys are
     /// ready): MONITOR already saw it.
     pub reprocessing: bool,
+    /// Registry index + 1 of the command being run (0 before the first): named in the log
+    /// when a command panics, since the connection task's boundary only sees the session.
+    pub running: u32,
     /// Bytes read since the last batch, folded into the server totals.
     pub pending_in: u64,
     /// MONITOR was called: the connection subscribes to the feed after this batch.
@@ -105,6 +108,7 @@ impl Session {
             info,
             close_after_reply: false,
             reprocessing: false,
+            running: 0,
             pending_in: 0,
             enter_monitor: false,
             multi: None,

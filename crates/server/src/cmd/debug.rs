@@ -157,6 +157,9 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
             // Nothing is persisted yet, so saving and loading back yields the same dataset.
             out.ok();
         }
+        // hotkv only: proves a bug in one command costs only its connection (the boundary in
+        // connection::serve), not the server as Valkey's DEBUG PANIC does.
+        ("client-panic", 2) => panic!("DEBUG CLIENT-PANIC"),
         ("log", 3) => {
             tracing::warn!("DEBUG LOG: {}", text(args.get(2)));
             out.ok();
@@ -238,6 +241,8 @@ fn help(args: &Args<'_>, out: &mut ReplyBuf) {
             "CHANGE-REPL-ID",
             "    Change the replication IDs of the instance.",
             "    Dangerous: should be used only for testing the replication subsystem.",
+            "CLIENT-PANIC",
+            "    Panic while running this command: the connection closes, the server stays up.",
             "DIGEST",
             "    Output a hex signature representing the current DB content.",
             "DIGEST-VALUE <key> [<key> ...]",
@@ -326,7 +331,7 @@ mod tests {
             debug(&srv, &mut c, &["debug", "nosuch"]),
             "-ERR unknown subcommand or wrong number of arguments for 'nosuch'. Try DEBUG HELP.\r\n"
         );
-        assert!(debug(&srv, &mut c, &["debug", "help"]).starts_with("*28\r\n+DEBUG <subcommand>"));
+        assert!(debug(&srv, &mut c, &["debug", "help"]).starts_with("*30\r\n+DEBUG <subcommand>"));
     }
 
     #[test]
