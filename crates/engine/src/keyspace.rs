@@ -177,6 +177,10 @@ impl Db {
     }
 }
 
+/// Bytes the keyspace holds per configured database before any is used: the server checks a
+/// `databases` count against the machine's memory with it.
+pub const DB_HANDLE_BYTES: usize = std::mem::size_of::<OnceLock<Db>>();
+
 /// All databases. Database 0 exists from the start; the others are created on first use, so
 /// an idle server does not pay for 16 x 16384 tables.
 pub struct Keyspace {
@@ -185,6 +189,9 @@ pub struct Keyspace {
 
 /// Identifies a locked slot: `db * 16384 + slot`, which is also the locking order.
 pub type LockId = u32;
+
+/// Most databases a keyspace can hold: every slot of every database has a [`LockId`].
+pub const MAX_DATABASES: usize = (LockId::MAX as usize >> 14) + 1;
 
 /// The lock id of a slot of a database.
 pub fn lock_id(db: usize, slot: u16) -> LockId {

@@ -129,6 +129,34 @@ fn append(old: &Value, new: Value, args: &[String]) -> Value {
     }
 }
 
+/// The table of databases is allocated whole at startup: a count whose table alone would not
+/// fit in this machine's memory is refused here, with a reason, rather than left to abort the
+/// process when the allocation fails (Valkey's `databases 2147483647` does that).
+fn databases_fit(databases: u64) -> Result<(), String> {
+    let most = hotkv_engine::keyspace::MAX_DATABASES as u64;
+    if databases > most {
+        return Err(format!("databases {databases} is more than the {most} databases hotkv can address"));
+    }
+    let needed = databases.saturating_mul(hotkv_engine::keyspace::DB_HANDLE_BYTES as u64);
+    let (pages, page) = (sysconf(libc::_SC_PHYS_PAGES), sysconf(libc::_SC_PAGESIZE));
+    let memory = pages.saturating_mul(page);
+    if memory > 0 && needed > memory / 2 {
+        return Err(format!(
+            "databases {databases} needs {needed} bytes for its table alone, more than half of this machine's \
+             memory ({memory} bytes)"
+        ));
+    }
+    Ok(())
+}
+
+/// A `sysconf` value, 0 when the system does not know it.
+fn sysconf(name: libc::c_int) -> u64 {
+    #[allow(unsafe_code)]
+    // SAFETY: sysconf takes a constant and returns a number; it touches no memory of ours.
+    let v = unsafe { libc::sysconf(name) };
+    u64::try_from(v).unwrap_or(0)
+}
+
 /// The whole-configuration checks of `loadServerConfigFromString` and Valkey's startup, plus
 /// the Redis bus-protection rule; they may adjust values the way Valkey does (with a warning).
 fn check_loaded(s: &mut Settings, warnings: &mut Vec<String>) -> Result<(), String> {
@@ -144,6 +172,7 @@ fn check_loaded(s: &mut Settings, warnings: &mut Vec<String>) -> Result<(), Stri
         s.set(table::DATABASES, Value::Int(1));
     }
     normalize(s);
+    databases_fit(s.int(table::DATABASES) as u64)?;
     if let Some(reason) = bus_protection_error(s) {
         return Err(reason.into());
     }
@@ -204,6 +233,18 @@ mod tests {
     fn line(l: &mut Loader, s: &str) -> Result<(), String> {
         let argv: Vec<String> = s.split(' ').map(str::to_string).collect();
         l.apply_line(&argv)
+    }
+
+    #[test]
+    fn database_counts_that_cannot_be_allocated_are_refused() {
+        assert_eq!(databases_fit(16), Ok(()));
+        assert_eq!(databases_fit(262_144), Ok(()));
+        assert_eq!(
+            databases_fit(262_145).unwrap_err(),
+            "databases 262145 is more than the 262144 databases hotkv can address"
+        );
+        let err = crate::config::conf::load_str("databases 2147483647\n").err().unwrap().to_string();
+        assert!(err.contains("databases 2147483647 is more than"), "{err}");
     }
 
     #[test]
