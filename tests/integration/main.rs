@@ -23,6 +23,7 @@ mod debug_shutdown;
 mod expiry;
 mod generic_types;
 mod harness;
+mod hostile;
 mod info;
 mod inline;
 mod keys;

@@ -20,6 +20,7 @@
 //! binary from the outside exactly as a user would.
 
 mod client;
+pub mod fuzz;
 mod ports;
 mod process;
 mod resp;

@@ -244,6 +244,9 @@ pub fn os_reason(e: &std::io::Error) -> String {
     }
 }
 
+#[cfg(test)]
+mod fuzz;
+
 /// Helpers shared by the unit tests of the config modules.
 #[cfg(test)]
 pub(crate) mod test_util {
