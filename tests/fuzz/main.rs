@@ -1,6 +1,6 @@
 //! Fuzzing of every decoder that takes bytes from outside, inside `cargo test`: the RESP
-//! request decoder, RESTORE payloads (through the RESTORE command, then read back) and the
-//! PEM/certificate loading path. (The `.conf` and `hotkv.toml` loaders are fuzzed inside the
+//! request decoder, RESTORE payloads (through the RESTORE command, then read back), cluster bus
+//! frames and the PEM/certificate loading path. (The `.conf` and `hotkv.toml` loaders are fuzzed inside the
 //! server crate, whose jemalloc global allocator this binary cannot share.) Each target starts
 //! from the seed corpus in `tests/fuzz/corpus/<target>/` and tries a bounded number of
 //! mutations (see `hotkv_test_support::fuzz`), asserting that every input gets an error or a
@@ -11,6 +11,7 @@
 //! HOTKV_FUZZ_CASES=1000000 HOTKV_FUZZ_SEED=$RANDOM cargo test --release --test fuzz -- --nocapture
 //! ```
 
+mod bus;
 mod pem;
 mod resp;
 mod restore;

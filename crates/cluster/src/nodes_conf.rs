@@ -1,0 +1,274 @@
+//! `nodes.conf` (`cluster-config-file`, in `dir`): the node table a node keeps across restarts,
+//! so it rejoins with its id, epochs and slots. One line per node in the `CLUSTER NODES` form
+//! with the address's extra fields (`,hostname,tls-port=N,human-nodename=...`), then
+//! `vars currentEpoch N lastVoteEpoch M`. Written atomically on every change (a temp file in
+//! the same directory, fsync, rename, fsync of the directory); a file that does not parse is a
+//! fatal error naming the file and the line, never a silent fresh start.
+
+use std::fmt;
+use std::fmt::Write as _;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+
+use crate::node::{Node, NodeFlags, NodeId};
+use crate::slots::parse_slot;
+
+/// What a `nodes.conf` holds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SavedConfig {
+    /// Every known node, this one (flagged `myself`) included.
+    pub nodes: Vec<Node>,
+    /// The cluster's current epoch as this node last saw it.
+    pub current_epoch: u64,
+    /// The last epoch this node voted in (failover).
+    pub last_vote_epoch: u64,
+}
+
+/// Why a `nodes.conf` could not be loaded or saved.
+#[derive(Debug)]
+pub enum ConfError {
+    /// Reading or writing failed.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        err: io::Error,
+    },
+    /// A line does not parse.
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl fmt::Display for ConfError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfError::Io { path, err } => write!(f, "cluster config file {}: {err}", path.display()),
+            ConfError::Corrupt { path, line, reason } => write!(
+                f,
+                "Unrecoverable error: corrupted cluster config file \"{}\" at line {line}: {reason}",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfError {}
+
+/// Loads `path`; `Ok(None)` when it does not exist or is empty (a first start).
+pub fn load(path: &Path) -> Result<Option<SavedConfig>, ConfError> {
+    let text = match fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(ConfError::Io { path: path.to_path_buf(), err }),
+    };
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    parse(&text).map(Some).map_err(|(line, reason)| ConfError::Corrupt { path: path.to_path_buf(), line, reason })
+}
+
+/// Writes `cfg` to `path` atomically.
+pub fn save(path: &Path, cfg: &SavedConfig) -> Result<(), ConfError> {
+    let io_err = |err| ConfError::Io { path: path.to_path_buf(), err };
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(".{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("nodes.conf")));
+    let mut f = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp).map_err(io_err)?;
+    f.write_all(render(cfg).as_bytes()).map_err(io_err)?;
+    f.sync_all().map_err(io_err)?;
+    drop(f);
+    fs::rename(&tmp, path).map_err(io_err)?;
+    // The rename itself is durable only once the directory is.
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io_err)?;
+    Ok(())
+}
+
+/// The file's text.
+pub fn render(cfg: &SavedConfig) -> String {
+    let mut out = String::new();
+    for n in &cfg.nodes {
+        // The plain port, whatever kind of client would ask: the TLS port has its own field.
+        let _ = write!(out, "{} {}:{}@{},{},tls-port={}", n.id, n.ip, n.port, n.bus_port, n.hostname, n.tls_port);
+        if !n.human_nodename.is_empty() {
+            let _ = write!(out, ",human-nodename={}", n.human_nodename);
+        }
+        let mut rest = String::new();
+        n.describe(&mut rest, false, "");
+        // The same fields as CLUSTER NODES from the flags on.
+        let from_flags = rest.splitn(3, ' ').nth(2).unwrap_or("");
+        let _ = writeln!(out, " {from_flags}");
+    }
+    out.push_str(&format!("vars currentEpoch {} lastVoteEpoch {}\n", cfg.current_epoch, cfg.last_vote_epoch));
+    out
+}
+
+/// Parses the file's text; an error carries the 1-based line and the reason.
+pub fn parse(text: &str) -> Result<SavedConfig, (usize, String)> {
+    let mut cfg = SavedConfig { nodes: Vec::new(), current_epoch: 0, last_vote_epoch: 0 };
+    for (i, line) in text.lines().enumerate() {
+        let at = |reason: String| (i + 1, reason);
+        let fields: Vec<&str> = line.split(' ').filter(|f| !f.is_empty()).collect();
+        if fields.is_empty() {
+            continue;
+        }
+        if fields[0] == "vars" {
+            parse_vars(&fields[1..], &mut cfg).map_err(at)?;
+            continue;
+        }
+        let node = parse_node(&fields).map_err(at)?;
+        if cfg.nodes.iter().any(|n| n.id == node.id) {
+            return Err(at(format!("node {} appears twice", node.id)));
+        }
+        cfg.nodes.push(node);
+    }
+    match cfg.nodes.iter().filter(|n| n.flags.has(NodeFlags::MYSELF)).count() {
+        1 => Ok(cfg),
+        0 => Err((text.lines().count(), "no node is flagged myself".into())),
+        _ => Err((text.lines().count(), "more than one node is flagged myself".into())),
+    }
+}
+
+fn parse_vars(fields: &[&str], cfg: &mut SavedConfig) -> Result<(), String> {
+    if !fields.len().is_multiple_of(2) {
+        return Err("a vars line holds name value pairs".into());
+    }
+    for pair in fields.chunks(2) {
+        let v: u64 = pair[1].parse().map_err(|_| format!("{} is not a number: {}", pair[0], pair[1]))?;
+        match pair[0] {
+            "currentEpoch" => cfg.current_epoch = v,
+            "lastVoteEpoch" => cfg.last_vote_epoch = v,
+            // Valkey writes others (none that hotkv uses); a newer file is still readable.
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn parse_node(f: &[&str]) -> Result<Node, String> {
+    if f.len() < 8 {
+        return Err(format!("a node line has at least 8 fields, this one {}", f.len()));
+    }
+    let id = NodeId::parse(f[0].as_bytes()).ok_or_else(|| format!("bad node id {}", f[0]))?;
+    let flags = NodeFlags::parse(f[2]).ok_or_else(|| format!("bad flags {}", f[2]))?;
+    let mut node = Node::new(id, flags.0);
+    parse_address(f[1], &mut node)?;
+    node.primary = match f[3] {
+        "-" => None,
+        p => Some(NodeId::parse(p.as_bytes()).ok_or_else(|| format!("bad primary id {p}"))?),
+    };
+    let number = |s: &str, what: &str| s.parse::<i64>().map_err(|_| format!("bad {what} {s}"));
+    node.ping_sent_ms = number(f[4], "ping time")?;
+    node.pong_received_ms = number(f[5], "pong time")?;
+    node.config_epoch = f[6].parse().map_err(|_| format!("bad config epoch {}", f[6]))?;
+    if !matches!(f[7], "connected" | "disconnected") {
+        return Err(format!("bad link state {}", f[7]));
+    }
+    for tok in &f[8..] {
+        // Migration states belong to the running node, not to the file's reader.
+        if tok.starts_with('[') {
+            continue;
+        }
+        let (a, b) = tok.split_once('-').unwrap_or((tok, tok));
+        let (a, b) = (parse_slot(a.as_bytes()), parse_slot(b.as_bytes()));
+        match (a, b) {
+            (Some(a), Some(b)) if a <= b => (a..=b).for_each(|s| {
+                node.slots.insert(s);
+            }),
+            _ => return Err(format!("bad slot range {tok}")),
+        }
+    }
+    Ok(node)
+}
+
+/// `ip:port@cport[,hostname][,key=value...]`.
+fn parse_address(field: &str, node: &mut Node) -> Result<(), String> {
+    let bad = || format!("bad address {field}");
+    let mut parts = field.split(',');
+    let base = parts.next().ok_or_else(bad)?;
+    let (hostport, cport) = base.rsplit_once('@').ok_or_else(bad)?;
+    let (ip, port) = hostport.rsplit_once(':').ok_or_else(bad)?;
+    node.ip = ip.to_owned();
+    node.port = port.parse().map_err(|_| bad())?;
+    node.bus_port = cport.parse().map_err(|_| bad())?;
+    if let Some(host) = parts.next() {
+        node.hostname = host.to_owned();
+    }
+    for kv in parts {
+        match kv.split_once('=') {
+            Some(("tls-port", v)) => node.tls_port = v.parse().map_err(|_| bad())?,
+            Some(("human-nodename", v)) => node.human_nodename = v.to_owned(),
+            // shard-id and future fields: not needed to rejoin.
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> SavedConfig {
+        let mut me = Node::new(NodeId::random(), NodeFlags::MYSELF | NodeFlags::PRIMARY);
+        me.ip = "127.0.0.1".into();
+        me.port = 30001;
+        me.bus_port = 40001;
+        me.config_epoch = 3;
+        (0..=5460).for_each(|s| {
+            me.slots.insert(s);
+        });
+        let mut other = Node::new(NodeId::random(), NodeFlags::REPLICA);
+        other.ip = "10.0.0.2".into();
+        other.port = 0;
+        other.tls_port = 7001;
+        other.bus_port = 17001;
+        other.hostname = "node2".into();
+        other.human_nodename = "cache-b".into();
+        other.primary = Some(me.id);
+        other.pong_received_ms = 1_796_006_954_000;
+        SavedConfig { nodes: vec![me, other], current_epoch: 6, last_vote_epoch: 2 }
+    }
+
+    #[test]
+    fn round_trips_through_the_file() {
+        let dir = std::env::temp_dir().join(format!("hotkv-nodes-conf-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("nodes.conf");
+        let cfg = sample();
+        save(&path, &cfg).unwrap();
+        let text = fs::read_to_string(&path).unwrap();
+        assert!(text.contains(" 127.0.0.1:30001@40001,,tls-port=0 myself,master - 0 0 3 connected 0-5460\n"), "{text}");
+        assert!(text.contains(" 10.0.0.2:0@17001,node2,tls-port=7001,human-nodename=cache-b slave "), "{text}");
+        assert!(text.ends_with("vars currentEpoch 6 lastVoteEpoch 2\n"));
+        let mut back = load(&path).unwrap().unwrap();
+        // Link state is not a fact to restore: a restarted node has no links yet.
+        back.nodes[0].link_connected = cfg.nodes[0].link_connected;
+        assert_eq!(back, cfg);
+        fs::remove_dir_all(&dir).unwrap();
+        assert!(load(&path).unwrap().is_none(), "a missing file is a first start");
+    }
+
+    #[test]
+    fn corrupt_files_name_the_line() {
+        let good = render(&sample());
+        let mut lines: Vec<&str> = good.lines().collect();
+        lines[1] = "not-a-node 1.2.3.4:1@2 master - 0 0 0 connected";
+        let err = parse(&lines.join("\n")).unwrap_err();
+        assert_eq!(err, (2, "bad node id not-a-node".to_owned()));
+        let truncated = &good[..good.find('\n').unwrap() / 2];
+        assert_eq!(parse(truncated).unwrap_err().0, 1);
+        let no_myself = good.replace("myself,", "");
+        assert_eq!(parse(&no_myself).unwrap_err().1, "no node is flagged myself");
+        let e = ConfError::Corrupt { path: "/d/nodes.conf".into(), line: 2, reason: "bad node id x".into() };
+        assert_eq!(
+            e.to_string(),
+            "Unrecoverable error: corrupted cluster config file \"/d/nodes.conf\" at line 2: bad node id x"
+        );
+    }
+}

@@ -1,0 +1,583 @@
+//! The cluster bus's frames. Every frame starts with its total length as a 4-byte big-endian
+//! number (so a plain node that reads a TLS record sees `0x15030300` = 352518912 and says the
+//! message is too large), then a version, the message type, the sender's header (id, epochs,
+//! flags, role, addresses, the slots it claims, the certificate it serves) and a body per
+//! type. Decoding checks every declared length against what the frame holds and the frame's
+//! length against [`MAX_FRAME`] before anything is allocated; nothing a peer sends can panic.
+
+use std::fmt;
+
+use crate::node::NodeId;
+use crate::slots::SlotSet;
+
+/// Protocol version in every frame; a frame of another version drops the link.
+pub const VERSION: u16 = 1;
+
+/// The largest frame accepted: room for a PUBLISH of a large message, far below what would
+/// hurt a node, and below the 352518912 that a TLS alert record reads as.
+pub const MAX_FRAME: u32 = 256 << 20;
+
+/// Bytes before the header: length, version, type.
+const PREFIX: usize = 4 + 2 + 2;
+
+/// Message types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u16)]
+pub enum Kind {
+    /// Liveness and gossip.
+    Ping = 0,
+    /// The answer to a PING or MEET.
+    Pong = 1,
+    /// A PING that asks the receiver to add the sender to its table.
+    Meet = 2,
+    /// A node was agreed to have failed.
+    Fail = 3,
+    /// Cluster-wide PUBLISH.
+    Publish = 4,
+    /// A replica asks primaries to vote for its failover.
+    FailoverAuthRequest = 5,
+    /// A primary's vote.
+    FailoverAuthAck = 6,
+    /// A node's slots changed: tells a node with a stale view.
+    Update = 7,
+    /// A primary tells its replica that a manual failover starts.
+    MfStart = 8,
+    /// Shard-scoped PUBLISH (SPUBLISH).
+    PublishShard = 9,
+}
+
+impl Kind {
+    fn from_u16(v: u16) -> Option<Kind> {
+        Some(match v {
+            0 => Kind::Ping,
+            1 => Kind::Pong,
+            2 => Kind::Meet,
+            3 => Kind::Fail,
+            4 => Kind::Publish,
+            5 => Kind::FailoverAuthRequest,
+            6 => Kind::FailoverAuthAck,
+            7 => Kind::Update,
+            8 => Kind::MfStart,
+            9 => Kind::PublishShard,
+            _ => return None,
+        })
+    }
+}
+
+/// The certificate a node serves and its CA's, gossiped so that one node can show every
+/// node's (`CLUSTER CERTS`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CertSummary {
+    /// Serial number, hex.
+    pub serial: String,
+    /// SHA-256 of the certificate's DER.
+    pub fingerprint: [u8; 32],
+    /// Expiry, unix seconds (0: no certificate).
+    pub not_after: i64,
+    /// SHA-256 of the issuing CA certificate's DER.
+    pub ca_fingerprint: [u8; 32],
+    /// The CA's expiry, unix seconds.
+    pub ca_not_after: i64,
+}
+
+/// What every frame says about its sender.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Header {
+    /// The sender.
+    pub sender: NodeId,
+    /// The sender's current epoch.
+    pub current_epoch: u64,
+    /// The config epoch of the sender (of its primary, for a replica).
+    pub config_epoch: u64,
+    /// Replication offset (failover ranking).
+    pub repl_offset: u64,
+    /// The sender's flags (`NodeFlags` bits).
+    pub flags: u16,
+    /// Whether the sender sees the cluster as ok.
+    pub state_ok: bool,
+    /// The sender's primary, for a replica.
+    pub primary: Option<NodeId>,
+    /// The address the sender announces (empty: use the link's peer address).
+    pub ip: String,
+    /// Plain client port.
+    pub port: u16,
+    /// TLS client port.
+    pub tls_port: u16,
+    /// Bus port.
+    pub bus_port: u16,
+    /// `cluster-announce-hostname`.
+    pub hostname: String,
+    /// `cluster-announce-human-nodename`.
+    pub human_nodename: String,
+    /// The slots the sender (or its primary) serves.
+    pub slots: SlotSet,
+    /// The certificate the sender serves.
+    pub cert: CertSummary,
+}
+
+/// One node as a gossip section describes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gossip {
+    /// The node.
+    pub id: NodeId,
+    /// When the sender last pinged it (unix ms, 0: no ping outstanding).
+    pub ping_sent_ms: i64,
+    /// When the sender last heard from it (unix ms).
+    pub pong_received_ms: i64,
+    /// Its address.
+    pub ip: String,
+    /// Plain client port.
+    pub port: u16,
+    /// TLS client port.
+    pub tls_port: u16,
+    /// Bus port.
+    pub bus_port: u16,
+    /// Its flags as the sender sees them (PFAIL/FAIL are failure reports).
+    pub flags: u16,
+}
+
+/// A message's body.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Body {
+    /// PING, PONG, MEET: a few nodes the sender knows.
+    Gossip(Vec<Gossip>),
+    /// FAIL: the failed node.
+    Fail(NodeId),
+    /// UPDATE: a node's current slots and epoch.
+    Update {
+        /// The node.
+        id: NodeId,
+        /// Its config epoch.
+        config_epoch: u64,
+        /// Its slots (boxed: 2 KiB would size every other body too).
+        slots: Box<SlotSet>,
+    },
+    /// PUBLISH, PUBLISHSHARD.
+    Publish {
+        /// Channel.
+        channel: Vec<u8>,
+        /// Message.
+        message: Vec<u8>,
+    },
+    /// FAILOVER_AUTH_REQUEST: whether the replica forces it (manual failover).
+    AuthRequest {
+        /// Manual failover: primaries vote even if its primary is not failed.
+        force: bool,
+    },
+    /// FAILOVER_AUTH_ACK, MFSTART: nothing beyond the header.
+    Empty,
+}
+
+/// A decoded frame.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Message {
+    /// Its type.
+    pub kind: Kind,
+    /// The sender.
+    pub header: Header,
+    /// The type's data.
+    pub body: Body,
+}
+
+/// Why a frame was refused; every one drops the link.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WireError {
+    /// The declared length exceeds [`MAX_FRAME`].
+    TooLarge(u32),
+    /// The declared length cannot hold a header.
+    TooShort(u32),
+    /// Another protocol version.
+    Version(u16),
+    /// An unknown message type.
+    UnknownType(u16),
+    /// A field runs past the frame, or bytes are left after the body, or a value is invalid.
+    Malformed(&'static str),
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WireError::TooLarge(n) => write!(f, "message too large: {n} bytes"),
+            WireError::TooShort(n) => write!(f, "message too short: {n} bytes"),
+            WireError::Version(v) => write!(f, "unsupported protocol version {v}"),
+            WireError::UnknownType(t) => write!(f, "unknown message type {t}"),
+            WireError::Malformed(what) => write!(f, "malformed message: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
+/// The length of the frame at the start of `buf`, once its 4 bytes are there; an error when
+/// it is out of bounds (checked before the caller buffers the rest).
+pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, WireError> {
+    let Some(head) = buf.get(..4) else { return Ok(None) };
+    let n = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+    if n > MAX_FRAME {
+        return Err(WireError::TooLarge(n));
+    }
+    if (n as usize) < PREFIX {
+        return Err(WireError::TooShort(n));
+    }
+    Ok(Some(n as usize))
+}
+
+/// Decodes the frame at the start of `buf`: `Ok(None)` until all of it has arrived, then the
+/// message and the bytes it took.
+pub fn decode(buf: &[u8]) -> Result<Option<(Message, usize)>, WireError> {
+    let Some(len) = frame_len(buf)? else { return Ok(None) };
+    let Some(frame) = buf.get(..len) else { return Ok(None) };
+    let mut r = Reader { buf: &frame[4..] };
+    let version = r.u16()?;
+    if version != VERSION {
+        return Err(WireError::Version(version));
+    }
+    let ty = r.u16()?;
+    let kind = Kind::from_u16(ty).ok_or(WireError::UnknownType(ty))?;
+    let header = read_header(&mut r)?;
+    let body = match kind {
+        Kind::Ping | Kind::Pong | Kind::Meet => {
+            let n = usize::from(r.u16()?);
+            // Each entry is at least GOSSIP_MIN bytes: the count is checked against the frame.
+            if n > r.buf.len() / GOSSIP_MIN {
+                return Err(WireError::Malformed("gossip count exceeds the frame"));
+            }
+            let mut entries = Vec::with_capacity(n);
+            for _ in 0..n {
+                entries.push(read_gossip(&mut r)?);
+            }
+            Body::Gossip(entries)
+        }
+        Kind::Fail => Body::Fail(r.id()?),
+        Kind::Update => Body::Update { id: r.id()?, config_epoch: r.u64()?, slots: Box::new(r.slots()?) },
+        Kind::Publish | Kind::PublishShard => {
+            Body::Publish { channel: r.blob32()?.to_vec(), message: r.blob32()?.to_vec() }
+        }
+        Kind::FailoverAuthRequest => Body::AuthRequest { force: r.bool()? },
+        Kind::FailoverAuthAck | Kind::MfStart => Body::Empty,
+    };
+    if !r.buf.is_empty() {
+        return Err(WireError::Malformed("bytes after the body"));
+    }
+    Ok(Some((Message { kind, header, body }, len)))
+}
+
+/// Appends the frame of `msg` to `out`.
+pub fn encode(msg: &Message, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&VERSION.to_be_bytes());
+    out.extend_from_slice(&(msg.kind as u16).to_be_bytes());
+    write_header(&msg.header, out);
+    match &msg.body {
+        Body::Gossip(entries) => {
+            // At most u16::MAX entries; a node gossips about a few per message.
+            let n = entries.len().min(usize::from(u16::MAX));
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+            entries[..n].iter().for_each(|g| write_gossip(g, out));
+        }
+        Body::Fail(id) => out.extend_from_slice(id.as_bytes()),
+        Body::Update { id, config_epoch, slots } => {
+            out.extend_from_slice(id.as_bytes());
+            out.extend_from_slice(&config_epoch.to_be_bytes());
+            out.extend_from_slice(slots.as_bytes());
+        }
+        Body::Publish { channel, message } => {
+            put_blob32(out, channel);
+            put_blob32(out, message);
+        }
+        Body::AuthRequest { force } => out.push(u8::from(*force)),
+        Body::Empty => {}
+    }
+    let len = (out.len() - start) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+/// Smallest gossip entry: id, two times, an empty ip, three ports, flags.
+const GOSSIP_MIN: usize = NodeId::LEN + 8 + 8 + 1 + 2 + 2 + 2 + 2;
+
+fn read_header(r: &mut Reader<'_>) -> Result<Header, WireError> {
+    let sender = r.id()?;
+    let current_epoch = r.u64()?;
+    let config_epoch = r.u64()?;
+    let repl_offset = r.u64()?;
+    let flags = r.u16()?;
+    let state_ok = r.bool()?;
+    let primary = r.opt_id()?;
+    let ip = r.text8()?;
+    let (port, tls_port, bus_port) = (r.u16()?, r.u16()?, r.u16()?);
+    let hostname = r.text8()?;
+    let human_nodename = r.text8()?;
+    let slots = r.slots()?;
+    let cert = CertSummary {
+        serial: r.text8()?,
+        fingerprint: r.array32()?,
+        not_after: r.u64()? as i64,
+        ca_fingerprint: r.array32()?,
+        ca_not_after: r.u64()? as i64,
+    };
+    Ok(Header {
+        sender,
+        current_epoch,
+        config_epoch,
+        repl_offset,
+        flags,
+        state_ok,
+        primary,
+        ip,
+        port,
+        tls_port,
+        bus_port,
+        hostname,
+        human_nodename,
+        slots,
+        cert,
+    })
+}
+
+fn write_header(h: &Header, out: &mut Vec<u8>) {
+    out.extend_from_slice(h.sender.as_bytes());
+    out.extend_from_slice(&h.current_epoch.to_be_bytes());
+    out.extend_from_slice(&h.config_epoch.to_be_bytes());
+    out.extend_from_slice(&h.repl_offset.to_be_bytes());
+    out.extend_from_slice(&h.flags.to_be_bytes());
+    out.push(u8::from(h.state_ok));
+    match &h.primary {
+        Some(p) => out.extend_from_slice(p.as_bytes()),
+        None => out.extend_from_slice(&[0; NodeId::LEN]),
+    }
+    put_text8(out, &h.ip);
+    for p in [h.port, h.tls_port, h.bus_port] {
+        out.extend_from_slice(&p.to_be_bytes());
+    }
+    put_text8(out, &h.hostname);
+    put_text8(out, &h.human_nodename);
+    out.extend_from_slice(h.slots.as_bytes());
+    put_text8(out, &h.cert.serial);
+    out.extend_from_slice(&h.cert.fingerprint);
+    out.extend_from_slice(&h.cert.not_after.to_be_bytes());
+    out.extend_from_slice(&h.cert.ca_fingerprint);
+    out.extend_from_slice(&h.cert.ca_not_after.to_be_bytes());
+}
+
+fn read_gossip(r: &mut Reader<'_>) -> Result<Gossip, WireError> {
+    Ok(Gossip {
+        id: r.id()?,
+        ping_sent_ms: r.u64()? as i64,
+        pong_received_ms: r.u64()? as i64,
+        ip: r.text8()?,
+        port: r.u16()?,
+        tls_port: r.u16()?,
+        bus_port: r.u16()?,
+        flags: r.u16()?,
+    })
+}
+
+fn write_gossip(g: &Gossip, out: &mut Vec<u8>) {
+    out.extend_from_slice(g.id.as_bytes());
+    out.extend_from_slice(&g.ping_sent_ms.to_be_bytes());
+    out.extend_from_slice(&g.pong_received_ms.to_be_bytes());
+    put_text8(out, &g.ip);
+    for v in [g.port, g.tls_port, g.bus_port, g.flags] {
+        out.extend_from_slice(&v.to_be_bytes());
+    }
+}
+
+/// A short text: one length byte, then at most 255 bytes (longer text is cut at a character
+/// boundary: addresses and names are far shorter).
+fn put_text8(out: &mut Vec<u8>, s: &str) {
+    let mut n = s.len().min(255);
+    while !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    out.push(n as u8);
+    out.extend_from_slice(&s.as_bytes()[..n]);
+}
+
+fn put_blob32(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_be_bytes());
+    out.extend_from_slice(b);
+}
+
+/// A cursor over a frame whose every read is bounds-checked.
+struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        if n > self.buf.len() {
+            return Err(WireError::Malformed("field runs past the frame"));
+        }
+        let (head, rest) = self.buf.split_at(n);
+        self.buf = rest;
+        Ok(head)
+    }
+
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, WireError> {
+        let b = self.take(2)?;
+        Ok(u16::from_be_bytes([b[0], b[1]]))
+    }
+
+    fn u64(&mut self) -> Result<u64, WireError> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_be_bytes(a))
+    }
+
+    /// A flag byte: 0 or 1, so that every message has one encoding.
+    fn bool(&mut self) -> Result<bool, WireError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(WireError::Malformed("a flag byte is neither 0 nor 1")),
+        }
+    }
+
+    fn array32(&mut self) -> Result<[u8; 32], WireError> {
+        let mut a = [0u8; 32];
+        a.copy_from_slice(self.take(32)?);
+        Ok(a)
+    }
+
+    fn id(&mut self) -> Result<NodeId, WireError> {
+        NodeId::parse_wire(self.take(NodeId::LEN)?).ok_or(WireError::Malformed("node id is not 40 hex digits"))
+    }
+
+    fn opt_id(&mut self) -> Result<Option<NodeId>, WireError> {
+        let raw = self.take(NodeId::LEN)?;
+        if raw.iter().all(|&b| b == 0) {
+            return Ok(None);
+        }
+        NodeId::parse_wire(raw).map(Some).ok_or(WireError::Malformed("primary id is not 40 hex digits"))
+    }
+
+    fn slots(&mut self) -> Result<SlotSet, WireError> {
+        let raw: &[u8; SlotSet::BYTES] =
+            self.take(SlotSet::BYTES)?.try_into().map_err(|_| WireError::Malformed("slot bitmap"))?;
+        Ok(SlotSet::from_bytes(raw))
+    }
+
+    fn text8(&mut self) -> Result<String, WireError> {
+        let n = usize::from(self.u8()?);
+        let raw = self.take(n)?;
+        String::from_utf8(raw.to_vec()).map_err(|_| WireError::Malformed("text is not UTF-8"))
+    }
+
+    fn blob32(&mut self) -> Result<&'a [u8], WireError> {
+        let b = self.take(4)?;
+        let n = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
+        self.take(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> Header {
+        let mut slots = SlotSet::new();
+        (0..=5460).for_each(|s| {
+            slots.insert(s);
+        });
+        Header {
+            sender: NodeId::random(),
+            current_epoch: 7,
+            config_epoch: 3,
+            repl_offset: 12345,
+            flags: crate::NodeFlags::PRIMARY,
+            state_ok: true,
+            primary: None,
+            ip: "127.0.0.1".into(),
+            port: 7000,
+            tls_port: 7100,
+            bus_port: 17100,
+            hostname: "node1".into(),
+            human_nodename: "cache-a".into(),
+            slots,
+            cert: CertSummary {
+                serial: "1a2b".into(),
+                fingerprint: [7; 32],
+                not_after: 1_900_000_000,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// One message of every type.
+    pub(crate) fn samples() -> Vec<Message> {
+        let h = header();
+        let g = Gossip {
+            id: NodeId::random(),
+            ping_sent_ms: 0,
+            pong_received_ms: 1_796_006_954_000,
+            ip: "10.0.0.2".into(),
+            port: 7001,
+            tls_port: 0,
+            bus_port: 17001,
+            flags: crate::NodeFlags::REPLICA | crate::NodeFlags::PFAIL,
+        };
+        let m = |kind, body| Message { kind, header: h.clone(), body };
+        vec![
+            m(Kind::Ping, Body::Gossip(vec![g.clone(), g.clone()])),
+            m(Kind::Pong, Body::Gossip(vec![])),
+            m(Kind::Meet, Body::Gossip(vec![g])),
+            m(Kind::Fail, Body::Fail(NodeId::random())),
+            m(Kind::Update, Body::Update { id: NodeId::random(), config_epoch: 9, slots: Box::new(SlotSet::full()) }),
+            m(Kind::Publish, Body::Publish { channel: b"news".to_vec(), message: b"hello".to_vec() }),
+            m(Kind::PublishShard, Body::Publish { channel: b"{a}x".to_vec(), message: vec![0; 1000] }),
+            m(Kind::FailoverAuthRequest, Body::AuthRequest { force: true }),
+            m(Kind::FailoverAuthAck, Body::Empty),
+            m(Kind::MfStart, Body::Empty),
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips_and_arrives_in_pieces() {
+        for msg in samples() {
+            let mut buf = Vec::new();
+            encode(&msg, &mut buf);
+            assert_eq!(decode(&buf), Ok(Some((msg.clone(), buf.len()))), "{:?}", msg.kind);
+            for cut in [0, 3, 4, 10, buf.len() - 1] {
+                assert_eq!(decode(&buf[..cut]), Ok(None), "{:?} cut at {cut}", msg.kind);
+            }
+        }
+    }
+
+    #[test]
+    fn a_tls_record_reads_as_too_large() {
+        // A TLS alert record header, as a plain node reads it from a TLS node.
+        assert_eq!(decode(&[0x15, 0x03, 0x03, 0x00, 0x02]), Err(WireError::TooLarge(352_518_912)));
+        assert_eq!(WireError::TooLarge(352_518_912).to_string(), "message too large: 352518912 bytes");
+        assert_eq!(decode(&[0, 0, 0, 3]), Err(WireError::TooShort(3)));
+    }
+
+    #[test]
+    fn lies_are_refused() {
+        let mut buf = Vec::new();
+        encode(&samples()[0], &mut buf);
+        let mut bad = buf.clone();
+        bad[4..6].copy_from_slice(&2u16.to_be_bytes());
+        assert_eq!(decode(&bad), Err(WireError::Version(2)));
+        let mut bad = buf.clone();
+        bad[6..8].copy_from_slice(&99u16.to_be_bytes());
+        assert_eq!(decode(&bad), Err(WireError::UnknownType(99)));
+        // A gossip count larger than the frame could hold is refused before allocating.
+        let count_at = buf.len() - 2 * GOSSIP_MIN - 2 * 8 - 2;
+        let mut bad = buf.clone();
+        bad[count_at..count_at + 2].copy_from_slice(&u16::MAX.to_be_bytes());
+        assert!(matches!(decode(&bad), Err(WireError::Malformed(_))));
+        // A length that ends early, and one with bytes left over.
+        let mut short = buf[..buf.len() - 1].to_vec();
+        short[..4].copy_from_slice(&((buf.len() - 1) as u32).to_be_bytes());
+        assert!(matches!(decode(&short), Err(WireError::Malformed(_))));
+        let mut long = buf.clone();
+        long.push(0);
+        long[..4].copy_from_slice(&(buf.len() as u32 + 1).to_be_bytes());
+        assert_eq!(decode(&long), Err(WireError::Malformed("bytes after the body")));
+    }
+}
