@@ -207,3 +207,26 @@ fn client_pause_all_ends_by_itself_and_holds_expiry() {
     assert_eq!(other.read_frame(), Frame::simple("PONG"));
     assert!(start.elapsed() >= Duration::from_millis(300));
 }
+
+/// BLMOVE and BRPOPLPUSH that time out (or are unblocked with TIMEOUT) reply a null array in
+/// RESP2, as every timed-out list waiter does in Valkey (`replyToBlockedClientTimedOut`);
+/// inside MULTI, where they may not block, they reply a null bulk like LMOVE.
+#[test]
+fn a_timed_out_blocking_move_replies_a_null_array() {
+    let srv = server();
+    let mut admin = srv.client();
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["BLMOVE", "src", "dst", "LEFT", "RIGHT", "0.01"]), Frame::NullArray);
+    assert_eq!(c.cmd(&["BRPOPLPUSH", "src", "dst", "0.01"]), Frame::NullArray);
+    let id = c.cmd(&["CLIENT", "ID"]).int().to_string();
+    c.send(&["BLMOVE", "src", "dst", "LEFT", "RIGHT", "0"]);
+    assert!(wait_for(|| blocked_clients(&mut admin) == 1, Duration::from_secs(10)));
+    assert_eq!(admin.cmd(&["CLIENT", "UNBLOCK", &id, "TIMEOUT"]), Frame::Integer(1));
+    assert_eq!(c.read_frame(), Frame::NullArray);
+    ok(&mut c, &["MULTI"]);
+    assert_eq!(c.cmd(&["BLMOVE", "src", "dst", "LEFT", "RIGHT", "0"]), Frame::simple("QUEUED"));
+    assert_eq!(c.cmd(&["BRPOPLPUSH", "src", "dst", "0"]), Frame::simple("QUEUED"));
+    assert_eq!(c.cmd(&["EXEC"]), Frame::Array(vec![Frame::NullBulk, Frame::NullBulk]));
+    assert!(!c.cmd(&["HELLO", "3"]).is_error());
+    assert_eq!(c.cmd(&["BLMOVE", "src", "dst", "LEFT", "RIGHT", "0.01"]), Frame::Null);
+}
