@@ -1,9 +1,11 @@
 //! maxmemory: noeviction refuses writes with Valkey's exact OOM error; eviction policies make
 //! room instead.
 
+use std::time::Duration;
+
 use hotkv_test_support::{Frame, RawClient};
 
-use crate::{info, info_num, server_with};
+use crate::{info, info_num, ok, server_with, set_all};
 
 const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 /// 64 KiB values reach a 32 MiB limit in ~500 writes, quick even on a debug build.
@@ -71,4 +73,37 @@ fn volatile_lru_evicts_only_keys_with_a_ttl() {
     keep.insert(0, "EXISTS".into());
     assert_eq!(c.cmd(&keep), Frame::Integer(persistent as i64), "a key without TTL was evicted");
     assert!(c.cmd(&["DBSIZE"]).int() < (persistent + 1000) as i64, "nothing was evicted");
+}
+
+#[test]
+fn lowering_maxmemory_below_usage_evicts_before_the_reply() {
+    let srv = server_with(&[("maxmemory-policy", "allkeys-lru"), ("notify-keyspace-events", "Ee")]);
+    let mut c = srv.client();
+    let mut sub = srv.client();
+    assert_eq!(sub.cmd(&["PSUBSCRIBE", "__keyevent@*__:evicted"]).items()[2], Frame::Integer(1));
+    set_all(&mut c, &[("a", "1"), ("b", "2"), ("c", "3")]);
+    ok(&mut c, &["CONFIG", "SET", "maxmemory", "1"]);
+    // No write came after the CONFIG SET: the keys went before its reply (Valkey's
+    // updateMaxmemory starts the eviction at once).
+    assert_eq!(c.cmd(&["DBSIZE"]), Frame::Integer(0));
+    let mut evicted: Vec<String> = (0..3)
+        .map(|_| {
+            let msg = sub.read_frame();
+            let items = msg.items();
+            assert_eq!(
+                items[..3],
+                [Frame::bulk("pmessage"), Frame::bulk("__keyevent@*__:evicted"), Frame::bulk("__keyevent@0__:evicted")],
+                "{msg}"
+            );
+            items[3].text()
+        })
+        .collect();
+    evicted.sort();
+    assert_eq!(evicted, ["a", "b", "c"]);
+    assert_eq!(info_num(&info(&mut c, "stats"), "evicted_keys"), 3);
+    assert!(srv.wait_for_log("is smaller than the current memory usage", Duration::from_secs(10)), "{}", srv.log());
+    // Nothing is left to evict: writes are refused until the limit is lifted.
+    assert_eq!(c.cmd(&["SET", "d", "4"]).error_text().as_deref(), Some(OOM));
+    ok(&mut c, &["CONFIG", "SET", "maxmemory", "0"]);
+    ok(&mut c, &["SET", "d", "4"]);
 }

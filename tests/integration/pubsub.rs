@@ -117,6 +117,25 @@ fn keyspace_notifications_follow_notify_keyspace_events() {
     ));
 }
 
+/// Valkey's unit/pubsub "Keyspace notifications: evicted events": the event arrives right
+/// after CONFIG SET lowers maxmemory, with no other command to trigger the eviction.
+#[test]
+fn keyspace_notifications_report_evictions_from_config_set() {
+    let srv = server();
+    let mut c = srv.client();
+    ok(&mut c, &["CONFIG", "SET", "notify-keyspace-events", "Ee"]);
+    ok(&mut c, &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let mut sub = srv.client();
+    sub.cmd(&["PSUBSCRIBE", "*"]);
+    ok(&mut c, &["SET", "foo", "bar"]);
+    ok(&mut c, &["CONFIG", "SET", "maxmemory", "1"]);
+    assert_eq!(
+        sub.read_frame(),
+        arr(&[Frame::bulk("pmessage"), Frame::bulk("*"), Frame::bulk("__keyevent@0__:evicted"), Frame::bulk("foo")])
+    );
+    ok(&mut c, &["CONFIG", "SET", "maxmemory", "0"]);
+}
+
 /// A message frame as readable text.
 fn show(f: &Frame) -> String {
     match f {

@@ -185,8 +185,14 @@ pub enum BlockMode {
     /// A normal call: ask the dispatcher to block the client ([`Ctx::block_on`]).
     #[default]
     Normal,
-    /// Inside MULTI/EXEC or a script: never block, reply as if the timeout expired.
+    /// Inside MULTI/EXEC or a script: never block, reply as a non-blocking call with no data
+    /// would.
     Immediate,
+    /// Re-run because the client's timeout expired (or CLIENT UNBLOCK ... TIMEOUT): never
+    /// block, give the timeout's reply. It differs from [`BlockMode::Immediate`]'s for BLMOVE
+    /// and BRPOPLPUSH: Valkey's `replyToBlockedClientTimedOut` answers a null array, where a
+    /// call that may not block answers a null bulk.
+    TimedOut,
     /// Re-run on behalf of a blocked client because one of its keys changed: with no data,
     /// ask to stay blocked ([`Ctx::block_on`]) and write nothing.
     Serving,
@@ -360,7 +366,7 @@ impl<'a> Ctx<'a> {
 
     /// Whether a blocking command without data may block now (see [`BlockMode`]).
     pub fn can_block(&self) -> bool {
-        self.block_mode != BlockMode::Immediate
+        !matches!(self.block_mode, BlockMode::Immediate | BlockMode::TimedOut)
     }
 
     /// Asks the dispatcher to block the client on `keys` until `deadline_ms` (None: forever).

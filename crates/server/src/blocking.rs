@@ -181,6 +181,58 @@ impl Blocked {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cmd::testutil::{client, server};
+    use crate::registry::Flow;
+
+    /// Runs a blocking command that must block; returns what its connection waits on.
+    fn block(srv: &crate::server::Server, c: &mut crate::cmd::testutil::TestClient, argv: &[&str]) -> BlockWait {
+        match c.run_flow(srv, argv) {
+            (_, Flow::Block(wait)) => wait,
+            (reply, _) => panic!("{argv:?} did not block: {reply:?}"),
+        }
+    }
+
+    /// The reply a served waiter was sent.
+    fn served(wait: &mut BlockWait) -> String {
+        match wait.rx.try_recv() {
+            Ok(Wakeup::Reply(bytes, _)) => String::from_utf8_lossy(&bytes).into_owned(),
+            other => panic!("not served: {other:?}"),
+        }
+    }
+
+    /// Valkey's list.tcl "$pop when new key is moved into place": a key that arrives whole
+    /// serves its waiters in arrival order, from the value as moved (LPUSH abc def hij puts
+    /// hij at the head).
+    #[test]
+    fn a_renamed_key_serves_its_waiters_in_arrival_order() {
+        let srv = server();
+        let (mut w1, mut w2, mut admin) = (client(&srv, 40101), client(&srv, 40102), client(&srv, 40103));
+        let mut first = block(&srv, &mut w1, &["BLPOP", "foo{t}", "5"]);
+        let mut second = block(&srv, &mut w2, &["BLMPOP", "0", "1", "foo{t}", "LEFT", "COUNT", "1"]);
+        assert_eq!(srv.blocked.clients(), 2);
+        assert_eq!(admin.run(&srv, &["LPUSH", "bob{t}", "abc", "def", "hij"]), ":3\r\n");
+        assert_eq!(admin.run(&srv, &["RENAME", "bob{t}", "foo{t}"]), "+OK\r\n");
+        assert_eq!(served(&mut first), "*2\r\n$6\r\nfoo{t}\r\n$3\r\nhij\r\n");
+        assert_eq!(served(&mut second), "*2\r\n$6\r\nfoo{t}\r\n*1\r\n$3\r\ndef\r\n");
+        // The writer claimed both, so no later write serves them again before their
+        // connections unregister them.
+        assert!(first.waiter.claim().is_none() && second.waiter.claim().is_none());
+        assert_eq!(admin.run(&srv, &["LRANGE", "foo{t}", "0", "-1"]), "*1\r\n$3\r\nabc\r\n");
+    }
+
+    /// A waiter unregistered when its client goes away (what the connection does on a closed
+    /// socket) stops counting and takes nothing from a later push.
+    #[test]
+    fn an_unregistered_waiter_is_not_served() {
+        let srv = server();
+        let (mut gone, mut admin) = (client(&srv, 40111), client(&srv, 40112));
+        let wait = block(&srv, &mut gone, &["BLPOP", "q", "0"]);
+        srv.blocked.unregister(&wait.waiter);
+        assert_eq!((srv.blocked.clients(), srv.blocked.keys()), (0, 0));
+        assert!(!srv.blocked.waits_on(0, b"q"));
+        assert_eq!(admin.run(&srv, &["RPUSH", "q", "v"]), ":1\r\n");
+        assert_eq!(admin.run(&srv, &["LLEN", "q"]), ":1\r\n");
+    }
 
     #[test]
     fn arrival_order_and_cleanup() {

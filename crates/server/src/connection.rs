@@ -293,7 +293,7 @@ impl Conn {
                     return Ok(Some(Flow::Continue));
                 }
                 Wakeup::Retry => BlockMode::Normal,
-                Wakeup::Timeout => BlockMode::Immediate,
+                Wakeup::Timeout => BlockMode::TimedOut,
             };
             // Run the command again: with data now (retry), or for its timeout reply.
             let (flat, spans) = flatten(&wait.waiter.args);

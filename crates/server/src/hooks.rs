@@ -33,7 +33,12 @@ pub fn apply(srv: &Server, hook: Hook, old: &Settings, new: &Settings) -> Result
     match hook {
         // Engine settings, runtime limits and the memory limit are rebuilt from the installed
         // settings by `Server::install_settings`; nothing else to do.
-        Hook::Engine | Hook::Clients | Hook::Maxmemory => Ok(()),
+        Hook::Engine | Hook::Clients => Ok(()),
+        // The eviction a lower limit calls for runs after every hook succeeded (CONFIG SET).
+        Hook::Maxmemory => {
+            crate::evict::warn_below_usage(srv);
+            Ok(())
+        }
         Hook::Logging => {
             log::set_level(LogLevel::parse(new.str(table::LOGLEVEL)));
             Ok(())

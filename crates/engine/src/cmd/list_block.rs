@@ -307,6 +307,9 @@ fn bmove(
     if !move_generic(ctx, out, src, dst, from, to)? {
         if ctx.can_block() {
             ctx.block_on(vec![src.to_vec()], deadline);
+        } else if ctx.block_mode == BlockMode::TimedOut {
+            // Valkey replies to every timed-out list waiter alike, with a null array.
+            out.null_array();
         } else {
             out.null();
         }
@@ -477,6 +480,21 @@ mod tests {
         assert_eq!(t.run(&["BRPOP", "a", "0"]), "_\r\n");
         t.run(&["RPUSH", "a", "v"]);
         assert_eq!(t.run(&["BRPOP", "a", "0"]), "*2\r\n$1\r\na\r\n$1\r\nv\r\n");
+    }
+
+    #[test]
+    fn a_timed_out_blocking_move_replies_a_null_array() {
+        let mut t = TestKit { block_mode: BlockMode::TimedOut, ..TestKit::default() };
+        assert_eq!(t.run(&["BLMOVE", "a", "b", "LEFT", "LEFT", "0"]), "*-1\r\n");
+        assert_eq!(t.run(&["BRPOPLPUSH", "a", "b", "0"]), "*-1\r\n");
+        assert_eq!(t.run(&["BLPOP", "a", "0"]), "*-1\r\n");
+        assert_eq!(t.run(&["BLMPOP", "0", "1", "a", "LEFT"]), "*-1\r\n");
+        assert_eq!(t.last_block, None);
+        t.proto = Protocol::Resp3;
+        assert_eq!(t.run(&["BLMOVE", "a", "b", "LEFT", "LEFT", "0"]), "_\r\n");
+        // Data that came in the meantime is still served.
+        t.run(&["RPUSH", "a", "v"]);
+        assert_eq!(t.run(&["BRPOPLPUSH", "a", "b", "0"]), "$1\r\nv\r\n");
     }
 
     #[test]

@@ -9,6 +9,7 @@ use tracing::{info, warn};
 
 use super::row;
 use crate::config::runtime::{self, SetError};
+use crate::config::table::Hook;
 use crate::hooks;
 use crate::registry::{Flow, ServerSpec};
 use crate::server::Server;
@@ -116,6 +117,10 @@ fn set(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
                 hooks::HookError::Reply(reply) => CommandError::raw(reply),
             });
         }
+    }
+    // Only now that nothing can be rolled back: a lower maxmemory evicts before the reply.
+    if outcome.hooks.iter().any(|run| run.hook == Hook::Maxmemory) {
+        crate::evict::limit_changed(srv);
     }
     out.ok();
     Ok(Flow::Continue)
