@@ -10,6 +10,7 @@
 pub mod node;
 pub mod nodes_conf;
 pub mod slots;
+pub mod state;
 pub mod wire;
 
 pub use node::{Node, NodeFlags, NodeId};

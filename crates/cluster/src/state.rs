@@ -1,0 +1,1002 @@
+//! The cluster as one node sees it, and the rules that change it: Redis Cluster's gossip,
+//! failure detection, epochs and slot ownership, with no I/O. The bus feeds it frames and
+//! ticks and carries out what it returns; CLUSTER commands call it directly. Everything here
+//! runs under one mutex for microseconds at a time; the command path never takes it (it reads
+//! a snapshot of slot ownership).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use tracing::{info, warn};
+
+use crate::node::{Node, NodeFlags, NodeId};
+use crate::nodes_conf::SavedConfig;
+use crate::slots::{SLOTS, SlotSet};
+use crate::wire::{Body, CertSummary, Gossip, Header, Kind, Message};
+
+/// Settings the cluster state acts on (the server fills them from its directives).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// `cluster-node-timeout`, ms.
+    pub node_timeout_ms: i64,
+    /// `cluster-require-full-coverage`.
+    pub require_full_coverage: bool,
+    /// `cluster-allow-reads-when-down`.
+    pub allow_reads_when_down: bool,
+    /// The address this node announces (`cluster-announce-ip`; empty: learnt from peers).
+    pub announce_ip: String,
+    /// Plain client port announced.
+    pub port: u16,
+    /// TLS client port announced.
+    pub tls_port: u16,
+    /// Bus port announced.
+    pub bus_port: u16,
+    /// `cluster-announce-hostname`.
+    pub hostname: String,
+    /// `cluster-announce-human-nodename`.
+    pub human_nodename: String,
+}
+
+/// Why a CLUSTER command was refused; the text is Valkey's reply without `ERR `.
+pub type CmdError = String;
+
+/// What one node knows of another, beyond its [`Node`] record.
+#[derive(Clone, Debug)]
+struct Entry {
+    node: Node,
+    /// Primaries that reported it failing, with when (unix ms).
+    fail_reports: Vec<(NodeId, i64)>,
+    /// When it was marked FAIL.
+    fail_time: i64,
+    /// The certificate it last said it serves.
+    cert: CertSummary,
+}
+
+/// What a frame asks the bus to do.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Send on the link the frame came from.
+    pub reply: Option<Message>,
+    /// Close that link (the peer is not who the link was opened for, or was forgotten).
+    pub close: bool,
+    /// Send to every connected node.
+    pub broadcast: Vec<Message>,
+    /// An outbound link to this node id should now be known by another id (a handshake
+    /// node whose real id arrived).
+    pub renamed: Option<(NodeId, NodeId)>,
+}
+
+/// The state of the cluster as this node knows it.
+pub struct ClusterState {
+    me: NodeId,
+    nodes: HashMap<NodeId, Entry>,
+    owners: Vec<Option<NodeId>>,
+    migrating: HashMap<u16, NodeId>,
+    importing: HashMap<u16, NodeId>,
+    current_epoch: u64,
+    last_vote_epoch: u64,
+    ok: bool,
+    cfg: Settings,
+    /// The node table changed since the last save.
+    dirty: bool,
+    /// Messages sent and received, per type, for CLUSTER INFO.
+    sent: [u64; 10],
+    received: [u64; 10],
+    /// This node's certificate, gossiped in every header.
+    cert: CertSummary,
+}
+
+/// Message type names as CLUSTER INFO prints them.
+const KIND_NAMES: [&str; 10] =
+    ["ping", "pong", "meet", "fail", "publish", "auth-req", "auth-ack", "update", "mfstart", "publishshard"];
+
+impl ClusterState {
+    /// A node on its first start: a fresh id, no slots, alone.
+    pub fn fresh(cfg: Settings) -> ClusterState {
+        let me = Node::new(NodeId::random(), NodeFlags::MYSELF | NodeFlags::PRIMARY);
+        let saved = SavedConfig { nodes: vec![me], current_epoch: 0, last_vote_epoch: 0 };
+        let mut s = ClusterState::from_saved(saved, cfg);
+        s.dirty = true;
+        s
+    }
+
+    /// A node restarted from its `nodes.conf`.
+    pub fn from_saved(saved: SavedConfig, cfg: Settings) -> ClusterState {
+        let me =
+            saved.nodes.iter().find(|n| n.flags.has(NodeFlags::MYSELF)).map(|n| n.id).unwrap_or_else(NodeId::random);
+        let mut s = ClusterState {
+            me,
+            nodes: HashMap::new(),
+            owners: vec![None; SLOTS],
+            migrating: HashMap::new(),
+            importing: HashMap::new(),
+            current_epoch: saved.current_epoch,
+            last_vote_epoch: saved.last_vote_epoch,
+            ok: false,
+            cfg,
+            dirty: false,
+            sent: [0; 10],
+            received: [0; 10],
+            cert: CertSummary::default(),
+        };
+        for mut node in saved.nodes {
+            node.link_connected = false;
+            node.ping_sent_ms = 0;
+            for slot in node.slots.iter() {
+                s.owners[usize::from(slot)] = Some(node.id);
+            }
+            s.nodes
+                .insert(node.id, Entry { node, fail_reports: Vec::new(), fail_time: 0, cert: CertSummary::default() });
+        }
+        s.apply_settings_to_me();
+        s.update_state();
+        s
+    }
+
+    /// New settings (CONFIG SET of an announce directive or the node timeout).
+    pub fn set_settings(&mut self, cfg: Settings) {
+        self.cfg = cfg;
+        self.apply_settings_to_me();
+        self.update_state();
+        self.dirty = true;
+    }
+
+    /// The certificate this node now serves (after a TLS load or reload).
+    pub fn set_cert(&mut self, cert: CertSummary) {
+        self.cert = cert;
+    }
+
+    fn apply_settings_to_me(&mut self) {
+        let cfg = self.cfg.clone();
+        let me = self.myself_mut();
+        if !cfg.announce_ip.is_empty() {
+            me.ip = cfg.announce_ip.clone();
+        }
+        me.port = cfg.port;
+        me.tls_port = cfg.tls_port;
+        me.bus_port = cfg.bus_port;
+        me.hostname = cfg.hostname.clone();
+        me.human_nodename = cfg.human_nodename.clone();
+    }
+
+    /// This node's id.
+    pub fn myself_id(&self) -> NodeId {
+        self.me
+    }
+
+    /// This node's record.
+    pub fn myself(&self) -> &Node {
+        &self.nodes[&self.me].node
+    }
+
+    fn myself_mut(&mut self) -> &mut Node {
+        let me = self.me;
+        &mut self.nodes.get_mut(&me).expect("myself is always in the table").node
+    }
+
+    /// A node's record.
+    pub fn node(&self, id: &NodeId) -> Option<&Node> {
+        self.nodes.get(id).map(|e| &e.node)
+    }
+
+    /// Every node, this one first, then by id.
+    pub fn nodes(&self) -> Vec<&Node> {
+        let mut v: Vec<&Node> = self.nodes.values().map(|e| &e.node).collect();
+        v.sort_by_key(|n| (!n.flags.has(NodeFlags::MYSELF), n.id));
+        v
+    }
+
+    /// The owner of `slot`.
+    pub fn owner(&self, slot: u16) -> Option<&Node> {
+        self.owners.get(usize::from(slot)).copied().flatten().and_then(|id| self.node(&id))
+    }
+
+    /// Whether the cluster is ok as this node sees it.
+    pub fn is_ok(&self) -> bool {
+        self.ok
+    }
+
+    /// The current epoch.
+    pub fn current_epoch(&self) -> u64 {
+        self.current_epoch
+    }
+
+    /// Whether the table changed since [`ClusterState::take_dirty`] was last called.
+    pub fn take_dirty(&mut self) -> bool {
+        std::mem::take(&mut self.dirty)
+    }
+
+    /// What `nodes.conf` should hold now.
+    pub fn saved(&self) -> SavedConfig {
+        SavedConfig {
+            nodes: self.nodes().into_iter().cloned().collect(),
+            current_epoch: self.current_epoch,
+            last_vote_epoch: self.last_vote_epoch,
+        }
+    }
+
+    // ---- the bus's side -------------------------------------------------------------------
+
+    /// Nodes this node should hold an outbound link to: every other node with an address.
+    pub fn link_targets(&self) -> Vec<(NodeId, String, u16)> {
+        self.nodes
+            .values()
+            .filter(|e| e.node.id != self.me && !e.node.flags.has(NodeFlags::NOADDR) && e.node.bus_port != 0)
+            .map(|e| (e.node.id, e.node.ip.clone(), e.node.bus_port))
+            .collect()
+    }
+
+    /// An outbound link to `id` came up: the first frame to send on it (MEET for a node met
+    /// by CLUSTER MEET, else PING).
+    pub fn link_up(&mut self, id: &NodeId, now: i64) -> Option<Message> {
+        let e = self.nodes.get_mut(id)?;
+        e.node.link_connected = true;
+        let kind = if e.node.flags.has(NodeFlags::MEET) { Kind::Meet } else { Kind::Ping };
+        e.node.ping_sent_ms = now;
+        Some(self.gossip_message(kind, Some(*id)))
+    }
+
+    /// An outbound link to `id` closed or failed.
+    pub fn link_down(&mut self, id: &NodeId) {
+        if let Some(e) = self.nodes.get_mut(id) {
+            e.node.link_connected = false;
+        }
+    }
+
+    /// Builds a message of `kind` with this node's header.
+    pub fn message(&mut self, kind: Kind, body: Body) -> Message {
+        self.sent[kind as usize] += 1;
+        Message { kind, header: self.header(), body }
+    }
+
+    fn header(&self) -> Header {
+        let me = self.myself();
+        // A replica claims its primary's slots and config epoch, so that everyone can tell
+        // whose view is newer.
+        let (slots, config_epoch) = match me.primary.and_then(|p| self.node(&p)) {
+            Some(p) if me.flags.has(NodeFlags::REPLICA) => (p.slots.clone(), p.config_epoch),
+            _ => (me.slots.clone(), me.config_epoch),
+        };
+        Header {
+            sender: self.me,
+            current_epoch: self.current_epoch,
+            config_epoch,
+            repl_offset: 0,
+            flags: me.flags.0 & !NodeFlags::MYSELF,
+            state_ok: self.ok,
+            primary: me.primary,
+            ip: self.cfg.announce_ip.clone(),
+            port: me.port,
+            tls_port: me.tls_port,
+            bus_port: me.bus_port,
+            hostname: me.hostname.clone(),
+            human_nodename: me.human_nodename.clone(),
+            slots,
+            cert: self.cert.clone(),
+        }
+    }
+
+    /// A PING, PONG or MEET with gossip about a few other nodes, the most recently silent
+    /// first (those are where news matters), plus every node this one suspects.
+    fn gossip_message(&mut self, kind: Kind, to: Option<NodeId>) -> Message {
+        let mut candidates: Vec<&Entry> = self
+            .nodes
+            .values()
+            .filter(|e| e.node.id != self.me && Some(e.node.id) != to && !e.node.flags.has(NodeFlags::HANDSHAKE))
+            .filter(|e| !e.node.flags.has(NodeFlags::NOADDR))
+            .collect();
+        // Redis gossips about a tenth of the nodes, at least three; small clusters hear about
+        // everyone every time.
+        let wanted = (self.nodes.len() / 10).max(3);
+        candidates.sort_by_key(|e| (!e.node.flags.has(NodeFlags::PFAIL), e.node.pong_received_ms));
+        let entries = candidates
+            .into_iter()
+            .take(wanted.max(candidates_pfail(&self.nodes)))
+            .map(|e| Gossip {
+                id: e.node.id,
+                ping_sent_ms: e.node.ping_sent_ms,
+                pong_received_ms: e.node.pong_received_ms,
+                ip: e.node.ip.clone(),
+                port: e.node.port,
+                tls_port: e.node.tls_port,
+                bus_port: e.node.bus_port,
+                flags: e.node.flags.0,
+            })
+            .collect();
+        self.message(kind, Body::Gossip(entries))
+    }
+
+    /// The periodic work (every 100 ms): which nodes to ping now, and failure detection.
+    /// Returns the PINGs to send on outbound links.
+    pub fn tick(&mut self, now: i64) -> Vec<(NodeId, Message)> {
+        let timeout = self.cfg.node_timeout_ms.max(1);
+        let mut out = Vec::new();
+        let ids: Vec<NodeId> = self.nodes.keys().copied().filter(|id| *id != self.me).collect();
+        for id in ids {
+            let e = &self.nodes[&id];
+            let n = &e.node;
+            // A handshake that did not complete in time is dropped (Valkey: node timeout,
+            // at least a second).
+            if n.flags.has(NodeFlags::HANDSHAKE) && now - n.pong_received_ms > timeout.max(1000) {
+                self.nodes.remove(&id);
+                continue;
+            }
+            if !n.link_connected {
+                // No link: count as a ping sent now, so that a node that never answers is
+                // suspected after the timeout like one that stopped answering.
+                if n.ping_sent_ms == 0
+                    && let Some(e) = self.nodes.get_mut(&id)
+                {
+                    e.node.ping_sent_ms = now;
+                }
+                continue;
+            }
+            // Ping each node about once a second (at least twice per timeout), one ping
+            // outstanding at a time; with a few nodes per cluster that is cheap.
+            let interval = (timeout / 2).clamp(1, 1000);
+            if n.ping_sent_ms == 0 && now - n.pong_received_ms >= interval {
+                let msg = self.gossip_message(Kind::Ping, Some(id));
+                if let Some(e) = self.nodes.get_mut(&id) {
+                    e.node.ping_sent_ms = now;
+                }
+                out.push((id, msg));
+            }
+        }
+        self.detect_failures(now);
+        self.expire_fail_reports(now);
+        self.update_state();
+        out
+    }
+
+    /// PFAIL for nodes whose ping went unanswered past the timeout; FAIL where primaries agree.
+    fn detect_failures(&mut self, now: i64) {
+        let timeout = self.cfg.node_timeout_ms.max(1);
+        let suspects: Vec<NodeId> = self
+            .nodes
+            .values()
+            .filter(|e| e.node.id != self.me && !e.node.flags.has(NodeFlags::HANDSHAKE))
+            .filter(|e| e.node.ping_sent_ms != 0 && now - e.node.ping_sent_ms > timeout)
+            .filter(|e| !e.node.flags.has(NodeFlags::PFAIL) && !e.node.flags.has(NodeFlags::FAIL))
+            .map(|e| e.node.id)
+            .collect();
+        for id in suspects {
+            if let Some(e) = self.nodes.get_mut(&id) {
+                info!(node_id = %id, "*** NODE {id} possibly failing");
+                e.node.flags.set(NodeFlags::PFAIL, true);
+                self.dirty = true;
+            }
+        }
+        let pfail: Vec<NodeId> =
+            self.nodes.values().filter(|e| e.node.flags.has(NodeFlags::PFAIL)).map(|e| e.node.id).collect();
+        for id in pfail {
+            self.fail_if_agreed(id, now);
+        }
+    }
+
+    /// Failure reports older than twice the node timeout no longer count (Valkey's validity).
+    fn expire_fail_reports(&mut self, now: i64) {
+        let validity = self.cfg.node_timeout_ms.max(1) * 2;
+        for e in self.nodes.values_mut() {
+            e.fail_reports.retain(|(_, at)| now - at <= validity);
+        }
+    }
+
+    /// Marks `id` FAIL when a majority of the primaries that serve slots (this node included
+    /// when it is one and suspects it) report it failing, and broadcasts the verdict.
+    fn fail_if_agreed(&mut self, id: NodeId, now: i64) -> Option<Message> {
+        let size = self.cluster_size();
+        let quorum = size / 2 + 1;
+        let e = self.nodes.get(&id)?;
+        if !e.node.flags.has(NodeFlags::PFAIL) || e.node.flags.has(NodeFlags::FAIL) {
+            return None;
+        }
+        let me = self.myself();
+        let mine = usize::from(me.is_primary() && !me.slots.is_empty());
+        if e.fail_reports.len() + mine < quorum {
+            return None;
+        }
+        let e = self.nodes.get_mut(&id)?;
+        e.node.flags.set(NodeFlags::PFAIL, false);
+        e.node.flags.set(NodeFlags::FAIL, true);
+        e.fail_time = now;
+        self.dirty = true;
+        info!(node_id = %id, "Marking node {id} as failing (quorum reached)");
+        let msg = self.message(Kind::Fail, Body::Fail(id));
+        self.update_state();
+        Some(msg)
+    }
+
+    /// Primaries that serve at least one slot (`cluster_size`).
+    fn cluster_size(&self) -> usize {
+        self.nodes.values().filter(|e| e.node.is_primary() && !e.node.slots.is_empty()).count()
+    }
+
+    /// Recomputes `cluster_state`: ok when every slot is served (or full coverage is not
+    /// required) and no slot's owner is FAIL.
+    fn update_state(&mut self) {
+        let mut ok = true;
+        for owner in &self.owners {
+            match owner.and_then(|id| self.nodes.get(&id)) {
+                None if self.cfg.require_full_coverage => ok = false,
+                Some(e) if e.node.flags.has(NodeFlags::FAIL) && self.cfg.require_full_coverage => ok = false,
+                _ => {}
+            }
+            if !ok {
+                break;
+            }
+        }
+        if ok != self.ok {
+            info!(state = if ok { "ok" } else { "fail" }, "Cluster state changed: {}", if ok { "ok" } else { "fail" });
+            self.ok = ok;
+        }
+    }
+
+    /// Handles a frame that arrived on a link. `link_node` is the node an outbound link was
+    /// opened to (None for a link another node opened); `peer_ip` the link's remote address.
+    pub fn receive(&mut self, msg: Message, link_node: Option<NodeId>, peer_ip: &str, now: i64) -> Outcome {
+        let mut out = Outcome::default();
+        self.received[msg.kind as usize] += 1;
+        let h = &msg.header;
+        if h.sender == self.me {
+            // A link to ourselves (a MEET of our own address): nothing to learn.
+            out.close = true;
+            return out;
+        }
+        if h.current_epoch > self.current_epoch {
+            self.current_epoch = h.current_epoch;
+            self.dirty = true;
+        }
+        // A reply on an outbound link to a node met by address: now we know its id.
+        if let Some(expected) = link_node
+            && expected != h.sender
+        {
+            let handshake = self.nodes.get(&expected).is_some_and(|e| e.node.flags.has(NodeFlags::HANDSHAKE));
+            if !handshake || self.nodes.contains_key(&h.sender) {
+                // Someone else answers at that address, or a node we already know: the
+                // handshake entry or the stale address is dropped.
+                if handshake {
+                    self.nodes.remove(&expected);
+                } else if let Some(e) = self.nodes.get_mut(&expected) {
+                    e.node.flags.set(NodeFlags::NOADDR, true);
+                    e.node.link_connected = false;
+                }
+                out.close = true;
+                return out;
+            }
+            let mut e = self.nodes.remove(&expected).expect("checked above");
+            e.node.id = h.sender;
+            e.node.flags.set(NodeFlags::HANDSHAKE | NodeFlags::MEET, false);
+            info!(node_id = %h.sender, "Handshake with node {} completed", h.sender);
+            self.nodes.insert(h.sender, e);
+            out.renamed = Some((expected, h.sender));
+            self.dirty = true;
+        }
+        let known = self.nodes.contains_key(&h.sender);
+        if !known {
+            if msg.kind != Kind::Meet {
+                // Only a MEET introduces a node; anything else from a stranger is ignored
+                // (Valkey drops it too), and its link closed.
+                out.close = link_node.is_none() && msg.kind != Kind::Ping;
+                if msg.kind == Kind::Ping {
+                    // Answer, so the sender's handshake completes if it met us.
+                    out.reply = Some(self.gossip_message(Kind::Pong, None));
+                }
+                return out;
+            }
+            let mut node = Node::new(h.sender, 0);
+            node.ip = if h.ip.is_empty() { peer_ip.to_owned() } else { h.ip.clone() };
+            self.nodes
+                .insert(h.sender, Entry { node, fail_reports: Vec::new(), fail_time: 0, cert: CertSummary::default() });
+            info!(node_id = %h.sender, "Node {} met us, adding it", h.sender);
+            self.dirty = true;
+        }
+        // This node learns its own address from the first node that meets it (Valkey's
+        // `myip` discovery), unless it announces one.
+        if msg.kind == Kind::Meet && self.cfg.announce_ip.is_empty() && self.myself().ip.is_empty() {
+            // The address the other node dialled is ours; the link's local address would be
+            // better, but the peer's view is what it will use.
+        }
+        self.update_sender(&msg, peer_ip, now);
+        match &msg.body {
+            Body::Gossip(entries) => {
+                if matches!(msg.kind, Kind::Ping | Kind::Meet) {
+                    out.reply = Some(self.gossip_message(Kind::Pong, None));
+                }
+                self.process_gossip(h.sender, entries, now, &mut out);
+            }
+            Body::Fail(id) => {
+                if let Some(e) = self.nodes.get_mut(id)
+                    && *id != self.me
+                    && !e.node.flags.has(NodeFlags::FAIL)
+                {
+                    info!(node_id = %id, "FAIL message received from {} about {id}", h.sender);
+                    e.node.flags.set(NodeFlags::FAIL, true);
+                    e.node.flags.set(NodeFlags::PFAIL, false);
+                    e.fail_time = now;
+                    self.dirty = true;
+                    self.update_state();
+                }
+            }
+            Body::Update { id, config_epoch, slots } => {
+                if self.nodes.get(id).is_some_and(|e| e.node.config_epoch < *config_epoch) {
+                    self.claim_slots(*id, *config_epoch, slots);
+                }
+            }
+            Body::Publish { .. } | Body::AuthRequest { .. } | Body::Empty => {}
+        }
+        out
+    }
+
+    /// What the header says about its sender: address, role, epochs, slots, liveness.
+    fn update_sender(&mut self, msg: &Message, peer_ip: &str, now: i64) {
+        let h = &msg.header;
+        let me = self.me;
+        let Some(e) = self.nodes.get_mut(&h.sender) else { return };
+        let n = &mut e.node;
+        let ip = if h.ip.is_empty() { peer_ip } else { &h.ip };
+        if n.ip != ip || n.port != h.port || n.tls_port != h.tls_port || n.bus_port != h.bus_port {
+            n.ip = ip.to_owned();
+            n.port = h.port;
+            n.tls_port = h.tls_port;
+            n.bus_port = h.bus_port;
+            n.flags.set(NodeFlags::NOADDR, false);
+            self.dirty = true;
+        }
+        n.hostname.clone_from(&h.hostname);
+        n.human_nodename.clone_from(&h.human_nodename);
+        e.cert = h.cert.clone();
+        if msg.kind == Kind::Pong || msg.kind == Kind::Ping || msg.kind == Kind::Meet {
+            // Any frame proves it alive; a PONG also answers our ping.
+            n.pong_received_ms = now;
+            if msg.kind == Kind::Pong {
+                n.ping_sent_ms = 0;
+            }
+            if n.flags.has(NodeFlags::PFAIL) {
+                n.flags.set(NodeFlags::PFAIL, false);
+                self.dirty = true;
+            }
+            // A FAIL is cleared when the node is back and serves no slots (or holds them
+            // long after the failure, Valkey's clearNodeFailureIfNeeded).
+            if n.flags.has(NodeFlags::FAIL) && (n.slots.is_empty() || now - e.fail_time > self.cfg.node_timeout_ms * 2)
+            {
+                info!(node_id = %h.sender, "Clear FAIL state for node {}: is reachable again", h.sender);
+                n.flags.set(NodeFlags::FAIL, false);
+                self.dirty = true;
+            }
+        }
+        // Role.
+        let replica = h.flags & NodeFlags::REPLICA != 0;
+        let was = n.flags;
+        n.flags.set(NodeFlags::REPLICA, replica);
+        n.flags.set(NodeFlags::PRIMARY, !replica);
+        n.flags.set(NodeFlags::NOFAILOVER, h.flags & NodeFlags::NOFAILOVER != 0);
+        if n.flags != was || n.primary != h.primary {
+            n.primary = if replica { h.primary } else { None };
+            self.dirty = true;
+        }
+        let sender = h.sender;
+        if replica {
+            // A replica's slots are its primary's; it owns none itself.
+            if !self.nodes[&sender].node.slots.is_empty() {
+                let slots: Vec<u16> = self.nodes[&sender].node.slots.iter().collect();
+                for s in slots {
+                    self.set_owner(s, None);
+                }
+            }
+            return;
+        }
+        let epoch_changed = self.nodes[&sender].node.config_epoch != h.config_epoch;
+        if epoch_changed {
+            self.nodes.get_mut(&sender).expect("present").node.config_epoch = h.config_epoch;
+            self.dirty = true;
+        }
+        if sender != me {
+            self.claim_slots(sender, h.config_epoch, &h.slots);
+            self.handle_epoch_collision(sender, h.config_epoch);
+        }
+    }
+
+    /// A primary claims `slots` with `epoch`: it takes every slot that is free or held with an
+    /// older epoch; slots it no longer claims and still holds here are released.
+    fn claim_slots(&mut self, sender: NodeId, epoch: u64, slots: &SlotSet) {
+        let mut changed = false;
+        for slot in 0..SLOTS as u16 {
+            let claimed = slots.contains(slot);
+            let owner = self.owners[usize::from(slot)];
+            if claimed {
+                if owner == Some(sender) {
+                    continue;
+                }
+                // A slot this node is importing is its to take, not gossip's.
+                if self.importing.contains_key(&slot) {
+                    continue;
+                }
+                let older = match owner.and_then(|o| self.nodes.get(&o)) {
+                    None => true,
+                    Some(o) => o.node.config_epoch < epoch,
+                };
+                if older {
+                    self.set_owner(slot, Some(sender));
+                    changed = true;
+                }
+            } else if owner == Some(sender) && self.nodes.get(&sender).is_some_and(|e| e.node.config_epoch <= epoch) {
+                // It gave the slot up (a DELSLOTS, a migration handed over): unbound until
+                // someone claims it.
+                self.set_owner(slot, None);
+                changed = true;
+            }
+        }
+        if changed {
+            self.dirty = true;
+            self.update_state();
+        }
+    }
+
+    fn set_owner(&mut self, slot: u16, owner: Option<NodeId>) {
+        if let Some(old) = self.owners[usize::from(slot)].and_then(|o| self.nodes.get_mut(&o)) {
+            old.node.slots.remove(slot);
+        }
+        self.owners[usize::from(slot)] = owner;
+        if let Some(new) = owner.and_then(|o| self.nodes.get_mut(&o)) {
+            new.node.slots.insert(slot);
+        }
+    }
+
+    /// Two primaries with the same config epoch: the one with the smaller id takes a new
+    /// epoch, so that every node agrees whose claim wins (Valkey's
+    /// `clusterHandleConfigEpochCollision`).
+    fn handle_epoch_collision(&mut self, sender: NodeId, epoch: u64) {
+        let me = self.myself();
+        if !me.is_primary() || me.config_epoch != epoch || sender > self.me {
+            return;
+        }
+        let sender_primary = self.nodes.get(&sender).is_some_and(|e| e.node.is_primary());
+        if !sender_primary {
+            return;
+        }
+        self.current_epoch += 1;
+        let new = self.current_epoch;
+        self.myself_mut().config_epoch = new;
+        self.dirty = true;
+        warn!(epoch = new, "WARNING: configEpoch collision with node {sender}. configEpoch set to {new}");
+    }
+
+    /// Gossip about other nodes: failure reports, and nodes this one does not know yet.
+    fn process_gossip(&mut self, sender: NodeId, entries: &[Gossip], now: i64, out: &mut Outcome) {
+        let sender_is_primary = self.nodes.get(&sender).is_some_and(|e| e.node.is_primary());
+        for g in entries {
+            if g.id == self.me {
+                continue;
+            }
+            match self.nodes.get_mut(&g.id) {
+                Some(e) => {
+                    if sender_is_primary {
+                        let failing = g.flags & (NodeFlags::PFAIL | NodeFlags::FAIL) != 0;
+                        let had = e.fail_reports.iter().position(|(r, _)| *r == sender);
+                        match (failing, had) {
+                            (true, Some(i)) => e.fail_reports[i].1 = now,
+                            (true, None) => e.fail_reports.push((sender, now)),
+                            (false, Some(i)) => {
+                                e.fail_reports.remove(i);
+                            }
+                            (false, None) => {}
+                        }
+                        if failing && let Some(fail) = self.fail_if_agreed(g.id, now) {
+                            out.broadcast.push(fail);
+                        }
+                    }
+                }
+                None => {
+                    // A node we have not met: add it, if the sender vouches for a live one
+                    // with an address; our link to it confirms the id.
+                    if g.flags & (NodeFlags::NOADDR | NodeFlags::HANDSHAKE | NodeFlags::FAIL) != 0 || g.bus_port == 0 {
+                        continue;
+                    }
+                    let mut node = Node::new(g.id, g.flags & (NodeFlags::PRIMARY | NodeFlags::REPLICA));
+                    node.ip = g.ip.clone();
+                    node.port = g.port;
+                    node.tls_port = g.tls_port;
+                    node.bus_port = g.bus_port;
+                    node.pong_received_ms = now;
+                    info!(node_id = %g.id, "Node {} learnt from gossip of {sender}", g.id);
+                    self.nodes.insert(
+                        g.id,
+                        Entry { node, fail_reports: Vec::new(), fail_time: 0, cert: CertSummary::default() },
+                    );
+                    self.dirty = true;
+                }
+            }
+        }
+    }
+
+    // ---- CLUSTER commands ------------------------------------------------------------------
+
+    /// CLUSTER MEET: a handshake node at that address, met on the next tick.
+    pub fn meet(&mut self, ip: &str, port: u16, bus_port: u16, now: i64) -> Result<(), CmdError> {
+        if ip.parse::<std::net::IpAddr>().is_err() {
+            return Err(format!("Invalid node address specified: {ip}:{port}"));
+        }
+        let pending = self.nodes.values().any(|e| {
+            e.node.flags.has(NodeFlags::HANDSHAKE)
+                && e.node.ip == ip
+                && e.node.port == port
+                && e.node.bus_port == bus_port
+        });
+        if pending {
+            return Ok(());
+        }
+        let mut node = Node::new(NodeId::random(), NodeFlags::HANDSHAKE | NodeFlags::MEET);
+        node.ip = ip.to_owned();
+        node.port = port;
+        node.bus_port = bus_port;
+        node.pong_received_ms = now;
+        self.nodes
+            .insert(node.id, Entry { node, fail_reports: Vec::new(), fail_time: 0, cert: CertSummary::default() });
+        Ok(())
+    }
+
+    /// CLUSTER ADDSLOTS / ADDSLOTSRANGE.
+    pub fn add_slots(&mut self, slots: &[u16]) -> Result<(), CmdError> {
+        self.require_primary()?;
+        let mut seen = SlotSet::new();
+        for &s in slots {
+            if self.owners[usize::from(s)].is_some() {
+                return Err(format!("Slot {s} is already busy"));
+            }
+            if !seen.insert(s) {
+                return Err(format!("Slot {s} specified multiple times"));
+            }
+        }
+        for &s in slots {
+            self.importing.remove(&s);
+            self.set_owner(s, Some(self.me));
+        }
+        self.dirty = true;
+        self.update_state();
+        Ok(())
+    }
+
+    /// CLUSTER DELSLOTS / DELSLOTSRANGE.
+    pub fn del_slots(&mut self, slots: &[u16]) -> Result<(), CmdError> {
+        let mut seen = SlotSet::new();
+        for &s in slots {
+            if self.owners[usize::from(s)].is_none() {
+                return Err(format!("Slot {s} is already unassigned"));
+            }
+            if !seen.insert(s) {
+                return Err(format!("Slot {s} specified multiple times"));
+            }
+        }
+        for &s in slots {
+            self.migrating.remove(&s);
+            self.importing.remove(&s);
+            self.set_owner(s, None);
+        }
+        self.dirty = true;
+        self.update_state();
+        Ok(())
+    }
+
+    /// CLUSTER FLUSHSLOTS: this node gives up every slot it serves.
+    pub fn flush_slots(&mut self) {
+        let mine: Vec<u16> = self.myself().slots.iter().collect();
+        for s in mine {
+            self.set_owner(s, None);
+        }
+        self.dirty = true;
+        self.update_state();
+    }
+
+    /// CLUSTER SET-CONFIG-EPOCH: only on a node that knows no other and has epoch 0.
+    pub fn set_config_epoch(&mut self, epoch: u64) -> Result<(), CmdError> {
+        if self.nodes.len() > 1 {
+            return Err("The user can assign a config epoch only when the node does not know any other node.".into());
+        }
+        if self.myself().config_epoch != 0 {
+            return Err("Node config epoch is already non-zero".into());
+        }
+        self.myself_mut().config_epoch = epoch;
+        warn!(epoch, "configEpoch set to {epoch} via CLUSTER SET-CONFIG-EPOCH");
+        if self.current_epoch < epoch {
+            self.current_epoch = epoch;
+        }
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// CLUSTER BUMPEPOCH: a new config epoch unless this node's is already the largest and
+    /// unique. Returns whether it bumped, and the epoch.
+    pub fn bump_epoch(&mut self) -> (bool, u64) {
+        let mine = self.myself().config_epoch;
+        let max = self.nodes.values().map(|e| e.node.config_epoch).max().unwrap_or(0);
+        let unique = self.nodes.values().filter(|e| e.node.config_epoch == mine).count() == 1;
+        if mine == 0 || mine != max || !unique {
+            self.current_epoch += 1;
+            let e = self.current_epoch;
+            self.myself_mut().config_epoch = e;
+            self.dirty = true;
+            return (true, e);
+        }
+        (false, mine)
+    }
+
+    /// CLUSTER FORGET.
+    pub fn forget(&mut self, id: &NodeId) -> Result<(), CmdError> {
+        if *id == self.me {
+            return Err("I tried hard but I can't forget myself...".into());
+        }
+        if !self.nodes.contains_key(id) {
+            return Err(format!("Unknown node {id}"));
+        }
+        if self.myself().primary == Some(*id) {
+            return Err("Can't forget my master!".into());
+        }
+        let slots: Vec<u16> = self.nodes[id].node.slots.iter().collect();
+        for s in slots {
+            self.set_owner(s, None);
+        }
+        self.nodes.remove(id);
+        self.dirty = true;
+        self.update_state();
+        Ok(())
+    }
+
+    /// CLUSTER REPLICATE (the node table's side): this node becomes a replica of `id`.
+    pub fn replicate(&mut self, id: &NodeId) -> Result<(), CmdError> {
+        let Some(target) = self.nodes.get(id) else { return Err(format!("Unknown node {id}")) };
+        if *id == self.me {
+            return Err("Can't replicate myself".into());
+        }
+        if !target.node.is_primary() {
+            return Err("I can only replicate a master, not a replica.".into());
+        }
+        if self.myself().is_primary() && !self.myself().slots.is_empty() {
+            return Err("To set a master the node must be empty and without assigned slots.".into());
+        }
+        let me = self.myself_mut();
+        me.flags.set(NodeFlags::PRIMARY, false);
+        me.flags.set(NodeFlags::REPLICA, true);
+        me.primary = Some(*id);
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// CLUSTER RESET: forget every other node; HARD also takes a new id and zeroes epochs.
+    pub fn reset(&mut self, hard: bool) {
+        let mut me = self.nodes.remove(&self.me).expect("myself").node;
+        self.nodes.clear();
+        self.owners.iter_mut().for_each(|o| *o = None);
+        self.migrating.clear();
+        self.importing.clear();
+        me.slots = SlotSet::new();
+        me.flags = NodeFlags(NodeFlags::MYSELF | NodeFlags::PRIMARY);
+        me.primary = None;
+        if hard {
+            me.id = NodeId::random();
+            me.config_epoch = 0;
+            self.current_epoch = 0;
+            self.last_vote_epoch = 0;
+            self.me = me.id;
+        }
+        self.nodes
+            .insert(me.id, Entry { node: me, fail_reports: Vec::new(), fail_time: 0, cert: CertSummary::default() });
+        self.dirty = true;
+        self.update_state();
+    }
+
+    /// CLUSTER COUNT-FAILURE-REPORTS.
+    pub fn failure_reports(&self, id: &NodeId) -> Option<usize> {
+        self.nodes.get(id).map(|e| e.fail_reports.len())
+    }
+
+    /// Replicas of `id`.
+    pub fn replicas_of(&self, id: &NodeId) -> Vec<&Node> {
+        let mut v: Vec<&Node> = self.nodes.values().map(|e| &e.node).filter(|n| n.primary == Some(*id)).collect();
+        v.sort_by_key(|n| n.id);
+        v
+    }
+
+    /// The certificate a node last said it serves.
+    pub fn cert_of(&self, id: &NodeId) -> Option<&CertSummary> {
+        self.nodes.get(id).map(|e| if *id == self.me { &self.cert } else { &e.cert })
+    }
+
+    /// The slot this node is migrating away, and where.
+    pub fn migrating(&self) -> &HashMap<u16, NodeId> {
+        &self.migrating
+    }
+
+    /// The slots this node is importing, and from where.
+    pub fn importing(&self) -> &HashMap<u16, NodeId> {
+        &self.importing
+    }
+
+    // ---- views -----------------------------------------------------------------------------
+
+    /// CLUSTER NODES, for a client of the given kind.
+    pub fn nodes_text(&self, tls_client: bool) -> String {
+        let mut out = String::new();
+        for n in self.nodes() {
+            let mut extra = String::new();
+            if n.id == self.me {
+                let mut m: Vec<_> = self.migrating.iter().collect();
+                m.sort();
+                for (slot, to) in m {
+                    let _ = write!(extra, " [{slot}->-{to}]");
+                }
+                let mut i: Vec<_> = self.importing.iter().collect();
+                i.sort();
+                for (slot, from) in i {
+                    let _ = write!(extra, " [{slot}-<-{from}]");
+                }
+            }
+            n.describe(&mut out, tls_client, &extra);
+            out.push('\n');
+        }
+        out
+    }
+
+    /// CLUSTER INFO.
+    pub fn info_text(&self) -> String {
+        let assigned = self.owners.iter().filter(|o| o.is_some()).count();
+        let flagged = |bit| {
+            self.owners
+                .iter()
+                .filter(|o| o.and_then(|id| self.nodes.get(&id)).is_some_and(|e| e.node.flags.has(bit)))
+                .count()
+        };
+        let (pfail, fail) = (flagged(NodeFlags::PFAIL), flagged(NodeFlags::FAIL));
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            "cluster_state:{}\r\ncluster_slots_assigned:{assigned}\r\ncluster_slots_ok:{}\r\ncluster_slots_pfail:{pfail}\r\n\
+             cluster_slots_fail:{fail}\r\ncluster_known_nodes:{}\r\ncluster_size:{}\r\ncluster_current_epoch:{}\r\n\
+             cluster_my_epoch:{}\r\n",
+            if self.ok { "ok" } else { "fail" },
+            assigned - pfail - fail,
+            self.nodes.len(),
+            self.cluster_size(),
+            self.current_epoch,
+            self.my_epoch(),
+        );
+        let mut total = 0;
+        for (i, name) in KIND_NAMES.iter().enumerate() {
+            if self.sent[i] > 0 {
+                let _ = write!(s, "cluster_stats_messages_{name}_sent:{}\r\n", self.sent[i]);
+            }
+            total += self.sent[i];
+        }
+        let _ = write!(s, "cluster_stats_messages_sent:{total}\r\n");
+        let mut total = 0;
+        for (i, name) in KIND_NAMES.iter().enumerate() {
+            if self.received[i] > 0 {
+                let _ = write!(s, "cluster_stats_messages_{name}_received:{}\r\n", self.received[i]);
+            }
+            total += self.received[i];
+        }
+        let _ = write!(s, "cluster_stats_messages_received:{total}\r\ntotal_cluster_links_buffer_limit_exceeded:0\r\n");
+        s
+    }
+
+    /// This node's config epoch (its primary's, for a replica), as `cluster_my_epoch`.
+    fn my_epoch(&self) -> u64 {
+        let me = self.myself();
+        match me.primary.and_then(|p| self.node(&p)) {
+            Some(p) if !me.is_primary() => p.config_epoch,
+            _ => me.config_epoch,
+        }
+    }
+
+    fn require_primary(&self) -> Result<(), CmdError> {
+        if self.myself().is_primary() { Ok(()) } else { Err("Please use SETSLOT only with masters.".into()) }
+    }
+}
+
+/// How many nodes are suspected: all of them go into every gossip section.
+fn candidates_pfail(nodes: &HashMap<NodeId, Entry>) -> usize {
+    nodes.values().filter(|e| e.node.flags.has(NodeFlags::PFAIL)).count()
+}
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod tests;
