@@ -7,6 +7,7 @@
 //! the TLS crate (the bus asks the server for a connector). Every length or count in a frame
 //! from another node is checked against what the frame holds before anything is allocated.
 
+pub mod bus;
 pub mod node;
 pub mod nodes_conf;
 pub mod slots;

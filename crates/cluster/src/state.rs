@@ -432,8 +432,16 @@ impl ClusterState {
     }
 
     /// Handles a frame that arrived on a link. `link_node` is the node an outbound link was
-    /// opened to (None for a link another node opened); `peer_ip` the link's remote address.
-    pub fn receive(&mut self, msg: Message, link_node: Option<NodeId>, peer_ip: &str, now: i64) -> Outcome {
+    /// opened to (None for a link another node opened); `peer_ip` the link's remote address,
+    /// `local_ip` its local one.
+    pub fn receive(
+        &mut self,
+        msg: Message,
+        link_node: Option<NodeId>,
+        peer_ip: &str,
+        local_ip: Option<&str>,
+        now: i64,
+    ) -> Outcome {
         let mut out = Outcome::default();
         self.received[msg.kind as usize] += 1;
         let h = &msg.header;
@@ -490,11 +498,16 @@ impl ClusterState {
             info!(node_id = %h.sender, "Node {} met us, adding it", h.sender);
             self.dirty = true;
         }
-        // This node learns its own address from the first node that meets it (Valkey's
-        // `myip` discovery), unless it announces one.
-        if msg.kind == Kind::Meet && self.cfg.announce_ip.is_empty() && self.myself().ip.is_empty() {
-            // The address the other node dialled is ours; the link's local address would be
-            // better, but the peer's view is what it will use.
+        // This node learns its own address from the nodes that meet it: the address they
+        // dialled (the link's local address here), unless it announces one (Valkey's myip).
+        // Without any address yet, a PING teaches it too; a later MEET corrects it.
+        if (msg.kind == Kind::Meet || (msg.kind == Kind::Ping && self.myself().ip.is_empty()))
+            && self.cfg.announce_ip.is_empty()
+            && let Some(local) = local_ip.filter(|ip| !ip.is_empty() && *ip != self.myself().ip)
+        {
+            info!("IP address for this node updated to {local}");
+            self.myself_mut().ip = local.to_owned();
+            self.dirty = true;
         }
         self.update_sender(&msg, peer_ip, now);
         match &msg.body {

@@ -62,10 +62,10 @@ impl Net {
             return;
         }
         let now = self.now;
-        let out = self.nodes[to].receive(wire(msg), None, "127.0.0.1", now);
+        let out = self.nodes[to].receive(wire(msg), None, "127.0.0.1", Some("127.0.0.1"), now);
         self.broadcast(to, out.broadcast);
         if let Some(reply) = out.reply {
-            let back = self.nodes[from].receive(wire(reply), Some(link_id), "127.0.0.1", now);
+            let back = self.nodes[from].receive(wire(reply), Some(link_id), "127.0.0.1", None, now);
             if let Some((old, new)) = back.renamed {
                 for l in &mut self.links {
                     if *l == (from, old) {
