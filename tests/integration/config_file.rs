@@ -200,3 +200,23 @@ fn daemonize_writes_the_pidfile_and_logfile_and_sigterm_removes_the_pidfile() {
 fn read_pid(path: &Path) -> Option<u32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
+
+#[test]
+fn bus_protection_without_tls_refuses_to_start_with_the_docs_words() {
+    // The doc's command: cluster mode, protection on, no TLS on the bus.
+    let run = builder()
+        .configs(&[("cluster-enabled", "yes"), ("cluster-bus-port-protected-mode", "yes")])
+        .run_to_exit(EXIT_WAIT);
+    assert_eq!(run.code(), Some(1), "{}", run.stderr);
+    let lines: Vec<&str> = run.stderr.lines().filter(|l| !l.is_empty()).take(2).collect();
+    assert_eq!(
+        lines,
+        [
+            "*** FATAL CONFIG FILE ERROR ***",
+            "cluster-bus-port-protected-mode is enabled but tls-cluster is disabled: the cluster bus port of this node \
+             would take any host that reaches it as a node of the cluster. Set 'tls-cluster yes', so that the other \
+             nodes must show a certificate tls-ca-cert-file trusts, or set 'cluster-bus-port-protected-mode no' if \
+             only trusted hosts can reach the port (a firewall, say)",
+        ]
+    );
+}

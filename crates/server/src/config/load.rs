@@ -104,6 +104,9 @@ impl Loader {
     pub fn finish(self, config_file: Option<std::path::PathBuf>) -> Result<LoadedConfig, FatalConfigError> {
         let mut settings = self.settings;
         let mut warnings = Vec::new();
+        if let Some(reason) = bus_protection_error(&settings) {
+            return Err(FatalConfigError::Unsafe { reason });
+        }
         check_loaded(&mut settings, &mut warnings).map_err(|reason| FatalConfigError::Config { reason })?;
         let no_effect = (0..TABLE.len())
             .filter(|id| TABLE[*id].has(NO_EFFECT) && !settings.is_default(*id))
@@ -173,9 +176,6 @@ fn check_loaded(s: &mut Settings, warnings: &mut Vec<String>) -> Result<(), Stri
     }
     normalize(s);
     databases_fit(s.int(table::DATABASES) as u64)?;
-    if let Some(reason) = bus_protection_error(s) {
-        return Err(reason.into());
-    }
     if !s.lines(table::MODULE_CONFIG).is_empty() && s.lines(table::LOADMODULE).is_empty() {
         return Err(
             "Module Configuration detected without loadmodule directive or no ApplyConfig call: aborting".into()
@@ -207,9 +207,10 @@ fn bus_protection_error(s: &Settings) -> Option<&'static str> {
     let on =
         s.bool(table::CLUSTER_ENABLED) && s.bool(table::CLUSTER_BUS_PORT_PROTECTED_MODE) && !s.bool(table::TLS_CLUSTER);
     on.then_some(
-        "cluster-bus-port-protected-mode is enabled but tls-cluster is disabled: the cluster bus would accept \
-         unauthenticated nodes. Enable tls-cluster, or set 'cluster-bus-port-protected-mode no' to run \
-         without bus protection",
+        "cluster-bus-port-protected-mode is enabled but tls-cluster is disabled: the cluster bus port of this node \
+         would take any host that reaches it as a node of the cluster. Set 'tls-cluster yes', so that the other \
+         nodes must show a certificate tls-ca-cert-file trusts, or set 'cluster-bus-port-protected-mode no' if \
+         only trusted hosts can reach the port (a firewall, say)",
     )
 }
 
@@ -223,7 +224,11 @@ pub(crate) fn bus_protection_set_error(old: &Settings, new: &Settings) -> Option
             "can't enable cluster-bus-port-protected-mode while tls-cluster is disabled",
         ));
     }
-    Some(("tls-cluster", "can't disable tls-cluster while cluster-bus-port-protected-mode is enabled"))
+    Some((
+        "tls-cluster",
+        "can't disable tls-cluster while cluster-bus-port-protected-mode is enabled: the bus would take any host; \
+         set cluster-bus-port-protected-mode no first, or in the same command",
+    ))
 }
 
 #[cfg(test)]

@@ -197,6 +197,13 @@ pub enum FatalConfigError {
         /// The reason.
         reason: String,
     },
+    /// A configuration hotkv refuses to run with because it would be unsafe (a cluster bus
+    /// any host could join). The banner is the product documentation's, without a version:
+    /// the reason is the whole story.
+    Unsafe {
+        /// What is unsafe and how to fix it.
+        reason: &'static str,
+    },
     /// A configuration file could not be read.
     Open {
         /// The path as given.
@@ -224,6 +231,7 @@ impl fmt::Display for FatalConfigError {
                 file.display()
             ),
             FatalConfigError::Config { reason } => write!(f, "{banner}{reason}"),
+            FatalConfigError::Unsafe { reason } => write!(f, "\n*** FATAL CONFIG FILE ERROR ***\n{reason}"),
             FatalConfigError::Open { path, reason } => {
                 write!(f, "Fatal error, can't open config file '{path}': {reason}")
             }
