@@ -7,7 +7,7 @@
 
 use hotkv_protocol::{Args, ReplyBuf};
 
-use crate::command::{CommandSpec, FindKeys, key_positions};
+use crate::command::{CommandSpec, FindKeys, KeysFound, for_each_key};
 use crate::ctx::Ctx;
 use crate::error::{CmdResult, CommandError};
 use crate::keyspace::{LockId, lock_id};
@@ -163,7 +163,7 @@ pub fn plan_locks_hinted(
     if let LockPlan::PerSlot = cmd.plan {
         return Ok(());
     }
-    if key_positions(spec, args, keys).is_err() {
+    if for_each_key(spec, args, false, |pos, _| keys.push(pos)) != Ok(KeysFound::Complete) {
         // A bad key count (SINTERCARD a k, ZUNION 5 k) is the handler's to report, in its own
         // words ("numkeys should be greater than 0"), as Valkey does: lock nothing and let it
         // run. Such a handler validates its count before it looks at any key.
