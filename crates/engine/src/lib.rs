@@ -19,6 +19,7 @@ pub mod hash;
 pub mod hll;
 pub mod keyspace;
 pub mod object;
+pub mod plan;
 pub mod policy;
 pub mod prefetch;
 pub mod rdb;

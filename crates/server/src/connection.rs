@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use bytes::{Buf, BytesMut};
 use hotkv_engine::BlockMode;
-use hotkv_engine::cmd::KeyHint;
+use hotkv_engine::plan::KeyHint;
 use hotkv_protocol::{Decoder, Limits, ReplyBuf, Step};
 use hotkv_tls::TlsSession;
 use tokio::net::TcpStream;
@@ -255,7 +255,8 @@ impl Conn {
             let batch = Batch { srv, engine: &engine, rt: &rt, now_ms: unix_ms() };
             let args = hotkv_protocol::Args::from_parts(&flat, &spans);
             sess.reprocessing = true;
-            let flow = dispatch_with(&batch, sess, args, &mut self.out, &mut self.scratch, mode);
+            let waiter = wait.waiter.clone();
+            let flow = dispatch_with(&batch, sess, args, &mut self.out, &mut self.scratch, mode, Some(&waiter.plan));
             sess.reprocessing = false;
             match flow {
                 Flow::Block(again) => wait = again,

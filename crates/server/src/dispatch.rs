@@ -5,18 +5,18 @@
 // TSC-based: two clock reads per command cost a few ns instead of two vDSO calls.
 use quanta::Instant;
 
-use hotkv_engine::cmd::{EngineCmd, KeyHint, plan_locks, plan_locks_hinted};
+use hotkv_engine::cmd::{EngineCmd, LockPlan};
 use hotkv_engine::command::flags;
-use hotkv_engine::keyspace::LockId;
+use hotkv_engine::plan::{KeyHint, Plan};
 use hotkv_engine::{BlockMode, CommandError, Ctx, EngineConfig};
 use hotkv_protocol::{Args, ReplyBuf};
 
 use crate::blocking::{BlockWait, Waiter, Wakeup};
 use crate::events::CmdEvents;
 use crate::evict;
-use crate::registry::{Command, Flow, Lookup};
+use crate::registry::{Command, Flow, Lookup, Spec};
 use crate::server::{Runtime, Server, unix_us};
-use crate::session::{ReplyMode, Session};
+use crate::session::{Queued, ReplyMode, Session};
 
 /// What stays fixed for a batch of pipelined commands, loaded once per batch.
 pub struct Batch<'a> {
@@ -30,11 +30,12 @@ pub struct Batch<'a> {
     pub now_ms: i64,
 }
 
-/// Reusable vectors, so dispatch allocates nothing per command.
+/// Per-connection state reused from command to command, so dispatch allocates nothing per
+/// command.
 #[derive(Default)]
 pub struct Scratch {
-    keys: Vec<usize>,
-    locks: Vec<LockId>,
+    /// The plan of the command being dispatched (EXEC's is its transaction's union).
+    pub(crate) plan: Plan,
     /// What the connection already computed about the next command's key.
     hint: KeyHint,
 }
@@ -48,11 +49,12 @@ impl Scratch {
 
 /// Runs one command, writing its reply into `out`.
 pub fn dispatch(b: &Batch<'_>, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf, scratch: &mut Scratch) -> Flow {
-    dispatch_with(b, sess, args, out, scratch, BlockMode::Normal)
+    dispatch_with(b, sess, args, out, scratch, BlockMode::Normal, None)
 }
 
 /// [`dispatch`] with a given behaviour for blocking commands (a blocked client re-runs its
-/// command in `Normal` mode when asked to retry, in `Immediate` mode when it timed out).
+/// command in `Normal` mode when asked to retry, in `Immediate` mode when it timed out), and
+/// the plan already made for these arguments, if any (a blocked client keeps its plan).
 pub fn dispatch_with(
     b: &Batch<'_>,
     sess: &mut Session,
@@ -60,11 +62,12 @@ pub fn dispatch_with(
     out: &mut ReplyBuf,
     scratch: &mut Scratch,
     mode: BlockMode,
+    plan: Option<&Plan>,
 ) -> Flow {
     let mark = out.len();
     let reply_mode = advance_reply_mode(sess);
     sess.pushed = false;
-    let flow = run_checked(b, sess, args, out, scratch, mode);
+    let flow = run_checked(b, sess, args, out, scratch, mode, plan);
     // A hint is for this command only, whether or not it got as far as using it.
     scratch.hint = KeyHint::default();
     let flow = match flow {
@@ -95,6 +98,7 @@ fn run_checked(
     out: &mut ReplyBuf,
     scratch: &mut Scratch,
     mode: BlockMode,
+    plan: Option<&Plan>,
 ) -> Result<Flow, CommandError> {
     let reg = &b.srv.registry;
     let lookup = reg.lookup(&args);
@@ -116,6 +120,7 @@ fn run_checked(
     if let Err(e) = check_arity(cmd, &args) {
         return Err(rejected(sess, e));
     }
+    plan_call(b, cmd, sess, &args, scratch, plan);
     check_auth(cmd, sess).map_err(|e| rejected(sess, e))?;
     if sess.multi.is_some() && cmd.spec.flags() & flags::NO_MULTI != 0 {
         return Err(rejected(sess, CommandError::err("Command not allowed inside a transaction")));
@@ -125,11 +130,11 @@ fn run_checked(
         return Ok(Flow::Paused(args.iter().map(<[u8]>::to_vec).collect()));
     }
     if sess.multi.is_some() && !b.srv.known.multi_immediate.contains(&id) {
-        return queue(b, cmd, sess, args, out).map_err(|e| rejected(sess, e));
+        return queue(b, cmd, sess, args, out, &scratch.plan).map_err(|e| rejected(sess, e));
     }
     if id == b.srv.known.exec {
         if let Some(m) = &sess.multi
-            && m.queue.iter().any(|(c, _)| b.srv.registry.get(*c).spec.flags() & flags::DENYOOM != 0)
+            && m.queue.iter().any(|q| b.srv.registry.get(q.cmd).spec.flags() & flags::DENYOOM != 0)
         {
             check_memory(b, cmd, sess, true).map_err(|e| rejected(sess, e))?;
         }
@@ -166,9 +171,10 @@ fn paused(b: &Batch<'_>, cmd: &Command, sess: &Session) -> bool {
         Mode::Write => {
             cmd.spec.flags() & WRITES != 0
                 || (cmd.id == b.srv.known.exec
-                    && sess.multi.as_ref().is_some_and(|m| {
-                        m.queue.iter().any(|(c, _)| b.srv.registry.get(*c).spec.flags() & WRITES != 0)
-                    }))
+                    && sess
+                        .multi
+                        .as_ref()
+                        .is_some_and(|m| m.queue.iter().any(|q| b.srv.registry.get(q.cmd).spec.flags() & WRITES != 0)))
         }
     }
 }
@@ -180,19 +186,51 @@ fn flag_transaction(sess: &mut Session) {
     }
 }
 
-/// Queues a command between MULTI and EXEC.
+/// Plans the call once, right after lookup and arity: its keys, their slots, its lock ids
+/// and lock scope. Everything after this reads the plan instead of the key specs. EXEC's plan
+/// is the union of its transaction's plans; a re-run blocked command brings its own.
+fn plan_call(
+    b: &Batch<'_>,
+    cmd: &Command,
+    sess: &Session,
+    args: &Args<'_>,
+    scratch: &mut Scratch,
+    plan: Option<&Plan>,
+) {
+    if let Some(p) = plan {
+        scratch.plan.clone_from(p);
+        return;
+    }
+    if cmd.id == b.srv.known.exec {
+        crate::multi::plan_union(b, sess, &mut scratch.plan);
+        return;
+    }
+    let dbs = b.srv.ks.databases();
+    match cmd.spec {
+        Spec::Engine(s) => {
+            let lock = s.handler.as_ref().map_or(LockPlan::Keys, |h| h.plan);
+            scratch.plan.compute(s, lock, args, sess.db, dbs, &scratch.hint);
+        }
+        // Server commands take no slot locks to run; their keys (WATCH) and shard channels
+        // are planned for routing all the same.
+        Spec::Server(s) => scratch.plan.compute(s, LockPlan::Keys, args, sess.db, dbs, &scratch.hint),
+    }
+}
+
+/// Queues a command between MULTI and EXEC, with its plan.
 fn queue(
     b: &Batch<'_>,
     cmd: &Command,
     sess: &mut Session,
     args: Args<'_>,
     out: &mut ReplyBuf,
+    plan: &Plan,
 ) -> Result<Flow, CommandError> {
     // Valkey refuses to queue a command that may grow memory while over the limit.
     check_memory(b, cmd, sess, false)?;
-    let owned = args.iter().map(<[u8]>::to_vec).collect();
+    let argv = args.iter().map(<[u8]>::to_vec).collect();
     if let Some(m) = &mut sess.multi {
-        m.queue.push((cmd.id, owned));
+        m.queue.push(Queued { cmd: cmd.id, argv, plan: plan.clone() });
     }
     sess.sync_counts();
     out.simple("QUEUED");
@@ -328,19 +366,14 @@ fn run_engine(
     scratch: &mut Scratch,
     mode: BlockMode,
 ) -> Result<Flow, CommandError> {
-    let Some(spec) = engine_spec(cmd) else {
-        return Err(CommandError::err("internal error: engine command without engine row"));
-    };
-    let mut hint = std::mem::take(&mut scratch.hint);
-    plan_locks_hinted(spec, &args, sess.db, b.srv.ks.databases(), &mut scratch.keys, &mut scratch.locks, &mut hint)?;
+    let plan = &scratch.plan;
+    if plan.keys_invalid() {
+        return Err(CommandError::Syntax);
+    }
     // Declared before the locks: the lock set borrows the same lifetime as the events sink.
     let events = CmdEvents::new(b.srv, b.rt.notify);
-    let mut locks = b.srv.ks.lock(&scratch.locks);
-    if hint.applies(&args, hint.arg) {
-        let key = args.get(hint.arg);
-        let hash = hint.hash.unwrap_or_else(|| hotkv_engine::hash::key_hash(key));
-        locks.seed(sess.db, key, hint.slot, hash);
-    }
+    let mut locks = b.srv.ks.lock(plan.locks());
+    plan.seed(&mut locks, &args);
     let no_touch = sess.has_flag(crate::session::flag::NO_TOUCH);
     let mut local = std::mem::take(&mut sess.local);
     let mut held = None;
@@ -353,8 +386,8 @@ fn run_engine(
         && r.is_ok()
     {
         // Registered before the locks are released, so no write can slip in unnoticed.
-        let (waiter, rx) =
-            Waiter::new(sess.id, ctx.db, cmd.id, args.iter().map(<[u8]>::to_vec).collect(), out.protocol(), req.keys);
+        let argv = args.iter().map(<[u8]>::to_vec).collect();
+        let (waiter, rx) = Waiter::new(sess.id, ctx.db, cmd.id, argv, plan.clone(), out.protocol(), req.keys);
         b.srv.blocked.register(waiter.clone());
         flow = Flow::Block(BlockWait { waiter, rx, deadline_ms: req.deadline_ms });
     }
@@ -369,14 +402,6 @@ fn run_engine(
     r.map(|()| flow)
 }
 
-/// The engine row of a command.
-pub(crate) fn engine_spec(cmd: &Command) -> Option<&'static hotkv_engine::cmd::Spec> {
-    match cmd.spec {
-        crate::registry::Spec::Engine(s) => Some(s),
-        crate::registry::Spec::Server(_) => None,
-    }
-}
-
 /// Serves clients blocked on keys the command touched, in arrival order, while the command's
 /// locks are still held (Valkey's `handleClientsBlockedOnKeys`). A waiter whose command needs
 /// a lock this command does not hold is retried by its own connection instead, since waiting
@@ -387,8 +412,6 @@ pub(crate) fn serve_blocked(b: &Batch<'_>, ctx: &mut Ctx<'_>, events: &CmdEvents
     }
     let mut ready: std::collections::VecDeque<(usize, Vec<u8>)> = events.take_ready().into();
     let mut budget = 100_000;
-    let mut keys = Vec::new();
-    let mut ids = Vec::new();
     while let Some((db, key)) = ready.pop_front() {
         while budget > 0 {
             budget -= 1;
@@ -399,16 +422,16 @@ pub(crate) fn serve_blocked(b: &Batch<'_>, ctx: &mut Ctx<'_>, events: &CmdEvents
                 continue;
             };
             let cmd = b.srv.registry.get(w.cmd);
-            let (Some(spec), Some(ecmd)) = (engine_spec(cmd), cmd.spec.engine()) else {
+            let Some(ecmd) = cmd.spec.engine() else {
                 b.srv.blocked.unregister(&w);
                 let _ = tx.send(Wakeup::Retry);
                 continue;
             };
             let (flat, spans) = flatten(&w.args);
             let args = Args::from_parts(&flat, &spans);
-            let planned = plan_locks(spec, &args, w.db, b.srv.ks.databases(), &mut keys, &mut ids).is_ok();
+            // The plan it was blocked with: its keys are the same, and so is its database.
             let ks = ctx.ks;
-            if !planned || !ctx.locks.try_extend(ks, &ids) {
+            if !ctx.locks.try_extend(ks, w.plan.locks()) {
                 b.srv.blocked.unregister(&w);
                 let _ = tx.send(Wakeup::Retry);
                 continue;

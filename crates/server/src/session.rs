@@ -86,10 +86,20 @@ pub struct Session {
 /// A transaction being queued.
 #[derive(Default)]
 pub struct MultiState {
-    /// The queued commands: registry index and arguments.
-    pub queue: Vec<(usize, Vec<Vec<u8>>)>,
+    /// The queued commands.
+    pub queue: Vec<Queued>,
     /// An error while queueing: EXEC answers EXECABORT.
     pub aborted: bool,
+}
+
+/// A command queued between MULTI and EXEC.
+pub struct Queued {
+    /// Its registry index.
+    pub cmd: usize,
+    /// Its arguments.
+    pub argv: Vec<Vec<u8>>,
+    /// The plan dispatch made when it was queued: EXEC locks and routes their union.
+    pub plan: hotkv_engine::plan::Plan,
 }
 
 impl Session {
