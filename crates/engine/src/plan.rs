@@ -13,7 +13,7 @@ use smallvec::SmallVec;
 
 use crate::cmd::LockPlan;
 use crate::command::{CommandSpec, FindKeys, KeysFound, for_each_key, key_flags};
-use crate::keyspace::{Keyspace, LockId, LockSet, lock_id};
+use crate::keyspace::{LockId, LockSet, lock_id};
 use crate::slot::{SLOTS, key_slot};
 
 /// One key argument of a call, or a sharded pub/sub channel.
@@ -274,53 +274,6 @@ impl Plan {
     }
 }
 
-/// How many of a request's keys this node holds, counted under the slot locks: what a
-/// cluster needs to answer ASK or TRYAGAIN for a slot being migrated (Valkey's
-/// `getNodeByQuery` counts `existing_keys` and `missing_keys`). Channels are not counted.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct KeyPresence {
-    /// Keys that exist (and have not expired).
-    pub present: usize,
-    /// Keys that do not.
-    pub missing: usize,
-    /// Whether the request names more than one distinct key.
-    pub several: bool,
-    first: Option<Box<[u8]>>,
-}
-
-impl KeyPresence {
-    /// Counts the keys of `plan`, a call of `args` run in database `db`, in the tables `locks`
-    /// holds (a slot it does not hold is locked just for the look). Expired keys count as
-    /// missing, and are left for the command to delete. Call once per command of a
-    /// transaction to count a whole EXEC.
-    pub fn count<'a>(
-        &mut self,
-        ks: &'a Keyspace,
-        locks: &mut LockSet<'a>,
-        db: usize,
-        args: &Args<'_>,
-        plan: &Plan,
-        now_ms: i64,
-    ) {
-        for k in plan.keys.iter().filter(|k| !k.channel) {
-            let key = args.get(k.pos as usize);
-            match &self.first {
-                None => self.first = Some(key.into()),
-                Some(first) => self.several |= **first != *key,
-            }
-            let table = locks.slot_ref(ks, db, k.slot);
-            let live = table
-                .find(key, crate::hash::key_hash(key))
-                .is_some_and(|i| table.at(i).expire().is_none_or(|when| now_ms <= when));
-            if live {
-                self.present += 1;
-            } else {
-                self.missing += 1;
-            }
-        }
-    }
-}
-
 /// The slot of one key argument, and its table hash when known, so that a command computes
 /// them once: the connection computes them while prefetching a pipeline, the plan uses the
 /// slot, and the lock set is seeded with both for the handler's first lookup. Before this,
@@ -521,30 +474,5 @@ mod tests {
         u.begin_union(0);
         u.end_union();
         assert!(u.locks().is_empty() && u.slot().is_none());
-    }
-
-    #[test]
-    fn presence_counts_live_keys_under_the_locks() {
-        let mut t = crate::testkit::TestKit::default();
-        t.run(&["SET", "{s}a", "1"]);
-        t.run(&["SET", "{s}old", "1", "PX", "10"]);
-        let now = t.now_ms;
-        let count = |argv: &[&str], at: i64| {
-            let p = plan(argv, 0);
-            let mut locks = t.ks.lock(p.locks());
-            let mut seen = KeyPresence::default();
-            with_args(argv, |a| seen.count(&t.ks, &mut locks, 0, a, &p, at));
-            (seen.present, seen.missing, seen.several)
-        };
-        assert_eq!(count(&["MGET", "{s}a", "{s}b", "{s}a"], now), (2, 1, true));
-        assert_eq!(count(&["GET", "{s}a"], now), (1, 0, false));
-        assert_eq!(count(&["GET", "{s}old"], now), (1, 0, false));
-        assert_eq!(count(&["GET", "{s}old"], now + 11), (0, 1, false), "expired is missing");
-        // A key whose slot the set does not hold is looked at under its own lock.
-        let p = plan(&["GET", "{s}a"], 0);
-        let mut none = LockSet::empty();
-        let mut seen = KeyPresence::default();
-        with_args(&["GET", "{s}a"], |a| seen.count(&t.ks, &mut none, 0, a, &p, now));
-        assert_eq!(seen.present, 1);
     }
 }
