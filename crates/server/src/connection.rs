@@ -37,6 +37,7 @@ pub async fn serve(srv: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>, t
     *info.sock.lock() = Some(sock.raw_fd());
     let authenticated = srv.rt.load().requirepass.is_none();
     let mut sess = Session::new(info.clone(), authenticated);
+    sess.tls = sock.is_tls();
     srv.clients.add(info.clone());
     let mut conn = Conn {
         cmds: Vec::new(),

@@ -8,6 +8,7 @@ use quanta::Instant;
 use hotkv_engine::cmd::{EngineCmd, LockPlan};
 use hotkv_engine::command::flags;
 use hotkv_engine::plan::{KeyHint, Plan};
+use hotkv_engine::route::{KeyPresence, RouteCtx};
 use hotkv_engine::{BlockMode, CommandError, Ctx, EngineConfig};
 use hotkv_protocol::{Args, ReplyBuf};
 
@@ -38,6 +39,9 @@ pub struct Scratch {
     pub(crate) plan: Plan,
     /// What the connection already computed about the next command's key.
     hint: KeyHint,
+    /// Set when the router asked to count the command's keys under its slot locks (a slot
+    /// being migrated): the routing context to decide ASK or TRYAGAIN with, there.
+    pub(crate) pending: Option<RouteCtx>,
 }
 
 impl Scratch {
@@ -68,8 +72,15 @@ pub fn dispatch_with(
     let reply_mode = advance_reply_mode(sess);
     sess.pushed = false;
     let flow = run_checked(b, sess, args, out, scratch, mode, plan);
-    // A hint is for this command only, whether or not it got as far as using it.
+    // A hint is for this command only, whether or not it got as far as using it; so is a
+    // pending routing check.
     scratch.hint = KeyHint::default();
+    scratch.pending = None;
+    // ASKING holds for the next command only, or until EXEC inside a transaction (Valkey's
+    // resetClient).
+    if sess.asking && sess.multi.is_none() && !args.get(0).eq_ignore_ascii_case(b"asking") {
+        sess.asking = false;
+    }
     let flow = match flow {
         Ok(flow) => flow,
         Err(e) => {
@@ -122,6 +133,7 @@ fn run_checked(
     }
     plan_call(b, cmd, sess, &args, scratch, plan);
     check_auth(cmd, sess).map_err(|e| rejected(sess, e))?;
+    route(b, cmd, sess, &args, scratch).map_err(|e| redirected(b, sess, id, e))?;
     if sess.multi.is_some() && cmd.spec.flags() & flags::NO_MULTI != 0 {
         return Err(rejected(sess, CommandError::err("Command not allowed inside a transaction")));
     }
@@ -177,6 +189,39 @@ fn paused(b: &Batch<'_>, cmd: &Command, sess: &Session) -> bool {
                         .is_some_and(|m| m.queue.iter().any(|q| b.srv.registry.get(q.cmd).spec.flags() & WRITES != 0)))
         }
     }
+}
+
+/// Cluster routing, before any slot lock: redirects and refusals are answered here. When the
+/// router needs the keys counted under the slot locks, an engine command and EXEC leave that
+/// to the code that takes their locks (`scratch.pending`); any other call (queued, or a server
+/// command) is checked now, as Valkey decides at queue time.
+fn route(
+    b: &Batch<'_>,
+    cmd: &Command,
+    sess: &Session,
+    args: &Args<'_>,
+    scratch: &mut Scratch,
+) -> Result<(), CommandError> {
+    let Some(ctx) = crate::routing::route(b, cmd, sess, &scratch.plan)? else { return Ok(()) };
+    let queued = sess.multi.is_some() && !b.srv.known.multi_immediate.contains(&cmd.id);
+    if cmd.id == b.srv.known.exec || (cmd.spec.engine().is_some() && !queued) {
+        scratch.pending = Some(ctx);
+        return Ok(());
+    }
+    crate::routing::check_keys_now(b, args, &scratch.plan, &ctx)
+}
+
+/// A call the router redirected or refused: a rejected call, whose error flags the
+/// transaction being queued; EXEC instead discards its transaction and answers with the
+/// redirect itself, not EXECABORT (Valkey's processCommand).
+fn redirected(b: &Batch<'_>, sess: &mut Session, id: usize, e: CommandError) -> CommandError {
+    b.srv.stats.reject(Some(id));
+    if id == b.srv.known.exec && sess.multi.is_some() {
+        crate::cmd::multi::discard_transaction(b.srv, sess);
+    } else {
+        flag_transaction(sess);
+    }
+    e
 }
 
 /// An error while queueing a transaction makes EXEC fail with EXECABORT.
@@ -366,6 +411,7 @@ fn run_engine(
     scratch: &mut Scratch,
     mode: BlockMode,
 ) -> Result<Flow, CommandError> {
+    let pending = scratch.pending.take();
     let plan = &scratch.plan;
     if plan.keys_invalid() {
         return Err(CommandError::Syntax);
@@ -373,6 +419,12 @@ fn run_engine(
     // Declared before the locks: the lock set borrows the same lifetime as the events sink.
     let events = CmdEvents::new(b.srv, b.rt.notify);
     let mut locks = b.srv.ks.lock(plan.locks());
+    if let Some(route) = pending {
+        // ASK or TRYAGAIN: which keys exist, seen under the locks the command will run with.
+        let mut seen = KeyPresence::default();
+        seen.count(&b.srv.ks, &mut locks, sess.db, &args, plan, b.now_ms);
+        crate::routing::route_locked(b, plan, &route, &seen)?;
+    }
     plan.seed(&mut locks, &args);
     let no_touch = sess.has_flag(crate::session::flag::NO_TOUCH);
     let mut local = std::mem::take(&mut sess.local);

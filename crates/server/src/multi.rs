@@ -10,6 +10,7 @@ use quanta::Instant;
 use std::sync::atomic::Ordering;
 
 use hotkv_engine::plan::Plan;
+use hotkv_engine::route::KeyPresence;
 use hotkv_engine::slot::key_slot;
 use hotkv_engine::{BlockMode, CommandError, Ctx};
 use hotkv_protocol::{Args, ReplyBuf};
@@ -39,7 +40,7 @@ pub fn exec(
         out.null_array();
         return Ok(Flow::Continue);
     }
-    run(b, sess, multi, out, scratch);
+    run(b, sess, multi, out, scratch)?;
     Ok(Flow::Continue)
 }
 
@@ -102,9 +103,25 @@ fn flatten(argv: &[Vec<u8>]) -> (Vec<u8>, Vec<(usize, usize)>) {
     (flat, spans)
 }
 
-fn run(b: &Batch<'_>, sess: &mut Session, multi: MultiState, out: &mut ReplyBuf, scratch: &mut Scratch) {
+/// Runs the transaction under the union of its locks. Fails only when cluster routing, which
+/// looks at the keys under those locks, sends it elsewhere (ASK, TRYAGAIN).
+fn run(
+    b: &Batch<'_>,
+    sess: &mut Session,
+    multi: MultiState,
+    out: &mut ReplyBuf,
+    scratch: &mut Scratch,
+) -> Result<(), CommandError> {
     let events = CmdEvents::new(b.srv, b.rt.notify);
-    let locks = b.srv.ks.lock(scratch.plan.locks());
+    let mut locks = b.srv.ks.lock(scratch.plan.locks());
+    if let Some(route) = scratch.pending.take() {
+        let mut seen = KeyPresence::default();
+        for (q, db) in with_databases(b, sess.db, &multi.queue) {
+            let (flat, spans) = flatten(&q.argv);
+            seen.count(&b.srv.ks, &mut locks, db, &Args::from_parts(&flat, &spans), &q.plan, b.now_ms);
+        }
+        crate::routing::route_locked(b, &scratch.plan, &route, &seen)?;
+    }
     let no_touch = sess.has_flag(flag::NO_TOUCH);
     let mut local = std::mem::take(&mut sess.local);
     let mut held = None;
@@ -137,6 +154,7 @@ fn run(b: &Batch<'_>, sess: &mut Session, multi: MultiState, out: &mut ReplyBuf,
         sess.db = db;
         sess.info.db.store(db as u32, Ordering::Relaxed);
     }
+    Ok(())
 }
 
 /// A server command inside a transaction sees the transaction's database.
