@@ -34,8 +34,9 @@ pub trait SlotRouter: Send + Sync {
     fn route(&self, plan: &Plan, ctx: &RouteCtx) -> Route;
 
     /// Where a call goes once its keys have been counted under its slot locks; called only
-    /// after [`SlotRouter::route`] answered [`Route::CheckKeys`]. Answering `CheckKeys`
-    /// again is taken as `Ok`.
+    /// after [`SlotRouter::route`] answered [`Route::CheckKeys`]. Usually Ok, ASK or TRYAGAIN,
+    /// but any answer is honoured (MOVED, if the slot finished moving since `route`);
+    /// answering `CheckKeys` again is taken as `Ok`.
     fn route_locked(&self, plan: &Plan, ctx: &RouteCtx, keys: &KeyPresence) -> Route;
 }
 
