@@ -89,7 +89,6 @@ impl Plan {
     /// (commands outside the engine pass [`LockPlan::Keys`]: they take no locks to run, but
     /// routing may lock their keys' slots to look at them). `hint` may give the slot (and
     /// table hash) of one argument, computed earlier by the connection while prefetching.
-    #[allow(clippy::too_many_arguments)]
     pub fn compute<H>(
         &mut self,
         spec: &CommandSpec<H>,
