@@ -271,120 +271,111 @@ pub struct CommandSpec<H: 'static> {
     pub handler: Option<H>,
 }
 
-impl<H> CommandSpec<H> {
-    /// Whether some key position depends on the arguments (keyword or keynum specs, or an
-    /// open range), which COMMAND INFO reports as `movablekeys`.
-    pub fn movable_keys(&self) -> bool {
-        self.key_specs
-            .iter()
-            .any(|ks| matches!(ks.begin, BeginSearch::Keyword { .. }) || matches!(ks.find, FindKeys::Keynum { .. }))
-    }
-
-    /// Legacy (first, last, step) triple shown by COMMAND INFO: from the first key spec
-    /// when it is a simple index range.
-    pub fn legacy_range(&self) -> (i32, i32, i32) {
-        let Some(first) = self.key_specs.first() else { return (0, 0, 0) };
-        match (first.begin, first.find) {
-            (BeginSearch::Index(i), FindKeys::Range { last_key, step, .. }) => {
-                // Valkey merges consecutive single-key index specs into one range.
-                let mut last = if last_key >= 0 { i + last_key } else { last_key };
-                let mut step = step;
-                if last_key >= 0 {
-                    for ks in &self.key_specs[1..] {
-                        match (ks.begin, ks.find) {
-                            (BeginSearch::Index(j), FindKeys::Range { last_key: 0, .. }) if j == last + 1 => {
-                                last = j;
-                                step = 1;
-                            }
-                            _ => break,
-                        }
-                    }
-                }
-                (i, last, step)
-            }
-            _ => (0, 0, 0),
-        }
-    }
-}
-
-/// Why key positions could not be found.
+/// Why key positions could not be found: the arguments do not fit the key specs (a key
+/// count that is not a number, a key past the last argument).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InvalidKeyArgs;
 
-/// Appends the argument positions of the keys of a call to `out`, following the key specs
-/// (as Valkey's `getKeysUsingKeySpecs`). `NOT_KEY` specs are skipped.
-pub fn key_positions<H>(spec: &CommandSpec<H>, args: &Args<'_>, out: &mut Vec<usize>) -> Result<(), InvalidKeyArgs> {
+/// Whether [`for_each_key`] found every key of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeysFound {
+    /// Every key was reported.
+    Complete,
+    /// A spec marked `incomplete` was met: the keys reported are only those the specs could
+    /// find (Valkey then asks the command's own `getkeys` function, which hotkv rows lack).
+    Incomplete,
+}
+
+/// Reports the key arguments of a call, spec by spec in spec order, as `found(position,
+/// key-spec flags)`, following the key specs the way Valkey's `getKeysUsingKeySpecs` does.
+///
+/// This is the one place that reads key specs against arguments: dispatch's plan (locks and
+/// cluster routing), COMMAND GETKEYS and GETKEYSANDFLAGS all come here. Specs flagged
+/// `not_key` (the channels of sharded pub/sub, Valkey's only use of the flag) are skipped
+/// unless `not_keys` asks for them: they route like keys but are never locked or looked up.
+pub fn for_each_key<H>(
+    spec: &CommandSpec<H>,
+    args: &Args<'_>,
+    not_keys: bool,
+    mut found: impl FnMut(usize, u32),
+) -> Result<KeysFound, InvalidKeyArgs> {
     let argc = args.len() as i32;
+    let mut complete = KeysFound::Complete;
     for ks in spec.key_specs {
-        if ks.flags & key_flags::NOT_KEY != 0 {
+        if ks.flags & key_flags::NOT_KEY != 0 && !not_keys {
             continue;
         }
-        let first = match ks.begin {
-            BeginSearch::Index(i) => i,
-            BeginSearch::Keyword { keyword, start_from } => {
-                let found = if start_from > 0 {
-                    (start_from..argc).find(|&i| args.get(i as usize).eq_ignore_ascii_case(keyword.as_bytes()))
-                } else {
-                    (1..=argc + start_from)
-                        .rev()
-                        .find(|&i| args.get(i as usize).eq_ignore_ascii_case(keyword.as_bytes()))
-                };
-                match found {
-                    Some(i) => i + 1,
-                    None => continue,
-                }
-            }
-        };
-        let (first, last, step) = match ks.find {
-            FindKeys::Range { last_key, step, limit } => {
-                let last = if last_key >= 0 {
-                    first + last_key
-                } else if limit == 0 {
-                    argc + last_key
-                } else {
-                    first + ((argc - first) / limit + last_key)
-                };
-                (first, last, step)
-            }
-            FindKeys::Keynum { keynum_idx, first_key, step } => {
-                let idx = first + keynum_idx;
-                if idx >= argc {
-                    return Err(InvalidKeyArgs);
-                }
-                let n = hotkv_protocol::parse_i64(args.get(idx as usize))
-                    .filter(|n| *n >= 0 && *n <= i32::MAX as i64)
-                    .ok_or(InvalidKeyArgs)? as i32;
-                let first = first + first_key;
-                (first, first.saturating_add(n.saturating_mul(step)).saturating_sub(step), step)
-            }
-        };
-        if last < first {
-            // An empty range (numkeys 0, or no keys after a keyword): nothing to add.
-            if matches!(ks.find, FindKeys::Keynum { .. }) {
-                continue;
-            }
-            // An open range ("to the last argument") that starts right after the last
-            // argument has no keys: `PFMERGE dest` names no sources. Valkey's key extraction
-            // fails here and the command runs on no locks at all; hotkv must still lock the
-            // keys of the other specs, so the empty spec is skipped instead.
-            if matches!(ks.find, FindKeys::Range { last_key, limit: 0, .. } if last_key < 0) && first == argc {
-                continue;
-            }
-            return Err(InvalidKeyArgs);
-        }
-        if last >= argc || first >= argc {
-            return Err(InvalidKeyArgs);
-        }
+        let Some((first, last, step)) = spec_range(ks, args, argc)? else { continue };
         let mut i = first;
         while i <= last {
-            out.push(i as usize);
+            found(i as usize, ks.flags);
             i += step.max(1);
         }
         if ks.flags & key_flags::INCOMPLETE != 0 {
-            return Err(InvalidKeyArgs);
+            complete = KeysFound::Incomplete;
         }
     }
-    Ok(())
+    Ok(complete)
+}
+
+/// The (first, last, step) argument range one key spec names in a call, `None` when it names
+/// no key at all.
+fn spec_range(ks: &KeySpec, args: &Args<'_>, argc: i32) -> Result<Option<(i32, i32, i32)>, InvalidKeyArgs> {
+    let first = match ks.begin {
+        BeginSearch::Index(i) => i,
+        BeginSearch::Keyword { keyword, start_from } => {
+            let found = if start_from > 0 {
+                (start_from..argc).find(|&i| args.get(i as usize).eq_ignore_ascii_case(keyword.as_bytes()))
+            } else {
+                (1..=argc + start_from).rev().find(|&i| args.get(i as usize).eq_ignore_ascii_case(keyword.as_bytes()))
+            };
+            match found {
+                Some(i) => i + 1,
+                None => return Ok(None),
+            }
+        }
+    };
+    let (first, last, step) = match ks.find {
+        FindKeys::Range { last_key, step, limit } => {
+            let last = if last_key >= 0 {
+                first + last_key
+            } else if limit == 0 {
+                argc + last_key
+            } else {
+                first + ((argc - first) / limit + last_key)
+            };
+            (first, last, step)
+        }
+        FindKeys::Keynum { keynum_idx, first_key, step } => {
+            let idx = first + keynum_idx;
+            if idx >= argc {
+                return Err(InvalidKeyArgs);
+            }
+            let n = hotkv_protocol::parse_i64(args.get(idx as usize))
+                .filter(|n| *n >= 0 && *n <= i32::MAX as i64)
+                .ok_or(InvalidKeyArgs)? as i32;
+            let first = first + first_key;
+            (first, first.saturating_add(n.saturating_mul(step)).saturating_sub(step), step)
+        }
+    };
+    if last < first {
+        // An empty range (numkeys 0, or no keys after a keyword): nothing to add.
+        if matches!(ks.find, FindKeys::Keynum { .. }) {
+            return Ok(None);
+        }
+        // An open range ("to the last argument") that starts right after the last argument
+        // has no keys: `PFMERGE dest` names no sources. Valkey's key extraction fails here and
+        // the command runs on no locks at all; hotkv must still lock the keys of the other
+        // specs, so the empty spec is skipped instead.
+        if matches!(ks.find, FindKeys::Range { last_key, limit: 0, .. } if last_key < 0) && first == argc {
+            return Ok(None);
+        }
+        return Err(InvalidKeyArgs);
+    }
+    if last >= argc || first >= argc {
+        return Err(InvalidKeyArgs);
+    }
+    Ok(Some((first, last, step)))
 }
 
 impl<H> CommandSpec<H> {
@@ -483,5 +474,59 @@ impl<H> CommandSpec<H> {
             acl |= acl::SLOW;
         }
         acl
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hotkv_protocol::Args;
+
+    use super::*;
+
+    fn keys(specs: &'static [KeySpec], argv: &[&str], not_keys: bool) -> Result<(Vec<(usize, u32)>, KeysFound), ()> {
+        let buf: Vec<u8> = argv.concat().into_bytes();
+        let mut spans = Vec::new();
+        for a in argv {
+            let at = spans.last().map_or(0, |&(_, e)| e);
+            spans.push((at, at + a.len()));
+        }
+        let args = Args::from_parts(&buf, &spans);
+        let spec: CommandSpec<()> =
+            CommandSpec { key_specs: specs, ..CommandSpec::new("x", -1, 0, 0, &[], "", "", "", "", ()) };
+        let mut found = Vec::new();
+        let done = for_each_key(&spec, &args, not_keys, |p, f| found.push((p, f))).map_err(|_| ())?;
+        Ok((found, done))
+    }
+
+    #[test]
+    fn keys_come_with_their_spec_flags() {
+        use key_flags::*;
+        static SPECS: [KeySpec; 2] = [KeySpec::single(1, RW), KeySpec::range(2, -1, 2, RO)];
+        assert_eq!(
+            keys(&SPECS, &["x", "a", "b", "1", "c", "2"], false),
+            Ok((vec![(1, RW), (2, RO), (4, RO)], KeysFound::Complete))
+        );
+        assert_eq!(keys(&SPECS, &["x", "a"], false), Ok((vec![(1, RW)], KeysFound::Complete)), "an empty open range");
+        static NUMKEYS: [KeySpec; 1] = [KeySpec {
+            flags: RO,
+            begin: BeginSearch::Index(1),
+            find: FindKeys::Keynum { keynum_idx: 0, first_key: 1, step: 1 },
+        }];
+        assert_eq!(keys(&NUMKEYS, &["x", "2", "a", "b"], false), Ok((vec![(2, RO), (3, RO)], KeysFound::Complete)));
+        assert_eq!(keys(&NUMKEYS, &["x", "3", "a", "b"], false), Err(()));
+        assert_eq!(keys(&NUMKEYS, &["x", "n", "a"], false), Err(()));
+    }
+
+    #[test]
+    fn channels_and_incomplete_specs() {
+        use key_flags::*;
+        static SHARD: [KeySpec; 1] = [KeySpec::range(1, -1, 1, NOT_KEY)];
+        assert_eq!(keys(&SHARD, &["x", "c1", "c2"], false), Ok((vec![], KeysFound::Complete)));
+        assert_eq!(keys(&SHARD, &["x", "c1", "c2"], true), Ok((vec![(1, NOT_KEY), (2, NOT_KEY)], KeysFound::Complete)));
+        static PARTIAL: [KeySpec; 2] = [KeySpec::single(1, RO | INCOMPLETE), KeySpec::single(2, RW)];
+        assert_eq!(
+            keys(&PARTIAL, &["x", "a", "b"], false),
+            Ok((vec![(1, RO | INCOMPLETE), (2, RW)], KeysFound::Incomplete))
+        );
     }
 }

@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 /// A command failure. [`CommandError::message`] is the reply text, word for word as Valkey
 /// sends it (without the leading `-`); [`CommandError::code`] is its first word, which
@@ -49,8 +50,40 @@ pub enum CommandError {
     SameObject,
     /// `BUSYKEY Target key name already exists.`
     BusyKey,
+    /// Cluster: the slot is served by another node, for good (`MOVED <slot> <host>:<port>`).
+    Moved {
+        /// The key's slot.
+        slot: u16,
+        /// The node's address, `host:port`, with the port for the client's kind (TLS or not).
+        addr: Arc<str>,
+    },
+    /// Cluster: the slot is being migrated and the keys are not here; ask the target node
+    /// for this one command (`ASK <slot> <host>:<port>`).
+    Ask {
+        /// The key's slot.
+        slot: u16,
+        /// The target node's address, `host:port`.
+        addr: Arc<str>,
+    },
+    /// Cluster: the keys of one request hash to different slots.
+    CrossSlot,
+    /// Cluster: a multi-key request while its slot is migrating and only some keys are here.
+    TryAgain,
+    /// Cluster: this node cannot serve the request now.
+    ClusterDown(DownReason),
     /// Any other error: the full text including its code (`ERR ...`, `NOPERM ...`).
     Other(Cow<'static, str>),
+}
+
+/// Why a cluster node refuses a request with CLUSTERDOWN (Valkey's `CLUSTER_REDIR_DOWN_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DownReason {
+    /// The cluster state is fail.
+    Down,
+    /// No node serves the slot.
+    Unbound,
+    /// The cluster state is fail and `cluster-allow-reads-when-down` lets only reads through.
+    ReadOnly,
 }
 
 impl CommandError {
@@ -88,6 +121,15 @@ impl CommandError {
             CommandError::OutOfMemory => "OOM command not allowed when used memory > 'maxmemory'.".into(),
             CommandError::SameObject => "ERR source and destination objects are the same".into(),
             CommandError::BusyKey => "BUSYKEY Target key name already exists.".into(),
+            CommandError::Moved { slot, addr } => format!("MOVED {slot} {addr}").into(),
+            CommandError::Ask { slot, addr } => format!("ASK {slot} {addr}").into(),
+            CommandError::CrossSlot => "CROSSSLOT Keys in request don't hash to the same slot".into(),
+            CommandError::TryAgain => "TRYAGAIN Multiple keys request during rehashing of slot".into(),
+            CommandError::ClusterDown(DownReason::Down) => "CLUSTERDOWN The cluster is down".into(),
+            CommandError::ClusterDown(DownReason::Unbound) => "CLUSTERDOWN Hash slot not served".into(),
+            CommandError::ClusterDown(DownReason::ReadOnly) => {
+                "CLUSTERDOWN The cluster is down and only accepts read commands".into()
+            }
             CommandError::Other(text) => text.as_ref().into(),
         }
     }
@@ -140,5 +182,23 @@ mod tests {
         let e = CommandError::unknown_command(b"foo", [&b"a"[..], b"b"].into_iter());
         assert_eq!(e.message(), "ERR unknown command 'foo', with args beginning with: 'a' 'b' ");
         assert_eq!(CommandError::err("x").message(), "ERR x");
+    }
+
+    #[test]
+    fn cluster_texts_are_valkeys() {
+        let addr: Arc<str> = "127.0.0.1:7001".into();
+        let moved = CommandError::Moved { slot: 3999, addr: addr.clone() };
+        assert_eq!((moved.message(), moved.code()), ("MOVED 3999 127.0.0.1:7001".into(), "MOVED".into()));
+        let ask = CommandError::Ask { slot: 0, addr };
+        assert_eq!((ask.message(), ask.code()), ("ASK 0 127.0.0.1:7001".into(), "ASK".into()));
+        assert_eq!(CommandError::CrossSlot.message(), "CROSSSLOT Keys in request don't hash to the same slot");
+        assert_eq!(CommandError::TryAgain.message(), "TRYAGAIN Multiple keys request during rehashing of slot");
+        assert_eq!(CommandError::ClusterDown(DownReason::Down).message(), "CLUSTERDOWN The cluster is down");
+        assert_eq!(CommandError::ClusterDown(DownReason::Unbound).message(), "CLUSTERDOWN Hash slot not served");
+        assert_eq!(
+            CommandError::ClusterDown(DownReason::ReadOnly).message(),
+            "CLUSTERDOWN The cluster is down and only accepts read commands"
+        );
+        assert_eq!(CommandError::ClusterDown(DownReason::Unbound).code(), "CLUSTERDOWN");
     }
 }

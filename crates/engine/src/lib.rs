@@ -19,16 +19,18 @@ pub mod hash;
 pub mod hll;
 pub mod keyspace;
 pub mod object;
+pub mod plan;
 pub mod policy;
 pub mod prefetch;
 pub mod rdb;
+pub mod route;
 pub mod slot;
 pub mod table;
 
 pub use ctx::{
     BlockMode, BlockRequest, Ctx, EngineConfig, Events, KeyMut, KeyState, LocalStats, LookupFlags, NoEvents, Ttl,
 };
-pub use error::{CmdResult, CommandError};
+pub use error::{CmdResult, CommandError, DownReason};
 pub use keyspace::{Keyspace, LockSet};
 pub mod cmd;
 pub mod evict;

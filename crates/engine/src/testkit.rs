@@ -7,7 +7,9 @@ use std::sync::Mutex;
 
 use crate::cmd::{self, Spec};
 use crate::ctx::{Ctx, EngineConfig, Events, LocalStats};
+use crate::error::CommandError;
 use crate::keyspace::Keyspace;
+use crate::plan::{KeyHint, Plan};
 
 /// An events sink that records keyspace notifications, so tests can check that commands
 /// send Valkey's events.
@@ -121,16 +123,16 @@ impl TestKit {
         if (spec.arity > 0 && argc != spec.arity) || argc < -spec.arity {
             return format!("-ERR wrong number of arguments for '{name}' command\r\n").into_bytes();
         }
-        let mut keys = Vec::new();
-        let mut ids = Vec::new();
-        if let Err(e) = cmd::plan_locks(spec, &args, self.db, self.ks.databases(), &mut keys, &mut ids) {
-            return format!("-{}\r\n", e.message()).into_bytes();
+        let handler = spec.handler.as_ref().expect("leaf command has a handler");
+        let mut plan = Plan::default();
+        plan.compute(spec, handler.plan, &args, self.db, self.ks.databases(), &KeyHint::default());
+        if plan.keys_invalid() {
+            return format!("-{}\r\n", CommandError::Syntax.message()).into_bytes();
         }
-        let locks = self.ks.lock(&ids);
+        let locks = self.ks.lock(plan.locks());
         let mut ctx =
             Ctx::new(&self.ks, self.db, self.now_ms, &self.cfg, &mut self.stats, self.no_touch, &self.events, locks);
         ctx.block_mode = self.block_mode;
-        let handler = spec.handler.as_ref().expect("leaf command has a handler");
         let before = out.len();
         if let Err(e) = (handler.run)(&mut ctx, args, &mut out) {
             out.truncate(before);

@@ -11,6 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use hotkv_engine::plan::Plan;
 use hotkv_protocol::Protocol;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
@@ -40,6 +41,9 @@ pub struct Waiter {
     pub cmd: usize,
     /// Its arguments.
     pub args: Vec<Vec<u8>>,
+    /// Its plan, made when it was first dispatched: serving it takes these locks, and a retry
+    /// runs with it instead of planning again.
+    pub plan: Plan,
     /// Its protocol, to encode a reply on its behalf.
     pub proto: Protocol,
     /// The keys it waits on.
@@ -54,11 +58,12 @@ impl Waiter {
         db: usize,
         cmd: usize,
         args: Vec<Vec<u8>>,
+        plan: Plan,
         proto: Protocol,
         keys: Vec<Vec<u8>>,
     ) -> (Arc<Waiter>, oneshot::Receiver<Wakeup>) {
         let (tx, rx) = oneshot::channel();
-        (Arc::new(Waiter { client, db, cmd, args, proto, keys, tx: Mutex::new(Some(tx)) }), rx)
+        (Arc::new(Waiter { client, db, cmd, args, plan, proto, keys, tx: Mutex::new(Some(tx)) }), rx)
     }
 
     /// Wakes the client; false if it was already woken (or gone).
@@ -237,8 +242,9 @@ mod tests {
     #[test]
     fn arrival_order_and_cleanup() {
         let b = Blocked::default();
-        let (w1, _r1) = Waiter::new(1, 0, 0, vec![], Protocol::Resp2, vec![b"a".to_vec(), b"b".to_vec()]);
-        let (w2, mut r2) = Waiter::new(2, 0, 0, vec![], Protocol::Resp2, vec![b"a".to_vec()]);
+        let (w1, _r1) =
+            Waiter::new(1, 0, 0, vec![], Plan::default(), Protocol::Resp2, vec![b"a".to_vec(), b"b".to_vec()]);
+        let (w2, mut r2) = Waiter::new(2, 0, 0, vec![], Plan::default(), Protocol::Resp2, vec![b"a".to_vec()]);
         b.register(w1.clone());
         b.register(w2.clone());
         assert!(b.waits_on(0, b"a") && b.waits_on(0, b"b") && !b.waits_on(1, b"a"));

@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
 use hotkv_engine::BlockMode;
-use hotkv_engine::cmd::KeyHint;
+use hotkv_engine::plan::KeyHint;
 use hotkv_protocol::{Decoder, Limits, ReplyBuf, Step};
 use hotkv_tls::TlsSession;
 use tokio::net::TcpStream;
@@ -42,6 +42,7 @@ pub async fn serve(srv: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>, t
     *info.sock.lock() = Some(sock.raw_fd());
     let authenticated = srv.rt.load().requirepass.is_none();
     let mut sess = Session::new(info.clone(), authenticated);
+    sess.tls = sock.is_tls();
     srv.clients.add(info.clone());
     let mut conn = Conn {
         cmds: Vec::new(),
@@ -302,7 +303,8 @@ impl Conn {
             let batch = Batch { srv, engine: &engine, rt: &rt, now_ms: unix_ms() };
             let args = hotkv_protocol::Args::from_parts(&flat, &spans);
             sess.reprocessing = true;
-            let flow = dispatch_with(&batch, sess, args, &mut self.out, &mut self.scratch, mode);
+            let waiter = wait.waiter.clone();
+            let flow = dispatch_with(&batch, sess, args, &mut self.out, &mut self.scratch, mode, Some(&waiter.plan));
             sess.reprocessing = false;
             match flow {
                 Flow::Block(again) => wait = again,

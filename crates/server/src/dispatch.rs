@@ -5,18 +5,19 @@
 // TSC-based: two clock reads per command cost a few ns instead of two vDSO calls.
 use quanta::Instant;
 
-use hotkv_engine::cmd::{EngineCmd, KeyHint, plan_locks, plan_locks_hinted};
+use hotkv_engine::cmd::{EngineCmd, LockPlan};
 use hotkv_engine::command::flags;
-use hotkv_engine::keyspace::LockId;
+use hotkv_engine::plan::{KeyHint, Plan};
+use hotkv_engine::route::{KeyPresence, RouteCtx};
 use hotkv_engine::{BlockMode, CommandError, Ctx, EngineConfig};
 use hotkv_protocol::{Args, ReplyBuf};
 
 use crate::blocking::{BlockWait, Waiter, Wakeup};
 use crate::events::CmdEvents;
 use crate::evict;
-use crate::registry::{Command, Flow, Lookup};
+use crate::registry::{Command, Flow, Lookup, Spec};
 use crate::server::{Runtime, Server, unix_us};
-use crate::session::{ReplyMode, Session};
+use crate::session::{Queued, ReplyMode, Session};
 
 /// What stays fixed for a batch of pipelined commands, loaded once per batch.
 pub struct Batch<'a> {
@@ -30,13 +31,17 @@ pub struct Batch<'a> {
     pub now_ms: i64,
 }
 
-/// Reusable vectors, so dispatch allocates nothing per command.
+/// Per-connection state reused from command to command, so dispatch allocates nothing per
+/// command.
 #[derive(Default)]
 pub struct Scratch {
-    keys: Vec<usize>,
-    locks: Vec<LockId>,
+    /// The plan of the command being dispatched (EXEC's is its transaction's union).
+    pub(crate) plan: Plan,
     /// What the connection already computed about the next command's key.
     hint: KeyHint,
+    /// Set when the router asked to count the command's keys under its slot locks (a slot
+    /// being migrated): the routing context to decide ASK or TRYAGAIN with, there.
+    pub(crate) pending: Option<RouteCtx>,
 }
 
 impl Scratch {
@@ -48,11 +53,12 @@ impl Scratch {
 
 /// Runs one command, writing its reply into `out`.
 pub fn dispatch(b: &Batch<'_>, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf, scratch: &mut Scratch) -> Flow {
-    dispatch_with(b, sess, args, out, scratch, BlockMode::Normal)
+    dispatch_with(b, sess, args, out, scratch, BlockMode::Normal, None)
 }
 
 /// [`dispatch`] with a given behaviour for blocking commands (a blocked client re-runs its
-/// command in `Normal` mode when asked to retry, in `Immediate` mode when it timed out).
+/// command in `Normal` mode when asked to retry, in `Immediate` mode when it timed out), and
+/// the plan already made for these arguments, if any (a blocked client keeps its plan).
 pub fn dispatch_with(
     b: &Batch<'_>,
     sess: &mut Session,
@@ -60,13 +66,21 @@ pub fn dispatch_with(
     out: &mut ReplyBuf,
     scratch: &mut Scratch,
     mode: BlockMode,
+    plan: Option<&Plan>,
 ) -> Flow {
     let mark = out.len();
     let reply_mode = advance_reply_mode(sess);
     sess.pushed = false;
-    let flow = run_checked(b, sess, args, out, scratch, mode);
-    // A hint is for this command only, whether or not it got as far as using it.
+    let flow = run_checked(b, sess, args, out, scratch, mode, plan);
+    // A hint is for this command only, whether or not it got as far as using it; so is a
+    // pending routing check.
     scratch.hint = KeyHint::default();
+    scratch.pending = None;
+    // ASKING holds for the next command only, or until EXEC inside a transaction (Valkey's
+    // resetClient).
+    if sess.asking && sess.multi.is_none() && !args.get(0).eq_ignore_ascii_case(b"asking") {
+        sess.asking = false;
+    }
     let flow = match flow {
         Ok(flow) => flow,
         Err(e) => {
@@ -95,6 +109,7 @@ fn run_checked(
     out: &mut ReplyBuf,
     scratch: &mut Scratch,
     mode: BlockMode,
+    plan: Option<&Plan>,
 ) -> Result<Flow, CommandError> {
     let reg = &b.srv.registry;
     let lookup = reg.lookup(&args);
@@ -117,7 +132,9 @@ fn run_checked(
     if let Err(e) = check_arity(cmd, &args) {
         return Err(rejected(sess, e));
     }
+    plan_call(b, cmd, sess, &args, scratch, plan);
     check_auth(cmd, sess).map_err(|e| rejected(sess, e))?;
+    route(b, cmd, sess, &args, scratch).map_err(|e| redirected(b, sess, id, e))?;
     if sess.multi.is_some() && cmd.spec.flags() & flags::NO_MULTI != 0 {
         return Err(rejected(sess, CommandError::err("Command not allowed inside a transaction")));
     }
@@ -126,11 +143,11 @@ fn run_checked(
         return Ok(Flow::Paused(args.iter().map(<[u8]>::to_vec).collect()));
     }
     if sess.multi.is_some() && !b.srv.known.multi_immediate.contains(&id) {
-        return queue(b, cmd, sess, args, out).map_err(|e| rejected(sess, e));
+        return queue(b, cmd, sess, args, out, &scratch.plan).map_err(|e| rejected(sess, e));
     }
     if id == b.srv.known.exec {
         if let Some(m) = &sess.multi
-            && m.queue.iter().any(|(c, _)| b.srv.registry.get(*c).spec.flags() & flags::DENYOOM != 0)
+            && m.queue.iter().any(|q| b.srv.registry.get(q.cmd).spec.flags() & flags::DENYOOM != 0)
         {
             check_memory(b, cmd, sess, true).map_err(|e| rejected(sess, e))?;
         }
@@ -167,11 +184,45 @@ fn paused(b: &Batch<'_>, cmd: &Command, sess: &Session) -> bool {
         Mode::Write => {
             cmd.spec.flags() & WRITES != 0
                 || (cmd.id == b.srv.known.exec
-                    && sess.multi.as_ref().is_some_and(|m| {
-                        m.queue.iter().any(|(c, _)| b.srv.registry.get(*c).spec.flags() & WRITES != 0)
-                    }))
+                    && sess
+                        .multi
+                        .as_ref()
+                        .is_some_and(|m| m.queue.iter().any(|q| b.srv.registry.get(q.cmd).spec.flags() & WRITES != 0)))
         }
     }
+}
+
+/// Cluster routing, before any slot lock: redirects and refusals are answered here. When the
+/// router needs the keys counted under the slot locks, an engine command and EXEC leave that
+/// to the code that takes their locks (`scratch.pending`); any other call (queued, or a server
+/// command) is checked now, as Valkey decides at queue time.
+fn route(
+    b: &Batch<'_>,
+    cmd: &Command,
+    sess: &Session,
+    args: &Args<'_>,
+    scratch: &mut Scratch,
+) -> Result<(), CommandError> {
+    let Some(ctx) = crate::routing::route(b, cmd, sess, &scratch.plan)? else { return Ok(()) };
+    let queued = sess.multi.is_some() && !b.srv.known.multi_immediate.contains(&cmd.id);
+    if cmd.id == b.srv.known.exec || (cmd.spec.engine().is_some() && !queued) {
+        scratch.pending = Some(ctx);
+        return Ok(());
+    }
+    crate::routing::check_keys_now(b, args, &scratch.plan, &ctx)
+}
+
+/// A call the router redirected or refused: a rejected call, whose error flags the
+/// transaction being queued; EXEC instead discards its transaction and answers with the
+/// redirect itself, not EXECABORT (Valkey's processCommand).
+fn redirected(b: &Batch<'_>, sess: &mut Session, id: usize, e: CommandError) -> CommandError {
+    b.srv.stats.reject(Some(id));
+    if id == b.srv.known.exec && sess.multi.is_some() {
+        crate::cmd::multi::discard_transaction(b.srv, sess);
+    } else {
+        flag_transaction(sess);
+    }
+    e
 }
 
 /// An error while queueing a transaction makes EXEC fail with EXECABORT.
@@ -181,19 +232,51 @@ fn flag_transaction(sess: &mut Session) {
     }
 }
 
-/// Queues a command between MULTI and EXEC.
+/// Plans the call once, right after lookup and arity: its keys, their slots, its lock ids
+/// and lock scope. Everything after this reads the plan instead of the key specs. EXEC's plan
+/// is the union of its transaction's plans; a re-run blocked command brings its own.
+fn plan_call(
+    b: &Batch<'_>,
+    cmd: &Command,
+    sess: &Session,
+    args: &Args<'_>,
+    scratch: &mut Scratch,
+    plan: Option<&Plan>,
+) {
+    if let Some(p) = plan {
+        scratch.plan.clone_from(p);
+        return;
+    }
+    if cmd.id == b.srv.known.exec {
+        crate::multi::plan_union(b, sess, &mut scratch.plan);
+        return;
+    }
+    let dbs = b.srv.ks.databases();
+    match cmd.spec {
+        Spec::Engine(s) => {
+            let lock = s.handler.as_ref().map_or(LockPlan::Keys, |h| h.plan);
+            scratch.plan.compute(s, lock, args, sess.db, dbs, &scratch.hint);
+        }
+        // Server commands take no slot locks to run; their keys (WATCH) and shard channels
+        // are planned for routing all the same.
+        Spec::Server(s) => scratch.plan.compute(s, LockPlan::Keys, args, sess.db, dbs, &scratch.hint),
+    }
+}
+
+/// Queues a command between MULTI and EXEC, with its plan.
 fn queue(
     b: &Batch<'_>,
     cmd: &Command,
     sess: &mut Session,
     args: Args<'_>,
     out: &mut ReplyBuf,
+    plan: &Plan,
 ) -> Result<Flow, CommandError> {
     // Valkey refuses to queue a command that may grow memory while over the limit.
     check_memory(b, cmd, sess, false)?;
-    let owned = args.iter().map(<[u8]>::to_vec).collect();
+    let argv = args.iter().map(<[u8]>::to_vec).collect();
     if let Some(m) = &mut sess.multi {
-        m.queue.push((cmd.id, owned));
+        m.queue.push(Queued { cmd: cmd.id, argv, plan: plan.clone() });
     }
     sess.sync_counts();
     out.simple("QUEUED");
@@ -329,19 +412,21 @@ fn run_engine(
     scratch: &mut Scratch,
     mode: BlockMode,
 ) -> Result<Flow, CommandError> {
-    let Some(spec) = engine_spec(cmd) else {
-        return Err(CommandError::err("internal error: engine command without engine row"));
-    };
-    let mut hint = std::mem::take(&mut scratch.hint);
-    plan_locks_hinted(spec, &args, sess.db, b.srv.ks.databases(), &mut scratch.keys, &mut scratch.locks, &mut hint)?;
+    let pending = scratch.pending.take();
+    let plan = &scratch.plan;
+    if plan.keys_invalid() {
+        return Err(CommandError::Syntax);
+    }
     // Declared before the locks: the lock set borrows the same lifetime as the events sink.
     let events = CmdEvents::new(b.srv, b.rt.notify);
-    let mut locks = b.srv.ks.lock(&scratch.locks);
-    if hint.applies(&args, hint.arg) {
-        let key = args.get(hint.arg);
-        let hash = hint.hash.unwrap_or_else(|| hotkv_engine::hash::key_hash(key));
-        locks.seed(sess.db, key, hint.slot, hash);
+    let mut locks = b.srv.ks.lock(plan.locks());
+    if let Some(route) = pending {
+        // ASK or TRYAGAIN: which keys exist, seen under the locks the command will run with.
+        let mut seen = KeyPresence::default();
+        seen.count(&b.srv.ks, &mut locks, sess.db, &args, plan, b.now_ms);
+        crate::routing::route_locked(b, plan, &route, &seen)?;
     }
+    plan.seed(&mut locks, &args);
     let no_touch = sess.has_flag(crate::session::flag::NO_TOUCH);
     let mut local = std::mem::take(&mut sess.local);
     let mut held = None;
@@ -354,8 +439,8 @@ fn run_engine(
         && r.is_ok()
     {
         // Registered before the locks are released, so no write can slip in unnoticed.
-        let (waiter, rx) =
-            Waiter::new(sess.id, ctx.db, cmd.id, args.iter().map(<[u8]>::to_vec).collect(), out.protocol(), req.keys);
+        let argv = args.iter().map(<[u8]>::to_vec).collect();
+        let (waiter, rx) = Waiter::new(sess.id, ctx.db, cmd.id, argv, plan.clone(), out.protocol(), req.keys);
         b.srv.blocked.register(waiter.clone());
         flow = Flow::Block(BlockWait { waiter, rx, deadline_ms: req.deadline_ms });
     }
@@ -370,14 +455,6 @@ fn run_engine(
     r.map(|()| flow)
 }
 
-/// The engine row of a command.
-pub(crate) fn engine_spec(cmd: &Command) -> Option<&'static hotkv_engine::cmd::Spec> {
-    match cmd.spec {
-        crate::registry::Spec::Engine(s) => Some(s),
-        crate::registry::Spec::Server(_) => None,
-    }
-}
-
 /// Serves clients blocked on keys the command touched, in arrival order, while the command's
 /// locks are still held (Valkey's `handleClientsBlockedOnKeys`). A waiter whose command needs
 /// a lock this command does not hold is retried by its own connection instead, since waiting
@@ -388,8 +465,6 @@ pub(crate) fn serve_blocked(b: &Batch<'_>, ctx: &mut Ctx<'_>, events: &CmdEvents
     }
     let mut ready: std::collections::VecDeque<(usize, Vec<u8>)> = events.take_ready().into();
     let mut budget = 100_000;
-    let mut keys = Vec::new();
-    let mut ids = Vec::new();
     while let Some((db, key)) = ready.pop_front() {
         while budget > 0 {
             budget -= 1;
@@ -400,16 +475,16 @@ pub(crate) fn serve_blocked(b: &Batch<'_>, ctx: &mut Ctx<'_>, events: &CmdEvents
                 continue;
             };
             let cmd = b.srv.registry.get(w.cmd);
-            let (Some(spec), Some(ecmd)) = (engine_spec(cmd), cmd.spec.engine()) else {
+            let Some(ecmd) = cmd.spec.engine() else {
                 b.srv.blocked.unregister(&w);
                 let _ = tx.send(Wakeup::Retry);
                 continue;
             };
             let (flat, spans) = flatten(&w.args);
             let args = Args::from_parts(&flat, &spans);
-            let planned = plan_locks(spec, &args, w.db, b.srv.ks.databases(), &mut keys, &mut ids).is_ok();
+            // The plan it was blocked with: its keys are the same, and so is its database.
             let ks = ctx.ks;
-            if !planned || !ctx.locks.try_extend(ks, &ids) {
+            if !ctx.locks.try_extend(ks, w.plan.locks()) {
                 b.srv.blocked.unregister(&w);
                 let _ = tx.send(Wakeup::Retry);
                 continue;

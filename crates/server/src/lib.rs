@@ -22,6 +22,7 @@ pub mod pause;
 pub mod process;
 pub mod pubsub;
 pub mod registry;
+pub mod routing;
 pub mod server;
 pub mod session;
 pub mod slowlog;

@@ -2,20 +2,23 @@
 //! core, by taking the union of its commands' slot locks once, in order, for the whole
 //! transaction (a transaction with a whole-keyspace command takes every slot of the
 //! databases involved). Queued blocking commands do not block (`BlockMode::Immediate`).
+//!
+//! Each queued command keeps the plan dispatch made when it was queued; EXEC's own plan is
+//! their union ([`plan_union`]), made by dispatch before EXEC runs, so no key is found twice.
 
 use quanta::Instant;
 use std::sync::atomic::Ordering;
 
-use hotkv_engine::cmd::{LockPlan, plan_locks};
-use hotkv_engine::keyspace::lock_id;
-use hotkv_engine::slot::{SLOTS, key_slot};
+use hotkv_engine::plan::Plan;
+use hotkv_engine::route::KeyPresence;
+use hotkv_engine::slot::key_slot;
 use hotkv_engine::{BlockMode, CommandError, Ctx};
 use hotkv_protocol::{Args, ReplyBuf};
 
-use crate::dispatch::{Batch, Scratch, account, engine_spec, reply_error, serve_blocked};
+use crate::dispatch::{Batch, Scratch, account, reply_error, serve_blocked};
 use crate::events::CmdEvents;
 use crate::registry::{Command, Flow};
-use crate::session::{MultiState, Session, flag};
+use crate::session::{MultiState, Queued, Session, flag};
 
 /// EXEC.
 pub fn exec(
@@ -37,7 +40,7 @@ pub fn exec(
         out.null_array();
         return Ok(Flow::Continue);
     }
-    run(b, sess, multi, out, scratch);
+    run(b, sess, multi, out, scratch)?;
     Ok(Flow::Continue)
 }
 
@@ -60,41 +63,34 @@ fn watched_key_expired(b: &Batch<'_>, sess: &Session) -> bool {
     })
 }
 
-/// The lock ids of the whole transaction, following SELECTs inside it.
-fn plan(b: &Batch<'_>, sess: &Session, multi: &MultiState, scratch: &mut Scratch, ids: &mut Vec<u32>) {
-    let dbs = b.srv.ks.databases();
-    let mut db = sess.db;
-    let mut keys = Vec::new();
-    let mut one = Vec::new();
-    for (id, argv) in &multi.queue {
-        let cmd = b.srv.registry.get(*id);
-        let (Some(spec), Some(ecmd)) = (engine_spec(cmd), cmd.spec.engine()) else { continue };
-        let (flat, spans) = flatten(argv);
-        let args = Args::from_parts(&flat, &spans);
-        if *id == b.srv.known.select {
-            if let Some(n) = args.opt(1).and_then(hotkv_protocol::parse_i64).and_then(|n| usize::try_from(n).ok())
-                && n < dbs
-            {
-                db = n;
-            }
-            continue;
-        }
-        if let LockPlan::PerSlot = ecmd.plan {
-            // A whole-keyspace command: every slot of its database, or of all of them.
-            let all = matches!(spec.name, "flushall" | "swapdb");
-            let range = if all { 0..dbs } else { db..db + 1 };
-            for d in range {
-                ids.extend((0..SLOTS as u16).map(|s| lock_id(d, s)));
-            }
-            continue;
-        }
-        if plan_locks(spec, &args, db, dbs, &mut keys, &mut one).is_ok() {
-            ids.extend_from_slice(&one);
+/// EXEC's plan: the union of the queued commands' plans, each as it will run, following the
+/// SELECTs inside the transaction (empty outside a transaction).
+pub(crate) fn plan_union(b: &Batch<'_>, sess: &Session, plan: &mut Plan) {
+    plan.begin_union(sess.db);
+    if let Some(multi) = &sess.multi {
+        let dbs = b.srv.ks.databases();
+        for (q, db) in with_databases(b, sess.db, &multi.queue) {
+            plan.absorb(&q.plan, db, dbs);
         }
     }
-    let _ = scratch;
-    ids.sort_unstable();
-    ids.dedup();
+    plan.end_union();
+}
+
+/// The queued commands with the database each will run in, starting from `db`: a queued
+/// SELECT changes it for the commands after it.
+fn with_databases<'q>(b: &Batch<'_>, mut db: usize, queue: &'q [Queued]) -> impl Iterator<Item = (&'q Queued, usize)> {
+    let (select, dbs) = (b.srv.known.select, b.srv.ks.databases());
+    queue.iter().map(move |q| {
+        let at = db;
+        if q.cmd == select
+            && let Some(n) = q.argv.get(1).and_then(|a| hotkv_protocol::parse_i64(a))
+            && let Ok(n) = usize::try_from(n)
+            && n < dbs
+        {
+            db = n;
+        }
+        (q, at)
+    })
 }
 
 fn flatten(argv: &[Vec<u8>]) -> (Vec<u8>, Vec<(usize, usize)>) {
@@ -107,11 +103,25 @@ fn flatten(argv: &[Vec<u8>]) -> (Vec<u8>, Vec<(usize, usize)>) {
     (flat, spans)
 }
 
-fn run(b: &Batch<'_>, sess: &mut Session, multi: MultiState, out: &mut ReplyBuf, scratch: &mut Scratch) {
-    let mut ids = Vec::new();
-    plan(b, sess, &multi, scratch, &mut ids);
+/// Runs the transaction under the union of its locks. Fails only when cluster routing, which
+/// looks at the keys under those locks, sends it elsewhere (ASK, TRYAGAIN).
+fn run(
+    b: &Batch<'_>,
+    sess: &mut Session,
+    multi: MultiState,
+    out: &mut ReplyBuf,
+    scratch: &mut Scratch,
+) -> Result<(), CommandError> {
     let events = CmdEvents::new(b.srv, b.rt.notify);
-    let locks = b.srv.ks.lock(&ids);
+    let mut locks = b.srv.ks.lock(scratch.plan.locks());
+    if let Some(route) = scratch.pending.take() {
+        let mut seen = KeyPresence::default();
+        for (q, db) in with_databases(b, sess.db, &multi.queue) {
+            let (flat, spans) = flatten(&q.argv);
+            seen.count(&b.srv.ks, &mut locks, db, &Args::from_parts(&flat, &spans), &q.plan, b.now_ms);
+        }
+        crate::routing::route_locked(b, &scratch.plan, &route, &seen)?;
+    }
     let no_touch = sess.has_flag(flag::NO_TOUCH);
     let mut local = std::mem::take(&mut sess.local);
     let mut held = None;
@@ -119,9 +129,9 @@ fn run(b: &Batch<'_>, sess: &mut Session, multi: MultiState, out: &mut ReplyBuf,
     let mut ctx = Ctx::new(&b.srv.ks, sess.db, b.now_ms, cfg, &mut local, no_touch, &events, locks);
     ctx.block_mode = BlockMode::Immediate;
     out.array(multi.queue.len());
-    for (id, argv) in &multi.queue {
-        let cmd = b.srv.registry.get(*id);
-        let (flat, spans) = flatten(argv);
+    for q in &multi.queue {
+        let cmd = b.srv.registry.get(q.cmd);
+        let (flat, spans) = flatten(&q.argv);
         let args = Args::from_parts(&flat, &spans);
         let mark = out.len();
         let start = Instant::now();
@@ -144,6 +154,7 @@ fn run(b: &Batch<'_>, sess: &mut Session, multi: MultiState, out: &mut ReplyBuf,
         sess.db = db;
         sess.info.db.store(db as u32, Ordering::Relaxed);
     }
+    Ok(())
 }
 
 /// A server command inside a transaction sees the transaction's database.

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use hotkv_engine::CommandError;
 use hotkv_engine::cmd::{self as ecmd, EngineCmd};
-use hotkv_engine::command::{ArgSpec, CommandSpec, KeySpec};
+use hotkv_engine::command::{ArgSpec, CommandSpec, InvalidKeyArgs, KeySpec, KeysFound, for_each_key};
 use hotkv_protocol::{Args, ReplyBuf};
 
 use crate::server::Server;
@@ -96,28 +96,12 @@ impl Spec {
         }
     }
 
-    /// Flags including `movablekeys` when key positions depend on arguments.
-    pub fn effective_flags(&self) -> u32 {
-        let movable = match self {
-            Spec::Engine(s) => s.movable_keys(),
-            Spec::Server(s) => s.movable_keys(),
-        };
-        self.flags() | if movable { hotkv_engine::command::flags::MOVABLE_KEYS } else { 0 }
-    }
-
-    /// COMMAND INFO's (first, last, step).
-    pub fn legacy_range(&self) -> (i32, i32, i32) {
+    /// Reports the key arguments of a call with their key-spec flags (channels are not keys
+    /// here): the engine's one key-extraction function, for COMMAND GETKEYS.
+    pub fn for_each_key(&self, args: &Args<'_>, found: impl FnMut(usize, u32)) -> Result<KeysFound, InvalidKeyArgs> {
         match self {
-            Spec::Engine(s) => s.legacy_range(),
-            Spec::Server(s) => s.legacy_range(),
-        }
-    }
-
-    /// Key argument positions of a call.
-    pub fn key_positions(&self, args: &Args<'_>, out: &mut Vec<usize>) -> bool {
-        match self {
-            Spec::Engine(s) => hotkv_engine::command::key_positions(*s, args, out).is_ok(),
-            Spec::Server(s) => hotkv_engine::command::key_positions(*s, args, out).is_ok(),
+            Spec::Engine(s) => for_each_key(*s, args, false, found),
+            Spec::Server(s) => for_each_key(*s, args, false, found),
         }
     }
 

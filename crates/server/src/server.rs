@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
+use hotkv_engine::route::{SlotRouter, Standalone};
 use hotkv_engine::{EngineConfig, Keyspace};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, broadcast};
@@ -219,6 +220,9 @@ pub struct Server {
     pub active_expire: AtomicBool,
     /// CLIENT PAUSE.
     pub pause: crate::pause::Pause,
+    /// Where calls go: [`Standalone`] (everything here) unless cluster mode wires in the
+    /// cluster's router. Dispatch asks it only about calls with keys.
+    pub router: Arc<dyn SlotRouter>,
 }
 
 impl Server {
@@ -264,6 +268,7 @@ impl Server {
             replid: Mutex::new(random_hex(40)),
             active_expire: AtomicBool::new(true),
             pause: Default::default(),
+            router: Arc::new(Standalone),
         };
         srv.pubsub.hard_limit.store(obuf.get(6).copied().unwrap_or(0).max(0) as usize, Ordering::Relaxed);
         srv

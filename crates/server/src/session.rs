@@ -81,6 +81,13 @@ pub struct Session {
     pub watch_dirty: std::sync::Arc<AtomicBool>,
     /// Pub/sub queue and subscriptions, created by the first subscription.
     pub subs: Option<crate::pubsub::ClientSubs>,
+    /// The client is connected over TLS (a cluster redirect names the TLS port).
+    pub tls: bool,
+    /// ASKING was sent: the next command may use a slot this node is importing (cluster).
+    pub asking: bool,
+    /// READONLY was sent: a replica serves this client's reads of its primary's slots
+    /// (cluster; READWRITE clears it).
+    pub readonly: bool,
     /// The running command replied with RESP3 push frames only ((un)subscribe
     /// confirmations), which CLIENT REPLY OFF/SKIP does not silence: Valkey's `pushing`.
     pub pushed: bool,
@@ -89,10 +96,20 @@ pub struct Session {
 /// A transaction being queued.
 #[derive(Default)]
 pub struct MultiState {
-    /// The queued commands: registry index and arguments.
-    pub queue: Vec<(usize, Vec<Vec<u8>>)>,
+    /// The queued commands.
+    pub queue: Vec<Queued>,
     /// An error while queueing: EXEC answers EXECABORT.
     pub aborted: bool,
+}
+
+/// A command queued between MULTI and EXEC.
+pub struct Queued {
+    /// Its registry index.
+    pub cmd: usize,
+    /// Its arguments.
+    pub argv: Vec<Vec<u8>>,
+    /// The plan dispatch made when it was queued: EXEC locks and routes their union.
+    pub plan: hotkv_engine::plan::Plan,
 }
 
 impl Session {
@@ -115,6 +132,9 @@ impl Session {
             watched: Vec::new(),
             watch_dirty: std::sync::Arc::new(AtomicBool::new(false)),
             subs: None,
+            tls: false,
+            asking: false,
+            readonly: false,
             pushed: false,
         }
     }

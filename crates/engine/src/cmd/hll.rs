@@ -482,10 +482,11 @@ mod tests {
         let buf = b"PFMERGEd".to_vec();
         let args = Args::from_parts(&buf, &[(0, 7), (7, 8)]);
         let spec = crate::cmd::commands().find(|s| s.name == "pfmerge").unwrap();
-        let (mut keys, mut ids) = (Vec::new(), Vec::new());
-        crate::cmd::plan_locks(spec, &args, 0, 16, &mut keys, &mut ids).unwrap();
-        assert_eq!(keys, [1]);
-        assert_eq!(ids.len(), 1);
+        let mut plan = crate::plan::Plan::default();
+        let hint = crate::plan::KeyHint::default();
+        plan.compute(spec, crate::cmd::LockPlan::Keys, &args, 0, 16, &hint);
+        assert_eq!(plan.keys().iter().map(|k| k.pos).collect::<Vec<_>>(), [1]);
+        assert_eq!(plan.locks().len(), 1);
     }
 
     #[test]

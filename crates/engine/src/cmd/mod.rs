@@ -7,11 +7,9 @@
 
 use hotkv_protocol::{Args, ReplyBuf};
 
-use crate::command::{CommandSpec, FindKeys, key_positions};
+use crate::command::CommandSpec;
 use crate::ctx::Ctx;
 use crate::error::{CmdResult, CommandError};
-use crate::keyspace::{LockId, lock_id};
-use crate::slot::key_slot;
 
 pub mod bitfield;
 pub mod bitop;
@@ -50,9 +48,13 @@ pub enum LockPlan {
     KeysAlsoInDbArg(usize),
     /// Also the destination key in the database after a `DB` option (COPY).
     KeysAlsoInDbOption,
-    /// No locks: the handler visits slots one at a time itself (KEYS, SCAN, FLUSHDB, ...).
-    /// Such a command must not assume atomicity across slots.
+    /// No locks: the handler visits the slots of its database one at a time itself (KEYS,
+    /// SCAN, FLUSHDB, ...). Such a command must not assume atomicity across slots; inside a
+    /// transaction it runs under every slot lock of its database.
     PerSlot,
+    /// [`LockPlan::PerSlot`] over every database (FLUSHALL, SWAPDB): inside a transaction it
+    /// runs under every slot lock of every database.
+    PerSlotAllDbs,
 }
 
 /// The engine's part of a command row.
@@ -97,127 +99,6 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
     ]
     .into_iter()
     .flatten()
-}
-
-/// Collects the sorted, unique lock ids for a call into `ids` (cleared first); `keys` is
-/// scratch space for key positions.
-pub fn plan_locks(
-    spec: &Spec,
-    args: &Args<'_>,
-    db: usize,
-    databases: usize,
-    keys: &mut Vec<usize>,
-    ids: &mut Vec<LockId>,
-) -> Result<(), CommandError> {
-    plan_locks_hinted(spec, args, db, databases, keys, ids, &mut KeyHint::default())
-}
-
-/// The slot of one key argument, and its table hash when known, so that a command computes
-/// them once: the connection computes them while prefetching a pipeline, the lock plan uses
-/// the slot, and the lock set is seeded with both for the handler's first lookup. Before this,
-/// CRC16 ran three times and the table hash twice for every single-key command.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KeyHint {
-    /// The argument index; 0 (the command name) means no hint.
-    pub arg: usize,
-    /// Address of that argument's first byte, so a hint can never apply to another command.
-    pub at: usize,
-    /// Its hash slot.
-    pub slot: u16,
-    /// Its table hash, if computed.
-    pub hash: Option<u32>,
-}
-
-impl KeyHint {
-    /// A hint for argument `arg` of `args`, computing the slot (and the hash if asked).
-    pub fn of(args: &Args<'_>, arg: usize, with_hash: bool) -> KeyHint {
-        let key = args.get(arg);
-        KeyHint {
-            arg,
-            at: key.as_ptr() as usize,
-            slot: key_slot(key),
-            hash: with_hash.then(|| crate::hash::key_hash(key)),
-        }
-    }
-
-    /// Whether it describes argument `arg` of `args`.
-    pub fn applies(&self, args: &Args<'_>, arg: usize) -> bool {
-        self.arg != 0 && self.arg == arg && arg < args.len() && args.get(arg).as_ptr() as usize == self.at
-    }
-}
-
-/// [`plan_locks`] using and filling `hint`: a hint for one of the keys saves its CRC16, and
-/// with no hint the first key's slot is recorded in it.
-pub fn plan_locks_hinted(
-    spec: &Spec,
-    args: &Args<'_>,
-    db: usize,
-    databases: usize,
-    keys: &mut Vec<usize>,
-    ids: &mut Vec<LockId>,
-    hint: &mut KeyHint,
-) -> Result<(), CommandError> {
-    ids.clear();
-    keys.clear();
-    let Some(cmd) = &spec.handler else { return Ok(()) };
-    if let LockPlan::PerSlot = cmd.plan {
-        return Ok(());
-    }
-    if key_positions(spec, args, keys).is_err() {
-        // A bad key count (SINTERCARD a k, ZUNION 5 k) is the handler's to report, in its own
-        // words ("numkeys should be greater than 0"), as Valkey does: lock nothing and let it
-        // run. Such a handler validates its count before it looks at any key.
-        if spec.key_specs.iter().any(|k| matches!(k.find, FindKeys::Keynum { .. })) {
-            keys.clear();
-            return Ok(());
-        }
-        return Err(CommandError::Syntax);
-    }
-    let other_db = match cmd.plan {
-        LockPlan::KeysAlsoInDbArg(i) => args.opt(i).and_then(parse_db).filter(|d| *d < databases),
-        LockPlan::KeysAlsoInDbOption => db_option(args).and_then(parse_db).filter(|d| *d < databases),
-        _ => None,
-    };
-    for &k in keys.iter() {
-        let slot = if hint.applies(args, k) {
-            hint.slot
-        } else {
-            let key = args.get(k);
-            let slot = key_slot(key);
-            if hint.arg == 0 {
-                *hint = KeyHint { arg: k, at: key.as_ptr() as usize, slot, hash: None };
-            }
-            slot
-        };
-        ids.push(lock_id(db, slot));
-        if let Some(other) = other_db {
-            ids.push(lock_id(other, slot));
-        }
-    }
-    if ids.len() > 1 {
-        ids.sort_unstable();
-        ids.dedup();
-    }
-    Ok(())
-}
-
-/// The argument of COPY's last `DB` option, found the way COPY parses its options (the
-/// value after `DB` is never itself an option), so the locks match the database it uses.
-fn db_option<'a>(args: &Args<'a>) -> Option<&'a [u8]> {
-    let mut found = None;
-    let mut i = 3;
-    while i < args.len() {
-        if args.get(i).eq_ignore_ascii_case(b"db") && i + 1 < args.len() {
-            found = Some(args.get(i + 1));
-            i += 1;
-        }
-        i += 1;
-    }
-    found
-}
-
-fn parse_db(arg: &[u8]) -> Option<usize> {
-    hotkv_protocol::parse_i64(arg).and_then(|n| usize::try_from(n).ok())
 }
 
 /// Parses a blocking command's timeout in seconds (a float) as Valkey's
@@ -296,26 +177,8 @@ pub(crate) fn float_arg(arg: &[u8]) -> Result<f64, CommandError> {
 mod tests {
     use std::collections::HashSet;
 
-    use hotkv_protocol::Args;
-
     use super::*;
     use crate::command::flags;
-
-    fn locks(argv: &[&str], db: usize) -> Result<Vec<LockId>, CommandError> {
-        let buf: Vec<u8> = argv.concat().into_bytes();
-        let mut spans = Vec::new();
-        let mut at = 0;
-        for a in argv {
-            spans.push((at, at + a.len()));
-            at += a.len();
-        }
-        let args = Args::from_parts(&buf, &spans);
-        let name = argv[0].to_ascii_lowercase();
-        let spec = commands().find(|s| s.name == name).expect("known command");
-        let (mut keys, mut ids) = (Vec::new(), Vec::new());
-        plan_locks(spec, &args, db, 16, &mut keys, &mut ids)?;
-        Ok(ids)
-    }
 
     #[test]
     fn rows_are_well_formed() {
@@ -333,38 +196,5 @@ mod tests {
                 assert_ne!(rw, flags::WRITE | flags::READONLY, "{}", s.name);
             }
         }
-    }
-
-    #[test]
-    fn key_commands_lock_their_slots() {
-        use crate::keyspace::lock_id;
-        use crate::slot::key_slot;
-        let id = |db, k: &str| lock_id(db, key_slot(k.as_bytes()));
-        let mut want = vec![id(0, "a"), id(0, "b")];
-        want.sort_unstable();
-        assert_eq!(locks(&["MSET", "a", "1", "b", "2"], 0).unwrap(), want);
-        assert_eq!(locks(&["GET", "{x}1"], 3).unwrap(), [id(3, "x")]);
-        assert_eq!(locks(&["DEL", "{x}1", "{x}2"], 0).unwrap(), [id(0, "x")]);
-        assert!(locks(&["KEYS", "*"], 0).unwrap().is_empty());
-        assert!(locks(&["DBSIZE"], 0).unwrap().is_empty());
-    }
-
-    #[test]
-    fn move_and_copy_also_lock_the_other_database() {
-        use crate::keyspace::lock_id;
-        use crate::slot::key_slot;
-        let id = |db, k: &str| lock_id(db, key_slot(k.as_bytes()));
-        assert_eq!(locks(&["MOVE", "k", "2"], 0).unwrap(), [id(0, "k"), id(2, "k")]);
-        assert_eq!(locks(&["MOVE", "k", "99"], 0).unwrap(), [id(0, "k")], "the handler rejects it");
-        assert_eq!(locks(&["MOVE", "k", "0"], 0).unwrap(), [id(0, "k")]);
-        let mut want = vec![id(0, "a"), id(0, "b"), id(5, "a"), id(5, "b")];
-        want.sort_unstable();
-        assert_eq!(locks(&["COPY", "a", "b", "DB", "5"], 0).unwrap(), want);
-        let mut want = vec![id(1, "a"), id(1, "b"), id(3, "a"), id(3, "b")];
-        want.sort_unstable();
-        assert_eq!(locks(&["COPY", "a", "b", "DB", "5", "REPLACE", "db", "3"], 1).unwrap(), want, "last DB wins");
-        let mut want = vec![id(0, "a"), id(0, "b")];
-        want.sort_unstable();
-        assert_eq!(locks(&["COPY", "a", "b", "REPLACE"], 0).unwrap(), want);
     }
 }

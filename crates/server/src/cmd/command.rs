@@ -2,9 +2,7 @@
 //! (COMMAND INFO/DOCS/LIST/COUNT/GETKEYS), with Valkey 8.0's reply shapes in RESP2 and RESP3.
 
 use hotkv_engine::CommandError;
-use hotkv_engine::command::{
-    ArgSpec, BeginSearch, CommandSpec, FindKeys, KeySpec, acl, flags as f, key_flags, key_positions,
-};
+use hotkv_engine::command::{ArgSpec, BeginSearch, CommandSpec, FindKeys, KeySpec, acl, flags as f, key_flags};
 use hotkv_protocol::{Args, ReplyBuf};
 
 use super::{reply_help, row, subcommand_syntax_error};
@@ -483,25 +481,6 @@ pub fn glob_match(pattern: &[u8], s: &[u8], nocase: bool) -> bool {
     i == s.len()
 }
 
-/// The key positions (in the inner command) and their key-spec flags, spec by spec, as
-/// Valkey's `getKeysUsingKeySpecs`; `None` when the arguments do not fit the specs.
-pub fn keys_with_flags(specs: &'static [KeySpec], args: &Args<'_>) -> Option<Vec<(usize, u32)>> {
-    let mut found = Vec::new();
-    for i in 0..specs.len() {
-        let one: CommandSpec<()> =
-            CommandSpec { key_specs: &specs[i..=i], ..CommandSpec::new("", 0, 0, 0, &[], "", "", "", "", ()) };
-        let mut pos = Vec::new();
-        match key_positions(&one, args, &mut pos) {
-            Ok(()) => {}
-            // An incomplete spec still names the keys it found.
-            Err(_) if specs[i].flags & key_flags::INCOMPLETE != 0 => {}
-            Err(_) => return None,
-        }
-        found.extend(pos.into_iter().map(|p| (p, specs[i].flags)));
-    }
-    Some(found)
-}
-
 fn getkeys_impl(srv: &Server, args: &Args<'_>, out: &mut ReplyBuf, with_flags: bool) -> Result<Flow, CommandError> {
     let mut buf = Vec::new();
     let mut spans = Vec::new();
@@ -523,7 +502,13 @@ fn getkeys_impl(srv: &Server, args: &Args<'_>, out: &mut ReplyBuf, with_flags: b
     if (arity > 0 && arity != argc) || argc < -arity {
         return Err(CommandError::err("Invalid number of arguments specified for command"));
     }
-    let keys = keys_with_flags(specs, &inner).filter(|k| !k.is_empty());
+    // Valkey's `getKeysFromCommandWithSpecs`: the row's key specs, through the same function
+    // dispatch plans with; an incomplete spec still names the keys it found.
+    let mut found = Vec::new();
+    let keys = match spec.for_each_key(&inner, |pos, flags| found.push((pos, flags))) {
+        Ok(_) if !found.is_empty() => Some(found),
+        _ => None,
+    };
     let Some(keys) = keys else {
         if spec.flags() & f::NO_MANDATORY_KEYS != 0 {
             out.array(0);

@@ -36,6 +36,13 @@ pub(crate) fn server() -> Arc<Server> {
     Arc::new(Server::new(crate::default_settings(), None, Registry::new(super::commands())))
 }
 
+/// A server with the default settings whose cluster routing is `router`.
+pub(crate) fn server_with_router(router: Arc<dyn hotkv_engine::route::SlotRouter>) -> Arc<Server> {
+    let mut srv = Server::new(crate::default_settings(), None, Registry::new(super::commands()));
+    srv.router = router;
+    Arc::new(srv)
+}
+
 /// Registers a client connected from `127.0.0.1:port` to `127.0.0.1:6379`.
 pub(crate) fn client(srv: &Server, port: u16) -> TestClient {
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("valid test address");
