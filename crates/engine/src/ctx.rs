@@ -36,6 +36,8 @@ pub struct EngineConfig {
     pub hz: u32,
     /// Whether this node is a replica (keys are not deleted on lazy expiry).
     pub replica: bool,
+    /// `cluster-enabled`: SELECT of any database but 0 is refused, as Valkey refuses it.
+    pub cluster: bool,
     /// `hll-sparse-max-bytes`: a sparse HyperLogLog that would grow beyond this many bytes
     /// (header included) becomes dense. The server fills it from its configuration.
     pub hll_sparse_max_bytes: usize,
@@ -71,6 +73,7 @@ impl Default for EngineConfig {
             active_expire_effort: 1,
             hz: 10,
             replica: false,
+            cluster: false,
             hll_sparse_max_bytes: 3000,
             list_max_listpack_size: -2,
             zset_max_listpack_entries: 128,

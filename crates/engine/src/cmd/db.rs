@@ -138,6 +138,11 @@ fn db_index(ctx: &Ctx<'_>, arg: &[u8]) -> Result<usize, CommandError> {
 }
 
 fn select(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
+    // MIGRATE sends SELECT 0 to cluster nodes too, so 0 is fine; any other number is refused
+    // before its range is judged (databases is 1 in cluster mode), as in Valkey.
+    if ctx.cfg.cluster && int32_arg(args.get(1))? != 0 {
+        return Err(CommandError::err("SELECT is not allowed in cluster mode"));
+    }
     ctx.db = db_index(ctx, args.get(1))?;
     out.ok();
     Ok(())
@@ -389,6 +394,15 @@ fn duplicate(e: &Entry, key: &[u8], lru: u32) -> Entry {
 #[cfg(test)]
 mod tests {
     use crate::testkit::TestKit;
+
+    #[test]
+    fn select_in_cluster_mode_allows_only_database_0() {
+        let mut t = TestKit { ks: crate::keyspace::Keyspace::new(1), ..TestKit::default() };
+        t.cfg.cluster = true;
+        assert_eq!(t.run(&["SELECT", "0"]), "+OK\r\n");
+        assert_eq!(t.run(&["SELECT", "1"]), "-ERR SELECT is not allowed in cluster mode\r\n");
+        assert_eq!(t.run(&["SELECT", "x"]), "-ERR value is not an integer or out of range\r\n");
+    }
 
     #[test]
     fn select_validates_the_index() {
