@@ -10,6 +10,7 @@
 pub mod bus;
 pub mod node;
 pub mod nodes_conf;
+pub mod router;
 pub mod slots;
 pub mod state;
 pub mod wire;

@@ -141,6 +141,11 @@ impl ClusterState {
         self.dirty = true;
     }
 
+    /// The settings in force.
+    pub fn settings(&self) -> &Settings {
+        &self.cfg
+    }
+
     /// The certificate this node now serves (after a TLS load or reload).
     pub fn set_cert(&mut self, cert: CertSummary) {
         self.cert = cert;
