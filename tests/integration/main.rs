@@ -14,6 +14,7 @@ mod benchmark;
 mod bitmaps_hll;
 mod blocking;
 mod client_cmd;
+mod cluster;
 mod collections;
 mod command;
 mod config_file;

@@ -5,6 +5,7 @@
 //! and replication crates); nothing depends on it but the `hotkv` binary.
 
 pub mod blocking;
+pub mod cluster;
 pub mod cmd;
 pub mod config;
 pub mod connection;
@@ -82,7 +83,20 @@ pub fn main() -> i32 {
             return 1;
         }
     };
-    let srv = Server::new(settings, loaded.config_file, Registry::new(cmd::commands())).into_arc();
+    let node = match cluster::prepare(&settings) {
+        Ok(node) => node,
+        Err(e) => {
+            tracing::warn!("{e}");
+            eprintln!("{e}");
+            return 1;
+        }
+    };
+    let mut srv = Server::new(settings, loaded.config_file, Registry::new(cmd::commands()));
+    if let Some(node) = node {
+        srv.router = node.router.clone();
+        srv.cluster = Some(node);
+    }
+    let srv = srv.into_arc();
     runtime.block_on(process::serve(srv, loaded.no_effect, loaded.warnings))
 }
 

@@ -120,7 +120,12 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
     if tls_port != 0 {
         info!("TLS enabled on {}:{bound_tls}", crate::tls::binds_text(&bind));
     }
-    info!("Running mode=standalone, port={}, PID: {pid}.", if bound_port != 0 { bound_port } else { bound_tls });
+    if let Err(e) = crate::cluster::start(&srv, &settings) {
+        warn!("{e}");
+        return 1;
+    }
+    let mode = if srv.cluster.is_some() { "cluster" } else { "standalone" };
+    info!("Running mode={mode}, port={}, PID: {pid}.", if bound_port != 0 { bound_port } else { bound_tls });
     let pidfile = pidfile_path(&settings, if port != 0 { port } else { tls_port });
     if let Some(p) = &pidfile
         && let Err(e) = std::fs::write(p, format!("{pid}\n"))

@@ -223,6 +223,8 @@ pub struct Server {
     /// Where calls go: [`Standalone`] (everything here) unless cluster mode wires in the
     /// cluster's router. Dispatch asks it only about calls with keys.
     pub router: Arc<dyn SlotRouter>,
+    /// The cluster node, in cluster mode.
+    pub cluster: Option<crate::cluster::ClusterNode>,
 }
 
 impl Server {
@@ -269,6 +271,7 @@ impl Server {
             active_expire: AtomicBool::new(true),
             pause: Default::default(),
             router: Arc::new(Standalone),
+            cluster: None,
         };
         srv.pubsub.hard_limit.store(obuf.get(6).copied().unwrap_or(0).max(0) as usize, Ordering::Relaxed);
         srv

@@ -124,8 +124,8 @@ pub fn generate(srv: &Server, sel: &Selection) -> String {
         ("commandstats", "Commandstats", commandstats),
         ("errorstats", "Errorstats", errorstats),
         ("latencystats", "Latencystats", latencystats),
-        ("cluster", "Cluster", |_, o| {
-            fields!(o, "cluster_enabled" => 0);
+        ("cluster", "Cluster", |srv, o| {
+            fields!(o, "cluster_enabled" => u8::from(srv.cluster.is_some()));
         }),
         ("keyspace", "Keyspace", keyspace),
     ];

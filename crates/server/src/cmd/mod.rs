@@ -8,6 +8,7 @@ use hotkv_protocol::{Args, ReplyBuf};
 use crate::registry::{ServerFn, ServerSpec};
 
 pub mod client;
+pub mod cluster;
 pub mod command;
 pub mod config;
 pub mod conn;
@@ -37,6 +38,7 @@ pub fn commands() -> impl Iterator<Item = &'static ServerSpec> {
         .chain(server::COMMANDS.iter())
         .chain(slowlog::COMMANDS.iter())
         .chain(debug::COMMANDS.iter())
+        .chain(cluster::COMMANDS.iter())
 }
 
 /// A server command row.

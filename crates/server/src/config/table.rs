@@ -469,37 +469,37 @@ directives! {
         Ty::Enum(&["ignore", "panic", "panic-on-replicas"]), "ignore", M | NE, H,
         "What a replica does when a replicated command fails.";
     // cluster
-    CLUSTER_ENABLED = "cluster-enabled" [] "cluster.enabled": B, "no", I | NE, H,
+    CLUSTER_ENABLED = "cluster-enabled" [] "cluster.enabled": B, "no", I, H,
         "Run as a cluster node.";
     CLUSTER_CONFIG_FILE = "cluster-config-file" [] "cluster.config_file": Ty::Str(Check::NonEmpty), "nodes.conf",
-        I | NE, H, "File where the node keeps the cluster state.";
-    CLUSTER_NODE_TIMEOUT = "cluster-node-timeout" [] "cluster.node_timeout": int(0, LONG), "15000", M | NE, H,
+        I, H, "File where the node keeps the cluster state.";
+    CLUSTER_NODE_TIMEOUT = "cluster-node-timeout" [] "cluster.node_timeout": int(0, LONG), "15000", M, CLUSTER,
         "Milliseconds before an unreachable node is considered failing.";
-    CLUSTER_PORT = "cluster-port" [] "cluster.port": P16, "0", I | NE, H,
+    CLUSTER_PORT = "cluster-port" [] "cluster.port": P16, "0", I, H,
         "Cluster bus port; 0 = client port + 10000.";
-    CLUSTER_ANNOUNCE_IP = "cluster-announce-ip" [] "cluster.announce_ip": O, "", M | NE, CLUSTER,
+    CLUSTER_ANNOUNCE_IP = "cluster-announce-ip" [] "cluster.announce_ip": O, "", M, CLUSTER,
         "Address announced to other nodes.";
     CLUSTER_ANNOUNCE_CLIENT_IPV4 = "cluster-announce-client-ipv4" [] "cluster.announce_client_ipv4":
         Ty::OptStr(Check::Ipv4), "", M | NE, CLUSTER, "IPv4 address announced to IPv4 clients.";
     CLUSTER_ANNOUNCE_CLIENT_IPV6 = "cluster-announce-client-ipv6" [] "cluster.announce_client_ipv6":
         Ty::OptStr(Check::Ipv6), "", M | NE, CLUSTER, "IPv6 address announced to IPv6 clients.";
     CLUSTER_ANNOUNCE_HOSTNAME = "cluster-announce-hostname" [] "cluster.announce_hostname": Ty::OptStr(Check::Hostname),
-        "", M | NE, CLUSTER, "Host name announced to other nodes and clients.";
+        "", M, CLUSTER, "Host name announced to other nodes and clients.";
     CLUSTER_ANNOUNCE_HUMAN_NODENAME = "cluster-announce-human-nodename" [] "cluster.announce_human_nodename":
-        Ty::OptStr(Check::NodeName), "", M | NE, CLUSTER, "Name shown for this node in logs.";
-    CLUSTER_ANNOUNCE_PORT = "cluster-announce-port" [] "cluster.announce_port": P16, "0", M | NE, CLUSTER,
+        Ty::OptStr(Check::NodeName), "", M, CLUSTER, "Name shown for this node in logs.";
+    CLUSTER_ANNOUNCE_PORT = "cluster-announce-port" [] "cluster.announce_port": P16, "0", M, CLUSTER,
         "Client port announced to other nodes; 0 = port.";
-    CLUSTER_ANNOUNCE_TLS_PORT = "cluster-announce-tls-port" [] "cluster.announce_tls_port": P16, "0", M | NE, CLUSTER,
+    CLUSTER_ANNOUNCE_TLS_PORT = "cluster-announce-tls-port" [] "cluster.announce_tls_port": P16, "0", M, CLUSTER,
         "TLS client port announced to other nodes; 0 = tls-port.";
-    CLUSTER_ANNOUNCE_BUS_PORT = "cluster-announce-bus-port" [] "cluster.announce_bus_port": P16, "0", M | NE, CLUSTER,
+    CLUSTER_ANNOUNCE_BUS_PORT = "cluster-announce-bus-port" [] "cluster.announce_bus_port": P16, "0", M, CLUSTER,
         "Bus port announced to other nodes; 0 = the bus port.";
     CLUSTER_PREFERRED_ENDPOINT_TYPE = "cluster-preferred-endpoint-type" [] "cluster.preferred_endpoint_type":
         Ty::Enum(&["ip", "hostname", "unknown-endpoint"]), "ip", M | NE, CLUSTER,
         "Endpoint given to clients in redirects and CLUSTER SLOTS.";
     CLUSTER_REQUIRE_FULL_COVERAGE = "cluster-require-full-coverage" [] "cluster.require_full_coverage": B, "yes",
-        M | NE, H, "Stop serving when some slot has no owner.";
+        M, CLUSTER, "Stop serving when some slot has no owner.";
     CLUSTER_ALLOW_READS_WHEN_DOWN = "cluster-allow-reads-when-down" [] "cluster.allow_reads_when_down": B, "no",
-        M | NE, H, "Serve reads while the cluster is down.";
+        M, CLUSTER, "Serve reads while the cluster is down.";
     CLUSTER_ALLOW_PUBSUBSHARD_WHEN_DOWN = "cluster-allow-pubsubshard-when-down" []
         "cluster.allow_pubsubshard_when_down": B, "yes", M | NE, H, "Serve sharded pub/sub while the cluster is down.";
     CLUSTER_REPLICA_VALIDITY_FACTOR = "cluster-replica-validity-factor" ["cluster-slave-validity-factor"]

@@ -1,0 +1,157 @@
+//! Cluster mode, the server's side: loads or creates the node table from `nodes.conf`, binds
+//! the bus port, starts the bus on a thread of its own (so failure detection never waits
+//! behind command batches), and keeps the router that dispatch asks fed with a fresh slot map
+//! after every change. The rules live in `hotkv-cluster`; this module only wires them to the
+//! configuration, the listeners and the TLS material.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use hotkv_cluster::bus::{Bus, PlainTransport, Transport};
+use hotkv_cluster::nodes_conf;
+use hotkv_cluster::router::{ClusterRouter, SlotMap};
+use hotkv_cluster::state::{ClusterState, Settings as ClusterSettings};
+use parking_lot::Mutex;
+use tracing::{info, warn};
+
+use crate::config::Settings;
+use crate::config::table;
+use crate::server::Server;
+
+/// A cluster node's moving parts, held by the server.
+pub struct ClusterNode {
+    /// The bus and the node table behind it.
+    pub bus: Arc<Bus>,
+    /// What dispatch asks about slots.
+    pub router: Arc<ClusterRouter>,
+    /// `nodes.conf`.
+    pub conf_path: PathBuf,
+}
+
+impl ClusterNode {
+    /// The node table, locked (briefly: never across I/O).
+    pub fn state(&self) -> parking_lot::MutexGuard<'_, ClusterState> {
+        self.bus.state().lock()
+    }
+
+    /// Tells the bus that a CLUSTER command changed the table: saved, republished, acted on.
+    pub fn changed(&self) {
+        self.bus.changed();
+    }
+}
+
+/// Where `nodes.conf` lives: `cluster-config-file`, relative to `dir`.
+pub fn conf_path(s: &Settings) -> PathBuf {
+    let file = Path::new(s.str(table::CLUSTER_CONFIG_FILE));
+    if file.is_absolute() { file.to_path_buf() } else { Path::new(s.str(table::DIR)).join(file) }
+}
+
+/// The bus port this node listens on: `cluster-port`, else its client port (the TLS one when
+/// the bus runs TLS and the node has one) plus 10000.
+pub fn bus_port(s: &Settings) -> u16 {
+    let explicit = s.int(table::CLUSTER_PORT) as u16;
+    if explicit != 0 {
+        return explicit;
+    }
+    let tls_port = s.int(table::TLS_PORT) as u16;
+    let base = if s.bool(table::TLS_CLUSTER) && tls_port != 0 { tls_port } else { s.int(table::PORT) as u16 };
+    base.wrapping_add(10000)
+}
+
+/// The settings the cluster rules act on.
+pub fn cluster_settings(s: &Settings) -> ClusterSettings {
+    let announced = |id, fallback: u16| match s.int(id) as u16 {
+        0 => fallback,
+        p => p,
+    };
+    ClusterSettings {
+        node_timeout_ms: s.int(table::CLUSTER_NODE_TIMEOUT),
+        require_full_coverage: s.bool(table::CLUSTER_REQUIRE_FULL_COVERAGE),
+        allow_reads_when_down: s.bool(table::CLUSTER_ALLOW_READS_WHEN_DOWN),
+        announce_ip: s.str(table::CLUSTER_ANNOUNCE_IP).to_owned(),
+        port: announced(table::CLUSTER_ANNOUNCE_PORT, s.int(table::PORT) as u16),
+        tls_port: announced(table::CLUSTER_ANNOUNCE_TLS_PORT, s.int(table::TLS_PORT) as u16),
+        bus_port: announced(table::CLUSTER_ANNOUNCE_BUS_PORT, bus_port(s)),
+        hostname: s.str(table::CLUSTER_ANNOUNCE_HOSTNAME).to_owned(),
+        human_nodename: s.str(table::CLUSTER_ANNOUNCE_HUMAN_NODENAME).to_owned(),
+    }
+}
+
+/// Loads the node table (or makes a fresh node) and saves it at once, so a node that cannot
+/// write its file finds out now, not at its first change. `Ok(None)` outside cluster mode;
+/// an error names the file (and the line, for a corrupt one).
+pub fn prepare(s: &Settings) -> Result<Option<ClusterNode>, String> {
+    if !s.bool(table::CLUSTER_ENABLED) {
+        return Ok(None);
+    }
+    let path = conf_path(s);
+    let cfg = cluster_settings(s);
+    let state = match nodes_conf::load(&path).map_err(|e| e.to_string())? {
+        Some(saved) => {
+            let st = ClusterState::from_saved(saved, cfg);
+            info!("Node configuration loaded, I'm {}", st.myself_id());
+            st
+        }
+        None => {
+            let st = ClusterState::fresh(cfg);
+            info!("No cluster configuration found, I'm {}", st.myself_id());
+            st
+        }
+    };
+    nodes_conf::save(&path, &state.saved()).map_err(|e| e.to_string())?;
+    let router = Arc::new(ClusterRouter::new(SlotMap::of(&state)));
+    let publish = router.clone();
+    let transport: Arc<dyn Transport> = Arc::new(PlainTransport);
+    let bus = Bus::new(
+        Arc::new(Mutex::new(state)),
+        transport,
+        path.clone(),
+        Box::new(move |st: &ClusterState| publish.publish(SlotMap::of(st))),
+    );
+    Ok(Some(ClusterNode { bus, router, conf_path: path }))
+}
+
+/// Binds the bus port on the `bind` addresses and starts the bus on its own thread.
+pub fn start(srv: &Arc<Server>, s: &Settings) -> Result<(), String> {
+    let Some(node) = &srv.cluster else { return Ok(()) };
+    if !s.bool(table::TLS_CLUSTER) && !s.bool(table::CLUSTER_BUS_PORT_PROTECTED_MODE) {
+        warn!(
+            "WARNING: the cluster bus port is not authenticated: tls-cluster is off and \
+             cluster-bus-port-protected-mode is no, so any host that reaches the port can join this cluster and \
+             speak its protocol. Let only trusted hosts reach it, or set tls-cluster yes."
+        );
+    }
+    let port = bus_port(s);
+    let bind = s.list(table::BIND).to_vec();
+    let listeners = crate::listener::bind_all(&bind, port, s.int(table::TCP_BACKLOG) as i32)
+        .map_err(|e| format!("{e}; Failed listening on the cluster bus port {port}"))?;
+    if listeners.is_empty() {
+        return Err(format!("Failed listening on the cluster bus port {port}"));
+    }
+    let bus = node.bus.clone();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("Can't start the cluster bus: {e}"))?;
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("hotkv-bus".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let _ = ready_tx.send(bus.start(listeners).map_err(|e| e.to_string()));
+                std::future::pending::<()>().await;
+            })
+        })
+        .map_err(|e| format!("Can't start the cluster bus thread: {e}"))?;
+    ready_rx.recv().map_err(|_| "The cluster bus thread stopped".to_string())??;
+    info!("Cluster bus listening on port {port}");
+    Ok(())
+}
+
+/// CONFIG SET of a cluster directive: the rules act on the new values at once.
+pub fn apply(srv: &Server, new: &Settings) {
+    if let Some(node) = &srv.cluster {
+        node.state().set_settings(cluster_settings(new));
+        node.changed();
+    }
+}

@@ -1,0 +1,543 @@
+//! CLUSTER and the per-connection cluster commands (READONLY, READWRITE, ASKING), with
+//! Valkey's reply shapes and error texts. The node table belongs to `hotkv-cluster`; these
+//! handlers lock it for the moment they read or change it and tell the bus afterwards.
+
+use hotkv_cluster::node::{Node, NodeFlags, NodeId};
+use hotkv_cluster::slots::parse_slot;
+use hotkv_engine::CommandError;
+use hotkv_engine::command::{CommandSpec, acl, flags as f};
+use hotkv_engine::slot::key_slot;
+use hotkv_protocol::{Args, ReplyBuf};
+
+use super::{reply_help, row, text};
+use crate::cluster::ClusterNode;
+use crate::registry::{Flow, ServerSpec};
+use crate::server::{Server, unix_ms};
+use crate::session::Session;
+
+const ADMIN: u32 = f::ADMIN | f::STALE | f::NOSCRIPT;
+const READ: u32 = f::STALE | f::LOADING;
+
+macro_rules! sub {
+    ($name:literal, $arity:literal, $flags:expr, $since:literal, $summary:literal, $run:expr) => {
+        row($name, $arity, $flags, acl::SLOW, &[], "cluster", $since, $summary, "O(1)", $run)
+    };
+}
+
+/// CLUSTER's rows, READONLY, READWRITE and ASKING.
+pub static COMMANDS: &[ServerSpec] = &[
+    CommandSpec::container(
+        "cluster",
+        -2,
+        "cluster",
+        "3.0.0",
+        "A container for Redis Cluster commands.",
+        &[
+            sub!("addslots", -3, ADMIN, "3.0.0", "Assigns new hash slots to a node.", addslots),
+            sub!("addslotsrange", -4, ADMIN, "7.0.0", "Assigns new hash slot ranges to a node.", addslotsrange),
+            sub!("bumpepoch", 2, ADMIN, "3.0.0", "Advances the cluster config epoch.", bumpepoch),
+            sub!(
+                "count-failure-reports",
+                3,
+                ADMIN,
+                "3.0.0",
+                "Returns the number of active failure reports active for a node.",
+                count_failure_reports
+            ),
+            sub!("countkeysinslot", 3, READ, "3.0.0", "Returns the number of keys in a hash slot.", countkeysinslot),
+            sub!("delslots", -3, ADMIN, "3.0.0", "Sets hash slots as unbound for a node.", delslots),
+            sub!("delslotsrange", -4, ADMIN, "7.0.0", "Sets hash slot ranges as unbound for a node.", delslotsrange),
+            sub!("flushslots", 2, ADMIN, "3.0.0", "Deletes all slots information from a node.", flushslots),
+            sub!("forget", 3, ADMIN, "3.0.0", "Removes a node from the nodes table.", forget),
+            sub!("getkeysinslot", 4, READ, "3.0.0", "Returns the key names in a hash slot.", getkeysinslot),
+            sub!(
+                "help",
+                2,
+                f::LOADING | f::STALE,
+                "5.0.0",
+                "Returns helpful text about the different subcommands.",
+                help
+            ),
+            sub!("info", 2, READ, "3.0.0", "Returns information about the state of a node.", info),
+            sub!("keyslot", 3, READ, "3.0.0", "Returns the hash slot for a key.", keyslot),
+            sub!("meet", -4, ADMIN, "3.0.0", "Forces a node to handshake with another node.", meet),
+            sub!("myid", 2, READ, "3.0.0", "Returns the ID of a node.", myid),
+            sub!("myshardid", 2, READ, "7.2.0", "Returns the shard ID of a node.", myshardid),
+            sub!("nodes", 2, READ, "3.0.0", "Returns the cluster configuration for a node.", nodes),
+            sub!("replicas", 3, ADMIN, "5.0.0", "Lists the replica nodes of a master node.", replicas),
+            sub!("replicate", 3, ADMIN, "3.0.0", "Configure a node as replica of a master node.", replicate),
+            sub!("reset", -2, ADMIN, "3.0.0", "Resets a node.", reset),
+            sub!(
+                "saveconfig",
+                2,
+                ADMIN,
+                "3.0.0",
+                "Forces a node to save the cluster configuration to disk.",
+                saveconfig
+            ),
+            sub!(
+                "set-config-epoch",
+                3,
+                ADMIN,
+                "3.0.0",
+                "Sets the configuration epoch for a new node.",
+                set_config_epoch
+            ),
+            sub!("shards", 2, READ, "7.0.0", "Returns the mapping of cluster slots to shards.", shards),
+            sub!("slaves", 3, ADMIN, "3.0.0", "Lists the replica nodes of a master node.", replicas),
+            sub!("slots", 2, READ, "3.0.0", "Returns the mapping of cluster slots to nodes.", slots),
+        ],
+    ),
+    row(
+        "asking",
+        1,
+        f::FAST,
+        acl::FAST | acl::CONNECTION,
+        &[],
+        "cluster",
+        "3.0.0",
+        "Signals that a cluster client is following an -ASK redirect.",
+        "O(1)",
+        asking,
+    ),
+    row(
+        "readonly",
+        1,
+        f::LOADING | f::STALE | f::FAST,
+        acl::FAST | acl::CONNECTION,
+        &[],
+        "cluster",
+        "3.0.0",
+        "Enables read-only queries for a connection to a Redis Cluster replica node.",
+        "O(1)",
+        readonly,
+    ),
+    row(
+        "readwrite",
+        1,
+        f::LOADING | f::STALE | f::FAST,
+        acl::FAST | acl::CONNECTION,
+        &[],
+        "cluster",
+        "3.0.0",
+        "Enables read-write queries for a connection to a Redis Cluster replica node.",
+        "O(1)",
+        readwrite,
+    ),
+];
+
+type Res = Result<Flow, CommandError>;
+
+/// The cluster node, or Valkey's refusal outside cluster mode.
+fn node(srv: &Server) -> Result<&ClusterNode, CommandError> {
+    srv.cluster.as_ref().ok_or_else(|| CommandError::err("This instance has cluster support disabled"))
+}
+
+fn done(out: &mut ReplyBuf) -> Res {
+    out.ok();
+    Ok(Flow::Continue)
+}
+
+fn slot_arg(arg: &[u8]) -> Result<u16, CommandError> {
+    parse_slot(arg).ok_or_else(|| CommandError::err("Invalid or out of range slot"))
+}
+
+fn node_arg(arg: &[u8]) -> Result<NodeId, CommandError> {
+    NodeId::parse(arg).ok_or_else(|| CommandError::err(format!("Unknown node {}", text(arg))))
+}
+
+/// Slots from `a b c` or, for the RANGE forms, from `start end` pairs.
+fn slot_list(args: &Args<'_>, ranges: bool) -> Result<Vec<u16>, CommandError> {
+    let rest: Vec<&[u8]> = args.iter().skip(2).collect();
+    if !ranges {
+        return rest.iter().map(|a| slot_arg(a)).collect();
+    }
+    if !rest.len().is_multiple_of(2) {
+        return Err(CommandError::WrongArity(format!("cluster|{}", text(args.get(1)).to_lowercase())));
+    }
+    let mut out = Vec::new();
+    for pair in rest.chunks(2) {
+        let (a, b) = (slot_arg(pair[0])?, slot_arg(pair[1])?);
+        if a > b {
+            return Err(CommandError::err(format!("start slot number {a} is greater than end slot number {b}")));
+        }
+        out.extend(a..=b);
+    }
+    Ok(out)
+}
+
+fn change(
+    srv: &Server,
+    out: &mut ReplyBuf,
+    f: impl FnOnce(&mut hotkv_cluster::state::ClusterState) -> Result<(), String>,
+) -> Res {
+    let n = node(srv)?;
+    let r = f(&mut n.state());
+    n.changed();
+    r.map_err(CommandError::err)?;
+    done(out)
+}
+
+fn addslots(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let slots = slot_list(&args, false)?;
+    change(srv, out, |st| st.add_slots(&slots))
+}
+
+fn addslotsrange(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let slots = slot_list(&args, true)?;
+    change(srv, out, |st| st.add_slots(&slots))
+}
+
+fn delslots(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let slots = slot_list(&args, false)?;
+    change(srv, out, |st| st.del_slots(&slots))
+}
+
+fn delslotsrange(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let slots = slot_list(&args, true)?;
+    change(srv, out, |st| st.del_slots(&slots))
+}
+
+fn flushslots(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
+    node(srv)?;
+    if !srv.ks.db(0).is_empty() {
+        return Err(CommandError::err("DB must be empty to perform CLUSTER FLUSHSLOTS."));
+    }
+    change(srv, out, |st| {
+        st.flush_slots();
+        Ok(())
+    })
+}
+
+fn bumpepoch(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let n = node(srv)?;
+    let (bumped, epoch) = n.state().bump_epoch();
+    n.changed();
+    out.simple(&format!("{} {epoch}", if bumped { "BUMPED" } else { "STILL" }));
+    Ok(Flow::Continue)
+}
+
+fn set_config_epoch(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let raw = hotkv_protocol::parse_i64(args.get(2)).ok_or(CommandError::NotInteger)?;
+    let epoch = u64::try_from(raw).map_err(|_| CommandError::err(format!("Invalid config epoch specified: {raw}")))?;
+    change(srv, out, |st| st.set_config_epoch(epoch))
+}
+
+fn count_failure_reports(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let n = node(srv)?;
+    let id = node_arg(args.get(2))?;
+    let count = n.state().failure_reports(&id).ok_or_else(|| CommandError::err(format!("Unknown node {id}")))?;
+    out.int(count as i64);
+    Ok(Flow::Continue)
+}
+
+fn countkeysinslot(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
+    node(srv)?;
+    let slot = parse_slot(args.get(2)).ok_or_else(|| CommandError::err("Invalid slot"))?;
+    out.int(srv.ks.db(0).slot(slot).keys() as i64);
+    Ok(Flow::Continue)
+}
+
+fn getkeysinslot(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
+    node(srv)?;
+    let bad = || CommandError::err("Invalid slot or number of keys");
+    let slot = parse_slot(args.get(2)).ok_or_else(bad)?;
+    let count = hotkv_protocol::parse_i64(args.get(3)).filter(|&n| n >= 0).ok_or_else(bad)? as usize;
+    let table = srv.ks.db(0).slot(slot).lock();
+    let keys: Vec<&[u8]> = table.iter().map(|(_, e)| e.key()).take(count).collect();
+    out.array(keys.len());
+    for k in keys {
+        out.bulk(k);
+    }
+    Ok(Flow::Continue)
+}
+
+fn forget(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let id = node_arg(args.get(2))?;
+    change(srv, out, |st| st.forget(&id))
+}
+
+fn help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
+    reply_help(
+        out,
+        &args,
+        &[
+            "ADDSLOTS <slot> [<slot> ...]",
+            "    Assign slots to current node.",
+            "ADDSLOTSRANGE <start slot> <end slot> [<start slot> <end slot> ...]",
+            "    Assign slots which are between <start-slot> and <end-slot> to current node.",
+            "BUMPEPOCH",
+            "    Advance the cluster config epoch.",
+            "COUNT-FAILURE-REPORTS <node-id>",
+            "    Return number of failure reports for <node-id>.",
+            "COUNTKEYSINSLOT <slot>",
+            "    Return the number of keys in <slot>.",
+            "DELSLOTS <slot> [<slot> ...]",
+            "    Delete slots information from current node.",
+            "DELSLOTSRANGE <start slot> <end slot> [<start slot> <end slot> ...]",
+            "    Delete slots information which are between <start-slot> and <end-slot>.",
+            "FLUSHSLOTS",
+            "    Delete current node own slots information.",
+            "FORGET <node-id>",
+            "    Remove a node from the cluster.",
+            "GETKEYSINSLOT <slot> <count>",
+            "    Return key names stored by current node in a slot.",
+            "INFO",
+            "    Return information about the cluster.",
+            "KEYSLOT <key>",
+            "    Return the hash slot for <key>.",
+            "MEET <ip> <port> [<bus-port>]",
+            "    Connect nodes into a working cluster.",
+            "MYID",
+            "    Return the node id.",
+            "MYSHARDID",
+            "    Return the node's shard id.",
+            "NODES",
+            "    Return cluster configuration seen by node. Output format:",
+            "    <id> <ip:port@bus-port[,hostname]> <flags> <master> <pings> <pongs> <epoch> <link> <slot> ...",
+            "REPLICATE <node-id>",
+            "    Configure current node as replica to <node-id>.",
+            "RESET [HARD|SOFT]",
+            "    Reset current node (default: soft).",
+            "SET-CONFIG-EPOCH <epoch>",
+            "    Set config epoch of current node.",
+            "SAVECONFIG",
+            "    Force saving cluster configuration on disk.",
+            "REPLICAS <node-id>",
+            "    Return <node-id> replicas.",
+            "SLOTS",
+            "    Return information about slots range mappings. Each range is made of:",
+            "    start, end, master and replicas IP addresses, ports and ids",
+            "SHARDS",
+            "    Return information about slot range mappings and the nodes associated with them.",
+        ],
+    );
+    Ok(Flow::Continue)
+}
+
+fn info(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let text = node(srv)?.state().info_text();
+    out.verbatim(text.as_bytes());
+    Ok(Flow::Continue)
+}
+
+fn keyslot(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
+    node(srv)?;
+    out.int(i64::from(key_slot(args.get(2))));
+    Ok(Flow::Continue)
+}
+
+fn meet(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
+    if args.len() > 5 {
+        return Err(CommandError::WrongArity("cluster|meet".into()));
+    }
+    let ip = text(args.get(2));
+    let port_arg = text(args.get(3));
+    let port: u16 = port_arg
+        .parse::<i64>()
+        .ok()
+        .and_then(|p| u16::try_from(p).ok())
+        .ok_or_else(|| CommandError::err(format!("Invalid base port specified: {port_arg}")))?;
+    let bus = match args.opt(4) {
+        Some(b) => {
+            let t = text(b);
+            t.parse::<i64>()
+                .ok()
+                .and_then(|p| u16::try_from(p).ok())
+                .ok_or_else(|| CommandError::err(format!("Invalid bus port specified: {t}")))?
+        }
+        None => port.wrapping_add(10000),
+    };
+    change(srv, out, |st| st.meet(&ip, port, bus, unix_ms()))
+}
+
+fn myid(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let id = node(srv)?.state().myself_id();
+    out.bulk(id.as_str().as_bytes());
+    Ok(Flow::Continue)
+}
+
+/// A shard is a primary and its replicas; it goes by its primary's id.
+fn shard_of(n: &Node) -> NodeId {
+    if n.is_primary() { n.id } else { n.primary.unwrap_or(n.id) }
+}
+
+fn myshardid(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let st = node(srv)?.state();
+    out.bulk(shard_of(st.myself()).as_str().as_bytes());
+    Ok(Flow::Continue)
+}
+
+fn nodes(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let text = node(srv)?.state().nodes_text(sess.tls);
+    out.verbatim(text.as_bytes());
+    Ok(Flow::Continue)
+}
+
+fn replicas(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let st = node(srv)?.state();
+    let id = node_arg(args.get(2))?;
+    let Some(primary) = st.node(&id) else { return Err(CommandError::err(format!("Unknown node {id}"))) };
+    if !primary.is_primary() {
+        return Err(CommandError::err("The specified node is not a master"));
+    }
+    let lines: Vec<String> = st
+        .replicas_of(&id)
+        .into_iter()
+        .map(|r| {
+            let mut s = String::new();
+            r.describe(&mut s, sess.tls, "");
+            s
+        })
+        .collect();
+    out.array(lines.len());
+    for l in lines {
+        out.bulk(l.as_bytes());
+    }
+    Ok(Flow::Continue)
+}
+
+fn replicate(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let id = node_arg(args.get(2))?;
+    let n = node(srv)?;
+    if n.state().myself().is_primary() && !srv.ks.db(0).is_empty() {
+        return Err(CommandError::err("To set a master the node must be empty and without assigned slots."));
+    }
+    change(srv, out, |st| st.replicate(&id))
+}
+
+fn reset(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let hard = match args.opt(2) {
+        None => false,
+        Some(m) if args.len() == 3 && m.eq_ignore_ascii_case(b"hard") => true,
+        Some(m) if args.len() == 3 && m.eq_ignore_ascii_case(b"soft") => false,
+        Some(_) => return Err(CommandError::Syntax),
+    };
+    let n = node(srv)?;
+    if n.state().myself().is_primary() && !srv.ks.db(0).is_empty() {
+        return Err(CommandError::err("CLUSTER RESET can't be called with master nodes containing keys"));
+    }
+    change(srv, out, |st| {
+        st.reset(hard);
+        Ok(())
+    })
+}
+
+fn saveconfig(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let n = node(srv)?;
+    let saved = n.state().saved();
+    hotkv_cluster::nodes_conf::save(&n.conf_path, &saved)
+        .map_err(|e| CommandError::err(format!("error saving the cluster node config: {e}")))?;
+    done(out)
+}
+
+/// Where clients of this connection's kind reach `n`: `cluster-preferred-endpoint-type`.
+fn endpoint(srv: &Server, n: &Node) -> String {
+    let settings = srv.settings.load();
+    match settings.str(crate::config::table::CLUSTER_PREFERRED_ENDPOINT_TYPE) {
+        "hostname" if !n.hostname.is_empty() => n.hostname.clone(),
+        "hostname" | "unknown-endpoint" => "?".into(),
+        _ => n.ip.clone(),
+    }
+}
+
+fn slots(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let st = node(srv)?.state();
+    let mut entries: Vec<(u16, u16, &Node)> = Vec::new();
+    for n in st.nodes().into_iter().filter(|n| n.is_primary()) {
+        for (a, b) in n.slots.ranges() {
+            entries.push((a, b, n));
+        }
+    }
+    entries.sort_by_key(|e| e.0);
+    out.array(entries.len());
+    for (a, b, primary) in entries {
+        let reps = st.replicas_of(&primary.id);
+        let reps: Vec<&Node> = reps.into_iter().filter(|r| !r.flags.has(NodeFlags::FAIL)).collect();
+        out.array(2 + 1 + reps.len());
+        out.int(i64::from(a));
+        out.int(i64::from(b));
+        for n in std::iter::once(primary).chain(reps) {
+            out.array(4);
+            out.bulk(endpoint(srv, n).as_bytes());
+            out.int(i64::from(n.client_port(sess.tls)));
+            out.bulk(n.id.as_str().as_bytes());
+            if n.hostname.is_empty() {
+                out.map(0);
+            } else {
+                out.map(1);
+                out.bulk(b"hostname");
+                out.bulk(n.hostname.as_bytes());
+            }
+        }
+    }
+    Ok(Flow::Continue)
+}
+
+fn shards(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let st = node(srv)?.state();
+    let primaries: Vec<&Node> = st.nodes().into_iter().filter(|n| n.is_primary()).collect();
+    out.array(primaries.len());
+    for p in primaries {
+        out.map(2);
+        out.bulk(b"slots");
+        let ranges = p.slots.ranges();
+        out.array(ranges.len() * 2);
+        for (a, b) in ranges {
+            out.int(i64::from(a));
+            out.int(i64::from(b));
+        }
+        out.bulk(b"nodes");
+        let members: Vec<&Node> = std::iter::once(p).chain(st.replicas_of(&p.id)).collect();
+        out.array(members.len());
+        for n in members {
+            let fields =
+                6 + usize::from(n.port != 0) + usize::from(n.tls_port != 0) + usize::from(!n.hostname.is_empty());
+            out.map(fields);
+            out.bulk(b"id");
+            out.bulk(n.id.as_str().as_bytes());
+            if n.port != 0 {
+                out.bulk(b"port");
+                out.int(i64::from(n.port));
+            }
+            if n.tls_port != 0 {
+                out.bulk(b"tls-port");
+                out.int(i64::from(n.tls_port));
+            }
+            out.bulk(b"ip");
+            out.bulk(n.ip.as_bytes());
+            out.bulk(b"endpoint");
+            out.bulk(endpoint(srv, n).as_bytes());
+            if !n.hostname.is_empty() {
+                out.bulk(b"hostname");
+                out.bulk(n.hostname.as_bytes());
+            }
+            out.bulk(b"role");
+            out.bulk(if n.is_primary() { b"master" } else { b"replica" });
+            out.bulk(b"replication-offset");
+            out.int(0);
+            out.bulk(b"health");
+            let failed = n.flags.has(NodeFlags::FAIL) || n.flags.has(NodeFlags::PFAIL);
+            out.bulk(if failed { b"fail" } else { b"online" });
+        }
+    }
+    Ok(Flow::Continue)
+}
+
+fn asking(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
+    node(srv)?;
+    sess.asking = true;
+    done(out)
+}
+
+fn readonly(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
+    node(srv)?;
+    sess.readonly = true;
+    done(out)
+}
+
+fn readwrite(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
+    node(srv)?;
+    sess.readonly = false;
+    done(out)
+}

@@ -1,0 +1,177 @@
+//! Cluster mode driven by the tools users have: `redis-cli --cluster create|check|info|call`,
+//! `redis-cli -c`, redis-py's `RedisCluster`, and raw clients for exact redirect texts. Nodes
+//! run as separate processes on loopback with a short node timeout, started in parallel.
+
+use std::time::Duration;
+
+use hotkv_test_support::tools::{python, redis_cli, redis_cli_output, run_bounded};
+use hotkv_test_support::{Frame, SIGKILL, TestServer, wait_for};
+
+use crate::{assert_err, builder, info, info_field};
+
+/// Node timeout for tests: failure detection within seconds, not the default 15.
+const NODE_TIMEOUT: &str = "1000";
+
+/// `n` fresh cluster nodes, started in parallel.
+fn nodes(n: usize, extra: &[(&str, &str)]) -> Vec<TestServer> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut b = builder().config("cluster-enabled", "yes").config("cluster-node-timeout", NODE_TIMEOUT);
+                    for (k, v) in extra {
+                        b = b.config(k, v);
+                    }
+                    b.spawn()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("node start")).collect()
+    })
+}
+
+fn addrs(nodes: &[TestServer]) -> Vec<String> {
+    nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())).collect()
+}
+
+/// `redis-cli --cluster create` over `nodes` with `replicas` per primary; its stdout.
+fn create(nodes: &[TestServer], replicas: usize) -> String {
+    let mut cmd = std::process::Command::new("redis-cli");
+    cmd.arg("--cluster").arg("create").args(addrs(nodes));
+    cmd.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
+    let out = run_bounded(&mut cmd, None, Duration::from_secs(60));
+    assert!(out.stdout.contains("[OK] All 16384 slots covered."), "{}\n{}", out.stdout, out.stderr);
+    out.stdout
+}
+
+fn cluster_state(n: &TestServer) -> String {
+    let text = n.cmd(&["CLUSTER", "INFO"]).text();
+    info_field(&text, "cluster_state").unwrap_or_default()
+}
+
+#[test]
+fn redis_cli_creates_six_nodes_and_every_client_follows_redirects() {
+    let ns = nodes(6, &[]);
+    let out = create(&ns, 1);
+    assert!(out.contains("[OK] All nodes agree about slots configuration."), "{out}");
+    assert!(out.contains("Adding replica"), "{out}");
+    assert!(wait_for(|| ns.iter().all(|n| cluster_state(n) == "ok"), Duration::from_secs(10)));
+    let first = &ns[0];
+    // What a user sees: INFO cluster, the node table, exact redirect texts.
+    let mut c = first.client();
+    assert_eq!(info_field(&info(&mut c, "cluster"), "cluster_enabled").as_deref(), Some("1"));
+    let table = c.cmd(&["CLUSTER", "NODES"]).text();
+    assert_eq!(table.lines().count(), 6, "{table}");
+    assert_eq!(table.matches("master").count(), 3, "{table}");
+    assert_eq!(table.matches(" slave ").count(), 3, "{table}");
+    let slot = c.cmd(&["CLUSTER", "KEYSLOT", "foo"]).int();
+    assert_eq!(slot, 12182);
+    let serves = |n: &&TestServer| {
+        n.cmd(&["CLUSTER", "NODES"]).text().lines().any(|l| l.contains("myself,master") && l.ends_with(" 10923-16383"))
+    };
+    let owner_port = ns.iter().find(serves).expect("a node serves 10923-16383").port();
+    if owner_port != first.port() {
+        assert_err(&c.cmd(&["SET", "foo", "bar"]), &format!("MOVED 12182 127.0.0.1:{owner_port}"));
+    }
+    assert_err(&c.cmd(&["MSET", "a", "1", "b", "2"]), "CROSSSLOT Keys in request don't hash to the same slot");
+    assert_err(&c.cmd(&["SELECT", "1"]), "ERR SELECT is not allowed in cluster mode");
+    assert_eq!(c.cmd(&["SELECT", "0"]), Frame::ok());
+    // redis-cli -c follows MOVED; any node answers for any key.
+    assert_eq!(redis_cli(first.port(), &["-c", "SET", "greeting", "hello"]), "OK\n");
+    for n in &ns[..3] {
+        assert_eq!(redis_cli(n.port(), &["-c", "GET", "greeting"]), "hello\n");
+    }
+    // redis-py's cluster client routes by slot.
+    let py = python(
+        first.port(),
+        "from redis.cluster import RedisCluster\n\
+         rc = RedisCluster(host='127.0.0.1', port=PORT)\n\
+         for i in range(200): rc.set(f'key:{i}', i)\n\
+         print(sum(int(rc.get(f'key:{i}')) for i in range(200)))\n\
+         print(len(rc.get_nodes()))",
+    );
+    assert_eq!(py, "19900\n6\n");
+    // The other cluster tools agree.
+    let check = redis_cli_output(first.port(), &["--cluster", "check", &addrs(&ns)[0]], None).stdout;
+    assert!(check.contains("[OK] 201 keys in 3 masters."), "{check}");
+    assert!(check.contains("[OK] All 16384 slots covered."), "{check}");
+    let call = redis_cli_output(first.port(), &["--cluster", "call", &addrs(&ns)[0], "DBSIZE"], None).stdout;
+    assert_eq!(call.lines().filter(|l| l.contains(": ")).count(), 6, "{call}");
+}
+
+#[test]
+fn a_killed_primary_fails_the_cluster_and_rejoins_from_its_nodes_conf() {
+    let ns = nodes(3, &[]);
+    create(&ns, 0);
+    assert!(wait_for(|| ns.iter().all(|n| cluster_state(n) == "ok"), Duration::from_secs(10)));
+    let victim = &ns[2];
+    let id = victim.cmd(&["CLUSTER", "MYID"]).text();
+    victim.signal(SIGKILL);
+    // PFAIL after the node timeout, FAIL once both other primaries agree: the slots it
+    // served have no one, so the cluster is down.
+    let failed = |n: &TestServer| {
+        n.cmd(&["CLUSTER", "NODES"]).text().lines().any(|l| l.starts_with(&id) && l.contains("master,fail "))
+    };
+    assert!(
+        wait_for(|| ns[..2].iter().all(failed), Duration::from_secs(15)),
+        "{}",
+        ns[0].cmd(&["CLUSTER", "NODES"]).text()
+    );
+    assert_eq!(cluster_state(&ns[0]), "fail");
+    assert_err(&ns[0].client().cmd(&["GET", "foo"]), "CLUSTERDOWN The cluster is down");
+    // Restarted on a new port from the same directory, it comes back with its id and slots.
+    let back = builder()
+        .config("cluster-enabled", "yes")
+        .config("cluster-node-timeout", NODE_TIMEOUT)
+        .config("dir", &victim.dir().display().to_string())
+        .spawn();
+    assert_eq!(back.cmd(&["CLUSTER", "MYID"]).text(), id);
+    assert!(wait_for(|| ns[..2].iter().chain([&back]).all(|n| cluster_state(n) == "ok"), Duration::from_secs(15)));
+    let table = ns[0].cmd(&["CLUSTER", "NODES"]).text();
+    let line = table.lines().find(|l| l.starts_with(&id)).unwrap();
+    assert!(line.contains(&format!("127.0.0.1:{}@", back.port())), "{line}");
+    assert_eq!(redis_cli(ns[0].port(), &["-c", "SET", "foo", "bar"]), "OK\n");
+}
+
+#[test]
+fn cluster_commands_refuse_what_valkey_refuses() {
+    let ns = nodes(1, &[]);
+    let mut c = ns[0].client();
+    assert_eq!(c.cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "99"]), Frame::ok());
+    assert_err(&c.cmd(&["CLUSTER", "ADDSLOTS", "5"]), "ERR Slot 5 is already busy");
+    assert_err(&c.cmd(&["CLUSTER", "ADDSLOTS", "16384"]), "ERR Invalid or out of range slot");
+    assert_err(&c.cmd(&["CLUSTER", "DELSLOTS", "100"]), "ERR Slot 100 is already unassigned");
+    assert_err(
+        &c.cmd(&["CLUSTER", "ADDSLOTSRANGE", "9", "3"]),
+        "ERR start slot number 9 is greater than end slot number 3",
+    );
+    assert_err(&c.cmd(&["CLUSTER", "COUNTKEYSINSLOT", "16384"]), "ERR Invalid slot");
+    assert_err(&c.cmd(&["CLUSTER", "GETKEYSINSLOT", "1", "-1"]), "ERR Invalid slot or number of keys");
+    assert_err(&c.cmd(&["CLUSTER", "FORGET", &"a".repeat(40)]), &format!("ERR Unknown node {}", "a".repeat(40)));
+    let me = c.cmd(&["CLUSTER", "MYID"]).text();
+    assert_err(&c.cmd(&["CLUSTER", "FORGET", &me]), "ERR I tried hard but I can't forget myself...");
+    assert_eq!(c.cmd(&["CLUSTER", "KEYSLOT", "{user}:1"]), Frame::Integer(5474));
+    assert_eq!(c.cmd(&["CLUSTER", "BUMPEPOCH"]), Frame::simple("BUMPED 1"));
+    assert_eq!(c.cmd(&["CLUSTER", "BUMPEPOCH"]), Frame::simple("STILL 1"));
+    assert_err(&c.cmd(&["CLUSTER", "SET-CONFIG-EPOCH", "9"]), "ERR Node config epoch is already non-zero");
+    assert_err(&c.cmd(&["CLUSTER", "MEET", "not-an-ip", "7000"]), "ERR Invalid node address specified: not-an-ip:7000");
+    // Only slots 0-99 are served: the others are not, and the cluster is down.
+    assert_eq!(cluster_state(&ns[0]), "fail");
+    assert_eq!(c.cmd(&["CLUSTER", "SAVECONFIG"]), Frame::ok());
+    let saved = std::fs::read_to_string(ns[0].dir().join("nodes.conf")).unwrap();
+    assert!(
+        saved.contains(&format!("{me} 127.0.0.1:{}@", ns[0].port())) || saved.contains(&format!("{me} :")),
+        "{saved}"
+    );
+    assert!(saved.contains(" 0-99\n") && saved.contains("vars currentEpoch 1 "), "{saved}");
+    assert!(ns[0].log().contains("WARNING: the cluster bus port is not authenticated"), "{}", ns[0].log());
+}
+
+#[test]
+fn a_standalone_server_refuses_cluster_commands() {
+    let srv = crate::server();
+    let mut c = srv.client();
+    assert_err(&c.cmd(&["CLUSTER", "NODES"]), "ERR This instance has cluster support disabled");
+    assert_err(&c.cmd(&["READONLY"]), "ERR This instance has cluster support disabled");
+    assert_err(&c.cmd(&["CLUSTER", "KEYSLOT", "k"]), "ERR This instance has cluster support disabled");
+}
