@@ -43,6 +43,10 @@ impl std::fmt::Display for LinkError {
 
 /// How bus links are made; the server implements it with or without TLS.
 pub trait Transport: Send + Sync + 'static {
+    /// What a link is called in the log (`bus link`, `TLS bus link`).
+    fn link_name(&self) -> &'static str {
+        "bus link"
+    }
     /// Dials a node's bus port; `node` names it in errors.
     fn connect(&self, addr: SocketAddr, node: NodeId) -> BoxFuture<'_, Result<Box<dyn BusStream>, LinkError>>;
     /// Completes an accepted connection (the TLS handshake, for TLS).
@@ -245,7 +249,7 @@ impl Bus {
         if repeated {
             debug!(node_id = %id, "bus link to {addr} failed again: {reason}");
         } else {
-            warn!("Cluster: the bus link to node {id} at {addr} failed: {reason}");
+            warn!("Cluster: the {} to node {id} at {addr} failed: {reason}", self.transport.link_name());
         }
         self.state.lock().link_down(&id);
     }

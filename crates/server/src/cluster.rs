@@ -7,11 +7,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use hotkv_cluster::bus::{Bus, PlainTransport, Transport};
+use hotkv_cluster::bus::{BoxFuture, Bus, BusStream, LinkError, PlainTransport, Transport};
+use hotkv_cluster::node::NodeId;
 use hotkv_cluster::nodes_conf;
 use hotkv_cluster::router::{ClusterRouter, SlotMap};
 use hotkv_cluster::state::{ClusterState, Settings as ClusterSettings};
+use hotkv_tls::rustls::pki_types::ServerName;
+use hotkv_tls::{HandshakeError, TlsManager};
 use parking_lot::Mutex;
+use tokio::net::TcpStream;
 use tracing::{info, warn};
 
 use crate::config::Settings;
@@ -80,7 +84,7 @@ pub fn cluster_settings(s: &Settings) -> ClusterSettings {
 /// Loads the node table (or makes a fresh node) and saves it at once, so a node that cannot
 /// write its file finds out now, not at its first change. `Ok(None)` outside cluster mode;
 /// an error names the file (and the line, for a corrupt one).
-pub fn prepare(s: &Settings) -> Result<Option<ClusterNode>, String> {
+pub fn load(s: &Settings) -> Result<Option<Loaded>, String> {
     if !s.bool(table::CLUSTER_ENABLED) {
         return Ok(None);
     }
@@ -100,21 +104,34 @@ pub fn prepare(s: &Settings) -> Result<Option<ClusterNode>, String> {
     };
     nodes_conf::save(&path, &state.saved()).map_err(|e| e.to_string())?;
     let router = Arc::new(ClusterRouter::new(SlotMap::of(&state)));
+    Ok(Some((state, router, path)))
+}
+
+/// Builds the node (its bus not started yet) from what [`load`] found, with links made by
+/// `tls` when `tls-cluster` is on.
+pub fn build(s: &Settings, loaded: Loaded, tls: &Arc<TlsManager>) -> ClusterNode {
+    let (state, router, path) = loaded;
     let publish = router.clone();
-    let transport: Arc<dyn Transport> = Arc::new(PlainTransport);
+    let transport: Arc<dyn Transport> =
+        if s.bool(table::TLS_CLUSTER) { Arc::new(TlsTransport { tls: tls.clone() }) } else { Arc::new(PlainTransport) };
     let bus = Bus::new(
         Arc::new(Mutex::new(state)),
         transport,
         path.clone(),
         Box::new(move |st: &ClusterState| publish.publish(SlotMap::of(st))),
     );
-    Ok(Some(ClusterNode { bus, router, conf_path: path }))
+    ClusterNode { bus, router, conf_path: path }
 }
+
+/// What [`load`] found: the node table, a router over it, and where it is saved.
+pub type Loaded = (ClusterState, Arc<ClusterRouter>, PathBuf);
 
 /// Binds the bus port on the `bind` addresses and starts the bus on its own thread.
 pub fn start(srv: &Arc<Server>, s: &Settings) -> Result<(), String> {
     let Some(node) = &srv.cluster else { return Ok(()) };
-    if !s.bool(table::TLS_CLUSTER) && !s.bool(table::CLUSTER_BUS_PORT_PROTECTED_MODE) {
+    if s.bool(table::TLS_CLUSTER) {
+        info!("TLS on the cluster bus, other nodes verified against the CA");
+    } else if !s.bool(table::CLUSTER_BUS_PORT_PROTECTED_MODE) {
         warn!(
             "WARNING: the cluster bus port is not authenticated: tls-cluster is off and \
              cluster-bus-port-protected-mode is no, so any host that reaches the port can join this cluster and \
@@ -153,5 +170,61 @@ pub fn apply(srv: &Server, new: &Settings) {
     if let Some(node) = &srv.cluster {
         node.state().set_settings(cluster_settings(new));
         node.changed();
+    }
+}
+
+/// Bus links over mutual TLS: every link presents this node's certificate (the client pair's
+/// when set) and verifies the other end against the CA, whatever `tls-auth-clients` says. Each
+/// link takes the material current when it is made, so a reload reaches new links while
+/// established ones keep working.
+struct TlsTransport {
+    tls: Arc<TlsManager>,
+}
+
+/// What a failed handshake reminds the operator of, on each end (the doc's words).
+const DIAL_HINT: &str = "(the TLS handshake: it must have tls-cluster yes, and a certificate tls-ca-cert-file trusts)";
+
+impl Transport for TlsTransport {
+    fn link_name(&self) -> &'static str {
+        "TLS bus link"
+    }
+
+    fn connect(&self, addr: std::net::SocketAddr, _: NodeId) -> BoxFuture<'_, Result<Box<dyn BusStream>, LinkError>> {
+        Box::pin(async move {
+            let cfg = self.tls.state().and_then(|st| st.client_config().cloned());
+            let cfg = cfg.ok_or_else(|| LinkError(format!("no TLS material to dial with {DIAL_HINT}")))?;
+            let tcp = TcpStream::connect(addr).await.map_err(|e| LinkError(e.to_string()))?;
+            let _ = tcp.set_nodelay(true);
+            // Nodes are dialled by address; the verifier checks the chain, and a name only
+            // when tls-expected-peer-name asks for one.
+            let name = ServerName::IpAddress(addr.ip().into());
+            let tls = tokio_rustls::TlsConnector::from(cfg)
+                .connect(name, tcp)
+                .await
+                .map_err(|e| LinkError(format!("{} {DIAL_HINT}", HandshakeError::from_io(&e))))?;
+            Ok(Box::new(tls) as Box<dyn BusStream>)
+        })
+    }
+
+    fn accept(
+        &self,
+        tcp: TcpStream,
+        peer: std::net::SocketAddr,
+    ) -> BoxFuture<'_, Result<Box<dyn BusStream>, LinkError>> {
+        Box::pin(async move {
+            let hint = format!(
+                "(the TLS handshake from {}: tls-cluster is on here, the other nodes must use it too, with a \
+                 certificate tls-ca-cert-file trusts)",
+                peer.ip()
+            );
+            let cfg = self.tls.state().and_then(|st| st.bus_server_config().cloned());
+            let cfg = cfg.ok_or_else(|| LinkError(format!("no TLS material to accept with {hint}")))?;
+            let _ = tcp.set_nodelay(true);
+            let tls = tokio_rustls::TlsAcceptor::from(cfg)
+                .accept(tcp)
+                .await
+                .map_err(|e| LinkError(format!("{} {hint}", HandshakeError::from_io(&e))))?;
+            Ok(Box::new(tls) as Box<dyn BusStream>)
+        })
     }
 }

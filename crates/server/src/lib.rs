@@ -83,8 +83,8 @@ pub fn main() -> i32 {
             return 1;
         }
     };
-    let node = match cluster::prepare(&settings) {
-        Ok(node) => node,
+    let table = match cluster::load(&settings) {
+        Ok(table) => table,
         Err(e) => {
             tracing::warn!("{e}");
             eprintln!("{e}");
@@ -92,7 +92,8 @@ pub fn main() -> i32 {
         }
     };
     let mut srv = Server::new(settings, loaded.config_file, Registry::new(cmd::commands()));
-    if let Some(node) = node {
+    if let Some(table) = table {
+        let node = cluster::build(&srv.settings.load(), table, &srv.tls);
         srv.router = node.router.clone();
         srv.cluster = Some(node);
     }
