@@ -175,3 +175,64 @@ fn a_standalone_server_refuses_cluster_commands() {
     assert_err(&c.cmd(&["READONLY"]), "ERR This instance has cluster support disabled");
     assert_err(&c.cmd(&["CLUSTER", "KEYSLOT", "k"]), "ERR This instance has cluster support disabled");
 }
+
+#[test]
+fn a_corrupt_nodes_conf_stops_the_node_naming_the_file_and_line() {
+    let run = builder()
+        .config("cluster-enabled", "yes")
+        .config_file("hotkv.conf", |port, dir| {
+            std::fs::write(
+                dir.join("nodes.conf"),
+                format!(
+                    "{} 127.0.0.1:{port}@{} myself,master - 0 0 0 connected 0-10\nnot a node line\n",
+                    "a".repeat(40),
+                    port + 10000
+                ),
+            )
+            .unwrap();
+            format!("port {port}\nbind 127.0.0.1\ndir {}\ncluster-enabled yes\n", dir.display())
+        })
+        .run_to_exit(Duration::from_secs(10));
+    assert_eq!(run.code(), Some(1), "{}", run.stderr);
+    let path = run.dir().join("nodes.conf");
+    assert!(
+        run.stderr.contains(&format!(
+            "Unrecoverable error: corrupted cluster config file \"{}\" at line 2: a node line has at least 8 fields, this one 4",
+            path.display()
+        )),
+        "{}\n{}",
+        run.stderr,
+        run.stdout
+    );
+}
+
+#[test]
+fn announced_endpoints_reach_nodes_slots_and_redirects() {
+    let ns = nodes(
+        1,
+        &[
+            ("cluster-announce-ip", "10.1.2.3"),
+            ("cluster-announce-port", "7777"),
+            ("cluster-announce-bus-port", "17777"),
+            ("cluster-announce-hostname", "cache-1.example.com"),
+        ],
+    );
+    let mut c = ns[0].client();
+    assert_eq!(c.cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]), Frame::ok());
+    let table = c.cmd(&["CLUSTER", "NODES"]).text();
+    assert!(table.contains(" 10.1.2.3:7777@17777,cache-1.example.com myself,master "), "{table}");
+    let slots = c.cmd(&["CLUSTER", "SLOTS"]);
+    let node = &slots.items()[0].items()[2];
+    assert_eq!(node.items()[0], Frame::bulk("10.1.2.3"));
+    assert_eq!(node.items()[1], Frame::Integer(7777));
+    assert_eq!(node.items()[3].pairs(), vec![(Frame::bulk("hostname"), Frame::bulk("cache-1.example.com"))]);
+    // Endpoints by host name, as clients that verify names want them.
+    assert_eq!(c.cmd(&["CONFIG", "SET", "cluster-preferred-endpoint-type", "hostname"]), Frame::ok());
+    let slots = c.cmd(&["CLUSTER", "SLOTS"]);
+    let node = &slots.items()[0].items()[2];
+    assert_eq!(node.items()[0], Frame::bulk("cache-1.example.com"));
+    assert_eq!(node.items()[3].pairs(), vec![(Frame::bulk("ip"), Frame::bulk("10.1.2.3"))]);
+    // Changed at runtime, the announced port reaches the table at once.
+    assert_eq!(c.cmd(&["CONFIG", "SET", "cluster-announce-port", "7778"]), Frame::ok());
+    assert!(c.cmd(&["CLUSTER", "NODES"]).text().contains(" 10.1.2.3:7778@17777,"));
+}

@@ -135,6 +135,8 @@ impl Bus {
             tokio::spawn(self.clone().accept_loop(l));
         }
         tokio::spawn(self.clone().cron());
+        // The server's routing map starts from the loaded table even if nothing changes.
+        (self.on_change)(&self.state.lock());
         self.after_change();
         Ok(())
     }
@@ -157,17 +159,18 @@ impl Bus {
         }
     }
 
-    /// Saves `nodes.conf` when the table changed and tells the server.
+    /// Saves `nodes.conf` and tells the server when the table changed. Most frames change
+    /// nothing but liveness times, and cost no rebuild of the routing map and no fsync.
     fn after_change(&self) {
-        let (dirty, saved) = {
+        let saved = {
             let mut st = self.state.lock();
+            if !st.take_dirty() {
+                return;
+            }
             (self.on_change)(&st);
-            let dirty = st.take_dirty();
-            (dirty, dirty.then(|| st.saved()))
+            st.saved()
         };
-        if let (true, Some(saved)) = (dirty, saved)
-            && let Err(e) = nodes_conf::save(&self.conf_path, &saved)
-        {
+        if let Err(e) = nodes_conf::save(&self.conf_path, &saved) {
             warn!(cause = %e, "could not save the cluster config file");
         }
     }
@@ -427,6 +430,7 @@ mod tests {
             bus_port,
             hostname: String::new(),
             human_nodename: String::new(),
+            preferred_endpoint: Default::default(),
         };
         let state = Arc::new(Mutex::new(ClusterState::fresh(cfg)));
         (Bus::new(state, Arc::new(PlainTransport), dir.join("nodes.conf"), Box::new(|_| {})), dir)

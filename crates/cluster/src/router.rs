@@ -12,7 +12,7 @@ use hotkv_engine::route::{KeyPresence, Route, RouteCtx, SlotRouter};
 
 use crate::node::{Node, NodeFlags, NodeId};
 use crate::slots::SLOTS;
-use crate::state::ClusterState;
+use crate::state::{ClusterState, Endpoint as EndpointKind};
 
 /// A node as redirects name it.
 #[derive(Debug)]
@@ -25,9 +25,8 @@ struct Endpoint {
 }
 
 impl Endpoint {
-    fn of(n: &Node) -> Endpoint {
-        // An unknown address is `?`, as Valkey prints it.
-        let host = if n.ip.is_empty() { "?" } else { n.ip.as_str() };
+    fn of(n: &Node, kind: EndpointKind) -> Endpoint {
+        let host = kind.of(n);
         Endpoint {
             id: n.id,
             plain: format!("{host}:{}", n.client_port(false)).into(),
@@ -58,7 +57,8 @@ impl SlotMap {
     /// The map of `st` now.
     pub fn of(st: &ClusterState) -> SlotMap {
         let mut endpoints: HashMap<NodeId, Arc<Endpoint>> = HashMap::new();
-        let mut endpoint = |n: &Node| endpoints.entry(n.id).or_insert_with(|| Arc::new(Endpoint::of(n))).clone();
+        let kind = st.settings().preferred_endpoint;
+        let mut endpoint = |n: &Node| endpoints.entry(n.id).or_insert_with(|| Arc::new(Endpoint::of(n, kind))).clone();
         let owners = (0..SLOTS as u16).map(|s| st.owner(s).map(&mut endpoint)).collect();
         let migrating =
             st.migrating().iter().filter_map(|(slot, to)| st.node(to).map(|n| (*slot, endpoint(n)))).collect();
@@ -140,5 +140,136 @@ impl SlotRouter for ClusterRouter {
             return Route::TryAgain;
         }
         Route::Ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hotkv_engine::cmd::commands;
+    use hotkv_engine::plan::KeyHint;
+    use hotkv_engine::slot::key_slot;
+    use hotkv_protocol::Args;
+
+    use super::*;
+    use crate::nodes_conf::SavedConfig;
+    use crate::state::{Endpoint as Kind, Settings};
+
+    fn plan(argv: &[&str]) -> Plan {
+        let name = argv[0].to_ascii_lowercase();
+        let spec = commands().find(|s| s.name == name).expect("known command");
+        let lock = spec.handler.as_ref().expect("leaf command").plan;
+        let mut buf = Vec::new();
+        let mut spans = Vec::new();
+        for a in argv {
+            spans.push((buf.len(), buf.len() + a.len()));
+            buf.extend_from_slice(a.as_bytes());
+        }
+        let mut p = Plan::default();
+        p.compute(spec, lock, &Args::from_parts(&buf, &spans), 0, 1, &KeyHint::default());
+        p
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            node_timeout_ms: 1000,
+            require_full_coverage: true,
+            allow_reads_when_down: false,
+            announce_ip: String::new(),
+            port: 7000,
+            tls_port: 7100,
+            bus_port: 17100,
+            hostname: String::new(),
+            human_nodename: String::new(),
+            preferred_endpoint: Kind::Ip,
+        }
+    }
+
+    /// Me serving every slot but `foo`'s (12182), which `other` serves; `replica` is mine.
+    fn two_nodes(cfg: Settings, me_replica_of_other: bool) -> (ClusterState, NodeId) {
+        let mut me = Node::new(NodeId::random(), NodeFlags::MYSELF | NodeFlags::PRIMARY);
+        let mut other = Node::new(NodeId::random(), NodeFlags::PRIMARY);
+        other.ip = "10.0.0.2".into();
+        other.port = 7001;
+        other.tls_port = 7101;
+        other.hostname = "node2.example.com".into();
+        for s in 0..SLOTS as u16 {
+            if s == 12182 {
+                other.slots.insert(s)
+            } else {
+                me.slots.insert(s)
+            };
+        }
+        if me_replica_of_other {
+            me.flags = NodeFlags(NodeFlags::MYSELF | NodeFlags::REPLICA);
+            me.primary = Some(other.id);
+            me.slots = crate::SlotSet::new();
+            other.slots = crate::SlotSet::full();
+        }
+        let id = other.id;
+        let st =
+            ClusterState::from_saved(SavedConfig { nodes: vec![me, other], current_epoch: 1, last_vote_epoch: 0 }, cfg);
+        (st, id)
+    }
+
+    fn ctx(tls: bool, write: bool) -> RouteCtx {
+        RouteCtx { tls, write, ..RouteCtx::default() }
+    }
+
+    #[test]
+    fn redirects_name_the_port_of_the_clients_kind() {
+        let (st, _) = two_nodes(settings(), false);
+        let r = ClusterRouter::new(SlotMap::of(&st));
+        assert_eq!(key_slot(b"foo"), 12182);
+        let moved = |tls| r.route(&plan(&["GET", "foo"]), &ctx(tls, false));
+        assert_eq!(moved(false), Route::Moved { slot: 12182, addr: "10.0.0.2:7001".into() });
+        assert_eq!(moved(true), Route::Moved { slot: 12182, addr: "10.0.0.2:7101".into() });
+        assert_eq!(r.route(&plan(&["GET", "bar"]), &ctx(false, false)), Route::Ok);
+        assert_eq!(r.route(&plan(&["MSET", "foo", "1", "bar", "2"]), &ctx(false, true)), Route::CrossSlot);
+        assert_eq!(r.route(&plan(&["DBSIZE"]), &ctx(false, false)), Route::Ok, "no keys: never redirected");
+    }
+
+    #[test]
+    fn the_preferred_endpoint_type_names_hosts() {
+        let (st, _) = two_nodes(Settings { preferred_endpoint: Kind::Hostname, ..settings() }, false);
+        let r = ClusterRouter::new(SlotMap::of(&st));
+        let moved = r.route(&plan(&["GET", "foo"]), &ctx(false, false));
+        assert_eq!(moved, Route::Moved { slot: 12182, addr: "node2.example.com:7001".into() });
+        let (st, _) = two_nodes(Settings { preferred_endpoint: Kind::Unknown, ..settings() }, false);
+        let r = ClusterRouter::new(SlotMap::of(&st));
+        assert_eq!(
+            r.route(&plan(&["GET", "foo"]), &ctx(false, false)),
+            Route::Moved { slot: 12182, addr: "?:7001".into() }
+        );
+    }
+
+    #[test]
+    fn a_down_cluster_refuses_or_serves_reads_as_configured() {
+        let (mut st, _) = two_nodes(settings(), false);
+        st.del_slots(&[12182]).unwrap();
+        let r = ClusterRouter::new(SlotMap::of(&st));
+        assert_eq!(r.route(&plan(&["GET", "bar"]), &ctx(false, false)), Route::Down(DownReason::Down));
+        st.set_settings(Settings { allow_reads_when_down: true, ..settings() });
+        r.publish(SlotMap::of(&st));
+        assert_eq!(r.route(&plan(&["GET", "bar"]), &ctx(false, false)), Route::Ok);
+        assert_eq!(r.route(&plan(&["SET", "bar", "1"]), &ctx(false, true)), Route::Down(DownReason::ReadOnly));
+        assert_eq!(r.route(&plan(&["GET", "foo"]), &ctx(false, false)), Route::Down(DownReason::Unbound));
+        // Without full coverage the cluster stays up, and only the unserved slot is refused.
+        st.set_settings(Settings { require_full_coverage: false, ..settings() });
+        r.publish(SlotMap::of(&st));
+        assert_eq!(r.route(&plan(&["SET", "bar", "1"]), &ctx(false, true)), Route::Ok);
+        assert_eq!(r.route(&plan(&["SET", "foo", "1"]), &ctx(false, true)), Route::Down(DownReason::Unbound));
+    }
+
+    #[test]
+    fn a_replica_serves_readonly_reads_of_its_primary() {
+        let (st, primary) = two_nodes(settings(), true);
+        let r = ClusterRouter::new(SlotMap::of(&st));
+        let read = plan(&["GET", "bar"]);
+        assert!(matches!(r.route(&read, &ctx(false, false)), Route::Moved { .. }));
+        let readonly = RouteCtx { readonly: true, ..ctx(false, false) };
+        assert_eq!(r.route(&read, &readonly), Route::Ok);
+        let write = RouteCtx { readonly: true, ..ctx(false, true) };
+        assert!(matches!(r.route(&plan(&["SET", "bar", "1"]), &write), Route::Moved { .. }));
+        assert!(st.node(&primary).is_some());
     }
 }

@@ -35,6 +35,31 @@ pub struct Settings {
     pub hostname: String,
     /// `cluster-announce-human-nodename`.
     pub human_nodename: String,
+    /// `cluster-preferred-endpoint-type`: what redirects and CLUSTER SLOTS name a node by.
+    pub preferred_endpoint: Endpoint,
+}
+
+/// `cluster-preferred-endpoint-type`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Endpoint {
+    /// The node's address.
+    #[default]
+    Ip,
+    /// Its `cluster-announce-hostname` (`?` when it has none).
+    Hostname,
+    /// `?`: clients reach the node at the address they already use.
+    Unknown,
+}
+
+impl Endpoint {
+    /// What clients are told to reach `node` at.
+    pub fn of(self, node: &Node) -> &str {
+        match self {
+            Endpoint::Ip if !node.ip.is_empty() => &node.ip,
+            Endpoint::Hostname if !node.hostname.is_empty() => &node.hostname,
+            _ => "?",
+        }
+    }
 }
 
 /// Why a CLUSTER command was refused; the text is Valkey's reply without `ERR `.
@@ -50,6 +75,15 @@ struct Entry {
     fail_time: i64,
     /// The certificate it last said it serves.
     cert: CertSummary,
+    /// When any frame from it last arrived (unix ms): a node that talks is not failing, even
+    /// while a PONG is late (Valkey's `data_received`).
+    heard_ms: i64,
+}
+
+impl Entry {
+    fn new(node: Node) -> Entry {
+        Entry { node, fail_reports: Vec::new(), fail_time: 0, cert: CertSummary::default(), heard_ms: 0 }
+    }
 }
 
 /// What a frame asks the bus to do.
@@ -125,8 +159,7 @@ impl ClusterState {
             for slot in node.slots.iter() {
                 s.owners[usize::from(slot)] = Some(node.id);
             }
-            s.nodes
-                .insert(node.id, Entry { node, fail_reports: Vec::new(), fail_time: 0, cert: CertSummary::default() });
+            s.nodes.insert(node.id, Entry::new(node));
         }
         s.apply_settings_to_me();
         s.update_state();
@@ -360,7 +393,7 @@ impl ClusterState {
             .nodes
             .values()
             .filter(|e| e.node.id != self.me && !e.node.flags.has(NodeFlags::HANDSHAKE))
-            .filter(|e| e.node.ping_sent_ms != 0 && now - e.node.ping_sent_ms > timeout)
+            .filter(|e| e.node.ping_sent_ms != 0 && now - e.node.ping_sent_ms > timeout && now - e.heard_ms > timeout)
             .filter(|e| !e.node.flags.has(NodeFlags::PFAIL) && !e.node.flags.has(NodeFlags::FAIL))
             .map(|e| e.node.id)
             .collect();
@@ -431,6 +464,9 @@ impl ClusterState {
             }
         }
         if ok != self.ok {
+            // Routing must hear of it; the saved table does not change, but a save is cheap
+            // next to how rarely the state flips.
+            self.dirty = true;
             info!(state = if ok { "ok" } else { "fail" }, "Cluster state changed: {}", if ok { "ok" } else { "fail" });
             self.ok = ok;
         }
@@ -498,8 +534,7 @@ impl ClusterState {
             }
             let mut node = Node::new(h.sender, 0);
             node.ip = if h.ip.is_empty() { peer_ip.to_owned() } else { h.ip.clone() };
-            self.nodes
-                .insert(h.sender, Entry { node, fail_reports: Vec::new(), fail_time: 0, cert: CertSummary::default() });
+            self.nodes.insert(h.sender, Entry::new(node));
             info!(node_id = %h.sender, "Node {} met us, adding it", h.sender);
             self.dirty = true;
         }
@@ -550,6 +585,7 @@ impl ClusterState {
         let h = &msg.header;
         let me = self.me;
         let Some(e) = self.nodes.get_mut(&h.sender) else { return };
+        e.heard_ms = now;
         let n = &mut e.node;
         let ip = if h.ip.is_empty() { peer_ip } else { &h.ip };
         if n.ip != ip || n.port != h.port || n.tls_port != h.tls_port || n.bus_port != h.bus_port {
@@ -717,10 +753,7 @@ impl ClusterState {
                     node.bus_port = g.bus_port;
                     node.pong_received_ms = now;
                     info!(node_id = %g.id, "Node {} learnt from gossip of {sender}", g.id);
-                    self.nodes.insert(
-                        g.id,
-                        Entry { node, fail_reports: Vec::new(), fail_time: 0, cert: CertSummary::default() },
-                    );
+                    self.nodes.insert(g.id, Entry::new(node));
                     self.dirty = true;
                 }
             }
@@ -748,8 +781,7 @@ impl ClusterState {
         node.port = port;
         node.bus_port = bus_port;
         node.pong_received_ms = now;
-        self.nodes
-            .insert(node.id, Entry { node, fail_reports: Vec::new(), fail_time: 0, cert: CertSummary::default() });
+        self.nodes.insert(node.id, Entry::new(node));
         Ok(())
     }
 
@@ -896,8 +928,7 @@ impl ClusterState {
             self.last_vote_epoch = 0;
             self.me = me.id;
         }
-        self.nodes
-            .insert(me.id, Entry { node: me, fail_reports: Vec::new(), fail_time: 0, cert: CertSummary::default() });
+        self.nodes.insert(me.id, Entry::new(me));
         self.dirty = true;
         self.update_state();
     }

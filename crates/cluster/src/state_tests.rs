@@ -26,6 +26,7 @@ fn settings(i: usize) -> Settings {
         bus_port: 17000 + i as u16,
         hostname: String::new(),
         human_nodename: String::new(),
+        preferred_endpoint: Default::default(),
     }
 }
 

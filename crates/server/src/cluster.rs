@@ -11,7 +11,7 @@ use hotkv_cluster::bus::{BoxFuture, Bus, BusStream, LinkError, PlainTransport, T
 use hotkv_cluster::node::NodeId;
 use hotkv_cluster::nodes_conf;
 use hotkv_cluster::router::{ClusterRouter, SlotMap};
-use hotkv_cluster::state::{ClusterState, Settings as ClusterSettings};
+use hotkv_cluster::state::{ClusterState, Endpoint, Settings as ClusterSettings};
 use hotkv_tls::rustls::pki_types::ServerName;
 use hotkv_tls::{HandshakeError, TlsManager};
 use parking_lot::Mutex;
@@ -78,6 +78,11 @@ pub fn cluster_settings(s: &Settings) -> ClusterSettings {
         bus_port: announced(table::CLUSTER_ANNOUNCE_BUS_PORT, bus_port(s)),
         hostname: s.str(table::CLUSTER_ANNOUNCE_HOSTNAME).to_owned(),
         human_nodename: s.str(table::CLUSTER_ANNOUNCE_HUMAN_NODENAME).to_owned(),
+        preferred_endpoint: match s.str(table::CLUSTER_PREFERRED_ENDPOINT_TYPE) {
+            "hostname" => Endpoint::Hostname,
+            "unknown-endpoint" => Endpoint::Unknown,
+            _ => Endpoint::Ip,
+        },
     }
 }
 

@@ -4,6 +4,7 @@
 
 use hotkv_cluster::node::{Node, NodeFlags, NodeId};
 use hotkv_cluster::slots::parse_slot;
+use hotkv_cluster::state::Endpoint;
 use hotkv_engine::CommandError;
 use hotkv_engine::command::{CommandSpec, acl, flags as f};
 use hotkv_engine::slot::key_slot;
@@ -431,14 +432,9 @@ fn saveconfig(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) ->
     done(out)
 }
 
-/// Where clients of this connection's kind reach `n`: `cluster-preferred-endpoint-type`.
-fn endpoint(srv: &Server, n: &Node) -> String {
-    let settings = srv.settings.load();
-    match settings.str(crate::config::table::CLUSTER_PREFERRED_ENDPOINT_TYPE) {
-        "hostname" if !n.hostname.is_empty() => n.hostname.clone(),
-        "hostname" | "unknown-endpoint" => "?".into(),
-        _ => n.ip.clone(),
-    }
+/// What clients are told to reach `n` at: `cluster-preferred-endpoint-type`.
+fn endpoint<'a>(st: &hotkv_cluster::state::ClusterState, n: &'a Node) -> &'a str {
+    st.settings().preferred_endpoint.of(n)
 }
 
 fn slots(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
@@ -459,13 +455,20 @@ fn slots(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> R
         out.int(i64::from(b));
         for n in std::iter::once(primary).chain(reps) {
             out.array(4);
-            out.bulk(endpoint(srv, n).as_bytes());
+            out.bulk(endpoint(&st, n).as_bytes());
             out.int(i64::from(n.client_port(sess.tls)));
             out.bulk(n.id.as_str().as_bytes());
-            if n.hostname.is_empty() {
-                out.map(0);
-            } else {
-                out.map(1);
+            // The metadata names the endpoints the first element does not (Valkey's
+            // addNodeToNodeReply): the ip when the hostname leads, the hostname otherwise.
+            let by_hostname = st.settings().preferred_endpoint == Endpoint::Hostname;
+            let ip = (by_hostname || st.settings().preferred_endpoint == Endpoint::Unknown) && !n.ip.is_empty();
+            let hostname = !by_hostname && !n.hostname.is_empty();
+            out.map(usize::from(ip) + usize::from(hostname));
+            if ip {
+                out.bulk(b"ip");
+                out.bulk(n.ip.as_bytes());
+            }
+            if hostname {
                 out.bulk(b"hostname");
                 out.bulk(n.hostname.as_bytes());
             }
@@ -507,7 +510,7 @@ fn shards(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res
             out.bulk(b"ip");
             out.bulk(n.ip.as_bytes());
             out.bulk(b"endpoint");
-            out.bulk(endpoint(srv, n).as_bytes());
+            out.bulk(endpoint(&st, n).as_bytes());
             if !n.hostname.is_empty() {
                 out.bulk(b"hostname");
                 out.bulk(n.hostname.as_bytes());
