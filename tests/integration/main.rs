@@ -22,6 +22,7 @@ mod config_file;
 mod config_set;
 mod databases;
 mod debug_shutdown;
+mod doc_cluster_tls;
 mod expiry;
 mod generic_types;
 mod harness;

@@ -134,9 +134,7 @@ pub type Loaded = (ClusterState, Arc<ClusterRouter>, PathBuf);
 /// Binds the bus port on the `bind` addresses and starts the bus on its own thread.
 pub fn start(srv: &Arc<Server>, s: &Settings) -> Result<(), String> {
     let Some(node) = &srv.cluster else { return Ok(()) };
-    if s.bool(table::TLS_CLUSTER) {
-        info!("TLS on the cluster bus, other nodes verified against the CA");
-    } else if !s.bool(table::CLUSTER_BUS_PORT_PROTECTED_MODE) {
+    if !s.bool(table::TLS_CLUSTER) && !s.bool(table::CLUSTER_BUS_PORT_PROTECTED_MODE) {
         warn!(
             "WARNING: the cluster bus port is not authenticated: tls-cluster is off and \
              cluster-bus-port-protected-mode is no, so any host that reaches the port can join this cluster and \
@@ -225,6 +223,24 @@ impl Transport for TlsTransport {
             let cfg = self.tls.state().and_then(|st| st.bus_server_config().cloned());
             let cfg = cfg.ok_or_else(|| LinkError(format!("no TLS material to accept with {hint}")))?;
             let _ = tcp.set_nodelay(true);
+            // A RESP client that dialled the bus port (redis-cli -p 17000 PING) is closed
+            // without a word, as on the client port: it would print a TLS alert as a protocol
+            // error. Anything else, a plain node's frame included, gets the alert rustls sends,
+            // which a plain node reads as an oversized frame and reports.
+            let mut first = [0u8; 1];
+            if tcp.peek(&mut first).await.is_ok_and(|n| n == 1) && (first[0] == b'*' || first[0].is_ascii_alphabetic())
+            {
+                // Read what it sent before closing: unread input would turn the close into a
+                // reset, which the client reports as such.
+                let mut sink = [0u8; 4096];
+                for _ in 0..16 {
+                    if !matches!(tcp.try_read(&mut sink), Ok(n) if n > 0) {
+                        break;
+                    }
+                }
+                let _ = socket2::SockRef::from(&tcp).shutdown(std::net::Shutdown::Both);
+                return Err(LinkError(format!("{} {hint}", HandshakeError::WrongVersionNumber)));
+            }
             let tls = tokio_rustls::TlsAcceptor::from(cfg)
                 .accept(tcp)
                 .await

@@ -105,6 +105,10 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
         // The reason and the file are in the log line the TLS crate wrote.
         return 1;
     }
+    // Right after the TLS material is in, as the reference doc lists the startup lines.
+    if srv.cluster.is_some() && settings.bool(table::TLS_CLUSTER) {
+        info!("TLS on the cluster bus, other nodes verified against the CA");
+    }
     let listeners = match bind_port(&bind, port, backlog, "tcp") {
         Some(l) => l,
         None => return 1,

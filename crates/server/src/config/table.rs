@@ -548,7 +548,7 @@ directives! {
         M | U, H, "Valkey 9: log in as the ACL user named by the client certificate's CN or URI.";
     TLS_REPLICATION = "tls-replication" [] "tls.replication": B, "no", M | NE, TLS,
         "Connect to the primary over TLS.";
-    TLS_CLUSTER = "tls-cluster" [] "tls.cluster": B, "no", M | NE, TLS,
+    TLS_CLUSTER = "tls-cluster" [] "tls.cluster": B, "no", M, TLS,
         "Use TLS on the cluster bus.";
     TLS_PROTOCOLS = "tls-protocols" [] "tls.protocols": Ty::OptStr(Check::TlsProtocols), "", M, TLS,
         "TLS versions accepted; empty = TLSv1.2 TLSv1.3.";
