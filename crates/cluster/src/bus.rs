@@ -298,7 +298,7 @@ impl Bus {
     ) -> io::Result<()> {
         self.frames(reader, peer, None, |bus, msg| {
             let out = bus.state.lock().receive(msg, None, &peer.ip().to_string(), Some(local_ip), now_ms());
-            if let Some(reply) = out.reply {
+            for reply in out.reply {
                 let mut buf = Vec::new();
                 wire::encode(&reply, &mut buf);
                 let _ = tx.send(Arc::new(buf));

@@ -89,8 +89,9 @@ impl Entry {
 /// What a frame asks the bus to do.
 #[derive(Debug, Default)]
 pub struct Outcome {
-    /// Send on the link the frame came from.
-    pub reply: Option<Message>,
+    /// Send on the link the frame came from, in order (a PONG, then an UPDATE for a sender
+    /// whose slot claims are stale).
+    pub reply: Vec<Message>,
     /// Close that link (the peer is not who the link was opened for, or was forgotten).
     pub close: bool,
     /// Send to every connected node.
@@ -528,7 +529,7 @@ impl ClusterState {
                 out.close = link_node.is_none() && msg.kind != Kind::Ping;
                 if msg.kind == Kind::Ping {
                     // Answer, so the sender's handshake completes if it met us.
-                    out.reply = Some(self.gossip_message(Kind::Pong, None));
+                    out.reply.push(self.gossip_message(Kind::Pong, None));
                 }
                 return out;
             }
@@ -549,11 +550,11 @@ impl ClusterState {
             self.myself_mut().ip = local.to_owned();
             self.dirty = true;
         }
-        self.update_sender(&msg, peer_ip, now);
+        let newer_owner = self.update_sender(&msg, peer_ip, now);
         match &msg.body {
             Body::Gossip(entries) => {
                 if matches!(msg.kind, Kind::Ping | Kind::Meet) {
-                    out.reply = Some(self.gossip_message(Kind::Pong, None));
+                    out.reply.push(self.gossip_message(Kind::Pong, None));
                 }
                 self.process_gossip(h.sender, entries, now, &mut out);
             }
@@ -571,20 +572,35 @@ impl ClusterState {
                 }
             }
             Body::Update { id, config_epoch, slots } => {
-                if self.nodes.get(id).is_some_and(|e| e.node.config_epoch < *config_epoch) {
+                // Someone saw us (or gossip) claim slots with a stale epoch: the node it names
+                // holds them with a newer one. Valkey's clusterUpdateSlotsConfigWith.
+                let newer = self.nodes.get(id).is_some_and(|e| e.node.config_epoch < *config_epoch);
+                if newer && *id != self.me {
+                    if let Some(e) = self.nodes.get_mut(id) {
+                        e.node.config_epoch = *config_epoch;
+                    }
+                    info!(node_id = %id, "UPDATE from {} about {id}: its slots, epoch {config_epoch}", h.sender);
                     self.claim_slots(*id, *config_epoch, slots);
+                    self.dirty = true;
                 }
             }
             Body::Publish { .. } | Body::AuthRequest { .. } | Body::Empty => {}
         }
+        // The sender claims slots that a node with a newer epoch holds: tell it, so that it
+        // stops serving them (it may not hear from that node directly).
+        if let Some(owner) = newer_owner.and_then(|o| self.nodes.get(&o)).map(|e| e.node.clone()) {
+            let update = Body::Update { id: owner.id, config_epoch: owner.config_epoch, slots: Box::new(owner.slots) };
+            out.reply.push(self.message(Kind::Update, update));
+        }
         out
     }
 
-    /// What the header says about its sender: address, role, epochs, slots, liveness.
-    fn update_sender(&mut self, msg: &Message, peer_ip: &str, now: i64) {
+    /// What the header says about its sender: address, role, epochs, slots, liveness. Returns
+    /// a node that holds some slot the sender claims with a newer epoch, if any.
+    fn update_sender(&mut self, msg: &Message, peer_ip: &str, now: i64) -> Option<NodeId> {
         let h = &msg.header;
         let me = self.me;
-        let Some(e) = self.nodes.get_mut(&h.sender) else { return };
+        let Some(e) = self.nodes.get_mut(&h.sender) else { return None };
         e.heard_ms = now;
         let n = &mut e.node;
         let ip = if h.ip.is_empty() { peer_ip } else { &h.ip };
@@ -637,23 +653,27 @@ impl ClusterState {
                     self.set_owner(s, None);
                 }
             }
-            return;
+            return None;
         }
         let epoch_changed = self.nodes[&sender].node.config_epoch != h.config_epoch;
         if epoch_changed {
             self.nodes.get_mut(&sender).expect("present").node.config_epoch = h.config_epoch;
             self.dirty = true;
         }
-        if sender != me {
-            self.claim_slots(sender, h.config_epoch, &h.slots);
-            self.handle_epoch_collision(sender, h.config_epoch);
+        if sender == me {
+            return None;
         }
+        let newer = self.claim_slots(sender, h.config_epoch, &h.slots);
+        self.handle_epoch_collision(sender, h.config_epoch);
+        newer
     }
 
     /// A primary claims `slots` with `epoch`: it takes every slot that is free or held with an
-    /// older epoch; slots it no longer claims and still holds here are released.
-    fn claim_slots(&mut self, sender: NodeId, epoch: u64, slots: &SlotSet) {
+    /// older epoch; slots it no longer claims and still holds here are released. Returns the
+    /// first node found holding a claimed slot with a newer epoch (the claim is stale).
+    fn claim_slots(&mut self, sender: NodeId, epoch: u64, slots: &SlotSet) -> Option<NodeId> {
         let mut changed = false;
+        let mut newer = None;
         for slot in 0..SLOTS as u16 {
             let claimed = slots.contains(slot);
             let owner = self.owners[usize::from(slot)];
@@ -672,6 +692,11 @@ impl ClusterState {
                 if older {
                     self.set_owner(slot, Some(sender));
                     changed = true;
+                } else if newer.is_none()
+                    && let Some(o) = owner.and_then(|o| self.nodes.get(&o))
+                    && o.node.config_epoch > epoch
+                {
+                    newer = Some(o.node.id);
                 }
             } else if owner == Some(sender) && self.nodes.get(&sender).is_some_and(|e| e.node.config_epoch <= epoch) {
                 // It gave the slot up (a DELSLOTS, a migration handed over): unbound until
@@ -684,6 +709,7 @@ impl ClusterState {
             self.dirty = true;
             self.update_state();
         }
+        newer
     }
 
     fn set_owner(&mut self, slot: u16, owner: Option<NodeId>) {

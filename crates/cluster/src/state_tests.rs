@@ -65,7 +65,7 @@ impl Net {
         let now = self.now;
         let out = self.nodes[to].receive(wire(msg), None, "127.0.0.1", Some("127.0.0.1"), now);
         self.broadcast(to, out.broadcast);
-        if let Some(reply) = out.reply {
+        for reply in out.reply {
             let back = self.nodes[from].receive(wire(reply), Some(link_id), "127.0.0.1", None, now);
             if let Some((old, new)) = back.renamed {
                 for l in &mut self.links {
@@ -259,4 +259,35 @@ fn slot_commands_follow_valkey() {
     s.reset(true);
     assert_ne!(s.myself_id(), me);
     assert!(s.myself().slots.is_empty() && s.current_epoch() == 0);
+}
+
+#[test]
+fn a_stale_slot_claim_is_answered_with_an_update_that_corrects_it() {
+    let mut net = Net::three_primaries();
+    // Node 2 hands its slot 16383 to node 1 behind node 0's back: node 1 takes it with a
+    // newer epoch, node 0 hears of it first from node 1.
+    let (id1, id2) = (net.id(1), net.id(2));
+    let stale = {
+        let n2 = &mut net.nodes[2];
+        n2.message(Kind::Ping, Body::Gossip(vec![]))
+    };
+    net.nodes[1].bump_epoch();
+    let epoch1 = net.nodes[1].myself().config_epoch;
+    let now = net.now;
+    // Node 0 learns that node 1 serves 16383 with the newer epoch...
+    let mut claim = net.nodes[1].message(Kind::Ping, Body::Gossip(vec![]));
+    claim.header.slots.insert(16383);
+    net.nodes[0].receive(wire(claim), None, "127.0.0.1", None, now);
+    assert_eq!(net.nodes[0].owner(16383).map(|n| n.id), Some(id1));
+    // ...then node 2's stale claim arrives: node 0 answers with an UPDATE about node 1.
+    let out = net.nodes[0].receive(wire(stale), None, "127.0.0.1", None, now);
+    let update = out.reply.iter().find(|m| m.kind == Kind::Update).expect("an UPDATE");
+    let Body::Update { id, config_epoch, slots } = &update.body else { panic!("{update:?}") };
+    assert_eq!((*id, *config_epoch), (id1, epoch1));
+    assert!(slots.contains(16383));
+    // Node 2 takes it: slot 16383 is node 1's now, everywhere.
+    net.nodes[2].receive(wire(update.clone()), None, "127.0.0.1", None, now);
+    assert_eq!(net.nodes[2].owner(16383).map(|n| n.id), Some(id1));
+    assert!(!net.nodes[2].myself().slots.contains(16383));
+    assert_eq!(net.nodes[0].owner(16382).map(|n| n.id), Some(id2));
 }
