@@ -600,7 +600,7 @@ impl ClusterState {
     fn update_sender(&mut self, msg: &Message, peer_ip: &str, now: i64) -> Option<NodeId> {
         let h = &msg.header;
         let me = self.me;
-        let Some(e) = self.nodes.get_mut(&h.sender) else { return None };
+        let e = self.nodes.get_mut(&h.sender)?;
         e.heard_ms = now;
         let n = &mut e.node;
         let ip = if h.ip.is_empty() { peer_ip } else { &h.ip };
