@@ -236,3 +236,35 @@ fn announced_endpoints_reach_nodes_slots_and_redirects() {
     assert_eq!(c.cmd(&["CONFIG", "SET", "cluster-announce-port", "7778"]), Frame::ok());
     assert!(c.cmd(&["CLUSTER", "NODES"]).text().contains(" 10.1.2.3:7778@17777,"));
 }
+
+#[test]
+fn a_bus_peer_that_lies_is_dropped_and_changes_nothing() {
+    use std::io::{Read, Write};
+    let ns = nodes(1, &[]);
+    let bus = ns[0].port() + 10000;
+    let before = ns[0].cmd(&["CLUSTER", "NODES"]).text();
+    let send = |bytes: &[u8]| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", bus)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = s.write_all(bytes);
+        // The node closes the link: a read ends (EOF or reset) instead of timing out.
+        let mut buf = [0u8; 64];
+        let closed = matches!(s.read(&mut buf), Ok(0) | Err(_));
+        assert!(closed, "the node kept a lying link open after {bytes:?}");
+    };
+    // A length past the limit, a length too short for a header, a valid length with garbage,
+    // and another protocol version.
+    send(&[0x7f, 0xff, 0xff, 0xff, 1, 2, 3]);
+    send(&[0, 0, 0, 3]);
+    let mut garbage = 64u32.to_be_bytes().to_vec();
+    garbage.extend_from_slice(&[0xab; 60]);
+    send(&garbage);
+    let mut other = 64u32.to_be_bytes().to_vec();
+    other.extend_from_slice(&[0, 9, 0, 0]);
+    other.extend_from_slice(&[0; 56]);
+    send(&other);
+    assert!(ns[0].wait_for_log("message too large", Duration::from_secs(5)), "{}", ns[0].log());
+    assert!(ns[0].log().contains("dropping a bus link that sent a bad frame"), "{}", ns[0].log());
+    assert_eq!(ns[0].cmd(&["CLUSTER", "NODES"]).text(), before);
+    assert_eq!(ns[0].cmd(&["PING"]), Frame::simple("PONG"));
+}
