@@ -161,4 +161,24 @@ fn the_docs_tls_cluster_from_configuration_to_clients() {
     let mut names: Vec<String> = ports.iter().map(|p| format!("'127.0.0.1:{p}'")).collect();
     names.sort();
     assert_eq!(py.stdout, format!("b'hello from python'\n[{}]\n", names.join(", ")), "{}", py.stderr);
+
+    // The Rust redis crate's cluster client over TLS, keys spread over every slot range.
+    let read = |name: &str| std::fs::read(pki.dir.path(name)).unwrap();
+    let certs = redis::TlsCertificates {
+        client_tls: Some(redis::ClientTlsConfig { client_cert: read("app.crt"), client_key: read("app.key") }),
+        root_cert: Some(read("ca.crt")),
+    };
+    let client = redis::cluster::ClusterClient::builder(vec![format!("rediss://127.0.0.1:{first}/")])
+        .password("change-me".to_string())
+        .certs(certs)
+        .build()
+        .unwrap();
+    let mut con = client.get_connection().unwrap();
+    for i in 0..100 {
+        let _: () = redis::cmd("SET").arg(format!("rust:{i}")).arg(i).query(&mut con).unwrap();
+    }
+    let sum: i64 = (0..100).map(|i| redis::cmd("GET").arg(format!("rust:{i}")).query::<i64>(&mut con).unwrap()).sum();
+    assert_eq!(sum, 4950);
+    let greeting: String = redis::cmd("GET").arg("greeting").query(&mut con).unwrap();
+    assert_eq!(greeting, "hello from python");
 }
