@@ -169,7 +169,7 @@ fn the_docs_tls_cluster_from_configuration_to_clients() {
         root_cert: Some(read("ca.crt")),
     };
     let client = redis::cluster::ClusterClient::builder(vec![format!("rediss://127.0.0.1:{first}/")])
-        .password("change-me".to_string())
+        .password("change-me")
         .certs(certs)
         .build()
         .unwrap();
