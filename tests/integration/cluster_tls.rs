@@ -6,16 +6,22 @@ use std::process::Command;
 use std::time::Duration;
 
 use hotkv_test_support::tools::run_bounded;
-use hotkv_test_support::{TestServer, free_port, wait_for};
+use hotkv_test_support::{Frame, TestServer, free_port, wait_for};
 
 use crate::pki::{Ca, Pki};
 use crate::{assert_err, builder};
+use rcgen::ExtendedKeyUsagePurpose as Eku;
 
 /// A TLS cluster node: a plain port (for the harness), a TLS port, the bus on TLS at a port
 /// of its own. `cert`/`key` name files in the PKI dir.
 fn tls_node(pki: &Pki, cert: &str, key: &str, ca: &str) -> (TestServer, u16) {
+    tls_node_with(pki, cert, key, ca, &[])
+}
+
+/// [`tls_node`] with more directives.
+fn tls_node_with(pki: &Pki, cert: &str, key: &str, ca: &str, extra: &[(&str, &str)]) -> (TestServer, u16) {
     let tls_port = free_port();
-    let srv = builder()
+    let mut b = builder()
         .config("tls-port", &tls_port.to_string())
         .config("tls-cert-file", &pki.dir.s(cert))
         .config("tls-key-file", &pki.dir.s(key))
@@ -23,9 +29,63 @@ fn tls_node(pki: &Pki, cert: &str, key: &str, ca: &str) -> (TestServer, u16) {
         .config("tls-cluster", "yes")
         .config("cluster-port", &free_port().to_string())
         .config("cluster-enabled", "yes")
-        .config("cluster-node-timeout", "1000")
-        .spawn();
-    (srv, tls_port)
+        .config("cluster-node-timeout", "1000");
+    for (k, v) in extra {
+        b = b.config(k, v);
+    }
+    (b.spawn(), tls_port)
+}
+
+/// `n` TLS nodes started in parallel, node `i` with `node{i}.crt`/`node{i}.key` and the CA
+/// file `ca{i}.crt` (each node its own files, so each can be renewed on its own), `extra(i)`
+/// added to its directives.
+fn tls_nodes(
+    pki: &Pki,
+    n: usize,
+    extra: impl Fn(usize) -> Vec<(&'static str, String)> + Sync,
+) -> Vec<(TestServer, u16)> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|i| {
+                let extra = &extra;
+                s.spawn(move || {
+                    let more = extra(i);
+                    let more: Vec<(&str, &str)> = more.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                    tls_node_with(pki, &format!("node{i}.crt"), &format!("node{i}.key"), &format!("ca{i}.crt"), &more)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// `redis-cli --tls --cluster create` over the nodes' TLS ports.
+fn create(pki: &Pki, nodes: &[(TestServer, u16)], replicas: usize) {
+    let addrs: Vec<String> = nodes.iter().map(|(_, t)| format!("127.0.0.1:{t}")).collect();
+    let replicas = replicas.to_string();
+    let mut args = vec!["--cluster", "create"];
+    args.extend(addrs.iter().map(String::as_str));
+    args.extend(["--cluster-replicas", &replicas, "--cluster-yes"]);
+    let out = cli(pki, &args);
+    assert!(out.contains("[OK] All 16384 slots covered."), "{out}");
+}
+
+/// CLUSTER CERTS of a node, one map (flat array in RESP2) per node.
+fn certs(n: &TestServer) -> Vec<Frame> {
+    n.cmd(&["CLUSTER", "CERTS"]).items().to_vec()
+}
+
+/// A field of a CLUSTER CERTS row, as text.
+fn field(row: &Frame, key: &str) -> String {
+    row.field(key).unwrap_or_else(|| panic!("no {key} in {row}")).text_lossy()
+}
+
+/// Whether every node's CLUSTER CERTS lists `n` nodes and `ok` holds for every row.
+fn all_certs(nodes: &[(TestServer, u16)], n: usize, ok: impl Fn(&Frame) -> bool) -> bool {
+    nodes.iter().all(|(s, _)| {
+        let rows = certs(s);
+        rows.len() == n && rows.iter().all(&ok)
+    })
 }
 
 fn cli(pki: &Pki, args: &[&str]) -> String {
@@ -115,4 +175,107 @@ fn a_node_with_a_foreign_certificate_or_a_plain_bus_never_joins() {
     assert!(plain.log().contains(": 352518912 bytes"), "{}", plain.log());
     // Nothing joined: both refusals are logged above, and the good node knows only itself.
     assert_eq!(good.cmd(&["CLUSTER", "NODES"]).text().lines().count(), 1, "{}", good.cmd(&["CLUSTER", "NODES"]).text());
+}
+
+#[test]
+fn cluster_certs_shows_every_node_certificate_and_follows_each_reload() {
+    let pki = Pki::new();
+    // Node 1's certificate ends in 3 days: flagged everywhere, and its own log says so.
+    let leaves = [
+        pki.ca.node("node0"),
+        pki.ca.issue("node1", &[Eku::ServerAuth, Eku::ClientAuth], -1, 3, None),
+        pki.ca.node("node2"),
+    ];
+    for (i, l) in leaves.iter().enumerate() {
+        pki.dir.write(&format!("node{i}.crt"), &l.cert);
+        pki.dir.write(&format!("node{i}.key"), &l.key);
+        pki.dir.write(&format!("ca{i}.crt"), &pki.ca.pem);
+    }
+    // Node 2 reloads by itself when its files change.
+    let nodes = tls_nodes(&pki, 3, |i| if i == 2 { vec![("tls-auto-reload-interval", "1".into())] } else { vec![] });
+    create(&pki, &nodes, 0);
+    let ids: Vec<String> = nodes.iter().map(|(n, _)| n.cmd(&["CLUSTER", "MYID"]).text()).collect();
+    let agree = |serials: &[String]| {
+        all_certs(&nodes, 3, |row| {
+            ids.iter().position(|id| *id == field(row, "id")).is_some_and(|i| field(row, "serial") == serials[i])
+        })
+    };
+    let serials: Vec<String> = leaves.iter().map(|l| l.serial.clone()).collect();
+    assert!(wait_for(|| agree(&serials), Duration::from_secs(10)), "{:?}", certs(&nodes[0].0));
+
+    let (first, first_tls) = (&nodes[0].0, nodes[0].1);
+    let rows = certs(first);
+    assert_eq!(field(&rows[0], "id"), first.cmd(&["CLUSTER", "MYID"]).text(), "this node first");
+    let keys: Vec<String> = rows[0].pairs().iter().map(|(k, _)| k.text_lossy()).collect();
+    assert_eq!(
+        keys,
+        [
+            "id",
+            "addr",
+            "flags",
+            "link",
+            "serial",
+            "fingerprint",
+            "not-after",
+            "ca-serial",
+            "ca-fingerprint",
+            "ca-not-after",
+            "expires-soon"
+        ]
+    );
+    assert_eq!(
+        field(&rows[0], "addr"),
+        format!("127.0.0.1:{}@{}", first.port(), first.cmd(&["CONFIG", "GET", "cluster-port"]).items()[1].text())
+    );
+    assert_eq!(field(&rows[0], "flags"), "myself,master");
+    let ca = hotkv_tls::CertInfo::parse(&pem_der(&pki.ca.pem)).unwrap();
+    for row in &rows {
+        assert_eq!(field(row, "link"), "connected", "{row}");
+        assert_eq!(field(row, "ca-serial"), ca.serial);
+        assert_eq!(field(row, "ca-fingerprint"), ca.fingerprint_text());
+        assert_eq!(row.field("ca-not-after").unwrap().int(), ca.not_after);
+        let i = ids.iter().position(|id| *id == field(row, "id")).unwrap();
+        let leaf = hotkv_tls::CertInfo::parse(&pem_der(&leaves[i].cert)).unwrap();
+        assert_eq!(field(row, "fingerprint"), leaf.fingerprint_text());
+        assert_eq!(row.field("not-after").unwrap().int(), leaf.not_after);
+        assert_eq!(field(row, "expires-soon"), if i == 1 { "yes" } else { "no" }, "{row}");
+    }
+    // The node whose certificate ends this week warns, naming the file, serial and expiry.
+    let warning = format!(
+        "TLS server certificate expires in less than 7 days (file={}, subject=CN=node1, serial={}, not_after=",
+        pki.dir.s("node1.crt"),
+        leaves[1].serial
+    );
+    assert!(nodes[1].0.log().contains(&warning), "{}", nodes[1].0.log());
+    // RESP3: a map per node; TLS clients see TLS ports.
+    let mut c = first.client();
+    c.cmd(&["HELLO", "3"]);
+    assert!(matches!(c.cmd(&["CLUSTER", "CERTS"]).items()[0], Frame::Map(_)));
+    let tls_view = cli(&pki, &["-p", &first_tls.to_string(), "CLUSTER", "CERTS"]);
+    assert!(tls_view.contains(&format!("127.0.0.1:{first_tls}@")), "{tls_view}");
+    assert!(first.cmd(&["CLUSTER", "HELP"]).text_lossy().contains("CERTS"));
+
+    // Renewals: node 1 by CONFIG SET (same path), node 2 by replacing its files.
+    let mut serials = serials;
+    let renewed = pki.ca.issue("node1", &[Eku::ServerAuth, Eku::ClientAuth], -1, 365, Some(&leaves[1].key));
+    pki.dir.write("node1.crt", &renewed.cert);
+    assert_eq!(nodes[1].0.cmd(&["CONFIG", "SET", "tls-cert-file", &pki.dir.s("node1.crt")]), Frame::ok());
+    serials[1] = renewed.serial.clone();
+    let renewed2 = pki.ca.node("node2");
+    pki.dir.write("node2.key", &renewed2.key);
+    pki.dir.write("node2.crt", &renewed2.cert);
+    serials[2] = renewed2.serial.clone();
+    assert!(wait_for(|| agree(&serials), Duration::from_secs(15)), "{:?}", certs(first));
+    assert!(certs(first).iter().all(|r| field(r, "expires-soon") == "no"));
+    // The whole cluster from one command, as redis-cli shows it.
+    let call = cli(&pki, &["--cluster", "call", &format!("127.0.0.1:{first_tls}"), "CLUSTER", "CERTS"]);
+    for s in &serials {
+        assert!(call.matches(s.as_str()).count() >= 3, "every node reports {s}: {call}");
+    }
+}
+
+/// The DER of the first certificate of a PEM text.
+fn pem_der(pem: &str) -> hotkv_tls::rustls::pki_types::CertificateDer<'static> {
+    use hotkv_tls::rustls::pki_types::pem::PemObject;
+    hotkv_tls::rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()
 }

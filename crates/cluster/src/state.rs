@@ -919,6 +919,12 @@ impl ClusterState {
         self.nodes.get(id).map(|e| if *id == self.me { &self.cert } else { &e.cert })
     }
 
+    /// Every node with the certificate it last said it serves (this one's as set by
+    /// [`ClusterState::set_cert`]), in [`ClusterState::nodes`] order: `CLUSTER CERTS`.
+    pub fn certs(&self) -> Vec<(&Node, &CertSummary)> {
+        self.nodes().into_iter().filter_map(|n| self.cert_of(&n.id).map(|c| (n, c))).collect()
+    }
+
     /// The slot this node is migrating away, and where.
     pub fn migrating(&self) -> &HashMap<u16, NodeId> {
         &self.migrating

@@ -259,3 +259,29 @@ fn slot_commands_follow_valkey() {
     assert_ne!(s.myself_id(), me);
     assert!(s.myself().slots.is_empty() && s.current_epoch() == 0);
 }
+
+#[test]
+fn every_node_learns_which_certificate_each_serves_and_a_renewal_reaches_them() {
+    let mut net = Net::three_primaries();
+    let cert = |serial: &str| CertSummary {
+        serial: serial.into(),
+        fingerprint: [serial.len() as u8; 32],
+        not_after: 2_000_000_000,
+        ca_serial: "CA1".into(),
+        ca_fingerprint: [1; 32],
+        ca_not_after: 2_100_000_000,
+    };
+    for (i, serial) in ["A1", "B1", "C1"].into_iter().enumerate() {
+        net.nodes[i].set_cert(cert(serial));
+    }
+    let agree = |n: &Net, serials: [&str; 3]| {
+        n.nodes.iter().all(|s| (0..3).all(|i| s.cert_of(&n.id(i)).is_some_and(|c| c.serial == serials[i])))
+    };
+    assert!(net.run_until(30, |n| agree(n, ["A1", "B1", "C1"])));
+    let listed: Vec<String> = net.nodes[2].certs().iter().map(|(n, c)| format!("{}={}", n.port, c.serial)).collect();
+    assert_eq!(listed[0], "7002=C1", "this node first");
+    assert_eq!(listed.len(), 3);
+    // A reload on one node: the others hear of it with its next ping or pong.
+    net.nodes[1].set_cert(cert("B22"));
+    assert!(net.run_until(30, |n| agree(n, ["A1", "B22", "C1"])));
+}

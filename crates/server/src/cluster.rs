@@ -12,8 +12,9 @@ use hotkv_cluster::node::NodeId;
 use hotkv_cluster::nodes_conf;
 use hotkv_cluster::router::{ClusterRouter, SlotMap};
 use hotkv_cluster::state::{ClusterState, Settings as ClusterSettings};
+use hotkv_cluster::wire::CertSummary;
 use hotkv_tls::rustls::pki_types::ServerName;
-use hotkv_tls::{HandshakeError, TlsManager};
+use hotkv_tls::{HandshakeError, TlsManager, TlsState};
 use parking_lot::Mutex;
 use tokio::net::TcpStream;
 use tracing::{info, warn};
@@ -108,19 +109,38 @@ pub fn load(s: &Settings) -> Result<Option<Loaded>, String> {
 }
 
 /// Builds the node (its bus not started yet) from what [`load`] found, with links made by
-/// `tls` when `tls-cluster` is on.
+/// `tls` when `tls-cluster` is on. The certificate this node gossips follows every TLS commit
+/// (the startup load, CONFIG SET, automatic reloads), whether or not the bus itself runs TLS.
 pub fn build(s: &Settings, loaded: Loaded, tls: &Arc<TlsManager>) -> ClusterNode {
     let (state, router, path) = loaded;
     let publish = router.clone();
     let transport: Arc<dyn Transport> =
         if s.bool(table::TLS_CLUSTER) { Arc::new(TlsTransport { tls: tls.clone() }) } else { Arc::new(PlainTransport) };
-    let bus = Bus::new(
-        Arc::new(Mutex::new(state)),
-        transport,
-        path.clone(),
-        Box::new(move |st: &ClusterState| publish.publish(SlotMap::of(st))),
-    );
+    let state = Arc::new(Mutex::new(state));
+    let gossiped = state.clone();
+    tls.on_commit(move |tls| gossiped.lock().set_cert(cert_summary(tls)));
+    let bus =
+        Bus::new(state, transport, path.clone(), Box::new(move |st: &ClusterState| publish.publish(SlotMap::of(st))));
     ClusterNode { bus, router, conf_path: path }
+}
+
+/// What the bus says about the certificate this node serves: the server certificate (the one
+/// every TLS client and every node that dials us sees) and the trusted CA that signed it.
+fn cert_summary(tls: Option<&TlsState>) -> CertSummary {
+    let Some(tls) = tls else { return CertSummary::default() };
+    let certs = tls.certs();
+    let mut c = CertSummary {
+        serial: certs.server.serial.clone(),
+        fingerprint: certs.server.fingerprint,
+        not_after: certs.server.not_after,
+        ..CertSummary::default()
+    };
+    if let Some(ca) = &certs.issuer {
+        c.ca_serial.clone_from(&ca.serial);
+        c.ca_fingerprint = ca.fingerprint;
+        c.ca_not_after = ca.not_after;
+    }
+    c
 }
 
 /// What [`load`] found: the node table, a router over it, and where it is saved.
