@@ -13,7 +13,6 @@ use hotkv_cluster::nodes_conf;
 use hotkv_cluster::router::{ClusterRouter, SlotMap};
 use hotkv_cluster::state::{ClusterState, Settings as ClusterSettings};
 use hotkv_cluster::wire::CertSummary;
-use hotkv_tls::rustls::pki_types::ServerName;
 use hotkv_tls::{HandshakeError, TlsManager, TlsState};
 use parking_lot::Mutex;
 use tokio::net::TcpStream;
@@ -211,17 +210,16 @@ impl Transport for TlsTransport {
 
     fn connect(&self, addr: std::net::SocketAddr, _: NodeId) -> BoxFuture<'_, Result<Box<dyn BusStream>, LinkError>> {
         Box::pin(async move {
-            let cfg = self.tls.state().and_then(|st| st.client_config().cloned());
-            let cfg = cfg.ok_or_else(|| LinkError(format!("no TLS material to dial with {DIAL_HINT}")))?;
             let tcp = TcpStream::connect(addr).await.map_err(|e| LinkError(e.to_string()))?;
             let _ = tcp.set_nodelay(true);
             // Nodes are dialled by address; the verifier checks the chain, and a name only
-            // when tls-expected-peer-name asks for one.
-            let name = ServerName::IpAddress(addr.ip().into());
-            let tls = tokio_rustls::TlsConnector::from(cfg)
-                .connect(name, tcp)
+            // when tls-expected-peer-name asks for one. The TLS crate counts a refusal in
+            // INFO tls (tls_outbound_handshake_failures).
+            let tls = self
+                .tls
+                .connect(&addr.ip().to_string(), tcp)
                 .await
-                .map_err(|e| LinkError(format!("{} {DIAL_HINT}", HandshakeError::from_io(&e))))?;
+                .map_err(|e| LinkError(format!("{e} {DIAL_HINT}")))?;
             Ok(Box::new(tls) as Box<dyn BusStream>)
         })
     }
@@ -237,14 +235,20 @@ impl Transport for TlsTransport {
                  certificate tls-ca-cert-file trusts)",
                 peer.ip()
             );
-            let cfg = self.tls.state().and_then(|st| st.bus_server_config().cloned());
-            let cfg = cfg.ok_or_else(|| LinkError(format!("no TLS material to accept with {hint}")))?;
             let _ = tcp.set_nodelay(true);
-            let tls = tokio_rustls::TlsAcceptor::from(cfg)
-                .accept(tcp)
-                .await
-                .map_err(|e| LinkError(format!("{} {hint}", HandshakeError::from_io(&e))))?;
+            // Counted in INFO tls (tls_handshake_failures) by the TLS crate.
+            let tls = self.tls.accept_bus_stream(tcp).await.map_err(|e| LinkError(format!("{e} {hint}")))?;
             Ok(Box::new(tls) as Box<dyn BusStream>)
         })
+    }
+
+    fn refused(&self, e: &std::io::Error) -> String {
+        // Our handshake had ended; the other end's alert says why it refused us, and that is
+        // a refused handshake for INFO tls too.
+        let reason = HandshakeError::from_io(e);
+        if matches!(reason, HandshakeError::AlertReceived(_)) {
+            self.tls.counters().outbound_handshake_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        format!("{reason} {DIAL_HINT}")
     }
 }
