@@ -161,7 +161,11 @@ fn a_node_with_a_foreign_certificate_or_a_plain_bus_never_joins() {
         foreign.log()
     );
     assert!(foreign.log().contains("Cluster: the TLS bus link to node "), "{}", foreign.log());
-    assert!(good.wait_for_log("Error accepting cluster node connection: ", Duration::from_secs(10)), "{}", good.log());
+    assert!(
+        good.wait_for_log(&accept_line("tlsv1 alert unknown ca (SSL routines)"), Duration::from_secs(10)),
+        "{}",
+        good.log()
+    );
     // A plain node: it cannot read the TLS node's answer.
     let plain = builder().config("cluster-enabled", "yes").config("cluster-node-timeout", "1000").spawn();
     plain.cmd(&["CLUSTER", "MEET", "127.0.0.1", &good.port().to_string(), &good_bus]);
@@ -278,4 +282,182 @@ fn cluster_certs_shows_every_node_certificate_and_follows_each_reload() {
 fn pem_der(pem: &str) -> hotkv_tls::rustls::pki_types::CertificateDer<'static> {
     use hotkv_tls::rustls::pki_types::pem::PemObject;
     hotkv_tls::rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()
+}
+
+/// What the node that opens a refused bus link logs, in the doc's words.
+fn dial_line(handshake_id: &str, bus_port: &str, reason: &str) -> String {
+    format!(
+        "Cluster: the TLS bus link to node {handshake_id} at 127.0.0.1:{bus_port} failed: {reason} (the TLS \
+         handshake: it must have tls-cluster yes, and a certificate tls-ca-cert-file trusts)"
+    )
+}
+
+/// What the node that accepts a refused bus link logs, in the doc's words.
+fn accept_line(reason: &str) -> String {
+    format!(
+        "Error accepting cluster node connection: {reason} (the TLS handshake from 127.0.0.1: tls-cluster is on \
+         here, the other nodes must use it too, with a certificate tls-ca-cert-file trusts)"
+    )
+}
+
+/// The ids in a node's CLUSTER NODES, handshakes in progress left out.
+fn known_ids(n: &TestServer) -> std::collections::BTreeSet<String> {
+    let text = n.cmd(&["CLUSTER", "NODES"]).text();
+    text.lines()
+        .filter(|l| !l.split(' ').nth(2).is_some_and(|f| f.split(',').any(|f| f == "handshake")))
+        .filter_map(|l| l.split(' ').next().map(str::to_owned))
+        .collect()
+}
+
+/// The bus port of a node.
+fn bus_of(n: &TestServer) -> String {
+    n.cmd(&["CONFIG", "GET", "cluster-port"]).items()[1].text()
+}
+
+/// `from` meets `to` and the handshake node's id, as `from`'s table shows it at once.
+fn meet(from: &TestServer, to: &TestServer) -> String {
+    assert_eq!(from.cmd(&["CLUSTER", "MEET", "127.0.0.1", &to.port().to_string(), &bus_of(to)]), Frame::ok());
+    let table = from.cmd(&["CLUSTER", "NODES"]).text();
+    let line = table.lines().find(|l| l.contains(" handshake") || l.contains(",handshake")).unwrap_or_else(|| {
+        panic!("no handshake node right after CLUSTER MEET: {table}");
+    });
+    line.split(' ').next().unwrap().to_owned()
+}
+
+/// Waits until both logs hold their line, checking at every look that neither node's table
+/// gained a node; then until the handshake gave up, so both tables are back as they were.
+fn refused_both_ends(a: &TestServer, a_line: &str, b: &TestServer, b_line: &str) {
+    let (a_ids, b_ids) = (known_ids(a), known_ids(b));
+    let unchanged = || {
+        assert_eq!(known_ids(a), a_ids, "{}", a.cmd(&["CLUSTER", "NODES"]).text());
+        assert_eq!(known_ids(b), b_ids, "{}", b.cmd(&["CLUSTER", "NODES"]).text());
+        true
+    };
+    let logged =
+        wait_for(|| unchanged() && a.log().contains(a_line) && b.log().contains(b_line), Duration::from_secs(10));
+    assert!(logged, "expected\n  {a_line}\nin\n{}\nand\n  {b_line}\nin\n{}", a.log(), b.log());
+    let tables = |n: &TestServer, ids: &std::collections::BTreeSet<String>| {
+        n.cmd(&["CLUSTER", "NODES"]).text().lines().count() == ids.len()
+    };
+    assert!(wait_for(|| unchanged() && tables(a, &a_ids) && tables(b, &b_ids), Duration::from_secs(10)));
+}
+
+/// A node that serves slots 0-16383 alone, as the cluster a newcomer is introduced to.
+fn lone_cluster(pki: &Pki, extra: &[(&str, &str)]) -> TestServer {
+    let (good, _) = tls_node_with(pki, "node.crt", "node.key", "ca.crt", extra);
+    assert_eq!(good.cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]), Frame::ok());
+    assert!(wait_for(|| good.cmd(&["CLUSTER", "INFO"]).text().contains("cluster_state:ok"), Duration::from_secs(10)));
+    good
+}
+
+#[test]
+fn an_expired_certificate_is_refused_on_the_bus_both_ways_and_nothing_joins() {
+    let pki = Pki::new();
+    let good = lone_cluster(&pki, &[]);
+    let expired = pki.ca.issue("expired", &[Eku::ServerAuth, Eku::ClientAuth], -30, -1, None);
+    pki.dir.write("expired.crt", &expired.cert);
+    pki.dir.write("expired.key", &expired.key);
+    let (old, _) = tls_node(&pki, "expired.crt", "expired.key", "ca.crt");
+    // The cluster meets the node with the expired certificate: the doc's two lines.
+    let id = meet(&good, &old);
+    refused_both_ends(
+        &good,
+        &dial_line(&id, &bus_of(&old), "certificate verify failed (SSL routines): certificate has expired"),
+        &old,
+        &accept_line("ssl/tls alert certificate expired (SSL routines)"),
+    );
+    // The node with the expired certificate meets the cluster: refused the other way round.
+    let id = meet(&old, &good);
+    refused_both_ends(
+        &good,
+        &accept_line("certificate verify failed (SSL routines): certificate has expired"),
+        &old,
+        &dial_line(&id, &bus_of(&good), "ssl/tls alert certificate expired (SSL routines)"),
+    );
+}
+
+#[test]
+fn a_server_auth_only_certificate_is_refused_by_the_other_nodes() {
+    let pki = Pki::new();
+    let good = lone_cluster(&pki, &[]);
+    let server_only = pki.ca.issue("server-only", &[Eku::ServerAuth], -1, 365, None);
+    pki.dir.write("server-only.crt", &server_only.cert);
+    pki.dir.write("server-only.key", &server_only.key);
+    let (newcomer, _) = tls_node(&pki, "server-only.crt", "server-only.key", "ca.crt");
+    assert!(
+        newcomer.log().contains(
+            "The TLS certificate used for outgoing links has no clientAuth extended key usage: other nodes will \
+             refuse it; issue it with serverAuth and clientAuth, or set tls-client-cert-file"
+        ),
+        "{}",
+        newcomer.log()
+    );
+    // Introduced as redis-cli --cluster add-node does: the newcomer meets the cluster.
+    let id = meet(&newcomer, &good);
+    refused_both_ends(
+        &good,
+        &accept_line("certificate verify failed (SSL routines): unsupported certificate purpose"),
+        &newcomer,
+        &dial_line(&id, &bus_of(&good), "ssl/tls alert unsupported certificate (SSL routines)"),
+    );
+}
+
+#[test]
+fn tls_expected_peer_name_refuses_a_mismatch_both_ways_and_applies_from_the_next_connection() {
+    let pki = Pki::new();
+    // The node certificates name localhost and 127.0.0.1, not other.example.com.
+    let good = lone_cluster(&pki, &[("tls-expected-peer-name", "other.example.com")]);
+    let (newcomer, _) = tls_node(&pki, "node.crt", "node.key", "ca.crt");
+    // The node with the name check dials: it refuses the certificate it is shown.
+    let id = meet(&good, &newcomer);
+    refused_both_ends(
+        &good,
+        &dial_line(&id, &bus_of(&newcomer), "certificate verify failed (SSL routines): hostname mismatch"),
+        &newcomer,
+        &accept_line("ssl/tls alert bad certificate (SSL routines)"),
+    );
+    // It accepts: it refuses the certificate the dialler presents.
+    let id = meet(&newcomer, &good);
+    refused_both_ends(
+        &good,
+        &accept_line("certificate verify failed (SSL routines): hostname mismatch"),
+        &newcomer,
+        &dial_line(&id, &bus_of(&good), "ssl/tls alert bad certificate (SSL routines)"),
+    );
+    // A name the certificates carry, at runtime: the next connection is let in.
+    assert_eq!(good.cmd(&["CONFIG", "SET", "tls-expected-peer-name", "localhost"]), Frame::ok());
+    meet(&newcomer, &good);
+    let joined = |n: &TestServer| {
+        let text = n.cmd(&["CLUSTER", "NODES"]).text();
+        text.lines().count() == 2
+            && text.lines().all(|l| l.contains(" connected"))
+            && !text.contains("handshake")
+            && n.cmd(&["CLUSTER", "INFO"]).text().contains("cluster_state:ok")
+    };
+    assert!(
+        wait_for(|| joined(&good) && joined(&newcomer), Duration::from_secs(10)),
+        "{}",
+        good.cmd(&["CLUSTER", "NODES"]).text()
+    );
+    // A name they do not carry: the links already up keep working (pongs keep arriving, nobody
+    // is suspected), and the next connection, a third node's, is refused.
+    assert_eq!(good.cmd(&["CONFIG", "SET", "tls-expected-peer-name", "other.example.com"]), Frame::ok());
+    let pongs = |n: &TestServer| {
+        let info = n.cmd(&["CLUSTER", "INFO"]).text();
+        crate::info_field(&info, "cluster_stats_messages_pong_received").map_or(0, |v| v.parse::<i64>().unwrap())
+    };
+    let before = pongs(&good);
+    let (third, _) = tls_node(&pki, "node.crt", "node.key", "ca.crt");
+    let id = meet(&third, &good);
+    refused_both_ends(
+        &good,
+        &accept_line("certificate verify failed (SSL routines): hostname mismatch"),
+        &third,
+        &dial_line(&id, &bus_of(&good), "ssl/tls alert bad certificate (SSL routines)"),
+    );
+    assert!(wait_for(|| pongs(&good) >= before + 3, Duration::from_secs(10)));
+    for n in [&good, &newcomer] {
+        let text = n.cmd(&["CLUSTER", "NODES"]).text();
+        assert!(joined(n) && !text.contains("fail"), "{text}");
+    }
 }
