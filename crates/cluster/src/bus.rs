@@ -93,8 +93,8 @@ pub struct Bus {
     conf_path: PathBuf,
     /// Wakes the cron early (after a CLUSTER command changed something).
     wake: Notify,
-    /// Called after every change of the table, with the state locked: the server rebuilds
-    /// its routing snapshot there.
+    /// Called, with the state locked, after a change of what routing depends on (see
+    /// [`ClusterState::take_view_changed`]): the server rebuilds its routing snapshot there.
     on_change: Box<dyn Fn(&ClusterState) + Send + Sync>,
 }
 
@@ -164,11 +164,17 @@ impl Bus {
         }
     }
 
-    /// Saves `nodes.conf` when the table changed and tells the server.
+    /// Saves `nodes.conf` when the table changed, and tells the server when what routing
+    /// depends on changed. This runs after every frame and every tick, so it does nothing
+    /// when nothing changed: the server's rebuild walks all 16384 slots, and doing that after
+    /// every PING kept the bus thread busy enough, in a loaded debug build, to answer PINGs
+    /// a second late (and get healthy nodes flagged fail?).
     fn after_change(&self) {
         let (dirty, saved) = {
             let mut st = self.state.lock();
-            (self.on_change)(&st);
+            if st.take_view_changed() {
+                (self.on_change)(&st);
+            }
             let dirty = st.take_dirty();
             (dirty, dirty.then(|| st.saved()))
         };

@@ -79,6 +79,9 @@ pub struct ClusterState {
     cfg: Settings,
     /// The node table changed since the last save.
     dirty: bool,
+    /// Something the routing snapshot is built from changed that the saved table does not
+    /// show (cluster_state), or a slot changed owner (see [`ClusterState::take_view_changed`]).
+    view_changed: bool,
     /// Messages sent and received, per type, for CLUSTER INFO.
     sent: [u64; 10],
     received: [u64; 10],
@@ -115,6 +118,7 @@ impl ClusterState {
             ok: false,
             cfg,
             dirty: false,
+            view_changed: true,
             sent: [0; 10],
             received: [0; 10],
             cert: CertSummary::default(),
@@ -209,6 +213,15 @@ impl ClusterState {
     /// Whether the table changed since [`ClusterState::take_dirty`] was last called.
     pub fn take_dirty(&mut self) -> bool {
         std::mem::take(&mut self.dirty)
+    }
+
+    /// Whether what the command path's routing snapshot is built from (slot owners, their
+    /// addresses, this node's role, cluster_state, the settings) may have changed since this
+    /// was last called; call it before [`ClusterState::take_dirty`], since any change of the
+    /// table counts. Rebuilding the snapshot walks all 16384 slots, so the bus does it only
+    /// then, not after every PING and PONG.
+    pub fn take_view_changed(&mut self) -> bool {
+        std::mem::take(&mut self.view_changed) || self.dirty
     }
 
     /// What `nodes.conf` should hold now.
@@ -433,6 +446,7 @@ impl ClusterState {
         if ok != self.ok {
             info!(state = if ok { "ok" } else { "fail" }, "Cluster state changed: {}", if ok { "ok" } else { "fail" });
             self.ok = ok;
+            self.view_changed = true;
         }
     }
 
@@ -651,6 +665,9 @@ impl ClusterState {
     }
 
     fn set_owner(&mut self, slot: u16, owner: Option<NodeId>) {
+        // The table is saved with its slots too; every caller marks it, but a missed one
+        // would leave the routing snapshot behind.
+        self.dirty = true;
         if let Some(old) = self.owners[usize::from(slot)].and_then(|o| self.nodes.get_mut(&o)) {
             old.node.slots.remove(slot);
         }

@@ -285,3 +285,40 @@ fn every_node_learns_which_certificate_each_serves_and_a_renewal_reaches_them() 
     net.nodes[1].set_cert(cert("B22"));
     assert!(net.run_until(30, |n| agree(n, ["A1", "B22", "C1"])));
 }
+
+#[test]
+fn pings_and_pongs_leave_the_routing_view_alone_and_changes_do_not() {
+    let mut net = Net::three_primaries();
+    net.run(20);
+    // What the bus does after every frame and tick: ask, then save.
+    let drain = |net: &mut Net| -> Vec<bool> {
+        net.nodes
+            .iter_mut()
+            .map(|s| {
+                let changed = s.take_view_changed();
+                s.take_dirty();
+                changed
+            })
+            .collect()
+    };
+    drain(&mut net);
+    for _ in 0..30 {
+        net.step();
+        assert_eq!(drain(&mut net), [false; 3], "a steady cluster rebuilds nothing");
+    }
+    net.nodes[0].del_slots(&[0]).unwrap();
+    assert!(drain(&mut net)[0], "a slot given up");
+    let mut heard = [false; 3];
+    for _ in 0..30 {
+        net.step();
+        heard.iter_mut().zip(drain(&mut net)).for_each(|(h, c)| *h |= c);
+    }
+    assert!(heard[1] && heard[2], "the others hear of it");
+    // Node 1 serves a slot again: the view changes again, and then stays.
+    net.nodes[1].add_slots(&[0]).unwrap();
+    assert!(drain(&mut net)[1], "a slot taken");
+    net.run(30);
+    drain(&mut net);
+    net.step();
+    assert_eq!(drain(&mut net), [false; 3]);
+}
