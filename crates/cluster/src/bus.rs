@@ -51,6 +51,13 @@ pub trait Transport: Send + Sync + 'static {
     fn connect(&self, addr: SocketAddr, node: NodeId) -> BoxFuture<'_, Result<Box<dyn BusStream>, LinkError>>;
     /// Completes an accepted connection (the TLS handshake, for TLS).
     fn accept(&self, tcp: TcpStream, peer: SocketAddr) -> BoxFuture<'_, Result<Box<dyn BusStream>, LinkError>>;
+    /// Why a link this node opened failed before the first frame came back, in the words of a
+    /// failed dial. Under TLS 1.3 the dialler's handshake is over before the other end has
+    /// checked its certificate, so a refusal of our certificate arrives as the first read's
+    /// error; the TLS transport words it like a handshake failure.
+    fn refused(&self, e: &io::Error) -> String {
+        e.to_string()
+    }
 }
 
 /// Plain TCP links.
@@ -86,8 +93,8 @@ pub struct Bus {
     conf_path: PathBuf,
     /// Wakes the cron early (after a CLUSTER command changed something).
     wake: Notify,
-    /// Called after every change of the table, with the state locked: the server rebuilds
-    /// its routing snapshot there.
+    /// Called, with the state locked, after a change of what routing depends on (see
+    /// [`ClusterState::take_view_changed`]): the server rebuilds its routing snapshot there.
     on_change: Box<dyn Fn(&ClusterState) + Send + Sync>,
 }
 
@@ -159,15 +166,20 @@ impl Bus {
         }
     }
 
-    /// Saves `nodes.conf` and tells the server when the table changed. Most frames change
-    /// nothing but liveness times, and cost no rebuild of the routing map and no fsync.
+    /// Saves `nodes.conf` when the table changed, and tells the server when what routing
+    /// depends on changed. This runs after every frame and every tick, so it does nothing
+    /// when nothing changed: the server's rebuild walks all 16384 slots, and an fsync per
+    /// frame or a rebuild after every PING kept the bus thread busy enough, in a loaded debug
+    /// build, to answer PINGs a second late (and get healthy nodes flagged fail?).
     fn after_change(&self) {
         let saved = {
             let mut st = self.state.lock();
+            if st.take_view_changed() {
+                (self.on_change)(&st);
+            }
             if !st.take_dirty() {
                 return;
             }
-            (self.on_change)(&st);
             st.saved()
         };
         if let Err(e) = nodes_conf::save(&self.conf_path, &saved) {
@@ -221,7 +233,6 @@ impl Bus {
                 return;
             }
         };
-        self.failures.lock().remove(&id);
         let (tx, rx) = mpsc::unbounded_channel();
         let first = {
             let mut st = self.state.lock();
@@ -235,26 +246,49 @@ impl Bus {
         let (reader, writer) = tokio::io::split(stream);
         let writing = tokio::spawn(write_frames(writer, rx));
         let mut link_id = id;
-        let result = self.read_frames(reader, Some(&mut link_id), addr).await;
-        if let Err(e) = result {
-            debug!(node_id = %link_id, cause = %e, "bus link closed");
-        }
+        let mut answered = false;
+        let result = self.read_frames(reader, Some(&mut link_id), addr, &mut answered).await;
         writing.abort();
         self.links.lock().remove(&link_id);
-        self.state.lock().link_down(&link_id);
+        if answered {
+            if let Err(e) = result {
+                debug!(node_id = %link_id, cause = %e, "bus link closed");
+            }
+            self.state.lock().link_down(&link_id);
+            return;
+        }
+        // Nothing came back: the other end refused the link (our certificate, under TLS 1.3)
+        // or cannot speak to us. That is a failed dial: logged once per reason and retried
+        // once a second, not redialled at every tick.
+        match result {
+            Err(e) => self.dial_failed(link_id, addr, &self.transport.refused(&e)),
+            Ok(()) => self.dial_failed_quietly(link_id, "closed before the first message"),
+        }
     }
 
     fn dial_failed(&self, id: NodeId, addr: SocketAddr, reason: &str) {
-        let mut failures = self.failures.lock();
-        let repeated = failures.get(&id).is_some_and(|(_, r)| r == reason);
-        failures.insert(id, (now_ms(), reason.to_owned()));
-        drop(failures);
-        if repeated {
+        if self.record_failure(id, reason) {
             debug!(node_id = %id, "bus link to {addr} failed again: {reason}");
         } else {
             warn!("Cluster: the {} to node {id} at {addr} failed: {reason}", self.transport.link_name());
         }
         self.state.lock().link_down(&id);
+    }
+
+    /// A failed dial whose reason was already logged (a frame too large, say).
+    fn dial_failed_quietly(&self, id: NodeId, reason: &str) {
+        self.record_failure(id, reason);
+        debug!(node_id = %id, "bus link failed: {reason}");
+        self.state.lock().link_down(&id);
+    }
+
+    /// Remembers when and why a dial to `id` failed; returns whether it failed for that same
+    /// reason last time.
+    fn record_failure(&self, id: NodeId, reason: &str) -> bool {
+        let mut failures = self.failures.lock();
+        let repeated = failures.get(&id).is_some_and(|(_, r)| r == reason);
+        failures.insert(id, (now_ms(), reason.to_owned()));
+        repeated
     }
 
     async fn accept_loop(self: Arc<Self>, listener: TcpListener) {
@@ -311,16 +345,23 @@ impl Bus {
         .await
     }
 
+    /// Reads an outbound link's frames; `answered` is set once the first one arrives (the
+    /// link works: a later dial failure is news again).
     async fn read_frames(
         &self,
         reader: tokio::io::ReadHalf<Box<dyn BusStream>>,
         link_id: Option<&mut NodeId>,
         peer: SocketAddr,
+        answered: &mut bool,
     ) -> io::Result<()> {
         let known = link_id.as_deref().copied();
         let mut id = link_id;
         self.frames(reader, peer, known, |bus, msg| {
             let Some(link) = id.as_deref_mut() else { return false };
+            if !*answered {
+                *answered = true;
+                bus.failures.lock().remove(link);
+            }
             let out = bus.state.lock().receive(msg, Some(*link), &peer.ip().to_string(), None, now_ms());
             if let Some((old, new)) = out.renamed {
                 let mut links = bus.links.lock();

@@ -114,6 +114,9 @@ pub struct ClusterState {
     cfg: Settings,
     /// The node table changed since the last save.
     dirty: bool,
+    /// Something the routing snapshot is built from changed that the saved table does not
+    /// show (cluster_state), or a slot changed owner (see [`ClusterState::take_view_changed`]).
+    view_changed: bool,
     /// Messages sent and received, per type, for CLUSTER INFO.
     sent: [u64; 10],
     received: [u64; 10],
@@ -150,6 +153,7 @@ impl ClusterState {
             ok: false,
             cfg,
             dirty: false,
+            view_changed: true,
             sent: [0; 10],
             received: [0; 10],
             cert: CertSummary::default(),
@@ -243,6 +247,15 @@ impl ClusterState {
     /// Whether the table changed since [`ClusterState::take_dirty`] was last called.
     pub fn take_dirty(&mut self) -> bool {
         std::mem::take(&mut self.dirty)
+    }
+
+    /// Whether what the command path's routing snapshot is built from (slot owners, their
+    /// addresses, this node's role, cluster_state, the settings) may have changed since this
+    /// was last called; call it before [`ClusterState::take_dirty`], since any change of the
+    /// table counts. Rebuilding the snapshot walks all 16384 slots, so the bus does it only
+    /// then, not after every PING and PONG.
+    pub fn take_view_changed(&mut self) -> bool {
+        std::mem::take(&mut self.view_changed) || self.dirty
     }
 
     /// What `nodes.conf` should hold now.
@@ -465,11 +478,9 @@ impl ClusterState {
             }
         }
         if ok != self.ok {
-            // Routing must hear of it; the saved table does not change, but a save is cheap
-            // next to how rarely the state flips.
-            self.dirty = true;
             info!(state = if ok { "ok" } else { "fail" }, "Cluster state changed: {}", if ok { "ok" } else { "fail" });
             self.ok = ok;
+            self.view_changed = true;
         }
     }
 
@@ -713,6 +724,9 @@ impl ClusterState {
     }
 
     fn set_owner(&mut self, slot: u16, owner: Option<NodeId>) {
+        // The table is saved with its slots too; every caller marks it, but a missed one
+        // would leave the routing snapshot behind.
+        self.dirty = true;
         if let Some(old) = self.owners[usize::from(slot)].and_then(|o| self.nodes.get_mut(&o)) {
             old.node.slots.remove(slot);
         }
@@ -974,6 +988,12 @@ impl ClusterState {
     /// The certificate a node last said it serves.
     pub fn cert_of(&self, id: &NodeId) -> Option<&CertSummary> {
         self.nodes.get(id).map(|e| if *id == self.me { &self.cert } else { &e.cert })
+    }
+
+    /// Every node with the certificate it last said it serves (this one's as set by
+    /// [`ClusterState::set_cert`]), in [`ClusterState::nodes`] order: `CLUSTER CERTS`.
+    pub fn certs(&self) -> Vec<(&Node, &CertSummary)> {
+        self.nodes().into_iter().filter_map(|n| self.cert_of(&n.id).map(|c| (n, c))).collect()
     }
 
     /// The slot this node is migrating away, and where.

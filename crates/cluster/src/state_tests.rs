@@ -291,3 +291,66 @@ fn a_stale_slot_claim_is_answered_with_an_update_that_corrects_it() {
     assert!(!net.nodes[2].myself().slots.contains(16383));
     assert_eq!(net.nodes[0].owner(16382).map(|n| n.id), Some(id2));
 }
+
+#[test]
+fn every_node_learns_which_certificate_each_serves_and_a_renewal_reaches_them() {
+    let mut net = Net::three_primaries();
+    let cert = |serial: &str| CertSummary {
+        serial: serial.into(),
+        fingerprint: [serial.len() as u8; 32],
+        not_after: 2_000_000_000,
+        ca_serial: "CA1".into(),
+        ca_fingerprint: [1; 32],
+        ca_not_after: 2_100_000_000,
+    };
+    for (i, serial) in ["A1", "B1", "C1"].into_iter().enumerate() {
+        net.nodes[i].set_cert(cert(serial));
+    }
+    let agree = |n: &Net, serials: [&str; 3]| {
+        n.nodes.iter().all(|s| (0..3).all(|i| s.cert_of(&n.id(i)).is_some_and(|c| c.serial == serials[i])))
+    };
+    assert!(net.run_until(30, |n| agree(n, ["A1", "B1", "C1"])));
+    let listed: Vec<String> = net.nodes[2].certs().iter().map(|(n, c)| format!("{}={}", n.port, c.serial)).collect();
+    assert_eq!(listed[0], "7002=C1", "this node first");
+    assert_eq!(listed.len(), 3);
+    // A reload on one node: the others hear of it with its next ping or pong.
+    net.nodes[1].set_cert(cert("B22"));
+    assert!(net.run_until(30, |n| agree(n, ["A1", "B22", "C1"])));
+}
+
+#[test]
+fn pings_and_pongs_leave_the_routing_view_alone_and_changes_do_not() {
+    let mut net = Net::three_primaries();
+    net.run(20);
+    // What the bus does after every frame and tick: ask, then save.
+    let drain = |net: &mut Net| -> Vec<bool> {
+        net.nodes
+            .iter_mut()
+            .map(|s| {
+                let changed = s.take_view_changed();
+                s.take_dirty();
+                changed
+            })
+            .collect()
+    };
+    drain(&mut net);
+    for _ in 0..30 {
+        net.step();
+        assert_eq!(drain(&mut net), [false; 3], "a steady cluster rebuilds nothing");
+    }
+    net.nodes[0].del_slots(&[0]).unwrap();
+    assert!(drain(&mut net)[0], "a slot given up");
+    let mut heard = [false; 3];
+    for _ in 0..30 {
+        net.step();
+        heard.iter_mut().zip(drain(&mut net)).for_each(|(h, c)| *h |= c);
+    }
+    assert!(heard[1] && heard[2], "the others hear of it");
+    // Node 1 serves a slot again: the view changes again, and then stays.
+    net.nodes[1].add_slots(&[0]).unwrap();
+    assert!(drain(&mut net)[1], "a slot taken");
+    net.run(30);
+    drain(&mut net);
+    net.step();
+    assert_eq!(drain(&mut net), [false; 3]);
+}

@@ -65,7 +65,7 @@ impl Kind {
 }
 
 /// The certificate a node serves and its CA's, gossiped so that one node can show every
-/// node's (`CLUSTER CERTS`).
+/// node's (`CLUSTER CERTS`). The server fills it from its TLS state; this crate only carries it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CertSummary {
     /// Serial number, hex.
@@ -74,10 +74,27 @@ pub struct CertSummary {
     pub fingerprint: [u8; 32],
     /// Expiry, unix seconds (0: no certificate).
     pub not_after: i64,
+    /// The issuing CA certificate's serial number, hex (empty: the CA is not known).
+    pub ca_serial: String,
     /// SHA-256 of the issuing CA certificate's DER.
     pub ca_fingerprint: [u8; 32],
-    /// The CA's expiry, unix seconds.
+    /// The CA's expiry, unix seconds (0: the CA is not known).
     pub ca_not_after: i64,
+}
+
+impl CertSummary {
+    /// Whether the node said which certificate it serves (a node without TLS, or one not heard
+    /// from yet, did not).
+    pub fn is_known(&self) -> bool {
+        self.not_after != 0
+    }
+
+    /// Whether the certificate or its CA expires before `now + within` (unix seconds); an
+    /// expired one does too.
+    pub fn expires_within(&self, now: i64, within: i64) -> bool {
+        let soon = |t: i64| t != 0 && t < now.saturating_add(within);
+        soon(self.not_after) || soon(self.ca_not_after)
+    }
 }
 
 /// What every frame says about its sender.
@@ -313,6 +330,7 @@ fn read_header(r: &mut Reader<'_>) -> Result<Header, WireError> {
         serial: r.text8()?,
         fingerprint: r.array32()?,
         not_after: r.u64()? as i64,
+        ca_serial: r.text8()?,
         ca_fingerprint: r.array32()?,
         ca_not_after: r.u64()? as i64,
     };
@@ -356,6 +374,7 @@ fn write_header(h: &Header, out: &mut Vec<u8>) {
     put_text8(out, &h.cert.serial);
     out.extend_from_slice(&h.cert.fingerprint);
     out.extend_from_slice(&h.cert.not_after.to_be_bytes());
+    put_text8(out, &h.cert.ca_serial);
     out.extend_from_slice(&h.cert.ca_fingerprint);
     out.extend_from_slice(&h.cert.ca_not_after.to_be_bytes());
 }
@@ -500,10 +519,12 @@ mod tests {
             human_nodename: "cache-a".into(),
             slots,
             cert: CertSummary {
-                serial: "1a2b".into(),
+                serial: "1A2B".into(),
                 fingerprint: [7; 32],
                 not_after: 1_900_000_000,
-                ..Default::default()
+                ca_serial: "0F".into(),
+                ca_fingerprint: [9; 32],
+                ca_not_after: 2_000_000_000,
             },
         }
     }
@@ -546,6 +567,19 @@ mod tests {
                 assert_eq!(decode(&buf[..cut]), Ok(None), "{:?} cut at {cut}", msg.kind);
             }
         }
+    }
+
+    #[test]
+    fn a_certificate_expires_soon_when_it_or_its_ca_does() {
+        let c = CertSummary { not_after: 1000, ca_not_after: 5000, ..Default::default() };
+        assert!(c.is_known());
+        assert!(!c.expires_within(0, 1000));
+        assert!(c.expires_within(1, 1000), "the certificate");
+        assert!(c.expires_within(2000, 0), "an expired one");
+        let ca = CertSummary { not_after: 9000, ca_not_after: 1000, ..Default::default() };
+        assert!(ca.expires_within(500, 600), "the CA");
+        assert!(!CertSummary::default().is_known());
+        assert!(!CertSummary::default().expires_within(i64::MAX, i64::MAX), "nothing known, nothing flagged");
     }
 
     #[test]

@@ -12,8 +12,8 @@ use hotkv_cluster::node::NodeId;
 use hotkv_cluster::nodes_conf;
 use hotkv_cluster::router::{ClusterRouter, SlotMap};
 use hotkv_cluster::state::{ClusterState, Endpoint, Settings as ClusterSettings};
-use hotkv_tls::rustls::pki_types::ServerName;
-use hotkv_tls::{HandshakeError, TlsManager};
+use hotkv_cluster::wire::CertSummary;
+use hotkv_tls::{HandshakeError, TlsManager, TlsState};
 use parking_lot::Mutex;
 use tokio::net::TcpStream;
 use tracing::{info, warn};
@@ -113,19 +113,38 @@ pub fn load(s: &Settings) -> Result<Option<Loaded>, String> {
 }
 
 /// Builds the node (its bus not started yet) from what [`load`] found, with links made by
-/// `tls` when `tls-cluster` is on.
+/// `tls` when `tls-cluster` is on. The certificate this node gossips follows every TLS commit
+/// (the startup load, CONFIG SET, automatic reloads), whether or not the bus itself runs TLS.
 pub fn build(s: &Settings, loaded: Loaded, tls: &Arc<TlsManager>) -> ClusterNode {
     let (state, router, path) = loaded;
     let publish = router.clone();
     let transport: Arc<dyn Transport> =
         if s.bool(table::TLS_CLUSTER) { Arc::new(TlsTransport { tls: tls.clone() }) } else { Arc::new(PlainTransport) };
-    let bus = Bus::new(
-        Arc::new(Mutex::new(state)),
-        transport,
-        path.clone(),
-        Box::new(move |st: &ClusterState| publish.publish(SlotMap::of(st))),
-    );
+    let state = Arc::new(Mutex::new(state));
+    let gossiped = state.clone();
+    tls.on_commit(move |tls| gossiped.lock().set_cert(cert_summary(tls)));
+    let bus =
+        Bus::new(state, transport, path.clone(), Box::new(move |st: &ClusterState| publish.publish(SlotMap::of(st))));
     ClusterNode { bus, router, conf_path: path }
+}
+
+/// What the bus says about the certificate this node serves: the server certificate (the one
+/// every TLS client and every node that dials us sees) and the trusted CA that signed it.
+fn cert_summary(tls: Option<&TlsState>) -> CertSummary {
+    let Some(tls) = tls else { return CertSummary::default() };
+    let certs = tls.certs();
+    let mut c = CertSummary {
+        serial: certs.server.serial.clone(),
+        fingerprint: certs.server.fingerprint,
+        not_after: certs.server.not_after,
+        ..CertSummary::default()
+    };
+    if let Some(ca) = &certs.issuer {
+        c.ca_serial.clone_from(&ca.serial);
+        c.ca_fingerprint = ca.fingerprint;
+        c.ca_not_after = ca.not_after;
+    }
+    c
 }
 
 /// What [`load`] found: the node table, a router over it, and where it is saved.
@@ -194,17 +213,16 @@ impl Transport for TlsTransport {
 
     fn connect(&self, addr: std::net::SocketAddr, _: NodeId) -> BoxFuture<'_, Result<Box<dyn BusStream>, LinkError>> {
         Box::pin(async move {
-            let cfg = self.tls.state().and_then(|st| st.client_config().cloned());
-            let cfg = cfg.ok_or_else(|| LinkError(format!("no TLS material to dial with {DIAL_HINT}")))?;
             let tcp = TcpStream::connect(addr).await.map_err(|e| LinkError(e.to_string()))?;
             let _ = tcp.set_nodelay(true);
             // Nodes are dialled by address; the verifier checks the chain, and a name only
-            // when tls-expected-peer-name asks for one.
-            let name = ServerName::IpAddress(addr.ip().into());
-            let tls = tokio_rustls::TlsConnector::from(cfg)
-                .connect(name, tcp)
+            // when tls-expected-peer-name asks for one. The TLS crate counts a refusal in
+            // INFO tls (tls_outbound_handshake_failures).
+            let tls = self
+                .tls
+                .connect(&addr.ip().to_string(), tcp)
                 .await
-                .map_err(|e| LinkError(format!("{} {DIAL_HINT}", HandshakeError::from_io(&e))))?;
+                .map_err(|e| LinkError(format!("{e} {DIAL_HINT}")))?;
             Ok(Box::new(tls) as Box<dyn BusStream>)
         })
     }
@@ -220,8 +238,6 @@ impl Transport for TlsTransport {
                  certificate tls-ca-cert-file trusts)",
                 peer.ip()
             );
-            let cfg = self.tls.state().and_then(|st| st.bus_server_config().cloned());
-            let cfg = cfg.ok_or_else(|| LinkError(format!("no TLS material to accept with {hint}")))?;
             let _ = tcp.set_nodelay(true);
             // A RESP client that dialled the bus port (redis-cli -p 17000 PING) is closed
             // without a word, as on the client port: it would print a TLS alert as a protocol
@@ -241,11 +257,19 @@ impl Transport for TlsTransport {
                 let _ = socket2::SockRef::from(&tcp).shutdown(std::net::Shutdown::Both);
                 return Err(LinkError(format!("{} {hint}", HandshakeError::WrongVersionNumber)));
             }
-            let tls = tokio_rustls::TlsAcceptor::from(cfg)
-                .accept(tcp)
-                .await
-                .map_err(|e| LinkError(format!("{} {hint}", HandshakeError::from_io(&e))))?;
+            // Counted in INFO tls (tls_handshake_failures) by the TLS crate.
+            let tls = self.tls.accept_bus_stream(tcp).await.map_err(|e| LinkError(format!("{e} {hint}")))?;
             Ok(Box::new(tls) as Box<dyn BusStream>)
         })
+    }
+
+    fn refused(&self, e: &std::io::Error) -> String {
+        // Our handshake had ended; the other end's alert says why it refused us, and that is
+        // a refused handshake for INFO tls too.
+        let reason = HandshakeError::from_io(e);
+        if matches!(reason, HandshakeError::AlertReceived(_)) {
+            self.tls.counters().outbound_handshake_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        format!("{reason} {DIAL_HINT}")
     }
 }

@@ -1,11 +1,13 @@
 //! Certificate awareness: counters and the data behind `INFO tls` (the server prints
 //! [`TlsInfo::fields`]; the names are defined once, here), and the expiry watch.
 //!
-//! Expiry rules (the issue's): warn when a certificate has 30 and then 7 days left, error when
-//! it has less than a day, error once it has expired and again every 24 hours, error at startup when it
-//! is not valid yet. Each threshold is logged once per certificate (role + serial), so reloads
-//! of the same file and the hourly check do not repeat themselves; a renewed certificate (new
-//! serial) starts afresh. The CA lines cover every trusted CA.
+//! Expiry rules (the issue's): warn when a certificate has 30 days left; from 7 days left,
+//! warn once a day until it expires (an error once less than a day is left); error once it has
+//! expired and again every 24 hours; error at startup when it is not valid yet. Each line names
+//! the file to renew, the serial and the expiry. The 30-day notice is given once per
+//! certificate (role + issuer + serial), so reloads of the same file and the hourly check do
+//! not repeat it; a renewed certificate (new serial) starts afresh. The CA lines cover every
+//! trusted CA.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -175,7 +177,9 @@ pub(crate) struct ExpiryWatch {
 struct Seen {
     /// 0 none, 1 = 30 days, 2 = 7 days, 3 = 1 day, 4 = expired.
     stage: u8,
-    last_expired_notice: Option<i64>,
+    /// When the last notice of the 7-day, 1-day or expired stages was given: those repeat
+    /// daily, so a certificate nobody renewed keeps showing up in the log.
+    last_daily_notice: Option<i64>,
     not_yet_valid_noticed: bool,
 }
 
@@ -202,7 +206,8 @@ impl ExpiryWatch {
     fn observe(&mut self, role: &'static str, c: &CertInfo, now: i64, out: &mut Vec<(Level, String)>) {
         let seen = self.seen.entry((role, format!("{}/{}", c.issuer, c.serial))).or_default();
         let what = format!("TLS {role} certificate");
-        let ids = format!("subject={}, serial={}", c.subject, c.serial);
+        let file = c.file.as_ref().map_or_else(String::new, |f| format!("file={}, ", f.display()));
+        let ids = format!("{file}subject={}, serial={}", c.subject, c.serial);
         if now < c.not_before {
             if !seen.not_yet_valid_noticed {
                 seen.not_yet_valid_noticed = true;
@@ -222,25 +227,23 @@ impl ExpiryWatch {
             _ => 0,
         };
         let not_after = format_time(c.not_after);
-        if stage == 4 {
-            let due = seen.last_expired_notice.is_none_or(|t| now - t >= DAY);
-            if due {
-                seen.last_expired_notice = Some(now);
-                out.push((Level::Error, format!("{what} has expired ({ids}, not_after={not_after}): renew it now")));
-            }
-            seen.stage = 4;
-            return;
-        }
-        if stage <= seen.stage {
+        let daily_due = seen.last_daily_notice.is_none_or(|t| now - t >= DAY);
+        // The 30-day notice once; from 7 days on, a notice at every new stage and once a day.
+        if stage < seen.stage || (stage == seen.stage && (stage < 2 || !daily_due)) {
             return;
         }
         seen.stage = stage;
-        let (level, span) = match stage {
-            3 => (Level::Error, "less than a day"),
-            2 => (Level::Warn, "less than 7 days"),
-            _ => (Level::Warn, "less than 30 days"),
+        if stage >= 2 {
+            seen.last_daily_notice = Some(now);
+        }
+        let msg = match stage {
+            4 => (Level::Error, format!("{what} has expired ({ids}, not_after={not_after}): renew it now")),
+            3 => (Level::Error, format!("{what} expires in less than a day ({ids}, not_after={not_after})")),
+            2 => (Level::Warn, format!("{what} expires in less than 7 days ({ids}, not_after={not_after})")),
+            1 => (Level::Warn, format!("{what} expires in less than 30 days ({ids}, not_after={not_after})")),
+            _ => return,
         };
-        out.push((level, format!("{what} expires in {span} ({ids}, not_after={not_after})")));
+        out.push(msg);
     }
 }
 
@@ -307,6 +310,8 @@ mod tests {
             eku: None,
             is_ca: false,
             has_ns_cert_type: false,
+            fingerprint: [0; 32],
+            file: None,
         }
     }
 
@@ -325,7 +330,13 @@ mod tests {
         assert_eq!(n[0].0, Level::Warn);
         assert!(n[0].1.starts_with("TLS server certificate expires in less than 30 days"), "{}", n[0].1);
         assert!(w.check(&c, end - 20 * DAY).is_empty(), "once per threshold");
-        assert!(w.check(&c, end - 6 * DAY)[0].1.contains("less than 7 days"));
+        let n = w.check(&c, end - 6 * DAY);
+        assert_eq!(n[0].0, Level::Warn);
+        assert!(n[0].1.contains("less than 7 days"));
+        assert!(w.check(&c, end - 6 * DAY + 3600).is_empty(), "the hourly check does not repeat it");
+        let n = w.check(&c, end - 5 * DAY);
+        assert_eq!(n.len(), 1, "within 7 days, once a day");
+        assert!(n[0].1.contains("less than 7 days"));
         let n = w.check(&c, end - 3600);
         assert_eq!(n[0].0, Level::Error);
         assert!(n[0].1.contains("less than a day"));
@@ -344,6 +355,19 @@ mod tests {
         assert!(n[0].1.contains("7 days"));
         let renewed = loaded(cert("02", 0, 20 * DAY));
         assert!(w.check(&renewed, 5 * DAY)[0].1.contains("30 days"));
+    }
+
+    #[test]
+    fn a_notice_names_the_file_serial_and_expiry() {
+        let mut w = ExpiryWatch::default();
+        let mut c = cert("1A2B", 0, 10 * DAY);
+        c.file = Some("/etc/hotkv/tls/node.crt".into());
+        let n = w.check(&loaded(c), 5 * DAY);
+        assert_eq!(
+            n[0].1,
+            "TLS server certificate expires in less than 7 days (file=/etc/hotkv/tls/node.crt, subject=CN=n, \
+             serial=1A2B, not_after=1970-01-11T00:00:00Z)"
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::net::IpAddr;
+use std::path::PathBuf;
 
 use rustls::pki_types::CertificateDer;
 use x509_parser::extensions::GeneralName;
@@ -40,6 +41,11 @@ pub struct CertInfo {
     pub is_ca: bool,
     /// Carries a Netscape nsCertType extension.
     pub has_ns_cert_type: bool,
+    /// SHA-256 of the DER, as `openssl x509 -fingerprint -sha256` computes it.
+    pub fingerprint: [u8; 32],
+    /// The file it was read from (`None` when parsed from bytes alone), for log lines that
+    /// must say which file to renew.
+    pub file: Option<PathBuf>,
 }
 
 /// The extended key usages that matter for TLS.
@@ -57,10 +63,15 @@ impl CertInfo {
     /// Reads a DER certificate.
     pub fn parse(der: &CertificateDer<'_>) -> Result<CertInfo, String> {
         let (_, x) = x509_parser::parse_x509_certificate(der).map_err(|e| e.to_string())?;
-        Ok(CertInfo::from_x509(&x))
+        Ok(CertInfo::from_x509(&x, crate::material::sha256(der)))
     }
 
-    fn from_x509(x: &X509Certificate<'_>) -> CertInfo {
+    /// The SHA-256 fingerprint as OpenSSL prints it: uppercase hex pairs joined by colons.
+    pub fn fingerprint_text(&self) -> String {
+        fingerprint_text(&self.fingerprint)
+    }
+
+    fn from_x509(x: &X509Certificate<'_>, fingerprint: [u8; 32]) -> CertInfo {
         let mut info = CertInfo {
             subject: x.subject().to_string(),
             issuer: x.issuer().to_string(),
@@ -75,6 +86,8 @@ impl CertInfo {
             eku: None,
             is_ca: x.is_ca(),
             has_ns_cert_type: x.extensions().iter().any(|e| e.oid.to_id_string() == NS_CERT_TYPE),
+            fingerprint,
+            file: None,
         };
         if let Ok(Some(san)) = x.subject_alternative_name() {
             for name in &san.value.general_names {
@@ -157,6 +170,19 @@ pub fn format_time(unix: i64) -> String {
     format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
 }
 
+/// A SHA-256 fingerprint as `openssl x509 -noout -fingerprint -sha256` prints it
+/// (`AB:CD:…`), so an operator can compare what a node reports with the file in hand.
+pub fn fingerprint_text(fp: &[u8; 32]) -> String {
+    let mut s = String::with_capacity(95);
+    for (i, b) in fp.iter().enumerate() {
+        if i > 0 {
+            s.push(':');
+        }
+        s.push_str(&format!("{b:02X}"));
+    }
+    s
+}
+
 /// OpenSSL `BN_bn2hex` of a positive serial: leading zero bytes dropped, uppercase.
 fn serial_hex(raw: &[u8]) -> String {
     let start = raw.iter().position(|b| *b != 0).unwrap_or(raw.len());
@@ -184,6 +210,16 @@ mod tests {
         assert_eq!(format_time(1_830_297_600), "2028-01-01T00:00:00Z");
         assert_eq!(format_time(951_782_400 + 3661), "2000-02-29T01:01:01Z");
         assert_eq!(format_time(-1), "1969-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn fingerprints_print_like_openssl() {
+        let mut fp = [0u8; 32];
+        fp[0] = 0xAB;
+        fp[31] = 0x0c;
+        let t = fingerprint_text(&fp);
+        assert!(t.starts_with("AB:00:00:") && t.ends_with(":00:0C"), "{t}");
+        assert_eq!(t.len(), 32 * 3 - 1);
     }
 
     #[test]

@@ -51,7 +51,7 @@ mod verify;
 pub use check::{Problem, ProblemKind, check, check_at};
 pub use error::{FileProblem, FileRole, HandshakeError, TlsError};
 pub use info::{CertSummary, ReloadRecord, TlsCounters, TlsInfo};
-pub use inspect::{CertInfo, Eku, format_time};
+pub use inspect::{CertInfo, Eku, fingerprint_text, format_time};
 pub use manager::{CommitOutcome, Pending, ReloadOutcome, TlsManager};
 pub use material::Fingerprint;
 pub use session::TlsSession;

@@ -45,6 +45,22 @@ pub struct TlsManager {
     files_match: AtomicU8,
     /// Wakes the background task when the reload interval changes.
     wake: Notify,
+    /// Called after every commit with the state then in force (see [`TlsManager::on_commit`]).
+    /// The mutex also orders the calls, so the last call always sees the last state.
+    listeners: Listeners,
+}
+
+/// A function told about every configuration swapped in.
+type Listener = Box<dyn Fn(Option<&TlsState>) + Send + Sync>;
+
+/// The listeners, in the order they registered.
+#[derive(Default)]
+struct Listeners(Mutex<Vec<Listener>>);
+
+impl std::fmt::Debug for Listeners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Listeners({})", self.0.lock().len())
+    }
 }
 
 #[derive(Debug, Default)]
@@ -113,6 +129,7 @@ impl TlsManager {
             reload_busy: AtomicBool::new(false),
             files_match: AtomicU8::new(0),
             wake: Notify::new(),
+            listeners: Listeners::default(),
         }
     }
 
@@ -244,7 +261,32 @@ impl TlsManager {
         if interval_changed {
             self.wake.notify_one();
         }
+        self.notify();
         CommitOutcome::Applied(generation)
+    }
+
+    /// Calls `f` now with the state in force, then after every commit (the startup load, each
+    /// CONFIG SET, each automatic reload) with the state that commit installed, or `None` when
+    /// TLS is no longer in use. The server uses it for what must follow the certificate, such
+    /// as the summary the cluster bus gossips. `f` runs on the committing thread, so it must be
+    /// quick and must not call back into this manager's reload methods.
+    pub fn on_commit(&self, f: impl Fn(Option<&TlsState>) + Send + Sync + 'static) {
+        let mut listeners = self.listeners.0.lock();
+        f(self.current.load().as_deref());
+        listeners.push(Box::new(f));
+    }
+
+    /// Tells every listener about the state in force. It is read under the listeners' lock:
+    /// when two commits race, whichever call runs last reads the state that won.
+    fn notify(&self) {
+        let listeners = self.listeners.0.lock();
+        if listeners.is_empty() {
+            return;
+        }
+        let state = self.current.load_full();
+        for f in listeners.iter() {
+            f(state.as_deref());
+        }
     }
 
     /// One automatic-reload check (blocking): hash the files; if they changed, rebuild and

@@ -155,17 +155,17 @@ pub(crate) fn parse_key(role: FileRole, f: &FileBytes, pass: Option<&str>) -> Re
     PrivateKeyDer::from_pem_slice(&f.bytes).map_err(|e| err(pem_problem(e)))
 }
 
-/// All CA certificates of the file and the directory. A file in the directory that holds no
-/// certificate is skipped with a warning (directories collect READMEs and CRLs); the CA file
-/// itself must parse.
-pub(crate) fn parse_cas(m: &Material) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+/// All CA certificates of the file and the directory, each with the file it came from. A file
+/// in the directory that holds no certificate is skipped with a warning (directories collect
+/// READMEs and CRLs); the CA file itself must parse.
+pub(crate) fn parse_cas(m: &Material) -> Result<Vec<(CertificateDer<'static>, PathBuf)>, TlsError> {
     let mut cas = Vec::new();
     if let Some(f) = &m.ca_file {
-        cas.extend(parse_chain(FileRole::CaFile, f)?);
+        cas.extend(parse_chain(FileRole::CaFile, f)?.into_iter().map(|c| (c, f.path.clone())));
     }
     for f in &m.ca_dir {
         match parse_chain(FileRole::CaDir, f) {
-            Ok(certs) => cas.extend(certs),
+            Ok(certs) => cas.extend(certs.into_iter().map(|c| (c, f.path.clone()))),
             Err(e) => tracing::warn!("Ignoring a file of tls-ca-cert-dir that holds no usable certificate: {e}"),
         }
     }

@@ -155,12 +155,13 @@ impl TlsState {
             }
             None => (server_key.clone(), None),
         };
-        let (roots, cas, dropped_cas) = load_roots(s, m, ctx.now)?;
+        let (roots, trusted, dropped_cas) = load_roots(s, m, ctx.now)?;
         if let Some(dh) = &m.dh {
             material::check_dh(dh)?;
             tracing::info!("tls-dh-params-file is ignored: DHE is not supported, ECDHE is used");
         }
-        let issuer = issuer_of(&server_key.cert, &cas);
+        let issuer = issuer_of(&server_key.cert, &trusted);
+        let cas: Vec<CertInfo> = trusted.into_iter().map(|(info, _)| info).collect();
 
         let caches = Caches::for_build(s, m, ctx.previous);
         let roots = roots.map(Arc::new);
@@ -226,8 +227,9 @@ fn load_pair(
     pass: Option<&str>,
 ) -> Result<(Arc<CertifiedKey>, CertInfo), TlsError> {
     let chain = material::parse_chain(cert_role, cert)?;
-    let info =
+    let mut info =
         CertInfo::parse(&chain[0]).map_err(|e| TlsError::file(cert_role, &cert.path, FileProblem::BadAsn1(e)))?;
+    info.file = Some(cert.path.clone());
     let der: PrivateKeyDer<'static> = material::parse_key(key_role, key, pass)?;
     match CertifiedKey::from_der(chain, der, provider) {
         Ok(ck) => Ok((Arc::new(ck), info)),
@@ -268,36 +270,38 @@ fn check_validity(
     Err(TlsError::file(role, path, problem))
 }
 
-type Roots = (Option<RootCertStore>, Vec<CertInfo>, Vec<String>);
+type Roots = (Option<RootCertStore>, Vec<(CertInfo, CertificateDer<'static>)>, Vec<String>);
 
 /// The trust store from the CA file and directory. Every CA in a bundle is trusted, so a CA
 /// rotation is "trust both, move the leaves, drop the old" with reloads only. CA certificates
 /// outside their validity are left out with a warning rather than failing the whole load
-/// (Valkey 9.1 fails; stale roots in OS bundles make that harsh).
+/// (Valkey 9.1 fails; stale roots in OS bundles make that harsh). Returns each trusted CA's
+/// facts with its DER, which [`issuer_of`] checks signatures against.
 fn load_roots(s: &TlsSettings, m: &Material, now: i64) -> Result<Roots, TlsError> {
     if m.ca_file.is_none() && s.ca_cert_dir.is_none() {
         return Ok((None, Vec::new(), Vec::new()));
     }
-    let (mut store, mut infos, mut dropped) = (RootCertStore::empty(), Vec::new(), Vec::new());
-    for der in material::parse_cas(m)? {
-        let info = match CertInfo::parse(&der) {
+    let (mut store, mut trusted, mut dropped) = (RootCertStore::empty(), Vec::new(), Vec::new());
+    for (der, path) in material::parse_cas(m)? {
+        let mut info = match CertInfo::parse(&der) {
             Ok(i) => i,
             Err(e) => {
                 dropped.push(format!("unparsable CA certificate: {e}"));
                 continue;
             }
         };
+        info.file = Some(path);
         if !info.is_valid_at(now) {
             let why = if info.not_after < now { "has expired" } else { "is not valid yet" };
             tracing::warn!("TLS CA certificate {why}, not trusted: {info}");
             dropped.push(format!("{} ({why})", info.subject));
             continue;
         }
-        if let Err(e) = store.add(der) {
+        if let Err(e) = store.add(der.clone()) {
             dropped.push(format!("{} ({e})", info.subject));
             continue;
         }
-        infos.push(info);
+        trusted.push((info, der));
     }
     if store.is_empty() {
         let (role, path) = match (&m.ca_file, &s.ca_cert_dir) {
@@ -307,13 +311,26 @@ fn load_roots(s: &TlsSettings, m: &Material, now: i64) -> Result<Roots, TlsError
         };
         return Err(TlsError::File { role, path, problem: FileProblem::NoCaCertificates });
     }
-    Ok((Some(store), infos, dropped))
+    Ok((Some(store), trusted, dropped))
 }
 
-/// The CA that issued the top of our chain, found by name.
-fn issuer_of(chain: &[CertificateDer<'static>], cas: &[CertInfo]) -> Option<CertInfo> {
-    let top = CertInfo::parse(chain.last()?).ok()?;
-    cas.iter().filter(|c| c.subject == top.issuer).max_by_key(|c| c.not_after).cloned()
+/// The trusted CA that signed the top of our chain. A CA rotation often reissues the CA under
+/// the same name, and while the bundle holds both, a match by name alone cannot tell which one
+/// signed the leaf; so among the CAs with the right name, the one whose key verifies the
+/// signature wins. Only when no key verifies it (an algorithm x509-parser cannot check) does
+/// the name decide, the latest-expiring CA first.
+fn issuer_of(chain: &[CertificateDer<'static>], cas: &[(CertInfo, CertificateDer<'static>)]) -> Option<CertInfo> {
+    let (_, top) = x509_parser::parse_x509_certificate(chain.last()?).ok()?;
+    let issuer = top.issuer().to_string();
+    let named: Vec<&(CertInfo, CertificateDer<'static>)> = cas.iter().filter(|(c, _)| c.subject == issuer).collect();
+    let signed = named.iter().find(|(_, der)| {
+        x509_parser::parse_x509_certificate(der)
+            .is_ok_and(|(_, ca)| top.verify_signature(Some(ca.public_key())).is_ok())
+    });
+    match signed {
+        Some((info, _)) => Some(info.clone()),
+        None => named.iter().map(|(c, _)| c).max_by_key(|c| c.not_after).map(|c| (*c).clone()),
+    }
 }
 
 fn client_verifier(

@@ -219,6 +219,8 @@ mod tests {
             eku: None,
             is_ca: false,
             has_ns_cert_type: false,
+            fingerprint: [0; 32],
+            file: None,
         }
     }
 

@@ -37,6 +37,19 @@ pub static COMMANDS: &[ServerSpec] = &[
             sub!("addslots", -3, ADMIN, "3.0.0", "Assigns new hash slots to a node.", addslots),
             sub!("addslotsrange", -4, ADMIN, "7.0.0", "Assigns new hash slot ranges to a node.", addslotsrange),
             sub!("bumpepoch", 2, ADMIN, "3.0.0", "Advances the cluster config epoch.", bumpepoch),
+            // hotkv's own: "since" is the version hotkv reports.
+            row(
+                "certs",
+                2,
+                READ,
+                acl::SLOW,
+                &[],
+                "cluster",
+                crate::cmd::conn::REDIS_VERSION,
+                "Returns the TLS certificate and CA every known node serves, as gossiped on the bus.",
+                "O(N) where N is the number of known nodes",
+                certs,
+            ),
             sub!(
                 "count-failure-reports",
                 3,
@@ -269,6 +282,11 @@ fn help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res 
             "    Assign slots which are between <start-slot> and <end-slot> to current node.",
             "BUMPEPOCH",
             "    Advance the cluster config epoch.",
+            "CERTS",
+            "    Return the TLS certificate every known node serves, as the nodes gossip it: one map per",
+            "    node with id, addr, flags, link, serial, fingerprint (SHA-256), not-after (unix time),",
+            "    ca-serial, ca-fingerprint, ca-not-after, and expires-soon (yes when the certificate or its",
+            "    CA expires within 7 days or has expired, unknown when the node has not said).",
             "COUNT-FAILURE-REPORTS <node-id>",
             "    Return number of failure reports for <node-id>.",
             "COUNTKEYSINSLOT <slot>",
@@ -313,6 +331,53 @@ fn help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res 
             "    Return information about slot range mappings and the nodes associated with them.",
         ],
     );
+    Ok(Flow::Continue)
+}
+
+/// How close to its expiry a certificate is flagged by CLUSTER CERTS: the week in which the
+/// TLS crate starts warning daily.
+const EXPIRES_SOON_SECS: i64 = 7 * 86_400;
+
+/// CLUSTER CERTS (hotkv): every node this one knows, with the certificate and CA it last said
+/// it serves, so that a half-done renewal or CA rotation shows from any one node. One map per
+/// node (a flat array in RESP2), this node first.
+fn certs(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let st = node(srv)?.state();
+    let now = unix_ms() / 1000;
+    let rows = st.certs();
+    out.array(rows.len());
+    for (n, c) in rows {
+        let hex = |fp: &[u8; 32], known: bool| if known { hotkv_tls::fingerprint_text(fp) } else { String::new() };
+        let link = if n.link_connected || n.flags.has(NodeFlags::MYSELF) { "connected" } else { "disconnected" };
+        let soon = match (c.is_known(), c.expires_within(now, EXPIRES_SOON_SECS)) {
+            (false, _) => "unknown",
+            (true, true) => "yes",
+            (true, false) => "no",
+        };
+        out.map(11);
+        out.bulk(b"id");
+        out.bulk(n.id.as_str().as_bytes());
+        out.bulk(b"addr");
+        out.bulk(format!("{}:{}@{}", n.ip, n.client_port(sess.tls), n.bus_port).as_bytes());
+        out.bulk(b"flags");
+        out.bulk(n.flags.text().as_bytes());
+        out.bulk(b"link");
+        out.bulk(link.as_bytes());
+        out.bulk(b"serial");
+        out.bulk(c.serial.as_bytes());
+        out.bulk(b"fingerprint");
+        out.bulk(hex(&c.fingerprint, c.is_known()).as_bytes());
+        out.bulk(b"not-after");
+        out.int(c.not_after);
+        out.bulk(b"ca-serial");
+        out.bulk(c.ca_serial.as_bytes());
+        out.bulk(b"ca-fingerprint");
+        out.bulk(hex(&c.ca_fingerprint, c.ca_not_after != 0).as_bytes());
+        out.bulk(b"ca-not-after");
+        out.int(c.ca_not_after);
+        out.bulk(b"expires-soon");
+        out.bulk(soon.as_bytes());
+    }
     Ok(Flow::Continue)
 }
 

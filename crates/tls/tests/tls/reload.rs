@@ -279,3 +279,48 @@ async fn the_background_task_reloads_a_renewed_certificate() {
     assert_eq!(m.info().server_cert.unwrap().serial, again.serial());
     task.abort();
 }
+
+#[test]
+fn a_rotation_to_a_ca_of_the_same_name_reports_the_ca_that_signed() {
+    // Rotations often reissue the CA under the same name; while both are trusted, the issuer
+    // reported (and gossiped by the cluster) must be the one whose key signed the certificate.
+    let t = Setup::new();
+    let new_ca = Ca::root("hotkv test CA");
+    let m = TlsManager::new();
+    m.init(t.settings()).unwrap();
+    let issuer = || m.state().unwrap().certs().issuer.clone().unwrap();
+    let old_fp = issuer().fingerprint;
+    assert_eq!(issuer().file.as_deref(), Some(t.ca_file.as_path()));
+    t.dir.write("ca.crt", format!("{}{}", t.ca.pem, new_ca.pem));
+    m.apply(t.settings()).unwrap();
+    assert_eq!(m.state().unwrap().certs().cas.len(), 2);
+    assert_eq!(issuer().fingerprint, old_fp, "the old CA still signs the certificate in use");
+    let node = new_ca.issue(Leaf::node("node1"));
+    t.dir.write("node.crt", &node.cert_pem);
+    t.dir.write("node.key", &node.key_pem);
+    m.apply(t.settings()).unwrap();
+    assert_ne!(issuer().fingerprint, old_fp, "the new CA signs the new certificate");
+    assert_eq!(
+        m.state().unwrap().certs().server.fingerprint,
+        hotkv_tls::CertInfo::parse(&node.der).unwrap().fingerprint
+    );
+}
+
+#[test]
+fn listeners_hear_of_every_commit_automatic_reloads_included() {
+    let t = Setup::new();
+    let m = TlsManager::new();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    m.on_commit(move |st| log.lock().unwrap().push(st.map(|s| s.certs().server.serial.clone())));
+    assert_eq!(*seen.lock().unwrap(), [None], "called at once with the state in force");
+    m.init(t.settings()).unwrap();
+    let renewed = renew(&t, "node1");
+    assert!(matches!(m.reload_if_changed(), ReloadOutcome::Reloaded(_)));
+    m.apply(TlsSettings { cluster: false, port: 0, replication: false, ..t.settings() }).unwrap();
+    assert_eq!(*seen.lock().unwrap(), [None, Some(t.node.serial()), Some(renewed.serial()), None]);
+    // A failed reload commits nothing, and tells nobody.
+    t.dir.write("node.crt", "not a certificate\n");
+    assert!(m.apply(t.settings()).is_err());
+    assert_eq!(seen.lock().unwrap().len(), 4);
+}
