@@ -1,8 +1,8 @@
 //! The cluster bus: a listener on the bus port, one outbound link per known node, and a cron
-//! every 100 ms, all tokio tasks on the server's runtime. Frames are decoded on the link's
-//! task; the [`ClusterState`] mutex is held only to apply one frame or one tick, never across
-//! I/O. How a link is made (plain TCP or mutual TLS) is the [`Transport`]'s business, which
-//! the server provides; this crate knows nothing of certificates.
+//! every 100 ms, all tokio tasks on the runtime of the bus's own thread. Frames are decoded on
+//! the link's task; the [`ClusterState`] mutex is held only to apply one frame or one tick,
+//! never across I/O. How a link is made (plain TCP or mutual TLS) is the [`Transport`]'s
+//! business, which the server provides; this crate knows nothing of certificates.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -73,12 +74,41 @@ impl Transport for PlainTransport {
     }
 }
 
+/// One bus link as `CLUSTER LINKS` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkInfo {
+    /// The node at the other end.
+    pub node: NodeId,
+    /// The other node opened it (`from`), rather than this one (`to`).
+    pub inbound: bool,
+    /// When it was made, unix ms; for an outbound link, when the dial started (as Valkey's
+    /// `create-time`).
+    pub created_ms: i64,
+    /// Bytes queued on it and not yet written to the socket.
+    pub send_queued: usize,
+}
+
+impl LinkInfo {
+    /// `direction`, in Valkey's words.
+    pub fn direction(&self) -> &'static str {
+        if self.inbound { "from" } else { "to" }
+    }
+
+    /// `events`: what Valkey's event loop would wait for on the link. A link is always read;
+    /// it waits to write only while something is queued.
+    pub fn events(&self) -> &'static str {
+        if self.send_queued > 0 { "rw" } else { "r" }
+    }
+}
+
 /// What the bus shares between its tasks and with the command path.
 pub struct Bus {
     state: Arc<Mutex<ClusterState>>,
     transport: Arc<dyn Transport>,
-    /// Senders of the outbound links that are up, by node id.
-    links: Mutex<HashMap<NodeId, mpsc::UnboundedSender<Arc<Vec<u8>>>>>,
+    /// The links that are up, both ways, by node id.
+    links: Mutex<Links>,
+    /// Numbers links, so that a closing link removes itself and not its successor.
+    next_serial: AtomicU64,
     /// Nodes an outbound link is being made to.
     dialing: Mutex<HashSet<NodeId>>,
     /// Last dial failure per node: (when, reason), so retries do not flood the log.
@@ -89,6 +119,61 @@ pub struct Bus {
     /// Called after every change of the table, with the state locked: the server rebuilds
     /// its routing snapshot there.
     on_change: Box<dyn Fn(&ClusterState) + Send + Sync>,
+}
+
+/// The links that are up.
+#[derive(Default)]
+struct Links {
+    /// Links this node opened: PINGs, MEET and FAIL go there.
+    outbound: HashMap<NodeId, Link>,
+    /// Links other nodes opened, once a frame named a node this one knows: PONGs go there.
+    /// One per node, as in Valkey.
+    inbound: HashMap<NodeId, Inbound>,
+}
+
+/// One link in the registry.
+#[derive(Clone)]
+struct Link {
+    tx: LinkTx,
+    /// Unix ms.
+    created_ms: i64,
+    serial: u64,
+}
+
+/// An inbound link in the registry, and how to close it when a newer one replaces it.
+struct Inbound {
+    link: Link,
+    close: Arc<Notify>,
+}
+
+/// The sending side of a link: frames for its writer task, and how many bytes of them wait.
+#[derive(Clone)]
+struct LinkTx {
+    tx: mpsc::UnboundedSender<Arc<Vec<u8>>>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl LinkTx {
+    fn channel() -> (LinkTx, mpsc::UnboundedReceiver<Arc<Vec<u8>>>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (LinkTx { tx, queued: Arc::new(AtomicUsize::new(0)) }, rx)
+    }
+
+    /// Queues a frame; the writer subtracts its length once it is written.
+    fn send(&self, frame: Arc<Vec<u8>>) {
+        let n = frame.len();
+        // Added before sending, so that the writer never subtracts bytes not yet counted.
+        self.queued.fetch_add(n, Ordering::Relaxed);
+        if self.tx.send(frame).is_err() {
+            self.queued.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+
+    fn encode_and_send(&self, msg: &Message) {
+        let mut buf = Vec::new();
+        wire::encode(msg, &mut buf);
+        self.send(Arc::new(buf));
+    }
 }
 
 /// Time now, unix ms.
@@ -107,7 +192,8 @@ impl Bus {
         Arc::new(Bus {
             state,
             transport,
-            links: Mutex::new(HashMap::new()),
+            links: Mutex::new(Links::default()),
+            next_serial: AtomicU64::new(0),
             dialing: Mutex::new(HashSet::new()),
             failures: Mutex::new(HashMap::new()),
             conf_path,
@@ -144,17 +230,42 @@ impl Bus {
         let mut buf = Vec::new();
         wire::encode(msg, &mut buf);
         let frame = Arc::new(buf);
-        for tx in self.links.lock().values() {
-            let _ = tx.send(frame.clone());
+        for link in self.links.lock().outbound.values() {
+            link.tx.send(frame.clone());
         }
     }
 
-    fn send_to(&self, id: &NodeId, msg: &Message) {
-        let mut buf = Vec::new();
-        wire::encode(msg, &mut buf);
-        if let Some(tx) = self.links.lock().get(id) {
-            let _ = tx.send(Arc::new(buf));
+    /// Every link to or from a node this one knows, by node id, `to` before `from`
+    /// (`CLUSTER LINKS`). Links to nodes forgotten since they were made are left out, as
+    /// Valkey lists the links of the nodes in its table.
+    pub fn links(&self) -> Vec<LinkInfo> {
+        let info = |node: &NodeId, link: &Link, inbound| LinkInfo {
+            node: *node,
+            inbound,
+            created_ms: link.created_ms,
+            send_queued: link.tx.queued.load(Ordering::Relaxed),
+        };
+        let mut out: Vec<LinkInfo> = {
+            let links = self.links.lock();
+            let to = links.outbound.iter().map(|(id, l)| info(id, l, false));
+            to.chain(links.inbound.iter().map(|(id, i)| info(id, &i.link, true))).collect()
+        };
+        {
+            let st = self.state.lock();
+            out.retain(|l| st.node(&l.node).is_some());
         }
+        out.sort_by_key(|l| (l.node, l.inbound));
+        out
+    }
+
+    fn send_to(&self, id: &NodeId, msg: &Message) {
+        if let Some(link) = self.links.lock().outbound.get(id) {
+            link.tx.encode_and_send(msg);
+        }
+    }
+
+    fn next_serial(&self) -> u64 {
+        self.next_serial.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Saves `nodes.conf` when the table changed and tells the server.
@@ -196,7 +307,7 @@ impl Bus {
     }
 
     fn dial_if_needed(self: &Arc<Self>, id: NodeId, ip: &str, port: u16, now: i64) {
-        if self.links.lock().contains_key(&id) || self.dialing.lock().contains(&id) {
+        if self.links.lock().outbound.contains_key(&id) || self.dialing.lock().contains(&id) {
             return;
         }
         // A node that refused us is tried again once a second, not every tick.
@@ -209,6 +320,7 @@ impl Bus {
     }
 
     async fn outbound(self: Arc<Self>, id: NodeId, addr: SocketAddr) {
+        let created_ms = now_ms();
         let stream = self.transport.connect(addr, id).await;
         self.dialing.lock().remove(&id);
         let stream = match stream {
@@ -219,25 +331,29 @@ impl Bus {
             }
         };
         self.failures.lock().remove(&id);
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = LinkTx::channel();
         let first = {
             let mut st = self.state.lock();
             st.link_up(&id, now_ms())
         };
         let Some(first) = first else { return };
-        self.links.lock().insert(id, tx.clone());
-        let mut buf = Vec::new();
-        wire::encode(&first, &mut buf);
-        let _ = tx.send(Arc::new(buf));
+        let serial = self.next_serial();
+        self.links.lock().outbound.insert(id, Link { tx: tx.clone(), created_ms, serial });
+        tx.encode_and_send(&first);
         let (reader, writer) = tokio::io::split(stream);
-        let writing = tokio::spawn(write_frames(writer, rx));
+        let writing = tokio::spawn(write_frames(writer, rx, tx.queued.clone()));
         let mut link_id = id;
         let result = self.read_frames(reader, Some(&mut link_id), addr).await;
         if let Err(e) = result {
             debug!(node_id = %link_id, cause = %e, "bus link closed");
         }
         writing.abort();
-        self.links.lock().remove(&link_id);
+        {
+            let mut links = self.links.lock();
+            if links.outbound.get(&link_id).is_some_and(|l| l.serial == serial) {
+                links.outbound.remove(&link_id);
+            }
+        }
         self.state.lock().link_down(&link_id);
     }
 
@@ -275,30 +391,49 @@ impl Bus {
                     }
                 };
                 let (reader, writer) = tokio::io::split(stream);
-                let (tx, rx) = mpsc::unbounded_channel();
-                let writing = tokio::spawn(write_frames(writer, rx));
-                let result = bus.read_inbound(reader, tx, peer, &local).await;
+                let (tx, rx) = LinkTx::channel();
+                let writing = tokio::spawn(write_frames(writer, rx, tx.queued.clone()));
+                let link = Link { tx, created_ms: now_ms(), serial: bus.next_serial() };
+                let close = Arc::new(Notify::new());
+                let mut named = None;
+                let result = tokio::select! {
+                    r = bus.read_inbound(reader, &link, peer, &local, &mut named, &close) => r,
+                    _ = close.notified() => Ok(()),
+                };
                 if let Err(e) = result {
                     debug!(%peer, cause = %e, "inbound bus link closed");
                 }
                 writing.abort();
+                bus.drop_inbound(named, link.serial);
             });
         }
     }
 
+    /// Reads an inbound link. Once a frame names a node this one knows, the link is
+    /// registered as that node's (`named`), for CLUSTER LINKS; `close` closes it early.
     async fn read_inbound(
         &self,
         reader: tokio::io::ReadHalf<Box<dyn BusStream>>,
-        tx: mpsc::UnboundedSender<Arc<Vec<u8>>>,
+        link: &Link,
         peer: SocketAddr,
         local_ip: &str,
+        named: &mut Option<NodeId>,
+        close: &Arc<Notify>,
     ) -> io::Result<()> {
+        let peer_ip = peer.ip().to_string();
         self.frames(reader, peer, None, |bus, msg| {
-            let out = bus.state.lock().receive(msg, None, &peer.ip().to_string(), Some(local_ip), now_ms());
+            let sender = msg.header.sender;
+            let (out, known) = {
+                let mut st = bus.state.lock();
+                let out = st.receive(msg, None, &peer_ip, Some(local_ip), now_ms());
+                (out, st.node(&sender).is_some())
+            };
+            if named.is_none() && known && !out.close {
+                *named = Some(sender);
+                bus.name_inbound(sender, link.clone(), close.clone());
+            }
             if let Some(reply) = out.reply {
-                let mut buf = Vec::new();
-                wire::encode(&reply, &mut buf);
-                let _ = tx.send(Arc::new(buf));
+                link.tx.encode_and_send(&reply);
             }
             for b in &out.broadcast {
                 bus.broadcast(b);
@@ -306,6 +441,26 @@ impl Bus {
             !out.close
         })
         .await
+    }
+
+    /// Registers an inbound link as `node`'s. Valkey keeps one inbound link per node: a node
+    /// that reconnected may be heard on its new link before its old one is seen to close, so
+    /// the old one (most likely stale) is closed.
+    fn name_inbound(&self, node: NodeId, link: Link, close: Arc<Notify>) {
+        let old = self.links.lock().inbound.insert(node, Inbound { link, close });
+        if let Some(old) = old {
+            debug!(node_id = %node, "replacing the inbound bus link from {node}");
+            old.close.notify_one();
+        }
+    }
+
+    /// An inbound link closed: it leaves the registry, unless a newer link replaced it there.
+    fn drop_inbound(&self, named: Option<NodeId>, serial: u64) {
+        let Some(node) = named else { return };
+        let mut links = self.links.lock();
+        if links.inbound.get(&node).is_some_and(|i| i.link.serial == serial) {
+            links.inbound.remove(&node);
+        }
     }
 
     async fn read_frames(
@@ -316,13 +471,14 @@ impl Bus {
     ) -> io::Result<()> {
         let known = link_id.as_deref().copied();
         let mut id = link_id;
+        let peer_ip = peer.ip().to_string();
         self.frames(reader, peer, known, |bus, msg| {
             let Some(link) = id.as_deref_mut() else { return false };
-            let out = bus.state.lock().receive(msg, Some(*link), &peer.ip().to_string(), None, now_ms());
+            let out = bus.state.lock().receive(msg, Some(*link), &peer_ip, None, now_ms());
             if let Some((old, new)) = out.renamed {
                 let mut links = bus.links.lock();
-                if let Some(tx) = links.remove(&old) {
-                    links.insert(new, tx);
+                if let Some(l) = links.outbound.remove(&old) {
+                    links.outbound.insert(new, l);
                 }
                 *link = new;
             }
@@ -382,19 +538,23 @@ impl Bus {
     }
 }
 
+/// Writes a link's frames as they are queued; `queued` counts the bytes still waiting.
 async fn write_frames(
     mut writer: tokio::io::WriteHalf<Box<dyn BusStream>>,
     mut rx: mpsc::UnboundedReceiver<Arc<Vec<u8>>>,
+    queued: Arc<AtomicUsize>,
 ) {
     while let Some(frame) = rx.recv().await {
         if writer.write_all(&frame).await.is_err() {
             return;
         }
+        queued.fetch_sub(frame.len(), Ordering::Relaxed);
         // Everything queued meanwhile goes in the same flush.
         while let Ok(more) = rx.try_recv() {
             if writer.write_all(&more).await.is_err() {
                 return;
             }
+            queued.fetch_sub(more.len(), Ordering::Relaxed);
         }
         if writer.flush().await.is_err() {
             return;
@@ -438,14 +598,24 @@ mod tests {
         (l, port)
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn three_nodes_join_over_real_sockets_and_save_their_table() {
+    /// Polls `cond` until it holds, failing the test after 20 s.
+    async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !cond() {
+            assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Three primaries over real sockets, joined through node 0 and linked both ways: (bus, its
+    /// directory, its bus port).
+    async fn joined() -> Vec<(Arc<Bus>, std::path::PathBuf, u16)> {
         let mut buses = Vec::new();
-        for i in 0..3u16 {
+        for i in 0..3 {
             let (l, port) = listener();
-            let (bus, dir) = node(port, 7000 + i);
+            let (bus, dir) = node(port, 7000 + i as u16);
             bus.start(vec![l]).unwrap();
-            let ranges = [(0u16, 5460u16), (5461, 10922), (10923, 16383)][usize::from(i)];
+            let ranges = [(0u16, 5460u16), (5461, 10922), (10923, 16383)][i];
             bus.state().lock().add_slots(&(ranges.0..=ranges.1).collect::<Vec<_>>()).unwrap();
             bus.changed();
             buses.push((bus, dir, port));
@@ -463,17 +633,72 @@ mod tests {
                     && st.nodes().iter().all(|n| (n.link_connected || n.id == st.myself_id()) && n.ip == "127.0.0.1")
             })
         };
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while !joined() {
-            assert!(std::time::Instant::now() < deadline, "{}", buses[0].0.state().lock().nodes_text(false));
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        wait_until("three nodes to join", joined).await;
+        buses
+    }
+
+    fn clean_up(buses: &[(Arc<Bus>, std::path::PathBuf, u16)]) {
+        for (_, dir, _) in buses {
+            let _ = std::fs::remove_dir_all(dir);
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn three_nodes_join_over_real_sockets_and_save_their_table() {
+        let buses = joined().await;
         // Every node saved a table naming all three, which loads back.
         for (bus, dir, _) in &buses {
             bus.changed();
             let saved = nodes_conf::load(&dir.join("nodes.conf")).unwrap().unwrap();
             assert_eq!(saved.nodes.len(), 3);
-            std::fs::remove_dir_all(dir).unwrap();
         }
+        clean_up(&buses);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_node_lists_a_link_each_way_to_every_other() {
+        let start = now_ms();
+        let buses = joined().await;
+        let ids: Vec<NodeId> = buses.iter().map(|(b, _, _)| b.state().lock().myself_id()).collect();
+        // A link shows up inbound once a frame from its node arrived on it, and nothing stays
+        // queued on a link whose peer reads.
+        let settled = |b: &Arc<Bus>| b.links().len() == 4 && b.links().iter().all(|l| l.send_queued == 0);
+        wait_until("links both ways", || buses.iter().all(|(b, _, _)| settled(b))).await;
+        for (i, (bus, _, _)) in buses.iter().enumerate() {
+            let mut others: Vec<NodeId> = ids.iter().copied().filter(|id| *id != ids[i]).collect();
+            others.sort();
+            let links = bus.links();
+            let seen: Vec<(NodeId, &str)> = links.iter().map(|l| (l.node, l.direction())).collect();
+            assert_eq!(seen, [(others[0], "to"), (others[0], "from"), (others[1], "to"), (others[1], "from")]);
+            for l in &links {
+                assert!(l.created_ms >= start && l.created_ms <= now_ms(), "{l:?}");
+                assert_eq!(l.events(), "r");
+            }
+        }
+        clean_up(&buses);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_newer_inbound_link_from_a_node_replaces_the_older() {
+        let buses = joined().await;
+        let one = buses[1].0.state().lock().myself_id();
+        let from_one = |b: &Bus| b.links().iter().filter(|l| l.node == one && l.inbound).count();
+        wait_until("node 1's link to node 0", || from_one(&buses[0].0) == 1).await;
+        // A second link from node 1 (made here, with node 1's header) replaces the first, which
+        // node 0 closes; node 1 dials again, and its new link replaces this one in turn.
+        let ping = buses[1].0.state().lock().message(wire::Kind::Ping, wire::Body::Gossip(vec![]));
+        let mut frame = Vec::new();
+        wire::encode(&ping, &mut frame);
+        let mut second = TcpStream::connect(("127.0.0.1", buses[0].2)).await.unwrap();
+        second.write_all(&frame).await.unwrap();
+        let mut sink = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(20), second.read_to_end(&mut sink)).await;
+        assert!(matches!(closed, Ok(Ok(_))), "node 0 kept the replaced link open: {closed:?}");
+        assert_eq!(from_one(&buses[0].0), 1);
+        wait_until("node 1 to link to node 0 again", || {
+            buses[1].0.links().iter().any(|l| l.node == buses[0].0.state().lock().myself_id() && !l.inbound)
+        })
+        .await;
+        clean_up(&buses);
     }
 }
