@@ -1,8 +1,10 @@
 //! The cluster bus: a listener on the bus port, one outbound link per known node, and a cron
 //! every 100 ms, all tokio tasks on the runtime of the bus's own thread. Frames are decoded on
-//! the link's task; the [`ClusterState`] mutex is held only to apply one frame or one tick,
-//! never across I/O. How a link is made (plain TCP or mutual TLS) is the [`Transport`]'s
-//! business, which the server provides; this crate knows nothing of certificates.
+//! the link's task; the [`ClusterState`] mutex is held only to apply one frame or one tick (or
+//! to build a PUBLISH's header), never across I/O. How a link is made (plain TCP or mutual TLS)
+//! is the [`Transport`]'s business, which the server provides; this crate knows nothing of
+//! certificates. Messages published on other nodes reach this node's subscribers through a
+//! [`PubSubSink`], which the server provides too.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -23,7 +25,7 @@ use tracing::{debug, info, warn};
 use crate::node::NodeId;
 use crate::nodes_conf;
 use crate::state::ClusterState;
-use crate::wire::{self, Message, WireError};
+use crate::wire::{self, Kind, Message, WireError};
 
 /// A bus connection, plain or TLS.
 pub trait BusStream: AsyncRead + AsyncWrite + Send + Unpin {}
@@ -74,6 +76,14 @@ impl Transport for PlainTransport {
     }
 }
 
+/// Where messages published on other nodes go: the server delivers them to its own
+/// subscribers. The trait is the cluster crate's, so that the crate never names the server.
+pub trait PubSubSink: Send + Sync {
+    /// Delivers `message` on `channel` to this node's subscribers (shard channel subscribers
+    /// when `shard`). Runs on the bus thread, once per message that arrives: it must not block.
+    fn deliver(&self, channel: &[u8], message: &[u8], shard: bool);
+}
+
 /// One bus link as `CLUSTER LINKS` shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LinkInfo {
@@ -119,12 +129,14 @@ pub struct Bus {
     /// Called after every change of the table, with the state locked: the server rebuilds
     /// its routing snapshot there.
     on_change: Box<dyn Fn(&ClusterState) + Send + Sync>,
+    /// Where PUBLISH and PUBLISHSHARD messages from other nodes go.
+    sink: Arc<dyn PubSubSink>,
 }
 
 /// The links that are up.
 #[derive(Default)]
 struct Links {
-    /// Links this node opened: PINGs, MEET and FAIL go there.
+    /// Links this node opened: PINGs, MEET, FAIL and publishes go there.
     outbound: HashMap<NodeId, Link>,
     /// Links other nodes opened, once a frame named a node this one knows: PONGs go there.
     /// One per node, as in Valkey.
@@ -188,6 +200,7 @@ impl Bus {
         transport: Arc<dyn Transport>,
         conf_path: PathBuf,
         on_change: Box<dyn Fn(&ClusterState) + Send + Sync>,
+        sink: Arc<dyn PubSubSink>,
     ) -> Arc<Bus> {
         Arc::new(Bus {
             state,
@@ -199,6 +212,7 @@ impl Bus {
             conf_path,
             wake: Notify::new(),
             on_change,
+            sink,
         })
     }
 
@@ -232,6 +246,33 @@ impl Bus {
         let frame = Arc::new(buf);
         for link in self.links.lock().outbound.values() {
             link.tx.send(frame.clone());
+        }
+    }
+
+    /// Sends a message published on this node to the nodes that must see it, as Valkey's
+    /// `clusterPropagatePublish`: PUBLISH (`shard` false) to every other node, PUBLISHSHARD to
+    /// the other nodes of this node's shard. The server calls it from PUBLISH and SPUBLISH after
+    /// delivering locally; a message that arrived over the bus is delivered, never sent on. The
+    /// state is locked only to copy the header; the frame is encoded outside the lock and
+    /// queued on the links, without waiting for any socket.
+    pub fn publish(&self, channel: &[u8], message: &[u8], shard: bool) {
+        let kind = if shard { Kind::PublishShard } else { Kind::Publish };
+        let mut targets = Vec::new();
+        let Some(header) = self.state.lock().publish_header(kind, &mut targets) else { return };
+        let len = wire::publish_frame_len(&header, channel.len(), message.len());
+        if len > wire::MAX_FRAME as usize {
+            // The other nodes would drop the link over it; the local subscribers had it.
+            warn!(bytes = len, "a published message is too large for the cluster bus, delivered on this node only");
+            return;
+        }
+        let mut buf = Vec::with_capacity(len);
+        wire::encode_publish(kind, &header, channel, message, &mut buf);
+        let frame = Arc::new(buf);
+        let links = self.links.lock();
+        for id in &targets {
+            if let Some(link) = links.outbound.get(id) {
+                link.tx.send(frame.clone());
+            }
         }
     }
 
@@ -435,9 +476,7 @@ impl Bus {
             if let Some(reply) = out.reply {
                 link.tx.encode_and_send(&reply);
             }
-            for b in &out.broadcast {
-                bus.broadcast(b);
-            }
+            bus.carry_out(out.broadcast, out.publish);
             !out.close
         })
         .await
@@ -463,6 +502,17 @@ impl Bus {
         }
     }
 
+    /// Does what a frame asked beyond a reply: broadcasts, and local delivery of a message
+    /// another node published (never sent on: its publisher sent it to every node concerned).
+    fn carry_out(&self, broadcast: Vec<Message>, publish: Option<crate::state::Published>) {
+        for b in &broadcast {
+            self.broadcast(b);
+        }
+        if let Some(p) = publish {
+            self.sink.deliver(&p.channel, &p.message, p.shard);
+        }
+    }
+
     async fn read_frames(
         &self,
         reader: tokio::io::ReadHalf<Box<dyn BusStream>>,
@@ -482,9 +532,7 @@ impl Bus {
                 }
                 *link = new;
             }
-            for b in &out.broadcast {
-                bus.broadcast(b);
-            }
+            bus.carry_out(out.broadcast, out.publish);
             !out.close
         })
         .await
@@ -509,8 +557,14 @@ impl Bus {
                 Ok(Some((msg, used))) => {
                     sender = Some(msg.header.sender);
                     buf.drain(..used);
+                    let publish = matches!(msg.kind, Kind::Publish | Kind::PublishShard);
                     let keep = handle(self, msg);
-                    self.after_change();
+                    // A published message changes nothing the server's routing snapshot holds,
+                    // and rebuilding that (16384 slots) per message would cost publishers
+                    // dearly; an epoch it taught is saved by the next tick's check.
+                    if !publish {
+                        self.after_change();
+                    }
                     if !keep {
                         return Ok(());
                     }
@@ -574,7 +628,21 @@ mod tests {
     use super::*;
     use crate::state::Settings;
 
-    fn node(bus_port: u16, port: u16) -> (Arc<Bus>, std::path::PathBuf) {
+    /// A delivered message: channel, message, shard.
+    type Seen = (String, String, bool);
+
+    /// A sink that records what it is handed.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<Seen>>);
+
+    impl PubSubSink for Recorder {
+        fn deliver(&self, channel: &[u8], message: &[u8], shard: bool) {
+            let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            self.0.lock().push((text(channel), text(message), shard));
+        }
+    }
+
+    fn node(bus_port: u16, port: u16, sink: Arc<dyn PubSubSink>) -> (Arc<Bus>, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("hotkv-bus-{}-{bus_port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let cfg = Settings {
@@ -589,7 +657,7 @@ mod tests {
             human_nodename: String::new(),
         };
         let state = Arc::new(Mutex::new(ClusterState::fresh(cfg)));
-        (Bus::new(state, Arc::new(PlainTransport), dir.join("nodes.conf"), Box::new(|_| {})), dir)
+        (Bus::new(state, Arc::new(PlainTransport), dir.join("nodes.conf"), Box::new(|_| {}), sink), dir)
     }
 
     fn listener() -> (std::net::TcpListener, u16) {
@@ -607,13 +675,13 @@ mod tests {
         }
     }
 
-    /// Three primaries over real sockets, joined through node 0 and linked both ways: (bus, its
-    /// directory, its bus port).
-    async fn joined() -> Vec<(Arc<Bus>, std::path::PathBuf, u16)> {
+    /// Three primaries over real sockets, each with `sinks[i]`, joined through node 0 and
+    /// linked both ways: (bus, its directory, its bus port).
+    async fn joined(sinks: &[Arc<Recorder>]) -> Vec<(Arc<Bus>, std::path::PathBuf, u16)> {
         let mut buses = Vec::new();
-        for i in 0..3 {
+        for (i, sink) in sinks.iter().enumerate() {
             let (l, port) = listener();
-            let (bus, dir) = node(port, 7000 + i as u16);
+            let (bus, dir) = node(port, 7000 + i as u16, sink.clone());
             bus.start(vec![l]).unwrap();
             let ranges = [(0u16, 5460u16), (5461, 10922), (10923, 16383)][i];
             bus.state().lock().add_slots(&(ranges.0..=ranges.1).collect::<Vec<_>>()).unwrap();
@@ -643,9 +711,24 @@ mod tests {
         }
     }
 
+    impl Recorder {
+        fn seen(&self) -> Vec<Seen> {
+            self.0.lock().clone()
+        }
+
+        fn has(&self, message: &str) -> bool {
+            self.seen().iter().any(|(_, m, _)| m == message)
+        }
+    }
+
+    fn publish(channel: &str, message: &str) -> Seen {
+        (channel.into(), message.into(), false)
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn three_nodes_join_over_real_sockets_and_save_their_table() {
-        let buses = joined().await;
+        let sinks: Vec<Arc<Recorder>> = (0..3).map(|_| Arc::default()).collect();
+        let buses = joined(&sinks).await;
         // Every node saved a table naming all three, which loads back.
         for (bus, dir, _) in &buses {
             bus.changed();
@@ -656,9 +739,42 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_publish_reaches_every_other_node_once_and_goes_no_further() {
+        let sinks: Vec<Arc<Recorder>> = (0..3).map(|_| Arc::default()).collect();
+        let buses = joined(&sinks).await;
+        let bus = |i: usize| &buses[i].0;
+        bus(1).publish(b"news", b"hello", false);
+        bus(1).publish(b"news", b"again", false);
+        // Three primaries: a shard of one, so an SPUBLISH goes nowhere.
+        bus(1).publish(b"{a}x", b"solo", true);
+        bus(1).publish(b"end", b"from 1", false);
+        wait_until("node 1's messages", || sinks[0].has("from 1") && sinks[2].has("from 1")).await;
+        // Had node 0 or 2 sent node 1's messages on, the copies would be queued on their links
+        // ahead of these.
+        bus(0).publish(b"end", b"from 0", false);
+        bus(2).publish(b"end", b"from 2", false);
+        wait_until("the last messages", || {
+            sinks[1].seen().len() == 2 && sinks[0].has("from 2") && sinks[2].has("from 0")
+        })
+        .await;
+        let from_1 = [publish("news", "hello"), publish("news", "again"), publish("end", "from 1")];
+        assert_eq!(sinks[0].seen(), [&from_1[..], &[publish("end", "from 2")]].concat());
+        assert_eq!(sinks[2].seen(), [&from_1[..], &[publish("end", "from 0")]].concat());
+        let mut heard_by_1 = sinks[1].seen();
+        heard_by_1.sort();
+        assert_eq!(heard_by_1, [publish("end", "from 0"), publish("end", "from 2")]);
+        let info = bus(1).state().lock().info_text();
+        assert!(info.contains("cluster_stats_messages_publish_sent:6\r\n"), "{info}");
+        assert!(info.contains("cluster_stats_messages_publish_received:2\r\n"), "{info}");
+        assert!(!info.contains("publishshard"), "{info}");
+        clean_up(&buses);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_node_lists_a_link_each_way_to_every_other() {
         let start = now_ms();
-        let buses = joined().await;
+        let sinks: Vec<Arc<Recorder>> = (0..3).map(|_| Arc::default()).collect();
+        let buses = joined(&sinks).await;
         let ids: Vec<NodeId> = buses.iter().map(|(b, _, _)| b.state().lock().myself_id()).collect();
         // A link shows up inbound once a frame from its node arrived on it, and nothing stays
         // queued on a link whose peer reads.
@@ -680,7 +796,8 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_newer_inbound_link_from_a_node_replaces_the_older() {
-        let buses = joined().await;
+        let sinks: Vec<Arc<Recorder>> = (0..3).map(|_| Arc::default()).collect();
+        let buses = joined(&sinks).await;
         let one = buses[1].0.state().lock().myself_id();
         let from_one = |b: &Bus| b.links().iter().filter(|l| l.node == one && l.inbound).count();
         wait_until("node 1's link to node 0", || from_one(&buses[0].0) == 1).await;

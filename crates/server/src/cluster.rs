@@ -2,12 +2,12 @@
 //! the bus port, starts the bus on a thread of its own (so failure detection never waits
 //! behind command batches), and keeps the router that dispatch asks fed with a fresh slot map
 //! after every change. The rules live in `hotkv-cluster`; this module only wires them to the
-//! configuration, the listeners and the TLS material.
+//! configuration, the listeners, the TLS material and the local pub/sub subscribers.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use hotkv_cluster::bus::{BoxFuture, Bus, BusStream, LinkError, PlainTransport, Transport};
+use hotkv_cluster::bus::{BoxFuture, Bus, BusStream, LinkError, PlainTransport, PubSubSink, Transport};
 use hotkv_cluster::node::NodeId;
 use hotkv_cluster::nodes_conf;
 use hotkv_cluster::router::{ClusterRouter, SlotMap};
@@ -20,6 +20,7 @@ use tracing::{info, warn};
 
 use crate::config::Settings;
 use crate::config::table;
+use crate::pubsub::PubSub;
 use crate::server::Server;
 
 /// A cluster node's moving parts, held by the server.
@@ -108,8 +109,9 @@ pub fn load(s: &Settings) -> Result<Option<Loaded>, String> {
 }
 
 /// Builds the node (its bus not started yet) from what [`load`] found, with links made by
-/// `tls` when `tls-cluster` is on.
-pub fn build(s: &Settings, loaded: Loaded, tls: &Arc<TlsManager>) -> ClusterNode {
+/// `tls` when `tls-cluster` is on; messages published on other nodes go to `pubsub`'s
+/// subscribers.
+pub fn build(s: &Settings, loaded: Loaded, tls: &Arc<TlsManager>, pubsub: Arc<PubSub>) -> ClusterNode {
     let (state, router, path) = loaded;
     let publish = router.clone();
     let transport: Arc<dyn Transport> =
@@ -119,6 +121,7 @@ pub fn build(s: &Settings, loaded: Loaded, tls: &Arc<TlsManager>) -> ClusterNode
         transport,
         path.clone(),
         Box::new(move |st: &ClusterState| publish.publish(SlotMap::of(st))),
+        pubsub,
     );
     ClusterNode { bus, router, conf_path: path }
 }
@@ -170,6 +173,18 @@ pub fn apply(srv: &Server, new: &Settings) {
     if let Some(node) = &srv.cluster {
         node.state().set_settings(cluster_settings(new));
         node.changed();
+    }
+}
+
+/// What other nodes publish reaches this node's subscribers; the reply counts of PUBLISH and
+/// SPUBLISH are the publishing node's alone, as in Valkey, so the counts here are dropped.
+impl PubSubSink for PubSub {
+    fn deliver(&self, channel: &[u8], message: &[u8], shard: bool) {
+        if shard {
+            self.spublish(channel, message);
+        } else {
+            self.publish(channel, message);
+        }
     }
 }
 
