@@ -649,6 +649,7 @@ mod tests {
             node_timeout_ms: 1000,
             require_full_coverage: true,
             allow_reads_when_down: false,
+            allow_pubsubshard_when_down: true,
             announce_ip: String::new(),
             port,
             tls_port: 0,

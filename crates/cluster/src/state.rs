@@ -23,6 +23,8 @@ pub struct Settings {
     pub require_full_coverage: bool,
     /// `cluster-allow-reads-when-down`.
     pub allow_reads_when_down: bool,
+    /// `cluster-allow-pubsubshard-when-down`.
+    pub allow_pubsubshard_when_down: bool,
     /// The address this node announces (`cluster-announce-ip`; empty: learnt from peers).
     pub announce_ip: String,
     /// Plain client port announced.

@@ -20,6 +20,7 @@ fn settings(i: usize) -> Settings {
         node_timeout_ms: TIMEOUT,
         require_full_coverage: true,
         allow_reads_when_down: false,
+        allow_pubsubshard_when_down: true,
         announce_ip: "127.0.0.1".into(),
         port: 7000 + i as u16,
         tls_port: 0,

@@ -73,6 +73,7 @@ pub fn cluster_settings(s: &Settings) -> ClusterSettings {
         node_timeout_ms: s.int(table::CLUSTER_NODE_TIMEOUT),
         require_full_coverage: s.bool(table::CLUSTER_REQUIRE_FULL_COVERAGE),
         allow_reads_when_down: s.bool(table::CLUSTER_ALLOW_READS_WHEN_DOWN),
+        allow_pubsubshard_when_down: s.bool(table::CLUSTER_ALLOW_PUBSUBSHARD_WHEN_DOWN),
         announce_ip: s.str(table::CLUSTER_ANNOUNCE_IP).to_owned(),
         port: announced(table::CLUSTER_ANNOUNCE_PORT, s.int(table::PORT) as u16),
         tls_port: announced(table::CLUSTER_ANNOUNCE_TLS_PORT, s.int(table::TLS_PORT) as u16),
