@@ -13,7 +13,7 @@ use crate::{assert_err, builder, info, info_field};
 const NODE_TIMEOUT: &str = "1000";
 
 /// `n` fresh cluster nodes, started in parallel.
-fn nodes(n: usize, extra: &[(&str, &str)]) -> Vec<TestServer> {
+pub(crate) fn nodes(n: usize, extra: &[(&str, &str)]) -> Vec<TestServer> {
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|_| {
@@ -35,7 +35,7 @@ fn addrs(nodes: &[TestServer]) -> Vec<String> {
 }
 
 /// `redis-cli --cluster create` over `nodes` with `replicas` per primary; its stdout.
-fn create(nodes: &[TestServer], replicas: usize) -> String {
+pub(crate) fn create(nodes: &[TestServer], replicas: usize) -> String {
     let mut cmd = std::process::Command::new("redis-cli");
     cmd.arg("--cluster").arg("create").args(addrs(nodes));
     cmd.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"]);
@@ -44,7 +44,7 @@ fn create(nodes: &[TestServer], replicas: usize) -> String {
     out.stdout
 }
 
-fn cluster_state(n: &TestServer) -> String {
+pub(crate) fn cluster_state(n: &TestServer) -> String {
     let text = n.cmd(&["CLUSTER", "INFO"]).text();
     info_field(&text, "cluster_state").unwrap_or_default()
 }
@@ -174,4 +174,5 @@ fn a_standalone_server_refuses_cluster_commands() {
     assert_err(&c.cmd(&["CLUSTER", "NODES"]), "ERR This instance has cluster support disabled");
     assert_err(&c.cmd(&["READONLY"]), "ERR This instance has cluster support disabled");
     assert_err(&c.cmd(&["CLUSTER", "KEYSLOT", "k"]), "ERR This instance has cluster support disabled");
+    assert_err(&c.cmd(&["CLUSTER", "LINKS"]), "ERR This instance has cluster support disabled");
 }
