@@ -7,7 +7,7 @@ use std::time::Duration;
 use hotkv_test_support::tools::redis_cli;
 use hotkv_test_support::{Frame, RawClient, TestServer, wait_for};
 
-use crate::cluster::{cluster_state, create, nodes};
+use crate::cluster::{cluster_state, create, nodes, one_six_node_cluster_at_a_time};
 use crate::{assert_err, info_field, ok};
 
 /// How long a cluster may take to settle (state ok, links up, roles known).
@@ -137,6 +137,7 @@ fn table(n: &TestServer) -> Vec<Line> {
 
 #[test]
 fn spublish_reaches_the_shards_replica_and_no_other_shard() {
+    let _alone = one_six_node_cluster_at_a_time();
     let ns = nodes(6, &[]);
     let ids = settle(&ns, 1);
     // Every node knows every replica's primary (the shards an SPUBLISH goes to).
