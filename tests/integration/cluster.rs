@@ -12,14 +12,14 @@ use crate::{assert_err, builder, info, info_field};
 /// Node timeout for tests: failure detection within seconds, not the default 15.
 const NODE_TIMEOUT: &str = "1000";
 
-/// Six-node clusters run one at a time: two at once (twelve processes) on a small, busy
-/// machine starve their bus threads past the 1 s node timeout, and a node whose MEET
-/// handshake times out never joins, so redis-cli's join wait never ends. Hold the guard for the
-/// whole test.
-pub(crate) fn one_six_node_cluster_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static SIX_NODES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// Tests that form a cluster run one at a time: two clusters at once (up to twelve processes)
+/// on a small, busy machine starve their bus threads past the 1 s node timeout, nodes flap
+/// PFAIL/FAIL, and a node whose MEET handshake times out never joins, so redis-cli's join
+/// wait never ends. Hold the guard for the whole test.
+pub(crate) fn one_cluster_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static CLUSTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
     // A failed test poisons the lock; the next one may run all the same.
-    SIX_NODES.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    CLUSTERS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// `n` fresh cluster nodes, started in parallel.
@@ -61,7 +61,7 @@ pub(crate) fn cluster_state(n: &TestServer) -> String {
 
 #[test]
 fn redis_cli_creates_six_nodes_and_every_client_follows_redirects() {
-    let _alone = one_six_node_cluster_at_a_time();
+    let _alone = one_cluster_at_a_time();
     let ns = nodes(6, &[]);
     let out = create(&ns, 1);
     assert!(out.contains("[OK] All nodes agree about slots configuration."), "{out}");
@@ -112,6 +112,7 @@ fn redis_cli_creates_six_nodes_and_every_client_follows_redirects() {
 
 #[test]
 fn a_killed_primary_fails_the_cluster_and_rejoins_from_its_nodes_conf() {
+    let _alone = one_cluster_at_a_time();
     let ns = nodes(3, &[]);
     create(&ns, 0);
     assert!(wait_for(|| ns.iter().all(|n| cluster_state(n) == "ok"), Duration::from_secs(10)));

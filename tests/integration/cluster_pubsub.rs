@@ -7,11 +7,15 @@ use std::time::Duration;
 use hotkv_test_support::tools::redis_cli;
 use hotkv_test_support::{Frame, RawClient, TestServer, wait_for};
 
-use crate::cluster::{cluster_state, create, nodes, one_six_node_cluster_at_a_time};
+use crate::cluster::{cluster_state, create, nodes, one_cluster_at_a_time};
 use crate::{assert_err, info_field, ok};
 
 /// How long a cluster may take to settle (state ok, links up, roles known).
 const SETTLE: Duration = Duration::from_secs(20);
+
+/// No test here is about failure detection: a node timeout longer than the harness's 1 s
+/// keeps a busy machine from flapping nodes to FAIL while a test watches its messages.
+const CALM: &[(&str, &str)] = &[("cluster-node-timeout", "5000")];
 
 fn arr(items: &[Frame]) -> Frame {
     Frame::Array(items.to_vec())
@@ -77,7 +81,8 @@ fn subscribe(n: &TestServer, cmd: &str, channel: &str) -> RawClient {
 
 #[test]
 fn publish_reaches_subscribers_on_every_node_and_counts_local_ones() {
-    let ns = nodes(3, &[]);
+    let _alone = one_cluster_at_a_time();
+    let ns = nodes(3, CALM);
     settle(&ns, 0);
     let mut on_b = subscribe(&ns[1], "SUBSCRIBE", "news");
     let mut on_c = subscribe(&ns[2], "PSUBSCRIBE", "ne*");
@@ -137,8 +142,8 @@ fn table(n: &TestServer) -> Vec<Line> {
 
 #[test]
 fn spublish_reaches_the_shards_replica_and_no_other_shard() {
-    let _alone = one_six_node_cluster_at_a_time();
-    let ns = nodes(6, &[]);
+    let _alone = one_cluster_at_a_time();
+    let ns = nodes(6, CALM);
     let ids = settle(&ns, 1);
     // Every node knows every replica's primary (the shards an SPUBLISH goes to).
     let replicas_known = |n: &TestServer| table(n).iter().filter(|l| l.primary.is_some()).count() == 3;
@@ -206,7 +211,8 @@ fn shard_channels_are_served_while_the_cluster_is_down_unless_configured_not_to(
 
 #[test]
 fn cluster_links_lists_each_peer_both_ways_in_resp2_and_resp3() {
-    let ns = nodes(3, &[]);
+    let _alone = one_cluster_at_a_time();
+    let ns = nodes(3, CALM);
     let ids = settle(&ns, 0);
     const FIELDS: [&str; 6] =
         ["direction", "node", "create-time", "events", "send-buffer-allocated", "send-buffer-used"];
