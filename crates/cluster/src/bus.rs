@@ -669,11 +669,14 @@ mod tests {
         (l, port)
     }
 
-    /// Polls `cond` until it holds, failing the test after 20 s.
-    async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    /// Polls `cond` until it holds, failing the test after 20 s with `what` and the tables.
+    async fn wait_until(what: &str, buses: &[(Arc<Bus>, std::path::PathBuf, u16)], mut cond: impl FnMut() -> bool) {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while !cond() {
-            assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+            if std::time::Instant::now() >= deadline {
+                let tables: Vec<String> = buses.iter().map(|(b, _, _)| b.state().lock().nodes_text(false)).collect();
+                panic!("timed out waiting for {what}:\n{}", tables.join("\n"));
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -704,7 +707,7 @@ mod tests {
                     && st.nodes().iter().all(|n| (n.link_connected || n.id == st.myself_id()) && n.ip == "127.0.0.1")
             })
         };
-        wait_until("three nodes to join", joined).await;
+        wait_until("three nodes to join", &buses, joined).await;
         buses
     }
 
@@ -751,12 +754,12 @@ mod tests {
         // Three primaries: a shard of one, so an SPUBLISH goes nowhere.
         bus(1).publish(b"{a}x", b"solo", true);
         bus(1).publish(b"end", b"from 1", false);
-        wait_until("node 1's messages", || sinks[0].has("from 1") && sinks[2].has("from 1")).await;
+        wait_until("node 1's messages", &buses, || sinks[0].has("from 1") && sinks[2].has("from 1")).await;
         // Had node 0 or 2 sent node 1's messages on, the copies would be queued on their links
         // ahead of these.
         bus(0).publish(b"end", b"from 0", false);
         bus(2).publish(b"end", b"from 2", false);
-        wait_until("the last messages", || {
+        wait_until("the last messages", &buses, || {
             sinks[1].seen().len() == 2 && sinks[0].has("from 2") && sinks[2].has("from 0")
         })
         .await;
@@ -782,7 +785,7 @@ mod tests {
         // A link shows up inbound once a frame from its node arrived on it, and nothing stays
         // queued on a link whose peer reads.
         let settled = |b: &Arc<Bus>| b.links().len() == 4 && b.links().iter().all(|l| l.send_queued == 0);
-        wait_until("links both ways", || buses.iter().all(|(b, _, _)| settled(b))).await;
+        wait_until("links both ways", &buses, || buses.iter().all(|(b, _, _)| settled(b))).await;
         for (i, (bus, _, _)) in buses.iter().enumerate() {
             let mut others: Vec<NodeId> = ids.iter().copied().filter(|id| *id != ids[i]).collect();
             others.sort();
@@ -803,7 +806,7 @@ mod tests {
         let buses = joined(&sinks).await;
         let one = buses[1].0.state().lock().myself_id();
         let from_one = |b: &Bus| b.links().iter().filter(|l| l.node == one && l.inbound).count();
-        wait_until("node 1's link to node 0", || from_one(&buses[0].0) == 1).await;
+        wait_until("node 1's link to node 0", &buses, || from_one(&buses[0].0) == 1).await;
         // A second link from node 1 (made here, with node 1's header) replaces the first, which
         // node 0 closes; node 1 dials again, and its new link replaces this one in turn.
         let ping = buses[1].0.state().lock().message(wire::Kind::Ping, wire::Body::Gossip(vec![]));
@@ -815,7 +818,7 @@ mod tests {
         let closed = tokio::time::timeout(Duration::from_secs(20), second.read_to_end(&mut sink)).await;
         assert!(matches!(closed, Ok(Ok(_))), "node 0 kept the replaced link open: {closed:?}");
         assert_eq!(from_one(&buses[0].0), 1);
-        wait_until("node 1 to link to node 0 again", || {
+        wait_until("node 1 to link to node 0 again", &buses, || {
             buses[1].0.links().iter().any(|l| l.node == buses[0].0.state().lock().myself_id() && !l.inbound)
         })
         .await;
