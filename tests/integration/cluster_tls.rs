@@ -9,6 +9,7 @@ use std::time::Duration;
 use hotkv_test_support::tools::run_bounded;
 use hotkv_test_support::{Frame, TestServer, free_port, wait_for};
 
+use crate::cluster::one_cluster_at_a_time;
 use crate::pki::{Ca, Pki};
 use crate::{assert_err, builder};
 use rcgen::ExtendedKeyUsagePurpose as Eku;
@@ -98,6 +99,7 @@ fn cli(pki: &Pki, args: &[&str]) -> String {
 
 #[test]
 fn a_tls_cluster_forms_with_redis_cli_and_tells_each_client_its_own_port() {
+    let _alone = one_cluster_at_a_time();
     let pki = Pki::new();
     let nodes: Vec<(TestServer, u16)> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..3).map(|_| s.spawn(|| tls_node(&pki, "node.crt", "node.key", "ca.crt"))).collect();

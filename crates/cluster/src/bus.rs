@@ -1,8 +1,10 @@
 //! The cluster bus: a listener on the bus port, one outbound link per known node, and a cron
-//! every 100 ms, all tokio tasks on the server's runtime. Frames are decoded on the link's
-//! task; the [`ClusterState`] mutex is held only to apply one frame or one tick, never across
-//! I/O. How a link is made (plain TCP or mutual TLS) is the [`Transport`]'s business, which
-//! the server provides; this crate knows nothing of certificates.
+//! every 100 ms, all tokio tasks on the runtime of the bus's own thread. Frames are decoded on
+//! the link's task; the [`ClusterState`] mutex is held only to apply one frame or one tick (or
+//! to build a PUBLISH's header), never across I/O. How a link is made (plain TCP or mutual TLS)
+//! is the [`Transport`]'s business, which the server provides; this crate knows nothing of
+//! certificates. Messages published on other nodes reach this node's subscribers through a
+//! [`PubSubSink`], which the server provides too.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -11,6 +13,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -22,7 +25,7 @@ use tracing::{debug, info, warn};
 use crate::node::NodeId;
 use crate::nodes_conf;
 use crate::state::ClusterState;
-use crate::wire::{self, Message, WireError};
+use crate::wire::{self, Kind, Message, WireError};
 
 /// A bus connection, plain or TLS.
 pub trait BusStream: AsyncRead + AsyncWrite + Send + Unpin {}
@@ -80,12 +83,49 @@ impl Transport for PlainTransport {
     }
 }
 
+/// Where messages published on other nodes go: the server delivers them to its own
+/// subscribers. The trait is the cluster crate's, so that the crate never names the server.
+pub trait PubSubSink: Send + Sync {
+    /// Delivers `message` on `channel` to this node's subscribers (shard channel subscribers
+    /// when `shard`). Runs on the bus thread, once per message that arrives: it must not block.
+    fn deliver(&self, channel: &[u8], message: &[u8], shard: bool);
+}
+
+/// One bus link as `CLUSTER LINKS` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkInfo {
+    /// The node at the other end.
+    pub node: NodeId,
+    /// The other node opened it (`from`), rather than this one (`to`).
+    pub inbound: bool,
+    /// When it was made, unix ms; for an outbound link, when the dial started (as Valkey's
+    /// `create-time`).
+    pub created_ms: i64,
+    /// Bytes queued on it and not yet written to the socket.
+    pub send_queued: usize,
+}
+
+impl LinkInfo {
+    /// `direction`, in Valkey's words.
+    pub fn direction(&self) -> &'static str {
+        if self.inbound { "from" } else { "to" }
+    }
+
+    /// `events`: what Valkey's event loop would wait for on the link. A link is always read;
+    /// it waits to write only while something is queued.
+    pub fn events(&self) -> &'static str {
+        if self.send_queued > 0 { "rw" } else { "r" }
+    }
+}
+
 /// What the bus shares between its tasks and with the command path.
 pub struct Bus {
     state: Arc<Mutex<ClusterState>>,
     transport: Arc<dyn Transport>,
-    /// Senders of the outbound links that are up, by node id.
-    links: Mutex<HashMap<NodeId, mpsc::UnboundedSender<Arc<Vec<u8>>>>>,
+    /// The links that are up, both ways, by node id.
+    links: Mutex<Links>,
+    /// Numbers links, so that a closing link removes itself and not its successor.
+    next_serial: AtomicU64,
     /// Nodes an outbound link is being made to.
     dialing: Mutex<HashSet<NodeId>>,
     /// Last dial failure per node: (when, reason), so retries do not flood the log.
@@ -96,6 +136,63 @@ pub struct Bus {
     /// Called, with the state locked, after a change of what routing depends on (see
     /// [`ClusterState::take_view_changed`]): the server rebuilds its routing snapshot there.
     on_change: Box<dyn Fn(&ClusterState) + Send + Sync>,
+    /// Where PUBLISH and PUBLISHSHARD messages from other nodes go.
+    sink: Arc<dyn PubSubSink>,
+}
+
+/// The links that are up.
+#[derive(Default)]
+struct Links {
+    /// Links this node opened: PINGs, MEET, FAIL and publishes go there.
+    outbound: HashMap<NodeId, Link>,
+    /// Links other nodes opened, once a frame named a node this one knows: PONGs go there.
+    /// One per node, as in Valkey.
+    inbound: HashMap<NodeId, Inbound>,
+}
+
+/// One link in the registry.
+#[derive(Clone)]
+struct Link {
+    tx: LinkTx,
+    /// Unix ms.
+    created_ms: i64,
+    serial: u64,
+}
+
+/// An inbound link in the registry, and how to close it when a newer one replaces it.
+struct Inbound {
+    link: Link,
+    close: Arc<Notify>,
+}
+
+/// The sending side of a link: frames for its writer task, and how many bytes of them wait.
+#[derive(Clone)]
+struct LinkTx {
+    tx: mpsc::UnboundedSender<Arc<Vec<u8>>>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl LinkTx {
+    fn channel() -> (LinkTx, mpsc::UnboundedReceiver<Arc<Vec<u8>>>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (LinkTx { tx, queued: Arc::new(AtomicUsize::new(0)) }, rx)
+    }
+
+    /// Queues a frame; the writer subtracts its length once it is written.
+    fn send(&self, frame: Arc<Vec<u8>>) {
+        let n = frame.len();
+        // Added before sending, so that the writer never subtracts bytes not yet counted.
+        self.queued.fetch_add(n, Ordering::Relaxed);
+        if self.tx.send(frame).is_err() {
+            self.queued.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+
+    fn encode_and_send(&self, msg: &Message) {
+        let mut buf = Vec::new();
+        wire::encode(msg, &mut buf);
+        self.send(Arc::new(buf));
+    }
 }
 
 /// Time now, unix ms.
@@ -110,16 +207,19 @@ impl Bus {
         transport: Arc<dyn Transport>,
         conf_path: PathBuf,
         on_change: Box<dyn Fn(&ClusterState) + Send + Sync>,
+        sink: Arc<dyn PubSubSink>,
     ) -> Arc<Bus> {
         Arc::new(Bus {
             state,
             transport,
-            links: Mutex::new(HashMap::new()),
+            links: Mutex::new(Links::default()),
+            next_serial: AtomicU64::new(0),
             dialing: Mutex::new(HashSet::new()),
             failures: Mutex::new(HashMap::new()),
             conf_path,
             wake: Notify::new(),
             on_change,
+            sink,
         })
     }
 
@@ -142,8 +242,6 @@ impl Bus {
             tokio::spawn(self.clone().accept_loop(l));
         }
         tokio::spawn(self.clone().cron());
-        // The server's routing map starts from the loaded table even if nothing changes.
-        (self.on_change)(&self.state.lock());
         self.after_change();
         Ok(())
     }
@@ -153,17 +251,69 @@ impl Bus {
         let mut buf = Vec::new();
         wire::encode(msg, &mut buf);
         let frame = Arc::new(buf);
-        for tx in self.links.lock().values() {
-            let _ = tx.send(frame.clone());
+        for link in self.links.lock().outbound.values() {
+            link.tx.send(frame.clone());
         }
     }
 
-    fn send_to(&self, id: &NodeId, msg: &Message) {
-        let mut buf = Vec::new();
-        wire::encode(msg, &mut buf);
-        if let Some(tx) = self.links.lock().get(id) {
-            let _ = tx.send(Arc::new(buf));
+    /// Sends a message published on this node to the nodes that must see it, as Valkey's
+    /// `clusterPropagatePublish`: PUBLISH (`shard` false) to every other node, PUBLISHSHARD to
+    /// the other nodes of this node's shard. The server calls it from PUBLISH and SPUBLISH after
+    /// delivering locally; a message that arrived over the bus is delivered, never sent on. The
+    /// state is locked only to copy the header; the frame is encoded outside the lock and
+    /// queued on the links, without waiting for any socket.
+    pub fn publish(&self, channel: &[u8], message: &[u8], shard: bool) {
+        let kind = if shard { Kind::PublishShard } else { Kind::Publish };
+        let mut targets = Vec::new();
+        let Some(header) = self.state.lock().publish_header(kind, &mut targets) else { return };
+        let len = wire::publish_frame_len(&header, channel.len(), message.len());
+        if len > wire::MAX_FRAME as usize {
+            // The other nodes would drop the link over it; the local subscribers had it.
+            warn!(bytes = len, "a published message is too large for the cluster bus, delivered on this node only");
+            return;
         }
+        let mut buf = Vec::with_capacity(len);
+        wire::encode_publish(kind, &header, channel, message, &mut buf);
+        let frame = Arc::new(buf);
+        let links = self.links.lock();
+        for id in &targets {
+            if let Some(link) = links.outbound.get(id) {
+                link.tx.send(frame.clone());
+            }
+        }
+    }
+
+    /// Every link to or from a node this one knows, by node id, `to` before `from`
+    /// (`CLUSTER LINKS`). Links to nodes forgotten since they were made are left out, as
+    /// Valkey lists the links of the nodes in its table.
+    pub fn links(&self) -> Vec<LinkInfo> {
+        let info = |node: &NodeId, link: &Link, inbound| LinkInfo {
+            node: *node,
+            inbound,
+            created_ms: link.created_ms,
+            send_queued: link.tx.queued.load(Ordering::Relaxed),
+        };
+        let mut out: Vec<LinkInfo> = {
+            let links = self.links.lock();
+            let to = links.outbound.iter().map(|(id, l)| info(id, l, false));
+            to.chain(links.inbound.iter().map(|(id, i)| info(id, &i.link, true))).collect()
+        };
+        {
+            let st = self.state.lock();
+            out.retain(|l| st.node(&l.node).is_some());
+        }
+        out.sort_by_key(|l| (l.node, l.inbound));
+        out
+    }
+
+    fn send_to(&self, id: &NodeId, msg: &Message) {
+        if let Some(link) = self.links.lock().outbound.get(id) {
+            link.tx.encode_and_send(msg);
+        }
+    }
+
+    fn next_serial(&self) -> u64 {
+        self.next_serial.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Saves `nodes.conf` when the table changed, and tells the server when what routing
@@ -211,7 +361,7 @@ impl Bus {
     }
 
     fn dial_if_needed(self: &Arc<Self>, id: NodeId, ip: &str, port: u16, now: i64) {
-        if self.links.lock().contains_key(&id) || self.dialing.lock().contains(&id) {
+        if self.links.lock().outbound.contains_key(&id) || self.dialing.lock().contains(&id) {
             return;
         }
         // A node that refused us is tried again once a second, not every tick.
@@ -224,6 +374,7 @@ impl Bus {
     }
 
     async fn outbound(self: Arc<Self>, id: NodeId, addr: SocketAddr) {
+        let created_ms = now_ms();
         let stream = self.transport.connect(addr, id).await;
         self.dialing.lock().remove(&id);
         let stream = match stream {
@@ -233,23 +384,27 @@ impl Bus {
                 return;
             }
         };
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = LinkTx::channel();
         let first = {
             let mut st = self.state.lock();
             st.link_up(&id, now_ms())
         };
         let Some(first) = first else { return };
-        self.links.lock().insert(id, tx.clone());
-        let mut buf = Vec::new();
-        wire::encode(&first, &mut buf);
-        let _ = tx.send(Arc::new(buf));
+        let serial = self.next_serial();
+        self.links.lock().outbound.insert(id, Link { tx: tx.clone(), created_ms, serial });
+        tx.encode_and_send(&first);
         let (reader, writer) = tokio::io::split(stream);
-        let writing = tokio::spawn(write_frames(writer, rx));
+        let writing = tokio::spawn(write_frames(writer, rx, tx.queued.clone()));
         let mut link_id = id;
         let mut answered = false;
         let result = self.read_frames(reader, Some(&mut link_id), addr, &mut answered).await;
         writing.abort();
-        self.links.lock().remove(&link_id);
+        {
+            let mut links = self.links.lock();
+            if links.outbound.get(&link_id).is_some_and(|l| l.serial == serial) {
+                links.outbound.remove(&link_id);
+            }
+        }
         if answered {
             if let Err(e) = result {
                 debug!(node_id = %link_id, cause = %e, "bus link closed");
@@ -312,37 +467,85 @@ impl Bus {
                     }
                 };
                 let (reader, writer) = tokio::io::split(stream);
-                let (tx, rx) = mpsc::unbounded_channel();
-                let writing = tokio::spawn(write_frames(writer, rx));
-                let result = bus.read_inbound(reader, tx, peer, &local).await;
+                let (tx, rx) = LinkTx::channel();
+                let writing = tokio::spawn(write_frames(writer, rx, tx.queued.clone()));
+                let link = Link { tx, created_ms: now_ms(), serial: bus.next_serial() };
+                let close = Arc::new(Notify::new());
+                let mut named = None;
+                let result = tokio::select! {
+                    r = bus.read_inbound(reader, &link, peer, &local, &mut named, &close) => r,
+                    _ = close.notified() => Ok(()),
+                };
                 if let Err(e) = result {
                     debug!(%peer, cause = %e, "inbound bus link closed");
                 }
                 writing.abort();
+                bus.drop_inbound(named, link.serial);
             });
         }
     }
 
+    /// Reads an inbound link. Once a frame names a node this one knows, the link is
+    /// registered as that node's (`named`), for CLUSTER LINKS; `close` closes it early.
     async fn read_inbound(
         &self,
         reader: tokio::io::ReadHalf<Box<dyn BusStream>>,
-        tx: mpsc::UnboundedSender<Arc<Vec<u8>>>,
+        link: &Link,
         peer: SocketAddr,
         local_ip: &str,
+        named: &mut Option<NodeId>,
+        close: &Arc<Notify>,
     ) -> io::Result<()> {
+        let peer_ip = peer.ip().to_string();
         self.frames(reader, peer, None, |bus, msg| {
-            let out = bus.state.lock().receive(msg, None, &peer.ip().to_string(), Some(local_ip), now_ms());
-            for reply in out.reply {
-                let mut buf = Vec::new();
-                wire::encode(&reply, &mut buf);
-                let _ = tx.send(Arc::new(buf));
+            let sender = msg.header.sender;
+            let (out, known) = {
+                let mut st = bus.state.lock();
+                let out = st.receive(msg, None, &peer_ip, Some(local_ip), now_ms());
+                (out, st.node(&sender).is_some())
+            };
+            if named.is_none() && known && !out.close {
+                *named = Some(sender);
+                bus.name_inbound(sender, link.clone(), close.clone());
             }
-            for b in &out.broadcast {
-                bus.broadcast(b);
+            for reply in &out.reply {
+                link.tx.encode_and_send(reply);
             }
+            bus.carry_out(out.broadcast, out.publish);
             !out.close
         })
         .await
+    }
+
+    /// Registers an inbound link as `node`'s. Valkey keeps one inbound link per node: a node
+    /// that reconnected may be heard on its new link before its old one is seen to close, so
+    /// the old one (most likely stale) is closed.
+    fn name_inbound(&self, node: NodeId, link: Link, close: Arc<Notify>) {
+        let old = self.links.lock().inbound.insert(node, Inbound { link, close });
+        if let Some(old) = old {
+            debug!(node_id = %node, "replacing the inbound bus link from {node}");
+            old.close.notify_one();
+        }
+    }
+
+    /// An inbound link closed: it leaves the registry, unless a newer link replaced it there.
+    fn drop_inbound(&self, named: Option<NodeId>, serial: u64) {
+        let Some(node) = named else { return };
+        let mut links = self.links.lock();
+        if links.inbound.get(&node).is_some_and(|i| i.link.serial == serial) {
+            links.inbound.remove(&node);
+        }
+    }
+
+    /// Does what a frame asked beyond a reply: broadcasts, and local delivery of a message
+    /// another node published (never sent on: its publisher sent it to every node concerned).
+    fn carry_out(&self, broadcast: Vec<Message>, publish: Option<crate::state::Published>) {
+        for b in &broadcast {
+            self.broadcast(b);
+        }
+        if let Some(p) = publish {
+            self.sink.deliver(&p.channel, &p.message, p.shard);
+        }
     }
 
     /// Reads an outbound link's frames; `answered` is set once the first one arrives (the
@@ -356,23 +559,22 @@ impl Bus {
     ) -> io::Result<()> {
         let known = link_id.as_deref().copied();
         let mut id = link_id;
+        let peer_ip = peer.ip().to_string();
         self.frames(reader, peer, known, |bus, msg| {
             let Some(link) = id.as_deref_mut() else { return false };
             if !*answered {
                 *answered = true;
                 bus.failures.lock().remove(link);
             }
-            let out = bus.state.lock().receive(msg, Some(*link), &peer.ip().to_string(), None, now_ms());
+            let out = bus.state.lock().receive(msg, Some(*link), &peer_ip, None, now_ms());
             if let Some((old, new)) = out.renamed {
                 let mut links = bus.links.lock();
-                if let Some(tx) = links.remove(&old) {
-                    links.insert(new, tx);
+                if let Some(l) = links.outbound.remove(&old) {
+                    links.outbound.insert(new, l);
                 }
                 *link = new;
             }
-            for b in &out.broadcast {
-                bus.broadcast(b);
-            }
+            bus.carry_out(out.broadcast, out.publish);
             !out.close
         })
         .await
@@ -397,8 +599,14 @@ impl Bus {
                 Ok(Some((msg, used))) => {
                     sender = Some(msg.header.sender);
                     buf.drain(..used);
+                    let publish = matches!(msg.kind, Kind::Publish | Kind::PublishShard);
                     let keep = handle(self, msg);
-                    self.after_change();
+                    // A published message changes nothing the server's routing snapshot holds,
+                    // and rebuilding that (16384 slots) per message would cost publishers
+                    // dearly; an epoch it taught is saved by the next tick's check.
+                    if !publish {
+                        self.after_change();
+                    }
                     if !keep {
                         return Ok(());
                     }
@@ -426,19 +634,23 @@ impl Bus {
     }
 }
 
+/// Writes a link's frames as they are queued; `queued` counts the bytes still waiting.
 async fn write_frames(
     mut writer: tokio::io::WriteHalf<Box<dyn BusStream>>,
     mut rx: mpsc::UnboundedReceiver<Arc<Vec<u8>>>,
+    queued: Arc<AtomicUsize>,
 ) {
     while let Some(frame) = rx.recv().await {
         if writer.write_all(&frame).await.is_err() {
             return;
         }
+        queued.fetch_sub(frame.len(), Ordering::Relaxed);
         // Everything queued meanwhile goes in the same flush.
         while let Ok(more) = rx.try_recv() {
             if writer.write_all(&more).await.is_err() {
                 return;
             }
+            queued.fetch_sub(more.len(), Ordering::Relaxed);
         }
         if writer.flush().await.is_err() {
             return;
@@ -458,13 +670,30 @@ mod tests {
     use super::*;
     use crate::state::Settings;
 
-    fn node(bus_port: u16, port: u16) -> (Arc<Bus>, std::path::PathBuf) {
+    /// A delivered message: channel, message, shard.
+    type Seen = (String, String, bool);
+
+    /// A sink that records what it is handed.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<Seen>>);
+
+    impl PubSubSink for Recorder {
+        fn deliver(&self, channel: &[u8], message: &[u8], shard: bool) {
+            let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            self.0.lock().push((text(channel), text(message), shard));
+        }
+    }
+
+    fn node(bus_port: u16, port: u16, sink: Arc<dyn PubSubSink>) -> (Arc<Bus>, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("hotkv-bus-{}-{bus_port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let cfg = Settings {
-            node_timeout_ms: 1000,
+            // Nothing here tests failure detection: a long timeout keeps a busy machine (these
+            // tests run side by side) from flapping nodes to FAIL while a test waits for `ok`.
+            node_timeout_ms: 5000,
             require_full_coverage: true,
             allow_reads_when_down: false,
+            allow_pubsubshard_when_down: true,
             announce_ip: String::new(),
             port,
             tls_port: 0,
@@ -474,7 +703,7 @@ mod tests {
             preferred_endpoint: Default::default(),
         };
         let state = Arc::new(Mutex::new(ClusterState::fresh(cfg)));
-        (Bus::new(state, Arc::new(PlainTransport), dir.join("nodes.conf"), Box::new(|_| {})), dir)
+        (Bus::new(state, Arc::new(PlainTransport), dir.join("nodes.conf"), Box::new(|_| {}), sink), dir)
     }
 
     fn listener() -> (std::net::TcpListener, u16) {
@@ -483,14 +712,27 @@ mod tests {
         (l, port)
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn three_nodes_join_over_real_sockets_and_save_their_table() {
+    /// Polls `cond` until it holds, failing the test after 20 s with `what` and the tables.
+    async fn wait_until(what: &str, buses: &[(Arc<Bus>, std::path::PathBuf, u16)], mut cond: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !cond() {
+            if std::time::Instant::now() >= deadline {
+                let tables: Vec<String> = buses.iter().map(|(b, _, _)| b.state().lock().nodes_text(false)).collect();
+                panic!("timed out waiting for {what}:\n{}", tables.join("\n"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Three primaries over real sockets, each with `sinks[i]`, joined through node 0 and
+    /// linked both ways: (bus, its directory, its bus port).
+    async fn joined(sinks: &[Arc<Recorder>]) -> Vec<(Arc<Bus>, std::path::PathBuf, u16)> {
         let mut buses = Vec::new();
-        for i in 0..3u16 {
+        for (i, sink) in sinks.iter().enumerate() {
             let (l, port) = listener();
-            let (bus, dir) = node(port, 7000 + i);
+            let (bus, dir) = node(port, 7000 + i as u16, sink.clone());
             bus.start(vec![l]).unwrap();
-            let ranges = [(0u16, 5460u16), (5461, 10922), (10923, 16383)][usize::from(i)];
+            let ranges = [(0u16, 5460u16), (5461, 10922), (10923, 16383)][i];
             bus.state().lock().add_slots(&(ranges.0..=ranges.1).collect::<Vec<_>>()).unwrap();
             bus.changed();
             buses.push((bus, dir, port));
@@ -508,17 +750,121 @@ mod tests {
                     && st.nodes().iter().all(|n| (n.link_connected || n.id == st.myself_id()) && n.ip == "127.0.0.1")
             })
         };
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while !joined() {
-            assert!(std::time::Instant::now() < deadline, "{}", buses[0].0.state().lock().nodes_text(false));
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        wait_until("three nodes to join", &buses, joined).await;
+        buses
+    }
+
+    fn clean_up(buses: &[(Arc<Bus>, std::path::PathBuf, u16)]) {
+        for (_, dir, _) in buses {
+            let _ = std::fs::remove_dir_all(dir);
         }
+    }
+
+    impl Recorder {
+        fn seen(&self) -> Vec<Seen> {
+            self.0.lock().clone()
+        }
+
+        fn has(&self, message: &str) -> bool {
+            self.seen().iter().any(|(_, m, _)| m == message)
+        }
+    }
+
+    fn publish(channel: &str, message: &str) -> Seen {
+        (channel.into(), message.into(), false)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn three_nodes_join_over_real_sockets_and_save_their_table() {
+        let sinks: Vec<Arc<Recorder>> = (0..3).map(|_| Arc::default()).collect();
+        let buses = joined(&sinks).await;
         // Every node saved a table naming all three, which loads back.
         for (bus, dir, _) in &buses {
             bus.changed();
             let saved = nodes_conf::load(&dir.join("nodes.conf")).unwrap().unwrap();
             assert_eq!(saved.nodes.len(), 3);
-            std::fs::remove_dir_all(dir).unwrap();
         }
+        clean_up(&buses);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_publish_reaches_every_other_node_once_and_goes_no_further() {
+        let sinks: Vec<Arc<Recorder>> = (0..3).map(|_| Arc::default()).collect();
+        let buses = joined(&sinks).await;
+        let bus = |i: usize| &buses[i].0;
+        bus(1).publish(b"news", b"hello", false);
+        bus(1).publish(b"news", b"again", false);
+        // Three primaries: a shard of one, so an SPUBLISH goes nowhere.
+        bus(1).publish(b"{a}x", b"solo", true);
+        bus(1).publish(b"end", b"from 1", false);
+        wait_until("node 1's messages", &buses, || sinks[0].has("from 1") && sinks[2].has("from 1")).await;
+        // Had node 0 or 2 sent node 1's messages on, the copies would be queued on their links
+        // ahead of these.
+        bus(0).publish(b"end", b"from 0", false);
+        bus(2).publish(b"end", b"from 2", false);
+        wait_until("the last messages", &buses, || {
+            sinks[1].seen().len() == 2 && sinks[0].has("from 2") && sinks[2].has("from 0")
+        })
+        .await;
+        let from_1 = [publish("news", "hello"), publish("news", "again"), publish("end", "from 1")];
+        assert_eq!(sinks[0].seen(), [&from_1[..], &[publish("end", "from 2")]].concat());
+        assert_eq!(sinks[2].seen(), [&from_1[..], &[publish("end", "from 0")]].concat());
+        let mut heard_by_1 = sinks[1].seen();
+        heard_by_1.sort();
+        assert_eq!(heard_by_1, [publish("end", "from 0"), publish("end", "from 2")]);
+        let info = bus(1).state().lock().info_text();
+        assert!(info.contains("cluster_stats_messages_publish_sent:6\r\n"), "{info}");
+        assert!(info.contains("cluster_stats_messages_publish_received:2\r\n"), "{info}");
+        assert!(!info.contains("publishshard"), "{info}");
+        clean_up(&buses);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_node_lists_a_link_each_way_to_every_other() {
+        let start = now_ms();
+        let sinks: Vec<Arc<Recorder>> = (0..3).map(|_| Arc::default()).collect();
+        let buses = joined(&sinks).await;
+        let ids: Vec<NodeId> = buses.iter().map(|(b, _, _)| b.state().lock().myself_id()).collect();
+        // A link shows up inbound once a frame from its node arrived on it, and nothing stays
+        // queued on a link whose peer reads.
+        let settled = |b: &Arc<Bus>| b.links().len() == 4 && b.links().iter().all(|l| l.send_queued == 0);
+        wait_until("links both ways", &buses, || buses.iter().all(|(b, _, _)| settled(b))).await;
+        for (i, (bus, _, _)) in buses.iter().enumerate() {
+            let mut others: Vec<NodeId> = ids.iter().copied().filter(|id| *id != ids[i]).collect();
+            others.sort();
+            let links = bus.links();
+            let seen: Vec<(NodeId, &str)> = links.iter().map(|l| (l.node, l.direction())).collect();
+            assert_eq!(seen, [(others[0], "to"), (others[0], "from"), (others[1], "to"), (others[1], "from")]);
+            for l in &links {
+                assert!(l.created_ms >= start && l.created_ms <= now_ms(), "{l:?}");
+                assert_eq!(l.events(), "r");
+            }
+        }
+        clean_up(&buses);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_newer_inbound_link_from_a_node_replaces_the_older() {
+        let sinks: Vec<Arc<Recorder>> = (0..3).map(|_| Arc::default()).collect();
+        let buses = joined(&sinks).await;
+        let one = buses[1].0.state().lock().myself_id();
+        let from_one = |b: &Bus| b.links().iter().filter(|l| l.node == one && l.inbound).count();
+        wait_until("node 1's link to node 0", &buses, || from_one(&buses[0].0) == 1).await;
+        // A second link from node 1 (made here, with node 1's header) replaces the first, which
+        // node 0 closes; node 1 dials again, and its new link replaces this one in turn.
+        let ping = buses[1].0.state().lock().message(wire::Kind::Ping, wire::Body::Gossip(vec![]));
+        let mut frame = Vec::new();
+        wire::encode(&ping, &mut frame);
+        let mut second = TcpStream::connect(("127.0.0.1", buses[0].2)).await.unwrap();
+        second.write_all(&frame).await.unwrap();
+        let mut sink = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(20), second.read_to_end(&mut sink)).await;
+        assert!(matches!(closed, Ok(Ok(_))), "node 0 kept the replaced link open: {closed:?}");
+        assert_eq!(from_one(&buses[0].0), 1);
+        wait_until("node 1 to link to node 0 again", &buses, || {
+            buses[1].0.links().iter().any(|l| l.node == buses[0].0.state().lock().myself_id() && !l.inbound)
+        })
+        .await;
+        clean_up(&buses);
     }
 }

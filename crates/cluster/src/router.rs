@@ -47,6 +47,7 @@ pub struct SlotMap {
     my_primary: Option<NodeId>,
     ok: bool,
     allow_reads_when_down: bool,
+    allow_pubsubshard_when_down: bool,
     /// Slots migrating away from here, with their target.
     migrating: HashMap<u16, Arc<Endpoint>>,
     /// Slots being imported here.
@@ -69,6 +70,7 @@ impl SlotMap {
             my_primary: if me.flags.has(NodeFlags::REPLICA) { me.primary } else { None },
             ok: st.is_ok(),
             allow_reads_when_down: st.settings().allow_reads_when_down,
+            allow_pubsubshard_when_down: st.settings().allow_pubsubshard_when_down,
             migrating,
             importing: st.importing().clone(),
         }
@@ -99,23 +101,30 @@ impl SlotRouter for ClusterRouter {
         }
         let Some(slot) = plan.slot() else { return Route::Ok };
         let map = self.map.load();
+        // Valkey's getNodeByQuery order: a slot nobody serves first, then the cluster's state.
+        let Some(owner) = &map.owners[usize::from(slot)] else { return Route::Down(DownReason::Unbound) };
+        // Sharded pub/sub (SSUBSCRIBE, SPUBLISH...) has its own rule while the cluster is down.
+        let shard_pubsub = plan.has_channels();
         if !map.ok {
-            if !map.allow_reads_when_down {
+            if shard_pubsub {
+                if !map.allow_pubsubshard_when_down {
+                    return Route::Down(DownReason::Down);
+                }
+            } else if !map.allow_reads_when_down {
                 return Route::Down(DownReason::Down);
-            }
-            if ctx.write {
+            } else if ctx.write {
                 return Route::Down(DownReason::ReadOnly);
             }
         }
-        let Some(owner) = &map.owners[usize::from(slot)] else { return Route::Down(DownReason::Unbound) };
         if owner.id == map.me {
             return if map.migrating.contains_key(&slot) { Route::CheckKeys } else { Route::Ok };
         }
         if map.importing.contains_key(&slot) && ctx.asking {
             return Route::CheckKeys;
         }
-        // A replica serves its primary's slots to clients that asked for READONLY reads.
-        if ctx.readonly && !ctx.write && map.my_primary == Some(owner.id) {
+        // A replica serves its primary's slots to clients that asked for READONLY reads, and
+        // its shard's channels to anyone: SSUBSCRIBE there hears SPUBLISH on the primary.
+        if (ctx.readonly || shard_pubsub) && !ctx.write && map.my_primary == Some(owner.id) {
             return Route::Ok;
         }
         Route::Moved { slot, addr: owner.addr(ctx.tls) }
@@ -181,6 +190,7 @@ mod tests {
             hostname: String::new(),
             human_nodename: String::new(),
             preferred_endpoint: Kind::Ip,
+            allow_pubsubshard_when_down: true,
         }
     }
 
@@ -271,5 +281,120 @@ mod tests {
         let write = RouteCtx { readonly: true, ..ctx(false, true) };
         assert!(matches!(r.route(&plan(&["SET", "bar", "1"]), &write), Route::Moved { .. }));
         assert!(st.node(&primary).is_some());
+    }
+}
+
+/// Shard channels and the down-cluster rules, on a replica's view.
+#[cfg(test)]
+mod shard_tests {
+    use hotkv_engine::command::{CommandSpec, KeySpec, key_flags};
+    use hotkv_engine::plan::KeyHint;
+    use hotkv_engine::slot::key_slot;
+    use hotkv_protocol::Args;
+
+    use super::*;
+    use crate::nodes_conf::SavedConfig;
+    use crate::state::{ClusterState, Settings};
+
+    static KEY: [KeySpec; 1] = [KeySpec::single(1, key_flags::RO)];
+    static CHANNEL: [KeySpec; 1] = [KeySpec::single(1, key_flags::NOT_KEY)];
+
+    /// The plan of `argv`, whose argument 1 is a key, or a shard channel when `channel`.
+    fn plan(argv: &[&str], channel: bool) -> Plan {
+        let specs = if channel { &CHANNEL } else { &KEY };
+        let spec: CommandSpec<()> = CommandSpec::new("c", -2, 0, 0, specs, "", "", "", "", ());
+        let buf: Vec<u8> = argv.concat().into_bytes();
+        let mut spans = Vec::new();
+        let mut at = 0;
+        for a in argv {
+            spans.push((at, at + a.len()));
+            at += a.len();
+        }
+        let mut p = Plan::default();
+        p.compute(
+            &spec,
+            hotkv_engine::cmd::LockPlan::Keys,
+            &Args::from_parts(&buf, &spans),
+            0,
+            16,
+            &KeyHint::default(),
+        );
+        p
+    }
+
+    /// This node is a replica of P, which serves the slot of `{p}`; Q serves every other slot
+    /// but the one of `{u}`, which nobody serves (the cluster is down when `full_coverage`).
+    fn router(full_coverage: bool, reads_when_down: bool, pubsubshard_when_down: bool) -> ClusterRouter {
+        let (p, q, me) = (NodeId::random(), NodeId::random(), NodeId::random());
+        let node = |id, flags, port| {
+            let mut n = Node::new(id, flags);
+            n.ip = "10.0.0.1".into();
+            n.port = port;
+            n
+        };
+        let mut primary = node(p, NodeFlags::PRIMARY, 7000);
+        let mut other = node(q, NodeFlags::PRIMARY, 7001);
+        let mut replica = node(me, NodeFlags::MYSELF | NodeFlags::REPLICA, 7002);
+        replica.primary = Some(p);
+        let (mine, unbound) = (key_slot(b"{p}"), key_slot(b"{u}"));
+        assert_ne!(mine, unbound);
+        primary.slots.insert(mine);
+        for s in (0..SLOTS as u16).filter(|s| *s != mine && *s != unbound) {
+            other.slots.insert(s);
+        }
+        let cfg = Settings {
+            node_timeout_ms: 1000,
+            require_full_coverage: full_coverage,
+            allow_reads_when_down: reads_when_down,
+            allow_pubsubshard_when_down: pubsubshard_when_down,
+            announce_ip: String::new(),
+            port: 7002,
+            tls_port: 0,
+            bus_port: 17002,
+            hostname: String::new(),
+            human_nodename: String::new(),
+            preferred_endpoint: Default::default(),
+        };
+        let saved = SavedConfig { nodes: vec![primary, other, replica], current_epoch: 0, last_vote_epoch: 0 };
+        let st = ClusterState::from_saved(saved, cfg);
+        assert_eq!(st.is_ok(), !full_coverage);
+        ClusterRouter::new(SlotMap::of(&st))
+    }
+
+    fn route(r: &ClusterRouter, argv: &[&str], channel: bool, readonly: bool, write: bool) -> Route {
+        r.route(&plan(argv, channel), &RouteCtx { readonly, write, ..RouteCtx::default() })
+    }
+
+    fn moved(arg: &str, port: u16) -> Route {
+        let slot = key_slot(arg.as_bytes());
+        Route::Moved { slot, addr: format!("10.0.0.1:{port}").into() }
+    }
+
+    #[test]
+    fn a_replica_serves_its_shards_channels_without_readonly() {
+        let r = router(false, false, true);
+        assert_eq!(route(&r, &["SSUBSCRIBE", "{p}news"], true, false, false), Route::Ok);
+        assert_eq!(route(&r, &["SPUBLISH", "{p}news"], true, false, false), Route::Ok);
+        // Keys still need READONLY, as in Valkey; another shard's channel is redirected.
+        assert_eq!(route(&r, &["GET", "{p}k"], false, false, false), moved("{p}k", 7000));
+        assert_eq!(route(&r, &["GET", "{p}k"], false, true, false), Route::Ok);
+        assert_eq!(route(&r, &["SPUBLISH", "{q}news"], true, false, false), moved("{q}news", 7001));
+        assert_eq!(route(&r, &["SPUBLISH", "{u}news"], true, false, false), Route::Down(DownReason::Unbound));
+    }
+
+    #[test]
+    fn shard_channels_follow_allow_pubsubshard_when_down() {
+        // Down, with the defaults: reads refused, sharded pub/sub served.
+        let r = router(true, false, true);
+        assert_eq!(route(&r, &["SPUBLISH", "{p}news"], true, false, false), Route::Ok);
+        assert_eq!(route(&r, &["SPUBLISH", "{q}news"], true, false, false), moved("{q}news", 7001));
+        assert_eq!(route(&r, &["GET", "{p}k"], false, true, false), Route::Down(DownReason::Down));
+        // A slot nobody serves is reported as such first, as Valkey's getNodeByQuery does.
+        assert_eq!(route(&r, &["SPUBLISH", "{u}news"], true, false, false), Route::Down(DownReason::Unbound));
+        assert_eq!(route(&r, &["GET", "{u}k"], false, false, false), Route::Down(DownReason::Unbound));
+        let r = router(true, true, false);
+        assert_eq!(route(&r, &["SSUBSCRIBE", "{p}news"], true, false, false), Route::Down(DownReason::Down));
+        assert_eq!(route(&r, &["GET", "{p}k"], false, true, false), Route::Ok);
+        assert_eq!(route(&r, &["SET", "{p}k"], false, true, true), Route::Down(DownReason::ReadOnly));
     }
 }

@@ -23,6 +23,8 @@ pub struct Settings {
     pub require_full_coverage: bool,
     /// `cluster-allow-reads-when-down`.
     pub allow_reads_when_down: bool,
+    /// `cluster-allow-pubsubshard-when-down`.
+    pub allow_pubsubshard_when_down: bool,
     /// The address this node announces (`cluster-announce-ip`; empty: learnt from peers).
     pub announce_ip: String,
     /// Plain client port announced.
@@ -99,6 +101,20 @@ pub struct Outcome {
     /// An outbound link to this node id should now be known by another id (a handshake
     /// node whose real id arrived).
     pub renamed: Option<(NodeId, NodeId)>,
+    /// A message another node published, for this node's subscribers only: it is never sent
+    /// on (the publisher sent it to every node that must see it).
+    pub publish: Option<Published>,
+}
+
+/// A PUBLISH or SPUBLISH that arrived over the bus.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Published {
+    /// Channel.
+    pub channel: Vec<u8>,
+    /// Message.
+    pub message: Vec<u8>,
+    /// A shard channel's (SPUBLISH).
+    pub shard: bool,
 }
 
 /// The state of the cluster as this node knows it.
@@ -292,6 +308,41 @@ impl ClusterState {
     pub fn link_down(&mut self, id: &NodeId) {
         if let Some(e) = self.nodes.get_mut(id) {
             e.node.link_connected = false;
+        }
+    }
+
+    /// The header of a PUBLISH (`Kind::Publish`) or SPUBLISH (`Kind::PublishShard`) this node
+    /// sends, and in `targets` the nodes to send it to, as Valkey's `clusterPropagatePublish`:
+    /// every other node for PUBLISH; for SPUBLISH the other nodes of this node's shard (a
+    /// primary's replicas; a replica's primary and sibling replicas). Nodes still in a handshake
+    /// do not know this node yet and are left out. `None` when there is no one to send to.
+    pub fn publish_header(&mut self, kind: Kind, targets: &mut Vec<NodeId>) -> Option<Header> {
+        let shard = self.shard_of(self.myself());
+        let mut connected = 0;
+        for e in self.nodes.values() {
+            let n = &e.node;
+            if n.id == self.me || n.flags.has(NodeFlags::HANDSHAKE) {
+                continue;
+            }
+            if kind == Kind::PublishShard && self.shard_of(n) != shard {
+                continue;
+            }
+            targets.push(n.id);
+            connected += u64::from(n.link_connected);
+        }
+        if targets.is_empty() {
+            return None;
+        }
+        // Counted per node sent to, as Valkey counts messages per link.
+        self.sent[kind as usize] += connected;
+        Some(self.header())
+    }
+
+    /// The shard a node belongs to, named by its primary.
+    fn shard_of(&self, n: &Node) -> NodeId {
+        match n.primary {
+            Some(p) if n.flags.has(NodeFlags::REPLICA) => p,
+            _ => n.id,
         }
     }
 
@@ -560,6 +611,13 @@ impl ClusterState {
             info!("IP address for this node updated to {local}");
             self.myself_mut().ip = local.to_owned();
             self.dirty = true;
+        }
+        if let Body::Publish { channel, message } = msg.body {
+            // Only PING, PONG and MEET carry news about the sender (Valkey reads a sender's
+            // config from those three, and sends PUBLISH with a header that has none), so a
+            // message costs no walk over the slots: it goes to the local subscribers.
+            out.publish = Some(Published { channel, message, shard: msg.kind == Kind::PublishShard });
+            return out;
         }
         let newer_owner = self.update_sender(&msg, peer_ip, now);
         match &msg.body {

@@ -20,6 +20,7 @@ fn settings(i: usize) -> Settings {
         node_timeout_ms: TIMEOUT,
         require_full_coverage: true,
         allow_reads_when_down: false,
+        allow_pubsubshard_when_down: true,
         announce_ip: "127.0.0.1".into(),
         port: 7000 + i as u16,
         tls_port: 0,
@@ -147,6 +148,53 @@ impl Net {
         }
         assert!(net.run_until(100, |n| n.nodes.iter().all(|s| s.is_ok() && s.nodes().len() == 3)), "no join");
         net
+    }
+}
+
+impl Net {
+    /// [`Net::three_primaries`] plus a replica of each (nodes 3, 4, 5 replicate 0, 1, 2) and a
+    /// second replica of node 0 (node 6), every role known everywhere. Each new node meets
+    /// every other one, so that the test does not wait on which nodes gossip names.
+    fn three_shards_and_a_sibling() -> Net {
+        let mut net = Net::three_primaries();
+        for (i, primary) in [(3, 0), (4, 1), (5, 2), (6, 0)] {
+            net.nodes.push(ClusterState::fresh(settings(i)));
+            net.down.push(false);
+            let now = net.now;
+            for j in 0..i as u16 {
+                net.nodes[i].meet("127.0.0.1", 7000 + j, 17000 + j, now).unwrap();
+            }
+            let joined =
+                |n: &Net| n.nodes[i].nodes().len() == i + 1 && (0..i).all(|j| n.nodes[i].node(&n.id(j)).is_some());
+            assert!(net.run_until(100, joined), "node {i} did not join");
+            let id = net.id(primary);
+            net.nodes[i].replicate(&id).unwrap();
+        }
+        let roles_known = |n: &Net| {
+            n.nodes.iter().all(|s| {
+                s.nodes().len() == 7
+                    && [(3, 0), (4, 1), (5, 2), (6, 0)]
+                        .iter()
+                        .all(|&(r, p)| s.node(&n.id(r)).is_some_and(|x| x.primary == Some(n.id(p))))
+            })
+        };
+        assert!(net.run_until(200, roles_known), "{}", net.nodes[1].nodes_text(false));
+        net
+    }
+
+    /// What node `i` would send for a PUBLISH of `kind`: the sorted targets, if any.
+    fn publish_targets(&mut self, i: usize, kind: Kind) -> Option<Vec<NodeId>> {
+        let mut targets = Vec::new();
+        let header = self.nodes[i].publish_header(kind, &mut targets)?;
+        assert_eq!(header.sender, self.id(i));
+        targets.sort();
+        Some(targets)
+    }
+
+    fn sorted_ids(&self, of: &[usize]) -> Vec<NodeId> {
+        let mut v: Vec<NodeId> = of.iter().map(|&i| self.id(i)).collect();
+        v.sort();
+        v
     }
 }
 
@@ -353,4 +401,47 @@ fn pings_and_pongs_leave_the_routing_view_alone_and_changes_do_not() {
     drain(&mut net);
     net.step();
     assert_eq!(drain(&mut net), [false; 3]);
+}
+
+#[test]
+fn spublish_goes_to_the_shard_and_publish_to_everyone() {
+    let mut net = Net::three_shards_and_a_sibling();
+    // A primary's shard is its replicas; a replica's, its primary and sibling replicas.
+    assert_eq!(net.publish_targets(0, Kind::PublishShard), Some(net.sorted_ids(&[3, 6])));
+    assert_eq!(net.publish_targets(3, Kind::PublishShard), Some(net.sorted_ids(&[0, 6])));
+    assert_eq!(net.publish_targets(1, Kind::PublishShard), Some(net.sorted_ids(&[4])));
+    assert_eq!(net.publish_targets(5, Kind::PublishShard), Some(net.sorted_ids(&[2])));
+    assert_eq!(net.publish_targets(4, Kind::Publish), Some(net.sorted_ids(&[0, 1, 2, 3, 5, 6])));
+    // Counted per node sent to, as Valkey counts per link.
+    let info = net.nodes[0].info_text();
+    assert!(info.contains("cluster_stats_messages_publishshard_sent:2\r\n"), "{info}");
+    // A node still in a handshake does not know us yet: it gets nothing.
+    let now = net.now;
+    net.nodes[2].meet("127.0.0.1", 7999, 17999, now).unwrap();
+    assert_eq!(net.publish_targets(2, Kind::Publish), Some(net.sorted_ids(&[0, 1, 3, 4, 5, 6])));
+    // Alone, a node sends nothing and counts nothing.
+    let mut alone = ClusterState::fresh(settings(9));
+    assert_eq!(alone.publish_header(Kind::Publish, &mut Vec::new()), None);
+    assert!(!alone.info_text().contains("publish"));
+}
+
+#[test]
+fn a_published_message_is_delivered_here_and_not_sent_on() {
+    let mut net = Net::three_primaries();
+    let now = net.now;
+    for (kind, shard) in [(Kind::Publish, false), (Kind::PublishShard, true)] {
+        let msg = net.nodes[1].message(kind, Body::Publish { channel: b"news".to_vec(), message: b"hi".to_vec() });
+        let out = net.nodes[0].receive(wire(msg), None, "127.0.0.1", None, now);
+        let expected = Published { channel: b"news".to_vec(), message: b"hi".to_vec(), shard };
+        assert_eq!(out.publish, Some(expected));
+        assert!(out.broadcast.is_empty() && out.reply.is_empty() && !out.close && out.renamed.is_none());
+    }
+    // From a node this one does not know, a message is ignored, as Valkey ignores it.
+    let mut stranger = ClusterState::fresh(settings(8));
+    let msg = stranger.message(Kind::Publish, Body::Publish { channel: b"news".to_vec(), message: b"hi".to_vec() });
+    let out = net.nodes[0].receive(wire(msg), None, "127.0.0.1", None, now);
+    assert_eq!(out.publish, None);
+    let info = net.nodes[0].info_text();
+    assert!(info.contains("cluster_stats_messages_publish_received:2\r\n"), "{info}");
+    assert!(info.contains("cluster_stats_messages_publishshard_received:1\r\n"), "{info}");
 }

@@ -281,11 +281,7 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Message, usize)>, WireError> {
 
 /// Appends the frame of `msg` to `out`.
 pub fn encode(msg: &Message, out: &mut Vec<u8>) {
-    let start = out.len();
-    out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(&VERSION.to_be_bytes());
-    out.extend_from_slice(&(msg.kind as u16).to_be_bytes());
-    write_header(&msg.header, out);
+    let start = begin_frame(msg.kind, &msg.header, out);
     match &msg.body {
         Body::Gossip(entries) => {
             // At most u16::MAX entries; a node gossips about a few per message.
@@ -306,6 +302,58 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
         Body::AuthRequest { force } => out.push(u8::from(*force)),
         Body::Empty => {}
     }
+    end_frame(start, out);
+}
+
+/// Appends a PUBLISH or PUBLISHSHARD frame (`kind`) made straight from the publisher's channel
+/// and message: the same bytes as [`encode`] of a [`Body::Publish`], without first copying the
+/// payload into a [`Message`].
+pub fn encode_publish(kind: Kind, header: &Header, channel: &[u8], message: &[u8], out: &mut Vec<u8>) {
+    debug_assert!(matches!(kind, Kind::Publish | Kind::PublishShard));
+    let start = begin_frame(kind, header, out);
+    put_blob32(out, channel);
+    put_blob32(out, message);
+    end_frame(start, out);
+}
+
+/// The length of the frame [`encode_publish`] makes, known before making it (to refuse a
+/// message too large for the bus, and to allocate the frame once).
+pub fn publish_frame_len(header: &Header, channel_len: usize, message_len: usize) -> usize {
+    PREFIX + header_len(header) + 4 + channel_len + 4 + message_len
+}
+
+/// The bytes [`write_header`] writes for `h`; kept beside it, and checked against it by the
+/// PUBLISH test, since the two must change together.
+fn header_len(h: &Header) -> usize {
+    let text = |s: &str| 1 + s.len().min(255);
+    NodeId::LEN
+        + 3 * 8
+        + 2
+        + 1
+        + NodeId::LEN
+        + text(&h.ip)
+        + 3 * 2
+        + text(&h.hostname)
+        + text(&h.human_nodename)
+        + SlotSet::BYTES
+        + text(&h.cert.serial)
+        + text(&h.cert.ca_serial)
+        + 2 * (32 + 8)
+}
+
+/// Writes the prefix (length to be filled in by [`end_frame`]), version, type and header;
+/// returns where the frame starts.
+fn begin_frame(kind: Kind, header: &Header, out: &mut Vec<u8>) -> usize {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&VERSION.to_be_bytes());
+    out.extend_from_slice(&(kind as u16).to_be_bytes());
+    write_header(header, out);
+    start
+}
+
+/// Fills in the length of the frame that starts at `start`.
+fn end_frame(start: usize, out: &mut [u8]) {
     let len = (out.len() - start) as u32;
     out[start..start + 4].copy_from_slice(&len.to_be_bytes());
 }
@@ -580,6 +628,28 @@ mod tests {
         assert!(ca.expires_within(500, 600), "the CA");
         assert!(!CertSummary::default().is_known());
         assert!(!CertSummary::default().expires_within(i64::MAX, i64::MAX), "nothing known, nothing flagged");
+    }
+
+    #[test]
+    fn a_publish_frame_made_from_slices_is_the_encoded_message() {
+        // A name longer than a text field holds is cut on the wire, and in the length too.
+        let long = Header { hostname: "h".repeat(300), ..header() };
+        for (kind, header) in [(Kind::Publish, header()), (Kind::PublishShard, long)] {
+            let msg = Message {
+                kind,
+                header,
+                body: Body::Publish { channel: b"{a}news".to_vec(), message: b"hello\0world".to_vec() },
+            };
+            let mut expected = Vec::new();
+            encode(&msg, &mut expected);
+            // Appended after other bytes, as a link's buffer would hold it.
+            let mut out = vec![9, 9];
+            encode_publish(kind, &msg.header, b"{a}news", b"hello\0world", &mut out);
+            assert_eq!(out[2..], expected[..]);
+            assert_eq!(publish_frame_len(&msg.header, 7, 11), expected.len());
+            let decoded = decode(&out[2..]).unwrap().unwrap();
+            assert_eq!((decoded.0.body, decoded.1), (msg.body, expected.len()));
+        }
     }
 
     #[test]

@@ -2,12 +2,12 @@
 //! the bus port, starts the bus on a thread of its own (so failure detection never waits
 //! behind command batches), and keeps the router that dispatch asks fed with a fresh slot map
 //! after every change. The rules live in `hotkv-cluster`; this module only wires them to the
-//! configuration, the listeners and the TLS material.
+//! configuration, the listeners, the TLS material and the local pub/sub subscribers.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use hotkv_cluster::bus::{BoxFuture, Bus, BusStream, LinkError, PlainTransport, Transport};
+use hotkv_cluster::bus::{BoxFuture, Bus, BusStream, LinkError, PlainTransport, PubSubSink, Transport};
 use hotkv_cluster::node::NodeId;
 use hotkv_cluster::nodes_conf;
 use hotkv_cluster::router::{ClusterRouter, SlotMap};
@@ -20,6 +20,7 @@ use tracing::{info, warn};
 
 use crate::config::Settings;
 use crate::config::table;
+use crate::pubsub::PubSub;
 use crate::server::Server;
 
 /// A cluster node's moving parts, held by the server.
@@ -72,6 +73,7 @@ pub fn cluster_settings(s: &Settings) -> ClusterSettings {
         node_timeout_ms: s.int(table::CLUSTER_NODE_TIMEOUT),
         require_full_coverage: s.bool(table::CLUSTER_REQUIRE_FULL_COVERAGE),
         allow_reads_when_down: s.bool(table::CLUSTER_ALLOW_READS_WHEN_DOWN),
+        allow_pubsubshard_when_down: s.bool(table::CLUSTER_ALLOW_PUBSUBSHARD_WHEN_DOWN),
         announce_ip: s.str(table::CLUSTER_ANNOUNCE_IP).to_owned(),
         port: announced(table::CLUSTER_ANNOUNCE_PORT, s.int(table::PORT) as u16),
         tls_port: announced(table::CLUSTER_ANNOUNCE_TLS_PORT, s.int(table::TLS_PORT) as u16),
@@ -113,9 +115,10 @@ pub fn load(s: &Settings) -> Result<Option<Loaded>, String> {
 }
 
 /// Builds the node (its bus not started yet) from what [`load`] found, with links made by
-/// `tls` when `tls-cluster` is on. The certificate this node gossips follows every TLS commit
-/// (the startup load, CONFIG SET, automatic reloads), whether or not the bus itself runs TLS.
-pub fn build(s: &Settings, loaded: Loaded, tls: &Arc<TlsManager>) -> ClusterNode {
+/// `tls` when `tls-cluster` is on; messages published on other nodes go to `pubsub`'s
+/// subscribers. The certificate this node gossips follows every TLS commit (the startup load,
+/// CONFIG SET, automatic reloads), whether or not the bus itself runs TLS.
+pub fn build(s: &Settings, loaded: Loaded, tls: &Arc<TlsManager>, pubsub: Arc<PubSub>) -> ClusterNode {
     let (state, router, path) = loaded;
     let publish = router.clone();
     let transport: Arc<dyn Transport> =
@@ -123,8 +126,13 @@ pub fn build(s: &Settings, loaded: Loaded, tls: &Arc<TlsManager>) -> ClusterNode
     let state = Arc::new(Mutex::new(state));
     let gossiped = state.clone();
     tls.on_commit(move |tls| gossiped.lock().set_cert(cert_summary(tls)));
-    let bus =
-        Bus::new(state, transport, path.clone(), Box::new(move |st: &ClusterState| publish.publish(SlotMap::of(st))));
+    let bus = Bus::new(
+        state,
+        transport,
+        path.clone(),
+        Box::new(move |st: &ClusterState| publish.publish(SlotMap::of(st))),
+        pubsub,
+    );
     ClusterNode { bus, router, conf_path: path }
 }
 
@@ -192,6 +200,18 @@ pub fn apply(srv: &Server, new: &Settings) {
     if let Some(node) = &srv.cluster {
         node.state().set_settings(cluster_settings(new));
         node.changed();
+    }
+}
+
+/// What other nodes publish reaches this node's subscribers; the reply counts of PUBLISH and
+/// SPUBLISH are the publishing node's alone, as in Valkey, so the counts here are dropped.
+impl PubSubSink for PubSub {
+    fn deliver(&self, channel: &[u8], message: &[u8], shard: bool) {
+        if shard {
+            self.spublish(channel, message);
+        } else {
+            self.publish(channel, message);
+        }
     }
 }
 

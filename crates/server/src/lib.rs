@@ -93,7 +93,7 @@ pub fn main() -> i32 {
     };
     let mut srv = Server::new(settings, loaded.config_file, Registry::new(cmd::commands()));
     if let Some(table) = table {
-        let node = cluster::build(&srv.settings.load(), table, &srv.tls);
+        let node = cluster::build(&srv.settings.load(), table, &srv.tls, srv.pubsub.clone());
         srv.router = node.router.clone();
         srv.cluster = Some(node);
     }

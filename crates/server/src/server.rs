@@ -196,7 +196,7 @@ pub struct Server {
     /// Held by the one thread evicting at a time.
     pub evict_lock: Mutex<()>,
     /// Pub/sub subscriptions.
-    pub pubsub: crate::pubsub::PubSub,
+    pub pubsub: Arc<crate::pubsub::PubSub>,
     /// WATCHed keys.
     pub watches: crate::events::Watches,
     /// Clients blocked on keys.
@@ -260,7 +260,7 @@ impl Server {
             ports: Mutex::new((0, 0)),
             evict_lock: Mutex::new(()),
             startup_memory: std::sync::atomic::AtomicU64::new(0),
-            pubsub: crate::pubsub::PubSub::default(),
+            pubsub: Arc::default(),
             watches: crate::events::Watches::default(),
             blocked: crate::blocking::Blocked::default(),
             config_lock: Mutex::new(()),

@@ -74,6 +74,18 @@ pub static COMMANDS: &[ServerSpec] = &[
             ),
             sub!("info", 2, READ, "3.0.0", "Returns information about the state of a node.", info),
             sub!("keyslot", 3, READ, "3.0.0", "Returns the hash slot for a key.", keyslot),
+            row(
+                "links",
+                2,
+                f::STALE,
+                acl::SLOW,
+                &[],
+                "cluster",
+                "7.0.0",
+                "Returns a list of all TCP links to and from peer nodes.",
+                "O(N) where N is the total number of Cluster nodes",
+                links,
+            ),
             sub!("meet", -4, ADMIN, "3.0.0", "Forces a node to handshake with another node.", meet),
             sub!("myid", 2, READ, "3.0.0", "Returns the ID of a node.", myid),
             sub!("myshardid", 2, READ, "7.2.0", "Returns the shard ID of a node.", myshardid),
@@ -305,6 +317,9 @@ fn help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res 
             "    Return information about the cluster.",
             "KEYSLOT <key>",
             "    Return the hash slot for <key>.",
+            "LINKS",
+            "    Return information about all network links between this node and its peers.",
+            "    Output format is an array where each array element is a map containing attributes of a link",
             "MEET <ip> <port> [<bus-port>]",
             "    Connect nodes into a working cluster.",
             "MYID",
@@ -390,6 +405,29 @@ fn info(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
 fn keyslot(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
     node(srv)?;
     out.int(i64::from(key_slot(args.get(2))));
+    Ok(Flow::Continue)
+}
+
+/// CLUSTER LINKS: one map per bus link, as Valkey's (flat arrays in RESP2). Both send-buffer
+/// fields are the bytes queued on the link, as Valkey 8.0 reports its message queue for both.
+fn links(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let links = node(srv)?.bus.links();
+    out.array(links.len());
+    for l in links {
+        out.map(6);
+        out.bulk(b"direction");
+        out.bulk(l.direction().as_bytes());
+        out.bulk(b"node");
+        out.bulk(l.node.as_str().as_bytes());
+        out.bulk(b"create-time");
+        out.int(l.created_ms);
+        out.bulk(b"events");
+        out.bulk(l.events().as_bytes());
+        out.bulk(b"send-buffer-allocated");
+        out.int(l.send_queued as i64);
+        out.bulk(b"send-buffer-used");
+        out.int(l.send_queued as i64);
+    }
     Ok(Flow::Continue)
 }
 

@@ -282,13 +282,26 @@ fn sunsubscribe(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut Repl
     do_unsubscribe(srv, sess, args, out, Kind::Shard)
 }
 
+/// PUBLISH: in cluster mode the message also goes to every other node, whose subscribers get
+/// it; the reply counts this node's receivers only, as Valkey's.
 fn publish(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
-    out.int(srv.pubsub.publish(args.get(1), args.get(2)) as i64);
+    let receivers = srv.pubsub.publish(args.get(1), args.get(2));
+    if let Some(node) = &srv.cluster {
+        node.bus.publish(args.get(1), args.get(2), false);
+    }
+    out.int(receivers as i64);
     Ok(Flow::Continue)
 }
 
+/// SPUBLISH: routing already sent the call to a node of the channel's shard; the message also
+/// goes to the shard's other nodes (the primary's replicas, or a replica's primary and
+/// siblings), so that SSUBSCRIBE on any of them hears it. The reply counts this node's only.
 fn spublish(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
-    out.int(srv.pubsub.spublish(args.get(1), args.get(2)) as i64);
+    let receivers = srv.pubsub.spublish(args.get(1), args.get(2));
+    if let Some(node) = &srv.cluster {
+        node.bus.publish(args.get(1), args.get(2), true);
+    }
+    out.int(receivers as i64);
     Ok(Flow::Continue)
 }
 

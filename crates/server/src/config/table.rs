@@ -501,7 +501,7 @@ directives! {
     CLUSTER_ALLOW_READS_WHEN_DOWN = "cluster-allow-reads-when-down" [] "cluster.allow_reads_when_down": B, "no",
         M, CLUSTER, "Serve reads while the cluster is down.";
     CLUSTER_ALLOW_PUBSUBSHARD_WHEN_DOWN = "cluster-allow-pubsubshard-when-down" []
-        "cluster.allow_pubsubshard_when_down": B, "yes", M | NE, H, "Serve sharded pub/sub while the cluster is down.";
+        "cluster.allow_pubsubshard_when_down": B, "yes", M, CLUSTER, "Serve sharded pub/sub while the cluster is down.";
     CLUSTER_REPLICA_VALIDITY_FACTOR = "cluster-replica-validity-factor" ["cluster-slave-validity-factor"]
         "cluster.replica_validity_factor": int(0, INT), "10", M | NE, H,
         "How stale a replica may be to fail over (factor of node timeout; 0 = always).";
