@@ -595,7 +595,10 @@ impl ClusterState {
                 }
                 return out;
             }
-            let mut node = Node::new(h.sender, 0);
+            // Our first frame to it is a MEET too: if its own handshake with us timed out, it
+            // has forgotten us and would ignore a PING, and it would never join (Valkey's met
+            // node handshakes back the same way).
+            let mut node = Node::new(h.sender, NodeFlags::MEET);
             node.ip = if h.ip.is_empty() { peer_ip.to_owned() } else { h.ip.clone() };
             self.nodes.insert(h.sender, Entry::new(node));
             info!(node_id = %h.sender, "Node {} met us, adding it", h.sender);
@@ -689,6 +692,7 @@ impl ClusterState {
             n.pong_received_ms = now;
             if msg.kind == Kind::Pong {
                 n.ping_sent_ms = 0;
+                n.flags.set(NodeFlags::MEET, false);
             }
             if n.flags.has(NodeFlags::PFAIL) {
                 n.flags.set(NodeFlags::PFAIL, false);

@@ -445,3 +445,26 @@ fn a_published_message_is_delivered_here_and_not_sent_on() {
     assert!(info.contains("cluster_stats_messages_publish_received:2\r\n"), "{info}");
     assert!(info.contains("cluster_stats_messages_publishshard_received:1\r\n"), "{info}");
 }
+
+#[test]
+fn a_node_met_by_another_meets_it_back_until_it_answers() {
+    let (mut a, mut b) = (ClusterState::fresh(settings(0)), ClusterState::fresh(settings(1)));
+    let now = 1_000_000;
+    b.meet("127.0.0.1", 7000, 17000, now).unwrap();
+    let handshake = b.link_targets()[0].0;
+    let meet = b.link_up(&handshake, now).expect("a MEET to send");
+    assert_eq!(meet.kind, Kind::Meet);
+    a.receive(wire(meet), None, "127.0.0.1", Some("127.0.0.1"), now);
+    // a's first frame to b is a MEET as well: b may have given up its own handshake.
+    let back = a.link_up(&b.myself_id(), now).expect("b is known");
+    assert_eq!(back.kind, Kind::Meet);
+    let b_id = b.myself_id();
+    let mut forgetful = ClusterState::from_saved(b.saved(), settings(1));
+    let _ = forgetful.forget(&a.myself_id());
+    let out = forgetful.receive(wire(back), None, "127.0.0.1", Some("127.0.0.1"), now);
+    assert!(forgetful.node(&a.myself_id()).is_some(), "b learns a again from its MEET");
+    // Once b answers, a goes back to PINGs.
+    let pong = out.reply.into_iter().find(|m| m.kind == Kind::Pong).expect("a PONG");
+    a.receive(wire(pong), Some(b_id), "127.0.0.1", None, now);
+    assert_eq!(a.link_up(&b_id, now).map(|m| m.kind), Some(Kind::Ping));
+}
