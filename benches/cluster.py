@@ -427,7 +427,8 @@ def main():
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.seconds, args.idle_seconds, args.idle_windows = 3, 1.0, 10.0, 2
-    args.binaries = {"hotkv": args.hotkv, "redis": args.redis}
+    # Nodes run in their own directories: a relative --hotkv must not depend on that.
+    args.binaries = {k: os.path.abspath(shutil.which(b) or b) for k, b in (("hotkv", args.hotkv), ("redis", args.redis))}
 
     def stop(signum, _frame):
         raise Budget(f"signal {signum}")
