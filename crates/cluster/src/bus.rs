@@ -86,8 +86,8 @@ pub struct Bus {
     conf_path: PathBuf,
     /// Wakes the cron early (after a CLUSTER command changed something).
     wake: Notify,
-    /// Called after every change of the table, with the state locked: the server rebuilds
-    /// its routing snapshot there.
+    /// Called after a change of the table or of `cluster_state`, with the state locked: the
+    /// server rebuilds its routing snapshot there.
     on_change: Box<dyn Fn(&ClusterState) + Send + Sync>,
 }
 
@@ -123,7 +123,7 @@ impl Bus {
 
     /// A CLUSTER command changed the state: save, republish, and act on it now.
     pub fn changed(&self) {
-        self.after_change();
+        self.after_change(true);
         self.wake.notify_one();
     }
 
@@ -135,7 +135,7 @@ impl Bus {
             tokio::spawn(self.clone().accept_loop(l));
         }
         tokio::spawn(self.clone().cron());
-        self.after_change();
+        self.after_change(true);
         Ok(())
     }
 
@@ -157,15 +157,23 @@ impl Bus {
         }
     }
 
-    /// Saves `nodes.conf` when the table changed and tells the server.
-    fn after_change(&self) {
-        let (dirty, saved) = {
+    /// Saves `nodes.conf` when the table changed, and tells the server when the table or
+    /// `cluster_state` changed (or always, with `publish`: a CLUSTER command may have changed
+    /// what the table does not track, such as migrating slots or a setting). Runs after every
+    /// tick and every frame, and most of them change nothing: the server's rebuild walks all
+    /// 16384 slots, which done ten times a second plus once per frame was nearly all the CPU
+    /// an idle node spent.
+    fn after_change(&self, publish: bool) {
+        let saved = {
             let mut st = self.state.lock();
-            (self.on_change)(&st);
             let dirty = st.take_dirty();
-            (dirty, dirty.then(|| st.saved()))
+            let flipped = st.take_state_flipped();
+            if publish || dirty || flipped {
+                (self.on_change)(&st);
+            }
+            dirty.then(|| st.saved())
         };
-        if let (true, Some(saved)) = (dirty, saved)
+        if let Some(saved) = saved
             && let Err(e) = nodes_conf::save(&self.conf_path, &saved)
         {
             warn!(cause = %e, "could not save the cluster config file");
@@ -191,7 +199,7 @@ impl Bus {
             for (id, ip, port) in targets {
                 self.dial_if_needed(id, &ip, port, now);
             }
-            self.after_change();
+            self.after_change(false);
         }
     }
 
@@ -354,7 +362,7 @@ impl Bus {
                     sender = Some(msg.header.sender);
                     buf.drain(..used);
                     let keep = handle(self, msg);
-                    self.after_change();
+                    self.after_change(false);
                     if !keep {
                         return Ok(());
                     }
@@ -430,6 +438,46 @@ mod tests {
         };
         let state = Arc::new(Mutex::new(ClusterState::fresh(cfg)));
         (Bus::new(state, Arc::new(PlainTransport), dir.join("nodes.conf"), Box::new(|_| {})), dir)
+    }
+
+    #[test]
+    fn the_routing_snapshot_is_rebuilt_only_when_the_table_or_cluster_state_changed() {
+        let dir = std::env::temp_dir().join(format!("hotkv-bus-publish-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = Settings {
+            node_timeout_ms: 1000,
+            require_full_coverage: true,
+            allow_reads_when_down: false,
+            announce_ip: String::new(),
+            port: 7000,
+            tls_port: 0,
+            bus_port: 17000,
+            hostname: String::new(),
+            human_nodename: String::new(),
+        };
+        let state = Arc::new(Mutex::new(ClusterState::fresh(cfg)));
+        let published = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = published.clone();
+        let on_change = Box::new(move |_: &ClusterState| {
+            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+        let bus = Bus::new(state, Arc::new(PlainTransport), dir.join("nodes.conf"), on_change);
+        let seen = || published.load(std::sync::atomic::Ordering::Relaxed);
+        // A CLUSTER command always republishes (it may change what the table does not track).
+        bus.changed();
+        assert_eq!(seen(), 1);
+        // A tick or a frame that changed nothing does not.
+        bus.state().lock().tick(now_ms());
+        bus.after_change(false);
+        assert_eq!(seen(), 1);
+        // A changed table does, once; so does cluster_state turning ok.
+        bus.state().lock().add_slots(&(0..16384).collect::<Vec<_>>()).unwrap();
+        bus.after_change(false);
+        assert_eq!(seen(), 2);
+        assert!(bus.state().lock().is_ok());
+        bus.after_change(false);
+        assert_eq!(seen(), 2);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     fn listener() -> (std::net::TcpListener, u16) {

@@ -79,6 +79,8 @@ pub struct ClusterState {
     cfg: Settings,
     /// The node table changed since the last save.
     dirty: bool,
+    /// `cluster_state` changed since [`ClusterState::take_state_flipped`] was last called.
+    state_flipped: bool,
     /// Messages sent and received, per type, for CLUSTER INFO.
     sent: [u64; 10],
     received: [u64; 10],
@@ -115,6 +117,7 @@ impl ClusterState {
             ok: false,
             cfg,
             dirty: false,
+            state_flipped: false,
             sent: [0; 10],
             received: [0; 10],
             cert: CertSummary::default(),
@@ -209,6 +212,12 @@ impl ClusterState {
     /// Whether the table changed since [`ClusterState::take_dirty`] was last called.
     pub fn take_dirty(&mut self) -> bool {
         std::mem::take(&mut self.dirty)
+    }
+
+    /// Whether `cluster_state` changed since this was last called (it is not saved, so it
+    /// does not make the table dirty, but the server's routing snapshot holds it).
+    pub fn take_state_flipped(&mut self) -> bool {
+        std::mem::take(&mut self.state_flipped)
     }
 
     /// What `nodes.conf` should hold now.
@@ -433,6 +442,7 @@ impl ClusterState {
         if ok != self.ok {
             info!(state = if ok { "ok" } else { "fail" }, "Cluster state changed: {}", if ok { "ok" } else { "fail" });
             self.ok = ok;
+            self.state_flipped = true;
         }
     }
 
@@ -600,6 +610,7 @@ impl ClusterState {
                 for s in slots {
                     self.set_owner(s, None);
                 }
+                self.dirty = true;
             }
             return;
         }
