@@ -290,6 +290,7 @@ def throughput(args, workdir, pki, results):
             if setup:
                 for c in clusters.values():
                     run_bench(bench_argv(c, "set", with_pipeline(extra, 16), 200000, client_cpus), timeout=300)
+            load_before = os.getloadavg()[0]
             probe, _, _ = run_bench(bench_argv(clusters["redis"], test, extra, 20000, client_cpus), timeout=300)
             n = max(20000, int(probe * args.seconds))
             per = {k: {"rps": [], "p50": [], "p99": [], "cpu_us": []} for k in KINDS}
@@ -310,7 +311,8 @@ def throughput(args, workdir, pki, results):
                 cpu_ratios.append(per["redis"]["cpu_us"][-1] / per["hotkv"]["cpu_us"][-1])
             row = {"cell": cell, "requests": n, "rounds": args.rounds, "commands": commands, "servers": {},
                    "ratio": median(ratios), "ratios": ratios, "cpu_ratio": median(cpu_ratios),
-                   "cpu_ratios": cpu_ratios, "keys_per_node": {k: c.dbsizes() for k, c in clusters.items()}}
+                   "cpu_ratios": cpu_ratios, "keys_per_node": {k: c.dbsizes() for k, c in clusters.items()},
+                   "loadavg_1m": [load_before, os.getloadavg()[0]]}
             for kind, m in per.items():
                 med = median(m["rps"])
                 row["servers"][kind] = {
@@ -342,6 +344,7 @@ def idle(args, workdir, pki, results):
         # Let the bus settle after the join (redis replicas' syncs, first gossip rounds).
         time.sleep(args.settle)
         windows = {k: [] for k in KINDS}
+        load_before = os.getloadavg()[0]
         for _ in range(args.idle_windows):
             start = {k: (c.cpu_seconds(), c.messages_sent(), c.context_switches(), time.monotonic())
                      for k, c in clusters.items()}
@@ -357,6 +360,7 @@ def idle(args, workdir, pki, results):
                 })
         row = {"bus": tag, "nodes": 6, "replicas_per_primary": 1, "node_timeout_ms": args.node_timeout,
                "window_s": args.idle_seconds, "windows": windows, "servers": {},
+               "loadavg_1m": [load_before, os.getloadavg()[0]],
                "create": {k: " ".join(c.create_argv) for k, c in clusters.items()},
                "threads_per_node": {k: [n.threads() for n in c.nodes] for k, c in clusters.items()}}
         for kind, ws in windows.items():
@@ -385,24 +389,27 @@ def markdown(results):
     lines = []
     if results["throughput"]:
         lines += ["| cell | hotkv ops/s (min-max) | redis ops/s (min-max) | hotkv/redis | hotkv p50/p99 ms "
-                  "| redis p50/p99 ms | server CPU µs/op hotkv (min-max) | redis (min-max) | CPU ratio |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "| redis p50/p99 ms | server CPU µs/op hotkv (min-max) | redis (min-max) | CPU ratio | load |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         fmt = lambda s: f"{s['rps_median']:.0f} ({s['rps_min']:.0f}-{s['rps_max']:.0f}){' noisy' if s['noisy'] else ''}"
         cpu = lambda s: f"{s['cpu_us_per_op']:.2f} ({s['cpu_us_min']:.2f}-{s['cpu_us_max']:.2f})"
+        load = lambda r: "-".join(f"{x:.1f}" for x in r.get("loadavg_1m", []))
         for r in results["throughput"]:
             h, d = r["servers"]["hotkv"], r["servers"]["redis"]
             lines.append(f"| {r['cell']} | {fmt(h)} | {fmt(d)} | {r['ratio']:.2f} | {h['p50_ms']:.3f}/{h['p99_ms']:.3f} "
-                         f"| {d['p50_ms']:.3f}/{d['p99_ms']:.3f} | {cpu(h)} | {cpu(d)} | {r['cpu_ratio']:.2f} |")
+                         f"| {d['p50_ms']:.3f}/{d['p99_ms']:.3f} | {cpu(h)} | {cpu(d)} | {r['cpu_ratio']:.2f} "
+                         f"| {load(r)} |")
     if results["idle"]:
         lines += ["", "| idle, 6 nodes | node timeout | hotkv CPU ms/s (min-max) | redis CPU ms/s (min-max) "
-                  "| hotkv/redis | bus messages sent/s hotkv / redis | wakeups/s hotkv / redis |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| hotkv/redis | bus messages sent/s hotkv / redis | wakeups/s hotkv / redis | load |",
+                  "|---|---|---|---|---|---|---|---|"]
         for r in results["idle"]:
             h, d = r["servers"]["hotkv"], r["servers"]["redis"]
             lines.append(f"| {r['bus']} | {r['node_timeout_ms']} ms | {h['cpu_ms_per_s']:.2f} ({h['cpu_min']:.2f}-"
                          f"{h['cpu_max']:.2f}) | {d['cpu_ms_per_s']:.2f} ({d['cpu_min']:.2f}-{d['cpu_max']:.2f}) "
                          f"| {r['ratio']:.2f} | {h['messages_per_s']:.1f} / {d['messages_per_s']:.1f} "
-                         f"| {h['wakeups_per_s']:.0f} / {d['wakeups_per_s']:.0f} |")
+                         f"| {h['wakeups_per_s']:.0f} / {d['wakeups_per_s']:.0f} "
+                         f"| {'-'.join(f'{x:.1f}' for x in r.get('loadavg_1m', []))} |")
     return "\n".join(lines) + "\n"
 
 
