@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # Benchmarks hotkv against redis-server side by side; see benches/harness.py for options.
+# `benches/run.sh cluster [options]` runs the cluster benchmarks instead (benches/cluster.py).
 # Installs Debian's redis-server and redis-tools when missing, builds hotkv in release mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-benchmark >/dev/null || need+=(redis-tools)
+command -v openssl >/dev/null || need+=(openssl)
 command -v taskset >/dev/null || need+=(util-linux)
 if ((${#need[@]})); then
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
   $sudo apt-get update -qq && $sudo apt-get install -y -qq "${need[@]}"
 fi
 cargo build --release -j"$(nproc)" --bin hotkv
+if [ "${1:-}" = cluster ]; then
+  shift
+  exec python3 benches/cluster.py "$@"
+fi
 exec python3 benches/harness.py "$@"

@@ -230,7 +230,7 @@ impl Bus {
 
     /// A CLUSTER command changed the state: save, republish, and act on it now.
     pub fn changed(&self) {
-        self.after_change();
+        self.after_change(true);
         self.wake.notify_one();
     }
 
@@ -242,7 +242,7 @@ impl Bus {
             tokio::spawn(self.clone().accept_loop(l));
         }
         tokio::spawn(self.clone().cron());
-        self.after_change();
+        self.after_change(true);
         Ok(())
     }
 
@@ -320,11 +320,12 @@ impl Bus {
     /// depends on changed. This runs after every frame and every tick, so it does nothing
     /// when nothing changed: the server's rebuild walks all 16384 slots, and an fsync per
     /// frame or a rebuild after every PING kept the bus thread busy enough, in a loaded debug
-    /// build, to answer PINGs a second late (and get healthy nodes flagged fail?).
-    fn after_change(&self) {
+    /// build, to answer PINGs a second late (and get healthy nodes flagged fail?). `publish`
+    /// forces the rebuild: a CLUSTER command may change what the table does not track.
+    fn after_change(&self, publish: bool) {
         let saved = {
             let mut st = self.state.lock();
-            if st.take_view_changed() {
+            if st.take_view_changed() || publish {
                 (self.on_change)(&st);
             }
             if !st.take_dirty() {
@@ -356,7 +357,7 @@ impl Bus {
             for (id, ip, port) in targets {
                 self.dial_if_needed(id, &ip, port, now);
             }
-            self.after_change();
+            self.after_change(false);
         }
     }
 
@@ -605,7 +606,7 @@ impl Bus {
                     // and rebuilding that (16384 slots) per message would cost publishers
                     // dearly; an epoch it taught is saved by the next tick's check.
                     if !publish {
-                        self.after_change();
+                        self.after_change(false);
                     }
                     if !keep {
                         return Ok(());
@@ -704,6 +705,49 @@ mod tests {
         };
         let state = Arc::new(Mutex::new(ClusterState::fresh(cfg)));
         (Bus::new(state, Arc::new(PlainTransport), dir.join("nodes.conf"), Box::new(|_| {}), sink), dir)
+    }
+
+    #[test]
+    fn the_routing_snapshot_is_rebuilt_only_when_the_table_or_cluster_state_changed() {
+        let dir = std::env::temp_dir().join(format!("hotkv-bus-publish-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = Settings {
+            node_timeout_ms: 1000,
+            require_full_coverage: true,
+            allow_reads_when_down: false,
+            announce_ip: String::new(),
+            port: 7000,
+            tls_port: 0,
+            bus_port: 17000,
+            hostname: String::new(),
+            human_nodename: String::new(),
+            allow_pubsubshard_when_down: true,
+            preferred_endpoint: Default::default(),
+        };
+        let state = Arc::new(Mutex::new(ClusterState::fresh(cfg)));
+        let published = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = published.clone();
+        let on_change = Box::new(move |_: &ClusterState| {
+            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+        let bus =
+            Bus::new(state, Arc::new(PlainTransport), dir.join("nodes.conf"), on_change, Arc::new(Recorder::default()));
+        let seen = || published.load(std::sync::atomic::Ordering::Relaxed);
+        // A CLUSTER command always republishes (it may change what the table does not track).
+        bus.changed();
+        assert_eq!(seen(), 1);
+        // A tick or a frame that changed nothing does not.
+        bus.state().lock().tick(now_ms());
+        bus.after_change(false);
+        assert_eq!(seen(), 1);
+        // A changed table does, once; so does cluster_state turning ok.
+        bus.state().lock().add_slots(&(0..16384).collect::<Vec<_>>()).unwrap();
+        bus.after_change(false);
+        assert_eq!(seen(), 2);
+        assert!(bus.state().lock().is_ok());
+        bus.after_change(false);
+        assert_eq!(seen(), 2);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     fn listener() -> (std::net::TcpListener, u16) {
