@@ -829,14 +829,17 @@ impl ClusterState {
 
     /// Gossip about other nodes: failure reports, and nodes this one does not know yet.
     fn process_gossip(&mut self, sender: NodeId, entries: &[Gossip], now: i64, out: &mut Outcome) {
-        let sender_is_primary = self.nodes.get(&sender).is_some_and(|e| e.node.is_primary());
+        // Only primaries that serve slots vote on failures (Valkey's
+        // `clusterNodeIsVotingPrimary`): a primary without slots is not counted in the quorum,
+        // so its reports must not count either.
+        let voter = self.nodes.get(&sender).is_some_and(|e| e.node.is_primary() && !e.node.slots.is_empty());
         for g in entries {
             if g.id == self.me {
                 continue;
             }
             match self.nodes.get_mut(&g.id) {
                 Some(e) => {
-                    if sender_is_primary {
+                    if voter {
                         let failing = g.flags & (NodeFlags::PFAIL | NodeFlags::FAIL) != 0;
                         let had = e.fail_reports.iter().position(|(r, _)| *r == sender);
                         match (failing, had) {

@@ -483,3 +483,26 @@ fn a_slot_saved_under_two_nodes_belongs_to_the_last_one_only() {
     // Every slot has one live owner: the cluster is ok (its check counts the owners' sets).
     assert!(st.is_ok());
 }
+
+#[test]
+fn only_primaries_with_slots_report_failures() {
+    // One primary serves every slot; two primaries without slots take part in gossip only.
+    let mut net = Net::new(4);
+    net.nodes[0].add_slots(&(0..16384).collect::<Vec<_>>()).unwrap();
+    let now = net.now;
+    for i in 1..4 {
+        net.nodes[i].meet("127.0.0.1", 7000, 17000, now).unwrap();
+    }
+    assert!(net.run_until(100, |n| n.nodes.iter().all(|s| s.nodes().len() == 4 && s.is_ok())), "no join");
+    net.run(20);
+    net.down[3] = true;
+    let gone = net.id(3);
+    let failed = |n: &Net| n.nodes[..3].iter().all(|s| s.node(&gone).is_some_and(|x| x.flags.has(NodeFlags::FAIL)));
+    assert!(net.run_until(((TIMEOUT * 3) / 100) as usize, failed), "{}", net.nodes[1].nodes_text(false));
+    net.run(5);
+    // The voting primary decides alone; the others' suspicions are not reports (Valkey's
+    // failure-marking test: COUNT-FAILURE-REPORTS is 0 on the voter, 1 elsewhere).
+    assert_eq!(net.nodes[0].failure_reports(&gone), Some(0));
+    assert_eq!(net.nodes[1].failure_reports(&gone), Some(1));
+    assert_eq!(net.nodes[2].failure_reports(&gone), Some(1));
+}
