@@ -155,6 +155,38 @@ fn a_killed_primary_fails_the_cluster_and_rejoins_from_its_nodes_conf() {
 }
 
 #[test]
+fn failure_reports_are_logged_with_human_nodenames() {
+    // Valkey's human-announced-nodename test reads these lines to find who reported whom.
+    let ns: Vec<TestServer> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .map(|i| {
+                s.spawn(move || {
+                    builder()
+                        .config("cluster-enabled", "yes")
+                        .config("cluster-node-timeout", NODE_TIMEOUT)
+                        .config("cluster-announce-human-nodename", &format!("node-{i}"))
+                        .spawn()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("node start")).collect()
+    });
+    create(&ns, 0);
+    assert!(wait_for(|| ns.iter().all(|n| cluster_state(n) == "ok"), Duration::from_secs(10)));
+    // The names travel in every bus header: give the nodes a few pings to learn them.
+    std::thread::sleep(Duration::from_millis(1500));
+    let ids: Vec<String> = ns.iter().map(|n| n.cmd(&["CLUSTER", "MYID"]).text()).collect();
+    ns[2].signal(SIGKILL);
+    let line = |by: usize| format!("Node {} (node-{by}) reported node {} (node-2) as not reachable.", ids[by], ids[2]);
+    assert!(
+        wait_for(|| ns[0].log().contains(&line(1)) || ns[1].log().contains(&line(0)), Duration::from_secs(15)),
+        "{}\n{}",
+        ns[0].log(),
+        ns[1].log()
+    );
+}
+
+#[test]
 fn cluster_commands_refuse_what_valkey_refuses() {
     let ns = nodes(1, &[]);
     let mut c = ns[0].client();

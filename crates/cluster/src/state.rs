@@ -832,21 +832,38 @@ impl ClusterState {
         // Only primaries that serve slots vote on failures (Valkey's
         // `clusterNodeIsVotingPrimary`): a primary without slots is not counted in the quorum,
         // so its reports must not count either.
-        let voter = self.nodes.get(&sender).is_some_and(|e| e.node.is_primary() && !e.node.slots.is_empty());
+        let voter = self
+            .nodes
+            .get(&sender)
+            .filter(|e| e.node.is_primary() && !e.node.slots.is_empty())
+            .map(|e| e.node.human_nodename.clone());
         for g in entries {
             if g.id == self.me {
                 continue;
             }
             match self.nodes.get_mut(&g.id) {
                 Some(e) => {
-                    if voter {
+                    if let Some(sender_name) = &voter {
                         let failing = g.flags & (NodeFlags::PFAIL | NodeFlags::FAIL) != 0;
                         let had = e.fail_reports.iter().position(|(r, _)| *r == sender);
+                        let name = &e.node.human_nodename;
                         match (failing, had) {
                             (true, Some(i)) => e.fail_reports[i].1 = now,
-                            (true, None) => e.fail_reports.push((sender, now)),
+                            (true, None) => {
+                                e.fail_reports.push((sender, now));
+                                info!(
+                                    node_id = %g.id,
+                                    "Node {sender} ({sender_name}) reported node {} ({name}) as not reachable.",
+                                    g.id
+                                );
+                            }
                             (false, Some(i)) => {
                                 e.fail_reports.remove(i);
+                                info!(
+                                    node_id = %g.id,
+                                    "Node {sender} ({sender_name}) reported node {} ({name}) is back online.",
+                                    g.id
+                                );
                             }
                             (false, None) => {}
                         }
