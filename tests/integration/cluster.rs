@@ -322,3 +322,52 @@ fn a_bus_peer_that_lies_is_dropped_and_changes_nothing() {
     assert_eq!(ns[0].cmd(&["CLUSTER", "NODES"]).text(), before);
     assert_eq!(ns[0].cmd(&["PING"]), Frame::simple("PONG"));
 }
+
+#[test]
+fn redirects_and_cluster_slots_follow_the_preferred_endpoint_type() {
+    let _alone = one_cluster_at_a_time();
+    let ns = nodes(3, &[]);
+    create(&ns, 0);
+    assert!(wait_for(|| ns.iter().all(|n| cluster_state(n) == "ok"), Duration::from_secs(10)));
+    // redis-cli splits 0-5460, 5461-10922, 10923-16383: foo (12182) is node 2's, bar (5061)
+    // node 0's; node 2 has a hostname, node 1 none.
+    assert_eq!(ns[2].cmd(&["CONFIG", "SET", "cluster-announce-hostname", "them.com"]), Frame::ok());
+    let mut c = ns[1].client();
+    let row_of = |slots: &Frame, start: i64| -> Vec<Frame> {
+        let Frame::Array(rows) = slots else { panic!("{slots}") };
+        let row = rows.iter().find(|r| matches!(r, Frame::Array(f) if f[0] == Frame::Integer(start))).unwrap();
+        let Frame::Array(fields) = row else { unreachable!() };
+        let Frame::Array(node) = &fields[2] else { panic!("{row}") };
+        node.clone()
+    };
+    assert!(wait_for(
+        || row_of(&ns[1].cmd(&["CLUSTER", "SLOTS"]), 10923)[3]
+            == Frame::Array(vec![Frame::bulk("hostname"), Frame::bulk("them.com")]),
+        Duration::from_secs(10)
+    ));
+    let (p0, p2) = (ns[0].port(), ns[2].port());
+    assert_err(&c.cmd(&["SET", "foo", "x"]), &format!("MOVED 12182 127.0.0.1:{p2}"));
+    assert_eq!(c.cmd(&["CONFIG", "SET", "cluster-preferred-endpoint-type", "hostname"]), Frame::ok());
+    assert_err(&c.cmd(&["SET", "foo", "x"]), &format!("MOVED 12182 them.com:{p2}"));
+    assert_err(&c.cmd(&["SET", "bar", "x"]), &format!("MOVED 5061 ?:{p0}"));
+    let node2 = row_of(&c.cmd(&["CLUSTER", "SLOTS"]), 10923);
+    assert_eq!(node2[0], Frame::bulk("them.com"));
+    assert_eq!(node2[3], Frame::Array(vec![Frame::bulk("ip"), Frame::bulk("127.0.0.1")]));
+    assert_eq!(c.cmd(&["CONFIG", "SET", "cluster-preferred-endpoint-type", "unknown-endpoint"]), Frame::ok());
+    assert_err(&c.cmd(&["SET", "foo", "x"]), &format!("MOVED 12182 :{p2}"));
+    let node2 = row_of(&c.cmd(&["CLUSTER", "SLOTS"]), 10923);
+    assert_eq!(node2[0], Frame::NullBulk);
+    assert_eq!(
+        node2[3],
+        Frame::Array(vec![
+            Frame::bulk("ip"),
+            Frame::bulk("127.0.0.1"),
+            Frame::bulk("hostname"),
+            Frame::bulk("them.com")
+        ])
+    );
+    assert_eq!(
+        row_of(&c.cmd(&["CLUSTER", "SLOTS"]), 0)[3],
+        Frame::Array(vec![Frame::bulk("ip"), Frame::bulk("127.0.0.1")])
+    );
+}

@@ -49,17 +49,21 @@ pub enum Endpoint {
     Ip,
     /// Its `cluster-announce-hostname` (`?` when it has none).
     Hostname,
-    /// `?`: clients reach the node at the address they already use.
+    /// Nothing: clients reach the slot at the address they already used.
     Unknown,
 }
 
 impl Endpoint {
-    /// What clients are told to reach `node` at.
+    /// What clients are told to reach `node` at, as Valkey's `clusterNodePreferredEndpoint`:
+    /// its address (`?` while unknown), its host name (`?` without one), or, for
+    /// `unknown-endpoint`, an empty host (CLUSTER SLOTS sends a null there).
     pub fn of(self, node: &Node) -> &str {
         match self {
-            Endpoint::Ip if !node.ip.is_empty() => &node.ip,
-            Endpoint::Hostname if !node.hostname.is_empty() => &node.hostname,
-            _ => "?",
+            Endpoint::Ip if node.ip.is_empty() => "?",
+            Endpoint::Ip => &node.ip,
+            Endpoint::Hostname if node.hostname.is_empty() => "?",
+            Endpoint::Hostname => &node.hostname,
+            Endpoint::Unknown => "",
         }
     }
 }

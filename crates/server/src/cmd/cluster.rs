@@ -558,14 +558,17 @@ fn slots(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> R
         out.int(i64::from(b));
         for n in std::iter::once(primary).chain(reps) {
             out.array(4);
-            out.bulk(endpoint(&st, n).as_bytes());
+            let kind = st.settings().preferred_endpoint;
+            match kind {
+                Endpoint::Unknown => out.null(),
+                _ => out.bulk(endpoint(&st, n).as_bytes()),
+            }
             out.int(i64::from(n.client_port(sess.tls)));
             out.bulk(n.id.as_str().as_bytes());
-            // The metadata names the endpoints the first element does not (Valkey's
-            // addNodeToNodeReply): the ip when the hostname leads, the hostname otherwise.
-            let by_hostname = st.settings().preferred_endpoint == Endpoint::Hostname;
-            let ip = (by_hostname || st.settings().preferred_endpoint == Endpoint::Unknown) && !n.ip.is_empty();
-            let hostname = !by_hostname && !n.hostname.is_empty();
+            // The networking known besides the preferred endpoint, as Valkey's
+            // addNodeToNodeReply: the address first, then the host name.
+            let ip = kind != Endpoint::Ip && !n.ip.is_empty();
+            let hostname = kind != Endpoint::Hostname && !n.hostname.is_empty();
             out.map(usize::from(ip) + usize::from(hostname));
             if ip {
                 out.bulk(b"ip");
