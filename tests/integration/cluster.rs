@@ -371,3 +371,22 @@ fn redirects_and_cluster_slots_follow_the_preferred_endpoint_type() {
         Frame::Array(vec![Frame::bulk("ip"), Frame::bulk("127.0.0.1")])
     );
 }
+
+#[test]
+fn cluster_shards_calls_a_node_failed_only_once_it_is_fail() {
+    // A primary with every slot and an empty one: the empty primary does not vote, so the
+    // other's death stays a suspicion (PFAIL) here, never an agreed FAIL.
+    let _alone = one_cluster_at_a_time();
+    let ns = nodes(2, &[]);
+    assert_eq!(ns[0].cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]), Frame::ok());
+    let id = ns[0].cmd(&["CLUSTER", "MYID"]).text();
+    assert_eq!(ns[1].cmd(&["CLUSTER", "MEET", "127.0.0.1", &ns[0].port().to_string()]), Frame::ok());
+    assert!(wait_for(|| cluster_state(&ns[1]) == "ok", Duration::from_secs(10)));
+    ns[0].signal(SIGKILL);
+    let suspected = |n: &TestServer| {
+        n.cmd(&["CLUSTER", "NODES"]).text().lines().any(|l| l.starts_with(&id) && l.contains("master,fail? "))
+    };
+    assert!(wait_for(|| suspected(&ns[1]), Duration::from_secs(10)), "{}", ns[1].cmd(&["CLUSTER", "NODES"]).text());
+    let shards = ns[1].cmd(&["CLUSTER", "SHARDS"]).to_string();
+    assert!(!shards.contains("fail"), "{shards}");
+}

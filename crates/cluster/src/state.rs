@@ -756,40 +756,38 @@ impl ClusterState {
     }
 
     /// A primary claims `slots` with `epoch`: it takes every slot that is free or held with an
-    /// older epoch; slots it no longer claims and still holds here are released. Returns the
+    /// older epoch. Slots it no longer claims stay its own here until another node claims
+    /// them, as in Valkey's `clusterUpdateSlotsConfigWith`: a DELSLOTS is not propagated (the
+    /// owner answers for the slot, with the redirect or refusal it now deserves), and a slot
+    /// handed over in a migration is claimed by its new owner with a newer epoch. Returns the
     /// first node found holding a claimed slot with a newer epoch (the claim is stale).
     fn claim_slots(&mut self, sender: NodeId, epoch: u64, slots: &SlotSet) -> Option<NodeId> {
+        // The usual PING or PONG claims what the sender holds here already: nothing to take,
+        // no stale claim, and no need to walk the slots.
+        if self.nodes.get(&sender).is_some_and(|e| e.node.slots == *slots) {
+            return None;
+        }
         let mut changed = false;
         let mut newer = None;
-        for slot in 0..SLOTS as u16 {
-            let claimed = slots.contains(slot);
+        for slot in slots.iter() {
             let owner = self.owners[usize::from(slot)];
-            if claimed {
-                if owner == Some(sender) {
-                    continue;
+            if owner == Some(sender) {
+                continue;
+            }
+            // A slot this node is importing is its to take, not gossip's.
+            if self.importing.contains_key(&slot) {
+                continue;
+            }
+            match owner.and_then(|o| self.nodes.get(&o)).map(|o| (o.node.id, o.node.config_epoch)) {
+                Some((_, held)) if held >= epoch => {
+                    if held > epoch && newer.is_none() {
+                        newer = owner;
+                    }
                 }
-                // A slot this node is importing is its to take, not gossip's.
-                if self.importing.contains_key(&slot) {
-                    continue;
-                }
-                let older = match owner.and_then(|o| self.nodes.get(&o)) {
-                    None => true,
-                    Some(o) => o.node.config_epoch < epoch,
-                };
-                if older {
+                _ => {
                     self.set_owner(slot, Some(sender));
                     changed = true;
-                } else if newer.is_none()
-                    && let Some(o) = owner.and_then(|o| self.nodes.get(&o))
-                    && o.node.config_epoch > epoch
-                {
-                    newer = Some(o.node.id);
                 }
-            } else if owner == Some(sender) && self.nodes.get(&sender).is_some_and(|e| e.node.config_epoch <= epoch) {
-                // It gave the slot up (a DELSLOTS, a migration handed over): unbound until
-                // someone claims it.
-                self.set_owner(slot, None);
-                changed = true;
             }
         }
         if changed {

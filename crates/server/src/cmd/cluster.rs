@@ -626,8 +626,9 @@ fn shards(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res
             out.bulk(b"replication-offset");
             out.int(0);
             out.bulk(b"health");
-            let failed = n.flags.has(NodeFlags::FAIL) || n.flags.has(NodeFlags::PFAIL);
-            out.bulk(if failed { b"fail" } else { b"online" });
+            // Only an agreed FAIL is "fail": a node merely suspected here (PFAIL) is still
+            // "online", as Valkey's nodeFailed.
+            out.bulk(if n.flags.has(NodeFlags::FAIL) { b"fail" } else { b"online" });
         }
     }
     Ok(Flow::Continue)
