@@ -34,6 +34,10 @@ pub struct ExpireCursor {
     pass_saw_volatile: bool,
     /// Set when a whole pass found none: the epoch it started at.
     idle_since: Option<u64>,
+    /// A pass is under way: arriving back at the first slot ends it. (Not "this call has
+    /// stepped": with one database a pass is exactly one call, and every call would start a
+    /// new pass without ever ending one, walking 16384 slots ten times a second for nothing.)
+    in_pass: bool,
 }
 
 /// What one cycle did.
@@ -76,12 +80,14 @@ pub fn active_expire_cycle(
         if cursor.db == 0 && cursor.slot == 0 {
             // A pass ends here. Reading the epoch before the next pass looks at any slot
             // means a TTL set during that pass is seen by it or moves the epoch past it.
-            if !cursor.pass_saw_volatile && step > 0 {
+            if cursor.in_pass && !cursor.pass_saw_volatile {
                 cursor.idle_since = Some(cursor.pass_epoch);
+                cursor.in_pass = false;
                 return st;
             }
             cursor.pass_epoch = VOLATILE_EPOCH.load(Ordering::Acquire);
             cursor.pass_saw_volatile = false;
+            cursor.in_pass = true;
         }
         let (db, s) = (cursor.db, cursor.slot);
         cursor.slot += 1;
@@ -168,5 +174,19 @@ mod tests {
         }
         assert_eq!(expired, 1);
         assert_eq!(t.ks.total_keys(), 1);
+    }
+
+    #[test]
+    fn one_database_without_ttls_sleeps_too() {
+        // Cluster mode has one database: a pass is exactly one call's worth of slots, and the
+        // cycle must still notice that a whole pass found no TTL.
+        let mut t = TestKit { ks: crate::keyspace::Keyspace::new(1), ..TestKit::default() };
+        t.run(&["SET", "plain", "v"]);
+        let mut cursor = ExpireCursor::default();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for _ in 0..3 {
+            active_expire_cycle(&t.ks, &mut cursor, t.now_ms, deadline, false, &NoEvents);
+        }
+        assert!(cursor.idle_since.is_some(), "a pass without TTLs puts the cycle to sleep");
     }
 }
