@@ -131,6 +131,8 @@ pub struct Bus {
     /// Last dial failure per node: (when, reason), so retries do not flood the log.
     failures: Mutex<HashMap<NodeId, (i64, String)>>,
     conf_path: PathBuf,
+    /// Held while `nodes.conf` is written (see [`Bus::save_now`]).
+    saving: Mutex<()>,
     /// Wakes the cron early (after a CLUSTER command changed something).
     wake: Notify,
     /// Called, with the state locked, after a change of what routing depends on (see
@@ -217,6 +219,7 @@ impl Bus {
             dialing: Mutex::new(HashSet::new()),
             failures: Mutex::new(HashMap::new()),
             conf_path,
+            saving: Mutex::new(()),
             wake: Notify::new(),
             on_change,
             sink,
@@ -323,19 +326,26 @@ impl Bus {
     /// build, to answer PINGs a second late (and get healthy nodes flagged fail?). `publish`
     /// forces the rebuild: a CLUSTER command may change what the table does not track.
     fn after_change(&self, publish: bool) {
-        let saved = {
+        let dirty = {
             let mut st = self.state.lock();
             if st.take_view_changed() || publish {
                 (self.on_change)(&st);
             }
-            if !st.take_dirty() {
-                return;
-            }
-            st.saved()
+            st.take_dirty()
         };
-        if let Err(e) = nodes_conf::save(&self.conf_path, &saved) {
+        if dirty && let Err(e) = self.save_now() {
             warn!(cause = %e, "could not save the cluster config file");
         }
+    }
+
+    /// Writes `nodes.conf` now (CLUSTER SAVECONFIG, and every change). Saves are serialised
+    /// and each takes the table as it is once its turn comes: the bus thread and a CLUSTER
+    /// command on a worker may save at once, and they share the temp file, so unserialised
+    /// saves could interleave their bytes, or an older table could be renamed in last.
+    pub fn save_now(&self) -> Result<(), nodes_conf::ConfError> {
+        let _turn = self.saving.lock();
+        let saved = self.state.lock().saved();
+        nodes_conf::save(&self.conf_path, &saved)
     }
 
     async fn cron(self: Arc<Self>) {

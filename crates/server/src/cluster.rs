@@ -29,8 +29,6 @@ pub struct ClusterNode {
     pub bus: Arc<Bus>,
     /// What dispatch asks about slots.
     pub router: Arc<ClusterRouter>,
-    /// `nodes.conf`.
-    pub conf_path: PathBuf,
 }
 
 impl ClusterNode {
@@ -133,7 +131,7 @@ pub fn build(s: &Settings, loaded: Loaded, tls: &Arc<TlsManager>, pubsub: Arc<Pu
         Box::new(move |st: &ClusterState| publish.publish(SlotMap::of(st))),
         pubsub,
     );
-    ClusterNode { bus, router, conf_path: path }
+    ClusterNode { bus, router }
 }
 
 /// What the bus says about the certificate this node serves: the server certificate (the one

@@ -528,10 +528,7 @@ fn reset(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> R
 }
 
 fn saveconfig(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
-    let n = node(srv)?;
-    let saved = n.state().saved();
-    hotkv_cluster::nodes_conf::save(&n.conf_path, &saved)
-        .map_err(|e| CommandError::err(format!("error saving the cluster node config: {e}")))?;
+    node(srv)?.bus.save_now().map_err(|e| CommandError::err(format!("error saving the cluster node config: {e}")))?;
     done(out)
 }
 
