@@ -154,28 +154,14 @@ impl SlotRouter for ClusterRouter {
 
 #[cfg(test)]
 mod tests {
-    use hotkv_engine::cmd::commands;
-    use hotkv_engine::plan::KeyHint;
     use hotkv_engine::slot::key_slot;
-    use hotkv_protocol::Args;
 
     use super::*;
     use crate::nodes_conf::SavedConfig;
     use crate::state::{Endpoint as Kind, Settings};
 
     fn plan(argv: &[&str]) -> Plan {
-        let name = argv[0].to_ascii_lowercase();
-        let spec = commands().find(|s| s.name == name).expect("known command");
-        let lock = spec.handler.as_ref().expect("leaf command").plan;
-        let mut buf = Vec::new();
-        let mut spans = Vec::new();
-        for a in argv {
-            spans.push((buf.len(), buf.len() + a.len()));
-            buf.extend_from_slice(a.as_bytes());
-        }
-        let mut p = Plan::default();
-        p.compute(spec, lock, &Args::from_parts(&buf, &spans), 0, 1, &KeyHint::default());
-        p
+        hotkv_engine::testkit::plan_of(argv, 0, 1)
     }
 
     fn settings() -> Settings {
@@ -290,7 +276,7 @@ mod shard_tests {
     use hotkv_engine::command::{CommandSpec, KeySpec, key_flags};
     use hotkv_engine::plan::KeyHint;
     use hotkv_engine::slot::key_slot;
-    use hotkv_protocol::Args;
+    use hotkv_engine::testkit::with_args;
 
     use super::*;
     use crate::nodes_conf::SavedConfig;
@@ -303,22 +289,8 @@ mod shard_tests {
     fn plan(argv: &[&str], channel: bool) -> Plan {
         let specs = if channel { &CHANNEL } else { &KEY };
         let spec: CommandSpec<()> = CommandSpec::new("c", -2, 0, 0, specs, "", "", "", "", ());
-        let buf: Vec<u8> = argv.concat().into_bytes();
-        let mut spans = Vec::new();
-        let mut at = 0;
-        for a in argv {
-            spans.push((at, at + a.len()));
-            at += a.len();
-        }
         let mut p = Plan::default();
-        p.compute(
-            &spec,
-            hotkv_engine::cmd::LockPlan::Keys,
-            &Args::from_parts(&buf, &spans),
-            0,
-            16,
-            &KeyHint::default(),
-        );
+        with_args(argv, |args| p.compute(&spec, hotkv_engine::cmd::LockPlan::Keys, args, 0, 16, &KeyHint::default()));
         p
     }
 

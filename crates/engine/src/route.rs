@@ -163,29 +163,11 @@ impl KeyPresence {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::commands;
-    use crate::plan::KeyHint;
-
-    /// Calls `f` with `argv` as arguments.
-    fn with_args<R>(argv: &[&str], f: impl FnOnce(&Args<'_>) -> R) -> R {
-        let buf: Vec<u8> = argv.concat().into_bytes();
-        let mut spans = Vec::new();
-        let mut at = 0;
-        for a in argv {
-            spans.push((at, at + a.len()));
-            at += a.len();
-        }
-        f(&Args::from_parts(&buf, &spans))
-    }
+    use crate::testkit::with_args;
 
     /// The plan of an engine command in database 0.
     fn plan(argv: &[&str]) -> Plan {
-        let name = argv[0].to_ascii_lowercase();
-        let spec = commands().find(|s| s.name == name).expect("known command");
-        let lock = spec.handler.as_ref().expect("leaf command").plan;
-        let mut p = Plan::default();
-        with_args(argv, |args| p.compute(spec, lock, args, 0, 16, &KeyHint::default()));
-        p
+        crate::testkit::plan_of(argv, 0, 16)
     }
 
     #[test]

@@ -96,13 +96,10 @@ impl TestKit {
 
     /// [`TestKit::run_bytes`] returning the reply's exact bytes (binary payloads).
     pub fn run_raw(&mut self, argv: &[Vec<u8>]) -> Vec<u8> {
-        let mut buf = Vec::new();
-        let mut spans = Vec::new();
-        for a in argv {
-            spans.push((buf.len(), buf.len() + a.len()));
-            buf.extend_from_slice(a);
-        }
-        let args = Args::from_parts(&buf, &spans);
+        with_args(argv, |args| self.run_args(*args))
+    }
+
+    fn run_args(&mut self, args: Args<'_>) -> Vec<u8> {
         let mut out = ReplyBuf::new();
         out.set_protocol(self.proto);
         let name = String::from_utf8_lossy(args.get(0)).to_ascii_lowercase();
@@ -204,4 +201,27 @@ impl Resp {
             other => panic!("unexpected reply type {other:?} in {line:?}"),
         }
     }
+}
+
+/// Calls `f` with `argv` laid out as a decoded command's arguments.
+pub fn with_args<A: AsRef<[u8]>, R>(argv: &[A], f: impl FnOnce(&Args<'_>) -> R) -> R {
+    let mut buf = Vec::new();
+    let mut spans = Vec::with_capacity(argv.len());
+    for a in argv {
+        let a = a.as_ref();
+        spans.push((buf.len(), buf.len() + a.len()));
+        buf.extend_from_slice(a);
+    }
+    f(&Args::from_parts(&buf, &spans))
+}
+
+/// The plan dispatch would make for the engine command `argv` in database `db` of a
+/// keyspace with `databases` databases.
+pub fn plan_of(argv: &[&str], db: usize, databases: usize) -> crate::plan::Plan {
+    let name = argv[0].to_ascii_lowercase();
+    let spec = cmd::commands().find(|s| s.name == name).expect("known command");
+    let lock = spec.handler.as_ref().expect("leaf command").plan;
+    let mut p = crate::plan::Plan::default();
+    with_args(argv, |args| p.compute(spec, lock, args, db, databases, &crate::plan::KeyHint::default()));
+    p
 }
