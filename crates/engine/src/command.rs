@@ -269,7 +269,14 @@ pub struct CommandSpec<H: 'static> {
     pub subcommands: &'static [CommandSpec<H>],
     /// What runs it; `None` for a container command.
     pub handler: Option<H>,
+    /// The command's own key finder, for a command whose keys its specs can only describe
+    /// as incomplete (MIGRATE: one key, or the keys after KEYS and never the empty key
+    /// before it), as Valkey's `getkeys_proc`.
+    pub getkeys: Option<GetKeysFn>,
 }
+
+/// A command's own key finder: reports `found(position, key-spec flags)` for each key.
+pub type GetKeysFn = fn(&Args<'_>, &mut dyn FnMut(usize, u32));
 
 /// Why key positions could not be found: the arguments do not fit the key specs (a key
 /// count that is not a number, a key past the last argument).
@@ -299,6 +306,14 @@ pub fn for_each_key<H>(
     not_keys: bool,
     mut found: impl FnMut(usize, u32),
 ) -> Result<KeysFound, InvalidKeyArgs> {
+    if let Some(getkeys) = spec.getkeys {
+        getkeys(args, &mut |pos, flags| {
+            if flags & key_flags::NOT_KEY == 0 || not_keys {
+                found(pos, flags);
+            }
+        });
+        return Ok(KeysFound::Complete);
+    }
     let argc = args.len() as i32;
     let mut complete = KeysFound::Complete;
     for ks in spec.key_specs {
@@ -407,6 +422,7 @@ impl<H> CommandSpec<H> {
             args: &[],
             subcommands: &[],
             handler: Some(handler),
+            getkeys: None,
         }
     }
 
@@ -433,12 +449,19 @@ impl<H> CommandSpec<H> {
             args: &[],
             subcommands,
             handler: None,
+            getkeys: None,
         }
     }
 
     /// The same row with tips.
     pub const fn with_tips(mut self, tips: &'static [&'static str]) -> Self {
         self.tips = tips;
+        self
+    }
+
+    /// The same row with its own key finder (see [`CommandSpec::getkeys`]).
+    pub const fn with_getkeys(mut self, getkeys: GetKeysFn) -> Self {
+        self.getkeys = Some(getkeys);
         self
     }
 

@@ -7,6 +7,7 @@ use crate::error::CommandError;
 use crate::keyspace::{Keyspace, LockSet, Slot};
 use crate::object::Object;
 use crate::policy::{self, EvictionPolicy};
+use crate::remote::{RemoteOutcome, RemoteRequest};
 use crate::table::Table;
 use crate::types::hash::Hash;
 use crate::types::list::List;
@@ -232,6 +233,12 @@ pub struct Ctx<'a> {
     pub block_mode: BlockMode,
     /// Set by [`Ctx::block_on`]: the client must block (no reply was written).
     pub block: Option<BlockRequest>,
+    /// Set by a command that must wait on another node (no reply was written): the
+    /// dispatcher performs it with no lock held and runs the command again with the outcome
+    /// in `resume` (see [`crate::remote`]).
+    pub remote: Option<RemoteRequest>,
+    /// The outcome of this command's request to another node, on its second turn.
+    pub resume: Option<RemoteOutcome>,
 }
 
 /// A key found in its locked table.
@@ -364,7 +371,20 @@ impl<'a> Ctx<'a> {
         events: &'a dyn Events,
         locks: LockSet<'a>,
     ) -> Ctx<'a> {
-        Ctx { ks, db, now_ms, cfg, stats, no_touch, events, locks, block_mode: BlockMode::Normal, block: None }
+        Ctx {
+            ks,
+            db,
+            now_ms,
+            cfg,
+            stats,
+            no_touch,
+            events,
+            locks,
+            block_mode: BlockMode::Normal,
+            block: None,
+            remote: None,
+            resume: None,
+        }
     }
 
     /// Whether a blocking command without data may block now (see [`BlockMode`]).

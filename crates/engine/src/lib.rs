@@ -23,6 +23,7 @@ pub mod plan;
 pub mod policy;
 pub mod prefetch;
 pub mod rdb;
+pub mod remote;
 pub mod route;
 pub mod slot;
 pub mod table;

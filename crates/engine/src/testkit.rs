@@ -62,6 +62,10 @@ pub struct TestKit {
     pub block_mode: crate::ctx::BlockMode,
     /// What the last command asked to block on, if it asked.
     pub last_block: Option<crate::ctx::BlockRequest>,
+    /// Handed to the next command as the outcome of its request to another node.
+    pub resume: Option<crate::remote::RemoteOutcome>,
+    /// What the last command asked of another node, if it asked.
+    pub last_remote: Option<crate::remote::RemoteRequest>,
 }
 
 impl Default for TestKit {
@@ -77,6 +81,8 @@ impl Default for TestKit {
             no_touch: false,
             block_mode: crate::ctx::BlockMode::Normal,
             last_block: None,
+            resume: None,
+            last_remote: None,
         }
     }
 }
@@ -87,6 +93,22 @@ impl TestKit {
     pub fn run(&mut self, argv: &[&str]) -> String {
         let bytes: Vec<Vec<u8>> = argv.iter().map(|a| a.as_bytes().to_vec()).collect();
         self.run_bytes(&bytes)
+    }
+
+    /// Runs a command that may ask another node for something: its reply, and its request.
+    pub fn run_remote(&mut self, argv: &[&str]) -> (String, Option<crate::remote::RemoteRequest>) {
+        let reply = self.run(argv);
+        (reply, self.last_remote.take())
+    }
+
+    /// Runs a command's second turn with the outcome of its request to another node.
+    pub fn resume(
+        &mut self,
+        argv: &[&str],
+        outcome: crate::remote::RemoteOutcome,
+    ) -> (String, Option<crate::remote::RemoteRequest>) {
+        self.resume = Some(outcome);
+        self.run_remote(argv)
     }
 
     /// [`TestKit::run`] with binary arguments.
@@ -130,6 +152,7 @@ impl TestKit {
         let mut ctx =
             Ctx::new(&self.ks, self.db, self.now_ms, &self.cfg, &mut self.stats, self.no_touch, &self.events, locks);
         ctx.block_mode = self.block_mode;
+        ctx.resume = self.resume.take();
         let before = out.len();
         if let Err(e) = (handler.run)(&mut ctx, args, &mut out) {
             out.truncate(before);
@@ -137,6 +160,7 @@ impl TestKit {
         }
         let new_db = ctx.db;
         let block = ctx.block.take();
+        self.last_remote = ctx.remote.take();
         drop(ctx);
         self.db = new_db;
         self.last_block = block;

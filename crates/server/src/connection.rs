@@ -13,6 +13,7 @@ use std::task::{Context, Poll};
 use bytes::{Buf, BytesMut};
 use hotkv_engine::BlockMode;
 use hotkv_engine::plan::KeyHint;
+use hotkv_engine::remote::{RemoteOutcome, RemoteRequest};
 use hotkv_protocol::{Decoder, Limits, ReplyBuf, Step};
 use hotkv_tls::TlsSession;
 use tokio::net::TcpStream;
@@ -20,7 +21,7 @@ use tokio::sync::broadcast;
 use tracing::{debug, error};
 
 use crate::blocking::{BlockWait, Wakeup};
-use crate::dispatch::{Batch, Scratch, dispatch, dispatch_with, flatten};
+use crate::dispatch::{Batch, RemoteWait, Scratch, dispatch, dispatch_with, flatten};
 use crate::io::Socket;
 use crate::registry::Flow;
 use crate::server::{Server, unix_ms};
@@ -201,6 +202,10 @@ impl Conn {
                         self.flush(stream, sess).await?;
                         self.wait_unpaused(srv, stream, sess, argv).await?
                     }
+                    Flow::Remote(wait) => {
+                        self.flush(stream, sess).await?;
+                        Some(self.wait_remote(srv, sess, *wait).await)
+                    }
                     Flow::Shutdown => {
                         self.flush(stream, sess).await?;
                         srv.request_shutdown();
@@ -309,6 +314,34 @@ impl Conn {
             match flow {
                 Flow::Block(again) => wait = again,
                 other => return Ok(Some(other)),
+            }
+        }
+    }
+
+    /// Performs a command's request to another node, then runs the command's second turn
+    /// with the outcome (which may ask again). The client's socket is not watched meanwhile:
+    /// the request is bounded by its timeout, and the second turn must run even if the
+    /// client has gone, so that what the target acknowledged is not left on both nodes.
+    async fn wait_remote(&mut self, srv: &Arc<Server>, sess: &mut Session, mut wait: RemoteWait) -> Flow {
+        loop {
+            let outcome = match wait.request {
+                RemoteRequest::Migrate(req) => {
+                    let reply = srv.migrate.perform(srv, &req).await;
+                    RemoteOutcome::Migrate(req, reply)
+                }
+            };
+            let (flat, spans) = flatten(&wait.argv);
+            let engine = srv.engine.load();
+            let rt = srv.rt.load();
+            let batch = Batch { srv, engine: &engine, rt: &rt, now_ms: unix_ms() };
+            let args = hotkv_protocol::Args::from_parts(&flat, &spans);
+            sess.reprocessing = true;
+            self.scratch.resume = Some(outcome);
+            let flow = dispatch_with(&batch, sess, args, &mut self.out, &mut self.scratch, BlockMode::Normal, Some(&wait.plan));
+            sess.reprocessing = false;
+            match flow {
+                Flow::Remote(again) => wait = *again,
+                other => return other,
             }
         }
     }

@@ -46,6 +46,7 @@ fn run(srv: &Server) {
         if last_second.elapsed() >= Duration::from_secs(1) {
             last_second = Instant::now();
             close_idle_clients(srv);
+            srv.migrate.close_idle();
         }
         let spent = tick.elapsed();
         srv.stats.cron_cycles.fetch_add(1, Ordering::Relaxed);

@@ -8,6 +8,7 @@ use quanta::Instant;
 use hotkv_engine::cmd::{EngineCmd, LockPlan};
 use hotkv_engine::command::flags;
 use hotkv_engine::plan::{KeyHint, Plan};
+use hotkv_engine::remote::{RemoteOutcome, RemoteRequest};
 use hotkv_engine::route::{KeyPresence, RouteCtx};
 use hotkv_engine::{BlockMode, CommandError, Ctx, EngineConfig};
 use hotkv_protocol::{Args, ReplyBuf};
@@ -42,6 +43,20 @@ pub struct Scratch {
     /// Set when the router asked to count the command's keys under its slot locks (a slot
     /// being migrated): the routing context to decide ASK or TRYAGAIN with, there.
     pub(crate) pending: Option<RouteCtx>,
+    /// The outcome of the request to another node the command being re-run made.
+    pub(crate) resume: Option<RemoteOutcome>,
+}
+
+/// A command waiting on another node: what to ask, and how to run its second turn.
+pub struct RemoteWait {
+    /// The request to perform.
+    pub request: RemoteRequest,
+    /// The command, its arguments and its plan, to run again with the outcome.
+    pub cmd: usize,
+    /// Its arguments.
+    pub argv: Vec<Vec<u8>>,
+    /// Its plan.
+    pub plan: Plan,
 }
 
 impl Scratch {
@@ -76,6 +91,7 @@ pub fn dispatch_with(
     // pending routing check.
     scratch.hint = KeyHint::default();
     scratch.pending = None;
+    scratch.resume = None;
     // ASKING holds for the next command only, or until EXEC inside a transaction (Valkey's
     // resetClient).
     if sess.asking && sess.multi.is_none() && !args.get(0).eq_ignore_ascii_case(b"asking") {
@@ -362,8 +378,9 @@ fn execute(
         }
     };
     // A command that blocked is accounted when it is served, as in Valkey; MONITOR sees it
-    // now, once (not again when it is served or run again).
-    if matches!(flow, Flow::Block(_)) {
+    // now, once (not again when it is served or run again). So is one waiting on another
+    // node, when its second turn ends.
+    if matches!(flow, Flow::Block(_) | Flow::Remote(_)) {
         if !sess.reprocessing {
             feed_monitors_for(b, sess, cmd, &args);
         }
@@ -433,8 +450,15 @@ fn run_engine(
     let cfg = dataset_config(b, &mut held);
     let mut ctx = Ctx::new(&b.srv.ks, sess.db, b.now_ms, cfg, &mut local, no_touch, &events, locks);
     ctx.block_mode = mode;
+    ctx.resume = scratch.resume.take();
     let r = (ecmd.run)(&mut ctx, args, out);
     let mut flow = Flow::Continue;
+    if let Some(request) = ctx.remote.take()
+        && r.is_ok()
+    {
+        let argv = args.iter().map(<[u8]>::to_vec).collect();
+        flow = Flow::Remote(Box::new(RemoteWait { request, cmd: cmd.id, argv, plan: plan.clone() }));
+    }
     if let Some(req) = ctx.block.take()
         && r.is_ok()
     {

@@ -18,6 +18,7 @@ pub mod io;
 pub mod listener;
 pub mod log;
 pub mod memory;
+pub mod migrate;
 pub mod multi;
 pub mod pause;
 pub mod process;

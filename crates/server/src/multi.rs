@@ -135,10 +135,16 @@ fn run(
         let args = Args::from_parts(&flat, &spans);
         let mark = out.len();
         let start = Instant::now();
-        let result = match cmd.spec.engine() {
+        let mut result = match cmd.spec.engine() {
             Some(ecmd) => (ecmd.run)(&mut ctx, args, out).map(|()| Flow::Continue),
             None => run_server(b, sess, cmd, args, out, &mut ctx),
         };
+        // A command that must wait on another node (MIGRATE) cannot do so while the
+        // transaction holds every lock it needs: it fails, as a command that errors at run
+        // time does, and the others still run.
+        if ctx.remote.take().is_some() && result.is_ok() {
+            result = Err(CommandError::err(format!("{} cannot wait on another node inside MULTI", cmd.full_name)));
+        }
         let nanos = start.elapsed().as_nanos() as u64;
         if let Err(e) = &result {
             out.truncate(mark);

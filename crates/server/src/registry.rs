@@ -23,6 +23,9 @@ pub enum Flow {
     Block(crate::blocking::BlockWait),
     /// CLIENT PAUSE holds this command (its arguments) back: run it when the pause ends.
     Paused(Vec<Vec<u8>>),
+    /// The command waits on another node (MIGRATE): perform the request with no lock held,
+    /// then run the command's second turn.
+    Remote(Box<crate::dispatch::RemoteWait>),
 }
 
 impl std::fmt::Debug for Flow {
@@ -33,6 +36,7 @@ impl std::fmt::Debug for Flow {
             Flow::Shutdown => "Shutdown",
             Flow::Block(_) => "Block",
             Flow::Paused(_) => "Paused",
+            Flow::Remote(_) => "Remote",
         })
     }
 }

@@ -225,6 +225,8 @@ pub struct Server {
     pub router: Arc<dyn SlotRouter>,
     /// The cluster node, in cluster mode.
     pub cluster: Option<crate::cluster::ClusterNode>,
+    /// MIGRATE's cached connections to target instances.
+    pub migrate: crate::migrate::MigratePool,
 }
 
 impl Server {
@@ -263,6 +265,7 @@ impl Server {
             pubsub: Arc::default(),
             watches: crate::events::Watches::default(),
             blocked: crate::blocking::Blocked::default(),
+            migrate: crate::migrate::MigratePool::default(),
             config_lock: Mutex::new(()),
             listeners: Mutex::new(Vec::new()),
             tls: Arc::new(hotkv_tls::TlsManager::new()),

@@ -25,6 +25,12 @@ pub static COMMANDS: &[Spec] = &[
         "Creates a key from the serialized representation of a value.",
         "O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, where N is the number of objects composing the value and M their average size. For small string values the time complexity is thus O(1)+O(1*M) where M is small, so simply O(1). However for sorted set values the complexity is O(N*M*log(N)) because inserting values into sorted sets is O(log(N)).",
         EngineCmd { run: restore, plan: LockPlan::Keys }),
+    // What MIGRATE sends a cluster node: RESTORE, served on a slot the node is importing.
+    CommandSpec::new("restore-asking", -4, flags::WRITE | flags::DENYOOM | flags::ASKING,
+        acl::KEYSPACE | acl::DANGEROUS, &[KeySpec::single(1, kf::OW | kf::UPDATE)], "server", "3.0.0",
+        "An internal command for migrating keys in a cluster.",
+        "O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, where N is the number of objects composing the value and M their average size. For small string values the time complexity is thus O(1)+O(1*M) where M is small, so simply O(1). However for sorted set values the complexity is O(N*M*log(N)) because inserting values into sorted sets is O(log(N)).",
+        EngineCmd { run: restore, plan: LockPlan::Keys }),
 ];
 
 fn dump(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
@@ -32,7 +38,13 @@ fn dump(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         out.null();
         return Ok(());
     };
-    let payload = match k.value() {
+    out.bulk(&payload(k.value())?);
+    Ok(())
+}
+
+/// A value in DUMP format (DUMP, and what MIGRATE sends).
+pub(crate) fn payload(value: ValueRef<'_>) -> Result<Vec<u8>, CommandError> {
+    Ok(match value {
         ValueRef::Str(s) => rdb::dump_string(s),
         ValueRef::Obj(Object::Str(s)) => rdb::dump_string(s),
         ValueRef::Obj(Object::List(l)) => rdb::dump_list(l),
@@ -41,9 +53,7 @@ fn dump(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         ValueRef::Obj(Object::Set(s)) => rdb::dump_set(s),
         #[allow(unreachable_patterns)]
         ValueRef::Obj(_) => return Err(CommandError::err("DUMP of this type is not supported yet")),
-    };
-    out.bulk(&payload);
-    Ok(())
+    })
 }
 
 /// RESTORE's options, parsed once.

@@ -24,6 +24,7 @@ pub mod hll;
 pub mod keys;
 pub mod list;
 pub mod list_block;
+pub mod migrate;
 pub mod object;
 pub mod range;
 pub mod scan;
@@ -81,6 +82,7 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         db::COMMANDS,
         object::COMMANDS,
         dump::COMMANDS,
+        migrate::COMMANDS,
         bitops::COMMANDS,
         bitop::COMMANDS,
         bitfield::COMMANDS,

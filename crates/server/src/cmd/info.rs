@@ -400,7 +400,7 @@ fn stats(srv: &Server, o: &mut String) {
         "pubsubshard_channels" => srv.pubsub.channels(crate::pubsub::Kind::Shard, None).len(),
         "latest_fork_usec" => 0,
         "total_forks" => 0,
-        "migrate_cached_sockets" => 0,
+        "migrate_cached_sockets" => srv.migrate.len(),
         "slave_expires_tracked_keys" => 0,
         "active_defrag_hits" => 0,
         "active_defrag_misses" => 0,
