@@ -23,6 +23,39 @@ pub struct SavedConfig {
     pub current_epoch: u64,
     /// The last epoch this node voted in (failover).
     pub last_vote_epoch: u64,
+    /// Slots this node is migrating or importing: a node restarted mid-move keeps redirecting
+    /// (ASK) and accepting (ASKING) as before, and `--cluster fix` sees the move to finish.
+    pub open_slots: Vec<OpenSlot>,
+}
+
+/// A slot being moved, kept on this node's line as Valkey writes it: `[slot->-target]` or
+/// `[slot-<-source]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenSlot {
+    /// Migrating to the node.
+    Migrating(u16, NodeId),
+    /// Importing from the node.
+    Importing(u16, NodeId),
+}
+
+impl fmt::Display for OpenSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OpenSlot::Migrating(s, to) => write!(f, "[{s}->-{to}]"),
+            OpenSlot::Importing(s, from) => write!(f, "[{s}-<-{from}]"),
+        }
+    }
+}
+
+impl OpenSlot {
+    fn parse(tok: &str) -> Option<OpenSlot> {
+        let inner = tok.strip_prefix('[')?.strip_suffix(']')?;
+        if let Some((s, id)) = inner.split_once("->-") {
+            return Some(OpenSlot::Migrating(parse_slot(s.as_bytes())?, NodeId::parse(id.as_bytes())?));
+        }
+        let (s, id) = inner.split_once("-<-")?;
+        Some(OpenSlot::Importing(parse_slot(s.as_bytes())?, NodeId::parse(id.as_bytes())?))
+    }
 }
 
 /// Why a `nodes.conf` could not be loaded or saved.
@@ -74,18 +107,23 @@ pub fn load(path: &Path) -> Result<Option<SavedConfig>, ConfError> {
     parse(&text).map(Some).map_err(|(line, reason)| ConfError::Corrupt { path: path.to_path_buf(), line, reason })
 }
 
-/// Writes `cfg` to `path` atomically.
-pub fn save(path: &Path, cfg: &SavedConfig) -> Result<(), ConfError> {
+/// Writes `cfg` to `path` atomically; `fsync` also forces the file and the rename to the
+/// disk before returning.
+pub fn save(path: &Path, cfg: &SavedConfig, fsync: bool) -> Result<(), ConfError> {
     let io_err = |err| ConfError::Io { path: path.to_path_buf(), err };
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let tmp = dir.join(format!(".{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("nodes.conf")));
     let mut f = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp).map_err(io_err)?;
     f.write_all(render(cfg).as_bytes()).map_err(io_err)?;
-    f.sync_all().map_err(io_err)?;
+    if fsync {
+        f.sync_all().map_err(io_err)?;
+    }
     drop(f);
     fs::rename(&tmp, path).map_err(io_err)?;
     // The rename itself is durable only once the directory is.
-    File::open(dir).and_then(|d| d.sync_all()).map_err(io_err)?;
+    if fsync {
+        File::open(dir).and_then(|d| d.sync_all()).map_err(io_err)?;
+    }
     Ok(())
 }
 
@@ -102,7 +140,13 @@ pub fn render(cfg: &SavedConfig) -> String {
         n.describe(&mut rest, false, "");
         // The same fields as CLUSTER NODES from the flags on.
         let from_flags = rest.splitn(3, ' ').nth(2).unwrap_or("");
-        let _ = writeln!(out, " {from_flags}");
+        let _ = write!(out, " {from_flags}");
+        if n.flags.has(NodeFlags::MYSELF) {
+            for open in &cfg.open_slots {
+                let _ = write!(out, " {open}");
+            }
+        }
+        out.push('\n');
     }
     out.push_str(&format!("vars currentEpoch {} lastVoteEpoch {}\n", cfg.current_epoch, cfg.last_vote_epoch));
     out
@@ -110,7 +154,7 @@ pub fn render(cfg: &SavedConfig) -> String {
 
 /// Parses the file's text; an error carries the 1-based line and the reason.
 pub fn parse(text: &str) -> Result<SavedConfig, (usize, String)> {
-    let mut cfg = SavedConfig { nodes: Vec::new(), current_epoch: 0, last_vote_epoch: 0 };
+    let mut cfg = SavedConfig { nodes: Vec::new(), current_epoch: 0, last_vote_epoch: 0, open_slots: Vec::new() };
     for (i, line) in text.lines().enumerate() {
         let at = |reason: String| (i + 1, reason);
         let fields: Vec<&str> = line.split(' ').filter(|f| !f.is_empty()).collect();
@@ -122,6 +166,9 @@ pub fn parse(text: &str) -> Result<SavedConfig, (usize, String)> {
             continue;
         }
         let node = parse_node(&fields).map_err(at)?;
+        for tok in fields.iter().filter(|t| t.starts_with('[')) {
+            cfg.open_slots.push(OpenSlot::parse(tok).ok_or_else(|| at(format!("bad open slot {tok}")))?);
+        }
         if cfg.nodes.iter().any(|n| n.id == node.id) {
             return Err(at(format!("node {} appears twice", node.id)));
         }
@@ -170,7 +217,7 @@ fn parse_node(f: &[&str]) -> Result<Node, String> {
         return Err(format!("bad link state {}", f[7]));
     }
     for tok in &f[8..] {
-        // Migration states belong to the running node, not to the file's reader.
+        // Open slots are the file's, not the node's (see `parse`).
         if tok.starts_with('[') {
             continue;
         }
@@ -232,7 +279,7 @@ mod tests {
         other.human_nodename = "cache-b".into();
         other.primary = Some(me.id);
         other.pong_received_ms = 1_796_006_954_000;
-        SavedConfig { nodes: vec![me, other], current_epoch: 6, last_vote_epoch: 2 }
+        SavedConfig { nodes: vec![me, other], current_epoch: 6, last_vote_epoch: 2, open_slots: Vec::new() }
     }
 
     #[test]
@@ -241,7 +288,7 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         let path = dir.join("nodes.conf");
         let cfg = sample();
-        save(&path, &cfg).unwrap();
+        save(&path, &cfg, true).unwrap();
         let text = fs::read_to_string(&path).unwrap();
         assert!(text.contains(" 127.0.0.1:30001@40001,,tls-port=0 myself,master - 0 0 3 connected 0-5460\n"), "{text}");
         assert!(text.contains(" 10.0.0.2:0@17001,node2,tls-port=7001,human-nodename=cache-b slave "), "{text}");

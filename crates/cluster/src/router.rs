@@ -203,7 +203,7 @@ mod tests {
         }
         let id = other.id;
         let st =
-            ClusterState::from_saved(SavedConfig { nodes: vec![me, other], current_epoch: 1, last_vote_epoch: 0 }, cfg);
+            ClusterState::from_saved(SavedConfig { nodes: vec![me, other], current_epoch: 1, last_vote_epoch: 0, open_slots: Vec::new() }, cfg);
         (st, id)
     }
 
@@ -327,7 +327,7 @@ mod shard_tests {
             human_nodename: String::new(),
             preferred_endpoint: Default::default(),
         };
-        let saved = SavedConfig { nodes: vec![primary, other, replica], current_epoch: 0, last_vote_epoch: 0 };
+        let saved = SavedConfig { nodes: vec![primary, other, replica], current_epoch: 0, last_vote_epoch: 0, open_slots: Vec::new() };
         let st = ClusterState::from_saved(saved, cfg);
         assert_eq!(st.is_ok(), !full_coverage);
         ClusterRouter::new(SlotMap::of(&st))

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use tracing::{info, warn};
 
 use crate::node::{Node, NodeFlags, NodeId};
-use crate::nodes_conf::SavedConfig;
+use crate::nodes_conf::{OpenSlot, SavedConfig};
 use crate::slots::{SLOTS, SlotSet};
 use crate::wire::{Body, CertSummary, Gossip, Header, Kind, Message};
 
@@ -145,6 +145,21 @@ pub struct ClusterState {
     received: [u64; 10],
     /// This node's certificate, gossiped in every header.
     cert: CertSummary,
+    /// Tell every node about this one now (see [`ClusterState::take_announcements`]).
+    announce: bool,
+}
+
+/// What CLUSTER SETSLOT does to a slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetSlot {
+    /// MIGRATING to the node.
+    Migrating(NodeId),
+    /// IMPORTING from the node.
+    Importing(NodeId),
+    /// STABLE: no longer moving.
+    Stable,
+    /// NODE: the node owns it now.
+    Node(NodeId),
 }
 
 /// Message type names as CLUSTER INFO prints them.
@@ -155,7 +170,7 @@ impl ClusterState {
     /// A node on its first start: a fresh id, no slots, alone.
     pub fn fresh(cfg: Settings) -> ClusterState {
         let me = Node::new(NodeId::random(), NodeFlags::MYSELF | NodeFlags::PRIMARY);
-        let saved = SavedConfig { nodes: vec![me], current_epoch: 0, last_vote_epoch: 0 };
+        let saved = SavedConfig { nodes: vec![me], current_epoch: 0, last_vote_epoch: 0, open_slots: Vec::new() };
         let mut s = ClusterState::from_saved(saved, cfg);
         s.dirty = true;
         s
@@ -180,7 +195,14 @@ impl ClusterState {
             sent: [0; 10],
             received: [0; 10],
             cert: CertSummary::default(),
+            announce: false,
         };
+        for open in &saved.open_slots {
+            match *open {
+                OpenSlot::Migrating(slot, to) => s.migrating.insert(slot, to),
+                OpenSlot::Importing(slot, from) => s.importing.insert(slot, from),
+            };
+        }
         for mut node in saved.nodes {
             node.link_connected = false;
             node.ping_sent_ms = 0;
@@ -271,6 +293,11 @@ impl ClusterState {
         self.current_epoch
     }
 
+    /// The last epoch this node voted in.
+    pub fn last_vote_epoch(&self) -> u64 {
+        self.last_vote_epoch
+    }
+
     /// Whether the table changed since [`ClusterState::take_dirty`] was last called.
     pub fn take_dirty(&mut self) -> bool {
         std::mem::take(&mut self.dirty)
@@ -287,10 +314,21 @@ impl ClusterState {
 
     /// What `nodes.conf` should hold now.
     pub fn saved(&self) -> SavedConfig {
+        let mut open_slots: Vec<OpenSlot> = self
+            .migrating
+            .iter()
+            .map(|(s, to)| OpenSlot::Migrating(*s, *to))
+            .chain(self.importing.iter().map(|(s, from)| OpenSlot::Importing(*s, *from)))
+            .collect();
+        open_slots.sort_by_key(|o| match o {
+            OpenSlot::Migrating(s, _) => (*s, 0),
+            OpenSlot::Importing(s, _) => (*s, 1),
+        });
         SavedConfig {
             nodes: self.nodes().into_iter().cloned().collect(),
             current_epoch: self.current_epoch,
             last_vote_epoch: self.last_vote_epoch,
+            open_slots,
         }
     }
 
@@ -786,6 +824,11 @@ impl ClusterState {
                 }
                 _ => {
                     self.set_owner(slot, Some(sender));
+                    // The node this one was moving the slot to owns it now: the move is over
+                    // here too, even before anyone runs SETSLOT NODE on this node.
+                    if self.migrating.get(&slot) == Some(&sender) {
+                        self.migrating.remove(&slot);
+                    }
                     changed = true;
                 }
             }
@@ -1023,6 +1066,94 @@ impl ClusterState {
         self.dirty = true;
         self.update_state();
         Ok(())
+    }
+
+    /// CLUSTER SETSLOT, with Valkey's checks in its order. `keys_here` counts the keys this
+    /// node holds in the slot (NODE refuses to give away a slot that still has keys).
+    pub fn set_slot(&mut self, slot: u16, action: SetSlot, keys_here: usize) -> Result<(), CmdError> {
+        if !self.myself().is_primary() {
+            return Err("Please use SETSLOT only with masters.".into());
+        }
+        let owner = self.owners[usize::from(slot)];
+        let primary = |st: &ClusterState, id: &NodeId, unknown: String| -> Result<(), CmdError> {
+            match st.nodes.get(id) {
+                None => Err(unknown),
+                Some(e) if !e.node.is_primary() => Err("Target node is not a master".into()),
+                Some(_) => Ok(()),
+            }
+        };
+        match action {
+            SetSlot::Migrating(to) => {
+                if owner != Some(self.me) {
+                    return Err(format!("I'm not the owner of hash slot {slot}"));
+                }
+                primary(self, &to, format!("I don't know about node {to}"))?;
+                info!("Migrating slot {slot} to node {to} ({})", self.nodes[&to].node.human_nodename);
+                self.migrating.insert(slot, to);
+            }
+            SetSlot::Importing(from) => {
+                if owner == Some(self.me) {
+                    return Err(format!("I'm already the owner of hash slot {slot}"));
+                }
+                primary(self, &from, format!("I don't know about node {from}"))?;
+                info!("Importing slot {slot} from node {from} ({})", self.nodes[&from].node.human_nodename);
+                self.importing.insert(slot, from);
+            }
+            SetSlot::Stable => {
+                info!("Marking slot {slot} stable");
+                self.migrating.remove(&slot);
+                self.importing.remove(&slot);
+            }
+            SetSlot::Node(to) => {
+                primary(self, &to, format!("Unknown node {to}"))?;
+                if owner == Some(self.me) && to != self.me && keys_here != 0 {
+                    return Err(format!(
+                        "Can't assign hashslot {slot} to a different node while I still hold keys for this hash slot."
+                    ));
+                }
+                let target = &self.nodes[&to].node;
+                info!(
+                    "Assigning slot {slot} to node {to} ({}) in shard {}",
+                    target.human_nodename,
+                    self.shard_of(target)
+                );
+                if keys_here == 0 {
+                    self.migrating.remove(&slot);
+                }
+                let was_mine = owner == Some(self.me);
+                self.set_owner(slot, Some(to));
+                if was_mine && self.myself().slots.is_empty() {
+                    let (name, shard) = (self.nodes[&to].node.human_nodename.clone(), self.shard_of(&self.nodes[&to].node));
+                    info!("My last slot was migrated to node {to} ({name}) in shard {shard}. I am now an empty primary.");
+                }
+                if to == self.me && self.importing.remove(&slot).is_some() {
+                    // A manual move: a new epoch makes this node's claim win everywhere, and
+                    // every node hears it now rather than at its next ping.
+                    if self.bump_epoch().0 {
+                        info!("ConfigEpoch updated after importing slot {slot}");
+                    }
+                    self.announce = true;
+                }
+            }
+        }
+        self.dirty = true;
+        self.update_state();
+        Ok(())
+    }
+
+    /// A PONG to every node with a link, when a change must spread at once (a slot that
+    /// finished importing); empty otherwise.
+    pub fn take_announcements(&mut self) -> Vec<(NodeId, Message)> {
+        if !std::mem::take(&mut self.announce) {
+            return Vec::new();
+        }
+        let ids: Vec<NodeId> = self
+            .nodes
+            .values()
+            .filter(|e| e.node.id != self.me && e.node.link_connected)
+            .map(|e| e.node.id)
+            .collect();
+        ids.into_iter().map(|id| (id, self.gossip_message(Kind::Pong, Some(id)))).collect()
     }
 
     /// CLUSTER REPLICATE (the node table's side): this node becomes a replica of `id`.

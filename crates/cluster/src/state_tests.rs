@@ -310,6 +310,65 @@ fn slot_commands_follow_valkey() {
 }
 
 #[test]
+fn setslot_checks_follow_valkey() {
+    let mut net = Net::three_primaries();
+    let (a, b) = (net.id(0), net.id(1));
+    let s = &mut net.nodes[0];
+    let unknown = NodeId::random();
+    assert_eq!(s.set_slot(6000, SetSlot::Migrating(b), 0), Err("I'm not the owner of hash slot 6000".into()));
+    assert_eq!(s.set_slot(1, SetSlot::Migrating(unknown), 0), Err(format!("I don't know about node {unknown}")));
+    assert_eq!(s.set_slot(1, SetSlot::Importing(b), 0), Err("I'm already the owner of hash slot 1".into()));
+    assert_eq!(s.set_slot(6000, SetSlot::Importing(unknown), 0), Err(format!("I don't know about node {unknown}")));
+    assert_eq!(s.set_slot(1, SetSlot::Node(unknown), 0), Err(format!("Unknown node {unknown}")));
+    assert_eq!(
+        s.set_slot(1, SetSlot::Node(b), 3),
+        Err("Can't assign hashslot 1 to a different node while I still hold keys for this hash slot.".into())
+    );
+    assert_eq!(s.set_slot(1, SetSlot::Migrating(b), 3), Ok(()));
+    assert_eq!(s.set_slot(6000, SetSlot::Importing(b), 0), Ok(()));
+    assert!(s.nodes_text(false).contains(&format!("[1->-{b}] [6000-<-{b}]")));
+    // Open slots survive a restart.
+    let saved = s.saved();
+    let back = ClusterState::from_saved(saved, settings(0));
+    assert_eq!((back.migrating().get(&1), back.importing().get(&6000)), (Some(&b), Some(&b)));
+    let s = &mut net.nodes[0];
+    assert_eq!(s.set_slot(1, SetSlot::Stable, 3), Ok(()));
+    assert_eq!(s.set_slot(6000, SetSlot::Stable, 0), Ok(()));
+    assert!(s.migrating().is_empty() && s.importing().is_empty());
+    assert_eq!(s.myself_id(), a);
+}
+
+#[test]
+fn a_slot_moved_by_setslot_reaches_every_node_and_leaves_no_open_state() {
+    let mut net = Net::three_primaries();
+    let (src, dst) = (net.id(0), net.id(1));
+    // redis-cli's order: the target imports, the source migrates, the keys move, then the
+    // target, the source and the others are told the new owner.
+    net.nodes[1].set_slot(100, SetSlot::Importing(src), 0).unwrap();
+    net.nodes[0].set_slot(100, SetSlot::Migrating(dst), 0).unwrap();
+    let before = net.nodes[1].myself().config_epoch;
+    net.nodes[1].set_slot(100, SetSlot::Node(dst), 0).unwrap();
+    assert!(net.nodes[1].myself().config_epoch > before, "importing a slot takes a new epoch");
+    let now = net.now;
+    for (id, msg) in net.nodes[1].take_announcements() {
+        net.exchange(1, id, msg);
+    }
+    assert!(net.nodes[1].take_announcements().is_empty());
+    // The announcement alone moves the slot everywhere and closes the source's migration.
+    assert_eq!(net.now, now);
+    for i in 0..3 {
+        assert_eq!(net.nodes[i].owner(100).map(|n| n.id), Some(dst), "node {i}");
+    }
+    assert!(net.nodes[0].migrating().is_empty() && net.nodes[1].importing().is_empty());
+    net.nodes[0].set_slot(100, SetSlot::Node(dst), 0).unwrap();
+    net.run(20);
+    for i in 0..3 {
+        assert_eq!(net.nodes[i].owner(100).map(|n| n.id), Some(dst), "node {i}");
+        assert!(net.nodes[i].is_ok());
+    }
+}
+
+#[test]
 fn a_stale_slot_claim_is_answered_with_an_update_that_corrects_it() {
     let mut net = Net::three_primaries();
     // Node 2 hands its slot 16383 to node 1 behind node 0's back: node 1 takes it with a
@@ -479,7 +538,7 @@ fn a_slot_saved_under_two_nodes_belongs_to_the_last_one_only() {
     (0..=10).for_each(|s| _ = a.slots.insert(s));
     (10..SLOTS as u16).for_each(|s| _ = b.slots.insert(s));
     let (a_id, b_id) = (a.id, b.id);
-    let saved = SavedConfig { nodes: vec![a, b], current_epoch: 0, last_vote_epoch: 0 };
+    let saved = SavedConfig { nodes: vec![a, b], current_epoch: 0, last_vote_epoch: 0, open_slots: Vec::new() };
     let st = ClusterState::from_saved(saved, settings(0));
     assert_eq!(st.owner(10).map(|n| n.id), Some(b_id));
     assert_eq!(st.node(&a_id).unwrap().slots.to_string(), "0-9");

@@ -107,7 +107,7 @@ pub fn load(s: &Settings) -> Result<Option<Loaded>, String> {
             st
         }
     };
-    nodes_conf::save(&path, &state.saved()).map_err(|e| e.to_string())?;
+    nodes_conf::save(&path, &state.saved(), true).map_err(|e| e.to_string())?;
     let router = Arc::new(ClusterRouter::new(SlotMap::of(&state)));
     Ok(Some((state, router, path)))
 }

@@ -4,7 +4,7 @@
 
 use hotkv_cluster::node::{Node, NodeFlags, NodeId};
 use hotkv_cluster::slots::parse_slot;
-use hotkv_cluster::state::Endpoint;
+use hotkv_cluster::state::{Endpoint, SetSlot};
 use hotkv_engine::CommandError;
 use hotkv_engine::command::{CommandSpec, acl, flags as f};
 use hotkv_engine::slot::key_slot;
@@ -109,6 +109,7 @@ pub static COMMANDS: &[ServerSpec] = &[
                 "Sets the configuration epoch for a new node.",
                 set_config_epoch
             ),
+            sub!("setslot", -4, ADMIN, "3.0.0", "Binds a hash slot to a node.", setslot),
             sub!("shards", 2, READ, "7.0.0", "Returns the mapping of cluster slots to shards.", shards),
             sub!("slaves", 3, ADMIN, "3.0.0", "Lists the replica nodes of a master node.", replicas),
             sub!("slots", 2, READ, "3.0.0", "Returns the mapping of cluster slots to nodes.", slots),
@@ -278,6 +279,45 @@ fn getkeysinslot(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyB
     Ok(Flow::Continue)
 }
 
+/// CLUSTER SETSLOT <slot> MIGRATING|IMPORTING|NODE <id> | STABLE [TIMEOUT ms]. The timeout
+/// bounds Valkey's wait for replicas to take the change first; hotkv has no replicas to
+/// wait for yet, so it is checked and kept for then.
+fn setslot(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let n = node(srv)?;
+    if !n.state().myself().is_primary() {
+        return Err(CommandError::err("Please use SETSLOT only with masters."));
+    }
+    let slot = slot_arg(args.get(2))?;
+    let action = args.get(3);
+    let id = |unknown: &str| -> Result<NodeId, CommandError> {
+        let raw = args.get(4);
+        NodeId::parse(raw).ok_or_else(|| CommandError::err(format!("{unknown} {}", text(raw))))
+    };
+    let argc = args.len();
+    let (what, options) = if action.eq_ignore_ascii_case(b"migrating") && argc >= 5 {
+        (SetSlot::Migrating(id("I don't know about node")?), 5)
+    } else if action.eq_ignore_ascii_case(b"importing") && argc >= 5 {
+        (SetSlot::Importing(id("I don't know about node")?), 5)
+    } else if action.eq_ignore_ascii_case(b"stable") {
+        (SetSlot::Stable, 4)
+    } else if action.eq_ignore_ascii_case(b"node") && argc >= 5 {
+        (SetSlot::Node(id("Unknown node")?), 5)
+    } else {
+        return Err(CommandError::err("Invalid CLUSTER SETSLOT action or number of arguments. Try CLUSTER HELP"));
+    };
+    let mut i = options;
+    while i < argc {
+        if args.get(i).eq_ignore_ascii_case(b"timeout") {
+            let Some(v) = args.opt(i + 1) else { return Err(CommandError::err("Missing timeout value")) };
+            crate::cmd::server::parse_timeout_ms(v)?;
+            i += 1;
+        }
+        i += 1;
+    }
+    let keys = srv.ks.db(0).slot(slot).keys();
+    change(srv, out, |st| st.set_slot(slot, what, keys))
+}
+
 fn forget(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
     let id = node_arg(args.get(2))?;
     change(srv, out, |st| st.forget(&id))
@@ -337,6 +377,8 @@ fn help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res 
             "    Set config epoch of current node.",
             "SAVECONFIG",
             "    Force saving cluster configuration on disk.",
+            "SETSLOT <slot> (IMPORTING <node-id>|MIGRATING <node-id>|STABLE|NODE <node-id>)",
+            "    Set slot state.",
             "REPLICAS <node-id>",
             "    Return <node-id> replicas.",
             "SLOTS",
