@@ -232,6 +232,8 @@ pub struct Ctx<'a> {
     pub block_mode: BlockMode,
     /// Set by [`Ctx::block_on`]: the client must block (no reply was written).
     pub block: Option<BlockRequest>,
+    /// What the command's [`crate::cmd::PrepareFn`] produced before the locks were taken.
+    pub prepared: Option<crate::cmd::Prepared>,
 }
 
 /// A key found in its locked table.
@@ -364,7 +366,8 @@ impl<'a> Ctx<'a> {
         events: &'a dyn Events,
         locks: LockSet<'a>,
     ) -> Ctx<'a> {
-        Ctx { ks, db, now_ms, cfg, stats, no_touch, events, locks, block_mode: BlockMode::Normal, block: None }
+        let block_mode = BlockMode::Normal;
+        Ctx { ks, db, now_ms, cfg, stats, no_touch, events, locks, block_mode, block: None, prepared: None }
     }
 
     /// Whether a blocking command without data may block now (see [`BlockMode`]).

@@ -62,6 +62,8 @@ pub struct TestKit {
     pub block_mode: crate::ctx::BlockMode,
     /// What the last command asked to block on, if it asked.
     pub last_block: Option<crate::ctx::BlockRequest>,
+    /// Skip the commands' lock-free step, to test a handler reached without it.
+    pub skip_prepare: bool,
 }
 
 impl Default for TestKit {
@@ -77,6 +79,7 @@ impl Default for TestKit {
             no_touch: false,
             block_mode: crate::ctx::BlockMode::Normal,
             last_block: None,
+            skip_prepare: false,
         }
     }
 }
@@ -126,10 +129,13 @@ impl TestKit {
         if plan.keys_invalid() {
             return format!("-{}\r\n", CommandError::Syntax.message()).into_bytes();
         }
+        // As the dispatcher does: the lock-free step first, then the locks.
+        let prepared = handler.plan.prepare().filter(|_| !self.skip_prepare).map(|f| f(&args, &self.cfg));
         let locks = self.ks.lock(plan.locks());
         let mut ctx =
             Ctx::new(&self.ks, self.db, self.now_ms, &self.cfg, &mut self.stats, self.no_touch, &self.events, locks);
         ctx.block_mode = self.block_mode;
+        ctx.prepared = prepared;
         let before = out.len();
         if let Err(e) = (handler.run)(&mut ctx, args, &mut out) {
             out.truncate(before);
