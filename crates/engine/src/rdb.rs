@@ -720,13 +720,13 @@ mod legacy_tests {
 
     #[test]
     fn zset_ziplist_type_12() {
-        let p = payload(TYPE_ZSET_ZIPLIST, &build::ziplist(&[b"a", b"1", b"b", b"2.5", b"c", b"-inf"]));
+        let p = payload(TYPE_ZSET_ZIPLIST, &build::ziplist(&[b"c", b"-inf", b"a", b"1", b"b", b"2.5"]));
         assert_eq!(
             hex(&p),
-            "0c21210000001a000000060000016103f20201620303322e3505016303042d696e66ff0a00a3329b2ca887a71a"
+            "0c21210000001b000000060000016303042d696e6606016103f20201620303322e35ff0a00b4f90ee3243a5af5"
         );
         let Ok(Loaded::ZSet(items)) = restore(&p, u64::MAX) else { panic!("zset expected") };
-        assert_eq!(items, [(b"a".to_vec(), 1.0), (b"b".to_vec(), 2.5), (b"c".to_vec(), f64::NEG_INFINITY)]);
+        assert_eq!(items, [(b"c".to_vec(), f64::NEG_INFINITY), (b"a".to_vec(), 1.0), (b"b".to_vec(), 2.5)]);
         for bad in [&[&b"a"[..], b"1", b"b"][..], &[b"a", b"x"], &[b"a", b"1", b"a", b"2"]] {
             let p = payload(TYPE_ZSET_ZIPLIST, &build::ziplist(bad));
             assert_eq!(restore(&p, u64::MAX), Err(RdbError::BadFormat), "{bad:?}");
@@ -738,7 +738,10 @@ mod legacy_tests {
         let p = payload(TYPE_HASH_ZIPLIST, &build::ziplist(&[b"f", b"v", b"n", b"-70000"]));
         assert_eq!(hex(&p), "0d191900000013000000040000016603017603016e03f090eefeff0a00cdfc1dafff7d4cf6");
         let Ok(Loaded::Object(Object::Hash(h))) = restore(&p, u64::MAX) else { panic!("hash expected") };
-        assert_eq!(h, Hash::from_pairs(&[(b"f".to_vec(), b"v".to_vec()), (b"n".to_vec(), b"-70000".to_vec())]).unwrap());
+        assert_eq!(
+            h,
+            Hash::from_pairs(&[(b"f".to_vec(), b"v".to_vec()), (b"n".to_vec(), b"-70000".to_vec())]).unwrap()
+        );
         for bad in [&[&b"f"[..], b"v", b"g"][..], &[], &[b"f", b"1", b"f", b"2"]] {
             let p = payload(TYPE_HASH_ZIPLIST, &build::ziplist(bad));
             assert_eq!(restore(&p, u64::MAX), Err(RdbError::BadFormat), "{bad:?}");
