@@ -6,7 +6,7 @@
 //! versions 0–11 and 80–81, every string encoding (raw, integer, LZF) and every object
 //! encoding Redis 7 and Valkey 8 load except streams: plain (types 0–5), intset (11),
 //! listpacks (16, 17, 18, 20), and the older ziplists and zipmap (9, 10, 12, 13, 14, read by
-//! [`legacy`]).
+//! `rdb/legacy.rs`).
 
 mod legacy;
 
@@ -119,9 +119,21 @@ pub fn dump_list(list: &List) -> Vec<u8> {
     finish(out)
 }
 
-/// Serialises a hash as a DUMP payload: type 4, field/value pairs, which every Redis and
-/// Valkey version loads whatever its own encoding settings.
+/// Serialises a hash as a DUMP payload: a packed hash as `HASH_LISTPACK` (Redis 7.0+), its
+/// elements copied as they are stored; a table as type 4, field/value pairs. Either loads on
+/// Redis 7.0+ and Valkey, which re-encode to their own limits.
 pub fn dump_hash(h: &Hash) -> Vec<u8> {
+    if let Hash::Packed(p) = h {
+        let blob = p.listpack_bytes();
+        // Past Valkey's listpack safety limit the blob would be refused: pairs then.
+        if blob <= LISTPACK_MAX_SAFETY_SIZE {
+            let mut out = Vec::with_capacity(blob + 16);
+            out.push(TYPE_HASH_LISTPACK);
+            write_len(&mut out, blob as u64);
+            p.write_listpack(&mut out);
+            return finish(out);
+        }
+    }
     let mut out = vec![TYPE_HASH];
     write_len(&mut out, h.len() as u64);
     for (f, v) in h.iter() {
@@ -144,9 +156,19 @@ pub fn dump_zset(z: &ZSet) -> Vec<u8> {
     finish(out)
 }
 
-/// Serialises a set as a DUMP payload: type 2, its members.
+/// Serialises a set as a DUMP payload: an intset as `SET_INTSET`, its stored bytes copied;
+/// any other set as type 2, its members. A packed set is not written as `SET_LISTPACK`
+/// (type 20), which Redis 7.0 cannot load.
 pub fn dump_set(s: &Set) -> Vec<u8> {
-    let mut out = vec![TYPE_SET];
+    if let Set::Ints(i) = s {
+        let mut out = Vec::with_capacity(i.blob_bytes() + 16);
+        out.push(TYPE_SET_INTSET);
+        write_len(&mut out, i.blob_bytes() as u64);
+        i.write_blob(&mut out);
+        return finish(out);
+    }
+    let mut out = Vec::with_capacity(s.len() * 8 + 16);
+    out.push(TYPE_SET);
     write_len(&mut out, s.len() as u64);
     for m in s.iter() {
         m.with_bytes(|b| write_string(&mut out, b));
@@ -510,6 +532,9 @@ fn ascii_score(r: &mut Reader<'_>) -> Result<f64, RdbError> {
 fn non_empty<T>(items: Vec<T>) -> Result<Vec<T>, RdbError> {
     if items.is_empty() { Err(RdbError::BadFormat) } else { Ok(items) }
 }
+
+/// Largest listpack Valkey accepts (`LISTPACK_MAX_SAFETY_SIZE`, 1 GiB).
+const LISTPACK_MAX_SAFETY_SIZE: usize = 1 << 30;
 
 /// Most bytes one byte of LZF input can produce: a long back reference is three bytes (control,
 /// length, offset) that copy 7 + 255 + 2 = 264 bytes.

@@ -325,6 +325,20 @@ mod tests {
     }
 
     #[test]
+    fn packed_hashes_and_intsets_dump_byte_for_byte_as_redis() {
+        // The packed hash's elements and the intset's members are copied as stored, and come
+        // out exactly as Redis 7.0 wrote the same values.
+        let mut t = TestKit::default();
+        t.run(&["HSET", "h", "f", "v", "n", "12345", "neg", "-7"]);
+        t.run(&["SADD", "si", "1", "2", "3"]);
+        t.run(&["SADD", "sb", "1", "70000", "-5000000000"]);
+        for key in ["h", "si", "sb"] {
+            let redis = REDIS_PAYLOADS.iter().find(|(k, _)| *k == key).unwrap().1;
+            assert_eq!(bulk(&t.run_raw(&[b"DUMP".to_vec(), key.as_bytes().to_vec()])), hex(redis), "{key}");
+        }
+    }
+
+    #[test]
     fn restores_a_set_listpack() {
         // RDB type 20 (Redis 7.2+, Valkey) holding a, b, 1: Redis 7.0 cannot write it, so the
         // listpack is built by hand from the format (entry, then its back-length).
