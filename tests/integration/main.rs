@@ -24,6 +24,7 @@ mod config_set;
 mod databases;
 mod debug_shutdown;
 mod doc_cluster_tls;
+mod dump_restore;
 mod expiry;
 mod generic_types;
 mod harness;

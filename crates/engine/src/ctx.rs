@@ -239,6 +239,8 @@ pub struct Ctx<'a> {
     pub remote: Option<RemoteRequest>,
     /// The outcome of this command's request to another node, on its second turn.
     pub resume: Option<RemoteOutcome>,
+    /// What the command's [`crate::cmd::PrepareFn`] produced before the locks were taken.
+    pub prepared: Option<crate::cmd::Prepared>,
 }
 
 /// A key found in its locked table.
@@ -384,6 +386,7 @@ impl<'a> Ctx<'a> {
             block: None,
             remote: None,
             resume: None,
+            prepared: None,
         }
     }
 

@@ -50,6 +50,9 @@ pub enum CommandError {
     SameObject,
     /// `BUSYKEY Target key name already exists.`
     BusyKey,
+    /// A DUMP payload RESTORE cannot use: `ERR DUMP payload version or checksum are wrong` or
+    /// `ERR Bad data format`.
+    Payload(crate::rdb::RdbError),
     /// Cluster: the slot is served by another node, for good (`MOVED <slot> <host>:<port>`).
     Moved {
         /// The key's slot.
@@ -121,6 +124,7 @@ impl CommandError {
             CommandError::OutOfMemory => "OOM command not allowed when used memory > 'maxmemory'.".into(),
             CommandError::SameObject => "ERR source and destination objects are the same".into(),
             CommandError::BusyKey => "BUSYKEY Target key name already exists.".into(),
+            CommandError::Payload(e) => format!("ERR {e}").into(),
             CommandError::Moved { slot, addr } => format!("MOVED {slot} {addr}").into(),
             CommandError::Ask { slot, addr } => format!("ASK {slot} {addr}").into(),
             CommandError::CrossSlot => "CROSSSLOT Keys in request don't hash to the same slot".into(),
@@ -157,6 +161,12 @@ impl CommandError {
         let name = String::from_utf8_lossy(name);
         let name: String = name.chars().take(128).collect();
         CommandError::UnknownCommand(format!("ERR unknown command '{name}', with args beginning with: {list}"))
+    }
+}
+
+impl From<crate::rdb::RdbError> for CommandError {
+    fn from(e: crate::rdb::RdbError) -> Self {
+        CommandError::Payload(e)
     }
 }
 

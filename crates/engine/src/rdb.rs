@@ -2,8 +2,13 @@
 //! Valkey (`MIGRATE`, `redis-cli --cluster`, a value DUMPed from Redis and RESTOREd here).
 //!
 //! Layout: `[type][object][rdb version: u16 LE][CRC-64/Jones: u64 LE]`. hotkv writes version 10
-//! with plain encodings, which Redis 7.0+, Valkey 8 and 9 all load; it reads versions 1–11 and
-//! 80–81 and every string encoding (raw, integer, LZF).
+//! with encodings Redis 7.0 knows, which Redis 7.0+, Valkey 8 and 9 all load; it reads
+//! versions 0–11 and 80–81, every string encoding (raw, integer, LZF) and every object
+//! encoding Redis 7 and Valkey 8 load except streams: plain (types 0–5), intset (11),
+//! listpacks (16, 17, 18, 20), and the older ziplists and zipmap (9, 10, 12, 13, 14, read by
+//! `rdb/legacy.rs`).
+
+mod legacy;
 
 use std::fmt;
 
@@ -39,6 +44,19 @@ pub const TYPE_SET: u8 = 2;
 pub const TYPE_HASH: u8 = 4;
 /// RDB type of a set of integers as an intset blob.
 pub const TYPE_SET_INTSET: u8 = 11;
+/// A hash as a zipmap blob (read only; Redis before 2.6).
+pub const TYPE_HASH_ZIPMAP: u8 = 9;
+/// A list as one ziplist blob (read only; Redis 2.6 to 3.0).
+pub const TYPE_LIST_ZIPLIST: u8 = 10;
+/// A sorted set as a ziplist of member, score pairs (read only; Redis before 7.0).
+pub const TYPE_ZSET_ZIPLIST: u8 = 12;
+/// A hash as a ziplist of field, value pairs (read only; Redis before 7.0).
+pub const TYPE_HASH_ZIPLIST: u8 = 13;
+/// A list as quicklist nodes, each a ziplist blob (read only; Redis 3.2 to 6.2).
+pub const TYPE_LIST_QUICKLIST: u8 = 14;
+/// Stream encodings (Redis 5, 7.0, 7.2+): hotkv has no stream type, so these are refused
+/// as Valkey refuses a type it does not know, with `Bad data format`.
+pub const TYPE_STREAMS: [u8; 3] = [15, 19, 21];
 /// RDB type of a hash as a listpack blob.
 pub const TYPE_HASH_LISTPACK: u8 = 16;
 /// RDB type of a set as a listpack blob (Redis 7.2+, Valkey).
@@ -101,9 +119,21 @@ pub fn dump_list(list: &List) -> Vec<u8> {
     finish(out)
 }
 
-/// Serialises a hash as a DUMP payload: type 4, field/value pairs, which every Redis and
-/// Valkey version loads whatever its own encoding settings.
+/// Serialises a hash as a DUMP payload: a packed hash as `HASH_LISTPACK` (Redis 7.0+), its
+/// elements copied as they are stored; a table as type 4, field/value pairs. Either loads on
+/// Redis 7.0+ and Valkey, which re-encode to their own limits.
 pub fn dump_hash(h: &Hash) -> Vec<u8> {
+    if let Hash::Packed(p) = h {
+        let blob = p.listpack_bytes();
+        // Past Valkey's listpack safety limit the blob would be refused: pairs then.
+        if blob <= LISTPACK_MAX_SAFETY_SIZE {
+            let mut out = Vec::with_capacity(blob + 16);
+            out.push(TYPE_HASH_LISTPACK);
+            write_len(&mut out, blob as u64);
+            p.write_listpack(&mut out);
+            return finish(out);
+        }
+    }
     let mut out = vec![TYPE_HASH];
     write_len(&mut out, h.len() as u64);
     for (f, v) in h.iter() {
@@ -126,9 +156,19 @@ pub fn dump_zset(z: &ZSet) -> Vec<u8> {
     finish(out)
 }
 
-/// Serialises a set as a DUMP payload: type 2, its members.
+/// Serialises a set as a DUMP payload: an intset as `SET_INTSET`, its stored bytes copied;
+/// any other set as type 2, its members. A packed set is not written as `SET_LISTPACK`
+/// (type 20), which Redis 7.0 cannot load.
 pub fn dump_set(s: &Set) -> Vec<u8> {
-    let mut out = vec![TYPE_SET];
+    if let Set::Ints(i) = s {
+        let mut out = Vec::with_capacity(i.blob_bytes() + 16);
+        out.push(TYPE_SET_INTSET);
+        write_len(&mut out, i.blob_bytes() as u64);
+        i.write_blob(&mut out);
+        return finish(out);
+    }
+    let mut out = Vec::with_capacity(s.len() * 8 + 16);
+    out.push(TYPE_SET);
     write_len(&mut out, s.len() as u64);
     for m in s.iter() {
         m.with_bytes(|b| write_string(&mut out, b));
@@ -153,7 +193,8 @@ pub fn restore(payload: &[u8], max_string: u64) -> Result<Loaded, RdbError> {
     }
     let (body, footer) = payload.split_at(payload.len() - 8);
     let version = u16::from_le_bytes([body[body.len() - 2], body[body.len() - 1]]);
-    if !(1..=11).contains(&version) && !(80..=81).contains(&version) {
+    // Valkey 8's `verifyDumpPayload` refuses only versions above its own (11): 0 is accepted.
+    if !(0..=11).contains(&version) && !(80..=81).contains(&version) {
         return Err(RdbError::VersionOrChecksum);
     }
     let crc = u64::from_le_bytes(footer.try_into().map_err(|_| RdbError::VersionOrChecksum)?);
@@ -175,6 +216,12 @@ pub fn restore(payload: &[u8], max_string: u64) -> Result<Loaded, RdbError> {
         TYPE_HASH_LISTPACK => {
             Loaded::Object(Object::Hash(Hash::from_listpack(&r.string()?).ok_or(RdbError::BadFormat)?))
         }
+        TYPE_LIST_ZIPLIST => Loaded::List(non_empty(ziplist_items(&r.string()?, Vec::new())?)?),
+        TYPE_LIST_QUICKLIST => Loaded::List(read_ziplist_quicklist(&mut r)?),
+        TYPE_ZSET_ZIPLIST => Loaded::ZSet(read_zset(&mut r, ty)?),
+        TYPE_HASH_ZIPLIST => Loaded::Object(Object::Hash(read_hash_ziplist(&r.string()?)?)),
+        TYPE_HASH_ZIPMAP => Loaded::Object(Object::Hash(read_hash_zipmap(&r.string()?)?)),
+        // Streams, modules (6, 7) and types from the future: Valkey's reply for all of them.
         _ => return Err(RdbError::BadFormat),
     };
     if r.pos != r.buf.len() {
@@ -365,22 +412,27 @@ fn read_quicklist(r: &mut Reader<'_>) -> Result<Vec<Vec<u8>>, RdbError> {
     non_empty(items)
 }
 
-/// `ZSET` (ASCII scores), `ZSET_2` (binary scores) or `ZSET_LISTPACK`. Duplicate members and
-/// NaN scores are corrupt data, as in Valkey's loader.
+/// `ZSET` (ASCII scores), `ZSET_2` (binary scores), `ZSET_LISTPACK` or `ZSET_ZIPLIST`.
+/// Duplicate members and NaN scores are corrupt data, as in Valkey's loader.
 fn read_zset(r: &mut Reader<'_>, ty: u8) -> Result<Vec<(Vec<u8>, f64)>, RdbError> {
     let mut items = Vec::new();
     if ty == TYPE_ZSET_LISTPACK {
         let lp = Listpack::from_bytes(r.string()?).map_err(|_| RdbError::BadFormat)?;
         let mut it = lp.iter();
         while let Some(m) = it.next() {
-            let s = it.next().ok_or(RdbError::BadFormat)?;
-            if let Value::Str(b) = s
-                && hotkv_protocol::parse_double(b).is_none()
-                && !matches!(b, b"inf" | b"-inf")
-            {
-                return Err(RdbError::BadFormat);
+            items.push(scored(m, it.next().ok_or(RdbError::BadFormat)?)?);
+        }
+    } else if ty == TYPE_ZSET_ZIPLIST {
+        let mut member = None;
+        legacy::ziplist_for_each(&r.string()?, |v| {
+            match member.take() {
+                None => member = Some(v.to_vec()),
+                Some(m) => items.push((m, scored(v, v)?.1)),
             }
-            items.push((m.to_vec(), lp_score(s)));
+            Ok(())
+        })?;
+        if member.is_some() {
+            return Err(RdbError::BadFormat);
         }
     } else {
         let n = count(r)?;
@@ -404,6 +456,65 @@ fn read_zset(r: &mut Reader<'_>, ty: u8) -> Result<Vec<(Vec<u8>, f64)>, RdbError
     non_empty(items)
 }
 
+/// A member and its score entry from a listpack or ziplist; a score string that is not a
+/// number is corrupt.
+fn scored(member: Value<'_>, score: Value<'_>) -> Result<(Vec<u8>, f64), RdbError> {
+    if let Value::Str(b) = score
+        && hotkv_protocol::parse_double(b).is_none()
+        && !matches!(b, b"inf" | b"-inf")
+    {
+        return Err(RdbError::BadFormat);
+    }
+    Ok((member.to_vec(), lp_score(score)))
+}
+
+/// Appends a ziplist's entries to `items`.
+fn ziplist_items(blob: &[u8], mut items: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, RdbError> {
+    legacy::ziplist_for_each(blob, |v| {
+        items.push(v.to_vec());
+        Ok(())
+    })?;
+    Ok(items)
+}
+
+/// `LIST_QUICKLIST`: a node count, then each node a ziplist blob. Empty nodes are skipped, as
+/// Valkey does; a list left with no element is corrupt.
+fn read_ziplist_quicklist(r: &mut Reader<'_>) -> Result<Vec<Vec<u8>>, RdbError> {
+    let n = count(r)?;
+    let mut items = Vec::new();
+    for _ in 0..n {
+        items = ziplist_items(&r.string()?, items)?;
+    }
+    non_empty(items)
+}
+
+/// `HASH_ZIPLIST`: alternating fields and values; odd, empty or with a repeated field is
+/// corrupt (Valkey's `ziplistPairsConvertAndValidateIntegrity`).
+fn read_hash_ziplist(blob: &[u8]) -> Result<Hash, RdbError> {
+    let (mut pairs, mut field) = (Vec::new(), None);
+    legacy::ziplist_for_each(blob, |v| {
+        match field.take() {
+            None => field = Some(v.to_vec()),
+            Some(f) => pairs.push((f, v.to_vec())),
+        }
+        Ok(())
+    })?;
+    if field.is_some() || pairs.is_empty() {
+        return Err(RdbError::BadFormat);
+    }
+    Hash::from_pairs(&pairs).ok_or(RdbError::BadFormat)
+}
+
+/// `HASH_ZIPMAP`: field/value pairs; a repeated field is corrupt, as in Valkey.
+fn read_hash_zipmap(blob: &[u8]) -> Result<Hash, RdbError> {
+    let mut pairs = Vec::new();
+    legacy::zipmap_for_each(blob, |f, v| {
+        pairs.push((f.to_vec(), v.to_vec()));
+        Ok(())
+    })?;
+    Hash::from_pairs(&pairs).ok_or(RdbError::BadFormat)
+}
+
 /// `rdbLoadDoubleValue`: a length byte (253 NaN, 254 +inf, 255 -inf) and ASCII digits.
 fn ascii_score(r: &mut Reader<'_>) -> Result<f64, RdbError> {
     match r.byte()? {
@@ -421,6 +532,9 @@ fn ascii_score(r: &mut Reader<'_>) -> Result<f64, RdbError> {
 fn non_empty<T>(items: Vec<T>) -> Result<Vec<T>, RdbError> {
     if items.is_empty() { Err(RdbError::BadFormat) } else { Ok(items) }
 }
+
+/// Largest listpack Valkey accepts (`LISTPACK_MAX_SAFETY_SIZE`, 1 GiB).
+const LISTPACK_MAX_SAFETY_SIZE: usize = 1 << 30;
 
 /// Most bytes one byte of LZF input can produce: a long back reference is three bytes (control,
 /// length, offset) that copy 7 + 255 + 2 = 264 bytes.
@@ -570,5 +684,118 @@ mod tests {
         assert_eq!(restore_all(&body), Err(RdbError::VersionOrChecksum), "version 12 is foreign");
         assert_eq!(restore_all(&finish(vec![99u8, 1, 2])), Err(RdbError::BadFormat));
         assert_eq!(restore_all(&finish(vec![0, 0x05, b'h'])), Err(RdbError::BadFormat));
+    }
+}
+
+#[cfg(test)]
+mod legacy_tests {
+    //! Payloads in the encodings Redis wrote before 7.0, built by `legacy::build` as Redis
+    //! 6.2's `rdbSaveObject` laid them out (type byte, the blob as an RDB string), and pinned
+    //! as hex so a change to the builder cannot silently change what is tested. Each blob's
+    //! header, previous-length bytes and integer encodings were checked by hand against the
+    //! layout comments of Valkey's `ziplist.c` and `zipmap.c`; the checksums are computed.
+
+    use super::legacy::build;
+    use super::*;
+
+    fn payload(ty: u8, blob: &[u8]) -> Vec<u8> {
+        let mut body = vec![ty];
+        write_len(&mut body, blob.len() as u64);
+        body.extend_from_slice(blob);
+        finish(body)
+    }
+
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    fn strings(items: &[&[u8]]) -> Vec<Vec<u8>> {
+        items.iter().map(|i| i.to_vec()).collect()
+    }
+
+    #[test]
+    fn list_ziplist_type_10() {
+        let p = payload(TYPE_LIST_ZIPLIST, &build::ziplist(&[b"a", b"300", b"-7"]));
+        assert_eq!(hex(&p), "0a151500000011000000030000016103c02c0104fef9ff0a00d74eadac15c9ba5d");
+        assert_eq!(restore(&p, u64::MAX), Ok(Loaded::List(strings(&[b"a", b"300", b"-7"]))));
+    }
+
+    #[test]
+    fn list_quicklist_of_ziplists_type_14() {
+        let a = build::ziplist(&[b"x", b"y"]);
+        let empty = build::ziplist(&[]);
+        let b = build::ziplist(&[b"12345678901"]);
+        let mut body = vec![TYPE_LIST_QUICKLIST, 3];
+        for zl in [&a, &empty, &b] {
+            write_len(&mut body, zl.len() as u64);
+            body.extend_from_slice(zl);
+        }
+        let p = finish(body);
+        assert_eq!(
+            hex(&p),
+            "0e0311110000000d0000000200000178030179ff0b0b0000000a0000000000ff15150000000a00\
+             0000010000e0351cdcdf02000000ff0a00cd4656d00b70d263"
+        );
+        assert_eq!(restore(&p, u64::MAX), Ok(Loaded::List(strings(&[b"x", b"y", b"12345678901"]))));
+        let mut only_empty = vec![TYPE_LIST_QUICKLIST, 1];
+        write_len(&mut only_empty, empty.len() as u64);
+        only_empty.extend_from_slice(&empty);
+        assert_eq!(restore(&finish(only_empty), u64::MAX), Err(RdbError::BadFormat));
+    }
+
+    #[test]
+    fn zset_ziplist_type_12() {
+        let p = payload(TYPE_ZSET_ZIPLIST, &build::ziplist(&[b"c", b"-inf", b"a", b"1", b"b", b"2.5"]));
+        assert_eq!(
+            hex(&p),
+            "0c21210000001b000000060000016303042d696e6606016103f20201620303322e35ff0a00b4f90ee3243a5af5"
+        );
+        let Ok(Loaded::ZSet(items)) = restore(&p, u64::MAX) else { panic!("zset expected") };
+        assert_eq!(items, [(b"c".to_vec(), f64::NEG_INFINITY), (b"a".to_vec(), 1.0), (b"b".to_vec(), 2.5)]);
+        for bad in [&[&b"a"[..], b"1", b"b"][..], &[b"a", b"x"], &[b"a", b"1", b"a", b"2"]] {
+            let p = payload(TYPE_ZSET_ZIPLIST, &build::ziplist(bad));
+            assert_eq!(restore(&p, u64::MAX), Err(RdbError::BadFormat), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn hash_ziplist_type_13() {
+        let p = payload(TYPE_HASH_ZIPLIST, &build::ziplist(&[b"f", b"v", b"n", b"-70000"]));
+        assert_eq!(hex(&p), "0d191900000013000000040000016603017603016e03f090eefeff0a00cdfc1dafff7d4cf6");
+        let Ok(Loaded::Object(Object::Hash(h))) = restore(&p, u64::MAX) else { panic!("hash expected") };
+        assert_eq!(
+            h,
+            Hash::from_pairs(&[(b"f".to_vec(), b"v".to_vec()), (b"n".to_vec(), b"-70000".to_vec())]).unwrap()
+        );
+        for bad in [&[&b"f"[..], b"v", b"g"][..], &[], &[b"f", b"1", b"f", b"2"]] {
+            let p = payload(TYPE_HASH_ZIPLIST, &build::ziplist(bad));
+            assert_eq!(restore(&p, u64::MAX), Err(RdbError::BadFormat), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn hash_zipmap_type_9() {
+        let p = payload(TYPE_HASH_ZIPMAP, &build::zipmap(&[(b"f", b"v"), (b"n", b"12")], 1));
+        assert_eq!(hex(&p), "090f02016601017600016e0201313200ff0a006533f05545169fce");
+        let Ok(Loaded::Object(Object::Hash(h))) = restore(&p, u64::MAX) else { panic!("hash expected") };
+        assert_eq!(h, Hash::from_pairs(&[(b"f".to_vec(), b"v".to_vec()), (b"n".to_vec(), b"12".to_vec())]).unwrap());
+        let dup = payload(TYPE_HASH_ZIPMAP, &build::zipmap(&[(b"f", b"v"), (b"f", b"w")], 0));
+        assert_eq!(restore(&dup, u64::MAX), Err(RdbError::BadFormat));
+    }
+
+    #[test]
+    fn streams_modules_and_unknown_types_are_bad_data_format() {
+        for ty in TYPE_STREAMS.into_iter().chain([6, 7, 22, 200]) {
+            assert_eq!(restore(&finish(vec![ty, 0, 0, 0]), u64::MAX), Err(RdbError::BadFormat), "type {ty}");
+        }
+    }
+
+    #[test]
+    fn version_zero_is_accepted_as_valkey_does() {
+        let mut body = vec![TYPE_STRING, 1, b'x'];
+        body.extend_from_slice(&0u16.to_le_bytes());
+        let crc = crc64(0, &body);
+        body.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(restore(&body, u64::MAX), Ok(Loaded::Str(b"x".to_vec())));
     }
 }

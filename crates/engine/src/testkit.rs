@@ -66,6 +66,8 @@ pub struct TestKit {
     pub resume: Option<crate::remote::RemoteOutcome>,
     /// What the last command asked of another node, if it asked.
     pub last_remote: Option<crate::remote::RemoteRequest>,
+    /// Skip the commands' lock-free step, to test a handler reached without it.
+    pub skip_prepare: bool,
 }
 
 impl Default for TestKit {
@@ -83,6 +85,7 @@ impl Default for TestKit {
             last_block: None,
             resume: None,
             last_remote: None,
+            skip_prepare: false,
         }
     }
 }
@@ -148,11 +151,14 @@ impl TestKit {
         if plan.keys_invalid() {
             return format!("-{}\r\n", CommandError::Syntax.message()).into_bytes();
         }
+        // As the dispatcher does: the lock-free step first, then the locks.
+        let prepared = handler.plan.prepare().filter(|_| !self.skip_prepare).map(|f| f(&args, &self.cfg));
         let locks = self.ks.lock(plan.locks());
         let mut ctx =
             Ctx::new(&self.ks, self.db, self.now_ms, &self.cfg, &mut self.stats, self.no_touch, &self.events, locks);
         ctx.block_mode = self.block_mode;
         ctx.resume = self.resume.take();
+        ctx.prepared = prepared;
         let before = out.len();
         if let Err(e) = (handler.run)(&mut ctx, args, &mut out) {
             out.truncate(before);

@@ -434,6 +434,10 @@ fn run_engine(
     if plan.keys_invalid() {
         return Err(CommandError::Syntax);
     }
+    let mut held = None;
+    let cfg = dataset_config(b, &mut held);
+    // A command's lock-free step (RESTORE's decoding) runs before any slot is locked.
+    let prepared = ecmd.plan.prepare().map(|f| f(&args, cfg));
     // Declared before the locks: the lock set borrows the same lifetime as the events sink.
     let events = CmdEvents::new(b.srv, b.rt.notify);
     let mut locks = b.srv.ks.lock(plan.locks());
@@ -446,11 +450,10 @@ fn run_engine(
     plan.seed(&mut locks, &args);
     let no_touch = sess.has_flag(crate::session::flag::NO_TOUCH);
     let mut local = std::mem::take(&mut sess.local);
-    let mut held = None;
-    let cfg = dataset_config(b, &mut held);
     let mut ctx = Ctx::new(&b.srv.ks, sess.db, b.now_ms, cfg, &mut local, no_touch, &events, locks);
     ctx.block_mode = mode;
     ctx.resume = scratch.resume.take();
+    ctx.prepared = prepared;
     let r = (ecmd.run)(&mut ctx, args, out);
     let mut flow = Flow::Continue;
     if let Some(request) = ctx.remote.take()

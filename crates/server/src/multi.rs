@@ -9,10 +9,11 @@
 use quanta::Instant;
 use std::sync::atomic::Ordering;
 
+use hotkv_engine::cmd::Prepared;
 use hotkv_engine::plan::Plan;
 use hotkv_engine::route::KeyPresence;
 use hotkv_engine::slot::key_slot;
-use hotkv_engine::{BlockMode, CommandError, Ctx};
+use hotkv_engine::{BlockMode, CommandError, Ctx, EngineConfig};
 use hotkv_protocol::{Args, ReplyBuf};
 
 use crate::dispatch::{Batch, Scratch, account, reply_error, serve_blocked};
@@ -112,6 +113,10 @@ fn run(
     out: &mut ReplyBuf,
     scratch: &mut Scratch,
 ) -> Result<(), CommandError> {
+    let mut held = None;
+    let cfg = crate::dispatch::dataset_config(b, &mut held);
+    // Every queued command's lock-free step (RESTORE's decoding) runs before EXEC locks.
+    let mut prepared: Vec<_> = multi.queue.iter().map(|q| prepare(b, q, cfg)).collect();
     let events = CmdEvents::new(b.srv, b.rt.notify);
     let mut locks = b.srv.ks.lock(scratch.plan.locks());
     if let Some(route) = scratch.pending.take() {
@@ -124,13 +129,12 @@ fn run(
     }
     let no_touch = sess.has_flag(flag::NO_TOUCH);
     let mut local = std::mem::take(&mut sess.local);
-    let mut held = None;
-    let cfg = crate::dispatch::dataset_config(b, &mut held);
     let mut ctx = Ctx::new(&b.srv.ks, sess.db, b.now_ms, cfg, &mut local, no_touch, &events, locks);
     ctx.block_mode = BlockMode::Immediate;
     out.array(multi.queue.len());
-    for q in &multi.queue {
+    for (q, prepared) in multi.queue.iter().zip(&mut prepared) {
         let cmd = b.srv.registry.get(q.cmd);
+        ctx.prepared = prepared.take();
         let (flat, spans) = flatten(&q.argv);
         let args = Args::from_parts(&flat, &spans);
         let mark = out.len();
@@ -161,6 +165,13 @@ fn run(
         sess.info.db.store(db as u32, Ordering::Relaxed);
     }
     Ok(())
+}
+
+/// The lock-free step of a queued engine command, if its row has one.
+fn prepare(b: &Batch<'_>, q: &Queued, cfg: &EngineConfig) -> Option<Prepared> {
+    let f = b.srv.registry.get(q.cmd).spec.engine()?.plan.prepare()?;
+    let (flat, spans) = flatten(&q.argv);
+    Some(f(&Args::from_parts(&flat, &spans), cfg))
 }
 
 /// A server command inside a transaction sees the transaction's database.

@@ -1,17 +1,21 @@
 //! DUMP and RESTORE.
+//!
+//! RESTORE does its expensive part, verifying and decoding the payload, before the slot lock
+//! is taken (`LockPlan::KeysAfter`, see docs/engine-concurrency.md); under the lock it only
+//! checks the target and inserts.
 
 use hotkv_protocol::{Args, ReplyBuf};
 
-use super::{EngineCmd, LockPlan, Spec, int_arg};
+use super::{EngineCmd, LockPlan, Prepared, Spec, int_arg};
 use crate::command::{CommandSpec, KeySpec, acl, flags, key_flags as kf};
-use crate::ctx::{Ctx, Ttl};
+use crate::ctx::{Ctx, EngineConfig, Ttl};
 use crate::entry::{NewValue, ValueRef};
 use crate::error::{CmdResult, CommandError};
 use crate::object::Object;
 use crate::policy;
 use crate::rdb::{self, Loaded};
 use crate::types::list::List;
-use crate::types::zset::ZSet;
+use crate::types::zset::{Limits, ZSet};
 
 /// DUMP and RESTORE rows.
 pub static COMMANDS: &[Spec] = &[
@@ -24,13 +28,13 @@ pub static COMMANDS: &[Spec] = &[
         &[KeySpec::single(1, kf::OW | kf::UPDATE)], "generic", "2.6.0",
         "Creates a key from the serialized representation of a value.",
         "O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, where N is the number of objects composing the value and M their average size. For small string values the time complexity is thus O(1)+O(1*M) where M is small, so simply O(1). However for sorted set values the complexity is O(N*M*log(N)) because inserting values into sorted sets is O(log(N)).",
-        EngineCmd { run: restore, plan: LockPlan::Keys }),
+        EngineCmd { run: restore, plan: LockPlan::KeysAfter(prepare_restore) }),
     // What MIGRATE sends a cluster node: RESTORE, served on a slot the node is importing.
     CommandSpec::new("restore-asking", -4, flags::WRITE | flags::DENYOOM | flags::ASKING,
         acl::KEYSPACE | acl::DANGEROUS, &[KeySpec::single(1, kf::OW | kf::UPDATE)], "server", "3.0.0",
         "An internal command for migrating keys in a cluster.",
         "O(1) to create the new key and additional O(N*M) to reconstruct the serialized value, where N is the number of objects composing the value and M their average size. For small string values the time complexity is thus O(1)+O(1*M) where M is small, so simply O(1). However for sorted set values the complexity is O(N*M*log(N)) because inserting values into sorted sets is O(log(N)).",
-        EngineCmd { run: restore, plan: LockPlan::Keys }),
+        EngineCmd { run: restore, plan: LockPlan::KeysAfter(prepare_restore) }),
 ];
 
 fn dump(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
@@ -57,11 +61,60 @@ pub(crate) fn payload(value: ValueRef<'_>) -> Result<Vec<u8>, CommandError> {
 }
 
 /// RESTORE's options, parsed once.
+#[derive(Debug)]
 struct RestoreArgs {
     replace: bool,
     absttl: bool,
     idle: Option<i64>,
     freq: Option<i64>,
+}
+
+/// Everything RESTORE needs from its arguments, worked out before the slot lock is taken.
+#[derive(Debug)]
+pub struct RestoreInput {
+    opts: RestoreArgs,
+    /// The TTL and the decoded value, or the first error of the two. Valkey reports these
+    /// only after the BUSYKEY check, which needs the lock, so they wait here until then.
+    loaded: Result<(i64, Restored), CommandError>,
+}
+
+/// A decoded value in the encoding this server's limits call for, ready to insert.
+#[derive(Debug)]
+enum Restored {
+    Str(Vec<u8>),
+    Obj(Object),
+}
+
+/// RESTORE's lock-free step ([`LockPlan::KeysAfter`]): options, TTL, then the payload's
+/// version and checksum, its decoding and the choice of encoding. Option errors come first,
+/// as in Valkey's `restoreCommand`; the payload is not decoded when the TTL is bad.
+fn prepare_restore(args: &Args<'_>, cfg: &EngineConfig) -> Prepared {
+    let input = parse_restore(args).map(|opts| RestoreInput { opts, loaded: load(args, cfg) });
+    Prepared::Restore(Box::new(input))
+}
+
+fn load(args: &Args<'_>, cfg: &EngineConfig) -> Result<(i64, Restored), CommandError> {
+    let ttl = int_arg(args.get(2))?;
+    if ttl < 0 {
+        return Err(CommandError::err("Invalid TTL value, must be >= 0"));
+    }
+    let value = match rdb::restore(args.get(3), cfg.proto_max_bulk_len).map_err(CommandError::from)? {
+        Loaded::Str(s) => Restored::Str(s),
+        Loaded::Object(mut o) => {
+            o.conform(cfg);
+            Restored::Obj(o)
+        }
+        Loaded::List(items) => Restored::Obj(Object::List(List::from_elements(
+            items.iter().map(Vec::as_slice),
+            cfg.list_max_listpack_size,
+        ))),
+        Loaded::ZSet(mut items) => {
+            items.sort_by(|(am, a), (bm, b)| a.total_cmp(b).then_with(|| am.cmp(bm)));
+            let limits = Limits { max_entries: cfg.zset_max_listpack_entries, max_value: cfg.zset_max_listpack_value };
+            Restored::Obj(Object::ZSet(ZSet::from_sorted(&items, limits)))
+        }
+    };
+    Ok((ttl, value))
 }
 
 fn parse_restore(args: &Args<'_>) -> Result<RestoreArgs, CommandError> {
@@ -96,18 +149,19 @@ fn parse_restore(args: &Args<'_>) -> Result<RestoreArgs, CommandError> {
     Ok(a)
 }
 
+/// RESTORE under the slot lock: only the BUSYKEY check and the insertion happen here.
 fn restore(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
-    let opts = parse_restore(&args)?;
+    // Called without the prepared input (a path that did not run the lock-free step), it
+    // prepares now, under the lock: slower for others, same replies.
+    let prepared = ctx.prepared.take().unwrap_or_else(|| prepare_restore(&args, ctx.cfg));
+    let Prepared::Restore(input) = prepared;
+    let RestoreInput { opts, loaded } = (*input)?;
     let key = args.get(1);
     // Valkey checks the target before the TTL and the payload.
     if !opts.replace && ctx.write(key)?.is_some() {
         return Err(CommandError::BusyKey);
     }
-    let ttl = int_arg(args.get(2))?;
-    if ttl < 0 {
-        return Err(CommandError::err("Invalid TTL value, must be >= 0"));
-    }
-    let value = rdb::restore(args.get(3), ctx.cfg.proto_max_bulk_len).map_err(|e| CommandError::err(e.to_string()))?;
+    let (ttl, value) = loaded?;
     let deleted = opts.replace && ctx.delete(key)?;
     let when = match (ttl, opts.absttl) {
         (0, _) => None,
@@ -125,20 +179,8 @@ fn restore(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     }
     let ttl = when.map_or(Ttl::Clear, Ttl::At);
     match value {
-        Loaded::Str(s) => ctx.set(key, NewValue::Bytes(&s), ttl)?,
-        Loaded::Object(mut o) => {
-            o.conform(ctx.cfg);
-            ctx.set(key, NewValue::Object(o), ttl)?
-        }
-        Loaded::List(items) => {
-            let list = List::from_elements(items.iter().map(Vec::as_slice), ctx.cfg.list_max_listpack_size);
-            ctx.set(key, NewValue::Object(Object::List(list)), ttl)?
-        }
-        Loaded::ZSet(mut items) => {
-            items.sort_by(|(am, a), (bm, b)| a.total_cmp(b).then_with(|| am.cmp(bm)));
-            let limits = super::zset::limits(ctx);
-            ctx.set(key, NewValue::Object(Object::ZSet(ZSet::from_sorted(&items, limits))), ttl)?
-        }
+        Restored::Str(s) => ctx.set(key, NewValue::Bytes(&s), ttl)?,
+        Restored::Obj(o) => ctx.set(key, NewValue::Object(o), ttl)?,
     }
     if opts.idle.is_some() || opts.freq.is_some() {
         let (now, p) = (ctx.now_ms, ctx.cfg.policy);
@@ -202,6 +244,52 @@ mod tests {
         );
         assert_eq!(t.run(&["RESTORE", "k", "0", "x", "IDLETIME", "1", "FREQ", "1"]), "-ERR syntax error\r\n");
         assert_eq!(t.run(&["RESTORE", "k", "0", "x", "BOGUS"]), "-ERR syntax error\r\n");
+        assert_eq!(t.run(&["RESTORE", "k", "0", "x", "IDLETIME"]), "-ERR syntax error\r\n", "no value");
+        assert_eq!(t.run(&["RESTORE", "k", "0", "x", "FREQ", "1", "IDLETIME", "1"]), "-ERR syntax error\r\n");
+        assert_eq!(
+            t.run(&["RESTORE", "k", "0", "x", "IDLETIME", "z"]),
+            "-ERR value is not an integer or out of range\r\n"
+        );
+        assert_eq!(t.run(&["RESTORE", "k", "ten", "x"]), "-ERR value is not an integer or out of range\r\n");
+        assert_eq!(t.run(&["RESTORE", "k", "0", "x"]), "-ERR DUMP payload version or checksum are wrong\r\n");
+    }
+
+    #[test]
+    fn restore_checks_in_valkeys_order() {
+        // Options, then BUSYKEY (needs the key), then the TTL, then the payload: the TTL and
+        // payload are worked out before the lock but reported only after the BUSYKEY check.
+        let mut t = TestKit::default();
+        t.run(&["SET", "k", "v"]);
+        assert_eq!(t.run(&["RESTORE", "k", "-1", "x", "BOGUS"]), "-ERR syntax error\r\n");
+        assert_eq!(t.run(&["RESTORE", "k", "-1", "x"]), "-BUSYKEY Target key name already exists.\r\n");
+        assert_eq!(t.run(&["RESTORE", "k", "0", "x"]), "-BUSYKEY Target key name already exists.\r\n");
+        assert_eq!(t.run(&["RESTORE", "k", "-1", "x", "REPLACE"]), "-ERR Invalid TTL value, must be >= 0\r\n");
+        assert_eq!(
+            t.run(&["RESTORE", "k", "0", "x", "REPLACE"]),
+            "-ERR DUMP payload version or checksum are wrong\r\n"
+        );
+        let bad = crate::rdb::finish(vec![21, 0]);
+        let argv = |k: &str| vec![b"RESTORE".to_vec(), k.as_bytes().to_vec(), b"0".to_vec(), bad.clone()];
+        assert_eq!(t.run_bytes(&argv("stream")), "-ERR Bad data format\r\n", "streams are refused cleanly");
+        assert_eq!(t.run(&["EXISTS", "stream"]), ":0\r\n");
+        assert_eq!(t.run(&["GET", "k"]), "$1\r\nv\r\n", "a refused REPLACE leaves the key");
+    }
+
+    #[test]
+    fn the_handler_prepares_itself_when_called_without_the_lock_free_step() {
+        use crate::cmd::LockPlan;
+        let mut t = TestKit::default();
+        t.run(&["SET", "src", "hello"]);
+        let payload = bulk(&t.run_raw(&[b"DUMP".to_vec(), b"src".to_vec()]));
+        let spec = crate::cmd::commands().find(|s| s.name == "restore").unwrap();
+        let plan = spec.handler.as_ref().unwrap().plan;
+        assert!(matches!(plan, LockPlan::KeysAfter(_)), "RESTORE decodes before its lock");
+        // The kit runs the step first; EXEC and blocked-client paths might not: same replies.
+        let mut direct = TestKit { skip_prepare: true, ..TestKit::default() };
+        let args = vec![b"RESTORE".to_vec(), b"k".to_vec(), b"0".to_vec(), payload];
+        assert_eq!(direct.run_bytes(&args), "+OK\r\n");
+        assert_eq!(direct.run_bytes(&args), "-BUSYKEY Target key name already exists.\r\n");
+        assert_eq!(direct.run(&["GET", "k"]), "$5\r\nhello\r\n");
     }
 
     fn hex(s: &str) -> Vec<u8> {
@@ -244,6 +332,20 @@ mod tests {
         assert_eq!(t.run(&["HMGET", "hb", "a", "b"]), "*2\r\n$1\r\n1\r\n$1\r\n2\r\n");
         assert_eq!(t.run(&["HSTRLEN", "hv", "f"]), ":100\r\n");
         assert_eq!(t.run(&["OBJECT", "ENCODING", "hv"]), "$9\r\nhashtable\r\n", "a 100-byte value is over the limit");
+    }
+
+    #[test]
+    fn packed_hashes_and_intsets_dump_byte_for_byte_as_redis() {
+        // The packed hash's elements and the intset's members are copied as stored, and come
+        // out exactly as Redis 7.0 wrote the same values.
+        let mut t = TestKit::default();
+        t.run(&["HSET", "h", "f", "v", "n", "12345", "neg", "-7"]);
+        t.run(&["SADD", "si", "1", "2", "3"]);
+        t.run(&["SADD", "sb", "1", "70000", "-5000000000"]);
+        for key in ["h", "si", "sb"] {
+            let redis = REDIS_PAYLOADS.iter().find(|(k, _)| *k == key).unwrap().1;
+            assert_eq!(bulk(&t.run_raw(&[b"DUMP".to_vec(), key.as_bytes().to_vec()])), hex(redis), "{key}");
+        }
     }
 
     #[test]

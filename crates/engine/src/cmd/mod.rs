@@ -8,7 +8,7 @@
 use hotkv_protocol::{Args, ReplyBuf};
 
 use crate::command::CommandSpec;
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, EngineConfig};
 use crate::error::{CmdResult, CommandError};
 
 pub mod bitfield;
@@ -40,11 +40,26 @@ pub mod zset_store;
 /// A data command handler.
 pub type EngineFn = for<'a, 'b> fn(&mut Ctx<'a>, Args<'b>, &mut ReplyBuf) -> CmdResult;
 
+/// Work a command does from its arguments alone, before the dispatcher takes its locks.
+pub type PrepareFn = for<'b> fn(&Args<'b>, &EngineConfig) -> Prepared;
+
+/// What a [`PrepareFn`] hands its command's handler, through [`Ctx::prepared`].
+#[derive(Debug)]
+pub enum Prepared {
+    /// RESTORE's options, TTL and decoded value (see [`dump`]).
+    Restore(Box<Result<dump::RestoreInput, CommandError>>),
+}
+
 /// How the dispatcher finds the slots a command needs.
 #[derive(Debug, Clone, Copy)]
 pub enum LockPlan {
     /// The slots of the keys its key specs name, in the client's database.
     Keys,
+    /// [`LockPlan::Keys`], taken only after the [`PrepareFn`] ran without any lock: RESTORE
+    /// verifies and decodes its payload there, so decoding a large value never holds a slot
+    /// that other clients wait for. A handler must still work when called without the
+    /// prepared input (it then prepares under the locks).
+    KeysAfter(PrepareFn),
     /// Also the same keys in the database given by argument `db_arg` (MOVE).
     KeysAlsoInDbArg(usize),
     /// Also the destination key in the database after a `DB` option (COPY).
@@ -56,6 +71,16 @@ pub enum LockPlan {
     /// [`LockPlan::PerSlot`] over every database (FLUSHALL, SWAPDB): inside a transaction it
     /// runs under every slot lock of every database.
     PerSlotAllDbs,
+}
+
+impl LockPlan {
+    /// The lock-free step to run before taking the locks, if the command has one.
+    pub fn prepare(self) -> Option<PrepareFn> {
+        match self {
+            LockPlan::KeysAfter(f) => Some(f),
+            _ => None,
+        }
+    }
 }
 
 /// The engine's part of a command row.

@@ -140,6 +140,19 @@ impl IntSet {
         Some(IntSet::from_sorted(&values))
     }
 
+    /// Size of the blob [`IntSet::write_blob`] writes.
+    pub fn blob_bytes(&self) -> usize {
+        8 + self.data.len()
+    }
+
+    /// Appends Valkey's intset blob (RDB `SET_INTSET`): the members are already stored as an
+    /// intset stores them, so this is the two header words and one copy.
+    pub fn write_blob(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&u32::from(self.width).to_le_bytes());
+        out.extend_from_slice(&(self.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.data);
+    }
+
     fn search(&self, v: i64) -> Result<usize, usize> {
         let (mut lo, mut hi) = (0, self.len());
         while lo < hi {

@@ -419,7 +419,8 @@ fn encode_str(s: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(s);
 }
 
-fn backlen_size(l: usize) -> usize {
+/// Bytes of the back-length written after an entry of `l` bytes (encoding and data).
+pub(crate) fn backlen_size(l: usize) -> usize {
     match l {
         0..=127 => 1,
         128..16383 => 2,
@@ -429,7 +430,8 @@ fn backlen_size(l: usize) -> usize {
     }
 }
 
-fn write_backlen(l: usize, out: &mut Vec<u8>) {
+/// Appends the back-length of an entry of `l` bytes.
+pub(crate) fn write_backlen(l: usize, out: &mut Vec<u8>) {
     let n = backlen_size(l);
     // Most significant group first; every byte but the first carries the continuation bit,
     // so a reader walking backwards knows where the number ends.
