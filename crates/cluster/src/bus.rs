@@ -188,7 +188,7 @@ impl LinkTx {
     }
 
     fn encode_and_send(&self, msg: &Message) {
-        let mut buf = Vec::new();
+        let mut buf = Vec::with_capacity(wire::encoded_len(msg));
         wire::encode(msg, &mut buf);
         self.send(Arc::new(buf));
     }
@@ -248,7 +248,7 @@ impl Bus {
 
     /// Sends `msg` to every node with an outbound link.
     pub fn broadcast(&self, msg: &Message) {
-        let mut buf = Vec::new();
+        let mut buf = Vec::with_capacity(wire::encoded_len(msg));
         wire::encode(msg, &mut buf);
         let frame = Arc::new(buf);
         for link in self.links.lock().outbound.values() {

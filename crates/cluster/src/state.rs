@@ -402,16 +402,18 @@ impl ClusterState {
     /// A PING, PONG or MEET with gossip about a few other nodes, the most recently silent
     /// first (those are where news matters), plus every node this one suspects.
     fn gossip_message(&mut self, kind: Kind, to: Option<NodeId>, now: i64) -> Message {
-        let mut candidates: Vec<&Entry> = self
-            .nodes
-            .values()
-            .filter(|e| e.node.id != self.me && Some(e.node.id) != to && !e.node.flags.has(NodeFlags::HANDSHAKE))
-            .filter(|e| !e.node.flags.has(NodeFlags::NOADDR))
-            .collect();
+        // Sized once and sorted in place: one allocation whatever the number of nodes.
+        let mut candidates: Vec<&Entry> = Vec::with_capacity(self.nodes.len());
+        candidates.extend(
+            self.nodes
+                .values()
+                .filter(|e| e.node.id != self.me && Some(e.node.id) != to && !e.node.flags.has(NodeFlags::HANDSHAKE))
+                .filter(|e| !e.node.flags.has(NodeFlags::NOADDR)),
+        );
         // Redis gossips about a tenth of the nodes, at least three; small clusters hear about
         // everyone every time.
         let wanted = (self.nodes.len() / 10).max(3);
-        candidates.sort_by_key(|e| (!e.node.flags.has(NodeFlags::PFAIL), e.node.pong_received_ms));
+        candidates.sort_unstable_by_key(|e| (!e.node.flags.has(NodeFlags::PFAIL), e.node.pong_received_ms));
         let wanted = wanted.max(candidates_pfail(&self.nodes));
         let mut entries = GossipSection::with_capacity(wanted.min(candidates.len()));
         for e in candidates.into_iter().take(wanted) {

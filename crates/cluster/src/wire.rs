@@ -432,6 +432,20 @@ pub fn publish_frame_len(header: &Header, channel_len: usize, message_len: usize
     PREFIX + header_len(header) + 4 + channel_len + 4 + message_len
 }
 
+/// The length of the frame [`encode`] makes of `msg`, so that a sender sizes its buffer once
+/// (a frame holds a 2 KiB slot bitmap: grown from empty, its buffer was reallocated ten times).
+pub fn encoded_len(msg: &Message) -> usize {
+    let body = match &msg.body {
+        Body::Gossip { entries, ext } => 2 + entries.raw.len() + if ext.is_empty() { 0 } else { 2 + ext.raw.len() },
+        Body::Fail(_) => NodeId::LEN,
+        Body::Update { .. } => NodeId::LEN + 8 + SlotSet::BYTES,
+        Body::Publish { channel, message } => 4 + channel.len() + 4 + message.len(),
+        Body::AuthRequest { .. } => 1,
+        Body::Empty => 0,
+    };
+    PREFIX + header_len(&msg.header) + body
+}
+
 /// The bytes [`write_header`] writes for `h`; kept beside it, and checked against it by the
 /// PUBLISH test, since the two must change together.
 fn header_len(h: &Header) -> usize {
@@ -864,6 +878,7 @@ mod tests {
         for msg in samples() {
             let mut buf = Vec::new();
             encode(&msg, &mut buf);
+            assert_eq!(encoded_len(&msg), buf.len(), "{:?}", msg.kind);
             assert_eq!(decode(&buf), Ok(Some((msg.clone(), buf.len()))), "{:?}", msg.kind);
             for cut in [0, 3, 4, 10, buf.len() - 1] {
                 assert_eq!(decode(&buf[..cut]), Ok(None), "{:?} cut at {cut}", msg.kind);
