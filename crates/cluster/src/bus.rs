@@ -345,18 +345,22 @@ impl Bus {
         nodes_conf::save(&self.conf_path, &saved)
     }
 
+    /// The bus's periodic work: pings, failure detection, dials. It sleeps until the state says
+    /// the next tick is due (100 ms to 1 s, [`ClusterState::next_tick_in`]), or until a CLUSTER
+    /// command wakes it: an idle node wakes about once a second, not at a fixed 10 Hz.
     async fn cron(self: Arc<Self>) {
-        let mut interval = tokio::time::interval(Duration::from_millis(100));
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut wait = Duration::from_millis(100);
         loop {
             tokio::select! {
-                _ = interval.tick() => {}
+                _ = tokio::time::sleep(wait) => {}
                 _ = self.wake.notified() => {}
             }
             let now = now_ms();
             let (pings, targets) = {
                 let mut st = self.state.lock();
-                (st.tick(now), st.link_targets())
+                let pings = st.tick(now);
+                wait = Duration::from_millis(st.next_tick_in(now) as u64);
+                (pings, st.link_targets())
             };
             for (id, msg) in &pings {
                 self.send_to(id, msg);

@@ -149,6 +149,8 @@ pub struct ClusterState {
     /// added back (unix ms): gossip does not re-add them meanwhile, and every PING and PONG
     /// tells the receiver to forget them too (Valkey's nodes blacklist).
     forgotten: HashMap<NodeId, i64>,
+    /// When the next once-a-second ping to the longest-silent node is due (unix ms).
+    next_ping_ms: i64,
 }
 
 /// How long a forgotten node stays out of the table (Valkey's `cluster-blacklist-ttl`): the
@@ -189,6 +191,7 @@ impl ClusterState {
             received: [0; 10],
             cert: CertSummary::default(),
             forgotten: HashMap::new(),
+            next_ping_ms: 0,
         };
         for mut node in saved.nodes {
             node.link_connected = false;
@@ -467,15 +470,27 @@ impl ClusterState {
                 }
                 continue;
             }
-            // Ping each node about once a second (at least twice per timeout), one ping
-            // outstanding at a time; with a few nodes per cluster that is cheap.
-            let interval = (timeout / 2).clamp(1, 1000);
-            if n.ping_sent_ms == 0 && now - n.pong_received_ms >= interval {
-                let msg = self.gossip_message(Kind::Ping, Some(id), now);
-                if let Some(e) = self.nodes.get_mut(&id) {
-                    e.node.ping_sent_ms = now;
-                }
-                out.push((id, msg));
+            // As Valkey's clusterCron: a node not heard from for half the node timeout is
+            // pinged now (one ping outstanding at a time), so that a live node always answers
+            // before it would be suspected; the others hear from the once-a-second ping below.
+            if n.ping_sent_ms == 0 && now - n.pong_received_ms > (timeout / 2).max(1) {
+                out.push(self.ping(id, now));
+            }
+        }
+        // Once a second, the node heard from longest ago among those with a link and no ping
+        // outstanding (Valkey takes the oldest of five random ones; here all are looked at,
+        // which also spreads the pings evenly).
+        if now >= self.next_ping_ms {
+            self.next_ping_ms = now + 1000;
+            let oldest = self
+                .nodes
+                .values()
+                .filter(|e| e.node.id != self.me && e.node.link_connected && e.node.ping_sent_ms == 0)
+                .filter(|e| !e.node.flags.has(NodeFlags::HANDSHAKE))
+                .min_by_key(|e| e.node.pong_received_ms)
+                .map(|e| e.node.id);
+            if let Some(id) = oldest {
+                out.push(self.ping(id, now));
             }
         }
         self.forgotten.retain(|_, until| *until > now);
@@ -483,6 +498,36 @@ impl ClusterState {
         self.expire_fail_reports(now);
         self.update_state();
         out
+    }
+
+    /// How long the bus may wait before the next [`ClusterState::tick`] (ms, 100 to 1000):
+    /// until the next ping or failure check is due. Valkey's cron runs at 10 Hz; an idle node
+    /// here then wakes about once a second instead of ten times, while a node that is joining,
+    /// dialling, or suspects a node still ticks every 100 ms.
+    pub fn next_tick_in(&self, now: i64) -> i64 {
+        let timeout = self.cfg.node_timeout_ms.max(1);
+        let mut due = self.next_ping_ms;
+        for e in self.nodes.values().filter(|e| e.node.id != self.me) {
+            let n = &e.node;
+            if !n.link_connected || n.flags.0 & (NodeFlags::HANDSHAKE | NodeFlags::PFAIL | NodeFlags::MEET) != 0 {
+                return TICK_MIN_MS;
+            }
+            due = due.min(if n.ping_sent_ms == 0 {
+                n.pong_received_ms + (timeout / 2).max(1) + 1
+            } else {
+                n.ping_sent_ms.max(e.heard_ms) + timeout + 1
+            });
+        }
+        (due - now).clamp(TICK_MIN_MS, TICK_MAX_MS)
+    }
+
+    /// A PING to `id`, noted as outstanding.
+    fn ping(&mut self, id: NodeId, now: i64) -> (NodeId, Message) {
+        let msg = self.gossip_message(Kind::Ping, Some(id), now);
+        if let Some(e) = self.nodes.get_mut(&id) {
+            e.node.ping_sent_ms = now;
+        }
+        (id, msg)
     }
 
     /// PFAIL for nodes whose ping went unanswered past the timeout; FAIL where primaries agree.
@@ -727,9 +772,11 @@ impl ClusterState {
         n.human_nodename.clone_from(&h.human_nodename);
         e.cert = h.cert.clone();
         if msg.kind == Kind::Pong || msg.kind == Kind::Ping || msg.kind == Kind::Meet {
-            // Any frame proves it alive; a PONG also answers our ping.
-            n.pong_received_ms = now;
+            // Any frame proves it alive (heard_ms); only a PONG answers our ping, and counts as
+            // one received (Valkey's pong_received): a node that pings us often must still be
+            // pinged in turn, or its link from us would carry nothing.
             if msg.kind == Kind::Pong {
+                n.pong_received_ms = now;
                 n.ping_sent_ms = 0;
                 n.flags.set(NodeFlags::MEET, false);
             }
@@ -1248,6 +1295,10 @@ impl ClusterState {
         if self.myself().is_primary() { Ok(()) } else { Err("Please use SETSLOT only with masters.".into()) }
     }
 }
+
+/// The shortest and longest wait between two ticks (see [`ClusterState::next_tick_in`]).
+const TICK_MIN_MS: i64 = 100;
+const TICK_MAX_MS: i64 = 1000;
 
 /// How many nodes are suspected: all of them go into every gossip section.
 fn candidates_pfail(nodes: &HashMap<NodeId, Entry>) -> usize {
