@@ -2,7 +2,9 @@
 //! message that encodes back to the same bytes, or is refused; never a panic, and memory
 //! bounded by the frame's real size (declared counts and lengths are claims).
 
-use hotkv_cluster::wire::{Body, CertSummary, Gossip, Header, Kind, Message, decode, encode};
+use hotkv_cluster::wire::{
+    Body, CertSummary, Ext, Extensions, Gossip, GossipSection, Header, Kind, Message, decode, encode,
+};
 use hotkv_cluster::{NodeFlags, NodeId, SlotSet};
 use hotkv_test_support::fuzz::{Budget, peak_during, run};
 
@@ -32,16 +34,28 @@ fn seeds() -> Vec<Vec<u8>> {
         id: NodeId::random(),
         ping_sent_ms: 1,
         pong_received_ms: 2,
-        ip: "::1".into(),
+        ip: "::1",
         port: 1,
         tls_port: 2,
         bus_port: 3,
         flags: NodeFlags::PFAIL,
     };
+    let (mut three, mut one) = (GossipSection::default(), GossipSection::default());
+    (0..3).for_each(|_| three.push(&gossip));
+    one.push(&gossip);
+    let mut ext = Extensions::default();
+    for e in [
+        Ext::ForgottenNode { id: NodeId::random(), ttl_secs: 60 },
+        Ext::ClientIpv4("10.1.2.3"),
+        Ext::ClientIpv6("fe80::1"),
+        Ext::Unknown { ty: 77, data: b"later" },
+    ] {
+        ext.push(&e);
+    }
     let bodies = [
-        (Kind::Ping, Body::Gossip(vec![gossip.clone(); 3])),
-        (Kind::Meet, Body::Gossip(vec![])),
-        (Kind::Pong, Body::Gossip(vec![gossip])),
+        (Kind::Ping, Body::Gossip { entries: three, ext: Extensions::default() }),
+        (Kind::Meet, Body::Gossip { entries: GossipSection::default(), ext: ext.clone() }),
+        (Kind::Pong, Body::Gossip { entries: one, ext }),
         (Kind::Fail, Body::Fail(NodeId::random())),
         (Kind::Update, Body::Update { id: NodeId::random(), config_epoch: 3, slots: Box::new(SlotSet::full()) }),
         (Kind::Publish, Body::Publish { channel: b"c".to_vec(), message: b"m".to_vec() }),

@@ -12,6 +12,7 @@
 //! ```
 
 mod bus;
+mod gossip_alloc;
 mod pem;
 mod resp;
 mod restore;

@@ -390,3 +390,35 @@ fn cluster_shards_calls_a_node_failed_only_once_it_is_fail() {
     let shards = ns[1].cmd(&["CLUSTER", "SHARDS"]).to_string();
     assert!(!shards.contains("fail"), "{shards}");
 }
+
+/// How many messages of `kind` node `n` received (CLUSTER INFO's counter).
+fn received(n: &TestServer, kind: &str) -> u64 {
+    let text = n.cmd(&["CLUSTER", "INFO"]).text();
+    info_field(&text, &format!("cluster_stats_messages_{kind}_received")).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+#[test]
+fn a_forget_on_one_node_reaches_every_node_and_gossip_does_not_bring_it_back() {
+    let _alone = one_cluster_at_a_time();
+    let ns = nodes(4, &[]);
+    assert_eq!(ns[0].cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]), Frame::ok());
+    for n in &ns[1..] {
+        assert_eq!(n.cmd(&["CLUSTER", "MEET", "127.0.0.1", &ns[0].port().to_string()]), Frame::ok());
+    }
+    let count = |n: &TestServer| n.cmd(&["CLUSTER", "NODES"]).text().lines().count();
+    assert!(wait_for(|| ns.iter().all(|n| count(n) == 4), Duration::from_secs(20)), "no join");
+    let gone = ns[3].cmd(&["CLUSTER", "MYID"]).text();
+    let knows = |n: &TestServer| n.cmd(&["CLUSTER", "NODES"]).text().contains(&gone);
+    assert_eq!(ns[0].cmd(&["CLUSTER", "FORGET", &gone]), Frame::ok());
+    assert!(!knows(&ns[0]));
+    // The forgotten node keeps running and pinging; the others hear of the forget by gossip.
+    let spread = wait_for(|| ns[..3].iter().all(|n| !knows(n)), Duration::from_secs(20));
+    assert!(spread, "{}", ns[1].cmd(&["CLUSTER", "NODES"]).text());
+    // Forgetting it again where gossip already did answers OK, as Valkey does.
+    assert_eq!(ns[2].cmd(&["CLUSTER", "FORGET", &gone]), Frame::ok());
+    // Several more rounds of gossip bring it back nowhere.
+    let pings = received(&ns[1], "ping");
+    assert!(wait_for(|| received(&ns[1], "ping") >= pings + 8, Duration::from_secs(20)));
+    assert!(ns[..3].iter().all(|n| !knows(n) && count(n) == 3));
+    assert!(ns[..3].iter().all(|n| cluster_state(n) == "ok"));
+}

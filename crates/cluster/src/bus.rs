@@ -151,7 +151,7 @@ struct Links {
     outbound: HashMap<NodeId, Link>,
     /// Links other nodes opened, once a frame named a node this one knows: PONGs go there.
     /// One per node, as in Valkey.
-    inbound: HashMap<NodeId, Inbound>,
+    inbound: HashMap<NodeId, Link>,
 }
 
 /// One link in the registry.
@@ -161,11 +161,8 @@ struct Link {
     /// Unix ms.
     created_ms: i64,
     serial: u64,
-}
-
-/// An inbound link in the registry, and how to close it when a newer one replaces it.
-struct Inbound {
-    link: Link,
+    /// Closes it: an inbound link a newer one from the same node replaced, an outbound link to
+    /// a node that left the table.
     close: Arc<Notify>,
 }
 
@@ -193,7 +190,7 @@ impl LinkTx {
     }
 
     fn encode_and_send(&self, msg: &Message) {
-        let mut buf = Vec::new();
+        let mut buf = Vec::with_capacity(wire::encoded_len(msg));
         wire::encode(msg, &mut buf);
         self.send(Arc::new(buf));
     }
@@ -253,7 +250,7 @@ impl Bus {
 
     /// Sends `msg` to every node with an outbound link.
     pub fn broadcast(&self, msg: &Message) {
-        let mut buf = Vec::new();
+        let mut buf = Vec::with_capacity(wire::encoded_len(msg));
         wire::encode(msg, &mut buf);
         let frame = Arc::new(buf);
         for link in self.links.lock().outbound.values() {
@@ -301,7 +298,7 @@ impl Bus {
         let mut out: Vec<LinkInfo> = {
             let links = self.links.lock();
             let to = links.outbound.iter().map(|(id, l)| info(id, l, false));
-            to.chain(links.inbound.iter().map(|(id, i)| info(id, &i.link, true))).collect()
+            to.chain(links.inbound.iter().map(|(id, l)| info(id, l, true))).collect()
         };
         {
             let st = self.state.lock();
@@ -363,28 +360,49 @@ impl Bus {
         Ok(())
     }
 
+    /// The bus's periodic work: pings, failure detection, dials. It sleeps until the state says
+    /// the next tick is due (100 ms to 1 s, [`ClusterState::next_tick_in`]), or until a CLUSTER
+    /// command wakes it: an idle node wakes about once a second, not at a fixed 10 Hz.
     async fn cron(self: Arc<Self>) {
-        let mut interval = tokio::time::interval(Duration::from_millis(100));
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut wait = Duration::from_millis(100);
         loop {
             tokio::select! {
-                _ = interval.tick() => {}
+                _ = tokio::time::sleep(wait) => {}
                 _ = self.wake.notified() => {}
             }
             let now = now_ms();
             let (pings, targets) = {
                 let mut st = self.state.lock();
                 let mut pings = st.tick(now);
-                pings.extend(st.take_announcements());
+                pings.extend(st.take_announcements(now));
+                wait = Duration::from_millis(st.next_tick_in(now) as u64);
                 (pings, st.link_targets())
             };
             for (id, msg) in &pings {
                 self.send_to(id, msg);
             }
+            self.close_links_to_strangers();
             for (id, ip, port) in targets {
                 self.dial_if_needed(id, &ip, port, now);
             }
             self.after_change(false);
+        }
+    }
+
+    /// Closes the outbound links to nodes no longer in the table (forgotten, or a handshake
+    /// given up): nothing is sent to them any more, and Valkey frees a deleted node's links.
+    fn close_links_to_strangers(&self) {
+        // One lock at a time: the link registry is never held while the state is taken.
+        let mut ids: Vec<NodeId> = self.links.lock().outbound.keys().copied().collect();
+        {
+            let st = self.state.lock();
+            ids.retain(|id| st.node(id).is_none());
+        }
+        let mut links = self.links.lock();
+        for id in ids {
+            if let Some(link) = links.outbound.remove(&id) {
+                link.close.notify_one();
+            }
         }
     }
 
@@ -419,13 +437,17 @@ impl Bus {
         };
         let Some(first) = first else { return };
         let serial = self.next_serial();
-        self.links.lock().outbound.insert(id, Link { tx: tx.clone(), created_ms, serial });
+        let close = Arc::new(Notify::new());
+        self.links.lock().outbound.insert(id, Link { tx: tx.clone(), created_ms, serial, close: close.clone() });
         tx.encode_and_send(&first);
         let (reader, writer) = tokio::io::split(stream);
         let writing = tokio::spawn(write_frames(writer, rx, tx.queued.clone()));
         let mut link_id = id;
         let mut answered = false;
-        let result = self.read_frames(reader, Some(&mut link_id), addr, &mut answered).await;
+        let result = tokio::select! {
+            r = self.read_frames(reader, Some(&mut link_id), addr, &mut answered) => r,
+            _ = close.notified() => Ok(()),
+        };
         writing.abort();
         {
             let mut links = self.links.lock();
@@ -497,12 +519,11 @@ impl Bus {
                 let (reader, writer) = tokio::io::split(stream);
                 let (tx, rx) = LinkTx::channel();
                 let writing = tokio::spawn(write_frames(writer, rx, tx.queued.clone()));
-                let link = Link { tx, created_ms: now_ms(), serial: bus.next_serial() };
-                let close = Arc::new(Notify::new());
+                let link = Link { tx, created_ms: now_ms(), serial: bus.next_serial(), close: Arc::default() };
                 let mut named = None;
                 let result = tokio::select! {
-                    r = bus.read_inbound(reader, &link, peer, &local, &mut named, &close) => r,
-                    _ = close.notified() => Ok(()),
+                    r = bus.read_inbound(reader, &link, peer, &local, &mut named) => r,
+                    _ = link.close.notified() => Ok(()),
                 };
                 if let Err(e) = result {
                     debug!(%peer, cause = %e, "inbound bus link closed");
@@ -514,7 +535,7 @@ impl Bus {
     }
 
     /// Reads an inbound link. Once a frame names a node this one knows, the link is
-    /// registered as that node's (`named`), for CLUSTER LINKS; `close` closes it early.
+    /// registered as that node's (`named`), for CLUSTER LINKS.
     async fn read_inbound(
         &self,
         reader: tokio::io::ReadHalf<Box<dyn BusStream>>,
@@ -522,7 +543,6 @@ impl Bus {
         peer: SocketAddr,
         local_ip: &str,
         named: &mut Option<NodeId>,
-        close: &Arc<Notify>,
     ) -> io::Result<()> {
         let peer_ip = peer.ip().to_string();
         self.frames(reader, peer, None, |bus, msg| {
@@ -534,7 +554,7 @@ impl Bus {
             };
             if named.is_none() && known && !out.close {
                 *named = Some(sender);
-                bus.name_inbound(sender, link.clone(), close.clone());
+                bus.name_inbound(sender, link.clone());
             }
             for reply in &out.reply {
                 link.tx.encode_and_send(reply);
@@ -548,8 +568,8 @@ impl Bus {
     /// Registers an inbound link as `node`'s. Valkey keeps one inbound link per node: a node
     /// that reconnected may be heard on its new link before its old one is seen to close, so
     /// the old one (most likely stale) is closed.
-    fn name_inbound(&self, node: NodeId, link: Link, close: Arc<Notify>) {
-        let old = self.links.lock().inbound.insert(node, Inbound { link, close });
+    fn name_inbound(&self, node: NodeId, link: Link) {
+        let old = self.links.lock().inbound.insert(node, link);
         if let Some(old) = old {
             debug!(node_id = %node, "replacing the inbound bus link from {node}");
             old.close.notify_one();
@@ -560,7 +580,7 @@ impl Bus {
     fn drop_inbound(&self, named: Option<NodeId>, serial: u64) {
         let Some(node) = named else { return };
         let mut links = self.links.lock();
-        if links.inbound.get(&node).is_some_and(|i| i.link.serial == serial) {
+        if links.inbound.get(&node).is_some_and(|l| l.serial == serial) {
             links.inbound.remove(&node);
         }
     }
@@ -923,7 +943,11 @@ mod tests {
         wait_until("node 1's link to node 0", &buses, || from_one(&buses[0].0) == 1).await;
         // A second link from node 1 (made here, with node 1's header) replaces the first, which
         // node 0 closes; node 1 dials again, and its new link replaces this one in turn.
-        let ping = buses[1].0.state().lock().message(wire::Kind::Ping, wire::Body::Gossip(vec![]));
+        let ping = buses[1]
+            .0
+            .state()
+            .lock()
+            .message(wire::Kind::Ping, wire::Body::Gossip { entries: Default::default(), ext: Default::default() });
         let mut frame = Vec::new();
         wire::encode(&ping, &mut frame);
         let mut second = TcpStream::connect(("127.0.0.1", buses[0].2)).await.unwrap();

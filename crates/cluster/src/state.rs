@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use crate::node::{Node, NodeFlags, NodeId};
 use crate::nodes_conf::{OpenSlot, SavedConfig};
 use crate::slots::{SLOTS, SlotSet};
-use crate::wire::{Body, CertSummary, Gossip, Header, Kind, Message};
+use crate::wire::{Body, CertSummary, Ext, Extensions, Gossip, GossipSection, Header, Kind, Message};
 
 /// Settings the cluster state acts on (the server fills them from its directives).
 #[derive(Clone, Debug)]
@@ -145,6 +145,12 @@ pub struct ClusterState {
     received: [u64; 10],
     /// This node's certificate, gossiped in every header.
     cert: CertSummary,
+    /// Nodes forgotten (CLUSTER FORGET, here or on a node that told us), with when they may be
+    /// added back (unix ms): gossip does not re-add them meanwhile, and every PING and PONG
+    /// tells the receiver to forget them too (Valkey's nodes blacklist).
+    forgotten: HashMap<NodeId, i64>,
+    /// When the next once-a-second ping to the longest-silent node is due (unix ms).
+    next_ping_ms: i64,
     /// Tell every node about this one now (see [`ClusterState::take_announcements`]).
     announce: bool,
 }
@@ -161,6 +167,10 @@ pub enum SetSlot {
     /// NODE: the node owns it now.
     Node(NodeId),
 }
+
+/// How long a forgotten node stays out of the table (Valkey's `cluster-blacklist-ttl`): the
+/// time an operator has to forget it on every node before gossip would bring it back.
+pub const FORGET_TTL_MS: i64 = 60_000;
 
 /// Message type names as CLUSTER INFO prints them.
 const KIND_NAMES: [&str; 10] =
@@ -196,6 +206,8 @@ impl ClusterState {
             received: [0; 10],
             cert: CertSummary::default(),
             announce: false,
+            forgotten: HashMap::new(),
+            next_ping_ms: 0,
         };
         for open in &saved.open_slots {
             match *open {
@@ -350,7 +362,7 @@ impl ClusterState {
         e.node.link_connected = true;
         let kind = if e.node.flags.has(NodeFlags::MEET) { Kind::Meet } else { Kind::Ping };
         e.node.ping_sent_ms = now;
-        Some(self.gossip_message(kind, Some(*id)))
+        Some(self.gossip_message(kind, Some(*id), now))
     }
 
     /// An outbound link to `id` closed or failed.
@@ -430,32 +442,45 @@ impl ClusterState {
 
     /// A PING, PONG or MEET with gossip about a few other nodes, the most recently silent
     /// first (those are where news matters), plus every node this one suspects.
-    fn gossip_message(&mut self, kind: Kind, to: Option<NodeId>) -> Message {
-        let mut candidates: Vec<&Entry> = self
-            .nodes
-            .values()
-            .filter(|e| e.node.id != self.me && Some(e.node.id) != to && !e.node.flags.has(NodeFlags::HANDSHAKE))
-            .filter(|e| !e.node.flags.has(NodeFlags::NOADDR))
-            .collect();
+    fn gossip_message(&mut self, kind: Kind, to: Option<NodeId>, now: i64) -> Message {
+        // Sized once and sorted in place: one allocation whatever the number of nodes.
+        let mut candidates: Vec<&Entry> = Vec::with_capacity(self.nodes.len());
+        candidates.extend(
+            self.nodes
+                .values()
+                .filter(|e| e.node.id != self.me && Some(e.node.id) != to && !e.node.flags.has(NodeFlags::HANDSHAKE))
+                .filter(|e| !e.node.flags.has(NodeFlags::NOADDR)),
+        );
         // Redis gossips about a tenth of the nodes, at least three; small clusters hear about
         // everyone every time.
         let wanted = (self.nodes.len() / 10).max(3);
-        candidates.sort_by_key(|e| (!e.node.flags.has(NodeFlags::PFAIL), e.node.pong_received_ms));
-        let entries = candidates
-            .into_iter()
-            .take(wanted.max(candidates_pfail(&self.nodes)))
-            .map(|e| Gossip {
+        candidates.sort_unstable_by_key(|e| (!e.node.flags.has(NodeFlags::PFAIL), e.node.pong_received_ms));
+        let wanted = wanted.max(candidates_pfail(&self.nodes));
+        let mut entries = GossipSection::with_capacity(wanted.min(candidates.len()));
+        for e in candidates.into_iter().take(wanted) {
+            entries.push(&Gossip {
                 id: e.node.id,
                 ping_sent_ms: e.node.ping_sent_ms,
                 pong_received_ms: e.node.pong_received_ms,
-                ip: e.node.ip.clone(),
+                ip: &e.node.ip,
                 port: e.node.port,
                 tls_port: e.node.tls_port,
                 bus_port: e.node.bus_port,
                 flags: e.node.flags.0,
-            })
-            .collect();
-        self.message(kind, Body::Gossip(entries))
+            });
+        }
+        let ext = self.extensions(now);
+        self.message(kind, Body::Gossip { entries, ext })
+    }
+
+    /// The ping extensions this node sends: every node it forgot and has not yet re-admitted,
+    /// with the seconds left (Valkey's `writePingExtensions`).
+    fn extensions(&self, now: i64) -> Extensions {
+        let mut ext = Extensions::default();
+        for (id, until) in self.forgotten.iter().filter(|(_, until)| **until > now) {
+            ext.push(&Ext::ForgottenNode { id: *id, ttl_secs: ((until - now) / 1000) as u64 });
+        }
+        ext
     }
 
     /// The periodic work (every 100 ms): which nodes to ping now, and failure detection.
@@ -483,21 +508,64 @@ impl ClusterState {
                 }
                 continue;
             }
-            // Ping each node about once a second (at least twice per timeout), one ping
-            // outstanding at a time; with a few nodes per cluster that is cheap.
-            let interval = (timeout / 2).clamp(1, 1000);
-            if n.ping_sent_ms == 0 && now - n.pong_received_ms >= interval {
-                let msg = self.gossip_message(Kind::Ping, Some(id));
-                if let Some(e) = self.nodes.get_mut(&id) {
-                    e.node.ping_sent_ms = now;
-                }
-                out.push((id, msg));
+            // As Valkey's clusterCron: a node not heard from for half the node timeout is
+            // pinged now (one ping outstanding at a time), so that a live node always answers
+            // before it would be suspected; the others hear from the once-a-second ping below.
+            if n.ping_sent_ms == 0 && now - n.pong_received_ms > (timeout / 2).max(1) {
+                out.push(self.ping(id, now));
             }
         }
+        // Once a second, the node heard from longest ago among those with a link and no ping
+        // outstanding (Valkey takes the oldest of five random ones; here all are looked at,
+        // which also spreads the pings evenly).
+        if now >= self.next_ping_ms {
+            self.next_ping_ms = now + 1000;
+            let oldest = self
+                .nodes
+                .values()
+                .filter(|e| e.node.id != self.me && e.node.link_connected && e.node.ping_sent_ms == 0)
+                .filter(|e| !e.node.flags.has(NodeFlags::HANDSHAKE))
+                .min_by_key(|e| e.node.pong_received_ms)
+                .map(|e| e.node.id);
+            if let Some(id) = oldest {
+                out.push(self.ping(id, now));
+            }
+        }
+        self.forgotten.retain(|_, until| *until > now);
         self.detect_failures(now);
         self.expire_fail_reports(now);
         self.update_state();
         out
+    }
+
+    /// How long the bus may wait before the next [`ClusterState::tick`] (ms, 100 to 1000):
+    /// until the next ping or failure check is due. Valkey's cron runs at 10 Hz; an idle node
+    /// here then wakes about once a second instead of ten times, while a node that is joining,
+    /// dialling, or suspects a node still ticks every 100 ms.
+    pub fn next_tick_in(&self, now: i64) -> i64 {
+        let timeout = self.cfg.node_timeout_ms.max(1);
+        let mut due = self.next_ping_ms;
+        for e in self.nodes.values().filter(|e| e.node.id != self.me) {
+            let n = &e.node;
+            if !n.link_connected || n.flags.0 & (NodeFlags::HANDSHAKE | NodeFlags::PFAIL | NodeFlags::MEET) != 0 {
+                return TICK_MIN_MS;
+            }
+            due = due.min(if n.ping_sent_ms == 0 {
+                n.pong_received_ms + (timeout / 2).max(1) + 1
+            } else {
+                n.ping_sent_ms.max(e.heard_ms) + timeout + 1
+            });
+        }
+        (due - now).clamp(TICK_MIN_MS, TICK_MAX_MS)
+    }
+
+    /// A PING to `id`, noted as outstanding.
+    fn ping(&mut self, id: NodeId, now: i64) -> (NodeId, Message) {
+        let msg = self.gossip_message(Kind::Ping, Some(id), now);
+        if let Some(e) = self.nodes.get_mut(&id) {
+            e.node.ping_sent_ms = now;
+        }
+        (id, msg)
     }
 
     /// PFAIL for nodes whose ping went unanswered past the timeout; FAIL where primaries agree.
@@ -638,11 +706,12 @@ impl ClusterState {
         if !known {
             if msg.kind != Kind::Meet {
                 // Only a MEET introduces a node; anything else from a stranger is ignored
-                // (Valkey drops it too), and its link closed.
-                out.close = link_node.is_none() && msg.kind != Kind::Ping;
+                // (Valkey drops it too), and its link closed. An outbound link whose node is
+                // a stranger now was to a node forgotten since: closed too.
+                out.close = link_node.is_some() || msg.kind != Kind::Ping;
                 if msg.kind == Kind::Ping {
                     // Answer, so the sender's handshake completes if it met us.
-                    out.reply.push(self.gossip_message(Kind::Pong, None));
+                    out.reply.push(self.gossip_message(Kind::Pong, None, now));
                 }
                 return out;
             }
@@ -675,9 +744,11 @@ impl ClusterState {
         }
         let newer_owner = self.update_sender(&msg, peer_ip, now);
         match &msg.body {
-            Body::Gossip(entries) => {
+            Body::Gossip { entries, ext } => {
+                // Forgotten nodes first, so that the gossip after them cannot bring one back.
+                self.process_extensions(h.sender, ext, now);
                 if matches!(msg.kind, Kind::Ping | Kind::Meet) {
-                    out.reply.push(self.gossip_message(Kind::Pong, None));
+                    out.reply.push(self.gossip_message(Kind::Pong, None, now));
                 }
                 self.process_gossip(h.sender, entries, now, &mut out);
             }
@@ -739,9 +810,11 @@ impl ClusterState {
         n.human_nodename.clone_from(&h.human_nodename);
         e.cert = h.cert.clone();
         if msg.kind == Kind::Pong || msg.kind == Kind::Ping || msg.kind == Kind::Meet {
-            // Any frame proves it alive; a PONG also answers our ping.
-            n.pong_received_ms = now;
+            // Any frame proves it alive (heard_ms); only a PONG answers our ping, and counts as
+            // one received (Valkey's pong_received): a node that pings us often must still be
+            // pinged in turn, or its link from us would carry nothing.
             if msg.kind == Kind::Pong {
+                n.pong_received_ms = now;
                 n.ping_sent_ms = 0;
                 n.flags.set(NodeFlags::MEET, false);
             }
@@ -872,8 +945,25 @@ impl ClusterState {
         warn!(epoch = new, "WARNING: configEpoch collision with node {sender}. configEpoch set to {new}");
     }
 
+    /// What a PING, PONG or MEET's extensions say: nodes the sender forgot are forgotten here
+    /// too, for the time it has left, unless one is this node or its primary (Valkey's
+    /// `clusterProcessPingExtensions`).
+    fn process_extensions(&mut self, sender: NodeId, ext: &Extensions, now: i64) {
+        for e in ext.iter() {
+            let Ext::ForgottenNode { id, ttl_secs } = e else { continue };
+            if id == self.me || self.myself().primary == Some(id) || !self.nodes.contains_key(&id) {
+                continue;
+            }
+            // A peer's ttl is a claim: no longer than a forget here would last.
+            let ttl_ms = i64::try_from(ttl_secs).unwrap_or(i64::MAX).saturating_mul(1000).min(FORGET_TTL_MS);
+            info!(node_id = %id, "Node {id} forgotten, as node {sender} tells");
+            self.forgotten.insert(id, now + ttl_ms);
+            self.del_node(&id);
+        }
+    }
+
     /// Gossip about other nodes: failure reports, and nodes this one does not know yet.
-    fn process_gossip(&mut self, sender: NodeId, entries: &[Gossip], now: i64, out: &mut Outcome) {
+    fn process_gossip(&mut self, sender: NodeId, entries: &GossipSection, now: i64, out: &mut Outcome) {
         // Only primaries that serve slots vote on failures (Valkey's
         // `clusterNodeIsVotingPrimary`): a primary without slots is not counted in the quorum,
         // so its reports must not count either.
@@ -882,7 +972,7 @@ impl ClusterState {
             .get(&sender)
             .filter(|e| e.node.is_primary() && !e.node.slots.is_empty())
             .map(|e| e.node.human_nodename.clone());
-        for g in entries {
+        for g in entries.iter() {
             if g.id == self.me {
                 continue;
             }
@@ -923,8 +1013,13 @@ impl ClusterState {
                     if g.flags & (NodeFlags::NOADDR | NodeFlags::HANDSHAKE | NodeFlags::FAIL) != 0 || g.bus_port == 0 {
                         continue;
                     }
+                    // A node forgotten here stays out until its time is up, whoever still
+                    // remembers it (Valkey's clusterBlacklistExists).
+                    if self.is_forgotten(&g.id, now) {
+                        continue;
+                    }
                     let mut node = Node::new(g.id, g.flags & (NodeFlags::PRIMARY | NodeFlags::REPLICA));
-                    node.ip = g.ip.clone();
+                    node.ip = g.ip.to_owned();
                     node.port = g.port;
                     node.tls_port = g.tls_port;
                     node.bus_port = g.bus_port;
@@ -1047,25 +1142,44 @@ impl ClusterState {
         (false, mine)
     }
 
-    /// CLUSTER FORGET.
-    pub fn forget(&mut self, id: &NodeId) -> Result<(), CmdError> {
+    /// CLUSTER FORGET, as Valkey 8: the node leaves the table and may not come back from gossip
+    /// for [`FORGET_TTL_MS`], and every PING and PONG meanwhile tells the other nodes to forget
+    /// it too. A node already forgotten (maybe by gossip) is forgotten again, without error.
+    pub fn forget(&mut self, id: &NodeId, now: i64) -> Result<(), CmdError> {
+        if !self.nodes.contains_key(id) {
+            if self.is_forgotten(id, now) {
+                return Ok(());
+            }
+            return Err(format!("Unknown node {id}"));
+        }
         if *id == self.me {
             return Err("I tried hard but I can't forget myself...".into());
         }
-        if !self.nodes.contains_key(id) {
-            return Err(format!("Unknown node {id}"));
-        }
-        if self.myself().primary == Some(*id) {
+        if self.myself().primary == Some(*id) && !self.myself().is_primary() {
             return Err("Can't forget my master!".into());
         }
-        let slots: Vec<u16> = self.nodes[id].node.slots.iter().collect();
-        for s in slots {
-            self.set_owner(s, None);
+        self.forgotten.insert(*id, now + FORGET_TTL_MS);
+        self.del_node(id);
+        Ok(())
+    }
+
+    /// Whether `id` was forgotten less than its time ago.
+    fn is_forgotten(&self, id: &NodeId, now: i64) -> bool {
+        self.forgotten.get(id).is_some_and(|until| *until > now)
+    }
+
+    /// Removes a node from the table: its slots become unassigned, and its failure reports
+    /// about other nodes no longer count (Valkey's `clusterDelNode`).
+    fn del_node(&mut self, id: &NodeId) {
+        let Some(gone) = self.nodes.remove(id) else { return };
+        for s in gone.node.slots.iter() {
+            self.owners[usize::from(s)] = None;
         }
-        self.nodes.remove(id);
+        for e in self.nodes.values_mut() {
+            e.fail_reports.retain(|(reporter, _)| reporter != id);
+        }
         self.dirty = true;
         self.update_state();
-        Ok(())
     }
 
     /// CLUSTER SETSLOT, with Valkey's checks in its order. `keys_here` counts the keys this
@@ -1143,7 +1257,7 @@ impl ClusterState {
 
     /// A PONG to every node with a link, when a change must spread at once (a slot that
     /// finished importing); empty otherwise.
-    pub fn take_announcements(&mut self) -> Vec<(NodeId, Message)> {
+    pub fn take_announcements(&mut self, now: i64) -> Vec<(NodeId, Message)> {
         if !std::mem::take(&mut self.announce) {
             return Vec::new();
         }
@@ -1153,7 +1267,7 @@ impl ClusterState {
             .filter(|e| e.node.id != self.me && e.node.link_connected)
             .map(|e| e.node.id)
             .collect();
-        ids.into_iter().map(|id| (id, self.gossip_message(Kind::Pong, Some(id)))).collect()
+        ids.into_iter().map(|id| (id, self.gossip_message(Kind::Pong, Some(id), now))).collect()
     }
 
     /// CLUSTER REPLICATE (the node table's side): this node becomes a replica of `id`.
@@ -1183,6 +1297,7 @@ impl ClusterState {
         self.owners.iter_mut().for_each(|o| *o = None);
         self.migrating.clear();
         self.importing.clear();
+        self.forgotten.clear();
         me.slots = SlotSet::new();
         me.flags = NodeFlags(NodeFlags::MYSELF | NodeFlags::PRIMARY);
         me.primary = None;
@@ -1311,6 +1426,10 @@ impl ClusterState {
         if self.myself().is_primary() { Ok(()) } else { Err("Please use SETSLOT only with masters.".into()) }
     }
 }
+
+/// The shortest and longest wait between two ticks (see [`ClusterState::next_tick_in`]).
+const TICK_MIN_MS: i64 = 100;
+const TICK_MAX_MS: i64 = 1000;
 
 /// How many nodes are suspected: all of them go into every gossip section.
 fn candidates_pfail(nodes: &HashMap<NodeId, Entry>) -> usize {

@@ -303,7 +303,7 @@ fn slot_commands_follow_valkey() {
     assert_eq!(s.bump_epoch(), (false, 1));
     assert_eq!(s.set_config_epoch(5), Err("Node config epoch is already non-zero".into()));
     let me = s.myself_id();
-    assert_eq!(s.forget(&me), Err("I tried hard but I can't forget myself...".into()));
+    assert_eq!(s.forget(&me, 0), Err("I tried hard but I can't forget myself...".into()));
     s.reset(true);
     assert_ne!(s.myself_id(), me);
     assert!(s.myself().slots.is_empty() && s.current_epoch() == 0);
@@ -350,10 +350,10 @@ fn a_slot_moved_by_setslot_reaches_every_node_and_leaves_no_open_state() {
     net.nodes[1].set_slot(100, SetSlot::Node(dst), 0).unwrap();
     assert!(net.nodes[1].myself().config_epoch > before, "importing a slot takes a new epoch");
     let now = net.now;
-    for (id, msg) in net.nodes[1].take_announcements() {
+    for (id, msg) in net.nodes[1].take_announcements(now) {
         net.exchange(1, id, msg);
     }
-    assert!(net.nodes[1].take_announcements().is_empty());
+    assert!(net.nodes[1].take_announcements(now).is_empty());
     // The announcement alone moves the slot everywhere and closes the source's migration.
     assert_eq!(net.now, now);
     for i in 0..3 {
@@ -376,13 +376,14 @@ fn a_stale_slot_claim_is_answered_with_an_update_that_corrects_it() {
     let (id1, id2) = (net.id(1), net.id(2));
     let stale = {
         let n2 = &mut net.nodes[2];
-        n2.message(Kind::Ping, Body::Gossip(vec![]))
+        n2.message(Kind::Ping, Body::Gossip { entries: Default::default(), ext: Default::default() })
     };
     net.nodes[1].bump_epoch();
     let epoch1 = net.nodes[1].myself().config_epoch;
     let now = net.now;
     // Node 0 learns that node 1 serves 16383 with the newer epoch...
-    let mut claim = net.nodes[1].message(Kind::Ping, Body::Gossip(vec![]));
+    let mut claim =
+        net.nodes[1].message(Kind::Ping, Body::Gossip { entries: Default::default(), ext: Default::default() });
     claim.header.slots.insert(16383);
     net.nodes[0].receive(wire(claim), None, "127.0.0.1", None, now);
     assert_eq!(net.nodes[0].owner(16383).map(|n| n.id), Some(id1));
@@ -455,7 +456,8 @@ fn pings_and_pongs_leave_the_routing_view_alone_and_changes_do_not() {
     // A slot claimed with a newer epoch moves everywhere: every view changes once.
     net.nodes[1].bump_epoch();
     let now = net.now;
-    let mut claim = net.nodes[1].message(Kind::Ping, Body::Gossip(vec![]));
+    let mut claim =
+        net.nodes[1].message(Kind::Ping, Body::Gossip { entries: Default::default(), ext: Default::default() });
     claim.header.slots.insert(0);
     net.nodes[2].receive(wire(claim), None, "127.0.0.1", None, now);
     assert!(drain(&mut net)[2], "a slot taken");
@@ -522,7 +524,7 @@ fn a_node_met_by_another_meets_it_back_until_it_answers() {
     assert_eq!(back.kind, Kind::Meet);
     let b_id = b.myself_id();
     let mut forgetful = ClusterState::from_saved(b.saved(), settings(1));
-    let _ = forgetful.forget(&a.myself_id());
+    let _ = forgetful.forget(&a.myself_id(), now);
     let out = forgetful.receive(wire(back), None, "127.0.0.1", Some("127.0.0.1"), now);
     assert!(forgetful.node(&a.myself_id()).is_some(), "b learns a again from its MEET");
     // Once b answers, a goes back to PINGs.
@@ -584,4 +586,88 @@ fn a_deleted_slot_stays_with_its_owner_elsewhere_until_someone_claims_it() {
     net.nodes[0].add_slots(&[0]).unwrap();
     net.run(10);
     assert!(net.nodes.iter().all(|s| s.owner(0).map(|x| x.id) == Some(owner) && s.is_ok()));
+}
+
+impl Net {
+    /// [`Net::three_primaries`] and a fourth node without slots (node 3), known everywhere.
+    fn three_primaries_and_a_spare() -> Net {
+        let mut net = Net::three_primaries();
+        net.nodes.push(ClusterState::fresh(settings(3)));
+        net.down.push(false);
+        let now = net.now;
+        net.nodes[3].meet("127.0.0.1", 7000, 17000, now).unwrap();
+        assert!(net.run_until(100, |n| n.nodes.iter().all(|s| s.nodes().len() == 4)), "no join");
+        net
+    }
+
+    /// Whether node `i` knows node `of`.
+    fn knows(&self, i: usize, of: usize) -> bool {
+        self.nodes[i].node(&self.id(of)).is_some()
+    }
+}
+
+#[test]
+fn cluster_forget_answers_as_valkey() {
+    let mut net = Net::three_primaries_and_a_spare();
+    let now = net.now;
+    let (me, primary, spare) = (net.id(3), net.id(0), net.id(2));
+    let stranger = NodeId::random();
+    let s = &mut net.nodes[3];
+    assert_eq!(s.forget(&stranger, now), Err(format!("Unknown node {stranger}")));
+    assert_eq!(s.forget(&me, now), Err("I tried hard but I can't forget myself...".into()));
+    s.replicate(&primary).unwrap();
+    assert_eq!(s.forget(&primary, now), Err("Can't forget my master!".into()));
+    assert_eq!(s.forget(&spare, now), Ok(()));
+    assert!(s.node(&spare).is_none());
+    // Forgotten, it is known to be: forgetting it again (maybe after gossip did) is fine, until
+    // its minute is up.
+    assert_eq!(s.forget(&spare, now + FORGET_TTL_MS - 1), Ok(()));
+    s.tick(now + FORGET_TTL_MS);
+    assert_eq!(s.forget(&spare, now + FORGET_TTL_MS), Err(format!("Unknown node {spare}")));
+}
+
+#[test]
+fn a_forgotten_node_is_not_added_back_by_gossip_until_its_minute_is_up() {
+    let mut net = Net::three_primaries_and_a_spare();
+    let now = net.now;
+    let spare = net.id(3);
+    // Node 1 still knows the spare and gossips about it (a PING made before any forget).
+    let stale = net.nodes[1].gossip_message(Kind::Ping, None, now);
+    let Body::Gossip { entries, .. } = &stale.body else { panic!("{stale:?}") };
+    assert!(entries.iter().any(|g| g.id == spare), "the PING names the spare");
+    net.nodes[0].forget(&spare, now).unwrap();
+    net.nodes[0].receive(wire(stale.clone()), None, "127.0.0.1", None, now + 1000);
+    assert!(!net.knows(0, 3), "gossip brought a forgotten node back");
+    let later = now + FORGET_TTL_MS;
+    net.nodes[0].tick(later);
+    net.nodes[0].receive(wire(stale), None, "127.0.0.1", None, later);
+    assert!(net.knows(0, 3), "a minute later, gossip may add it again (Valkey's blacklist ttl)");
+}
+
+#[test]
+fn a_forget_on_one_node_spreads_to_every_node_with_the_time_left() {
+    let mut net = Net::three_primaries_and_a_spare();
+    net.run(5);
+    let (spare, started) = (net.id(3), net.now);
+    net.nodes[0].forget(&spare, started).unwrap();
+    // The spare keeps running and pinging everyone: its PINGs come from a stranger now.
+    let forgotten = |n: &Net| (0..3).all(|i| !n.knows(i, 3));
+    assert!(net.run_until(50, forgotten), "{}", net.nodes[1].nodes_text(false));
+    // Each node keeps it out for what was left of the first node's minute, and says so.
+    let ping = net.nodes[1].gossip_message(Kind::Ping, None, net.now);
+    let Body::Gossip { ext, .. } = &ping.body else { panic!("{ping:?}") };
+    let left = (started + FORGET_TTL_MS - net.now) / 1000;
+    let told: Vec<Ext<'_>> = ext.iter().collect();
+    assert!(
+        matches!(told[..], [Ext::ForgottenNode { id, ttl_secs }] if id == spare && (left - 1..=left).contains(&(ttl_secs as i64))),
+        "{told:?}"
+    );
+    // Still out after many rounds of gossip, the slots and the cluster untouched.
+    net.run(100);
+    assert!(forgotten(&net));
+    assert!(net.nodes[..3].iter().all(|s| s.is_ok() && s.nodes().len() == 3));
+    // A minute on, nobody mentions it any more.
+    net.run(((FORGET_TTL_MS + 1000) / 100) as usize);
+    let ping = net.nodes[2].gossip_message(Kind::Ping, None, net.now);
+    assert!(matches!(&ping.body, Body::Gossip { ext, .. } if ext.is_empty()), "{ping:?}");
 }

@@ -132,9 +132,10 @@ pub struct Header {
     pub cert: CertSummary,
 }
 
-/// One node as a gossip section describes it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Gossip {
+/// One node as a gossip section describes it, borrowed from the section that holds it (a
+/// PING or PONG carries a few of these per known node; none of them allocates).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Gossip<'a> {
     /// The node.
     pub id: NodeId,
     /// When the sender last pinged it (unix ms, 0: no ping outstanding).
@@ -142,7 +143,7 @@ pub struct Gossip {
     /// When the sender last heard from it (unix ms).
     pub pong_received_ms: i64,
     /// Its address.
-    pub ip: String,
+    pub ip: &'a str,
     /// Plain client port.
     pub port: u16,
     /// TLS client port.
@@ -153,11 +154,126 @@ pub struct Gossip {
     pub flags: u16,
 }
 
+/// The gossip section of a PING, PONG or MEET, kept in its wire form: entries are written
+/// into one buffer as they are pushed, and read back as borrowed [`Gossip`]s, so a section
+/// costs one allocation however many nodes it describes (an owned entry per node cost two).
+/// A decoded section was checked entry by entry before it was kept.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GossipSection {
+    count: u16,
+    raw: Vec<u8>,
+}
+
+impl GossipSection {
+    /// An empty section with room for `n` entries with short addresses.
+    pub fn with_capacity(n: usize) -> GossipSection {
+        GossipSection { count: 0, raw: Vec::with_capacity(n * (GOSSIP_MIN + 16)) }
+    }
+
+    /// Appends an entry; a section holds at most `u16::MAX` (a node gossips about a few per
+    /// message), and entries past that are left out.
+    pub fn push(&mut self, g: &Gossip<'_>) {
+        if self.count == u16::MAX {
+            return;
+        }
+        self.count += 1;
+        write_gossip(g, &mut self.raw);
+    }
+
+    /// How many entries it holds.
+    pub fn len(&self) -> usize {
+        usize::from(self.count)
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Its entries, in order.
+    pub fn iter(&self) -> impl Iterator<Item = Gossip<'_>> + '_ {
+        let mut r = Reader { buf: &self.raw };
+        // Checked when pushed or decoded: a read cannot fail, and would end the walk if it did.
+        (0..self.count).map_while(move |_| read_gossip(&mut r).ok())
+    }
+}
+
+/// A ping extension (Valkey's `clusterMsgPingExt`): optional data after a PING, PONG or MEET's
+/// gossip section, borrowed from the [`Extensions`] that hold it. A type this node does not
+/// know is kept as bytes and otherwise ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ext<'a> {
+    /// A node the sender forgot (CLUSTER FORGET), and for how many more seconds it keeps it
+    /// out of its table: the receiver forgets it too, for as long (Valkey's
+    /// `CLUSTERMSG_EXT_TYPE_FORGOTTEN_NODE`).
+    ForgottenNode {
+        /// The forgotten node.
+        id: NodeId,
+        /// Seconds left.
+        ttl_secs: u64,
+    },
+    /// `cluster-announce-client-ipv4` of the sender (Valkey's `CLUSTERMSG_EXT_TYPE_CLIENT_IPV4`).
+    ClientIpv4(&'a str),
+    /// `cluster-announce-client-ipv6` of the sender (Valkey's `CLUSTERMSG_EXT_TYPE_CLIENT_IPV6`).
+    ClientIpv6(&'a str),
+    /// A type this node does not know: its number and bytes.
+    Unknown {
+        /// The type.
+        ty: u16,
+        /// Its data.
+        data: &'a [u8],
+    },
+}
+
+impl Ext<'_> {
+    const FORGOTTEN_NODE: u16 = 1;
+    const CLIENT_IPV4: u16 = 2;
+    const CLIENT_IPV6: u16 = 3;
+}
+
+/// The ping extensions of a PING, PONG or MEET, in wire form like [`GossipSection`]. A frame
+/// without any is exactly a version 1 frame, so a node that does not know extensions still
+/// reads every frame that has none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Extensions {
+    count: u16,
+    raw: Vec<u8>,
+}
+
+impl Extensions {
+    /// Appends an extension; at most `u16::MAX` are kept (a node sends a few: one per node it
+    /// forgot in the last minute).
+    pub fn push(&mut self, e: &Ext<'_>) {
+        if self.count == u16::MAX {
+            return;
+        }
+        self.count += 1;
+        write_ext(e, &mut self.raw);
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The extensions, in the order they were written.
+    pub fn iter(&self) -> impl Iterator<Item = Ext<'_>> + '_ {
+        let mut r = Reader { buf: &self.raw };
+        // Checked when decoded: a read cannot fail, and would end the walk if it did.
+        (0..self.count).map_while(move |_| read_ext(&mut r).ok())
+    }
+}
+
 /// A message's body.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Body {
-    /// PING, PONG, MEET: a few nodes the sender knows.
-    Gossip(Vec<Gossip>),
+    /// PING, PONG, MEET: a few nodes the sender knows, and its ping extensions.
+    Gossip {
+        /// The nodes.
+        entries: GossipSection,
+        /// The extensions.
+        ext: Extensions,
+    },
     /// FAIL: the failed node.
     Fail(NodeId),
     /// UPDATE: a node's current slots and epoch.
@@ -254,16 +370,8 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Message, usize)>, WireError> {
     let header = read_header(&mut r)?;
     let body = match kind {
         Kind::Ping | Kind::Pong | Kind::Meet => {
-            let n = usize::from(r.u16()?);
-            // Each entry is at least GOSSIP_MIN bytes: the count is checked against the frame.
-            if n > r.buf.len() / GOSSIP_MIN {
-                return Err(WireError::Malformed("gossip count exceeds the frame"));
-            }
-            let mut entries = Vec::with_capacity(n);
-            for _ in 0..n {
-                entries.push(read_gossip(&mut r)?);
-            }
-            Body::Gossip(entries)
+            let entries = read_gossip_section(&mut r)?;
+            Body::Gossip { entries, ext: read_extensions(&mut r)? }
         }
         Kind::Fail => Body::Fail(r.id()?),
         Kind::Update => Body::Update { id: r.id()?, config_epoch: r.u64()?, slots: Box::new(r.slots()?) },
@@ -283,11 +391,13 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Message, usize)>, WireError> {
 pub fn encode(msg: &Message, out: &mut Vec<u8>) {
     let start = begin_frame(msg.kind, &msg.header, out);
     match &msg.body {
-        Body::Gossip(entries) => {
-            // At most u16::MAX entries; a node gossips about a few per message.
-            let n = entries.len().min(usize::from(u16::MAX));
-            out.extend_from_slice(&(n as u16).to_be_bytes());
-            entries[..n].iter().for_each(|g| write_gossip(g, out));
+        Body::Gossip { entries, ext } => {
+            out.extend_from_slice(&entries.count.to_be_bytes());
+            out.extend_from_slice(&entries.raw);
+            if !ext.is_empty() {
+                out.extend_from_slice(&ext.count.to_be_bytes());
+                out.extend_from_slice(&ext.raw);
+            }
         }
         Body::Fail(id) => out.extend_from_slice(id.as_bytes()),
         Body::Update { id, config_epoch, slots } => {
@@ -320,6 +430,20 @@ pub fn encode_publish(kind: Kind, header: &Header, channel: &[u8], message: &[u8
 /// message too large for the bus, and to allocate the frame once).
 pub fn publish_frame_len(header: &Header, channel_len: usize, message_len: usize) -> usize {
     PREFIX + header_len(header) + 4 + channel_len + 4 + message_len
+}
+
+/// The length of the frame [`encode`] makes of `msg`, so that a sender sizes its buffer once
+/// (a frame holds a 2 KiB slot bitmap: grown from empty, its buffer was reallocated ten times).
+pub fn encoded_len(msg: &Message) -> usize {
+    let body = match &msg.body {
+        Body::Gossip { entries, ext } => 2 + entries.raw.len() + if ext.is_empty() { 0 } else { 2 + ext.raw.len() },
+        Body::Fail(_) => NodeId::LEN,
+        Body::Update { .. } => NodeId::LEN + 8 + SlotSet::BYTES,
+        Body::Publish { channel, message } => 4 + channel.len() + 4 + message.len(),
+        Body::AuthRequest { .. } => 1,
+        Body::Empty => 0,
+    };
+    PREFIX + header_len(&msg.header) + body
 }
 
 /// The bytes [`write_header`] writes for `h`; kept beside it, and checked against it by the
@@ -427,12 +551,37 @@ fn write_header(h: &Header, out: &mut Vec<u8>) {
     out.extend_from_slice(&h.cert.ca_not_after.to_be_bytes());
 }
 
-fn read_gossip(r: &mut Reader<'_>) -> Result<Gossip, WireError> {
+/// A gossip section: its count, checked against the frame before anything is allocated, then
+/// every entry, checked once and kept in wire form.
+fn read_gossip_section(r: &mut Reader<'_>) -> Result<GossipSection, WireError> {
+    let count = r.u16()?;
+    // Each entry is at least GOSSIP_MIN bytes: the count is checked against the frame.
+    if usize::from(count) > r.buf.len() / GOSSIP_MIN {
+        return Err(WireError::Malformed("gossip count exceeds the frame"));
+    }
+    Ok(GossipSection { count, raw: checked_items(r, count, read_gossip)? })
+}
+
+/// The bytes of `count` items, each checked by `read`, for a section that keeps them in wire
+/// form.
+fn checked_items<'a, T>(
+    r: &mut Reader<'a>,
+    count: u16,
+    read: fn(&mut Reader<'a>) -> Result<T, WireError>,
+) -> Result<Vec<u8>, WireError> {
+    let start = r.buf;
+    for _ in 0..count {
+        read(r)?;
+    }
+    Ok(start[..start.len() - r.buf.len()].to_vec())
+}
+
+fn read_gossip<'a>(r: &mut Reader<'a>) -> Result<Gossip<'a>, WireError> {
     Ok(Gossip {
         id: r.id()?,
         ping_sent_ms: r.u64()? as i64,
         pong_received_ms: r.u64()? as i64,
-        ip: r.text8()?,
+        ip: r.str8()?,
         port: r.u16()?,
         tls_port: r.u16()?,
         bus_port: r.u16()?,
@@ -440,14 +589,66 @@ fn read_gossip(r: &mut Reader<'_>) -> Result<Gossip, WireError> {
     })
 }
 
-fn write_gossip(g: &Gossip, out: &mut Vec<u8>) {
+fn write_gossip(g: &Gossip<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(g.id.as_bytes());
     out.extend_from_slice(&g.ping_sent_ms.to_be_bytes());
     out.extend_from_slice(&g.pong_received_ms.to_be_bytes());
-    put_text8(out, &g.ip);
+    put_text8(out, g.ip);
     for v in [g.port, g.tls_port, g.bus_port, g.flags] {
         out.extend_from_slice(&v.to_be_bytes());
     }
+}
+
+/// The extensions after a gossip section: nothing at all when there are none (a version 1
+/// frame), else a count (at least one, so that every message has one encoding), then per
+/// extension its type, the length of its data and the data. Each is checked once and kept in
+/// wire form, so the memory they take is what the frame holds.
+fn read_extensions(r: &mut Reader<'_>) -> Result<Extensions, WireError> {
+    if r.buf.is_empty() {
+        return Ok(Extensions::default());
+    }
+    let count = r.u16()?;
+    if count == 0 {
+        return Err(WireError::Malformed("an empty extension section"));
+    }
+    Ok(Extensions { count, raw: checked_items(r, count, read_ext)? })
+}
+
+fn read_ext<'a>(r: &mut Reader<'a>) -> Result<Ext<'a>, WireError> {
+    let ty = r.u16()?;
+    let mut data = Reader { buf: r.blob32()? };
+    let ext = match ty {
+        Ext::FORGOTTEN_NODE => Ext::ForgottenNode { id: data.id()?, ttl_secs: data.u64()? },
+        Ext::CLIENT_IPV4 => Ext::ClientIpv4(data.str8()?),
+        Ext::CLIENT_IPV6 => Ext::ClientIpv6(data.str8()?),
+        _ => Ext::Unknown { ty, data: data.take(data.buf.len())? },
+    };
+    if !data.buf.is_empty() {
+        return Err(WireError::Malformed("bytes after an extension's data"));
+    }
+    Ok(ext)
+}
+
+fn write_ext(e: &Ext<'_>, out: &mut Vec<u8>) {
+    let ty = match e {
+        Ext::ForgottenNode { .. } => Ext::FORGOTTEN_NODE,
+        Ext::ClientIpv4(_) => Ext::CLIENT_IPV4,
+        Ext::ClientIpv6(_) => Ext::CLIENT_IPV6,
+        Ext::Unknown { ty, .. } => *ty,
+    };
+    out.extend_from_slice(&ty.to_be_bytes());
+    let len_at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    match e {
+        Ext::ForgottenNode { id, ttl_secs } => {
+            out.extend_from_slice(id.as_bytes());
+            out.extend_from_slice(&ttl_secs.to_be_bytes());
+        }
+        Ext::ClientIpv4(ip) | Ext::ClientIpv6(ip) => put_text8(out, ip),
+        Ext::Unknown { data, .. } => out.extend_from_slice(data),
+    }
+    let len = (out.len() - len_at - 4) as u32;
+    out[len_at..len_at + 4].copy_from_slice(&len.to_be_bytes());
 }
 
 /// A short text: one length byte, then at most 255 bytes (longer text is cut at a character
@@ -530,9 +731,13 @@ impl<'a> Reader<'a> {
     }
 
     fn text8(&mut self) -> Result<String, WireError> {
+        self.str8().map(str::to_owned)
+    }
+
+    fn str8(&mut self) -> Result<&'a str, WireError> {
         let n = usize::from(self.u8()?);
         let raw = self.take(n)?;
-        String::from_utf8(raw.to_vec()).map_err(|_| WireError::Malformed("text is not UTF-8"))
+        std::str::from_utf8(raw).map_err(|_| WireError::Malformed("text is not UTF-8"))
     }
 
     fn blob32(&mut self) -> Result<&'a [u8], WireError> {
@@ -584,17 +789,21 @@ mod tests {
             id: NodeId::random(),
             ping_sent_ms: 0,
             pong_received_ms: 1_796_006_954_000,
-            ip: "10.0.0.2".into(),
+            ip: "10.0.0.2",
             port: 7001,
             tls_port: 0,
             bus_port: 17001,
             flags: crate::NodeFlags::REPLICA | crate::NodeFlags::PFAIL,
         };
+        let (mut one, mut two) = (GossipSection::default(), GossipSection::with_capacity(2));
+        one.push(&g);
+        two.push(&g);
+        two.push(&g);
         let m = |kind, body| Message { kind, header: h.clone(), body };
         vec![
-            m(Kind::Ping, Body::Gossip(vec![g.clone(), g.clone()])),
-            m(Kind::Pong, Body::Gossip(vec![])),
-            m(Kind::Meet, Body::Gossip(vec![g])),
+            m(Kind::Ping, Body::Gossip { entries: two, ext: Extensions::default() }),
+            m(Kind::Pong, Body::Gossip { entries: GossipSection::default(), ext: extensions() }),
+            m(Kind::Meet, Body::Gossip { entries: one, ext: Extensions::default() }),
             m(Kind::Fail, Body::Fail(NodeId::random())),
             m(Kind::Update, Body::Update { id: NodeId::random(), config_epoch: 9, slots: Box::new(SlotSet::full()) }),
             m(Kind::Publish, Body::Publish { channel: b"news".to_vec(), message: b"hello".to_vec() }),
@@ -605,11 +814,71 @@ mod tests {
         ]
     }
 
+    /// One extension of every type, and one of a type nobody knows yet.
+    fn extensions() -> Extensions {
+        let mut ext = Extensions::default();
+        for e in [
+            Ext::ForgottenNode { id: NodeId::random(), ttl_secs: 59 },
+            Ext::ClientIpv4("192.0.2.1"),
+            Ext::ClientIpv6("2001:db8::1"),
+            Ext::Unknown { ty: 999, data: &[1, 2, 3] },
+        ] {
+            ext.push(&e);
+        }
+        ext
+    }
+
+    #[test]
+    fn a_gossip_section_reads_back_what_was_pushed() {
+        let Body::Gossip { entries, .. } = &samples()[0].body else { panic!("a PING") };
+        assert_eq!(entries.len(), 2);
+        let seen: Vec<Gossip<'_>> = entries.iter().collect();
+        assert_eq!(seen[0], seen[1]);
+        assert_eq!((seen[0].ip, seen[0].port, seen[0].pong_received_ms), ("10.0.0.2", 7001, 1_796_006_954_000));
+        assert!(GossipSection::default().is_empty() && GossipSection::default().iter().next().is_none());
+    }
+
+    #[test]
+    fn a_frame_without_extensions_is_a_version_1_frame_and_extensions_are_checked() {
+        // A PONG with extensions is its version 1 bytes plus the extension section.
+        let with = &samples()[1];
+        let Body::Gossip { entries, .. } = &with.body else { panic!("a PONG") };
+        let without =
+            Message { body: Body::Gossip { entries: entries.clone(), ext: Extensions::default() }, ..with.clone() };
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        encode(with, &mut a);
+        encode(&without, &mut b);
+        assert_eq!(a[8..b.len()], b[8..]);
+        assert_eq!(u16::from_be_bytes([a[b.len()], a[b.len() + 1]]), 4);
+        // An empty section is written as none at all, so one with a count of 0 is refused.
+        let mut empty = b.clone();
+        empty.extend_from_slice(&[0, 0]);
+        empty[..4].copy_from_slice(&(b.len() as u32 + 2).to_be_bytes());
+        assert_eq!(decode(&empty), Err(WireError::Malformed("an empty extension section")));
+        // A count larger than the frame holds, data running past the frame, and a forgotten
+        // node whose data is longer than an id and a ttl.
+        let refuse = |tail: &[u8]| {
+            let mut bad = b.clone();
+            bad.extend_from_slice(tail);
+            let len = bad.len() as u32;
+            bad[..4].copy_from_slice(&len.to_be_bytes());
+            assert!(matches!(decode(&bad), Err(WireError::Malformed(_))), "{tail:?}");
+        };
+        refuse(&[0, 9, 0, 2, 0, 0, 0, 0]);
+        refuse(&[0, 1, 0, 2, 0, 0, 0, 9, 1]);
+        let mut long = vec![0, 1, 0, 1, 0, 0, 0, 49];
+        long.extend_from_slice(NodeId::random().as_bytes());
+        long.extend_from_slice(&[0; 9]);
+        refuse(&long);
+        refuse(&[0, 1, 0, 2, 0, 0, 0, 2, 1, 0xff]);
+    }
+
     #[test]
     fn every_message_round_trips_and_arrives_in_pieces() {
         for msg in samples() {
             let mut buf = Vec::new();
             encode(&msg, &mut buf);
+            assert_eq!(encoded_len(&msg), buf.len(), "{:?}", msg.kind);
             assert_eq!(decode(&buf), Ok(Some((msg.clone(), buf.len()))), "{:?}", msg.kind);
             for cut in [0, 3, 4, 10, buf.len() - 1] {
                 assert_eq!(decode(&buf[..cut]), Ok(None), "{:?} cut at {cut}", msg.kind);
@@ -679,9 +948,16 @@ mod tests {
         let mut short = buf[..buf.len() - 1].to_vec();
         short[..4].copy_from_slice(&((buf.len() - 1) as u32).to_be_bytes());
         assert!(matches!(decode(&short), Err(WireError::Malformed(_))));
+        // (After a gossip section, more bytes are extensions: one byte cannot be their count.)
         let mut long = buf.clone();
         long.push(0);
         long[..4].copy_from_slice(&(buf.len() as u32 + 1).to_be_bytes());
-        assert_eq!(decode(&long), Err(WireError::Malformed("bytes after the body")));
+        assert_eq!(decode(&long), Err(WireError::Malformed("field runs past the frame")));
+        let mut fail = Vec::new();
+        encode(&samples()[3], &mut fail);
+        fail.push(0);
+        let len = fail.len() as u32;
+        fail[..4].copy_from_slice(&len.to_be_bytes());
+        assert_eq!(decode(&fail), Err(WireError::Malformed("bytes after the body")));
     }
 }

@@ -15,7 +15,8 @@
 //!
 //! [`PeakAlloc`] is a global allocator that records the peak bytes allocated by the current
 //! thread, so a target can assert that one input never costs more memory than its size
-//! justifies (a declared length must not turn into an allocation).
+//! justifies (a declared length must not turn into an allocation), and counts its allocations
+//! ([`allocs_during`]), so a test can show what a path allocates.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -31,6 +32,12 @@ thread_local! {
     // would recurse into the allocator).
     static LIVE: Cell<isize> = const { Cell::new(0) };
     static PEAK: Cell<isize> = const { Cell::new(0) };
+    static COUNT: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Counts one allocation (or reallocation) on the current thread.
+fn count_one() {
+    let _ = COUNT.try_with(|c| c.set(c.get() + 1));
 }
 
 fn account(delta: isize) {
@@ -55,6 +62,7 @@ unsafe impl GlobalAlloc for PeakAlloc {
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
             account(layout.size() as isize);
+            count_one();
         }
         p
     }
@@ -70,6 +78,7 @@ unsafe impl GlobalAlloc for PeakAlloc {
         let p = unsafe { System.alloc_zeroed(layout) };
         if !p.is_null() {
             account(layout.size() as isize);
+            count_one();
         }
         p
     }
@@ -80,6 +89,7 @@ unsafe impl GlobalAlloc for PeakAlloc {
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if !p.is_null() {
             account(new_size as isize - layout.size() as isize);
+            count_one();
         }
         p
     }
@@ -94,6 +104,14 @@ pub fn peak_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
     let out = f();
     let peak = PEAK.with(Cell::get);
     (out, (peak - base).max(0) as usize)
+}
+
+/// Runs `f` and returns its result with how many allocations and reallocations the current
+/// thread made while it ran. Needs [`PeakAlloc`] as the global allocator (otherwise always 0).
+pub fn allocs_during<T>(f: impl FnOnce() -> T) -> (T, u64) {
+    let base = COUNT.with(Cell::get);
+    let out = f();
+    (out, COUNT.with(Cell::get) - base)
 }
 
 /// How many inputs a target tries, and from which seed.

@@ -320,7 +320,7 @@ fn setslot(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) ->
 
 fn forget(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
     let id = node_arg(args.get(2))?;
-    change(srv, out, |st| st.forget(&id))
+    change(srv, out, |st| st.forget(&id, hotkv_cluster::bus::now_ms()))
 }
 
 fn help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
