@@ -43,6 +43,7 @@ mod protocol;
 mod pubsub;
 mod python;
 mod redis_cli;
+mod resharding;
 mod resp3;
 mod scan;
 mod strings;

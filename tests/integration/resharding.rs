@@ -1,0 +1,207 @@
+//! Moving data: MIGRATE between standalone nodes with Valkey's replies, and
+//! `redis-cli --cluster reshard` moving 2000 slots back and forth while clients write, after
+//! which every acknowledged write reads back, counters count each acknowledged INCR exactly
+//! once, every slot has one owner that every node agrees on, and no node keeps a key of a
+//! slot it does not own.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use hotkv_engine::slot::key_slot;
+use hotkv_test_support::tools::{redis_cli_output, run_bounded};
+use hotkv_test_support::{Frame, RawClient, wait_for};
+
+use crate::cluster::{cluster_state, create, nodes, one_cluster_at_a_time};
+use crate::{assert_err, info, info_field, server, server_with};
+
+#[test]
+fn migrate_moves_keys_between_standalone_nodes_as_valkey_does() {
+    let (src, dst) = (server(), server_with(&[("requirepass", "pw")]));
+    let mut c = src.client();
+    let mut d = dst.client();
+    assert_eq!(d.cmd(&["AUTH", "pw"]), Frame::ok());
+    let port = dst.port().to_string();
+    let migrate = |c: &mut RawClient, rest: &[&str]| {
+        let mut argv = vec!["MIGRATE", "127.0.0.1", &port];
+        argv.extend_from_slice(rest);
+        c.cmd(&argv)
+    };
+    c.cmd(&["SET", "s", "v"]);
+    c.cmd(&["RPUSH", "l", "a", "b"]);
+    c.cmd(&["HSET", "h", "f", "1"]);
+    c.cmd(&["PEXPIRE", "h", "100000"]);
+    // Without the target's password: its refusal, word for word, and nothing deleted here.
+    let refused = migrate(&mut c, &["s", "0", "5000"]);
+    assert_eq!(refused.error_text().as_deref(), Some("ERR Target instance replied with error: NOAUTH Authentication required."));
+    assert_eq!(c.cmd(&["EXISTS", "s"]).int(), 1);
+    // Several keys, one missing, into database 3, with the password.
+    let moved = migrate(&mut c, &["", "3", "5000", "AUTH", "pw", "KEYS", "s", "l", "h", "nope"]);
+    assert_eq!(moved, Frame::ok());
+    assert_eq!(c.cmd(&["DBSIZE"]).int(), 0);
+    d.cmd(&["SELECT", "3"]);
+    assert_eq!(d.cmd(&["GET", "s"]), Frame::bulk("v"));
+    assert_eq!(d.cmd(&["LRANGE", "l", "0", "-1"]).items(), [Frame::bulk("a"), Frame::bulk("b")]);
+    let ttl = d.cmd(&["PTTL", "h"]).int();
+    assert!(ttl > 90_000 && ttl <= 100_000, "{ttl}");
+    // The key exists there now: BUSYKEY unless REPLACE; COPY keeps the source.
+    c.cmd(&["SET", "s", "w"]);
+    let busy = migrate(&mut c, &["s", "3", "5000", "AUTH", "pw"]);
+    assert_eq!(busy.error_text().as_deref(), Some("ERR Target instance replied with error: BUSYKEY Target key name already exists."));
+    assert_eq!(migrate(&mut c, &["s", "3", "5000", "AUTH", "pw", "COPY", "REPLACE"]), Frame::ok());
+    assert_eq!(c.cmd(&["GET", "s"]), Frame::bulk("w"));
+    assert_eq!(d.cmd(&["GET", "s"]), Frame::bulk("w"));
+    assert_eq!(migrate(&mut c, &["gone", "0", "5000"]), Frame::simple("NOKEY"));
+    // One cached connection to the target, as INFO says.
+    assert_eq!(info_field(&info(&mut c, "stats"), "migrate_cached_sockets").as_deref(), Some("1"));
+    // Nobody listening: Valkey's IOERR, and the key stays.
+    let closed = hotkv_test_support::free_port().to_string();
+    let ioerr = c.cmd(&["MIGRATE", "127.0.0.1", &closed, "s", "0", "500"]);
+    assert_err(&ioerr, "IOERR error or timeout connecting to the client");
+    assert_eq!(c.cmd(&["EXISTS", "s"]).int(), 1);
+    // Inside a transaction it fails alone: it cannot wait on the target holding the locks.
+    c.cmd(&["MULTI"]);
+    c.cmd(&["MIGRATE", "127.0.0.1", &port, "s", "0", "500"]);
+    c.cmd(&["SET", "t", "1"]);
+    let exec = c.cmd(&["EXEC"]);
+    assert!(exec.items()[0].is_error() && exec.items()[1] == Frame::ok(), "{exec:?}");
+}
+
+/// A cluster client that follows MOVED, ASK and TRYAGAIN, as cluster clients do.
+struct ClusterConn {
+    conns: HashMap<u16, RawClient>,
+    slots: HashMap<u16, u16>,
+    home: u16,
+}
+
+impl ClusterConn {
+    fn new(home: u16) -> ClusterConn {
+        ClusterConn { conns: HashMap::new(), slots: HashMap::new(), home }
+    }
+
+    fn conn(&mut self, port: u16) -> &mut RawClient {
+        self.conns.entry(port).or_insert_with(|| {
+            let mut c = RawClient::connect(port);
+            c.set_timeout(Duration::from_secs(30));
+            c
+        })
+    }
+
+    fn redirect(err: &str) -> Option<(u16, u16)> {
+        let mut parts = err.split(' ');
+        let _kind = parts.next()?;
+        let slot = parts.next()?.parse().ok()?;
+        let port = parts.next()?.rsplit(':').next()?.parse().ok()?;
+        Some((slot, port))
+    }
+
+    /// Runs `argv` (its key at 1) until a node answers it for real.
+    fn run(&mut self, argv: &[&str]) -> Frame {
+        let slot = key_slot(argv[1].as_bytes());
+        let mut asking: Option<u16> = None;
+        for _ in 0..1000 {
+            let port = asking.unwrap_or_else(|| *self.slots.get(&slot).unwrap_or(&self.home));
+            let conn = self.conn(port);
+            if asking.take().is_some() {
+                assert_eq!(conn.cmd(&["ASKING"]), Frame::ok());
+            }
+            let reply = conn.cmd(argv);
+            let Some(err) = reply.error_text() else { return reply };
+            if err.starts_with("MOVED ") {
+                let (s, p) = Self::redirect(&err).expect("MOVED slot host:port");
+                self.slots.insert(s, p);
+            } else if err.starts_with("ASK ") {
+                asking = Some(Self::redirect(&err).expect("ASK slot host:port").1);
+            } else if err.starts_with("TRYAGAIN") {
+                std::thread::sleep(Duration::from_millis(5));
+            } else {
+                return reply;
+            }
+        }
+        panic!("{argv:?} redirected 1000 times");
+    }
+}
+
+fn reshard(at: &str, from: &str, to: &str) -> String {
+    let mut cmd = std::process::Command::new("redis-cli");
+    cmd.args(["--cluster", "reshard", at, "--cluster-from", from, "--cluster-to", to]);
+    cmd.args(["--cluster-slots", "2000", "--cluster-yes"]);
+    let out = run_bounded(&mut cmd, None, Duration::from_secs(400));
+    assert!(out.stdout.contains("Moving slot "), "{}\n{}", out.stdout, out.stderr);
+    out.stdout
+}
+
+#[test]
+fn reshard_moves_2000_slots_back_and_forth_while_clients_write_and_nothing_is_lost() {
+    let _alone = one_cluster_at_a_time();
+    let ns = nodes(3, &[]);
+    create(&ns, 0);
+    assert!(wait_for(|| ns.iter().all(|n| cluster_state(n) == "ok"), Duration::from_secs(20)));
+    let home = ns[0].port();
+    let mut loader = ClusterConn::new(home);
+    for i in 0..1000 {
+        assert_eq!(loader.run(&["SET", &format!("pre:{i}"), &i.to_string()]), Frame::ok());
+    }
+    let ids: Vec<String> = ns.iter().map(|n| n.cmd(&["CLUSTER", "MYID"]).text()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    // Four writers, each with its own keys and counter; a write counts once acknowledged.
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut c = ClusterConn::new(home);
+                let (mut sets, mut incrs) = (0usize, 0i64);
+                while !stop.load(Ordering::Relaxed) {
+                    let key = format!("w{w}:{sets}");
+                    assert_eq!(c.run(&["SET", &key, &sets.to_string()]), Frame::ok(), "{key}");
+                    sets += 1;
+                    let counter = format!("counter:{w}:{}", sets % 50);
+                    assert!(c.run(&["INCR", &counter]).int() > 0);
+                    incrs += 1;
+                    // Reads of earlier writes, through the same redirects.
+                    let old = format!("w{w}:{}", sets / 2);
+                    assert_eq!(c.run(&["GET", &old]), Frame::bulk((sets / 2).to_string()), "{old}");
+                }
+                (sets, incrs)
+            })
+        })
+        .collect();
+    let at = format!("127.0.0.1:{home}");
+    reshard(&at, &ids[0], &ids[1]);
+    reshard(&at, &ids[1], &ids[0]);
+    stop.store(true, Ordering::Relaxed);
+    let done: Vec<(usize, i64)> = writers.into_iter().map(|h| h.join().expect("writer")).collect();
+
+    // Every acknowledged write reads back; every acknowledged INCR counted exactly once.
+    let mut c = ClusterConn::new(home);
+    for i in 0..1000 {
+        assert_eq!(c.run(&["GET", &format!("pre:{i}")]), Frame::bulk(i.to_string()));
+    }
+    let mut keys = 1000;
+    for (w, (sets, incrs)) in done.iter().enumerate() {
+        assert!(*sets > 0);
+        for i in 0..*sets {
+            assert_eq!(c.run(&["GET", &format!("w{w}:{i}")]), Frame::bulk(i.to_string()), "w{w}:{i}");
+        }
+        let counted: i64 = (0..50)
+            .map(|k| c.run(&["GET", &format!("counter:{w}:{k}")]))
+            .filter(|f| !f.is_null())
+            .map(|f| f.text().parse::<i64>().unwrap())
+            .sum();
+        assert_eq!(counted, *incrs, "writer {w}");
+        keys += sets + (*incrs as usize).min(50);
+    }
+    // No key on a node that does not own its slot: the keys above are all there are, and
+    // each was read from its owner.
+    let total: i64 = ns.iter().map(|n| n.cmd(&["DBSIZE"]).int()).sum();
+    assert_eq!(total as usize, keys);
+    let check = redis_cli_output(home, &["--cluster", "check", &at], None).stdout;
+    assert!(check.contains("[OK] All nodes agree about slots configuration."), "{check}");
+    assert!(check.contains("[OK] All 16384 slots covered."), "{check}");
+    assert!(!check.contains("[WARNING]"), "open slots left behind: {check}");
+    for n in &ns {
+        let table = n.cmd(&["CLUSTER", "NODES"]).text();
+        assert!(!table.contains('['), "migration state left: {table}");
+    }
+}
