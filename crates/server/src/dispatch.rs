@@ -150,7 +150,12 @@ fn run_checked(
     }
     plan_call(b, cmd, sess, &args, scratch, plan);
     check_auth(cmd, sess).map_err(|e| rejected(sess, e))?;
-    route(b, cmd, sess, &args, scratch).map_err(|e| redirected(b, sess, id, e))?;
+    // A command's second turn after waiting on another node was routed on its first: routing
+    // it again could answer TRYAGAIN for keys its first turn moved away, and the keys the
+    // target acknowledged would then stay here as well.
+    if scratch.resume.is_none() {
+        route(b, cmd, sess, &args, scratch).map_err(|e| redirected(b, sess, id, e))?;
+    }
     if sess.multi.is_some() && cmd.spec.flags() & flags::NO_MULTI != 0 {
         return Err(rejected(sess, CommandError::err("Command not allowed inside a transaction")));
     }
