@@ -185,6 +185,19 @@ pub const DB_HANDLE_BYTES: usize = std::mem::size_of::<OnceLock<Db>>();
 /// an idle server does not pay for 16 x 16384 tables.
 pub struct Keyspace {
     dbs: Box<[OnceLock<Db>]>,
+    in_flight: InFlight,
+}
+
+/// Keys a MIGRATE has sent and not yet settled, per database, with how many MIGRATEs hold
+/// each. While a key is here, cluster routing counts it as present on this node even if a
+/// client deleted it meanwhile, so nobody is sent to the target (ASK) for a key whose fate
+/// the MIGRATE still decides there. Changed and read only under the key's slot lock, so a
+/// routing check and a MIGRATE never see each other half done; the count spares every other
+/// check the mutex.
+#[derive(Default)]
+struct InFlight {
+    count: std::sync::atomic::AtomicUsize,
+    keys: Mutex<std::collections::HashMap<(usize, Box<[u8]>), u32>>,
 }
 
 /// Identifies a locked slot: `db * 16384 + slot`, which is also the locking order.
@@ -202,9 +215,36 @@ impl Keyspace {
     /// A keyspace with `databases` databases.
     pub fn new(databases: usize) -> Keyspace {
         let dbs: Box<[OnceLock<Db>]> = (0..databases.max(1)).map(|_| OnceLock::new()).collect();
-        let ks = Keyspace { dbs };
+        let ks = Keyspace { dbs, in_flight: InFlight::default() };
         ks.db(0);
         ks
+    }
+
+    /// Marks `key` of `db` as sent by a MIGRATE that has not settled it (call under its
+    /// slot lock; see [`InFlight`]).
+    pub fn in_flight_add(&self, db: usize, key: &[u8]) {
+        let mut keys = self.in_flight.keys.lock();
+        *keys.entry((db, key.into())).or_insert(0) += 1;
+        self.in_flight.count.store(keys.len(), Ordering::Relaxed);
+    }
+
+    /// The MIGRATE that sent `key` of `db` settled it (call under its slot lock).
+    pub fn in_flight_remove(&self, db: usize, key: &[u8]) {
+        let mut keys = self.in_flight.keys.lock();
+        let k = (db, Box::<[u8]>::from(key));
+        if let Some(n) = keys.get_mut(&k) {
+            *n -= 1;
+            if *n == 0 {
+                keys.remove(&k);
+            }
+        }
+        self.in_flight.count.store(keys.len(), Ordering::Relaxed);
+    }
+
+    /// Whether a MIGRATE has sent `key` of `db` and not settled it yet.
+    pub fn in_flight(&self, db: usize, key: &[u8]) -> bool {
+        self.in_flight.count.load(Ordering::Relaxed) != 0
+            && self.in_flight.keys.lock().contains_key(&(db, Box::<[u8]>::from(key)))
     }
 
     /// Number of databases.

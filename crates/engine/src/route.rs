@@ -148,9 +148,11 @@ impl KeyPresence {
                 Some(first) => self.several |= **first != *key,
             }
             let table = locks.slot_ref(ks, db, k.slot);
+            // A key a MIGRATE is still settling counts as here: it is this node's to decide.
             let live = table
                 .find(key, crate::hash::key_hash(key))
-                .is_some_and(|i| table.at(i).expire().is_none_or(|when| now_ms <= when));
+                .is_some_and(|i| table.at(i).expire().is_none_or(|when| now_ms <= when))
+                || ks.in_flight(db, key);
             if live {
                 self.present += 1;
             } else {
@@ -212,6 +214,11 @@ mod tests {
         assert_eq!(count(&["GET", "{s}a"], now), (1, 0, false));
         assert_eq!(count(&["GET", "{s}old"], now), (1, 0, false));
         assert_eq!(count(&["GET", "{s}old"], now + 11), (0, 1, false), "expired is missing");
+        // A key a MIGRATE is settling is here, even once deleted.
+        t.ks.in_flight_add(0, b"{s}b");
+        assert_eq!(count(&["GET", "{s}b"], now), (1, 0, false));
+        t.ks.in_flight_remove(0, b"{s}b");
+        assert_eq!(count(&["GET", "{s}b"], now), (0, 1, false));
         // A key whose slot the set does not hold is looked at under its own lock.
         let p = plan(&["GET", "{s}a"]);
         let mut none = LockSet::empty();

@@ -142,6 +142,9 @@ fn migrate(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         out.simple("NOKEY");
         return Ok(());
     }
+    if !opts.copy {
+        hold(ctx, &ops);
+    }
     ctx.remote = Some(RemoteRequest::Migrate(MigrateRequest {
         host: String::from_utf8_lossy(args.get(1)).into_owned(),
         port: String::from_utf8_lossy(args.get(2)).into_owned(),
@@ -177,6 +180,11 @@ fn finish(
     reply: MigrateReply,
     out: &mut ReplyBuf,
 ) -> CmdResult {
+    if !opts.copy {
+        for op in &sent.ops {
+            ctx.ks.in_flight_remove(ctx.db, op.key());
+        }
+    }
     let mut again = Vec::new();
     for (op, ok) in sent.ops.iter().zip(&reply.acked) {
         let MigrateOp::Restore { key, payload: was, expire, .. } = op else { continue };
@@ -211,8 +219,18 @@ fn finish(
             again.len()
         )));
     }
+    hold(ctx, &again);
     ctx.remote = Some(RemoteRequest::Migrate(MigrateRequest { ops: again, round: sent.round + 1, ..sent }));
     Ok(())
+}
+
+/// Marks the keys of `ops` in flight until the next turn settles them: a client that deletes
+/// one meanwhile and writes it again must write it here, not on the target (ASK), where the
+/// DEL this MIGRATE will send could remove it.
+fn hold(ctx: &Ctx<'_>, ops: &[MigrateOp]) {
+    for op in ops {
+        ctx.ks.in_flight_add(ctx.db, op.key());
+    }
 }
 
 #[cfg(test)]
@@ -289,6 +307,29 @@ mod tests {
         let (out, remote) = t.resume(&argv, RemoteOutcome::Migrate(again, reply));
         assert_eq!((out.as_str(), remote), ("+OK\r\n", None));
         assert_eq!(t.run(&["exists", "c"]), ":0\r\n");
+    }
+
+    #[test]
+    fn keys_are_in_flight_from_the_first_turn_to_the_last() {
+        let mut t = TestKit::default();
+        t.run(&["set", "a", "1"]);
+        t.run(&["set", "b", "1"]);
+        let argv = ["migrate", "h", "7", "", "0", "100", "KEYS", "a", "b"];
+        let (_, remote) = t.run_remote(&argv);
+        assert!(t.ks.in_flight(0, b"a") && t.ks.in_flight(0, b"b"));
+        t.run(&["del", "b"]);
+        let Some(RemoteRequest::Migrate(req)) = remote else { panic!() };
+        let (_, again) = t.resume(&argv, RemoteOutcome::Migrate(req, MigrateReply { acked: vec![true, true], error: None }));
+        // a is settled; b, deleted meanwhile, stays in flight until its DEL reaches the target.
+        assert!(!t.ks.in_flight(0, b"a") && t.ks.in_flight(0, b"b"));
+        let Some(RemoteRequest::Migrate(req)) = again else { panic!() };
+        let (out, _) = t.resume(&argv, RemoteOutcome::Migrate(req, MigrateReply { acked: vec![true], error: None }));
+        assert_eq!(out, "+OK\r\n");
+        assert!(!t.ks.in_flight(0, b"b"));
+        // COPY leaves the keys here: nothing to hold.
+        t.run(&["set", "c", "1"]);
+        let (_, remote) = t.run_remote(&["migrate", "h", "7", "c", "0", "100", "COPY"]);
+        assert!(remote.is_some() && !t.ks.in_flight(0, b"c"));
     }
 
     #[test]
