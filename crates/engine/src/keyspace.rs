@@ -197,8 +197,11 @@ pub struct Keyspace {
 #[derive(Default)]
 struct InFlight {
     count: std::sync::atomic::AtomicUsize,
-    keys: Mutex<std::collections::HashMap<(usize, Box<[u8]>), u32>>,
+    keys: Mutex<std::collections::HashMap<InFlightKey, u32>>,
 }
+
+/// A key in flight: its database and name.
+type InFlightKey = (usize, Box<[u8]>);
 
 /// Identifies a locked slot: `db * 16384 + slot`, which is also the locking order.
 pub type LockId = u32;
