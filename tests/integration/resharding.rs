@@ -244,3 +244,102 @@ fn reshard_moves_2000_slots_back_and_forth_while_clients_write_and_nothing_is_lo
         assert!(!table.contains('['), "migration state left: {table}");
     }
 }
+
+/// `redis-cli --cluster` with `args`, bounded; its stdout, which must not report an error.
+fn tool(args: &[&str]) -> String {
+    let mut cmd = std::process::Command::new("redis-cli");
+    cmd.arg("--cluster").args(args);
+    let out = run_bounded(&mut cmd, None, Duration::from_secs(300));
+    assert!(!out.stdout.contains("[ERR]"), "{args:?}:\n{}\n{}", out.stdout, out.stderr);
+    out.stdout
+}
+
+/// Waits until every node in `ns` lists `count` nodes and agrees on who serves what, as
+/// redis-cli checks before it changes anything.
+fn agreed(ns: &[&hotkv_test_support::TestServer], count: usize) -> bool {
+    wait_for(
+        || {
+            let views: Vec<Vec<String>> = ns
+                .iter()
+                .map(|n| {
+                    let table = n.cmd(&["CLUSTER", "NODES"]).text();
+                    let mut rows: Vec<String> = table
+                        .lines()
+                        .map(|l| {
+                            let f: Vec<&str> = l.split(' ').collect();
+                            format!("{} {}", f[0], f[8..].join(" "))
+                        })
+                        .collect();
+                    rows.sort();
+                    rows
+                })
+                .collect();
+            views.iter().all(|v| v.len() == count && *v == views[0])
+        },
+        Duration::from_secs(30),
+    )
+}
+
+#[test]
+fn redis_cli_adds_rebalances_removes_fixes_and_imports() {
+    let _alone = one_cluster_at_a_time();
+    let ns = nodes(5, &[]);
+    let standalone = server();
+    let addr = |n: &hotkv_test_support::TestServer| format!("127.0.0.1:{}", n.port());
+    create(&ns[..3], 0);
+    let at = addr(&ns[0]);
+    let mut c = ClusterConn::new(ns[0].port());
+    for i in 0..2000 {
+        assert_eq!(c.run(&["SET", &format!("k:{i}"), &i.to_string()]), Frame::ok());
+    }
+    let keys_in = |masters: usize, keys: usize| {
+        let check = tool(&["check", &at]);
+        assert!(check.contains(&format!("[OK] {keys} keys in {masters} masters.")), "{check}");
+        assert!(check.contains("[OK] All 16384 slots covered.") && !check.contains("[WARNING]"), "{check}");
+    };
+    // add-node as a primary, then rebalance onto it.
+    let out = tool(&["add-node", &addr(&ns[3]), &at]);
+    assert!(out.contains("[OK] New node added correctly."), "{out}");
+    assert!(agreed(&[&ns[0], &ns[1], &ns[2], &ns[3]], 4));
+    tool(&["rebalance", &at, "--cluster-use-empty-masters"]);
+    keys_in(4, 2000);
+    assert!(ns[3].cmd(&["DBSIZE"]).int() > 0);
+    // Empty it again, and remove it.
+    let id3 = ns[3].cmd(&["CLUSTER", "MYID"]).text();
+    tool(&["rebalance", &at, "--cluster-weight", &format!("{id3}=0")]);
+    assert_eq!(ns[3].cmd(&["DBSIZE"]).int(), 0);
+    let out = tool(&["del-node", &at, &id3]);
+    assert!(out.contains(">>> Sending CLUSTER FORGET messages to the cluster..."), "{out}");
+    assert!(agreed(&[&ns[0], &ns[1], &ns[2]], 3));
+    keys_in(3, 2000);
+    // A move left half done (the target importing, the source migrating, one key moved):
+    // check sees it open, fix finishes it.
+    let (id0, id1) = (ns[0].cmd(&["CLUSTER", "MYID"]).text(), ns[1].cmd(&["CLUSTER", "MYID"]).text());
+    let key = (0..2000).map(|i| format!("k:{i}")).find(|k| key_slot(k.as_bytes()) < 5000).expect("a key on node 0");
+    let slot = key_slot(key.as_bytes()).to_string();
+    assert_eq!(ns[1].cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &id0]), Frame::ok());
+    assert_eq!(ns[0].cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &id1]), Frame::ok());
+    let port1 = ns[1].port().to_string();
+    assert_eq!(ns[0].cmd(&["MIGRATE", "127.0.0.1", &port1, &key, "0", "5000"]), Frame::ok());
+    let check = redis_cli_output(ns[0].port(), &["--cluster", "check", &at], None).stdout;
+    assert!(check.contains(&format!("[WARNING] The following slots are open: {slot}.")), "{check}");
+    tool(&["fix", &at]);
+    keys_in(3, 2000);
+    assert_eq!(c.run(&["GET", &key]), Frame::bulk(key[2..].to_string()));
+    // import: the keys of a standalone server move into the cluster.
+    let mut s = standalone.client();
+    for i in 0..100 {
+        s.cmd(&["SET", &format!("imported:{i}"), &i.to_string()]);
+    }
+    tool(&["import", &at, "--cluster-from", &addr(&standalone)]);
+    assert_eq!(s.cmd(&["DBSIZE"]).int(), 0);
+    keys_in(3, 2100);
+    assert_eq!(c.run(&["GET", "imported:7"]), Frame::bulk("7"));
+    // add-node as a replica of a chosen primary.
+    let out = tool(&["add-node", &addr(&ns[4]), &at, "--cluster-slave", "--cluster-master-id", &id0]);
+    assert!(out.contains("[OK] New node added correctly."), "{out}");
+    assert!(wait_for(
+        || ns[0].cmd(&["CLUSTER", "REPLICAS", &id0]).items().len() == 1,
+        Duration::from_secs(30)
+    ));
+}
