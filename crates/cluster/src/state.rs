@@ -526,7 +526,10 @@ impl ClusterState {
     }
 
     /// Recomputes `cluster_state`: ok when every slot is served (or full coverage is not
-    /// required) and no slot's owner is FAIL.
+    /// required) and no slot's owner is FAIL, and this node reaches a majority of the primaries
+    /// that serve slots: a node cut off in a minority stops serving, as Valkey's
+    /// `clusterUpdateState` does ("we are in a minority partition"), instead of answering
+    /// for slots the majority may already have failed over.
     ///
     /// It runs on every tick, so it counts the slots of the nodes that are not FAIL, a few
     /// 2 KiB bitmaps, instead of looking up the owner of each of the 16384 slots: the sets
@@ -541,11 +544,22 @@ impl ClusterState {
                 .map(|e| e.node.slots.len())
                 .sum::<usize>()
                 == SLOTS;
+        let ok = ok && self.reaches_a_majority();
         if ok != self.ok {
             info!(state = if ok { "ok" } else { "fail" }, "Cluster state changed: {}", if ok { "ok" } else { "fail" });
             self.ok = ok;
             self.view_changed = true;
         }
+    }
+
+    /// Whether the voting primaries (those that serve slots) this node does not suspect are
+    /// a majority of them; this node counts as reachable.
+    fn reaches_a_majority(&self) -> bool {
+        let voting = self.nodes.values().filter(|e| e.node.is_primary() && !e.node.slots.is_empty());
+        let (size, unreachable) = voting.fold((0, 0), |(size, down), e| {
+            (size + 1, down + usize::from(e.node.flags.has(NodeFlags::PFAIL) || e.node.flags.has(NodeFlags::FAIL)))
+        });
+        size - unreachable > size / 2
     }
 
     /// Handles a frame that arrived on a link. `link_node` is the node an outbound link was
