@@ -149,7 +149,7 @@ struct Links {
     outbound: HashMap<NodeId, Link>,
     /// Links other nodes opened, once a frame named a node this one knows: PONGs go there.
     /// One per node, as in Valkey.
-    inbound: HashMap<NodeId, Inbound>,
+    inbound: HashMap<NodeId, Link>,
 }
 
 /// One link in the registry.
@@ -159,11 +159,7 @@ struct Link {
     /// Unix ms.
     created_ms: i64,
     serial: u64,
-}
-
-/// An inbound link in the registry, and how to close it when a newer one replaces it.
-struct Inbound {
-    link: Link,
+    /// Closes it early: an inbound link a newer one replaced, an outbound one gone silent.
     close: Arc<Notify>,
 }
 
@@ -299,7 +295,7 @@ impl Bus {
         let mut out: Vec<LinkInfo> = {
             let links = self.links.lock();
             let to = links.outbound.iter().map(|(id, l)| info(id, l, false));
-            to.chain(links.inbound.iter().map(|(id, i)| info(id, &i.link, true))).collect()
+            to.chain(links.inbound.iter().map(|(id, l)| info(id, l, true))).collect()
         };
         {
             let st = self.state.lock();
@@ -357,17 +353,35 @@ impl Bus {
                 _ = self.wake.notified() => {}
             }
             let now = now_ms();
-            let (pings, targets) = {
+            let (pings, targets, silent, timeout) = {
                 let mut st = self.state.lock();
-                (st.tick(now), st.link_targets())
+                (st.tick(now), st.link_targets(), st.silent_links(now), st.settings().node_timeout_ms)
             };
             for (id, msg) in &pings {
                 self.send_to(id, msg);
             }
+            self.close_silent(&silent, now, timeout);
             for (id, ip, port) in targets {
                 self.dial_if_needed(id, &ip, port, now);
             }
             self.after_change(false);
+        }
+    }
+
+    /// Closes the outbound links to `silent` nodes (waiting for a PONG for over half the node
+    /// timeout, with nothing at all heard from them meanwhile) that are older than the node
+    /// timeout, to be dialled again at the next tick, as Valkey's `clusterCron` does: a link
+    /// whose network lost it (a middlebox dropped its state, a partition outlived a socket)
+    /// stays open and silent forever, and the node behind it would never be heard again even
+    /// once it is reachable. The age check keeps a node that is really down from being
+    /// redialled at every tick.
+    fn close_silent(&self, silent: &[NodeId], now: i64, timeout: i64) {
+        let links = self.links.lock();
+        for id in silent {
+            if let Some(link) = links.outbound.get(id).filter(|l| now - l.created_ms > timeout) {
+                debug!(node_id = %id, "closing a silent bus link to dial again");
+                link.close.notify_one();
+            }
         }
     }
 
@@ -402,13 +416,17 @@ impl Bus {
         };
         let Some(first) = first else { return };
         let serial = self.next_serial();
-        self.links.lock().outbound.insert(id, Link { tx: tx.clone(), created_ms, serial });
+        let close = Arc::new(Notify::new());
+        self.links.lock().outbound.insert(id, Link { tx: tx.clone(), created_ms, serial, close: close.clone() });
         tx.encode_and_send(&first);
         let (reader, writer) = tokio::io::split(stream);
         let writing = tokio::spawn(write_frames(writer, rx, tx.queued.clone()));
         let mut link_id = id;
         let mut answered = false;
-        let result = self.read_frames(reader, Some(&mut link_id), addr, &mut answered).await;
+        let result = tokio::select! {
+            r = self.read_frames(reader, Some(&mut link_id), addr, &mut answered) => r,
+            _ = close.notified() => Ok(()),
+        };
         writing.abort();
         {
             let mut links = self.links.lock();
@@ -480,11 +498,11 @@ impl Bus {
                 let (reader, writer) = tokio::io::split(stream);
                 let (tx, rx) = LinkTx::channel();
                 let writing = tokio::spawn(write_frames(writer, rx, tx.queued.clone()));
-                let link = Link { tx, created_ms: now_ms(), serial: bus.next_serial() };
                 let close = Arc::new(Notify::new());
+                let link = Link { tx, created_ms: now_ms(), serial: bus.next_serial(), close: close.clone() };
                 let mut named = None;
                 let result = tokio::select! {
-                    r = bus.read_inbound(reader, &link, peer, &local, &mut named, &close) => r,
+                    r = bus.read_inbound(reader, &link, peer, &local, &mut named) => r,
                     _ = close.notified() => Ok(()),
                 };
                 if let Err(e) = result {
@@ -497,7 +515,7 @@ impl Bus {
     }
 
     /// Reads an inbound link. Once a frame names a node this one knows, the link is
-    /// registered as that node's (`named`), for CLUSTER LINKS; `close` closes it early.
+    /// registered as that node's (`named`), for CLUSTER LINKS; its `close` closes it early.
     async fn read_inbound(
         &self,
         reader: tokio::io::ReadHalf<Box<dyn BusStream>>,
@@ -505,7 +523,6 @@ impl Bus {
         peer: SocketAddr,
         local_ip: &str,
         named: &mut Option<NodeId>,
-        close: &Arc<Notify>,
     ) -> io::Result<()> {
         let peer_ip = peer.ip().to_string();
         self.frames(reader, peer, None, |bus, msg| {
@@ -517,7 +534,7 @@ impl Bus {
             };
             if named.is_none() && known && !out.close {
                 *named = Some(sender);
-                bus.name_inbound(sender, link.clone(), close.clone());
+                bus.name_inbound(sender, link.clone());
             }
             for reply in &out.reply {
                 link.tx.encode_and_send(reply);
@@ -531,8 +548,8 @@ impl Bus {
     /// Registers an inbound link as `node`'s. Valkey keeps one inbound link per node: a node
     /// that reconnected may be heard on its new link before its old one is seen to close, so
     /// the old one (most likely stale) is closed.
-    fn name_inbound(&self, node: NodeId, link: Link, close: Arc<Notify>) {
-        let old = self.links.lock().inbound.insert(node, Inbound { link, close });
+    fn name_inbound(&self, node: NodeId, link: Link) {
+        let old = self.links.lock().inbound.insert(node, link);
         if let Some(old) = old {
             debug!(node_id = %node, "replacing the inbound bus link from {node}");
             old.close.notify_one();
@@ -543,7 +560,7 @@ impl Bus {
     fn drop_inbound(&self, named: Option<NodeId>, serial: u64) {
         let Some(node) = named else { return };
         let mut links = self.links.lock();
-        if links.inbound.get(&node).is_some_and(|i| i.link.serial == serial) {
+        if links.inbound.get(&node).is_some_and(|l| l.serial == serial) {
             links.inbound.remove(&node);
         }
     }

@@ -311,8 +311,26 @@ impl ClusterState {
         let e = self.nodes.get_mut(id)?;
         e.node.link_connected = true;
         let kind = if e.node.flags.has(NodeFlags::MEET) { Kind::Meet } else { Kind::Ping };
-        e.node.ping_sent_ms = now;
+        // A ping still unanswered keeps its time: redialling must not restart the failure
+        // clock, or a node whose links are accepted then dropped would never be suspected
+        // (Valkey's clusterLinkConnectHandler keeps `old_ping_sent`).
+        if e.node.ping_sent_ms == 0 {
+            e.node.ping_sent_ms = now;
+        }
         Some(self.gossip_message(kind, Some(*id)))
+    }
+
+    /// Nodes whose outbound link is up but silent: a ping unanswered for over half the node
+    /// timeout and nothing heard from them for as long. The bus closes and redials those
+    /// links (see `Bus::close_silent`).
+    pub fn silent_links(&self, now: i64) -> Vec<NodeId> {
+        let half = self.cfg.node_timeout_ms.max(1) / 2;
+        self.nodes
+            .values()
+            .filter(|e| e.node.link_connected && e.node.ping_sent_ms != 0)
+            .filter(|e| now - e.node.ping_sent_ms > half && now - e.heard_ms > half)
+            .map(|e| e.node.id)
+            .collect()
     }
 
     /// An outbound link to `id` closed or failed.
