@@ -271,7 +271,8 @@ fn forward(shared: &Shared, id: u64, client: TcpStream) {
         }
         let Some(up) = upstream.as_ref() else { break };
         let (mut up_r, mut up_w) = (up, up);
-        if !pump(shared, id, &mut client_r, &mut up_w, &mut buf) || !pump(shared, id, &mut up_r, &mut client_w, &mut buf)
+        if !pump(shared, id, &mut client_r, &mut up_w, &mut buf)
+            || !pump(shared, id, &mut up_r, &mut client_w, &mut buf)
         {
             break;
         }
