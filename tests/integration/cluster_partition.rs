@@ -244,3 +244,42 @@ fn a_peer_that_vanishes_mid_frame_leaves_the_node_up_and_the_link_comes_back() {
     }
     assert!(ns.iter().all(|n| !n.srv.log().contains("panicked")), "{}", ns[0].srv.log());
 }
+
+#[test]
+fn debug_clusterlink_kill_closes_links_that_are_then_dialled_again() {
+    // Valkey's links test loses a message on purpose this way.
+    let _alone = one_cluster_at_a_time();
+    let ns = nodes(2, &[("enable-debug-command", "yes")]);
+    assert_eq!(ns[0].cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]), Frame::ok());
+    assert_eq!(ns[0].cmd(&["CLUSTER", "MEET", "127.0.0.1", &ns[1].port().to_string()]), Frame::ok());
+    let other = ns[1].cmd(&["CLUSTER", "MYID"]).text();
+    let link_times = |srv: &TestServer| -> Vec<(String, i64)> {
+        srv.cmd(&["CLUSTER", "LINKS"])
+            .items()
+            .iter()
+            .map(|l| (l.field("direction").unwrap().text(), l.field("create-time").unwrap().int()))
+            .collect()
+    };
+    assert!(wait_for(|| link_times(&ns[0]).len() == 2 && cluster_state(&ns[1]) == "ok", CONVERGE));
+    let before = link_times(&ns[0]);
+    crate::assert_err(
+        &ns[0].cmd(&["DEBUG", "CLUSTERLINK", "KILL", "sideways", &other]),
+        "ERR Unknown direction sideways",
+    );
+    crate::assert_err(
+        &ns[0].cmd(&["DEBUG", "CLUSTERLINK", "KILL", "to", &"a".repeat(40)]),
+        &format!("ERR Unknown node {}", "a".repeat(40)),
+    );
+    assert_eq!(ns[0].cmd(&["DEBUG", "CLUSTERLINK", "KILL", "all", &other]), Frame::ok());
+    // Both links come back, newer than the killed ones.
+    let renewed = || {
+        let now = link_times(&ns[0]);
+        now.len() == 2 && now.iter().all(|(dir, t)| before.iter().any(|(d, old)| d == dir && t > old))
+    };
+    assert!(wait_for(renewed, CONVERGE), "{before:?} -> {:?}", link_times(&ns[0]));
+    let standalone = crate::server_with(&[("enable-debug-command", "yes")]);
+    crate::assert_err(
+        &standalone.cmd(&["DEBUG", "CLUSTERLINK", "KILL", "to", &other]),
+        "ERR Debug option only available for cluster mode enabled setup!",
+    );
+}

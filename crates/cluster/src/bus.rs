@@ -305,6 +305,19 @@ impl Bus {
         out
     }
 
+    /// Closes this node's links with `node`: the one it opened (`to`), the one `node` opened
+    /// (`from`), or both, at once and before anything else is sent on them (`DEBUG CLUSTERLINK
+    /// KILL`, which Valkey's tests use to lose messages on purpose). Closed links are dialled
+    /// again as usual.
+    pub fn kill_links(&self, node: &NodeId, to: bool, from: bool) {
+        let mut links = self.links.lock();
+        let outbound = if to { links.outbound.remove(node) } else { None };
+        let inbound = if from { links.inbound.remove(node) } else { None };
+        for link in outbound.iter().chain(inbound.iter()) {
+            link.close.notify_one();
+        }
+    }
+
     fn send_to(&self, id: &NodeId, msg: &Message) {
         if let Some(link) = self.links.lock().outbound.get(id) {
             link.tx.encode_and_send(msg);

@@ -164,6 +164,7 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
             tracing::warn!("DEBUG LOG: {}", text(args.get(2)));
             out.ok();
         }
+        ("clusterlink", 5) if args.get(2).eq_ignore_ascii_case(b"kill") => cluster_link_kill(srv, &args, out)?,
         ("digest", 2) => out.simple(&hex(&dataset_digest(srv))),
         ("digest-value", _) => {
             out.array(argc - 2);
@@ -179,6 +180,28 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
         _ => return Err(subcommand_syntax_error(&args)),
     }
     Ok(Flow::Continue)
+}
+
+/// DEBUG CLUSTERLINK KILL <to|from|all> <node-id>: closes bus links with a node, as Valkey's
+/// `handleDebugClusterCommand`, with its error texts.
+fn cluster_link_kill(srv: &Server, args: &Args<'_>, out: &mut ReplyBuf) -> Result<(), CommandError> {
+    let Some(cluster) = srv.cluster.as_ref() else {
+        return Err(CommandError::err("Debug option only available for cluster mode enabled setup!"));
+    };
+    let unknown = || CommandError::err(format!("Unknown node {}", text(args.get(4))));
+    let node = hotkv_cluster::NodeId::parse(args.get(4)).ok_or_else(unknown)?;
+    if cluster.state().node(&node).is_none() {
+        return Err(unknown());
+    }
+    let (to, from) = match text(args.get(3)).to_ascii_lowercase().as_str() {
+        "to" => (true, false),
+        "from" => (false, true),
+        "all" => (true, true),
+        _ => return Err(CommandError::err(format!("Unknown direction {}", text(args.get(3))))),
+    };
+    cluster.bus.kill_links(&node, to, from);
+    out.ok();
+    Ok(())
 }
 
 /// The list settings DEBUG OBJECT reports for quicklists.
