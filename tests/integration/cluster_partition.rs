@@ -283,3 +283,32 @@ fn debug_clusterlink_kill_closes_links_that_are_then_dialled_again() {
         "ERR Debug option only available for cluster mode enabled setup!",
     );
 }
+
+#[test]
+fn a_debug_packet_filter_drops_meets_until_lifted() {
+    // Valkey's cluster-reliable-meet drives the MEET retry this way. A failed dial is retried
+    // once a second and a handshake lasts the node timeout: give it room for a few MEETs.
+    let _alone = one_cluster_at_a_time();
+    let ns = nodes(2, &[("enable-debug-command", "yes"), ("cluster-node-timeout", "8000")]);
+    let field = |srv: &TestServer, name: &str| {
+        crate::info_field(&srv.cmd(&["CLUSTER", "INFO"]).text(), name).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0)
+    };
+    assert_eq!(ns[0].cmd(&["DEBUG", "DROP-CLUSTER-PACKET-FILTER", "2"]), Frame::ok());
+    assert_eq!(ns[0].cmd(&["DEBUG", "CLOSE-CLUSTER-LINK-ON-PACKET-DROP", "1"]), Frame::ok());
+    crate::assert_err(
+        &ns[0].cmd(&["DEBUG", "DROP-CLUSTER-PACKET-FILTER", "x"]),
+        "ERR value is not an integer or out of range",
+    );
+    assert_eq!(ns[1].cmd(&["CLUSTER", "MEET", "127.0.0.1", &ns[0].port().to_string()]), Frame::ok());
+    // Every MEET is counted, dropped, and its link closed: node 0 never learns node 1.
+    assert!(wait_for(|| field(&ns[0], "cluster_stats_messages_meet_received") >= 3, CONVERGE));
+    assert_eq!(field(&ns[0], "cluster_known_nodes"), 1);
+    assert!(ns[0].log().contains("Closing link for matching packet type 2"), "{}", ns[0].log());
+    assert_eq!(ns[0].cmd(&["DEBUG", "DROP-CLUSTER-PACKET-FILTER", "-1"]), Frame::ok());
+    assert!(
+        wait_for(|| ns.iter().all(|n| field(n, "cluster_known_nodes") == 2 && !flagged(n, "handshake")), CONVERGE),
+        "{}\n{}",
+        ns[0].cmd(&["CLUSTER", "NODES"]).text(),
+        ns[1].cmd(&["CLUSTER", "NODES"]).text()
+    );
+}

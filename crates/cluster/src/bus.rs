@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -140,6 +140,11 @@ pub struct Bus {
     on_change: Box<dyn Fn(&ClusterState) + Send + Sync>,
     /// Where PUBLISH and PUBLISHSHARD messages from other nodes go.
     sink: Arc<dyn PubSubSink>,
+    /// `DEBUG DROP-CLUSTER-PACKET-FILTER`: frames of this Valkey message type are counted,
+    /// then dropped unread (-1: none, -2: all).
+    drop_filter: AtomicI64,
+    /// `DEBUG CLOSE-CLUSTER-LINK-ON-PACKET-DROP`: a dropped frame closes its link too.
+    close_on_drop: AtomicBool,
 }
 
 /// The links that are up.
@@ -219,7 +224,28 @@ impl Bus {
             wake: Notify::new(),
             on_change,
             sink,
+            drop_filter: AtomicI64::new(-1),
+            close_on_drop: AtomicBool::new(false),
         })
+    }
+
+    /// `DEBUG DROP-CLUSTER-PACKET-FILTER <type>`: drop received frames of Valkey's message type
+    /// `kind` (0 ping, 1 pong, 2 meet, ... 10 publishshard), all of them for -2, none for -1.
+    pub fn set_drop_filter(&self, kind: i64) {
+        self.drop_filter.store(kind, Ordering::Relaxed);
+    }
+
+    /// `DEBUG CLOSE-CLUSTER-LINK-ON-PACKET-DROP <0|1>`: a dropped frame closes its link.
+    pub fn set_close_on_drop(&self, on: bool) {
+        self.close_on_drop.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the drop filter takes a frame of `kind`.
+    fn filtered(&self, kind: Kind) -> bool {
+        // Valkey numbers its module message 9, so its shard publish is 10.
+        let valkey_type = if kind == Kind::PublishShard { 10 } else { kind as i64 };
+        let filter = self.drop_filter.load(Ordering::Relaxed);
+        filter == -2 || filter == valkey_type
     }
 
     /// The state, for CLUSTER commands (lock briefly; call [`Bus::changed`] after a change).
@@ -640,6 +666,16 @@ impl Bus {
                 Ok(Some((msg, used))) => {
                     sender = Some(msg.header.sender);
                     buf.drain(..used);
+                    if self.filtered(msg.kind) {
+                        // Counted as received, as Valkey counts a frame before its debug filter.
+                        self.state.lock().count_received(msg.kind);
+                        if self.close_on_drop.load(Ordering::Relaxed) {
+                            warn!("Closing link for matching packet type {}", msg.kind as u16);
+                            return Ok(());
+                        }
+                        warn!("Dropping packet that matches debug drop filter");
+                        continue;
+                    }
                     let publish = matches!(msg.kind, Kind::Publish | Kind::PublishShard);
                     let keep = handle(self, msg);
                     // A published message changes nothing the server's routing snapshot holds,

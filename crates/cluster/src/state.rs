@@ -580,6 +580,11 @@ impl ClusterState {
         size - unreachable > size / 2
     }
 
+    /// Counts a frame of `kind` received (CLUSTER INFO), also one the bus's debug filter drops.
+    pub fn count_received(&mut self, kind: Kind) {
+        self.received[kind as usize] += 1;
+    }
+
     /// Handles a frame that arrived on a link. `link_node` is the node an outbound link was
     /// opened to (None for a link another node opened); `peer_ip` the link's remote address,
     /// `local_ip` its local one.
@@ -592,7 +597,7 @@ impl ClusterState {
         now: i64,
     ) -> Outcome {
         let mut out = Outcome::default();
-        self.received[msg.kind as usize] += 1;
+        self.count_received(msg.kind);
         let h = &msg.header;
         if h.sender == self.me {
             // A link to ourselves (a MEET of our own address): nothing to learn.

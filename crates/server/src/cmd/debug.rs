@@ -164,6 +164,21 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
             tracing::warn!("DEBUG LOG: {}", text(args.get(2)));
             out.ok();
         }
+        ("drop-cluster-packet-filter", 3) => {
+            let kind = hotkv_protocol::parse_i64(args.get(2)).ok_or(CommandError::NotInteger)?;
+            if let Some(c) = srv.cluster.as_ref() {
+                c.bus.set_drop_filter(kind);
+            }
+            out.ok();
+        }
+        ("close-cluster-link-on-packet-drop", 3) => {
+            // atoi semantics, as Valkey: what does not parse is 0.
+            let on = hotkv_protocol::parse_i64(args.get(2)).unwrap_or(0) != 0;
+            if let Some(c) = srv.cluster.as_ref() {
+                c.bus.set_close_on_drop(on);
+            }
+            out.ok();
+        }
         ("clusterlink", 5) if args.get(2).eq_ignore_ascii_case(b"kill") => cluster_link_kill(srv, &args, out)?,
         ("digest", 2) => out.simple(&hex(&dataset_digest(srv))),
         ("digest-value", _) => {
