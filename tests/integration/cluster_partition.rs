@@ -312,3 +312,49 @@ fn a_debug_packet_filter_drops_meets_until_lifted() {
         ns[1].cmd(&["CLUSTER", "NODES"]).text()
     );
 }
+
+#[test]
+fn a_link_to_a_peer_that_stops_reading_is_closed_past_the_send_buffer_limit() {
+    // Valkey's links test "Disconnect link when send buffer limit reached".
+    let _alone = one_cluster_at_a_time();
+    let ns = nodes(2, &[]);
+    assert_eq!(ns[0].cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]), Frame::ok());
+    assert_eq!(ns[0].cmd(&["CLUSTER", "MEET", "127.0.0.1", &ns[1].port().to_string()]), Frame::ok());
+    let links = |srv: &TestServer| srv.cmd(&["CLUSTER", "LINKS"]).items().len();
+    let exceeded = |srv: &TestServer| {
+        crate::info_field(&srv.cmd(&["CLUSTER", "INFO"]).text(), "total_cluster_links_buffer_limit_exceeded")
+            .and_then(|v| v.parse::<i64>().ok())
+            .expect("the counter is in CLUSTER INFO")
+    };
+    let link_mem = |srv: &TestServer| {
+        let text = crate::info(&mut srv.client(), "memory");
+        crate::info_num(&text, "mem_cluster_links")
+    };
+    assert!(wait_for(|| links(&ns[0]) == 2 && cluster_state(&ns[1]) == "ok", CONVERGE));
+    assert!(link_mem(&ns[0]) > 0);
+    assert_eq!(exceeded(&ns[0]), 0);
+    // A peer that stops reading, and a node timeout long enough that only the limit acts.
+    assert_eq!(ns[0].cmd(&["CONFIG", "SET", "cluster-node-timeout", "3600000"]), Frame::ok());
+    assert_eq!(ns[0].cmd(&["CONFIG", "SET", "cluster-link-sendbuf-limit", "262144"]), Frame::ok());
+    let signal = |sig: &str| {
+        let status = std::process::Command::new("kill").args([sig, &ns[1].pid().to_string()]).status().unwrap();
+        assert!(status.success());
+    };
+    signal("-STOP");
+    let payload = "x".repeat(128 * 1024);
+    let mut c = ns[0].client();
+    // The kernel's buffers fill first; a few MB at most.
+    let freed = (0..200).any(|_| {
+        assert!(!c.cmd(&["PUBLISH", "ch", &payload]).is_error());
+        wait_for(|| exceeded(&ns[0]) >= 1, Duration::from_millis(20))
+    });
+    signal("-CONT");
+    assert!(freed, "no link was closed past the limit");
+    // Dialled again; memory back to the links' fixed cost once the queue is gone.
+    assert_eq!(ns[0].cmd(&["CONFIG", "SET", "cluster-link-sendbuf-limit", "0"]), Frame::ok());
+    assert!(wait_for(|| links(&ns[0]) == 2 && link_mem(&ns[0]) < 64 * 1024, CONVERGE), "{}", link_mem(&ns[0]));
+    // A one-byte limit closes every link, as in Valkey (its tests reset links this way).
+    let before = exceeded(&ns[0]);
+    assert_eq!(ns[0].cmd(&["CONFIG", "SET", "cluster-link-sendbuf-limit", "1"]), Frame::ok());
+    assert!(wait_for(|| exceeded(&ns[0]) >= before + 2, CONVERGE));
+}

@@ -145,6 +145,8 @@ pub struct Bus {
     drop_filter: AtomicI64,
     /// `DEBUG CLOSE-CLUSTER-LINK-ON-PACKET-DROP`: a dropped frame closes its link too.
     close_on_drop: AtomicBool,
+    /// `cluster-link-sendbuf-limit`: a link whose memory passes it is closed (0: no limit).
+    sendbuf_limit: AtomicU64,
 }
 
 /// The links that are up.
@@ -167,6 +169,18 @@ struct Link {
     /// Closes it early: an inbound link a newer one replaced, an outbound one gone silent.
     close: Arc<Notify>,
 }
+
+impl Link {
+    /// Its memory for `mem_cluster_links` and the send-buffer limit: the fixed cost of a link
+    /// (its registry entry and read buffer, about what Valkey counts for its `clusterLink`), so
+    /// that a limit of one byte closes every link as in Valkey, plus the bytes queued on it.
+    fn memory(&self) -> u64 {
+        LINK_OVERHEAD + self.tx.queued.load(Ordering::Relaxed) as u64
+    }
+}
+
+/// The fixed memory of one link (see [`Link::memory`]).
+const LINK_OVERHEAD: u64 = 4096 + std::mem::size_of::<Link>() as u64;
 
 /// The sending side of a link: frames for its writer task, and how many bytes of them wait.
 #[derive(Clone)]
@@ -226,7 +240,52 @@ impl Bus {
             sink,
             drop_filter: AtomicI64::new(-1),
             close_on_drop: AtomicBool::new(false),
+            sendbuf_limit: AtomicU64::new(0),
         })
+    }
+
+    /// `cluster-link-sendbuf-limit`, in bytes; 0 for none.
+    pub fn set_sendbuf_limit(&self, bytes: u64) {
+        self.sendbuf_limit.store(bytes, Ordering::Relaxed);
+    }
+
+    /// What the links take, as `INFO memory`'s `mem_cluster_links`: a fixed cost per link
+    /// plus the bytes queued on it.
+    pub fn links_memory(&self) -> u64 {
+        let links = self.links.lock();
+        links.outbound.values().chain(links.inbound.values()).map(Link::memory).sum()
+    }
+
+    /// Closes every link whose memory passed `cluster-link-sendbuf-limit` (a peer that stopped
+    /// reading would otherwise make its queue grow without bound), and counts each in
+    /// `total_cluster_links_buffer_limit_exceeded`, as Valkey's
+    /// `clusterNodeCronFreeLinkOnBufferLimitReached` every cron. The links are dialled again.
+    fn free_links_over_limit(&self) {
+        let limit = self.sendbuf_limit.load(Ordering::Relaxed);
+        if limit == 0 {
+            return;
+        }
+        let over = |l: &Link| l.memory() > limit;
+        let freed = {
+            let mut links = self.links.lock();
+            let Links { outbound, inbound } = &mut *links;
+            let mut freed = 0;
+            for map in [outbound, inbound] {
+                map.retain(|id, l| {
+                    if !over(l) {
+                        return true;
+                    }
+                    warn!(node_id = %id, "Freeing cluster link ({} bytes) past cluster-link-sendbuf-limit", l.memory());
+                    l.close.notify_one();
+                    freed += 1;
+                    false
+                });
+            }
+            freed
+        };
+        if freed > 0 {
+            self.state.lock().count_links_over_limit(freed);
+        }
     }
 
     /// `DEBUG DROP-CLUSTER-PACKET-FILTER <type>`: drop received frames of Valkey's message type
@@ -400,6 +459,7 @@ impl Bus {
                 self.send_to(id, msg);
             }
             self.close_silent(&silent, now, timeout);
+            self.free_links_over_limit();
             for (id, ip, port) in targets {
                 self.dial_if_needed(id, &ip, port, now);
             }

@@ -143,6 +143,8 @@ pub struct ClusterState {
     /// Messages sent and received, per type, for CLUSTER INFO.
     sent: [u64; 10],
     received: [u64; 10],
+    /// Links closed for passing `cluster-link-sendbuf-limit`.
+    links_over_limit: u64,
     /// This node's certificate, gossiped in every header.
     cert: CertSummary,
 }
@@ -179,6 +181,7 @@ impl ClusterState {
             view_changed: true,
             sent: [0; 10],
             received: [0; 10],
+            links_over_limit: 0,
             cert: CertSummary::default(),
         };
         for mut node in saved.nodes {
@@ -578,6 +581,12 @@ impl ClusterState {
             (size + 1, down + usize::from(e.node.flags.has(NodeFlags::PFAIL) || e.node.flags.has(NodeFlags::FAIL)))
         });
         size - unreachable > size / 2
+    }
+
+    /// Counts links the bus closed for passing `cluster-link-sendbuf-limit` (CLUSTER INFO
+    /// `total_cluster_links_buffer_limit_exceeded`).
+    pub fn count_links_over_limit(&mut self, n: u64) {
+        self.links_over_limit += n;
     }
 
     /// Counts a frame of `kind` received (CLUSTER INFO), also one the bus's debug filter drops.
@@ -1200,7 +1209,11 @@ impl ClusterState {
             }
             total += self.received[i];
         }
-        let _ = write!(s, "cluster_stats_messages_received:{total}\r\ntotal_cluster_links_buffer_limit_exceeded:0\r\n");
+        let _ = write!(
+            s,
+            "cluster_stats_messages_received:{total}\r\ntotal_cluster_links_buffer_limit_exceeded:{}\r\n",
+            self.links_over_limit
+        );
         s
     }
 
