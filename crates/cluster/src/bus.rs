@@ -6,7 +6,7 @@
 //! certificates. Messages published on other nodes reach this node's subscribers through a
 //! [`PubSubSink`], which the server provides too.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -127,7 +127,9 @@ pub struct Bus {
     /// Numbers links, so that a closing link removes itself and not its successor.
     next_serial: AtomicU64,
     /// Nodes an outbound link is being made to.
-    dialing: Mutex<HashSet<NodeId>>,
+    /// (CLUSTER LINKS lists them, from when the dial started, as Valkey lists a link that is
+    /// still connecting: a TLS handshake with a node that does not answer can last.)
+    dialing: Mutex<HashMap<NodeId, i64>>,
     /// Last dial failure per node: (when, reason), so retries do not flood the log.
     failures: Mutex<HashMap<NodeId, (i64, String)>>,
     conf_path: PathBuf,
@@ -231,7 +233,7 @@ impl Bus {
             transport,
             links: Mutex::new(Links::default()),
             next_serial: AtomicU64::new(0),
-            dialing: Mutex::new(HashSet::new()),
+            dialing: Mutex::new(HashMap::new()),
             failures: Mutex::new(HashMap::new()),
             conf_path,
             saving: Mutex::new(()),
@@ -380,7 +382,16 @@ impl Bus {
         let mut out: Vec<LinkInfo> = {
             let links = self.links.lock();
             let to = links.outbound.iter().map(|(id, l)| info(id, l, false));
-            to.chain(links.inbound.iter().map(|(id, l)| info(id, l, true))).collect()
+            let mut out: Vec<LinkInfo> = to.chain(links.inbound.iter().map(|(id, l)| info(id, l, true))).collect();
+            let dialing = self.dialing.lock();
+            let connecting = dialing.iter().filter(|(id, _)| !links.outbound.contains_key(id));
+            out.extend(connecting.map(|(id, at)| LinkInfo {
+                node: *id,
+                inbound: false,
+                created_ms: *at,
+                send_queued: 0,
+            }));
+            out
         };
         {
             let st = self.state.lock();
@@ -485,7 +496,7 @@ impl Bus {
     }
 
     fn dial_if_needed(self: &Arc<Self>, id: NodeId, ip: &str, port: u16, now: i64) {
-        if self.links.lock().outbound.contains_key(&id) || self.dialing.lock().contains(&id) {
+        if self.links.lock().outbound.contains_key(&id) || self.dialing.lock().contains_key(&id) {
             return;
         }
         // A node that refused us is tried again once a second, not every tick.
@@ -493,7 +504,7 @@ impl Bus {
             return;
         }
         let Ok(ip) = ip.parse::<std::net::IpAddr>() else { return };
-        self.dialing.lock().insert(id);
+        self.dialing.lock().insert(id, now);
         tokio::spawn(self.clone().outbound(id, SocketAddr::new(ip, port)));
     }
 
