@@ -175,6 +175,19 @@ fn spublish_reaches_the_shards_replica_and_no_other_shard() {
     for sub in [&mut on_replica, &mut on_primary] {
         assert_eq!(sub.read_frame(), bulks(&["smessage", "orders", "two"]));
     }
+    // In a transaction too (Valkey's sharded-pubsub "publish behavior within multi/exec"):
+    // the replica serves it, and a key read queued with it is still redirected.
+    let mut c = replica.client();
+    assert_eq!(c.cmd(&["MULTI"]), Frame::ok());
+    assert_eq!(c.cmd(&["SPUBLISH", "orders", "in-multi"]), Frame::simple("QUEUED"));
+    assert_eq!(c.cmd(&["EXEC"]), arr(&[Frame::Integer(1)]));
+    for sub in [&mut on_replica, &mut on_primary] {
+        assert_eq!(sub.read_frame(), bulks(&["smessage", "orders", "in-multi"]));
+    }
+    assert_eq!(c.cmd(&["MULTI"]), Frame::ok());
+    assert_eq!(c.cmd(&["SPUBLISH", "orders", "lost"]), Frame::simple("QUEUED"));
+    assert_err(&c.cmd(&["GET", "orders"]), &moved);
+    assert_err(&c.cmd(&["EXEC"]), "EXECABORT Transaction discarded because of previous errors.");
     // redis-cli -c follows the redirect from another shard.
     assert_eq!(redis_cli(others[0].port(), &["-c", "SPUBLISH", "orders", "three"]), "1\n");
     for sub in [&mut on_primary, &mut on_replica] {
@@ -183,7 +196,7 @@ fn spublish_reaches_the_shards_replica_and_no_other_shard() {
     // Shard messages went to the shard's other node only, never to another shard.
     assert_eq!(cluster_info_num(primary, "cluster_stats_messages_publishshard_sent"), 2);
     assert_eq!(cluster_info_num(replica, "cluster_stats_messages_publishshard_received"), 2);
-    assert_eq!(cluster_info_num(primary, "cluster_stats_messages_publishshard_received"), 1);
+    assert_eq!(cluster_info_num(primary, "cluster_stats_messages_publishshard_received"), 2);
     for n in &others {
         assert_eq!(cluster_info_num(n, "cluster_stats_messages_publishshard_received"), 0, "port {}", n.port());
     }

@@ -714,3 +714,26 @@ fn a_ca_rotation_on_a_running_cluster_under_writes_needs_no_restart_and_fails_no
     );
     assert!(took < Duration::from_secs(60), "the rotation test took {took:?}");
 }
+
+#[test]
+fn a_tls_link_still_in_its_handshake_is_listed_as_valkey_lists_a_connecting_link() {
+    // Valkey's links test pauses a node and expects CLUSTER LINKS to show the new link to it
+    // at once: over TLS the handshake with a paused node cannot finish.
+    let pki = Pki::new();
+    let good = lone_cluster(&pki, &[("cluster-node-timeout", "60000")]);
+    // Accepts TCP (the kernel does) and never answers the TLS handshake.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    let meet = good.cmd(&["CLUSTER", "MEET", "127.0.0.1", &free_port().to_string(), &silent_port.to_string()]);
+    assert_eq!(meet, Frame::ok());
+    let table = good.cmd(&["CLUSTER", "NODES"]).text();
+    let id = table.lines().find(|l| l.contains("handshake")).unwrap().split(' ').next().unwrap().to_owned();
+    let listed = || {
+        good.cmd(&["CLUSTER", "LINKS"]).items().iter().any(|l| {
+            l.field("node").is_some_and(|n| n.text() == id)
+                && l.field("direction").is_some_and(|d| d.text() == "to")
+                && l.field("create-time").is_some_and(|t| t.int() > 0)
+        })
+    };
+    assert!(wait_for(listed, Duration::from_secs(10)), "{}", good.cmd(&["CLUSTER", "LINKS"]));
+}

@@ -6,14 +6,14 @@
 //! certificates. Messages published on other nodes reach this node's subscribers through a
 //! [`PubSubSink`], which the server provides too.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -127,7 +127,9 @@ pub struct Bus {
     /// Numbers links, so that a closing link removes itself and not its successor.
     next_serial: AtomicU64,
     /// Nodes an outbound link is being made to.
-    dialing: Mutex<HashSet<NodeId>>,
+    /// (CLUSTER LINKS lists them, from when the dial started, as Valkey lists a link that is
+    /// still connecting: a TLS handshake with a node that does not answer can last.)
+    dialing: Mutex<HashMap<NodeId, i64>>,
     /// Last dial failure per node: (when, reason), so retries do not flood the log.
     failures: Mutex<HashMap<NodeId, (i64, String)>>,
     conf_path: PathBuf,
@@ -142,6 +144,13 @@ pub struct Bus {
     on_change: Box<dyn Fn(&ClusterState) + Send + Sync>,
     /// Where PUBLISH and PUBLISHSHARD messages from other nodes go.
     sink: Arc<dyn PubSubSink>,
+    /// `DEBUG DROP-CLUSTER-PACKET-FILTER`: frames of this Valkey message type are counted,
+    /// then dropped unread (-1: none, -2: all).
+    drop_filter: AtomicI64,
+    /// `DEBUG CLOSE-CLUSTER-LINK-ON-PACKET-DROP`: a dropped frame closes its link too.
+    close_on_drop: AtomicBool,
+    /// `cluster-link-sendbuf-limit`: a link whose memory passes it is closed (0: no limit).
+    sendbuf_limit: AtomicU64,
 }
 
 /// The links that are up.
@@ -161,10 +170,22 @@ struct Link {
     /// Unix ms.
     created_ms: i64,
     serial: u64,
-    /// Closes it: an inbound link a newer one from the same node replaced, an outbound link to
-    /// a node that left the table.
+    /// Closes it early: an inbound link a newer one replaced, an outbound link to a node that
+    /// left the table or one gone silent.
     close: Arc<Notify>,
 }
+
+impl Link {
+    /// Its memory for `mem_cluster_links` and the send-buffer limit: the fixed cost of a link
+    /// (its registry entry and read buffer, about what Valkey counts for its `clusterLink`), so
+    /// that a limit of one byte closes every link as in Valkey, plus the bytes queued on it.
+    fn memory(&self) -> u64 {
+        LINK_OVERHEAD + self.tx.queued.load(Ordering::Relaxed) as u64
+    }
+}
+
+/// The fixed memory of one link (see [`Link::memory`]).
+const LINK_OVERHEAD: u64 = 4096 + std::mem::size_of::<Link>() as u64;
 
 /// The sending side of a link: frames for its writer task, and how many bytes of them wait.
 #[derive(Clone)]
@@ -215,14 +236,80 @@ impl Bus {
             transport,
             links: Mutex::new(Links::default()),
             next_serial: AtomicU64::new(0),
-            dialing: Mutex::new(HashSet::new()),
+            dialing: Mutex::new(HashMap::new()),
             failures: Mutex::new(HashMap::new()),
             conf_path,
             saving: Mutex::new((u64::MAX, u64::MAX, u64::MAX)),
             wake: Notify::new(),
             on_change,
             sink,
+            drop_filter: AtomicI64::new(-1),
+            close_on_drop: AtomicBool::new(false),
+            sendbuf_limit: AtomicU64::new(0),
         })
+    }
+
+    /// `cluster-link-sendbuf-limit`, in bytes; 0 for none.
+    pub fn set_sendbuf_limit(&self, bytes: u64) {
+        self.sendbuf_limit.store(bytes, Ordering::Relaxed);
+    }
+
+    /// What the links take, as `INFO memory`'s `mem_cluster_links`: a fixed cost per link
+    /// plus the bytes queued on it.
+    pub fn links_memory(&self) -> u64 {
+        let links = self.links.lock();
+        links.outbound.values().chain(links.inbound.values()).map(Link::memory).sum()
+    }
+
+    /// Closes every link whose memory passed `cluster-link-sendbuf-limit` (a peer that stopped
+    /// reading would otherwise make its queue grow without bound), and counts each in
+    /// `total_cluster_links_buffer_limit_exceeded`, as Valkey's
+    /// `clusterNodeCronFreeLinkOnBufferLimitReached` every cron. The links are dialled again.
+    fn free_links_over_limit(&self) {
+        let limit = self.sendbuf_limit.load(Ordering::Relaxed);
+        if limit == 0 {
+            return;
+        }
+        let over = |l: &Link| l.memory() > limit;
+        let freed = {
+            let mut links = self.links.lock();
+            let Links { outbound, inbound } = &mut *links;
+            let mut freed = 0;
+            for map in [outbound, inbound] {
+                map.retain(|id, l| {
+                    if !over(l) {
+                        return true;
+                    }
+                    warn!(node_id = %id, "Freeing cluster link ({} bytes) past cluster-link-sendbuf-limit", l.memory());
+                    l.close.notify_one();
+                    freed += 1;
+                    false
+                });
+            }
+            freed
+        };
+        if freed > 0 {
+            self.state.lock().count_links_over_limit(freed);
+        }
+    }
+
+    /// `DEBUG DROP-CLUSTER-PACKET-FILTER <type>`: drop received frames of Valkey's message type
+    /// `kind` (0 ping, 1 pong, 2 meet, ... 10 publishshard), all of them for -2, none for -1.
+    pub fn set_drop_filter(&self, kind: i64) {
+        self.drop_filter.store(kind, Ordering::Relaxed);
+    }
+
+    /// `DEBUG CLOSE-CLUSTER-LINK-ON-PACKET-DROP <0|1>`: a dropped frame closes its link.
+    pub fn set_close_on_drop(&self, on: bool) {
+        self.close_on_drop.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the drop filter takes a frame of `kind`.
+    fn filtered(&self, kind: Kind) -> bool {
+        // Valkey numbers its module message 9, so its shard publish is 10.
+        let valkey_type = if kind == Kind::PublishShard { 10 } else { kind as i64 };
+        let filter = self.drop_filter.load(Ordering::Relaxed);
+        filter == -2 || filter == valkey_type
     }
 
     /// The state, for CLUSTER commands (lock briefly; call [`Bus::changed`] after a change).
@@ -298,7 +385,16 @@ impl Bus {
         let mut out: Vec<LinkInfo> = {
             let links = self.links.lock();
             let to = links.outbound.iter().map(|(id, l)| info(id, l, false));
-            to.chain(links.inbound.iter().map(|(id, l)| info(id, l, true))).collect()
+            let mut out: Vec<LinkInfo> = to.chain(links.inbound.iter().map(|(id, l)| info(id, l, true))).collect();
+            let dialing = self.dialing.lock();
+            let connecting = dialing.iter().filter(|(id, _)| !links.outbound.contains_key(id));
+            out.extend(connecting.map(|(id, at)| LinkInfo {
+                node: *id,
+                inbound: false,
+                created_ms: *at,
+                send_queued: 0,
+            }));
+            out
         };
         {
             let st = self.state.lock();
@@ -306,6 +402,19 @@ impl Bus {
         }
         out.sort_by_key(|l| (l.node, l.inbound));
         out
+    }
+
+    /// Closes this node's links with `node`: the one it opened (`to`), the one `node` opened
+    /// (`from`), or both, at once and before anything else is sent on them (`DEBUG CLUSTERLINK
+    /// KILL`, which Valkey's tests use to lose messages on purpose). Closed links are dialled
+    /// again as usual.
+    pub fn kill_links(&self, node: &NodeId, to: bool, from: bool) {
+        let mut links = self.links.lock();
+        let outbound = if to { links.outbound.remove(node) } else { None };
+        let inbound = if from { links.inbound.remove(node) } else { None };
+        for link in outbound.iter().chain(inbound.iter()) {
+            link.close.notify_one();
+        }
     }
 
     fn send_to(&self, id: &NodeId, msg: &Message) {
@@ -371,17 +480,19 @@ impl Bus {
                 _ = self.wake.notified() => {}
             }
             let now = now_ms();
-            let (pings, targets) = {
+            let (pings, targets, silent, timeout) = {
                 let mut st = self.state.lock();
                 let mut pings = st.tick(now);
                 pings.extend(st.take_announcements(now));
                 wait = Duration::from_millis(st.next_tick_in(now) as u64);
-                (pings, st.link_targets())
+                (pings, st.link_targets(), st.silent_links(now), st.settings().node_timeout_ms)
             };
             for (id, msg) in &pings {
                 self.send_to(id, msg);
             }
             self.close_links_to_strangers();
+            self.close_silent(&silent, now, timeout);
+            self.free_links_over_limit();
             for (id, ip, port) in targets {
                 self.dial_if_needed(id, &ip, port, now);
             }
@@ -406,8 +517,25 @@ impl Bus {
         }
     }
 
+    /// Closes the outbound links to `silent` nodes (waiting for a PONG for over half the node
+    /// timeout, with nothing at all heard from them meanwhile) that are older than the node
+    /// timeout, to be dialled again at the next tick, as Valkey's `clusterCron` does: a link
+    /// whose network lost it (a middlebox dropped its state, a partition outlived a socket)
+    /// stays open and silent forever, and the node behind it would never be heard again even
+    /// once it is reachable. The age check keeps a node that is really down from being
+    /// redialled at every tick.
+    fn close_silent(&self, silent: &[NodeId], now: i64, timeout: i64) {
+        let links = self.links.lock();
+        for id in silent {
+            if let Some(link) = links.outbound.get(id).filter(|l| now - l.created_ms > timeout) {
+                debug!(node_id = %id, "closing a silent bus link to dial again");
+                link.close.notify_one();
+            }
+        }
+    }
+
     fn dial_if_needed(self: &Arc<Self>, id: NodeId, ip: &str, port: u16, now: i64) {
-        if self.links.lock().outbound.contains_key(&id) || self.dialing.lock().contains(&id) {
+        if self.links.lock().outbound.contains_key(&id) || self.dialing.lock().contains_key(&id) {
             return;
         }
         // A node that refused us is tried again once a second, not every tick.
@@ -415,7 +543,7 @@ impl Bus {
             return;
         }
         let Ok(ip) = ip.parse::<std::net::IpAddr>() else { return };
-        self.dialing.lock().insert(id);
+        self.dialing.lock().insert(id, now);
         tokio::spawn(self.clone().outbound(id, SocketAddr::new(ip, port)));
     }
 
@@ -519,11 +647,12 @@ impl Bus {
                 let (reader, writer) = tokio::io::split(stream);
                 let (tx, rx) = LinkTx::channel();
                 let writing = tokio::spawn(write_frames(writer, rx, tx.queued.clone()));
-                let link = Link { tx, created_ms: now_ms(), serial: bus.next_serial(), close: Arc::default() };
+                let close = Arc::new(Notify::new());
+                let link = Link { tx, created_ms: now_ms(), serial: bus.next_serial(), close: close.clone() };
                 let mut named = None;
                 let result = tokio::select! {
                     r = bus.read_inbound(reader, &link, peer, &local, &mut named) => r,
-                    _ = link.close.notified() => Ok(()),
+                    _ = close.notified() => Ok(()),
                 };
                 if let Err(e) = result {
                     debug!(%peer, cause = %e, "inbound bus link closed");
@@ -535,7 +664,7 @@ impl Bus {
     }
 
     /// Reads an inbound link. Once a frame names a node this one knows, the link is
-    /// registered as that node's (`named`), for CLUSTER LINKS.
+    /// registered as that node's (`named`), for CLUSTER LINKS; its `close` closes it early.
     async fn read_inbound(
         &self,
         reader: tokio::io::ReadHalf<Box<dyn BusStream>>,
@@ -647,6 +776,16 @@ impl Bus {
                 Ok(Some((msg, used))) => {
                     sender = Some(msg.header.sender);
                     buf.drain(..used);
+                    if self.filtered(msg.kind) {
+                        // Counted as received, as Valkey counts a frame before its debug filter.
+                        self.state.lock().count_received(msg.kind);
+                        if self.close_on_drop.load(Ordering::Relaxed) {
+                            warn!("Closing link for matching packet type {}", msg.kind as u16);
+                            return Ok(());
+                        }
+                        warn!("Dropping packet that matches debug drop filter");
+                        continue;
+                    }
                     let publish = matches!(msg.kind, Kind::Publish | Kind::PublishShard);
                     let keep = handle(self, msg);
                     // A published message changes nothing the server's routing snapshot holds,

@@ -143,6 +143,8 @@ pub struct ClusterState {
     /// Messages sent and received, per type, for CLUSTER INFO.
     sent: [u64; 10],
     received: [u64; 10],
+    /// Links closed for passing `cluster-link-sendbuf-limit`.
+    links_over_limit: u64,
     /// This node's certificate, gossiped in every header.
     cert: CertSummary,
     /// Nodes forgotten (CLUSTER FORGET, here or on a node that told us), with when they may be
@@ -204,6 +206,7 @@ impl ClusterState {
             view_changed: true,
             sent: [0; 10],
             received: [0; 10],
+            links_over_limit: 0,
             cert: CertSummary::default(),
             announce: false,
             forgotten: HashMap::new(),
@@ -361,8 +364,26 @@ impl ClusterState {
         let e = self.nodes.get_mut(id)?;
         e.node.link_connected = true;
         let kind = if e.node.flags.has(NodeFlags::MEET) { Kind::Meet } else { Kind::Ping };
-        e.node.ping_sent_ms = now;
+        // A ping still unanswered keeps its time: redialling must not restart the failure
+        // clock, or a node whose links are accepted then dropped would never be suspected
+        // (Valkey's clusterLinkConnectHandler keeps `old_ping_sent`).
+        if e.node.ping_sent_ms == 0 {
+            e.node.ping_sent_ms = now;
+        }
         Some(self.gossip_message(kind, Some(*id), now))
+    }
+
+    /// Nodes whose outbound link is up but silent: a ping unanswered for over half the node
+    /// timeout and nothing heard from them for as long. The bus closes and redials those
+    /// links (see `Bus::close_silent`).
+    pub fn silent_links(&self, now: i64) -> Vec<NodeId> {
+        let half = self.cfg.node_timeout_ms.max(1) / 2;
+        self.nodes
+            .values()
+            .filter(|e| e.node.link_connected && e.node.ping_sent_ms != 0)
+            .filter(|e| now - e.node.ping_sent_ms > half && now - e.heard_ms > half)
+            .map(|e| e.node.id)
+            .collect()
     }
 
     /// An outbound link to `id` closed or failed.
@@ -632,7 +653,10 @@ impl ClusterState {
     }
 
     /// Recomputes `cluster_state`: ok when every slot is served (or full coverage is not
-    /// required) and no slot's owner is FAIL.
+    /// required) and no slot's owner is FAIL, and this node reaches a majority of the primaries
+    /// that serve slots: a node cut off in a minority stops serving, as Valkey's
+    /// `clusterUpdateState` does ("we are in a minority partition"), instead of answering
+    /// for slots the majority may already have failed over.
     ///
     /// It runs on every tick, so it counts the slots of the nodes that are not FAIL, a few
     /// 2 KiB bitmaps, instead of looking up the owner of each of the 16384 slots: the sets
@@ -647,11 +671,33 @@ impl ClusterState {
                 .map(|e| e.node.slots.len())
                 .sum::<usize>()
                 == SLOTS;
+        let ok = ok && self.reaches_a_majority();
         if ok != self.ok {
             info!(state = if ok { "ok" } else { "fail" }, "Cluster state changed: {}", if ok { "ok" } else { "fail" });
             self.ok = ok;
             self.view_changed = true;
         }
+    }
+
+    /// Whether the voting primaries (those that serve slots) this node does not suspect are
+    /// a majority of them; this node counts as reachable.
+    fn reaches_a_majority(&self) -> bool {
+        let voting = self.nodes.values().filter(|e| e.node.is_primary() && !e.node.slots.is_empty());
+        let (size, unreachable) = voting.fold((0, 0), |(size, down), e| {
+            (size + 1, down + usize::from(e.node.flags.has(NodeFlags::PFAIL) || e.node.flags.has(NodeFlags::FAIL)))
+        });
+        size - unreachable > size / 2
+    }
+
+    /// Counts links the bus closed for passing `cluster-link-sendbuf-limit` (CLUSTER INFO
+    /// `total_cluster_links_buffer_limit_exceeded`).
+    pub fn count_links_over_limit(&mut self, n: u64) {
+        self.links_over_limit += n;
+    }
+
+    /// Counts a frame of `kind` received (CLUSTER INFO), also one the bus's debug filter drops.
+    pub fn count_received(&mut self, kind: Kind) {
+        self.received[kind as usize] += 1;
     }
 
     /// Handles a frame that arrived on a link. `link_node` is the node an outbound link was
@@ -666,7 +712,7 @@ impl ClusterState {
         now: i64,
     ) -> Outcome {
         let mut out = Outcome::default();
-        self.received[msg.kind as usize] += 1;
+        self.count_received(msg.kind);
         let h = &msg.header;
         if h.sender == self.me {
             // A link to ourselves (a MEET of our own address): nothing to learn.
@@ -1409,7 +1455,11 @@ impl ClusterState {
             }
             total += self.received[i];
         }
-        let _ = write!(s, "cluster_stats_messages_received:{total}\r\ntotal_cluster_links_buffer_limit_exceeded:0\r\n");
+        let _ = write!(
+            s,
+            "cluster_stats_messages_received:{total}\r\ntotal_cluster_links_buffer_limit_exceeded:{}\r\n",
+            self.links_over_limit
+        );
         s
     }
 

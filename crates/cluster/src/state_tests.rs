@@ -255,6 +255,27 @@ fn a_silent_primary_is_suspected_then_failed_by_a_majority() {
 }
 
 #[test]
+fn a_primary_cut_off_in_a_minority_stops_serving_even_without_full_coverage() {
+    let mut net = Net::three_primaries();
+    for s in &mut net.nodes {
+        s.set_settings(Settings { require_full_coverage: false, ..s.settings().clone() });
+    }
+    net.run(20);
+    assert!(net.nodes[2].is_ok());
+    // Cut off, it keeps ticking alone: its pings go unanswered and it suspects both others.
+    net.down[2] = true;
+    let alone_down = (0..TIMEOUT * 3 / 100).any(|_| {
+        net.step();
+        let now = net.now;
+        net.nodes[2].tick(now);
+        !net.nodes[2].is_ok()
+    });
+    assert!(alone_down, "{}", net.nodes[2].nodes_text(false));
+    // The majority, not requiring full coverage, serves on.
+    assert!(net.nodes[0].is_ok() && net.nodes[1].is_ok());
+}
+
+#[test]
 fn a_replica_is_known_as_one_everywhere() {
     let mut net = Net::three_primaries();
     net.nodes.push(ClusterState::fresh(settings(3)));

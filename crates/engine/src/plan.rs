@@ -77,6 +77,8 @@ mod flag {
     pub(super) const ALL_DBS: u8 = 1 << 3;
     /// The arguments do not fit the key specs.
     pub(super) const BAD_KEYS: u8 = 1 << 4;
+    /// A union absorbed a plan with shard channels (a transaction with SPUBLISH).
+    pub(super) const CHANNELS: u8 = 1 << 5;
 }
 
 /// Buffers grown beyond this many elements (a huge MSET, a transaction that locks every slot)
@@ -165,6 +167,12 @@ impl Plan {
             self.route_slot(slot);
         }
         self.flags |= other.flags & flag::CROSS_SLOT;
+        // The union keeps no key arguments, but routing must still know a queued SPUBLISH
+        // is there: a replica serves a transaction on its primary's shard channels (Valkey's
+        // getNodeByQuery, `pubsubshard_included`).
+        if other.has_channels() {
+            self.flags |= flag::CHANNELS;
+        }
         match other.lock_scope() {
             LockScope::AllDatabases => {
                 self.locks.extend((0..databases).flat_map(|d| (0..SLOTS as u16).map(move |s| lock_id(d, s))));
@@ -204,9 +212,9 @@ impl Plan {
         self.flags & flag::CROSS_SLOT != 0
     }
 
-    /// Whether some argument is a sharded pub/sub channel.
+    /// Whether some argument is a sharded pub/sub channel (for a union: of some command in it).
     pub fn has_channels(&self) -> bool {
-        self.keys.iter().any(|k| k.channel)
+        self.flags & flag::CHANNELS != 0 || self.keys.iter().any(|k| k.channel)
     }
 
     /// The slot locks the call needs, sorted and unique: none for a command that walks the
@@ -411,6 +419,16 @@ mod tests {
         assert!(p.locks().is_empty());
         with_args(&["SSUBSCRIBE", "foo", "bar"], |a| p.compute(&spec, LockPlan::Keys, a, 0, 16, &KeyHint::default()));
         assert!(p.is_cross_slot());
+        // A transaction's union remembers that a queued command had channels, and forgets it
+        // when reused.
+        with_args(&["SSUBSCRIBE", "{c}1"], |a| p.compute(&spec, LockPlan::Keys, a, 0, 16, &KeyHint::default()));
+        let mut union = Plan::default();
+        union.begin_union(0);
+        union.absorb(&p, 0, 16);
+        union.end_union();
+        assert!(union.keys().is_empty() && union.has_channels());
+        union.begin_union(0);
+        assert!(!union.has_channels());
     }
 
     #[test]

@@ -61,6 +61,11 @@ pub fn bus_port(s: &Settings) -> u16 {
     base.wrapping_add(10000)
 }
 
+/// `cluster-link-sendbuf-limit`, for the bus.
+fn sendbuf_limit(s: &Settings) -> u64 {
+    u64::try_from(s.int(table::CLUSTER_LINK_SENDBUF_LIMIT)).unwrap_or(0)
+}
+
 /// The settings the cluster rules act on.
 pub fn cluster_settings(s: &Settings) -> ClusterSettings {
     let announced = |id, fallback: u16| match s.int(id) as u16 {
@@ -131,6 +136,7 @@ pub fn build(s: &Settings, loaded: Loaded, tls: &Arc<TlsManager>, pubsub: Arc<Pu
         Box::new(move |st: &ClusterState| publish.publish(SlotMap::of(st))),
         pubsub,
     );
+    bus.set_sendbuf_limit(sendbuf_limit(s));
     ClusterNode { bus, router }
 }
 
@@ -197,6 +203,7 @@ pub fn start(srv: &Arc<Server>, s: &Settings) -> Result<(), String> {
 pub fn apply(srv: &Server, new: &Settings) {
     if let Some(node) = &srv.cluster {
         node.state().set_settings(cluster_settings(new));
+        node.bus.set_sendbuf_limit(sendbuf_limit(new));
         node.changed();
     }
 }

@@ -7,6 +7,7 @@
 //! - [`RawClient`] is a tiny RESP2/RESP3 client that returns [`Frame`]s and can send raw
 //!   bytes, for protocol tests that must see exact shapes.
 //! - [`tools`] runs `redis-cli`, `redis-benchmark` and redis-py snippets against a server.
+//! - [`FaultProxy`] sits between cluster nodes to partition, blackhole or cut their links.
 //! - [`wait_for`] replaces sleeps: poll a condition until it holds or a deadline passes.
 //!
 //! Cargo hands the binary's path (`env!("CARGO_BIN_EXE_hotkv")`) only to the tests of the
@@ -23,6 +24,7 @@ mod client;
 pub mod fuzz;
 mod ports;
 mod process;
+mod proxy;
 mod resp;
 mod server;
 pub mod tools;
@@ -36,6 +38,7 @@ pub use libc::{SIGINT, SIGKILL, SIGTERM};
 pub use client::RawClient;
 pub use ports::free_port;
 pub use process::{ProcessGuard, raise_fd_limit};
+pub use proxy::{Fault, FaultProxy, MAX_LINKS};
 pub use resp::Frame;
 pub use server::{Builder, ConfigFormat, Exited, TestServer};
 

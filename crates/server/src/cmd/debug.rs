@@ -164,6 +164,22 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
             tracing::warn!("DEBUG LOG: {}", text(args.get(2)));
             out.ok();
         }
+        ("drop-cluster-packet-filter", 3) => {
+            let kind = hotkv_protocol::parse_i64(args.get(2)).ok_or(CommandError::NotInteger)?;
+            if let Some(c) = srv.cluster.as_ref() {
+                c.bus.set_drop_filter(kind);
+            }
+            out.ok();
+        }
+        ("close-cluster-link-on-packet-drop", 3) => {
+            // atoi semantics, as Valkey: what does not parse is 0.
+            let on = hotkv_protocol::parse_i64(args.get(2)).unwrap_or(0) != 0;
+            if let Some(c) = srv.cluster.as_ref() {
+                c.bus.set_close_on_drop(on);
+            }
+            out.ok();
+        }
+        ("clusterlink", 5) if args.get(2).eq_ignore_ascii_case(b"kill") => cluster_link_kill(srv, &args, out)?,
         ("digest", 2) => out.simple(&hex(&dataset_digest(srv))),
         ("digest-value", _) => {
             out.array(argc - 2);
@@ -179,6 +195,28 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
         _ => return Err(subcommand_syntax_error(&args)),
     }
     Ok(Flow::Continue)
+}
+
+/// DEBUG CLUSTERLINK KILL <to|from|all> <node-id>: closes bus links with a node, as Valkey's
+/// `handleDebugClusterCommand`, with its error texts.
+fn cluster_link_kill(srv: &Server, args: &Args<'_>, out: &mut ReplyBuf) -> Result<(), CommandError> {
+    let Some(cluster) = srv.cluster.as_ref() else {
+        return Err(CommandError::err("Debug option only available for cluster mode enabled setup!"));
+    };
+    let unknown = || CommandError::err(format!("Unknown node {}", text(args.get(4))));
+    let node = hotkv_cluster::NodeId::parse(args.get(4)).ok_or_else(unknown)?;
+    if cluster.state().node(&node).is_none() {
+        return Err(unknown());
+    }
+    let (to, from) = match text(args.get(3)).to_ascii_lowercase().as_str() {
+        "to" => (true, false),
+        "from" => (false, true),
+        "all" => (true, true),
+        _ => return Err(CommandError::err(format!("Unknown direction {}", text(args.get(3))))),
+    };
+    cluster.bus.kill_links(&node, to, from);
+    out.ok();
+    Ok(())
 }
 
 /// The list settings DEBUG OBJECT reports for quicklists.
@@ -243,10 +281,16 @@ fn help(args: &Args<'_>, out: &mut ReplyBuf) {
             "    Dangerous: should be used only for testing the replication subsystem.",
             "CLIENT-PANIC",
             "    Panic while running this command: the connection closes, the server stays up.",
+            "CLOSE-CLUSTER-LINK-ON-PACKET-DROP <0|1>",
+            "    A cluster bus frame dropped by DROP-CLUSTER-PACKET-FILTER closes its link too.",
+            "CLUSTERLINK KILL <to|from|all> <node-id>",
+            "    Close the cluster bus links to, from, or both ways with a node.",
             "DIGEST",
             "    Output a hex signature representing the current DB content.",
             "DIGEST-VALUE <key> [<key> ...]",
             "    Output a hex signature of the values of all the specified keys.",
+            "DROP-CLUSTER-PACKET-FILTER <type>",
+            "    Drop received cluster bus frames of this type (-1: none, -2: all).",
             "LOG <message>",
             "    Write <message> to the server log.",
             "OBJECT <key> [fast]",
@@ -331,7 +375,7 @@ mod tests {
             debug(&srv, &mut c, &["debug", "nosuch"]),
             "-ERR unknown subcommand or wrong number of arguments for 'nosuch'. Try DEBUG HELP.\r\n"
         );
-        assert!(debug(&srv, &mut c, &["debug", "help"]).starts_with("*30\r\n+DEBUG <subcommand>"));
+        assert!(debug(&srv, &mut c, &["debug", "help"]).starts_with("*36\r\n+DEBUG <subcommand>"));
     }
 
     #[test]

@@ -311,7 +311,7 @@ fn memory(srv: &Server, o: &mut String) {
         "mem_total_replication_buffers" => 0,
         "mem_clients_slaves" => 0,
         "mem_clients_normal" => clients_mem,
-        "mem_cluster_links" => 0,
+        "mem_cluster_links" => srv.cluster.as_ref().map_or(0, |c| c.bus.links_memory()),
         "mem_aof_buffer" => 0,
         "mem_allocator" => "jemalloc-5.3.0",
         "mem_overhead_db_hashtable_rehashing" => 0,

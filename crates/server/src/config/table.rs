@@ -514,7 +514,7 @@ directives! {
     CLUSTER_BLACKLIST_TTL = "cluster-blacklist-ttl" [] "cluster.blacklist_ttl": int(0, ULONG), "60", M | NE, H,
         "Seconds a forgotten node stays ignored.";
     CLUSTER_LINK_SENDBUF_LIMIT = "cluster-link-sendbuf-limit" [] "cluster.link_sendbuf_limit": mem(0, ULONG), "0",
-        M | NE, H, "Send buffer limit of a bus link; 0 = none.";
+        M, CLUSTER, "Memory a bus link may take (its queued messages); past it the link is closed; 0 = none.";
     CLUSTER_SLOT_STATS_ENABLED = "cluster-slot-stats-enabled" [] "cluster.slot_stats_enabled": B, "no", M | NE, H,
         "Track CPU and network use per slot.";
     CLUSTER_PING_INTERVAL = "cluster-ping-interval" [] "cluster.ping_interval": int(0, LONG), "0", M | HID | NE, H,
