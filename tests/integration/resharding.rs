@@ -343,3 +343,30 @@ fn redis_cli_adds_rebalances_removes_fixes_and_imports() {
         Duration::from_secs(30)
     ));
 }
+
+#[test]
+fn a_client_blocked_on_a_key_whose_slot_moves_away_is_redirected() {
+    let _alone = one_cluster_at_a_time();
+    let ns = nodes(3, &[]);
+    create(&ns, 0);
+    assert!(wait_for(|| ns.iter().all(|n| cluster_state(n) == "ok"), Duration::from_secs(20)));
+    // A key of a slot node 0 serves (redis-cli gives the first node the first slots).
+    let key = (0..).map(|i| format!("queue:{i}")).find(|k| key_slot(k.as_bytes()) < 5000).expect("a key");
+    let slot = key_slot(key.as_bytes()).to_string();
+    let mut blocked = ns[0].client();
+    blocked.set_timeout(Duration::from_secs(60));
+    blocked.send(&["BLPOP", &key, "0"]);
+    let mut c = ns[0].client();
+    assert!(wait_for(|| info_field(&info(&mut c, "clients"), "blocked_clients").as_deref() == Some("1"), Duration::from_secs(10)));
+    // The empty slot goes to node 1, as a reshard's last step does.
+    let (id0, id1) = (ns[0].cmd(&["CLUSTER", "MYID"]).text(), ns[1].cmd(&["CLUSTER", "MYID"]).text());
+    assert_eq!(ns[1].cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &id0]), Frame::ok());
+    assert_eq!(ns[1].cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &id1]), Frame::ok());
+    assert_eq!(ns[0].cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &id1]), Frame::ok());
+    // The blocked client is told where its key lives now, and is no longer blocked.
+    let reply = blocked.read_frame();
+    assert_eq!(reply.error_text(), Some(format!("MOVED {slot} 127.0.0.1:{}", ns[1].port())));
+    assert_eq!(info_field(&info(&mut c, "clients"), "blocked_clients").as_deref(), Some("0"));
+    // A push on the new owner is not lost to a client that was woken away.
+    assert_eq!(ns[1].cmd(&["RPUSH", &key, "job"]).int(), 1);
+}

@@ -91,17 +91,25 @@ impl SlotMap {
 /// The router the server wires in for cluster mode.
 pub struct ClusterRouter {
     map: ArcSwap<SlotMap>,
+    /// Bumped by every publish, so the server can tell cheaply that routing changed.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl ClusterRouter {
     /// A router over `map`.
     pub fn new(map: SlotMap) -> ClusterRouter {
-        ClusterRouter { map: ArcSwap::from_pointee(map) }
+        ClusterRouter { map: ArcSwap::from_pointee(map), generation: Default::default() }
     }
 
     /// Publishes a new map; calls routed from now on see it.
     pub fn publish(&self, map: SlotMap) {
         self.map.store(Arc::new(map));
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
+    }
+
+    /// How many maps were published: changes whenever routing may have.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 }
 

@@ -164,6 +164,14 @@ impl Blocked {
         self.keys.lock().keys().filter(|(d, _)| *d == db).map(|(_, k)| k.to_vec()).collect()
     }
 
+    /// Every waiter (cluster mode re-routes them when the slot map changes).
+    pub fn all(&self) -> Vec<Arc<Waiter>> {
+        if self.count.load(Ordering::Relaxed) == 0 {
+            return Vec::new();
+        }
+        self.clients.lock().values().cloned().collect()
+    }
+
     /// The waiter of a client, for CLIENT UNBLOCK.
     pub fn by_client(&self, id: u64) -> Option<Arc<Waiter>> {
         self.clients.lock().get(&id).cloned()

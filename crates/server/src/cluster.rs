@@ -13,6 +13,7 @@ use hotkv_cluster::nodes_conf;
 use hotkv_cluster::router::{ClusterRouter, SlotMap};
 use hotkv_cluster::state::{ClusterState, Endpoint, Settings as ClusterSettings};
 use hotkv_cluster::wire::CertSummary;
+use hotkv_engine::route::{Route, RouteCtx, SlotRouter};
 use hotkv_tls::{HandshakeError, TlsManager, TlsState};
 use parking_lot::Mutex;
 use tokio::net::TcpStream;
@@ -138,6 +139,31 @@ pub fn build(s: &Settings, loaded: Loaded, tls: &Arc<TlsManager>, pubsub: Arc<Pu
     );
     bus.set_sendbuf_limit(sendbuf_limit(s));
     ClusterNode { bus, router }
+}
+
+/// Clients blocked on keys of a slot this node no longer serves, or while the cluster is
+/// down, are woken to run their command again, which answers them with the redirect (MOVED)
+/// or CLUSTERDOWN, as Valkey's `clusterRedirectBlockedClientIfNeeded`. Called by the cron;
+/// walks the waiters only when the slot map changed since `seen`.
+pub fn redirect_blocked(srv: &Server, seen: &mut u64) {
+    let Some(node) = &srv.cluster else { return };
+    let generation = node.router.generation();
+    if generation == *seen {
+        return;
+    }
+    *seen = generation;
+    // The address in the route does not matter: the command's own run words the redirect
+    // for its client.
+    let ctx = RouteCtx { tls: false, asking: false, readonly: false, write: true };
+    for w in srv.blocked.all() {
+        if !matches!(node.router.route(&w.plan, &ctx), Route::Moved { .. } | Route::Down(_)) {
+            continue;
+        }
+        if let Some(tx) = w.claim() {
+            srv.blocked.unregister(&w);
+            let _ = tx.send(crate::blocking::Wakeup::Retry);
+        }
+    }
 }
 
 /// What the bus says about the certificate this node serves: the server certificate (the one

@@ -22,11 +22,13 @@ fn run(srv: &Server) {
     let mut cursor = ExpireCursor::default();
     let mut last_sample = Instant::now();
     let mut last_second = Instant::now();
+    let mut routing_seen = 0;
     while !srv.is_shutting_down() {
         let hz = srv.engine.load().hz.max(1);
         let period = Duration::from_micros(1_000_000 / u64::from(hz));
         let tick = Instant::now();
         srv.memory.refresh();
+        crate::cluster::redirect_blocked(srv, &mut routing_seen);
         // DEBUG SET-ACTIVE-EXPIRE 0 leaves expired keys to lazy expiry, as in Valkey.
         // Neither does a CLIENT PAUSE, which holds the dataset still.
         if srv.active_expire.load(Ordering::Relaxed) && !srv.pause.holds_dataset(crate::server::unix_ms()) {
