@@ -78,6 +78,8 @@ pub fn cluster_settings(s: &Settings) -> ClusterSettings {
         bus_port: announced(table::CLUSTER_ANNOUNCE_BUS_PORT, bus_port(s)),
         hostname: s.str(table::CLUSTER_ANNOUNCE_HOSTNAME).to_owned(),
         human_nodename: s.str(table::CLUSTER_ANNOUNCE_HUMAN_NODENAME).to_owned(),
+        client_ipv4: s.str(table::CLUSTER_ANNOUNCE_CLIENT_IPV4).to_owned(),
+        client_ipv6: s.str(table::CLUSTER_ANNOUNCE_CLIENT_IPV6).to_owned(),
         preferred_endpoint: match s.str(table::CLUSTER_PREFERRED_ENDPOINT_TYPE) {
             "hostname" => Endpoint::Hostname,
             "unknown-endpoint" => Endpoint::Unknown,
