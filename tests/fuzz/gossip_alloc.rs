@@ -20,6 +20,8 @@ fn settings() -> Settings {
         bus_port: 17000,
         hostname: String::new(),
         human_nodename: String::new(),
+        client_ipv4: String::new(),
+        client_ipv6: String::new(),
         preferred_endpoint: Default::default(),
     }
 }

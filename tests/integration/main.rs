@@ -15,6 +15,7 @@ mod bitmaps_hll;
 mod blocking;
 mod client_cmd;
 mod cluster;
+mod cluster_client_ip;
 mod cluster_partition;
 mod cluster_pubsub;
 mod cluster_tls;

@@ -855,6 +855,7 @@ pub fn log_listening(addrs: &[SocketAddr]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::node::ClientKind;
     use crate::state::Settings;
 
     /// A delivered message: channel, message, shard.
@@ -887,6 +888,8 @@ mod tests {
             bus_port,
             hostname: String::new(),
             human_nodename: String::new(),
+            client_ipv4: String::new(),
+            client_ipv6: String::new(),
             preferred_endpoint: Default::default(),
         };
         let state = Arc::new(Mutex::new(ClusterState::fresh(cfg)));
@@ -907,6 +910,8 @@ mod tests {
             bus_port: 17000,
             hostname: String::new(),
             human_nodename: String::new(),
+            client_ipv4: String::new(),
+            client_ipv6: String::new(),
             allow_pubsubshard_when_down: true,
             preferred_endpoint: Default::default(),
         };
@@ -947,7 +952,8 @@ mod tests {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while !cond() {
             if std::time::Instant::now() >= deadline {
-                let tables: Vec<String> = buses.iter().map(|(b, _, _)| b.state().lock().nodes_text(false)).collect();
+                let tables: Vec<String> =
+                    buses.iter().map(|(b, _, _)| b.state().lock().nodes_text(ClientKind::default())).collect();
                 panic!("timed out waiting for {what}:\n{}", tables.join("\n"));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -157,6 +157,16 @@ impl NodeFlags {
     }
 }
 
+/// The client a node is described to: TLS clients are told TLS ports, and IPv4 and IPv6
+/// clients the address announced for their family (`cluster-announce-client-ipv4`/`-ipv6`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientKind {
+    /// It came in over TLS.
+    pub tls: bool,
+    /// It came in over IPv6.
+    pub ipv6: bool,
+}
+
 /// What one node knows about a node (itself included).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Node {
@@ -174,6 +184,10 @@ pub struct Node {
     pub hostname: String,
     /// `cluster-announce-human-nodename` (empty: none).
     pub human_nodename: String,
+    /// `cluster-announce-client-ipv4`: the address IPv4 clients are told (empty: `ip`).
+    pub client_ipv4: String,
+    /// `cluster-announce-client-ipv6`: the address IPv6 clients are told (empty: `ip`).
+    pub client_ipv6: String,
     /// Role and state.
     pub flags: NodeFlags,
     /// The primary of a replica.
@@ -201,6 +215,8 @@ impl Node {
             bus_port: 0,
             hostname: String::new(),
             human_nodename: String::new(),
+            client_ipv4: String::new(),
+            client_ipv6: String::new(),
             flags: NodeFlags(flags),
             primary: None,
             ping_sent_ms: 0,
@@ -226,11 +242,21 @@ impl Node {
         }
     }
 
-    /// Appends its `CLUSTER NODES` line (no trailing newline): id, `ip:port@cport[,hostname]`,
-    /// flags, primary, ping sent, pong received, config epoch, link state, slots. `extra` is
-    /// appended after the slots (this node's migrating and importing slots).
-    pub fn describe(&self, out: &mut String, tls_client: bool, extra: &str) {
-        let _ = write!(out, "{} {}:{}@{}", self.id, self.ip, self.client_port(tls_client), self.bus_port);
+    /// The address a client of the given family is told, as Valkey's `clusterNodeIp`: the
+    /// node's `cluster-announce-client-ipv6` (IPv6 clients) or `-ipv4` (IPv4 clients) when
+    /// it announced one, else its address.
+    pub fn client_ip(&self, ipv6_client: bool) -> &str {
+        let announced = if ipv6_client { &self.client_ipv6 } else { &self.client_ipv4 };
+        if announced.is_empty() { &self.ip } else { announced }
+    }
+
+    /// Appends its `CLUSTER NODES` line (no trailing newline): id, `ip:port@cport[,hostname]`
+    /// (the address and port `client` is told), flags, primary, ping sent, pong received,
+    /// config epoch, link state, slots. `extra` is appended after the slots (this node's
+    /// migrating and importing slots).
+    pub fn describe(&self, out: &mut String, client: ClientKind, extra: &str) {
+        let (ip, port) = (self.client_ip(client.ipv6), self.client_port(client.tls));
+        let _ = write!(out, "{} {ip}:{port}@{}", self.id, self.bus_port);
         if !self.hostname.is_empty() {
             let _ = write!(out, ",{}", self.hostname);
         }
@@ -289,7 +315,7 @@ mod tests {
         n.bus_port = 17160;
         let line = |n: &Node, tls| {
             let mut s = String::new();
-            n.describe(&mut s, tls, "");
+            n.describe(&mut s, ClientKind { tls, ipv6: false }, "");
             s
         };
         assert_eq!(
@@ -304,5 +330,23 @@ mod tests {
         n.slots.insert(1);
         n.hostname = "node1".into();
         assert!(line(&n, true).ends_with("@17160,node1 myself,master - 0 0 0 connected 0-1"));
+    }
+
+    #[test]
+    fn each_family_is_told_its_announced_address() {
+        let mut n = Node::new(NodeId::random(), NodeFlags::PRIMARY);
+        n.ip = "10.0.0.1".into();
+        n.port = 7000;
+        let addr = |n: &Node, ipv6| {
+            let mut s = String::new();
+            n.describe(&mut s, ClientKind { tls: false, ipv6 }, "");
+            s.split(' ').nth(1).unwrap().to_owned()
+        };
+        assert_eq!((addr(&n, false), addr(&n, true)), ("10.0.0.1:7000@0".into(), "10.0.0.1:7000@0".into()));
+        n.client_ipv4 = "192.0.2.1".into();
+        assert_eq!((addr(&n, false), addr(&n, true)), ("192.0.2.1:7000@0".into(), "10.0.0.1:7000@0".into()));
+        n.client_ipv6 = "2001:db8::1".into();
+        assert_eq!((n.client_ip(false), n.client_ip(true)), ("192.0.2.1", "2001:db8::1"));
+        assert_eq!(addr(&n, true), "2001:db8::1:7000@0", "Valkey writes IPv6 without brackets");
     }
 }

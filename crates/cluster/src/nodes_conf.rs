@@ -1,6 +1,7 @@
 //! `nodes.conf` (`cluster-config-file`, in `dir`): the node table a node keeps across restarts,
 //! so it rejoins with its id, epochs and slots. One line per node in the `CLUSTER NODES` form
-//! with the address's extra fields (`,hostname,tls-port=N,human-nodename=...`), then
+//! with the address's extra fields (`,hostname,tls-port=N,human-nodename=...,client-ipv4=...`),
+//! then
 //! `vars currentEpoch N lastVoteEpoch M`. Written atomically on every change (a temp file in
 //! the same directory, fsync, rename, fsync of the directory); a file that does not parse is a
 //! fatal error naming the file and the line, never a silent fresh start.
@@ -9,9 +10,10 @@ use std::fmt;
 use std::fmt::Write as _;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write as _};
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
-use crate::node::{Node, NodeFlags, NodeId};
+use crate::node::{ClientKind, Node, NodeFlags, NodeId};
 use crate::slots::parse_slot;
 
 /// What a `nodes.conf` holds.
@@ -133,11 +135,16 @@ pub fn render(cfg: &SavedConfig) -> String {
     for n in &cfg.nodes {
         // The plain port, whatever kind of client would ask: the TLS port has its own field.
         let _ = write!(out, "{} {}:{}@{},{},tls-port={}", n.id, n.ip, n.port, n.bus_port, n.hostname, n.tls_port);
-        if !n.human_nodename.is_empty() {
-            let _ = write!(out, ",human-nodename={}", n.human_nodename);
+        // Valkey's aux fields, written only when set.
+        for (field, value) in
+            [("human-nodename", &n.human_nodename), ("client-ipv4", &n.client_ipv4), ("client-ipv6", &n.client_ipv6)]
+        {
+            if !value.is_empty() {
+                let _ = write!(out, ",{field}={value}");
+            }
         }
         let mut rest = String::new();
-        n.describe(&mut rest, false, "");
+        n.describe(&mut rest, ClientKind::default(), "");
         // The same fields as CLUSTER NODES from the flags on.
         let from_flags = rest.splitn(3, ' ').nth(2).unwrap_or("");
         let _ = write!(out, " {from_flags}");
@@ -250,6 +257,15 @@ fn parse_address(field: &str, node: &mut Node) -> Result<(), String> {
         match kv.split_once('=') {
             Some(("tls-port", v)) => node.tls_port = v.parse().map_err(|_| bad())?,
             Some(("human-nodename", v)) => node.human_nodename = v.to_owned(),
+            // Checked as Valkey's aux setters check them: a file never feeds clients garbage.
+            Some(("client-ipv4", v)) => {
+                v.parse::<Ipv4Addr>().map_err(|_| bad())?;
+                node.client_ipv4 = v.to_owned();
+            }
+            Some(("client-ipv6", v)) => {
+                v.parse::<Ipv6Addr>().map_err(|_| bad())?;
+                node.client_ipv6 = v.to_owned();
+            }
             // shard-id and future fields: not needed to rejoin.
             _ => {}
         }
@@ -277,6 +293,8 @@ mod tests {
         other.bus_port = 17001;
         other.hostname = "node2".into();
         other.human_nodename = "cache-b".into();
+        other.client_ipv4 = "192.0.2.2".into();
+        other.client_ipv6 = "2001:db8::2".into();
         other.primary = Some(me.id);
         other.pong_received_ms = 1_796_006_954_000;
         SavedConfig { nodes: vec![me, other], current_epoch: 6, last_vote_epoch: 2, open_slots: Vec::new() }
@@ -291,7 +309,13 @@ mod tests {
         save(&path, &cfg, true).unwrap();
         let text = fs::read_to_string(&path).unwrap();
         assert!(text.contains(" 127.0.0.1:30001@40001,,tls-port=0 myself,master - 0 0 3 connected 0-5460\n"), "{text}");
-        assert!(text.contains(" 10.0.0.2:0@17001,node2,tls-port=7001,human-nodename=cache-b slave "), "{text}");
+        assert!(
+            text.contains(
+                " 10.0.0.2:0@17001,node2,tls-port=7001,human-nodename=cache-b,client-ipv4=192.0.2.2,\
+                 client-ipv6=2001:db8::2 slave "
+            ),
+            "{text}"
+        );
         assert!(text.ends_with("vars currentEpoch 6 lastVoteEpoch 2\n"));
         let mut back = load(&path).unwrap().unwrap();
         // Link state is not a fact to restore: a restarted node has no links yet.
@@ -310,6 +334,8 @@ mod tests {
         assert_eq!(err, (2, "bad node id not-a-node".to_owned()));
         let truncated = &good[..good.find('\n').unwrap() / 2];
         assert_eq!(parse(truncated).unwrap_err().0, 1);
+        let bad_ip = good.replace("client-ipv4=192.0.2.2", "client-ipv4=banana");
+        assert_eq!(parse(&bad_ip).unwrap_err().0, 2);
         let no_myself = good.replace("myself,", "");
         assert_eq!(parse(&no_myself).unwrap_err().1, "no node is flagged myself");
         let e = ConfError::Corrupt { path: "/d/nodes.conf".into(), line: 2, reason: "bad node id x".into() };

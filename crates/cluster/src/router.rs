@@ -18,24 +18,31 @@ use crate::state::{ClusterState, Endpoint as EndpointKind};
 #[derive(Debug)]
 struct Endpoint {
     id: NodeId,
-    /// `host:port` for plain clients.
-    plain: Arc<str>,
-    /// `host:port` for TLS clients.
-    tls: Arc<str>,
+    /// `host:port` for each kind of client, by [`Endpoint::index`]: plain and TLS clients
+    /// are told different ports, IPv4 and IPv6 clients may be told different addresses
+    /// (`cluster-announce-client-ipv4`/`-ipv6`). Shared when they are the same.
+    addrs: [Arc<str>; 4],
 }
 
 impl Endpoint {
     fn of(n: &Node, kind: EndpointKind) -> Endpoint {
-        let host = kind.of(n);
-        Endpoint {
-            id: n.id,
-            plain: format!("{host}:{}", n.client_port(false)).into(),
-            tls: format!("{host}:{}", n.client_port(true)).into(),
+        let mut addrs: [Option<Arc<str>>; 4] = Default::default();
+        for ipv6 in [false, true] {
+            for tls in [false, true] {
+                let text = format!("{}:{}", kind.of(n, ipv6), n.client_port(tls));
+                let shared = addrs.iter().flatten().find(|a| ***a == *text).cloned();
+                addrs[Endpoint::index(tls, ipv6)] = Some(shared.unwrap_or_else(|| text.into()));
+            }
         }
+        Endpoint { id: n.id, addrs: addrs.map(Option::unwrap_or_default) }
     }
 
-    fn addr(&self, tls: bool) -> Arc<str> {
-        if tls { self.tls.clone() } else { self.plain.clone() }
+    fn index(tls: bool, ipv6: bool) -> usize {
+        usize::from(tls) | (usize::from(ipv6) << 1)
+    }
+
+    fn addr(&self, ctx: &RouteCtx) -> Arc<str> {
+        self.addrs[Endpoint::index(ctx.tls, ctx.ipv6)].clone()
     }
 }
 
@@ -146,7 +153,7 @@ impl SlotRouter for ClusterRouter {
         if (ctx.readonly || shard_pubsub) && !ctx.write && map.my_primary == Some(owner.id) {
             return Route::Ok;
         }
-        Route::Moved { slot, addr: owner.addr(ctx.tls) }
+        Route::Moved { slot, addr: owner.addr(ctx) }
     }
 
     fn route_locked(&self, plan: &Plan, ctx: &RouteCtx, keys: &KeyPresence) -> Route {
@@ -160,7 +167,7 @@ impl SlotRouter for ClusterRouter {
                 return Route::TryAgain;
             }
             if keys.missing > 0 {
-                return Route::Ask { slot, addr: target.addr(ctx.tls) };
+                return Route::Ask { slot, addr: target.addr(ctx) };
             }
             return Route::Ok;
         }
@@ -194,6 +201,8 @@ mod tests {
             bus_port: 17100,
             hostname: String::new(),
             human_nodename: String::new(),
+            client_ipv4: String::new(),
+            client_ipv6: String::new(),
             preferred_endpoint: Kind::Ip,
             allow_pubsubshard_when_down: true,
         }
@@ -241,6 +250,29 @@ mod tests {
         assert_eq!(r.route(&plan(&["GET", "bar"]), &ctx(false, false)), Route::Ok);
         assert_eq!(r.route(&plan(&["MSET", "foo", "1", "bar", "2"]), &ctx(false, true)), Route::CrossSlot);
         assert_eq!(r.route(&plan(&["DBSIZE"]), &ctx(false, false)), Route::Ok, "no keys: never redirected");
+    }
+
+    #[test]
+    fn each_address_family_is_sent_to_its_announced_client_address() {
+        let (mut st, other) = two_nodes(settings(), false);
+        let mut cfg = settings();
+        cfg.client_ipv4 = "192.0.2.1".into();
+        st.set_settings(cfg);
+        // The other node's addresses as its ping extensions would have set them.
+        let mut saved = st.saved();
+        let n = saved.nodes.iter_mut().find(|n| n.id == other).unwrap();
+        n.client_ipv6 = "2001:db8::2".into();
+        let st = ClusterState::from_saved(saved, st.settings().clone());
+        let r = ClusterRouter::new(SlotMap::of(&st));
+        let moved = |tls, ipv6| r.route(&plan(&["GET", "foo"]), &RouteCtx { ipv6, ..ctx(tls, false) });
+        assert_eq!(moved(false, false), Route::Moved { slot: 12182, addr: "10.0.0.2:7001".into() });
+        assert_eq!(moved(true, false), Route::Moved { slot: 12182, addr: "10.0.0.2:7101".into() });
+        assert_eq!(moved(false, true), Route::Moved { slot: 12182, addr: "2001:db8::2:7001".into() });
+        assert_eq!(moved(true, true), Route::Moved { slot: 12182, addr: "2001:db8::2:7101".into() });
+        // Hostnames do not depend on the client's family.
+        let st = ClusterState::from_saved(st.saved(), Settings { preferred_endpoint: Kind::Hostname, ..settings() });
+        r.publish(SlotMap::of(&st));
+        assert_eq!(moved(false, true), Route::Moved { slot: 12182, addr: "node2.example.com:7001".into() });
     }
 
     #[test]
@@ -344,6 +376,8 @@ mod shard_tests {
             bus_port: 17002,
             hostname: String::new(),
             human_nodename: String::new(),
+            client_ipv4: String::new(),
+            client_ipv6: String::new(),
             preferred_endpoint: Default::default(),
         };
         let saved = SavedConfig { nodes: vec![primary, other, replica], current_epoch: 0, last_vote_epoch: 0, open_slots: Vec::new() };

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use tracing::{info, warn};
 
-use crate::node::{Node, NodeFlags, NodeId};
+use crate::node::{ClientKind, Node, NodeFlags, NodeId};
 use crate::nodes_conf::{OpenSlot, SavedConfig};
 use crate::slots::{SLOTS, SlotSet};
 use crate::wire::{Body, CertSummary, Ext, Extensions, Gossip, GossipSection, Header, Kind, Message};
@@ -37,6 +37,10 @@ pub struct Settings {
     pub hostname: String,
     /// `cluster-announce-human-nodename`.
     pub human_nodename: String,
+    /// `cluster-announce-client-ipv4` (empty: IPv4 clients are told `ip`).
+    pub client_ipv4: String,
+    /// `cluster-announce-client-ipv6` (empty: IPv6 clients are told `ip`).
+    pub client_ipv6: String,
     /// `cluster-preferred-endpoint-type`: what redirects and CLUSTER SLOTS name a node by.
     pub preferred_endpoint: Endpoint,
 }
@@ -55,12 +59,15 @@ pub enum Endpoint {
 
 impl Endpoint {
     /// What clients are told to reach `node` at, as Valkey's `clusterNodePreferredEndpoint`:
-    /// its address (`?` while unknown), its host name (`?` without one), or, for
-    /// `unknown-endpoint`, an empty host (CLUSTER SLOTS sends a null there).
-    pub fn of(self, node: &Node) -> &str {
+    /// its address for the client's family (`?` while unknown, see [`Node::client_ip`]), its
+    /// host name (`?` without one), or, for `unknown-endpoint`, an empty host (CLUSTER SLOTS
+    /// sends a null there).
+    pub fn of(self, node: &Node, ipv6_client: bool) -> &str {
         match self {
-            Endpoint::Ip if node.ip.is_empty() => "?",
-            Endpoint::Ip => &node.ip,
+            Endpoint::Ip => match node.client_ip(ipv6_client) {
+                "" => "?",
+                ip => ip,
+            },
             Endpoint::Hostname if node.hostname.is_empty() => "?",
             Endpoint::Hostname => &node.hostname,
             Endpoint::Unknown => "",
@@ -264,6 +271,8 @@ impl ClusterState {
         me.bus_port = cfg.bus_port;
         me.hostname = cfg.hostname.clone();
         me.human_nodename = cfg.human_nodename.clone();
+        me.client_ipv4 = cfg.client_ipv4.clone();
+        me.client_ipv6 = cfg.client_ipv6.clone();
     }
 
     /// This node's id.
@@ -494,10 +503,18 @@ impl ClusterState {
         self.message(kind, Body::Gossip { entries, ext })
     }
 
-    /// The ping extensions this node sends: every node it forgot and has not yet re-admitted,
-    /// with the seconds left (Valkey's `writePingExtensions`).
+    /// The ping extensions this node sends: the client addresses it announces, then every
+    /// node it forgot and has not yet re-admitted, with the seconds left (Valkey's
+    /// `writePingExtensions`).
     fn extensions(&self, now: i64) -> Extensions {
         let mut ext = Extensions::default();
+        let me = self.myself();
+        if !me.client_ipv4.is_empty() {
+            ext.push(&Ext::ClientIpv4(&me.client_ipv4));
+        }
+        if !me.client_ipv6.is_empty() {
+            ext.push(&Ext::ClientIpv6(&me.client_ipv6));
+        }
         for (id, until) in self.forgotten.iter().filter(|(_, until)| **until > now) {
             ext.push(&Ext::ForgottenNode { id: *id, ttl_secs: ((until - now) / 1000) as u64 });
         }
@@ -991,12 +1008,25 @@ impl ClusterState {
         warn!(epoch = new, "WARNING: configEpoch collision with node {sender}. configEpoch set to {new}");
     }
 
-    /// What a PING, PONG or MEET's extensions say: nodes the sender forgot are forgotten here
-    /// too, for the time it has left, unless one is this node or its primary (Valkey's
+    /// What a PING, PONG or MEET's extensions say: the sender's client addresses (one it
+    /// does not send it no longer announces), and nodes the sender forgot, forgotten here too
+    /// for the time it has left unless one is this node or its primary (Valkey's
     /// `clusterProcessPingExtensions`).
     fn process_extensions(&mut self, sender: NodeId, ext: &Extensions, now: i64) {
+        let (mut ipv4, mut ipv6) = ("", "");
         for e in ext.iter() {
-            let Ext::ForgottenNode { id, ttl_secs } = e else { continue };
+            let (id, ttl_secs) = match e {
+                Ext::ClientIpv4(ip) => {
+                    ipv4 = ip;
+                    continue;
+                }
+                Ext::ClientIpv6(ip) => {
+                    ipv6 = ip;
+                    continue;
+                }
+                Ext::ForgottenNode { id, ttl_secs } => (id, ttl_secs),
+                Ext::Unknown { .. } => continue,
+            };
             if id == self.me || self.myself().primary == Some(id) || !self.nodes.contains_key(&id) {
                 continue;
             }
@@ -1005,6 +1035,14 @@ impl ClusterState {
             info!(node_id = %id, "Node {id} forgotten, as node {sender} tells");
             self.forgotten.insert(id, now + ttl_ms);
             self.del_node(&id);
+        }
+        if let Some(e) = self.nodes.get_mut(&sender)
+            && (e.node.client_ipv4 != ipv4 || e.node.client_ipv6 != ipv6)
+        {
+            // Saved in nodes.conf and shown to clients: the routing snapshot is rebuilt.
+            e.node.client_ipv4 = ipv4.to_owned();
+            e.node.client_ipv6 = ipv6.to_owned();
+            self.dirty = true;
         }
     }
 
@@ -1395,7 +1433,7 @@ impl ClusterState {
     // ---- views -----------------------------------------------------------------------------
 
     /// CLUSTER NODES, for a client of the given kind.
-    pub fn nodes_text(&self, tls_client: bool) -> String {
+    pub fn nodes_text(&self, client: ClientKind) -> String {
         let mut out = String::new();
         for n in self.nodes() {
             let mut extra = String::new();
@@ -1411,7 +1449,7 @@ impl ClusterState {
                     let _ = write!(extra, " [{slot}-<-{from}]");
                 }
             }
-            n.describe(&mut out, tls_client, &extra);
+            n.describe(&mut out, client, &extra);
             out.push('\n');
         }
         out

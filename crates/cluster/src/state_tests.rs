@@ -27,6 +27,8 @@ fn settings(i: usize) -> Settings {
         bus_port: 17000 + i as u16,
         hostname: String::new(),
         human_nodename: String::new(),
+        client_ipv4: String::new(),
+        client_ipv6: String::new(),
         preferred_endpoint: Default::default(),
     }
 }
@@ -178,7 +180,7 @@ impl Net {
                         .all(|&(r, p)| s.node(&n.id(r)).is_some_and(|x| x.primary == Some(n.id(p))))
             })
         };
-        assert!(net.run_until(200, roles_known), "{}", net.nodes[1].nodes_text(false));
+        assert!(net.run_until(200, roles_known), "{}", net.nodes[1].nodes_text(ClientKind::default()));
         net
     }
 
@@ -219,7 +221,7 @@ fn signature(text: &str) -> String {
 #[test]
 fn meeting_one_node_joins_everyone_and_every_view_agrees() {
     let net = Net::three_primaries();
-    let sigs: Vec<String> = net.nodes.iter().map(|s| signature(&s.nodes_text(false))).collect();
+    let sigs: Vec<String> = net.nodes.iter().map(|s| signature(&s.nodes_text(ClientKind::default()))).collect();
     assert!(!sigs[0].is_empty());
     assert!(sigs.iter().all(|s| *s == sigs[0]), "{sigs:#?}");
     for s in &net.nodes {
@@ -230,9 +232,13 @@ fn meeting_one_node_joins_everyone_and_every_view_agrees() {
         );
         assert!(info.contains("cluster_known_nodes:3\r\ncluster_size:3\r\ncluster_current_epoch:3\r\n"), "{info}");
         assert_eq!(s.owner(5461).map(|n| n.id), Some(net.id(1)));
-        assert!(s.nodes_text(false).lines().all(|l| l.contains(" connected")), "{}", s.nodes_text(false));
+        assert!(
+            s.nodes_text(ClientKind::default()).lines().all(|l| l.contains(" connected")),
+            "{}",
+            s.nodes_text(ClientKind::default())
+        );
     }
-    let line = net.nodes[1].nodes_text(false);
+    let line = net.nodes[1].nodes_text(ClientKind::default());
     let me = line.lines().find(|l| l.contains("myself")).unwrap();
     assert_eq!(me, format!("{} 127.0.0.1:7001@17001 myself,master - 0 0 2 connected 5461-10922", net.id(1)));
 }
@@ -246,9 +252,13 @@ fn a_silent_primary_is_suspected_then_failed_by_a_majority() {
     let seen_failed =
         |n: &Net| n.nodes[..2].iter().all(|s| s.node(&failed).is_some_and(|x| x.flags.has(NodeFlags::FAIL)));
     // PFAIL after the timeout, FAIL once the other primary's report arrives by gossip.
-    assert!(net.run_until(((TIMEOUT * 3) / 100) as usize, seen_failed), "{}", net.nodes[0].nodes_text(false));
+    assert!(
+        net.run_until(((TIMEOUT * 3) / 100) as usize, seen_failed),
+        "{}",
+        net.nodes[0].nodes_text(ClientKind::default())
+    );
     assert!(!net.nodes[0].is_ok(), "a failed primary's slots are not served");
-    assert!(net.nodes[0].nodes_text(false).contains("master,fail"));
+    assert!(net.nodes[0].nodes_text(ClientKind::default()).contains("master,fail"));
     // It comes back: once reachable it is cleared (after twice the timeout, holding slots).
     net.down[2] = false;
     assert!(net.run_until(((TIMEOUT * 4) / 100) as usize, |n| n.nodes.iter().all(|s| s.is_ok())));
@@ -270,7 +280,7 @@ fn a_primary_cut_off_in_a_minority_stops_serving_even_without_full_coverage() {
         net.nodes[2].tick(now);
         !net.nodes[2].is_ok()
     });
-    assert!(alone_down, "{}", net.nodes[2].nodes_text(false));
+    assert!(alone_down, "{}", net.nodes[2].nodes_text(ClientKind::default()));
     // The majority, not requiring full coverage, serves on.
     assert!(net.nodes[0].is_ok() && net.nodes[1].is_ok());
 }
@@ -289,7 +299,7 @@ fn a_replica_is_known_as_one_everywhere() {
     assert!(
         net.run_until(100, |n| n.nodes.iter().all(|s| s.node(&replica).is_some_and(|r| r.primary == Some(primary))))
     );
-    let text = net.nodes[1].nodes_text(false);
+    let text = net.nodes[1].nodes_text(ClientKind::default());
     let line = text.lines().find(|l| l.starts_with(replica.as_str())).unwrap();
     assert!(line.contains(&format!(" slave {primary} ")), "{line}");
     assert_eq!(
@@ -347,7 +357,7 @@ fn setslot_checks_follow_valkey() {
     );
     assert_eq!(s.set_slot(1, SetSlot::Migrating(b), 3), Ok(()));
     assert_eq!(s.set_slot(6000, SetSlot::Importing(b), 0), Ok(()));
-    assert!(s.nodes_text(false).contains(&format!("[1->-{b}] [6000-<-{b}]")));
+    assert!(s.nodes_text(ClientKind::default()).contains(&format!("[1->-{b}] [6000-<-{b}]")));
     // Open slots survive a restart.
     let saved = s.saved();
     let back = ClusterState::from_saved(saved, settings(0));
@@ -583,7 +593,11 @@ fn only_primaries_with_slots_report_failures() {
     net.down[3] = true;
     let gone = net.id(3);
     let failed = |n: &Net| n.nodes[..3].iter().all(|s| s.node(&gone).is_some_and(|x| x.flags.has(NodeFlags::FAIL)));
-    assert!(net.run_until(((TIMEOUT * 3) / 100) as usize, failed), "{}", net.nodes[1].nodes_text(false));
+    assert!(
+        net.run_until(((TIMEOUT * 3) / 100) as usize, failed),
+        "{}",
+        net.nodes[1].nodes_text(ClientKind::default())
+    );
     net.run(5);
     // The voting primary decides alone; the others' suspicions are not reports (Valkey's
     // failure-marking test: COUNT-FAILURE-REPORTS is 0 on the voter, 1 elsewhere).
@@ -673,7 +687,7 @@ fn a_forget_on_one_node_spreads_to_every_node_with_the_time_left() {
     net.nodes[0].forget(&spare, started).unwrap();
     // The spare keeps running and pinging everyone: its PINGs come from a stranger now.
     let forgotten = |n: &Net| (0..3).all(|i| !n.knows(i, 3));
-    assert!(net.run_until(50, forgotten), "{}", net.nodes[1].nodes_text(false));
+    assert!(net.run_until(50, forgotten), "{}", net.nodes[1].nodes_text(ClientKind::default()));
     // Each node keeps it out for what was left of the first node's minute, and says so.
     let ping = net.nodes[1].gossip_message(Kind::Ping, None, net.now);
     let Body::Gossip { ext, .. } = &ping.body else { panic!("{ping:?}") };
@@ -691,4 +705,34 @@ fn a_forget_on_one_node_spreads_to_every_node_with_the_time_left() {
     net.run(((FORGET_TTL_MS + 1000) / 100) as usize);
     let ping = net.nodes[2].gossip_message(Kind::Ping, None, net.now);
     assert!(matches!(&ping.body, Body::Gossip { ext, .. } if ext.is_empty()), "{ping:?}");
+}
+
+#[test]
+fn announced_client_addresses_spread_by_ping_extension_and_clear_the_same_way() {
+    let mut net = Net::three_primaries();
+    let mut cfg = settings(0);
+    cfg.client_ipv4 = "192.0.2.10".into();
+    cfg.client_ipv6 = "2001:db8::10".into();
+    net.nodes[0].set_settings(cfg);
+    let me = net.id(0);
+    let seen = |n: &Net, v4: &str, v6: &str| {
+        (1..3).all(|i| n.nodes[i].node(&me).is_some_and(|x| x.client_ipv4 == v4 && x.client_ipv6 == v6))
+    };
+    for s in &mut net.nodes {
+        s.take_view_changed();
+    }
+    assert!(net.run_until(50, |n| seen(n, "192.0.2.10", "2001:db8::10")));
+    // A change others must save and route by: their view changed, and nodes.conf holds it.
+    assert!(net.nodes[1].take_view_changed());
+    let saved = net.nodes[1].saved();
+    assert!(saved.nodes.iter().any(|n| n.id == me && n.client_ipv4 == "192.0.2.10"));
+    let line = net.nodes[1].nodes_text(ClientKind { tls: false, ipv6: true });
+    assert!(line.lines().any(|l| l.starts_with(&format!("{me} 2001:db8::10:7000@17000 "))), "{line}");
+    // A node that stops sending an extension no longer announces that address (Valkey).
+    let v4_only = Settings { client_ipv6: String::new(), ..net.nodes[0].settings().clone() };
+    net.nodes[0].set_settings(v4_only);
+    assert!(net.run_until(50, |n| seen(n, "192.0.2.10", "")));
+    net.nodes[0].set_settings(settings(0));
+    assert!(net.run_until(50, |n| seen(n, "", "")));
+    assert!(net.nodes[1].nodes_text(ClientKind::default()).contains(&format!("{me} 127.0.0.1:7000@17000 ")));
 }

@@ -45,6 +45,9 @@ pub trait SlotRouter: Send + Sync {
 pub struct RouteCtx {
     /// The client came in over TLS: a redirect names the node's TLS port.
     pub tls: bool,
+    /// The client came in over IPv6: a redirect names the node's address for IPv6 clients
+    /// (`cluster-announce-client-ipv6`), else the one for IPv4 clients.
+    pub ipv6: bool,
     /// The client sent ASKING (or the command is flagged `asking`, RESTORE-ASKING): an
     /// importing slot serves it.
     pub asking: bool,

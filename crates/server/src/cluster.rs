@@ -84,6 +84,8 @@ pub fn cluster_settings(s: &Settings) -> ClusterSettings {
         bus_port: announced(table::CLUSTER_ANNOUNCE_BUS_PORT, bus_port(s)),
         hostname: s.str(table::CLUSTER_ANNOUNCE_HOSTNAME).to_owned(),
         human_nodename: s.str(table::CLUSTER_ANNOUNCE_HUMAN_NODENAME).to_owned(),
+        client_ipv4: s.str(table::CLUSTER_ANNOUNCE_CLIENT_IPV4).to_owned(),
+        client_ipv6: s.str(table::CLUSTER_ANNOUNCE_CLIENT_IPV6).to_owned(),
         preferred_endpoint: match s.str(table::CLUSTER_PREFERRED_ENDPOINT_TYPE) {
             "hostname" => Endpoint::Hostname,
             "unknown-endpoint" => Endpoint::Unknown,
@@ -154,7 +156,7 @@ pub fn redirect_blocked(srv: &Server, seen: &mut u64) {
     *seen = generation;
     // The address in the route does not matter: the command's own run words the redirect
     // for its client.
-    let ctx = RouteCtx { tls: false, asking: false, readonly: false, write: true };
+    let ctx = RouteCtx { tls: false, ipv6: false, asking: false, readonly: false, write: true };
     for w in srv.blocked.all() {
         if !matches!(node.router.route(&w.plan, &ctx), Route::Moved { .. } | Route::Down(_)) {
             continue;

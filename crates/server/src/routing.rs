@@ -70,7 +70,13 @@ fn route_ctx(b: &Batch<'_>, cmd: &Command, sess: &Session) -> RouteCtx {
                 .multi
                 .as_ref()
                 .is_some_and(|m| m.queue.iter().any(|q| b.srv.registry.get(q.cmd).spec.flags() & flags::WRITE != 0)));
-    RouteCtx { tls: sess.tls, asking: sess.asking || f & flags::ASKING != 0, readonly: sess.readonly, write }
+    RouteCtx {
+        tls: sess.tls,
+        ipv6: sess.ipv6(),
+        asking: sess.asking || f & flags::ASKING != 0,
+        readonly: sess.readonly,
+        write,
+    }
 }
 
 #[cfg(test)]

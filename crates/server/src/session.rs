@@ -139,6 +139,17 @@ impl Session {
         }
     }
 
+    /// Whether the client came in over IPv6, so that cluster mode tells it a node's
+    /// `cluster-announce-client-ipv6` (Valkey's `isClientConnIpV6`). An IPv4 client on a
+    /// dual-stack socket (an IPv4-mapped peer address) counts as IPv4: it is one, and might
+    /// not reach an IPv6 address.
+    pub fn ipv6(&self) -> bool {
+        match self.info.addr {
+            std::net::SocketAddr::V6(a) => a.ip().to_ipv4_mapped().is_none(),
+            std::net::SocketAddr::V4(_) => false,
+        }
+    }
+
     /// Whether the client is subscribed to any channel, pattern or shard channel.
     pub fn subscribed(&self) -> bool {
         self.subs.as_ref().is_some_and(crate::pubsub::ClientSubs::any)

@@ -2,7 +2,7 @@
 //! Valkey's reply shapes and error texts. The node table belongs to `hotkv-cluster`; these
 //! handlers lock it for the moment they read or change it and tell the bus afterwards.
 
-use hotkv_cluster::node::{Node, NodeFlags, NodeId};
+use hotkv_cluster::node::{ClientKind, Node, NodeFlags, NodeId};
 use hotkv_cluster::slots::parse_slot;
 use hotkv_cluster::state::{Endpoint, SetSlot};
 use hotkv_engine::CommandError;
@@ -415,7 +415,7 @@ fn certs(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> R
         out.bulk(b"id");
         out.bulk(n.id.as_str().as_bytes());
         out.bulk(b"addr");
-        out.bulk(format!("{}:{}@{}", n.ip, n.client_port(sess.tls), n.bus_port).as_bytes());
+        out.bulk(format!("{}:{}@{}", n.client_ip(sess.ipv6()), n.client_port(sess.tls), n.bus_port).as_bytes());
         out.bulk(b"flags");
         out.bulk(n.flags.text().as_bytes());
         out.bulk(b"link");
@@ -515,7 +515,7 @@ fn myshardid(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> 
 }
 
 fn nodes(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
-    let text = node(srv)?.state().nodes_text(sess.tls);
+    let text = node(srv)?.state().nodes_text(client(sess));
     out.verbatim(text.as_bytes());
     Ok(Flow::Continue)
 }
@@ -532,7 +532,7 @@ fn replicas(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf
         .into_iter()
         .map(|r| {
             let mut s = String::new();
-            r.describe(&mut s, sess.tls, "");
+            r.describe(&mut s, client(sess), "");
             s
         })
         .collect();
@@ -574,9 +574,15 @@ fn saveconfig(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) ->
     done(out)
 }
 
-/// What clients are told to reach `n` at: `cluster-preferred-endpoint-type`.
-fn endpoint<'a>(st: &hotkv_cluster::state::ClusterState, n: &'a Node) -> &'a str {
-    st.settings().preferred_endpoint.of(n)
+/// What clients are told to reach `n` at: `cluster-preferred-endpoint-type`, and for IP
+/// endpoints the address announced to the client's family.
+fn endpoint<'a>(st: &hotkv_cluster::state::ClusterState, n: &'a Node, sess: &Session) -> &'a str {
+    st.settings().preferred_endpoint.of(n, sess.ipv6())
+}
+
+/// The kind of client `sess` is, for node descriptions: its port kind and address family.
+fn client(sess: &Session) -> ClientKind {
+    ClientKind { tls: sess.tls, ipv6: sess.ipv6() }
 }
 
 fn slots(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
@@ -600,18 +606,18 @@ fn slots(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> R
             let kind = st.settings().preferred_endpoint;
             match kind {
                 Endpoint::Unknown => out.null(),
-                _ => out.bulk(endpoint(&st, n).as_bytes()),
+                _ => out.bulk(endpoint(&st, n, sess).as_bytes()),
             }
             out.int(i64::from(n.client_port(sess.tls)));
             out.bulk(n.id.as_str().as_bytes());
             // The networking known besides the preferred endpoint, as Valkey's
             // addNodeToNodeReply: the address first, then the host name.
-            let ip = kind != Endpoint::Ip && !n.ip.is_empty();
+            let ip = kind != Endpoint::Ip && !n.client_ip(sess.ipv6()).is_empty();
             let hostname = kind != Endpoint::Hostname && !n.hostname.is_empty();
             out.map(usize::from(ip) + usize::from(hostname));
             if ip {
                 out.bulk(b"ip");
-                out.bulk(n.ip.as_bytes());
+                out.bulk(n.client_ip(sess.ipv6()).as_bytes());
             }
             if hostname {
                 out.bulk(b"hostname");
@@ -622,7 +628,7 @@ fn slots(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> R
     Ok(Flow::Continue)
 }
 
-fn shards(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
+fn shards(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
     let st = node(srv)?.state();
     let primaries: Vec<&Node> = st.nodes().into_iter().filter(|n| n.is_primary()).collect();
     out.array(primaries.len());
@@ -653,9 +659,9 @@ fn shards(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res
                 out.int(i64::from(n.tls_port));
             }
             out.bulk(b"ip");
-            out.bulk(n.ip.as_bytes());
+            out.bulk(n.client_ip(sess.ipv6()).as_bytes());
             out.bulk(b"endpoint");
-            out.bulk(endpoint(&st, n).as_bytes());
+            out.bulk(endpoint(&st, n, sess).as_bytes());
             if !n.hostname.is_empty() {
                 out.bulk(b"hostname");
                 out.bulk(n.hostname.as_bytes());

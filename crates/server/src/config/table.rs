@@ -480,9 +480,9 @@ directives! {
     CLUSTER_ANNOUNCE_IP = "cluster-announce-ip" [] "cluster.announce_ip": O, "", M, CLUSTER,
         "Address announced to other nodes.";
     CLUSTER_ANNOUNCE_CLIENT_IPV4 = "cluster-announce-client-ipv4" [] "cluster.announce_client_ipv4":
-        Ty::OptStr(Check::Ipv4), "", M | NE, CLUSTER, "IPv4 address announced to IPv4 clients.";
+        Ty::OptStr(Check::Ipv4), "", M, CLUSTER, "IPv4 address announced to IPv4 clients.";
     CLUSTER_ANNOUNCE_CLIENT_IPV6 = "cluster-announce-client-ipv6" [] "cluster.announce_client_ipv6":
-        Ty::OptStr(Check::Ipv6), "", M | NE, CLUSTER, "IPv6 address announced to IPv6 clients.";
+        Ty::OptStr(Check::Ipv6), "", M, CLUSTER, "IPv6 address announced to IPv6 clients.";
     CLUSTER_ANNOUNCE_HOSTNAME = "cluster-announce-hostname" [] "cluster.announce_hostname": Ty::OptStr(Check::Hostname),
         "", M, CLUSTER, "Host name announced to other nodes and clients.";
     CLUSTER_ANNOUNCE_HUMAN_NODENAME = "cluster-announce-human-nodename" [] "cluster.announce_human_nodename":
