@@ -10,7 +10,7 @@ use hotkv_test_support::{Frame, SIGKILL, TestServer, wait_for};
 use crate::{assert_err, builder, info, info_field};
 
 /// Node timeout for tests: failure detection within seconds, not the default 15.
-const NODE_TIMEOUT: &str = "1000";
+pub(crate) const NODE_TIMEOUT: &str = "1000";
 
 /// Tests that form a cluster run one at a time: two clusters at once (up to twelve processes)
 /// on a small, busy machine starve their bus threads past the 1 s node timeout, nodes flap

@@ -370,3 +370,147 @@ fn a_client_blocked_on_a_key_whose_slot_moves_away_is_redirected() {
     // A push on the new owner is not lost to a client that was woken away.
     assert_eq!(ns[1].cmd(&["RPUSH", &key, "job"]).int(), 1);
 }
+
+/// The node that owns each slot, by client port, as `n` sees it.
+fn owners(n: &hotkv_test_support::TestServer) -> Vec<u16> {
+    let mut out = vec![0u16; 16384];
+    for range in n.cmd(&["CLUSTER", "SLOTS"]).items() {
+        let r = range.items();
+        let port = r[2].items()[1].int() as u16;
+        for s in r[0].int()..=r[1].int() {
+            out[s as usize] = port;
+        }
+    }
+    out
+}
+
+/// Kills `victim` (one of `ns`) with SIGKILL once a reshard between `from` and `to` has a
+/// slot open on it, restarts it from its directory, runs `--cluster fix`, and returns the
+/// restarted node. Keys are only in memory, so what the victim held is gone; everything
+/// else must be where the slot table says, with its value.
+fn kill_mid_migration(
+    ns: &mut [hotkv_test_support::TestServer],
+    victim: usize,
+    from: usize,
+    to: usize,
+    survivor: usize,
+) -> Vec<u16> {
+    let ids: Vec<String> = ns.iter().map(|n| n.cmd(&["CLUSTER", "MYID"]).text()).collect();
+    let at = format!("127.0.0.1:{}", ns[survivor].port());
+    let target_had = ns[to].cmd(&["DBSIZE"]).int();
+    let mut cli = std::process::Command::new("redis-cli")
+        .args(["--cluster", "reshard", &at, "--cluster-from", &ids[from], "--cluster-to", &ids[to]])
+        .args(["--cluster-slots", "2000", "--cluster-yes"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-cli");
+    let pid = cli.id();
+    // The slots open on the victim: a move half done.
+    let open = |n: &hotkv_test_support::TestServer| -> Vec<u16> {
+        let table = n.cmd(&["CLUSTER", "NODES"]).text();
+        let me = table.lines().find(|l| l.contains("myself")).unwrap_or_default().to_string();
+        me.split(' ')
+            .filter_map(|t| t.strip_prefix('['))
+            .filter_map(|t| t.split(['-', '>', '<']).next().and_then(|s| s.parse().ok()))
+            .collect()
+    };
+    // Not on the very first slot: let some keys move first. Then freeze redis-cli (SIGSTOP)
+    // at a moment a slot is open on the victim, so the kill finds it open.
+    assert!(wait_for(|| ns[to].cmd(&["DBSIZE"]).int() > target_had + 50, Duration::from_secs(120)));
+    let frozen_open = wait_for(
+        || {
+            let _ = hotkv_test_support::signal(pid, hotkv_test_support::SIGSTOP);
+            if !open(&ns[victim]).is_empty() {
+                return true;
+            }
+            let _ = hotkv_test_support::signal(pid, hotkv_test_support::SIGCONT);
+            false
+        },
+        Duration::from_secs(120),
+    );
+    assert!(frozen_open, "no slot seen open on the victim");
+    let open_slots = open(&ns[victim]);
+    let id = ids[victim].clone();
+    ns[victim].signal(hotkv_test_support::SIGKILL);
+    let _ = cli.kill();
+    let _ = cli.wait();
+    let back = crate::builder()
+        .config("cluster-enabled", "yes")
+        .config("cluster-node-timeout", crate::cluster::NODE_TIMEOUT)
+        .config("dir", &ns[victim].dir().display().to_string())
+        .spawn();
+    assert_eq!(back.cmd(&["CLUSTER", "MYID"]).text(), id);
+    // Its open slot survived the restart, from nodes.conf.
+    assert_eq!(open(&back), open_slots, "{}", back.cmd(&["CLUSTER", "NODES"]).text());
+    // Every node knows where it is now (it may be on a new port) and that it is up.
+    let addr = format!("127.0.0.1:{}@", back.port());
+    ns[victim] = back;
+    let knows = |n: &hotkv_test_support::TestServer| {
+        n.cmd(&["CLUSTER", "NODES"]).text().lines().any(|l| {
+            l.starts_with(&id) && l.contains(&addr) && l.contains(" connected") && !l.contains("fail")
+        })
+    };
+    assert!(
+        wait_for(|| ns.iter().all(|n| knows(n) && cluster_state(n) == "ok"), Duration::from_secs(60)),
+        "{}",
+        ns[survivor].cmd(&["CLUSTER", "NODES"]).text()
+    );
+    tool(&["fix", &at]);
+    let check = tool(&["check", &at]);
+    assert!(check.contains("[OK] All nodes agree about slots configuration."), "{check}");
+    assert!(check.contains("[OK] All 16384 slots covered.") && !check.contains("[WARNING]"), "{check}");
+    for n in ns.iter() {
+        assert!(strays(n).is_empty(), "node {} holds keys of slots it does not own", n.port());
+        assert!(!n.cmd(&["CLUSTER", "NODES"]).text().contains('['), "open slot left");
+    }
+    open_slots
+}
+
+#[test]
+fn a_migration_cut_by_kill_9_on_either_side_is_finished_by_fix_and_survivors_keep_their_keys() {
+    let _alone = one_cluster_at_a_time();
+    let mut ns = nodes(3, &[]);
+    create(&ns, 0);
+    assert!(wait_for(|| ns.iter().all(|n| cluster_state(n) == "ok"), Duration::from_secs(20)));
+    let home = ns[2].port();
+    let mut c = ClusterConn::new(home);
+    let keys: Vec<String> = (0..3000).map(|i| format!("k:{i}")).collect();
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(c.run(&["SET", k, &i.to_string()]), Frame::ok());
+    }
+    // Which node serves each key before anything moves.
+    let before = owners(&ns[2]);
+    let port = |i: usize, ns: &[hotkv_test_support::TestServer]| ns[i].port();
+    let on = |k: &str, p: u16| before[usize::from(key_slot(k.as_bytes()))] == p;
+    // The source dies mid-move: its keys are gone (memory only), everyone else's stay.
+    let p0 = port(0, &ns);
+    kill_mid_migration(&mut ns, 0, 0, 1, 2);
+    let mut c = ClusterConn::new(home);
+    for (i, k) in keys.iter().enumerate() {
+        let got = c.run(&["GET", k]);
+        if !on(k, p0) {
+            assert_eq!(got, Frame::bulk(i.to_string()), "{k}");
+        } else {
+            assert!(got.is_null() || got == Frame::bulk(i.to_string()), "{k}: {got:?}");
+        }
+    }
+    // Then the target of a second move dies: what it held is gone, the source keeps the rest.
+    let p2 = port(2, &ns);
+    let owners_now = owners(&ns[2]);
+    let cut = kill_mid_migration(&mut ns, 1, 2, 1, 2);
+    let owners_after = owners(&ns[2]);
+    let mut c = ClusterConn::new(home);
+    for (i, k) in keys.iter().enumerate() {
+        let got = c.run(&["GET", k]);
+        let slot = usize::from(key_slot(k.as_bytes()));
+        // Keys that stayed on the node nobody killed, outside the slot cut in half.
+        let survived_both = [before[slot], owners_now[slot], owners_after[slot]] == [p2; 3]
+            && !cut.contains(&(slot as u16));
+        if survived_both {
+            assert_eq!(got, Frame::bulk(i.to_string()), "{k}");
+        } else {
+            assert!(got.is_null() || got == Frame::bulk(i.to_string()), "{k}: {got:?}");
+        }
+    }
+}

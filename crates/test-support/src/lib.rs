@@ -33,11 +33,11 @@ use std::time::{Duration, Instant};
 
 /// Signal numbers for [`TestServer::signal`] and [`ProcessGuard::signal`], so tests need no
 /// libc dependency of their own.
-pub use libc::{SIGINT, SIGKILL, SIGTERM};
+pub use libc::{SIGCONT, SIGINT, SIGKILL, SIGSTOP, SIGTERM};
 
 pub use client::RawClient;
 pub use ports::free_port;
-pub use process::{ProcessGuard, raise_fd_limit};
+pub use process::{ProcessGuard, raise_fd_limit, signal};
 pub use proxy::{Fault, FaultProxy, MAX_LINKS};
 pub use resp::Frame;
 pub use server::{Builder, ConfigFormat, Exited, TestServer};

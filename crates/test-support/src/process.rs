@@ -11,7 +11,7 @@ use crate::wait_for;
 
 /// Sends `sig` to `pid`.
 #[allow(unsafe_code)]
-pub(crate) fn signal(pid: u32, sig: i32) -> io::Result<()> {
+pub fn signal(pid: u32, sig: i32) -> io::Result<()> {
     let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::other("pid out of range"))?;
     // SAFETY: kill(2) takes two integers and touches no memory of ours.
     let rc = unsafe { libc::kill(pid, sig) };
