@@ -48,7 +48,12 @@ impl Endpoint {
 
 /// Who serves every slot, as of one moment.
 pub struct SlotMap {
-    owners: Vec<Option<Arc<Endpoint>>>,
+    /// Each slot's owner, an index into `endpoints` ([`NO_OWNER`] for none): a map is built
+    /// after every SETSLOT of a reshard, and 16384 reference-counted pointers to build and
+    /// drop each time were most of a SETSLOT's cost.
+    owners: Vec<u16>,
+    /// The nodes that own slots.
+    endpoints: Vec<Arc<Endpoint>>,
     me: NodeId,
     /// The primary whose slots this replica may serve to READONLY clients.
     my_primary: Option<NodeId>,
@@ -61,29 +66,39 @@ pub struct SlotMap {
     importing: HashMap<u16, NodeId>,
 }
 
+/// [`SlotMap::owners`] of a slot nobody serves.
+const NO_OWNER: u16 = u16::MAX;
+
 impl SlotMap {
     /// The map of `st` now.
     pub fn of(st: &ClusterState) -> SlotMap {
-        let mut endpoints: HashMap<NodeId, Arc<Endpoint>> = HashMap::new();
         let kind = st.settings().preferred_endpoint;
-        let mut endpoint = |n: &Node| endpoints.entry(n.id).or_insert_with(|| Arc::new(Endpoint::of(n, kind))).clone();
         // Node by node over their slot sets: a lookup per slot (two hashes each, 16384 times)
         // made every SETSLOT of a reshard cost milliseconds.
-        let mut owners: Vec<Option<Arc<Endpoint>>> = vec![None; SLOTS];
+        let mut owners = vec![NO_OWNER; SLOTS];
+        let mut endpoints = Vec::new();
         for n in st.nodes() {
-            if n.slots.is_empty() {
+            if n.slots.is_empty() || endpoints.len() >= usize::from(NO_OWNER) {
                 continue;
             }
-            let e = endpoint(n);
+            let index = endpoints.len() as u16;
+            endpoints.push(Arc::new(Endpoint::of(n, kind)));
             for s in n.slots.iter() {
-                owners[usize::from(s)] = Some(e.clone());
+                owners[usize::from(s)] = index;
             }
         }
-        let migrating =
-            st.migrating().iter().filter_map(|(slot, to)| st.node(to).map(|n| (*slot, endpoint(n)))).collect();
+        let migrating = st
+            .migrating()
+            .iter()
+            .filter_map(|(slot, to)| {
+                let known = endpoints.iter().find(|e| e.id == *to).cloned();
+                known.or_else(|| st.node(to).map(|n| Arc::new(Endpoint::of(n, kind)))).map(|e| (*slot, e))
+            })
+            .collect();
         let me = st.myself();
         SlotMap {
             owners,
+            endpoints,
             me: me.id,
             my_primary: if me.flags.has(NodeFlags::REPLICA) { me.primary } else { None },
             ok: st.is_ok(),
@@ -128,7 +143,9 @@ impl SlotRouter for ClusterRouter {
         let Some(slot) = plan.slot() else { return Route::Ok };
         let map = self.map.load();
         // Valkey's getNodeByQuery order: a slot nobody serves first, then the cluster's state.
-        let Some(owner) = &map.owners[usize::from(slot)] else { return Route::Down(DownReason::Unbound) };
+        let Some(owner) = map.endpoints.get(usize::from(map.owners[usize::from(slot)])) else {
+            return Route::Down(DownReason::Unbound);
+        };
         // Sharded pub/sub (SSUBSCRIBE, SPUBLISH...) has its own rule while the cluster is down.
         let shard_pubsub = plan.has_channels();
         if !map.ok {
