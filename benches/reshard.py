@@ -33,6 +33,7 @@ benches/results/latest-reshard.md).
 
 Usage: benches/run.sh reshard [--quick] [--no-tls] [--no-pin] [--keys N] [--rounds N]
                               [--pipeline N] [--probe-rate R] [--value-size B] [--out DIR]
+                              [--perf DIR]
 """
 
 import argparse
@@ -204,6 +205,32 @@ def percentiles(samples, index):
 # one reshard
 
 
+def start_perf(out_dir, node, bus, kind):
+    """`perf record` (DWARF call graphs) on the source for the length of the reshard, when --perf names a folder;
+    the profile lands in <folder>/<bus>-<kind>-<time>.data. Its own overhead slows the node, so
+    a profiled run's figures are not for the table."""
+    if not out_dir:
+        return None
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    path = Path(out_dir) / f"{bus}-{kind}-{time.strftime('%H%M%S')}.data"
+    p = subprocess.Popen(["perf", "record", "-F", "499", "--call-graph", "dwarf,8192", "-p", str(node.proc.pid), "-o", str(path)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    time.sleep(0.5)  # perf attaches before the reshard starts
+    print(f"[reshard] perf of the {bus} {kind} source -> {path}", file=sys.stderr)
+    return p
+
+
+def stop_perf(p):
+    if p is None:
+        return
+    p.send_signal(signal.SIGINT)
+    try:
+        p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
 def node_ids(cluster):
     return [n.cli("CLUSTER", "MYID").strip() for n in cluster.nodes]
 
@@ -273,12 +300,14 @@ def one_run(args, workdir, pki, kind, load_files, probe_list, results):
         probe = Probe(src.client_port, pki, probe_list, args.probe_rate, b"p" * args.value_size)
         probe.start()
         time.sleep(args.baseline)
+        perf = start_perf(args.perf, src, tag, kind)
         cpu0 = (src.cpu_seconds(), dst.cpu_seconds())
         t0 = time.monotonic()
         out = subprocess.run(argv, capture_output=True, text=True, timeout=args.reshard_timeout)
         t1 = time.monotonic()
         cpu1 = (src.cpu_seconds(), dst.cpu_seconds())
         probe.stop()
+        stop_perf(perf)
         wall = t1 - t0
         if out.returncode != 0 or "[ERR]" in out.stdout:
             why = [l for l in out.stdout.splitlines() if "ERR" in l or "failed" in l][:5]
@@ -315,11 +344,12 @@ def one_run(args, workdir, pki, kind, load_files, probe_list, results):
 
 
 def summarize(results):
-    """Per bus and kind, the median over rounds; ratios hotkv/redis of those medians."""
+    """Per bus and kind that ran, the median over rounds."""
     out = []
     for bus in ("plain", "tls"):
         rows = {k: [r for r in results["runs"] if r["bus"] == bus and r["kind"] == k] for k in KINDS}
-        if not all(rows.values()):
+        rows = {k: rs for k, rs in rows.items() if rs}
+        if not rows:
             continue
         s = {}
         for k, rs in rows.items():
@@ -334,7 +364,7 @@ def summarize(results):
                 "dst_cpu_s": median([r["dst_cpu_s"] for r in rs]),
                 "ok": all(not r["problems"] for r in rs), "rounds": len(rs),
             }
-        out.append({"bus": bus, "keys": rows["hotkv"][0]["keys_moved"], "servers": s})
+        out.append({"bus": bus, "keys": next(iter(rows.values()))[0]["keys_moved"], "servers": s})
     return out
 
 
@@ -345,12 +375,13 @@ def markdown(results):
     ratio_lines = ["", "| bus | wall time hotkv/redis | probe p99 hotkv/redis | probe max hotkv/redis "
                        "| source CPU hotkv/redis | target CPU hotkv/redis |", "|---|---|---|---|---|---|"]
     for row in summarize(results):
-        for k in KINDS:
-            s = row["servers"][k]
+        for k, s in row["servers"].items():
             lines.append(f"| {row['bus']} | {row['keys']} | {k} | {s['wall_s']:.2f} ({s['wall_min']:.2f}-"
                          f"{s['wall_max']:.2f}) | {s['p50_ms']:.3f} / {s['p99_ms']:.3f} / {s['max_ms']:.1f} "
                          f"| {s['base_p99_ms']:.3f} | {s['src_cpu_s']:.2f} / {s['dst_cpu_s']:.2f} "
                          f"| {'OK' if s['ok'] else 'FAILED'} ({s['rounds']} rounds) |")
+        if len(row["servers"]) < len(KINDS):
+            continue
         h, r = row["servers"]["hotkv"], row["servers"]["redis"]
         q = lambda a, b: f"{a / b:.2f}" if b else "n/a"
         ratio_lines.append(f"| {row['bus']} | {q(h['wall_s'], r['wall_s'])} | {q(h['p99_ms'], r['p99_ms'])} "
@@ -373,9 +404,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--reshard-timeout", type=int, default=1800, help="seconds one reshard may take")
     ap.add_argument("--quick", action="store_true", help="100k keys instead of 1M")
+    ap.add_argument("--kind", choices=KINDS, help="run one server kind only (no ratios)")
+    ap.add_argument("--tls-only", action="store_true", help="skip the plain bus")
+    ap.add_argument("--perf", metavar="DIR", help="perf record the source of each reshard into DIR")
     args = ap.parse_args()
     if args.quick:
         args.keys = 100_000
+    if args.tls_only and args.no_tls:
+        ap.error("--tls-only and --no-tls leave nothing to run")
     if args.keys % len(MOVED_SLOTS):
         ap.error(f"--keys must be a multiple of {len(MOVED_SLOTS)}")
     results = begin(args, "redis-cli")
@@ -392,9 +428,12 @@ def main():
             pki_dir = Path(workdir) / "pki"
             pki_dir.mkdir()
             pki = None if args.no_tls else Pki(pki_dir)
-            for p in [None] + ([pki] if pki else []):
+            buses = ([] if args.tls_only else [None]) + ([pki] if pki else [])
+            for p in buses:
                 for rnd in range(args.rounds):
                     for kind in (KINDS if rnd % 2 == 0 else KINDS[::-1]):
+                        if args.kind and kind != args.kind:
+                            continue
                         try:
                             one_run(args, workdir, p, kind, [moved_file, probe_file], plist, results)
                         except (RuntimeError, subprocess.TimeoutExpired) as e:
