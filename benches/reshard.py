@@ -358,6 +358,7 @@ def summarize(results):
                 "wall_min": min(r["wall_s"] for r in rs), "wall_max": max(r["wall_s"] for r in rs),
                 "p50_ms": median([r["probe"]["p50_ms"] for r in rs]),
                 "p99_ms": median([r["probe"]["p99_ms"] for r in rs]),
+                "p99_min": min(r["probe"]["p99_ms"] for r in rs), "p99_max": max(r["probe"]["p99_ms"] for r in rs),
                 "max_ms": median([r["probe"]["max_ms"] for r in rs]),
                 "base_p99_ms": median([r["probe_baseline"]["p99_ms"] for r in rs]),
                 "src_cpu_s": median([r["src_cpu_s"] for r in rs]),
@@ -369,7 +370,7 @@ def summarize(results):
 
 
 def markdown(results):
-    lines = ["| bus | keys moved | kind | reshard wall s (min-max) | probe p50 / p99 / max ms "
+    lines = ["| bus | keys moved | kind | reshard wall s (min-max) | probe p50 / p99 (min-max) / max ms "
              "| probe p99 before, ms | CPU s source / target | keys + check |",
              "|---|---|---|---|---|---|---|---|"]
     ratio_lines = ["", "| bus | wall time hotkv/redis | probe p99 hotkv/redis | probe max hotkv/redis "
@@ -377,7 +378,8 @@ def markdown(results):
     for row in summarize(results):
         for k, s in row["servers"].items():
             lines.append(f"| {row['bus']} | {row['keys']} | {k} | {s['wall_s']:.2f} ({s['wall_min']:.2f}-"
-                         f"{s['wall_max']:.2f}) | {s['p50_ms']:.3f} / {s['p99_ms']:.3f} / {s['max_ms']:.1f} "
+                         f"{s['wall_max']:.2f}) | {s['p50_ms']:.3f} / {s['p99_ms']:.3f} ({s['p99_min']:.1f}-{s['p99_max']:.1f}) "
+                         f"/ {s['max_ms']:.1f} "
                          f"| {s['base_p99_ms']:.3f} | {s['src_cpu_s']:.2f} / {s['dst_cpu_s']:.2f} "
                          f"| {'OK' if s['ok'] else 'FAILED'} ({s['rounds']} rounds) |")
         if len(row["servers"]) < len(KINDS):
