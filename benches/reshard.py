@@ -33,12 +33,13 @@ benches/results/latest-reshard.md).
 
 Usage: benches/run.sh reshard [--quick] [--no-tls] [--no-pin] [--keys N] [--rounds N]
                               [--pipeline N] [--probe-rate R] [--value-size B] [--out DIR]
-                              [--perf DIR]
+                              [--perf DIR | --strace DIR] [--logs DIR] [--kind K] [--tls-only]
 """
 
 import argparse
 import os
 import random
+import shutil
 import signal
 import socket
 import ssl
@@ -205,22 +206,27 @@ def percentiles(samples, index):
 # one reshard
 
 
-def start_perf(out_dir, node, bus, kind):
-    """`perf record` (DWARF call graphs) on the source for the length of the reshard, when --perf names a folder;
-    the profile lands in <folder>/<bus>-<kind>-<time>.data. Its own overhead slows the node, so
-    a profiled run's figures are not for the table."""
+def start_trace(args, node, bus, kind):
+    """`perf record` (DWARF call graphs, --perf) or `strace -T` of its file syscalls and fsyncs
+    (--strace) on the source for the length of the reshard, into <folder>/<bus>-<kind>-<time>.
+    A traced node is slower, so a traced run's figures are not for the table."""
+    out_dir = args.perf or args.strace
     if not out_dir:
-        return None
+        return None, None
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    path = Path(out_dir) / f"{bus}-{kind}-{time.strftime('%H%M%S')}.data"
-    p = subprocess.Popen(["perf", "record", "-F", "499", "--call-graph", "dwarf,8192", "-p", str(node.proc.pid), "-o", str(path)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    time.sleep(0.5)  # perf attaches before the reshard starts
-    print(f"[reshard] perf of the {bus} {kind} source -> {path}", file=sys.stderr)
-    return p
+    stem = Path(out_dir) / f"{bus}-{kind}-{time.strftime('%H%M%S')}"
+    if args.perf:
+        argv = ["perf", "record", "-F", "499", "--call-graph", "dwarf,8192", "-o", f"{stem}.data"]
+    else:
+        argv = ["strace", "-f", "-tt", "-T", "-e", "trace=%file,fsync,fdatasync,ftruncate", "-o", f"{stem}.strace"]
+    p = subprocess.Popen(argv + ["-p", str(node.proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    time.sleep(0.5)  # attached before the reshard starts
+    print(f"[reshard] tracing the {bus} {kind} source -> {stem}.*", file=sys.stderr)
+    return p, stem
 
 
-def stop_perf(p):
+def stop_trace(p):
     if p is None:
         return
     p.send_signal(signal.SIGINT)
@@ -229,6 +235,26 @@ def stop_perf(p):
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
+
+
+def stalls(samples, t0, t0_wall, over_ms=100):
+    """The probe's stalls: for each run of requests late by more than over_ms, when its first
+    request was due (seconds into the reshard, and wall clock to match a trace), the worst
+    lateness in it, and the worst send-to-reply time (small when the probe itself was late to
+    send, not the server late to answer)."""
+    out, last = [], None
+    for due, late, service in samples:
+        if late * 1e3 < over_ms:
+            last = None
+            continue
+        if last is None:
+            wall = t0_wall + due - t0
+            last = {"at_s": due - t0, "wall": time.strftime("%H:%M:%S", time.localtime(wall)) + f".{int(wall % 1 * 1e6):06d}",
+                    "worst_ms": 0.0, "worst_service_ms": 0.0}
+            out.append(last)
+        last["worst_ms"] = max(last["worst_ms"], late * 1e3)
+        last["worst_service_ms"] = max(last["worst_service_ms"], service * 1e3)
+    return out
 
 
 def node_ids(cluster):
@@ -300,14 +326,20 @@ def one_run(args, workdir, pki, kind, load_files, probe_list, results):
         probe = Probe(src.client_port, pki, probe_list, args.probe_rate, b"p" * args.value_size)
         probe.start()
         time.sleep(args.baseline)
-        perf = start_perf(args.perf, src, tag, kind)
+        trace, stem = start_trace(args, src, tag, kind)
         cpu0 = (src.cpu_seconds(), dst.cpu_seconds())
-        t0 = time.monotonic()
+        t0, t0_wall = time.monotonic(), time.time()
         out = subprocess.run(argv, capture_output=True, text=True, timeout=args.reshard_timeout)
         t1 = time.monotonic()
         cpu1 = (src.cpu_seconds(), dst.cpu_seconds())
         probe.stop()
-        stop_perf(perf)
+        stop_trace(trace)
+        if args.logs and not stem:
+            Path(args.logs).mkdir(parents=True, exist_ok=True)
+            stem = Path(args.logs) / f"{tag}-{kind}-{time.strftime('%H%M%S')}"
+        if stem:
+            for name, n in (("source", src), ("target", dst)):
+                shutil.copy(n.dir / "server.log", f"{stem}.{name}.log")
         wall = t1 - t0
         if out.returncode != 0 or "[ERR]" in out.stdout:
             why = [l for l in out.stdout.splitlines() if "ERR" in l or "failed" in l][:5]
@@ -324,6 +356,7 @@ def one_run(args, workdir, pki, kind, load_files, probe_list, results):
             "probe": percentiles(probe.window(t0, t1), 1),
             "probe_service": percentiles(probe.window(t0, t1), 2),
             "probe_baseline": percentiles(probe.window(t0 - args.baseline, t0), 1),
+            "stalls": stalls(probe.window(t0, t1), t0, t0_wall),
             "dbsize_before": before, "dbsize_after": sizes, "problems": problems,
             "command": " ".join(argv), "create": " ".join(c.create_argv),
             "loadavg_1m": os.getloadavg()[0],
@@ -333,7 +366,10 @@ def one_run(args, workdir, pki, kind, load_files, probe_list, results):
         print(f"[reshard] {tag} {kind}: {wall:.2f} s, probe p50 {p.get('p50_ms', float('nan')):.3f} "
               f"p99 {p.get('p99_ms', float('nan')):.3f} max {p.get('max_ms', float('nan')):.1f} ms, "
               f"CPU src {row['src_cpu_s']:.2f} s dst {row['dst_cpu_s']:.2f} s"
-              + (f"; PROBLEMS: {problems}" if problems else "; all keys present, check OK"), file=sys.stderr)
+              + (f"; PROBLEMS: {problems}" if problems else "; all keys present, check OK")
+              + "".join(f"; stall of {x['worst_ms']:.0f} ms (reply {x['worst_service_ms']:.0f} ms) at "
+                        f"{x['at_s']:.1f} s ({x['wall']})"
+                        for x in row["stalls"] if x["worst_ms"] > 250), file=sys.stderr)
     finally:
         c.stop()
         LIVE.remove(c)
@@ -409,6 +445,8 @@ def main():
     ap.add_argument("--kind", choices=KINDS, help="run one server kind only (no ratios)")
     ap.add_argument("--tls-only", action="store_true", help="skip the plain bus")
     ap.add_argument("--perf", metavar="DIR", help="perf record the source of each reshard into DIR")
+    ap.add_argument("--strace", metavar="DIR", help="strace the source's file syscalls into DIR")
+    ap.add_argument("--logs", metavar="DIR", help="keep the source's and target's logs in DIR")
     args = ap.parse_args()
     if args.quick:
         args.keys = 100_000
