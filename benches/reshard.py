@@ -27,6 +27,9 @@ time, so the two never share the CPU):
    target holds all the moved keys, `redis-cli --cluster check` says every slot is covered
    and reports no open slot, and every probe reply was an expected one.
 
+Every stretch of probe requests late by over 100 ms is listed with its time (`stalls`), to be
+matched against the nodes' logs (--logs) or a trace of the source (--perf, --strace).
+
 Rounds (--rounds) alternate which kind goes first. Raw figures, every latency percentile and
 the exact commands go to benches/results/reshard-<time>.json next to a markdown table (also
 benches/results/latest-reshard.md).
