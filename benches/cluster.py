@@ -241,6 +241,54 @@ def stop_all():
         LIVE.pop().stop()
 
 
+def arm_budget(seconds):
+    """Raise Budget on SIGINT/SIGTERM/SIGHUP and when `seconds` have passed, so the caller's
+    `finally` stops every node and still writes what was measured."""
+    def stop(signum, _frame):
+        raise Budget(f"signal {signum}")
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM):
+        signal.signal(s, stop)
+    signal.alarm(seconds)
+
+
+def common_options(ap, budget):
+    """The options every cluster-mode benchmark takes: binaries, node timeout, TLS, pinning,
+    time budget, output folder."""
+    ap.add_argument("--hotkv", default=str(ROOT / "target" / "release" / "hotkv"))
+    ap.add_argument("--redis", default=shutil.which("redis-server") or "redis-server")
+    ap.add_argument("--node-timeout", type=int, default=15000, help="cluster-node-timeout of every node, ms")
+    ap.add_argument("--no-tls", action="store_true")
+    ap.add_argument("--no-pin", action="store_true", help="do not pin nodes to CPU 0 and clients to CPU 1")
+    ap.add_argument("--budget", type=int, default=budget, help="stop everything after this many seconds")
+    ap.add_argument("--out", default=str(ROOT / "benches" / "results"))
+
+
+def begin(args, client):
+    """Resolves the binaries (args.binaries), arms the time budget, and returns what every
+    results file starts with: when, where, the arguments, the versions of both servers and of
+    the client tool."""
+    # Nodes run in their own directories: a relative --hotkv must not depend on that.
+    args.binaries = {k: os.path.abspath(shutil.which(b) or b) for k, b in (("hotkv", args.hotkv), ("redis", args.redis))}
+    arm_budget(args.budget)
+    version = lambda b: subprocess.run([b, "--version"], capture_output=True, text=True).stdout.strip()
+    return {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "host": os.uname().nodename,
+            "cpus": os.cpu_count(), "loadavg_start": os.getloadavg(), "args": dict(vars(args)),
+            "versions": {"redis": version(args.redis), "hotkv": version(args.hotkv), client: version(client)}}
+
+
+def write_results(out_dir, name, results, table):
+    """`<name>-<time>.json` (raw) and `.md` (the table) in out_dir, the table also as
+    `latest-<name>.md` and on stdout."""
+    results["loadavg_end"] = os.getloadavg()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    (out / f"{name}-{stamp}.json").write_text(json.dumps(results, indent=1))
+    (out / f"{name}-{stamp}.md").write_text(table)
+    (out / f"latest-{name}.md").write_text(table)
+    print(table)
+
+
 # ---------------------------------------------------------------------------------------------
 # throughput
 
@@ -432,8 +480,7 @@ def markdown(results):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--hotkv", default=str(ROOT / "target" / "release" / "hotkv"))
-    ap.add_argument("--redis", default=shutil.which("redis-server") or "redis-server")
+    common_options(ap, budget=3600)
     ap.add_argument("--only", choices=["throughput", "idle"])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=4.0,
@@ -443,32 +490,12 @@ def main():
     ap.add_argument("--idle-seconds", type=float, default=30.0, help="length of one idle window")
     ap.add_argument("--idle-windows", type=int, default=3)
     ap.add_argument("--settle", type=float, default=5.0, help="seconds between forming and measuring idle")
-    ap.add_argument("--node-timeout", type=int, default=15000, help="cluster-node-timeout of every node, ms")
-    ap.add_argument("--no-tls", action="store_true")
-    ap.add_argument("--no-pin", action="store_true", help="do not pin nodes to CPU 0 and the client to CPU 1")
-    ap.add_argument("--budget", type=int, default=3600, help="stop everything after this many seconds")
     ap.add_argument("--quick", action="store_true", help="3 rounds of 1 s, two idle windows of 10 s")
-    ap.add_argument("--out", default=str(ROOT / "benches" / "results"))
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.seconds, args.idle_seconds, args.idle_windows = 3, 1.0, 10.0, 2
-    # Nodes run in their own directories: a relative --hotkv must not depend on that.
-    args.binaries = {k: os.path.abspath(shutil.which(b) or b) for k, b in (("hotkv", args.hotkv), ("redis", args.redis))}
-
-    def stop(signum, _frame):
-        raise Budget(f"signal {signum}")
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM):
-        signal.signal(s, stop)
-    signal.alarm(args.budget)
-
-    results = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "host": os.uname().nodename,
-               "cpus": os.cpu_count(), "loadavg_start": os.getloadavg(),
-               "args": {k: v for k, v in vars(args).items()}, "create": {}, "throughput": [], "idle": [],
-               "versions": {
-                   "redis": subprocess.run([args.redis, "--version"], capture_output=True, text=True).stdout.strip(),
-                   "hotkv": subprocess.run([args.hotkv, "--version"], capture_output=True, text=True).stdout.strip(),
-                   "redis-benchmark": subprocess.run(["redis-benchmark", "--version"], capture_output=True,
-                                                     text=True).stdout.strip()}}
+    results = begin(args, "redis-benchmark")
+    results.update({"create": {}, "throughput": [], "idle": []})
     status = 0
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as workdir:
         try:
@@ -487,15 +514,7 @@ def main():
         finally:
             signal.alarm(0)
             stop_all()
-    results["loadavg_end"] = os.getloadavg()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    (out / f"cluster-{stamp}.json").write_text(json.dumps(results, indent=1))
-    table = markdown(results)
-    (out / f"cluster-{stamp}.md").write_text(table)
-    (out / "latest-cluster.md").write_text(table)
-    print(table)
+    write_results(args.out, "cluster", results, markdown(results))
     return status
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks hotkv against redis-server side by side; see benches/harness.py for options.
-# `benches/run.sh cluster [options]` runs the cluster benchmarks instead (benches/cluster.py).
+# `benches/run.sh cluster [options]` runs the cluster benchmarks instead (benches/cluster.py),
+# `benches/run.sh reshard [options]` the resharding benchmark (benches/reshard.py).
 # Installs Debian's redis-server and redis-tools when missing, builds hotkv in release mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,5 +18,9 @@ cargo build --release -j"$(nproc)" --bin hotkv
 if [ "${1:-}" = cluster ]; then
   shift
   exec python3 benches/cluster.py "$@"
+fi
+if [ "${1:-}" = reshard ]; then
+  shift
+  exec python3 benches/reshard.py "$@"
 fi
 exec python3 benches/harness.py "$@"
