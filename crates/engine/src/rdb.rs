@@ -592,21 +592,56 @@ fn lzf_decompress(input: &[u8], out_len: usize) -> Result<Vec<u8>, RdbError> {
     Ok(out)
 }
 
-/// CRC-64/Jones (reflected), the checksum of RDB files and DUMP payloads.
-pub fn crc64(mut crc: u64, data: &[u8]) -> u64 {
-    static TABLE: std::sync::LazyLock<[u64; 256]> = std::sync::LazyLock::new(|| {
-        let mut t = [0u64; 256];
-        for (i, slot) in t.iter_mut().enumerate() {
-            let mut c = i as u64;
-            for _ in 0..8 {
-                c = if c & 1 == 1 { (c >> 1) ^ 0x95AC_9329_AC4B_C9B5 } else { c >> 1 };
-            }
-            *slot = c;
+/// Slice-by-8 tables of CRC-64/Jones: `CRC_TABLES[0]` is the bytewise table, and
+/// `CRC_TABLES[k][i]` is the CRC of byte `i` followed by `k` zero bytes.
+const CRC_TABLES: [[u64; 256]; 8] = {
+    let mut t = [[0u64; 256]; 8];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u64;
+        let mut bit = 0;
+        while bit < 8 {
+            c = if c & 1 == 1 { (c >> 1) ^ 0x95AC_9329_AC4B_C9B5 } else { c >> 1 };
+            bit += 1;
         }
-        t
-    });
-    for &b in data {
-        crc = TABLE[((crc ^ u64::from(b)) & 0xFF) as usize] ^ (crc >> 8);
+        t[0][i] = c;
+        i += 1;
+    }
+    let mut k = 1;
+    while k < 8 {
+        let mut i = 0;
+        while i < 256 {
+            let prev = t[k - 1][i];
+            t[k][i] = (prev >> 8) ^ t[0][(prev & 0xFF) as usize];
+            i += 1;
+        }
+        k += 1;
+    }
+    t
+};
+
+/// CRC-64/Jones (reflected), the checksum of RDB files and DUMP payloads. Eight bytes per
+/// step (slice-by-8, as Redis does): byte at a time, checksumming was a tenth of a MIGRATE's
+/// cost on the source, every value being checksummed when it is sent and again when its
+/// second turn checks it is unchanged.
+pub fn crc64(mut crc: u64, data: &[u8]) -> u64 {
+    let t = &CRC_TABLES;
+    let mut chunks = data.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let c = crc ^ u64::from_le_bytes(word);
+        crc = t[7][(c & 0xFF) as usize]
+            ^ t[6][((c >> 8) & 0xFF) as usize]
+            ^ t[5][((c >> 16) & 0xFF) as usize]
+            ^ t[4][((c >> 24) & 0xFF) as usize]
+            ^ t[3][((c >> 32) & 0xFF) as usize]
+            ^ t[2][((c >> 40) & 0xFF) as usize]
+            ^ t[1][((c >> 48) & 0xFF) as usize]
+            ^ t[0][(c >> 56) as usize];
+    }
+    for &b in chunks.remainder() {
+        crc = t[0][((crc ^ u64::from(b)) & 0xFF) as usize] ^ (crc >> 8);
     }
     crc
 }
@@ -614,6 +649,19 @@ pub fn crc64(mut crc: u64, data: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn crc64_eight_bytes_at_a_time_matches_byte_at_a_time() {
+        let bytewise = |data: &[u8]| {
+            data.iter().fold(0u64, |crc, &b| CRC_TABLES[0][((crc ^ u64::from(b)) & 0xFF) as usize] ^ (crc >> 8))
+        };
+        let data: Vec<u8> = (0..300u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        for len in [0, 1, 7, 8, 9, 15, 16, 17, 64, 299, 300] {
+            assert_eq!(crc64(0, &data[..len]), bytewise(&data[..len]), "len {len}");
+        }
+        // Chained: a checksum continued over a second piece.
+        assert_eq!(crc64(crc64(0, &data[..13]), &data[13..]), bytewise(&data));
+    }
 
     fn restore_all(payload: &[u8]) -> Result<Loaded, RdbError> {
         restore(payload, u64::MAX)
