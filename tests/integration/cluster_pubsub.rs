@@ -261,3 +261,45 @@ fn cluster_links_lists_each_peer_both_ways_in_resp2_and_resp3() {
     assert!(help.items().iter().any(|l| l.text() == "LINKS"), "{help}");
     assert_err(&c.cmd(&["CLUSTER", "LINKS", "extra"]), "ERR wrong number of arguments for 'cluster|links' command");
 }
+
+#[test]
+fn shard_subscribers_get_sunsubscribe_when_their_slot_moves_away() {
+    let _alone = crate::cluster::one_cluster_at_a_time();
+    let ns = crate::cluster::nodes(3, &[]);
+    crate::cluster::create(&ns, 0);
+    assert!(hotkv_test_support::wait_for(
+        || ns.iter().all(|n| crate::cluster::cluster_state(n) == "ok"),
+        std::time::Duration::from_secs(20)
+    ));
+    // A channel of a slot node 0 serves (redis-cli gives the first node the first slots).
+    let channel = (0..).map(|i| format!("ch:{i}")).find(|c| hotkv_engine::slot::key_slot(c.as_bytes()) < 5000).unwrap();
+    let slot = hotkv_engine::slot::key_slot(channel.as_bytes()).to_string();
+    let mut sub = ns[0].client();
+    sub.set_timeout(std::time::Duration::from_secs(30));
+    let reply = sub.cmd(&["SSUBSCRIBE", &channel]);
+    assert_eq!(reply.items()[0], hotkv_test_support::Frame::bulk("ssubscribe"));
+    // A second shard channel on node 0, in a slot that stays.
+    let other = (0..)
+        .map(|i| format!("stays:{i}"))
+        .find(|c| {
+            let s = hotkv_engine::slot::key_slot(c.as_bytes());
+            s < 5000 && s.to_string() != slot
+        })
+        .unwrap();
+    assert_eq!(sub.cmd(&["SSUBSCRIBE", &other]).items()[2].int(), 2);
+    let (id0, id1) = (ns[0].cmd(&["CLUSTER", "MYID"]).text(), ns[1].cmd(&["CLUSTER", "MYID"]).text());
+    assert_eq!(ns[0].cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &id1]), hotkv_test_support::Frame::ok());
+    assert_eq!(ns[1].cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &id0]), hotkv_test_support::Frame::ok());
+    // Still served here while migrating.
+    assert_eq!(ns[0].cmd(&["SPUBLISH", &channel, "hello"]).int(), 1);
+    let msg = sub.read_frame();
+    assert_eq!(msg.items()[2], hotkv_test_support::Frame::bulk("hello"));
+    assert_eq!(ns[0].cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &id1]), hotkv_test_support::Frame::ok());
+    let ended = sub.read_frame();
+    let items = ended.items();
+    assert_eq!(items[0], hotkv_test_support::Frame::bulk("sunsubscribe"), "{ended:?}");
+    assert_eq!(items[1], hotkv_test_support::Frame::bulk(channel.as_bytes()));
+    // One shard subscription left (`other`, whose slot did not move).
+    assert_eq!(items[2].int(), 1, "{ended:?}");
+    assert_eq!(ns[0].cmd(&["PUBSUB", "SHARDNUMSUB", &channel]).items()[1].int(), 0);
+}

@@ -129,6 +129,14 @@ impl ClusterRouter {
         self.generation.fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 
+    /// Whether this node serves `slot`'s shard channels: it owns the slot, or its primary does.
+    pub fn serves_shard(&self, slot: u16) -> bool {
+        let map = self.map.load();
+        map.endpoints
+            .get(usize::from(map.owners[usize::from(slot)]))
+            .is_some_and(|o| o.id == map.me || map.my_primary == Some(o.id))
+    }
+
     /// How many maps were published: changes whenever routing may have.
     pub fn generation(&self) -> u64 {
         self.generation.load(std::sync::atomic::Ordering::Acquire)

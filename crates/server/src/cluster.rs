@@ -145,8 +145,9 @@ pub fn build(s: &Settings, loaded: Loaded, tls: &Arc<TlsManager>, pubsub: Arc<Pu
 
 /// Clients blocked on keys of a slot this node no longer serves, or while the cluster is
 /// down, are woken to run their command again, which answers them with the redirect (MOVED)
-/// or CLUSTERDOWN, as Valkey's `clusterRedirectBlockedClientIfNeeded`. Called by the cron;
-/// walks the waiters only when the slot map changed since `seen`.
+/// or CLUSTERDOWN, as Valkey's `clusterRedirectBlockedClientIfNeeded`; subscribers of shard
+/// channels whose slot is no longer served here are unsubscribed. Called by the cron; looks
+/// only when the slot map changed since `seen`.
 pub fn redirect_blocked(srv: &Server, seen: &mut u64) {
     let Some(node) = &srv.cluster else { return };
     let generation = node.router.generation();
@@ -154,6 +155,8 @@ pub fn redirect_blocked(srv: &Server, seen: &mut u64) {
         return;
     }
     *seen = generation;
+    // Shard channels of slots no longer served here end, as Valkey's removeChannelsInSlot.
+    srv.pubsub.end_shard_channels(|channel| node.router.serves_shard(hotkv_engine::slot::key_slot(channel)));
     // The address in the route does not matter: the command's own run words the redirect
     // for its client.
     let ctx = RouteCtx { tls: false, ipv6: false, asking: false, readonly: false, write: true };

@@ -388,6 +388,19 @@ impl Conn {
     /// Encodes a pub/sub message in the client's protocol.
     fn deliver(&mut self, sess: &mut Session, msg: crate::pubsub::Message) {
         use crate::pubsub::Kind;
+        if msg.ended {
+            let Some(subs) = &mut sess.subs else { return };
+            let list = subs.list(Kind::Shard);
+            let Some(i) = list.iter().position(|c| **c == *msg.channel) else { return };
+            list.remove(i);
+            // Shard subscriptions only, as SUNSUBSCRIBE counts them.
+            let count = list.len();
+            self.out.push(3);
+            self.out.bulk(Kind::Shard.unsubscribe_word());
+            self.out.bulk(&msg.channel);
+            self.out.int(count as i64);
+            return;
+        }
         if let Some(subs) = &sess.subs {
             let size = msg.channel.len() + msg.payload.len() + msg.pattern.as_ref().map_or(0, |p| p.len()) + 32;
             subs.queued.fetch_sub(size.min(subs.queued.load(Ordering::Relaxed)), Ordering::Relaxed);

@@ -57,6 +57,9 @@ pub struct Message {
     pub channel: Arc<[u8]>,
     /// The payload.
     pub payload: Arc<[u8]>,
+    /// Not a message: the server ended this subscription (its shard channel's slot moved
+    /// away); the connection drops it from its list and tells the client `sunsubscribe`.
+    pub ended: bool,
 }
 
 impl Message {
@@ -204,6 +207,7 @@ impl PubSub {
                     pattern: None,
                     channel: channel_arc.clone(),
                     payload: payload_arc.clone(),
+                    ended: false,
                 };
                 for s in subs.values() {
                     receivers += self.deliver(s, msg.clone());
@@ -221,6 +225,7 @@ impl PubSub {
                     pattern: Some(Arc::from(&pattern[..])),
                     channel: channel_arc.clone(),
                     payload: payload_arc.clone(),
+                    ended: false,
                 };
                 for s in subs.values() {
                     receivers += self.deliver(s, msg.clone());
@@ -234,8 +239,31 @@ impl PubSub {
     pub fn spublish(&self, channel: &[u8], payload: &[u8]) -> usize {
         let t = self.shard.read();
         let Some(subs) = t.get(channel) else { return 0 };
-        let msg = Message { kind: Kind::Shard, pattern: None, channel: channel.into(), payload: payload.into() };
+        let msg =
+            Message { kind: Kind::Shard, pattern: None, channel: channel.into(), payload: payload.into(), ended: false };
         subs.values().map(|s| self.deliver(s, msg.clone())).sum()
+    }
+
+    /// Ends every subscription to the shard channels `keep` rejects (cluster mode: their slot
+    /// is no longer served here), as Valkey's `removeChannelsInSlot`: each subscriber's
+    /// connection drops the channel and tells its client `sunsubscribe`.
+    pub fn end_shard_channels(&self, keep: impl Fn(&[u8]) -> bool) {
+        let mut t = self.shard.write();
+        let gone: Vec<Box<[u8]>> = t.keys().filter(|c| !keep(c)).cloned().collect();
+        for channel in gone {
+            let Some(subs) = t.remove(&channel) else { continue };
+            let msg = Message {
+                kind: Kind::Shard,
+                pattern: None,
+                channel: Arc::from(&channel[..]),
+                payload: Arc::from(&b""[..]),
+                ended: true,
+            };
+            for s in subs.values() {
+                // Not counted against the output limit: ending a subscription must not kill.
+                let _ = s.tx.send(msg.clone());
+            }
+        }
     }
 
     fn deliver(&self, s: &Subscriber, msg: Message) -> usize {
