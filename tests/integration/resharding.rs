@@ -431,6 +431,15 @@ fn kill_mid_migration(
     );
     assert!(frozen_open, "no slot seen open on the victim");
     let open_slots = open(&ns[victim]);
+    // The bus thread saves a slot change a moment after the SETSLOT replies: wait until the
+    // victim's nodes.conf has it, so the kill finds it there.
+    let conf = ns[victim].dir().join("nodes.conf");
+    let saved = || {
+        let text = std::fs::read_to_string(&conf).unwrap_or_default();
+        let me = text.lines().find(|l| l.contains("myself")).unwrap_or_default().to_string();
+        open_slots.iter().all(|s| me.contains(&format!("[{s}-")))
+    };
+    assert!(wait_for(saved, Duration::from_secs(30)), "{}", std::fs::read_to_string(&conf).unwrap_or_default());
     let id = ids[victim].clone();
     ns[victim].signal(hotkv_test_support::SIGKILL);
     let _ = cli.kill();

@@ -317,10 +317,35 @@ impl Bus {
         &self.state
     }
 
-    /// A CLUSTER command changed the state: save, republish, and act on it now.
+    /// A CLUSTER command changed the state: republish it at once, and save it.
+    ///
+    /// The save is made before this returns (so before the command replies) only when an
+    /// epoch moved, which must be durable before anyone hears of it (a lost epoch or vote
+    /// could let two nodes win one election). Any other change is saved by the bus thread on
+    /// the turn this wakes, a millisecond later, off the client's path: a new temp file and a
+    /// rename per SETSLOT were most of what a reshard waited for at a few keys per slot. A node
+    /// killed inside that window restarts with its previous slot table, which gossip and
+    /// UPDATE repair (ownership) and `--cluster fix` finishes (open slots).
     pub fn changed(&self) {
-        self.after_change(true);
+        let epochs = {
+            let mut st = self.state.lock();
+            st.take_view_changed();
+            (self.on_change)(&st);
+            epochs_of(&st)
+        };
+        if *self.saving.lock() != epochs
+            && self.state.lock().take_dirty()
+            && let Err(e) = self.save_now()
+        {
+            warn!(cause = %e, "could not save the cluster config file");
+        }
         self.wake.notify_one();
+    }
+
+    /// Saves `nodes.conf` now if the table changed since the last save (at shutdown: the
+    /// bus thread may not have had its turn yet).
+    pub fn flush(&self) {
+        self.after_change(false);
     }
 
     /// Starts the listener and the cron on the current runtime.
@@ -459,7 +484,7 @@ impl Bus {
         let mut synced = self.saving.lock();
         let (saved, epochs) = {
             let st = self.state.lock();
-            (st.saved(), (st.current_epoch(), st.last_vote_epoch(), st.myself().config_epoch))
+            (st.saved(), epochs_of(&st))
         };
         let fsync = epochs != *synced;
         nodes_conf::save(&self.conf_path, &saved, fsync)?;
@@ -850,6 +875,11 @@ pub fn log_listening(addrs: &[SocketAddr]) {
     for a in addrs {
         info!("Cluster bus listening on {a}");
     }
+}
+
+/// The epochs a save must make durable: current, last vote, this node's config epoch.
+fn epochs_of(st: &ClusterState) -> (u64, u64, u64) {
+    (st.current_epoch(), st.last_vote_epoch(), st.myself().config_epoch)
 }
 
 #[cfg(test)]

@@ -166,6 +166,9 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
     listener::stop_blocking(std::mem::take(&mut *srv.listeners.lock()));
     tls_task.abort();
     let _ = cron.join();
+    if let Some(node) = &srv.cluster {
+        node.bus.flush();
+    }
     info!("hotkv is now ready to exit, bye bye...");
     0
 }
