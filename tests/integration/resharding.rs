@@ -523,3 +523,28 @@ fn a_migration_cut_by_kill_9_on_either_side_is_finished_by_fix_and_survivors_kee
         }
     }
 }
+
+#[test]
+fn fix_covers_a_slot_nobody_serves() {
+    let _alone = one_cluster_at_a_time();
+    let ns = nodes(3, &[]);
+    create(&ns, 0);
+    assert!(wait_for(|| ns.iter().all(|n| cluster_state(n) == "ok"), Duration::from_secs(20)));
+    // Slot 100 dropped everywhere (DELSLOTS is not gossiped, as in Valkey).
+    for n in &ns {
+        assert_eq!(n.cmd(&["CLUSTER", "DELSLOTS", "100"]), Frame::ok());
+    }
+    let at = format!("127.0.0.1:{}", ns[0].port());
+    let check = redis_cli_output(ns[0].port(), &["--cluster", "check", &at], None).stdout;
+    assert!(check.contains("[ERR] Not all 16384 slots are covered by nodes."), "{check}");
+    // fix asks before covering a slot with no keys anywhere: yes.
+    let mut cmd = std::process::Command::new("redis-cli");
+    cmd.args(["--cluster", "fix", &at]);
+    let out = run_bounded(&mut cmd, Some(b"yes\n"), Duration::from_secs(60)).stdout;
+    assert!(out.contains(">>> Covering slot 100 with "), "{out}");
+    let refs: Vec<&hotkv_test_support::TestServer> = ns.iter().collect();
+    assert!(agreed(&refs, 3));
+    let check = tool(&["check", &at]);
+    assert!(check.contains("[OK] All 16384 slots covered."), "{check}");
+    assert!(wait_for(|| ns.iter().all(|n| cluster_state(n) == "ok"), Duration::from_secs(20)));
+}
