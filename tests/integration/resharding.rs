@@ -548,3 +548,33 @@ fn fix_covers_a_slot_nobody_serves() {
     assert!(check.contains("[OK] All 16384 slots covered."), "{check}");
     assert!(wait_for(|| ns.iter().all(|n| cluster_state(n) == "ok"), Duration::from_secs(20)));
 }
+
+#[test]
+fn a_migrate_already_waiting_on_its_target_finishes_through_a_client_pause() {
+    use std::io::{Read, Write};
+    let src = server();
+    let mut c = src.client();
+    c.cmd(&["SET", "k", "v"]);
+    // A target that answers only when the test says so.
+    let target = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = target.local_addr().unwrap().port().to_string();
+    let mut mig = src.client();
+    mig.set_timeout(Duration::from_secs(30));
+    mig.send(&["MIGRATE", "127.0.0.1", &port, "k", "0", "20000"]);
+    let (mut peer, _) = target.accept().unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("RESTORE") || !got.ends_with(b"\r\n") {
+        let n = peer.read(&mut buf).unwrap();
+        assert!(n > 0, "target closed");
+        got.extend_from_slice(&buf[..n]);
+    }
+    // Writes are paused while the MIGRATE waits on its target: its second turn still runs
+    // (it was admitted before the pause), and the key leaves.
+    assert_eq!(c.cmd(&["CLIENT", "PAUSE", "20000", "WRITE"]), Frame::ok());
+    peer.write_all(b"+OK\r\n+OK\r\n").unwrap();
+    assert_eq!(mig.read_frame(), Frame::ok());
+    assert_eq!(c.cmd(&["EXISTS", "k"]).int(), 0);
+    assert_eq!(c.cmd(&["CLIENT", "UNPAUSE"]), Frame::ok());
+}

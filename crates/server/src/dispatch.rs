@@ -160,7 +160,9 @@ fn run_checked(
         return Err(rejected(sess, CommandError::err("Command not allowed inside a transaction")));
     }
     check_pubsub_context(b, cmd, sess, out).map_err(|e| rejected(sess, e))?;
-    if paused(b, cmd, sess) {
+    // A second turn is not held back either: its first turn passed the pause, and holding it
+    // would run the command again from its start, its outcome lost.
+    if scratch.resume.is_none() && paused(b, cmd, sess) {
         return Ok(Flow::Paused(args.iter().map(<[u8]>::to_vec).collect()));
     }
     if sess.multi.is_some() && !b.srv.known.multi_immediate.contains(&id) {
