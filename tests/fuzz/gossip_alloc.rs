@@ -41,7 +41,10 @@ fn pair(n: usize, now: i64) -> (ClusterState, ClusterState) {
     let state = |me: usize| {
         let mut nodes = nodes.clone();
         nodes[me].flags.set(NodeFlags::MYSELF, true);
-        ClusterState::from_saved(SavedConfig { nodes, current_epoch: 0, last_vote_epoch: 0, open_slots: Vec::new() }, settings())
+        ClusterState::from_saved(
+            SavedConfig { nodes, current_epoch: 0, last_vote_epoch: 0, open_slots: Vec::new() },
+            settings(),
+        )
     };
     (state(0), state(1))
 }

@@ -207,7 +207,8 @@ fn the_docs_tls_cluster_from_configuration_to_clients() {
         .map(|l| l.split(' ').next().unwrap().to_string())
         .collect();
     let slots_of = |text: &str, id: &str| -> i64 {
-        let line = text.lines().find(|l| l.contains(&id[..8]) && l.contains(" slots |")).unwrap_or_else(|| panic!("{text}"));
+        let line =
+            text.lines().find(|l| l.contains(&id[..8]) && l.contains(" slots |")).unwrap_or_else(|| panic!("{text}"));
         line.split(" | ").nth(1).unwrap().trim_end_matches(" slots").parse().unwrap()
     };
     let (from, to) = (&primaries[0], &primaries[1]);

@@ -34,7 +34,10 @@ fn migrate_moves_keys_between_standalone_nodes_as_valkey_does() {
     c.cmd(&["PEXPIRE", "h", "100000"]);
     // Without the target's password: its refusal, word for word, and nothing deleted here.
     let refused = migrate(&mut c, &["s", "0", "5000"]);
-    assert_eq!(refused.error_text().as_deref(), Some("ERR Target instance replied with error: NOAUTH Authentication required."));
+    assert_eq!(
+        refused.error_text().as_deref(),
+        Some("ERR Target instance replied with error: NOAUTH Authentication required.")
+    );
     assert_eq!(c.cmd(&["EXISTS", "s"]).int(), 1);
     // Several keys, one missing, into database 3, with the password.
     let moved = migrate(&mut c, &["", "3", "5000", "AUTH", "pw", "KEYS", "s", "l", "h", "nope"]);
@@ -48,7 +51,10 @@ fn migrate_moves_keys_between_standalone_nodes_as_valkey_does() {
     // The key exists there now: BUSYKEY unless REPLACE; COPY keeps the source.
     c.cmd(&["SET", "s", "w"]);
     let busy = migrate(&mut c, &["s", "3", "5000", "AUTH", "pw"]);
-    assert_eq!(busy.error_text().as_deref(), Some("ERR Target instance replied with error: BUSYKEY Target key name already exists."));
+    assert_eq!(
+        busy.error_text().as_deref(),
+        Some("ERR Target instance replied with error: BUSYKEY Target key name already exists.")
+    );
     assert_eq!(migrate(&mut c, &["s", "3", "5000", "AUTH", "pw", "COPY", "REPLACE"]), Frame::ok());
     assert_eq!(c.cmd(&["GET", "s"]), Frame::bulk("w"));
     assert_eq!(d.cmd(&["GET", "s"]), Frame::bulk("w"));
@@ -338,10 +344,7 @@ fn redis_cli_adds_rebalances_removes_fixes_and_imports() {
     // add-node as a replica of a chosen primary.
     let out = tool(&["add-node", &addr(&ns[4]), &at, "--cluster-slave", "--cluster-master-id", &id0]);
     assert!(out.contains("[OK] New node added correctly."), "{out}");
-    assert!(wait_for(
-        || ns[0].cmd(&["CLUSTER", "REPLICAS", &id0]).items().len() == 1,
-        Duration::from_secs(30)
-    ));
+    assert!(wait_for(|| ns[0].cmd(&["CLUSTER", "REPLICAS", &id0]).items().len() == 1, Duration::from_secs(30)));
 }
 
 #[test]
@@ -357,7 +360,10 @@ fn a_client_blocked_on_a_key_whose_slot_moves_away_is_redirected() {
     blocked.set_timeout(Duration::from_secs(60));
     blocked.send(&["BLPOP", &key, "0"]);
     let mut c = ns[0].client();
-    assert!(wait_for(|| info_field(&info(&mut c, "clients"), "blocked_clients").as_deref() == Some("1"), Duration::from_secs(10)));
+    assert!(wait_for(
+        || info_field(&info(&mut c, "clients"), "blocked_clients").as_deref() == Some("1"),
+        Duration::from_secs(10)
+    ));
     // The empty slot goes to node 1, as a reshard's last step does.
     let (id0, id1) = (ns[0].cmd(&["CLUSTER", "MYID"]).text(), ns[1].cmd(&["CLUSTER", "MYID"]).text());
     assert_eq!(ns[1].cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &id0]), Frame::ok());
@@ -456,9 +462,10 @@ fn kill_mid_migration(
     let addr = format!("127.0.0.1:{}@", back.port());
     ns[victim] = back;
     let knows = |n: &hotkv_test_support::TestServer| {
-        n.cmd(&["CLUSTER", "NODES"]).text().lines().any(|l| {
-            l.starts_with(&id) && l.contains(&addr) && l.contains(" connected") && !l.contains("fail")
-        })
+        n.cmd(&["CLUSTER", "NODES"])
+            .text()
+            .lines()
+            .any(|l| l.starts_with(&id) && l.contains(&addr) && l.contains(" connected") && !l.contains("fail"))
     };
     assert!(
         wait_for(|| ns.iter().all(|n| knows(n) && cluster_state(n) == "ok"), Duration::from_secs(60)),
@@ -514,8 +521,8 @@ fn a_migration_cut_by_kill_9_on_either_side_is_finished_by_fix_and_survivors_kee
         let got = c.run(&["GET", k]);
         let slot = usize::from(key_slot(k.as_bytes()));
         // Keys that stayed on the node nobody killed, outside the slot cut in half.
-        let survived_both = [before[slot], owners_now[slot], owners_after[slot]] == [p2; 3]
-            && !cut.contains(&(slot as u16));
+        let survived_both =
+            [before[slot], owners_now[slot], owners_after[slot]] == [p2; 3] && !cut.contains(&(slot as u16));
         if survived_both {
             assert_eq!(got, Frame::bulk(i.to_string()), "{k}");
         } else {

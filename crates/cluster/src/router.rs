@@ -255,8 +255,10 @@ mod tests {
             other.slots = crate::SlotSet::full();
         }
         let id = other.id;
-        let st =
-            ClusterState::from_saved(SavedConfig { nodes: vec![me, other], current_epoch: 1, last_vote_epoch: 0, open_slots: Vec::new() }, cfg);
+        let st = ClusterState::from_saved(
+            SavedConfig { nodes: vec![me, other], current_epoch: 1, last_vote_epoch: 0, open_slots: Vec::new() },
+            cfg,
+        );
         (st, id)
     }
 
@@ -405,7 +407,12 @@ mod shard_tests {
             client_ipv6: String::new(),
             preferred_endpoint: Default::default(),
         };
-        let saved = SavedConfig { nodes: vec![primary, other, replica], current_epoch: 0, last_vote_epoch: 0, open_slots: Vec::new() };
+        let saved = SavedConfig {
+            nodes: vec![primary, other, replica],
+            current_epoch: 0,
+            last_vote_epoch: 0,
+            open_slots: Vec::new(),
+        };
         let st = ClusterState::from_saved(saved, cfg);
         assert_eq!(st.is_ok(), !full_coverage);
         ClusterRouter::new(SlotMap::of(&st))

@@ -1321,8 +1321,11 @@ impl ClusterState {
                 let was_mine = owner == Some(self.me);
                 self.set_owner(slot, Some(to));
                 if was_mine && self.myself().slots.is_empty() {
-                    let (name, shard) = (self.nodes[&to].node.human_nodename.clone(), self.shard_of(&self.nodes[&to].node));
-                    info!("My last slot was migrated to node {to} ({name}) in shard {shard}. I am now an empty primary.");
+                    let (name, shard) =
+                        (self.nodes[&to].node.human_nodename.clone(), self.shard_of(&self.nodes[&to].node));
+                    info!(
+                        "My last slot was migrated to node {to} ({name}) in shard {shard}. I am now an empty primary."
+                    );
                 }
                 if to == self.me && self.importing.remove(&slot).is_some() {
                     // A manual move: a new epoch makes this node's claim win everywhere, and
@@ -1345,12 +1348,8 @@ impl ClusterState {
         if !std::mem::take(&mut self.announce) {
             return Vec::new();
         }
-        let ids: Vec<NodeId> = self
-            .nodes
-            .values()
-            .filter(|e| e.node.id != self.me && e.node.link_connected)
-            .map(|e| e.node.id)
-            .collect();
+        let ids: Vec<NodeId> =
+            self.nodes.values().filter(|e| e.node.id != self.me && e.node.link_connected).map(|e| e.node.id).collect();
         ids.into_iter().map(|id| (id, self.gossip_message(Kind::Pong, Some(id), now))).collect()
     }
 

@@ -337,7 +337,15 @@ impl Conn {
             let args = hotkv_protocol::Args::from_parts(&flat, &spans);
             sess.reprocessing = true;
             self.scratch.resume = Some(outcome);
-            let flow = dispatch_with(&batch, sess, args, &mut self.out, &mut self.scratch, BlockMode::Normal, Some(&wait.plan));
+            let flow = dispatch_with(
+                &batch,
+                sess,
+                args,
+                &mut self.out,
+                &mut self.scratch,
+                BlockMode::Normal,
+                Some(&wait.plan),
+            );
             sess.reprocessing = false;
             match flow {
                 Flow::Remote(again) => wait = *again,

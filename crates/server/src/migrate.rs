@@ -50,7 +50,9 @@ enum SocketError {
     Connect,
     Write,
     /// A read failed after `read` replies; `timed_out` rules out a retry, as in Valkey.
-    Read { timed_out: bool },
+    Read {
+        timed_out: bool,
+    },
 }
 
 impl MigratePool {

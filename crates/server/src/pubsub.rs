@@ -239,8 +239,13 @@ impl PubSub {
     pub fn spublish(&self, channel: &[u8], payload: &[u8]) -> usize {
         let t = self.shard.read();
         let Some(subs) = t.get(channel) else { return 0 };
-        let msg =
-            Message { kind: Kind::Shard, pattern: None, channel: channel.into(), payload: payload.into(), ended: false };
+        let msg = Message {
+            kind: Kind::Shard,
+            pattern: None,
+            channel: channel.into(),
+            payload: payload.into(),
+            ended: false,
+        };
         subs.values().map(|s| self.deliver(s, msg.clone())).sum()
     }
 

@@ -319,7 +319,8 @@ mod tests {
         assert!(t.ks.in_flight(0, b"a") && t.ks.in_flight(0, b"b"));
         t.run(&["del", "b"]);
         let Some(RemoteRequest::Migrate(req)) = remote else { panic!() };
-        let (_, again) = t.resume(&argv, RemoteOutcome::Migrate(req, MigrateReply { acked: vec![true, true], error: None }));
+        let (_, again) =
+            t.resume(&argv, RemoteOutcome::Migrate(req, MigrateReply { acked: vec![true, true], error: None }));
         // a is settled; b, deleted meanwhile, stays in flight until its DEL reaches the target.
         assert!(!t.ks.in_flight(0, b"a") && t.ks.in_flight(0, b"b"));
         let Some(RemoteRequest::Migrate(req)) = again else { panic!() };
