@@ -51,11 +51,9 @@ pub struct Scratch {
 pub struct RemoteWait {
     /// The request to perform.
     pub request: RemoteRequest,
-    /// The command, its arguments and its plan, to run again with the outcome.
-    pub cmd: usize,
-    /// Its arguments.
+    /// The command's arguments, to run it again with the outcome.
     pub argv: Vec<Vec<u8>>,
-    /// Its plan.
+    /// Its plan, which the second turn keeps.
     pub plan: Plan,
 }
 
@@ -467,7 +465,7 @@ fn run_engine(
         && r.is_ok()
     {
         let argv = args.iter().map(<[u8]>::to_vec).collect();
-        flow = Flow::Remote(Box::new(RemoteWait { request, cmd: cmd.id, argv, plan: plan.clone() }));
+        flow = Flow::Remote(Box::new(RemoteWait { request, argv, plan: plan.clone() }));
     }
     if let Some(req) = ctx.block.take()
         && r.is_ok()
