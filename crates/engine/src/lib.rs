@@ -22,6 +22,7 @@ pub mod object;
 pub mod plan;
 pub mod policy;
 pub mod prefetch;
+pub mod propagate;
 pub mod rdb;
 pub mod remote;
 pub mod route;
@@ -33,6 +34,7 @@ pub use ctx::{
 };
 pub use error::{CmdResult, CommandError, DownReason};
 pub use keyspace::{Keyspace, LockSet};
+pub use propagate::{Effects, NoSink, WriteSink};
 pub mod cmd;
 pub mod evict;
 pub mod expire;

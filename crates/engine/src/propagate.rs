@@ -1,0 +1,218 @@
+//! The write stream: what each write did, recorded while its slot locks are held, for
+//! replicas now and the append-only file later.
+//!
+//! A call collects its effects in an [`Effects`] buffer (RESP commands, each tagged with its
+//! database) and hands them to the [`WriteSink`] in one piece before it releases its locks.
+//! Two calls that touch a common slot therefore reach the sink in the order they ran, which
+//! is the order a replica must apply them in; calls on disjoint slots may reach it in either
+//! order, and either is a valid history.
+//!
+//! Effects are deterministic: a handler whose arguments would not give the same result on a
+//! replica (relative TTLs, random pops, floats) records what it did instead of what it was
+//! asked (see [`Effects::replace`]). A call that changed nothing records nothing.
+
+/// Where the write stream goes. The replication crate implements it; the server wires it in.
+pub trait WriteSink: Send + Sync {
+    /// Whether anything consumes the stream now (a replica, a backlog, the AOF). When false,
+    /// calls skip building their effects altogether.
+    fn active(&self) -> bool;
+
+    /// Appends the effects of one call. Called with the call's slot locks still held; it must
+    /// not take a slot lock and should be short.
+    fn append(&self, effects: &Effects);
+}
+
+/// A sink that consumes nothing: a node with no replica, no backlog and no AOF.
+pub struct NoSink;
+
+impl WriteSink for NoSink {
+    fn active(&self) -> bool {
+        false
+    }
+    fn append(&self, _effects: &Effects) {}
+}
+
+/// The effects of one call: RESP-encoded commands, each in a database. Reused from call to
+/// call by its connection, so recording allocates nothing once it is warm.
+#[derive(Default, Debug, Clone)]
+pub struct Effects {
+    /// Whether this call records (the sink was active when it started).
+    on: bool,
+    /// The encoded commands.
+    buf: Vec<u8>,
+    /// Per command: its database and where it ends in `buf`.
+    cmds: Vec<(u32, u32)>,
+    /// Set when a handler recorded its own effects for the call's arguments: the call's
+    /// argument vector is then not recorded.
+    replaced: bool,
+}
+
+impl Effects {
+    /// Starts recording a call, if the stream has a consumer.
+    pub fn begin(&mut self, on: bool) {
+        self.on = on;
+        self.buf.clear();
+        self.cmds.clear();
+        self.replaced = false;
+    }
+
+    /// Whether this call records its effects.
+    pub fn on(&self) -> bool {
+        self.on
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.cmds.is_empty()
+    }
+
+    /// Number of recorded commands.
+    pub fn len(&self) -> usize {
+        self.cmds.len()
+    }
+
+    /// Records one command in `db`.
+    pub fn push<A: AsRef<[u8]>>(&mut self, db: usize, argv: &[A]) {
+        if !self.on {
+            return;
+        }
+        write_command(&mut self.buf, argv.iter().map(AsRef::as_ref), argv.len());
+        self.cmds.push((db as u32, self.buf.len() as u32));
+    }
+
+    /// Records one command given as parts.
+    pub fn push_parts<'p>(&mut self, db: usize, parts: impl ExactSizeIterator<Item = &'p [u8]>) {
+        if !self.on {
+            return;
+        }
+        let n = parts.len();
+        write_command(&mut self.buf, parts, n);
+        self.cmds.push((db as u32, self.buf.len() as u32));
+    }
+
+    /// Records `argv` as what the call did, in place of its own arguments: handlers call it
+    /// when their arguments would not replay to the same result.
+    pub fn replace<A: AsRef<[u8]>>(&mut self, db: usize, argv: &[A]) {
+        self.replaced = true;
+        self.push(db, argv);
+    }
+
+    /// Says the call's own arguments must not be recorded, with nothing in their place (a
+    /// handler that recorded its effects command by command, or whose write was a no-op).
+    pub fn suppress(&mut self) {
+        self.replaced = true;
+    }
+
+    /// Whether a handler replaced the call's arguments.
+    pub fn replaced(&self) -> bool {
+        self.replaced
+    }
+
+    /// The recorded commands: database and RESP bytes, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, &[u8])> + '_ {
+        let mut start = 0usize;
+        self.cmds.iter().map(move |&(db, end)| {
+            let s = &self.buf[start..end as usize];
+            start = end as usize;
+            (db as usize, s)
+        })
+    }
+
+    /// Drops the commands recorded after the first `n` (a call that failed halfway).
+    pub fn truncate(&mut self, n: usize) {
+        if n < self.cmds.len() {
+            let end = if n == 0 { 0 } else { self.cmds[n - 1].1 as usize };
+            self.cmds.truncate(n);
+            self.buf.truncate(end);
+        }
+    }
+
+    /// Moves `other`'s commands to the end of this buffer (EXEC gathers its calls).
+    pub fn append(&mut self, other: &Effects) {
+        let base = self.buf.len() as u32;
+        self.buf.extend_from_slice(&other.buf);
+        self.cmds.extend(other.cmds.iter().map(|&(db, end)| (db, base + end)));
+    }
+
+    /// Wraps the recorded commands in MULTI ... EXEC when there are several, so a replica
+    /// applies them as one unit (a transaction, or a command that writes several effects).
+    pub fn wrap_multi(&mut self) {
+        if self.cmds.len() < 2 {
+            return;
+        }
+        let first_db = self.cmds[0].0;
+        let mut wrapped = Vec::with_capacity(self.buf.len() + 32);
+        write_command(&mut wrapped, [&b"MULTI"[..]].into_iter(), 1);
+        let shift = wrapped.len() as u32;
+        wrapped.extend_from_slice(&self.buf);
+        let last_db = self.cmds.last().map_or(first_db, |c| c.0);
+        let mut cmds = Vec::with_capacity(self.cmds.len() + 2);
+        cmds.push((first_db, shift));
+        cmds.extend(self.cmds.iter().map(|&(db, end)| (db, end + shift)));
+        write_command(&mut wrapped, [&b"EXEC"[..]].into_iter(), 1);
+        cmds.push((last_db, wrapped.len() as u32));
+        self.buf = wrapped;
+        self.cmds = cmds;
+    }
+}
+
+/// Writes `*<n>\r\n$<len>\r\n<arg>\r\n...`.
+pub fn write_command<'p>(out: &mut Vec<u8>, parts: impl Iterator<Item = &'p [u8]>, n: usize) {
+    out.push(b'*');
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for p in parts {
+        out.push(b'$');
+        out.extend_from_slice(itoa::Buffer::new().format(p.len()).as_bytes());
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(p);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cmds(e: &Effects) -> Vec<(usize, String)> {
+        e.iter().map(|(db, b)| (db, String::from_utf8_lossy(b).into_owned())).collect()
+    }
+
+    #[test]
+    fn records_only_when_on() {
+        let mut e = Effects::default();
+        e.begin(false);
+        e.push(0, &[b"SET".as_slice(), b"k", b"v"]);
+        assert!(e.is_empty());
+        e.begin(true);
+        e.push(0, &[b"SET".as_slice(), b"k", b"v"]);
+        e.push(3, &["DEL", "x"]);
+        assert_eq!(
+            cmds(&e),
+            vec![(0, "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n".into()), (3, "*2\r\n$3\r\nDEL\r\n$1\r\nx\r\n".into())]
+        );
+    }
+
+    #[test]
+    fn wrap_truncate_append() {
+        let mut e = Effects::default();
+        e.begin(true);
+        e.push(0, &["DEL", "a"]);
+        e.wrap_multi();
+        assert_eq!(e.len(), 1, "one command is not wrapped");
+        e.push(1, &["DEL", "b"]);
+        e.wrap_multi();
+        let c = cmds(&e);
+        assert_eq!(c.len(), 4);
+        assert_eq!(c[0], (0, "*1\r\n$5\r\nMULTI\r\n".into()));
+        assert_eq!(c[2], (1, "*2\r\n$3\r\nDEL\r\n$1\r\nb\r\n".into()));
+        assert_eq!(c[3], (1, "*1\r\n$4\r\nEXEC\r\n".into()));
+        e.truncate(1);
+        assert_eq!(cmds(&e), vec![(0, "*1\r\n$5\r\nMULTI\r\n".into())]);
+        let mut f = Effects::default();
+        f.begin(true);
+        f.push(2, &["DEL", "z"]);
+        e.append(&f);
+        assert_eq!(cmds(&e)[1], (2, "*2\r\n$3\r\nDEL\r\n$1\r\nz\r\n".into()));
+    }
+}
