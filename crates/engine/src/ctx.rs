@@ -7,6 +7,7 @@ use crate::error::CommandError;
 use crate::keyspace::{Keyspace, LockSet, Slot};
 use crate::object::Object;
 use crate::policy::{self, EvictionPolicy};
+use crate::propagate::Effects;
 use crate::remote::{RemoteOutcome, RemoteRequest};
 use crate::table::Table;
 use crate::types::hash::Hash;
@@ -241,6 +242,9 @@ pub struct Ctx<'a> {
     pub resume: Option<RemoteOutcome>,
     /// What the command's [`crate::cmd::PrepareFn`] produced before the locks were taken.
     pub prepared: Option<crate::cmd::Prepared>,
+    /// What the call did, for the write stream (see [`crate::propagate`]). The dispatcher
+    /// lends its reusable buffer for the call.
+    pub effects: Effects,
 }
 
 /// A key found in its locked table.
@@ -387,6 +391,44 @@ impl<'a> Ctx<'a> {
             remote: None,
             resume: None,
             prepared: None,
+            effects: Effects::default(),
+        }
+    }
+
+    /// Records `argv` in the write stream as what this call did, in place of its own
+    /// arguments (a relative TTL made absolute, a random pop made an SREM, ...).
+    pub fn propagate_as<A: AsRef<[u8]>>(&mut self, argv: &[A]) {
+        let db = self.db;
+        self.effects.replace(db, argv);
+    }
+
+    /// Hands what the call recorded so far, then `argv`, to the write stream at once, in place
+    /// of the call's arguments. For a handler that locked more than its call's slots itself
+    /// (a flush, a swap of databases): it must reach the stream before those locks go, or a
+    /// write that runs right after them could reach the stream first.
+    pub fn propagate_now<A: AsRef<[u8]>>(&mut self, db: usize, argv: &[A]) {
+        self.effects.suppress();
+        if !self.effects.on() {
+            return;
+        }
+        self.effects.push(db, argv);
+        self.ks.sink().append(&self.effects);
+        self.effects.begin(true);
+        self.effects.suppress();
+    }
+
+    /// Whether this call records its effects: handlers skip building a rewrite otherwise.
+    pub fn propagating(&self) -> bool {
+        self.effects.on()
+    }
+
+    /// Ends a call for the write stream: when it changed the dataset (`dirty` moved past
+    /// `dirty_before`) and its handler recorded nothing in its place, its own arguments are
+    /// its effect, in database `db` (the one it started in). A call that failed after writing
+    /// still propagates what it wrote, as Valkey's `call()` does.
+    pub fn record_call(&mut self, db: usize, args: &hotkv_protocol::Args<'_>, dirty_before: u64) {
+        if self.effects.on() && self.stats.dirty > dirty_before && !self.effects.replaced() {
+            self.effects.push_parts(db, args.iter());
         }
     }
 
@@ -579,6 +621,7 @@ impl<'a> Ctx<'a> {
             if !replica {
                 table.remove_at(idx);
                 slot.sync(table);
+                self.effects.push(db, &[b"DEL".as_slice(), key]);
                 self.stats.expired += 1;
                 events.notify('x', "expired", key, db);
                 events.key_replaced(db, key, KeyState::Stale, KeyState::Missing);

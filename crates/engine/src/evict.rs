@@ -52,6 +52,9 @@ pub fn evict(
         let Some(i) = table.find(&best.key, hash) else { continue };
         let entry = table.remove_at(i);
         slot.sync(&table);
+        // Recorded before the slot is unlocked: a replica must see the eviction before any
+        // later write of the same key.
+        crate::propagate::record_del(ks, best.db, &[&best.key]);
         drop(table);
         done.keys += 1;
         done.bytes += entry_bytes(&entry) as u64;

@@ -120,6 +120,9 @@ pub fn active_expire_cycle(
             }
         });
         slot.sync(&table);
+        // Recorded before the slot is unlocked: a replica must see the expiry before any later
+        // write of the same key.
+        crate::propagate::record_del(ks, db, &expired_keys);
         drop(table);
         for key in &expired_keys {
             events.notify('x', "expired", key, db);

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
+use crate::propagate::{NoSink, WriteSink};
 use crate::slot::SLOTS;
 use crate::table::Table;
 
@@ -186,6 +187,8 @@ pub const DB_HANDLE_BYTES: usize = std::mem::size_of::<OnceLock<Db>>();
 pub struct Keyspace {
     dbs: Box<[OnceLock<Db>]>,
     in_flight: InFlight,
+    /// Where writes are recorded (replication, AOF); none until the server wires one.
+    sink: OnceLock<std::sync::Arc<dyn WriteSink>>,
 }
 
 /// Keys a MIGRATE has sent and not yet settled, per database, with how many MIGRATEs hold
@@ -218,7 +221,7 @@ impl Keyspace {
     /// A keyspace with `databases` databases.
     pub fn new(databases: usize) -> Keyspace {
         let dbs: Box<[OnceLock<Db>]> = (0..databases.max(1)).map(|_| OnceLock::new()).collect();
-        let ks = Keyspace { dbs, in_flight: InFlight::default() };
+        let ks = Keyspace { dbs, in_flight: InFlight::default(), sink: OnceLock::new() };
         ks.db(0);
         ks
     }
@@ -248,6 +251,20 @@ impl Keyspace {
     pub fn in_flight(&self, db: usize, key: &[u8]) -> bool {
         self.in_flight.count.load(Ordering::Relaxed) != 0
             && self.in_flight.keys.lock().contains_key(&(db, Box::<[u8]>::from(key)))
+    }
+
+    /// Wires the write stream's consumer, once, before the keyspace serves commands.
+    /// Returns false if one was already wired.
+    pub fn set_sink(&self, sink: std::sync::Arc<dyn WriteSink>) -> bool {
+        self.sink.set(sink).is_ok()
+    }
+
+    /// The write stream's consumer ([`NoSink`] until one is wired).
+    pub fn sink(&self) -> &dyn WriteSink {
+        match self.sink.get() {
+            Some(s) => &**s,
+            None => &NoSink,
+        }
     }
 
     /// Number of databases.

@@ -103,6 +103,12 @@ impl Effects {
         self.replaced = true;
     }
 
+    /// Starts the next call of a transaction: what is recorded stays, and the new call's own
+    /// arguments are recorded unless its handler replaces them.
+    pub fn next_call(&mut self) {
+        self.replaced = false;
+    }
+
     /// Whether a handler replaced the call's arguments.
     pub fn replaced(&self) -> bool {
         self.replaced
@@ -154,6 +160,21 @@ impl Effects {
         self.buf = wrapped;
         self.cmds = cmds;
     }
+}
+
+/// Records the deletion of `keys` of `db` by the server itself (active expiry, eviction), one
+/// `DEL` per key as Valkey sends them. Call it with the keys' slot lock held.
+pub fn record_del<K: AsRef<[u8]>>(ks: &crate::Keyspace, db: usize, keys: &[K]) {
+    let sink = ks.sink();
+    if keys.is_empty() || !sink.active() {
+        return;
+    }
+    let mut e = Effects::default();
+    e.begin(true);
+    for k in keys {
+        e.push(db, &[b"DEL".as_slice(), k.as_ref()]);
+    }
+    sink.append(&e);
 }
 
 /// Writes `*<n>\r\n$<len>\r\n<arg>\r\n...`.
@@ -214,5 +235,122 @@ mod tests {
         f.push(2, &["DEL", "z"]);
         e.append(&f);
         assert_eq!(cmds(&e)[1], (2, "*2\r\n$3\r\nDEL\r\n$1\r\nz\r\n".into()));
+    }
+
+    use crate::testkit::TestKit;
+
+    /// Runs `argv` and returns what it recorded.
+    fn run(t: &mut TestKit, argv: &[&str]) -> Vec<String> {
+        t.record = true;
+        t.stream.clear();
+        t.run(argv);
+        std::mem::take(&mut t.stream)
+    }
+
+    #[test]
+    fn plain_writes_go_as_they_came_and_reads_and_no_ops_not_at_all() {
+        let mut t = TestKit::default();
+        assert_eq!(run(&mut t, &["SET", "k", "v"]), ["0: SET k v"]);
+        assert_eq!(run(&mut t, &["GET", "k"]), Vec::<String>::new());
+        assert_eq!(run(&mut t, &["DEL", "nokey"]), Vec::<String>::new());
+        assert_eq!(run(&mut t, &["SET", "k", "w", "NX"]), Vec::<String>::new(), "NX that did nothing");
+        assert_eq!(run(&mut t, &["INCR", "n"]), ["0: INCR n"]);
+        t.run(&["SELECT", "2"]);
+        assert_eq!(run(&mut t, &["RPUSH", "l", "a", "b"]), ["2: RPUSH l a b"]);
+    }
+
+    #[test]
+    fn relative_times_become_absolute() {
+        let mut t = TestKit::default();
+        let at = t.now_ms + 10_000;
+        assert_eq!(run(&mut t, &["SET", "k", "v", "EX", "10"]), [format!("0: SET k v PXAT {at}")]);
+        assert_eq!(run(&mut t, &["SETEX", "k", "10", "v"]), [format!("0: SET k v PXAT {at}")]);
+        assert_eq!(run(&mut t, &["PSETEX", "k", "10000", "v"]), [format!("0: SET k v PXAT {at}")]);
+        assert_eq!(run(&mut t, &["EXPIRE", "k", "10"]), [format!("0: PEXPIREAT k {at}")]);
+        assert_eq!(run(&mut t, &["EXPIREAT", "k", &(at / 1000).to_string()]), [format!("0: PEXPIREAT k {at}")]);
+        assert_eq!(run(&mut t, &["GETEX", "k", "PX", "10000"]), [format!("0: PEXPIREAT k {at}")]);
+        assert_eq!(run(&mut t, &["GETEX", "k", "PERSIST"]), ["0: PERSIST k"]);
+        assert_eq!(run(&mut t, &["EXPIRE", "k", "-1"]), ["0: DEL k"], "a past time deletes");
+        t.run(&["SET", "k", "v"]);
+        assert_eq!(run(&mut t, &["SET", "k", "v", "PXAT", "1"]), ["0: DEL k"]);
+    }
+
+    #[test]
+    fn random_and_float_results_go_as_what_happened() {
+        let mut t = TestKit::default();
+        t.run(&["SADD", "s", "a"]);
+        assert_eq!(run(&mut t, &["SPOP", "s"]), ["0: SREM s a"]);
+        t.run(&["SADD", "s", "a", "b", "c"]);
+        let popped = run(&mut t, &["SPOP", "s", "2"]);
+        assert_eq!(popped.len(), 1);
+        assert!(popped[0].starts_with("0: SREM s "), "{popped:?}");
+        assert_eq!(run(&mut t, &["SPOP", "s", "5"]), ["0: DEL s"]);
+        assert_eq!(run(&mut t, &["INCRBYFLOAT", "f", "1.5"]), ["0: SET f 1.5 KEEPTTL"]);
+        assert_eq!(run(&mut t, &["HINCRBYFLOAT", "h", "x", "2.5"]), ["0: HSET h x 2.5"]);
+    }
+
+    #[test]
+    fn blocking_commands_go_as_their_non_blocking_forms() {
+        let mut t = TestKit::default();
+        t.run(&["RPUSH", "l", "a", "b", "c"]);
+        assert_eq!(run(&mut t, &["BLPOP", "nol", "l", "0"]), ["0: LPOP l 1"]);
+        assert_eq!(run(&mut t, &["BRPOP", "l", "0"]), ["0: RPOP l 1"]);
+        assert_eq!(run(&mut t, &["BLMOVE", "l", "m", "LEFT", "RIGHT", "0"]), ["0: LMOVE l m LEFT RIGHT"]);
+        t.run(&["RPUSH", "l", "x", "y"]);
+        assert_eq!(run(&mut t, &["BLMPOP", "0", "1", "l", "RIGHT", "COUNT", "5"]), ["0: RPOP l 2"]);
+        t.run(&["ZADD", "z", "1", "a", "2", "b"]);
+        assert_eq!(run(&mut t, &["BZPOPMIN", "z", "0"]), ["0: ZPOPMIN z 1"]);
+        assert_eq!(run(&mut t, &["BZMPOP", "0", "1", "z", "MAX", "COUNT", "3"]), ["0: ZPOPMAX z 3"]);
+        assert_eq!(run(&mut t, &["BLPOP", "l", "0"]), Vec::<String>::new(), "blocked: nothing yet");
+    }
+
+    #[test]
+    fn lazy_expiry_goes_before_the_command_that_found_it() {
+        let mut t = TestKit::default();
+        t.run(&["SET", "k", "v", "PX", "10"]);
+        t.now_ms += 100;
+        assert_eq!(run(&mut t, &["GET", "k"]), ["0: DEL k"]);
+        t.run(&["SET", "k", "v", "PX", "10"]);
+        t.now_ms += 100;
+        assert_eq!(run(&mut t, &["APPEND", "k", "x"]), ["0: MULTI", "0: DEL k", "0: APPEND k x", "0: EXEC"]);
+    }
+
+    #[test]
+    fn restore_with_a_relative_ttl_goes_with_abs_ttl() {
+        let mut t = TestKit::default();
+        t.run(&["SET", "k", "hello"]);
+        let reply = t.run_raw(&[b"DUMP".to_vec(), b"k".to_vec()]);
+        let start = reply.iter().position(|&b| b == b'\n').unwrap() + 1;
+        let payload = reply[start..reply.len() - 2].to_vec();
+        t.record = true;
+        t.stream.clear();
+        t.run_bytes(&[b"RESTORE".to_vec(), b"k2".to_vec(), b"5000".to_vec(), payload.clone()]);
+        let line = t.stream.pop().unwrap();
+        let at = t.now_ms + 5000;
+        assert!(line.starts_with(&format!("0: RESTORE k2 {at} ")) && line.ends_with(" ABSTTL"), "{line}");
+    }
+
+    #[test]
+    fn flushes_are_recorded_even_when_empty() {
+        let mut t = TestKit::default();
+        assert_eq!(run(&mut t, &["FLUSHALL"]), ["0: FLUSHALL"]);
+        t.run(&["SELECT", "3"]);
+        assert_eq!(run(&mut t, &["FLUSHDB", "ASYNC"]), ["3: FLUSHDB ASYNC"]);
+        t.run(&["SET", "a", "1"]);
+        assert_eq!(run(&mut t, &["SWAPDB", "3", "4"]), ["3: SWAPDB 3 4"]);
+        assert_eq!(t.run(&["DBSIZE"]), ":0\r\n");
+    }
+
+    #[test]
+    fn active_expiry_records_its_deletes() {
+        let mut t = TestKit::default();
+        t.run(&["SET", "a", "1", "PX", "10"]);
+        t.run(&["SET", "b", "1"]);
+        t.now_ms += 100;
+        t.sink.set_active(true);
+        let mut cursor = crate::expire::ExpireCursor::default();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        crate::expire::active_expire_cycle(&t.ks, &mut cursor, t.now_ms, deadline, false, &crate::NoEvents);
+        assert_eq!(t.sink.take(), ["0: DEL a"]);
     }
 }

@@ -68,12 +68,54 @@ pub struct TestKit {
     pub last_remote: Option<crate::remote::RemoteRequest>,
     /// Skip the commands' lock-free step, to test a handler reached without it.
     pub skip_prepare: bool,
+    /// Record each command's effects for the write stream into [`TestKit::stream`].
+    pub record: bool,
+    /// The write stream's sink wired into `ks` by [`TestKit::default`].
+    pub sink: std::sync::Arc<StreamRecorder>,
+    /// The recorded write stream: one line per command, `db: arg arg ...`.
+    pub stream: Vec<String>,
+}
+
+/// A write-stream sink that keeps what it is given, as `db: arg arg ...` lines.
+#[derive(Default)]
+pub struct StreamRecorder {
+    on: std::sync::atomic::AtomicBool,
+    lines: Mutex<Vec<String>>,
+}
+
+impl StreamRecorder {
+    /// Turns recording on or off.
+    pub fn set_active(&self, on: bool) {
+        self.on.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The lines recorded since the last call.
+    pub fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.lines.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl crate::propagate::WriteSink for StreamRecorder {
+    fn active(&self) -> bool {
+        self.on.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn append(&self, effects: &crate::propagate::Effects) {
+        let mut lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        for (db, cmd) in effects.iter() {
+            lines.push(format!("{db}: {}", stream_line(cmd)));
+        }
+    }
 }
 
 impl Default for TestKit {
     fn default() -> Self {
+        let ks = Keyspace::new(16);
+        let sink = std::sync::Arc::new(StreamRecorder::default());
+        ks.set_sink(sink.clone());
         TestKit {
-            ks: Keyspace::new(16),
+            sink,
+            ks,
             cfg: EngineConfig::default(),
             stats: LocalStats::default(),
             now_ms: 1_700_000_000_000,
@@ -86,6 +128,8 @@ impl Default for TestKit {
             resume: None,
             last_remote: None,
             skip_prepare: false,
+            record: false,
+            stream: Vec::new(),
         }
     }
 }
@@ -159,11 +203,21 @@ impl TestKit {
         ctx.block_mode = self.block_mode;
         ctx.resume = self.resume.take();
         ctx.prepared = prepared;
+        self.sink.set_active(self.record);
+        ctx.effects.begin(self.record);
+        let dirty = ctx.stats.dirty;
         let before = out.len();
         if let Err(e) = (handler.run)(&mut ctx, args, &mut out) {
             out.truncate(before);
             out.error(&e.message());
         }
+        // As the dispatcher: the call's effects reach the stream before its locks go.
+        ctx.record_call(self.db, &args, dirty);
+        ctx.effects.wrap_multi();
+        if !ctx.effects.is_empty() {
+            self.ks.sink().append(&ctx.effects);
+        }
+        self.stream.extend(self.sink.take());
         let new_db = ctx.db;
         let block = ctx.block.take();
         self.last_remote = ctx.remote.take();
@@ -231,6 +285,20 @@ impl Resp {
             other => panic!("unexpected reply type {other:?} in {line:?}"),
         }
     }
+}
+
+/// A RESP command as written by [`crate::propagate::write_command`], as its arguments joined
+/// by spaces (test output).
+pub fn stream_line(cmd: &[u8]) -> String {
+    let text = String::from_utf8_lossy(cmd);
+    let mut lines = text.split("\r\n");
+    let n: usize = lines.next().and_then(|l| l.strip_prefix('*')).and_then(|l| l.parse().ok()).unwrap_or(0);
+    let mut args = Vec::with_capacity(n);
+    for _ in 0..n {
+        let _len = lines.next();
+        args.push(lines.next().unwrap_or("").to_string());
+    }
+    args.join(" ")
 }
 
 /// Calls `f` with `argv` laid out as a decoded command's arguments.

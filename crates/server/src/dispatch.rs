@@ -10,7 +10,7 @@ use hotkv_engine::command::flags;
 use hotkv_engine::plan::{KeyHint, Plan};
 use hotkv_engine::remote::{RemoteOutcome, RemoteRequest};
 use hotkv_engine::route::{KeyPresence, RouteCtx};
-use hotkv_engine::{BlockMode, CommandError, Ctx, EngineConfig};
+use hotkv_engine::{BlockMode, CommandError, Ctx, Effects, EngineConfig};
 use hotkv_protocol::{Args, ReplyBuf};
 
 use crate::blocking::{BlockWait, Waiter, Wakeup};
@@ -45,6 +45,8 @@ pub struct Scratch {
     pub(crate) pending: Option<RouteCtx>,
     /// The outcome of the request to another node the command being re-run made.
     pub(crate) resume: Option<RemoteOutcome>,
+    /// The write stream's buffer, lent to each call.
+    pub(crate) effects: Effects,
 }
 
 /// A command waiting on another node: what to ask, and how to run its second turn.
@@ -459,7 +461,12 @@ fn run_engine(
     ctx.block_mode = mode;
     ctx.resume = scratch.resume.take();
     ctx.prepared = prepared;
+    ctx.effects = std::mem::take(&mut scratch.effects);
+    ctx.effects.begin(b.srv.ks.sink().active());
+    let dirty = ctx.stats.dirty;
     let r = (ecmd.run)(&mut ctx, args, out);
+    ctx.record_call(sess.db, &args, dirty);
+    emit(&mut ctx);
     let mut flow = Flow::Continue;
     if let Some(request) = ctx.remote.take()
         && r.is_ok()
@@ -477,6 +484,7 @@ fn run_engine(
         flow = Flow::Block(BlockWait { waiter, rx, deadline_ms: req.deadline_ms });
     }
     serve_blocked(b, &mut ctx, &events);
+    scratch.effects = std::mem::take(&mut ctx.effects);
     let db = ctx.db;
     drop(ctx);
     sess.local = local;
@@ -527,7 +535,11 @@ pub(crate) fn serve_blocked(b: &Batch<'_>, ctx: &mut Ctx<'_>, events: &CmdEvents
             ctx.db = w.db;
             ctx.block_mode = BlockMode::Serving;
             let start = Instant::now();
+            ctx.effects.begin(ctx.ks.sink().active());
+            let dirty = ctx.stats.dirty;
             let r = (ecmd.run)(ctx, args, &mut reply);
+            ctx.record_call(w.db, &args, dirty);
+            emit(ctx);
             let still_blocked = ctx.block.take().is_some();
             ctx.db = saved_db;
             ctx.block_mode = saved_mode;
@@ -550,6 +562,17 @@ pub(crate) fn serve_blocked(b: &Batch<'_>, ctx: &mut Ctx<'_>, events: &CmdEvents
             ready.extend(events.take_ready());
         }
     }
+}
+
+/// Hands what a call (or a transaction) did to the write stream, while its locks are still
+/// held: calls on a common slot reach the stream in the order they ran.
+pub(crate) fn emit(ctx: &mut Ctx<'_>) {
+    if ctx.effects.is_empty() {
+        return;
+    }
+    ctx.effects.wrap_multi();
+    ctx.ks.sink().append(&ctx.effects);
+    ctx.effects.begin(false);
 }
 
 /// A stored argument vector as one buffer and the spans `Args::from_parts` takes.

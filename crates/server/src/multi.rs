@@ -131,6 +131,8 @@ fn run(
     let mut local = std::mem::take(&mut sess.local);
     let mut ctx = Ctx::new(&b.srv.ks, sess.db, b.now_ms, cfg, &mut local, no_touch, &events, locks);
     ctx.block_mode = BlockMode::Immediate;
+    ctx.effects = std::mem::take(&mut scratch.effects);
+    ctx.effects.begin(b.srv.ks.sink().active());
     out.array(multi.queue.len());
     for (q, prepared) in multi.queue.iter().zip(&mut prepared) {
         let cmd = b.srv.registry.get(q.cmd);
@@ -139,6 +141,8 @@ fn run(
         let args = Args::from_parts(&flat, &spans);
         let mark = out.len();
         let start = Instant::now();
+        let (db, dirty) = (ctx.db, ctx.stats.dirty);
+        ctx.effects.next_call();
         let mut result = match cmd.spec.engine() {
             Some(ecmd) => (ecmd.run)(&mut ctx, args, out).map(|()| Flow::Continue),
             None => run_server(b, sess, cmd, args, out, &mut ctx),
@@ -149,6 +153,7 @@ fn run(
         if ctx.remote.take().is_some() && result.is_ok() {
             result = Err(CommandError::err(format!("{} cannot wait on another node inside MULTI", cmd.full_name)));
         }
+        ctx.record_call(db, &args, dirty);
         let nanos = start.elapsed().as_nanos() as u64;
         if let Err(e) = &result {
             out.truncate(mark);
@@ -156,7 +161,10 @@ fn run(
         }
         account(b, sess, cmd, &args, nanos, result.is_err());
     }
+    // The transaction reaches the stream as one MULTI/EXEC, before its locks go.
+    crate::dispatch::emit(&mut ctx);
     serve_blocked(b, &mut ctx, &events);
+    scratch.effects = std::mem::take(&mut ctx.effects);
     let db = ctx.db;
     drop(ctx);
     sess.local = local;

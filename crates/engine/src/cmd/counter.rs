@@ -133,6 +133,9 @@ fn incrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResu
             ctx.set(key, NewValue::Bytes(text.as_bytes()), Ttl::Keep)?;
         }
     }
+    // Float formatting may differ between builds: the stream carries the result (Valkey's
+    // rewrite to SET ... KEEPTTL).
+    ctx.propagate_as(&[b"SET".as_slice(), key, text.as_bytes(), b"KEEPTTL"]);
     ctx.events.notify('$', "incrbyfloat", key, ctx.db);
     out.bulk(text.as_bytes());
     Ok(())

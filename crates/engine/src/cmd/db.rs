@@ -172,7 +172,9 @@ fn flushdb(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let dbi = ctx.db;
     let watched = watched_changes(ctx, dbi, None);
     if ctx.ks.db_if_used(dbi).is_some() {
-        ctx.stats.dirty += empty_db(ctx, dbi, &mut garbage) as u64;
+        ctx.stats.dirty += flush_dbs(ctx, &[dbi], &args, &mut garbage) as u64;
+    } else {
+        ctx.propagate_as(&args.iter().collect::<Vec<_>>());
     }
     touch_all(ctx, dbi, &watched);
     ctx.events.db_changed(dbi);
@@ -184,17 +186,72 @@ fn flushdb(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
 fn flushall(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let lazy = flush_async(&args)?;
     let mut garbage = Vec::new();
-    for i in 0..ctx.ks.databases() {
-        let watched = watched_changes(ctx, i, None);
-        if ctx.ks.db_if_used(i).is_some() {
-            ctx.stats.dirty += empty_db(ctx, i, &mut garbage) as u64;
+    let watched: Vec<_> = (0..ctx.ks.databases()).map(|i| watched_changes(ctx, i, None)).collect();
+    // Unused databases hold nothing and stay unallocated. One that comes into use while the
+    // others are being locked is caught by the check after locking, and the flush retries.
+    loop {
+        let used: Vec<usize> = (0..ctx.ks.databases()).filter(|&i| ctx.ks.db_if_used(i).is_some()).collect();
+        if let Some(n) = flush_dbs_if(ctx, &used, &args, &mut garbage, |ks| {
+            (0..ks.databases()).filter(|&i| ks.db_if_used(i).is_some()).count() == used.len()
+        }) {
+            ctx.stats.dirty += n as u64;
+            break;
         }
-        touch_all(ctx, i, &watched);
+    }
+    for (i, w) in watched.iter().enumerate() {
+        touch_all(ctx, i, w);
         ctx.events.db_changed(i);
     }
     free(garbage, lazy);
     out.ok();
     Ok(())
+}
+
+/// Empties databases `dbs` holding every one of their slot locks at once, and records the
+/// flush in the write stream under them, so no write is ever seen half before and half after
+/// it, on this node or by a replica. Returns the keys removed.
+fn flush_dbs(ctx: &mut Ctx<'_>, dbs: &[usize], args: &Args<'_>, garbage: &mut Vec<Table>) -> usize {
+    flush_dbs_if(ctx, dbs, args, garbage, |_| true).unwrap_or(0)
+}
+
+/// [`flush_dbs`] if `still` holds once the locks are taken; None (nothing done) otherwise.
+fn flush_dbs_if(
+    ctx: &mut Ctx<'_>,
+    dbs: &[usize],
+    args: &Args<'_>,
+    garbage: &mut Vec<Table>,
+    still: impl Fn(&crate::keyspace::Keyspace) -> bool,
+) -> Option<usize> {
+    let db = ctx.db;
+    // A transaction planned the flush with every slot already locked.
+    // Even a flush of empty databases is recorded (Valkey forces its propagation).
+    if dbs.iter().all(|&d| ctx.locks.holds_db(d)) {
+        ctx.propagate_as(&args.iter().collect::<Vec<_>>());
+        return Some(take_tables(&mut ctx.locks, dbs, garbage));
+    }
+    let mut own = ctx.ks.lock_all(dbs);
+    if !still(ctx.ks) {
+        return None;
+    }
+    let removed = take_tables(&mut own, dbs, garbage);
+    ctx.propagate_now(db, &args.iter().collect::<Vec<_>>());
+    drop(own);
+    Some(removed)
+}
+
+/// Takes every table of `dbs` out of the lock set; returns the keys removed.
+fn take_tables(locks: &mut crate::keyspace::LockSet<'_>, dbs: &[usize], garbage: &mut Vec<Table>) -> usize {
+    let mut removed = 0;
+    for (id, table, slot) in locks.tables_mut() {
+        if !dbs.contains(&(id as usize / SLOTS)) || table.is_empty() {
+            continue;
+        }
+        let old = table.take_all();
+        slot.sync(table);
+        removed += old.len();
+        garbage.push(old);
+    }
+    removed
 }
 
 /// What `key` holds in `db`: nothing, an entry past its TTL, or a live one.
@@ -235,27 +292,6 @@ fn touch_all(ctx: &Ctx<'_>, db: usize, changes: &[(Vec<u8>, KeyState, KeyState)]
     for (k, before, after) in changes {
         ctx.events.key_replaced(db, k, *before, *after);
     }
-}
-
-/// Takes every slot's table out of database `db`, one slot lock at a time (or under the
-/// transaction's locks); returns the keys removed.
-fn empty_db(ctx: &mut Ctx<'_>, db: usize, garbage: &mut Vec<Table>) -> usize {
-    let mut removed = 0;
-    for s in 0..SLOTS as u16 {
-        if ctx.ks.db(db).slot(s).keys() == 0 && !ctx.locks.holds(crate::keyspace::lock_id(db, s)) {
-            continue;
-        }
-        let mut table = ctx.locks.slot_ref(ctx.ks, db, s);
-        if table.is_empty() {
-            continue;
-        }
-        let old = table.take_all();
-        table.sync();
-        drop(table);
-        removed += old.len();
-        garbage.push(old);
-    }
-    removed
 }
 
 /// Drops flushed tables here, or with ASYNC on a helper thread so the client gets its reply
@@ -304,6 +340,11 @@ fn swapdb(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
             xs.sync(x);
             ys.sync(y);
         }
+        if !held {
+            let db = ctx.db;
+            ctx.propagate_now(db, &args.iter().collect::<Vec<_>>());
+        }
+        drop(own);
         touch_all(ctx, a, &watched_a);
         touch_all(ctx, b, &watched_b);
         ctx.events.db_changed(a);

@@ -172,10 +172,22 @@ fn restore(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         && when <= ctx.now_ms
     {
         if deleted {
+            ctx.propagate_as(&[b"DEL".as_slice(), key]);
             ctx.events.notify('g', "del", key, ctx.db);
         }
         out.ok();
         return Ok(());
+    }
+    // A relative TTL goes to the stream as an absolute one (Valkey appends ABSTTL).
+    if let Some(when) = when
+        && !opts.absttl
+        && ctx.propagating()
+    {
+        let at = itoa::Buffer::new().format(when).as_bytes().to_vec();
+        let mut argv: Vec<&[u8]> = args.iter().collect();
+        argv[2] = &at;
+        argv.push(b"ABSTTL");
+        ctx.propagate_as(&argv);
     }
     let ttl = when.map_or(Ttl::Clear, Ttl::At);
     match value {

@@ -214,9 +214,16 @@ fn expire_generic(ctx: &mut Ctx<'_>, args: Args<'_>, form: Form, out: &mut Reply
     // A replica keeps a key with a past expire time and waits for its primary's DEL.
     let event = if when <= now && !replica {
         drop(k.delete());
+        ctx.propagate_as(&[b"DEL".as_slice(), key]);
         "del"
     } else {
         k.set_expire(Some(when));
+        // Relative and second forms replay to another time: the stream gets milliseconds
+        // since the epoch.
+        if ctx.propagating() {
+            let at = itoa::Buffer::new().format(when).as_bytes().to_vec();
+            ctx.propagate_as(&[b"PEXPIREAT".as_slice(), key, &at]);
+        }
         "expire"
     };
     ctx.modified(key);

@@ -348,6 +348,7 @@ fn hincrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdRes
         h.set(field, text.as_bytes(), limits);
         Ok(text)
     })?;
+    ctx.propagate_as(&[b"HSET".as_slice(), key, field, text.as_bytes()]);
     ctx.events.notify('h', "hincrbyfloat", key, ctx.db);
     out.bulk(text.as_bytes());
     Ok(())

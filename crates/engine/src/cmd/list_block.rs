@@ -183,12 +183,23 @@ fn bpop(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf, end: End) -> CmdR
             out.array(2);
             out.bulk(key);
             out.bulk(&vals[0]);
+            propagate_pop(ctx, key, end, 1);
             return Ok(());
         }
     }
     let keys = args.iter().take(last).skip(1).map(<[u8]>::to_vec).collect();
     wait(ctx, out, keys, deadline);
     Ok(())
+}
+
+/// A blocking pop goes to the stream as the pop it did (Valkey: BLPOP as LPOP), so a
+/// replica never blocks on it.
+fn propagate_pop(ctx: &mut Ctx<'_>, key: &[u8], end: End, count: usize) {
+    if ctx.propagating() {
+        let cmd: &[u8] = if end == End::Head { b"LPOP" } else { b"RPOP" };
+        let n = itoa::Buffer::new().format(count).as_bytes().to_vec();
+        ctx.propagate_as(&[cmd, key, &n]);
+    }
 }
 
 /// No data: block, or reply with the timeout's null array when blocking is not allowed.
@@ -246,6 +257,7 @@ fn mpop(ctx: &mut Ctx<'_>, out: &mut ReplyBuf, a: &MpopArgs<'_, End>) -> Result<
             for v in &vals {
                 out.bulk(v);
             }
+            propagate_pop(ctx, key, a.side, vals.len());
             return Ok(true);
         }
     }
@@ -304,7 +316,13 @@ fn bmove(
     to: End,
     deadline: Option<i64>,
 ) -> CmdResult {
-    if !move_generic(ctx, out, src, dst, from, to)? {
+    if move_generic(ctx, out, src, dst, from, to)? {
+        // As LMOVE, so a replica never blocks on it.
+        if ctx.propagating() {
+            let side = |e: End| if e == End::Head { b"LEFT".as_slice() } else { b"RIGHT".as_slice() };
+            ctx.propagate_as(&[b"LMOVE".as_slice(), src, dst, side(from), side(to)]);
+        }
+    } else {
         if ctx.can_block() {
             ctx.block_on(vec![src.to_vec()], deadline);
         } else if ctx.block_mode == BlockMode::TimedOut {

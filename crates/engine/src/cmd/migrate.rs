@@ -180,6 +180,8 @@ fn finish(
     reply: MigrateReply,
     out: &mut ReplyBuf,
 ) -> CmdResult {
+    // The stream gets the deletes, never the MIGRATE: a replica must not send keys anywhere.
+    ctx.effects.suppress();
     if !opts.copy {
         for op in &sent.ops {
             ctx.ks.in_flight_remove(ctx.db, op.key());
@@ -201,6 +203,7 @@ fn finish(
         };
         if unchanged {
             ctx.delete(key)?;
+            ctx.propagate_as(&[b"DEL".as_slice(), key]);
             ctx.events.notify('g', "del", key, ctx.db);
         } else if let Some(op) = restore_op(ctx, key, true)? {
             again.push(op);

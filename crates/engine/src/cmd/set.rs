@@ -290,6 +290,7 @@ fn spop(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         return Ok(());
     };
     let s = k.set_mut()?;
+    let mut removed = Vec::new();
     let take_all = count.is_some_and(|n| n >= s.len() as u64);
     // Valkey counts every popped member as a change.
     let changes = count.map_or(1, |n| n.min(s.len() as u64));
@@ -306,16 +307,26 @@ fn spop(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
             let popped = s.pop_many(n as usize, limits);
             out.set(popped.len());
             popped.iter().for_each(|m| out.bulk(m));
+            removed = popped;
         }
         None => {
             // Invariant: sets in the keyspace are never empty.
             let m = s.pop_random().expect("non-empty set");
             out.bulk(&m);
+            removed.push(m);
         }
     }
     let emptied = take_all || s.is_empty();
     if emptied {
         drop(k.delete());
+    }
+    // The pick is random: the stream names the members that went (Valkey: SREM, or DEL of a
+    // set popped whole).
+    if take_all {
+        ctx.propagate_as(&[b"DEL".as_slice(), key]);
+    } else if ctx.propagating() {
+        let argv: Vec<&[u8]> = [b"SREM".as_slice(), key].into_iter().chain(removed.iter().map(|m| &m[..])).collect();
+        ctx.propagate_as(&argv);
     }
     ctx.changed(key, 's', "spop", emptied);
     ctx.stats.dirty += changes - 1;

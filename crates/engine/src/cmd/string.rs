@@ -223,14 +223,20 @@ fn getex(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         // Only an absolute time can be in the past; a replica keeps the key for its primary.
         Some((Unit::ExAt | Unit::PxAt, t)) if t <= now && !replica => {
             drop(k.delete());
+            ctx.propagate_as(&[b"DEL".as_slice(), key]);
             "del"
         }
         Some((_, t)) => {
             k.set_expire(Some(t));
+            if ctx.propagating() {
+                let at = itoa::Buffer::new().format(t).as_bytes().to_vec();
+                ctx.propagate_as(&[b"PEXPIREAT".as_slice(), key, &at]);
+            }
             "expire"
         }
         None if opts.persist && k.entry().expire().is_some() => {
             k.set_expire(None);
+            ctx.propagate_as(&[b"PERSIST".as_slice(), key]);
             "persist"
         }
         None => return Ok(()),
@@ -352,6 +358,7 @@ fn set_generic(
         Some(t) if t <= ctx.now_ms && !ctx.cfg.replica => {
             if found {
                 ctx.delete(key)?;
+                ctx.propagate_as(&[b"DEL".as_slice(), key]);
                 ctx.events.notify('g', "del", key, ctx.db);
             }
             if !opts.get {
@@ -364,6 +371,14 @@ fn set_generic(
         None => Ttl::Clear,
     };
     ctx.set(key, NewValue::Bytes(value), ttl)?;
+    // A relative TTL replays to another time on a replica or from the AOF: the stream gets
+    // the absolute one.
+    if let Some(t) = opts.expire
+        && ctx.propagating()
+    {
+        let at = itoa::Buffer::new().format(t).as_bytes().to_vec();
+        ctx.propagate_as(&[b"SET".as_slice(), key, value, b"PXAT", &at]);
+    }
     ctx.events.notify('$', "set", key, ctx.db);
     if opts.expire.is_some() {
         ctx.events.notify('g', "expire", key, ctx.db);

@@ -207,18 +207,28 @@ fn pop_first(
     max: bool,
     count: usize,
     shape: Shape,
-) -> Result<bool, CommandError> {
-    for key in keys {
+) -> Result<Option<usize>, CommandError> {
+    for (i, key) in keys.iter().enumerate() {
         if pop_at(ctx, out, key, max, count, shape)? {
-            return Ok(true);
+            return Ok(Some(i));
         }
     }
-    Ok(false)
+    Ok(None)
+}
+
+/// The blocking pops go to the stream as the pop they did (Valkey: BZPOPMIN as ZPOPMIN):
+/// a replica must never block on them.
+fn propagate_pop(ctx: &mut Ctx<'_>, key: &[u8], max: bool, count: usize) {
+    if ctx.propagating() {
+        let cmd: &[u8] = if max { b"ZPOPMAX" } else { b"ZPOPMIN" };
+        let n = itoa::Buffer::new().format(count).as_bytes().to_vec();
+        ctx.propagate_as(&[cmd, key, &n]);
+    }
 }
 
 fn zmpop(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let a = parse_mpop(&args, 1, parse_max)?;
-    if !pop_first(ctx, out, &a.keys, a.side, a.count, Shape { key: true, nested: true })? {
+    if pop_first(ctx, out, &a.keys, a.side, a.count, Shape { key: true, nested: true })?.is_none() {
         out.null_array();
     }
     Ok(())
@@ -227,8 +237,9 @@ fn zmpop(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
 fn bzmpop(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let a = parse_mpop(&args, 2, parse_max)?;
     let deadline = parse_timeout(args.get(1), ctx.now_ms)?;
-    if !pop_first(ctx, out, &a.keys, a.side, a.count, Shape { key: true, nested: true })? {
-        wait(ctx, out, &a.keys, deadline);
+    match pop_first(ctx, out, &a.keys, a.side, a.count, Shape { key: true, nested: true })? {
+        Some(i) => propagate_pop(ctx, a.keys[i], a.side, a.count),
+        None => wait(ctx, out, &a.keys, deadline),
     }
     Ok(())
 }
@@ -246,8 +257,9 @@ fn bzpop(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf, max: bool) -> Cm
     let last = args.len() - 1;
     let deadline = parse_timeout(args.get(last), ctx.now_ms)?;
     let keys: Vec<&[u8]> = args.iter().take(last).skip(1).collect();
-    if !pop_first(ctx, out, &keys, max, 1, Shape { key: true, nested: false })? {
-        wait(ctx, out, &keys, deadline);
+    match pop_first(ctx, out, &keys, max, 1, Shape { key: true, nested: false })? {
+        Some(i) => propagate_pop(ctx, keys[i], max, 1),
+        None => wait(ctx, out, &keys, deadline),
     }
     Ok(())
 }
