@@ -47,7 +47,7 @@ pub fn evict(
         fill_pool(ks, cfg, now_ms, &mut pool);
         let Some(best) = pool.pop() else { break };
         let slot = ks.db(best.db).slot(best.slot);
-        let mut table = slot.lock();
+        let mut table = ks.lock_slot(best.db, best.slot);
         let hash = crate::hash::key_hash(&best.key);
         let Some(i) = table.find(&best.key, hash) else { continue };
         let entry = table.remove_at(i);

@@ -189,6 +189,8 @@ pub struct Keyspace {
     in_flight: InFlight,
     /// Where writes are recorded (replication, AOF); none until the server wires one.
     sink: OnceLock<std::sync::Arc<dyn WriteSink>>,
+    /// The snapshot in progress, which every slot lock path settles first.
+    pub(crate) snap: crate::snapshot::SnapState,
 }
 
 /// Keys a MIGRATE has sent and not yet settled, per database, with how many MIGRATEs hold
@@ -221,7 +223,7 @@ impl Keyspace {
     /// A keyspace with `databases` databases.
     pub fn new(databases: usize) -> Keyspace {
         let dbs: Box<[OnceLock<Db>]> = (0..databases.max(1)).map(|_| OnceLock::new()).collect();
-        let ks = Keyspace { dbs, in_flight: InFlight::default(), sink: OnceLock::new() };
+        let ks = Keyspace { dbs, in_flight: InFlight::default(), sink: OnceLock::new(), snap: Default::default() };
         ks.db(0);
         ks
     }
@@ -289,7 +291,9 @@ impl Keyspace {
         let mut set = LockSet { guards: SmallVec::new(), memo: KeyMemo::default() };
         for &id in ids {
             let slot = self.slot_by_id(id);
-            set.guards.push((id, slot, slot.lock()));
+            let table = slot.lock();
+            self.settle_snapshot(id, &table);
+            set.guards.push((id, slot, table));
         }
         set
     }
@@ -304,7 +308,9 @@ impl Keyspace {
             for s in 0..SLOTS as u16 {
                 let id = lock_id(db, s);
                 let slot = self.slot_by_id(id);
-                set.guards.push((id, slot, slot.lock()));
+                let table = slot.lock();
+                self.settle_snapshot(id, &table);
+                set.guards.push((id, slot, table));
             }
         }
         set
@@ -424,7 +430,9 @@ impl<'a> LockSet<'a> {
             return SlotRef::Held(guard, slot);
         }
         let slot = ks.db(db).slot(s);
-        SlotRef::Own(slot.lock(), slot)
+        let table = slot.lock();
+        ks.settle_snapshot(id, &table);
+        SlotRef::Own(table, slot)
     }
 
     /// Whether this set holds every slot of database `db`.
@@ -444,7 +452,10 @@ impl<'a> LockSet<'a> {
             }
             let slot = ks.slot_by_id(id);
             match slot.table.try_lock() {
-                Some(g) => added.push((id, slot, g)),
+                Some(g) => {
+                    ks.settle_snapshot(id, &g);
+                    added.push((id, slot, g));
+                }
                 None => return false,
             }
         }

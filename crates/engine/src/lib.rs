@@ -27,6 +27,7 @@ pub mod rdb;
 pub mod remote;
 pub mod route;
 pub mod slot;
+pub mod snapshot;
 pub mod table;
 
 pub use ctx::{
