@@ -1,14 +1,29 @@
-//! DUMP/RESTORE payloads in Redis's RDB object format, so values move between hotkv, Redis and
-//! Valkey (`MIGRATE`, `redis-cli --cluster`, a value DUMPed from Redis and RESTOREd here).
+//! Redis's RDB format: DUMP/RESTORE payloads, and whole files.
 //!
-//! Layout: `[type][object][rdb version: u16 LE][CRC-64/Jones: u64 LE]`. hotkv writes version 10
+//! Payloads (this file) move values between hotkv, Redis and Valkey (`MIGRATE`,
+//! `redis-cli --cluster`, a value DUMPed from Redis and RESTOREd here). Layout:
+//! `[type][object][rdb version: u16 LE][CRC-64/Jones: u64 LE]`. hotkv writes version 10
 //! with encodings Redis 7.0 knows, which Redis 7.0+, Valkey 8 and 9 all load; it reads
 //! versions 0–11 and 80–81, every string encoding (raw, integer, LZF) and every object
 //! encoding Redis 7 and Valkey 8 load except streams: plain (types 0–5), intset (11),
 //! listpacks (16, 17, 18, 20), and the older ziplists and zipmap (9, 10, 12, 13, 14, read by
 //! `rdb/legacy.rs`).
+//!
+//! Files (a replica's full sync, `dump.rdb`) hold the same objects behind a header, opcodes
+//! and a trailing checksum: [`RdbWriter`] and [`snapshot`] write them (`rdb/writer.rs`),
+//! [`RdbReader`] reads them as their bytes arrive (`rdb/reader.rs`), and [`Loader`] / [`load`]
+//! put their keys into a keyspace (`rdb/load.rs`).
 
+#[cfg(test)]
+mod fixture;
 mod legacy;
+mod load;
+mod reader;
+mod writer;
+
+pub use load::{LoadStats, Loader, load};
+pub use reader::{Item, RdbReader};
+pub use writer::{AuxValue, RdbWriter, snapshot};
 
 use std::fmt;
 
@@ -65,13 +80,76 @@ pub const TYPE_HASH_LISTPACK: u8 = 16;
 /// RDB type of a set as a listpack blob (Redis 7.2+, Valkey).
 pub const TYPE_SET_LISTPACK: u8 = 20;
 
-/// A payload that cannot be restored.
+/// File opcode: a Valkey 8 cluster node's key counts of one slot (read and skipped).
+pub const OPCODE_SLOT_INFO: u8 = 0xF4;
+/// File opcode: a function library's code (Redis 7.0 GA and later).
+pub const OPCODE_FUNCTION2: u8 = 0xF5;
+/// File opcode: functions in the format of Redis 7.0's release candidates (refused).
+pub const OPCODE_FUNCTION_PRE_GA: u8 = 0xF6;
+/// File opcode: a module's auxiliary data (refused).
+pub const OPCODE_MODULE_AUX: u8 = 0xF7;
+/// File opcode: the next key's LRU idle time, in seconds.
+pub const OPCODE_IDLE: u8 = 0xF8;
+/// File opcode: the next key's LFU counter, one byte.
+pub const OPCODE_FREQ: u8 = 0xF9;
+/// File opcode: an AUX field, two strings.
+pub const OPCODE_AUX: u8 = 0xFA;
+/// File opcode: key and TTL counts of the selected database, a sizing hint.
+pub const OPCODE_RESIZEDB: u8 = 0xFB;
+/// File opcode: the next key's expire time in unix milliseconds, i64 little-endian.
+pub const OPCODE_EXPIRETIME_MS: u8 = 0xFC;
+/// File opcode: the next key's expire time in unix seconds, i32 little-endian (old files).
+pub const OPCODE_EXPIRETIME: u8 = 0xFD;
+/// File opcode: the database of the keys that follow.
+pub const OPCODE_SELECTDB: u8 = 0xFE;
+/// File opcode: the end of the data, followed by the checksum from version 5 on.
+pub const OPCODE_EOF: u8 = 0xFF;
+
+/// A DUMP payload that cannot be restored, or RDB data that cannot be read. RESTORE only ever
+/// meets the first two, whose texts are Valkey's replies; the others come from whole files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RdbError {
     /// Wrong version or checksum: `DUMP payload version or checksum are wrong`.
     VersionOrChecksum,
     /// The object does not decode: `Bad data format`.
     BadFormat,
+    /// A file that starts with neither `REDIS` nor `VALKEY` and a version number.
+    BadMagic,
+    /// A file version this reader does not load (it reads 1–11 and Valkey's 80–81).
+    UnsupportedVersion(u16),
+    /// The checksum after the EOF opcode does not match the data before it.
+    Checksum {
+        /// What the file says.
+        stored: u64,
+        /// What its bytes add up to.
+        computed: u64,
+    },
+    /// A value type hotkv cannot hold (streams, module values, Valkey 9's hashes with field
+    /// expiry) or a byte that is neither a type nor an opcode this reader knows.
+    UnsupportedType(u8),
+    /// `MODULE_AUX` data (opcode 0xF7): hotkv has no modules to hand it to.
+    ModuleAux,
+    /// The function format of Redis 7.0's release candidates (opcode 0xF6), which Redis 7.0
+    /// itself refuses.
+    PreGaFunctions,
+    /// A declared string length over the limit the reader was given (`proto-max-bulk-len`).
+    TooLong {
+        /// The declared length.
+        len: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// `SELECTDB` names a database the keyspace does not have.
+    DbOutOfRange {
+        /// The database in the file.
+        db: u64,
+        /// How many the keyspace has.
+        databases: usize,
+    },
+    /// The data ended before the EOF opcode (and its checksum).
+    Truncated,
+    /// Reading the input failed.
+    Io(std::io::ErrorKind),
 }
 
 impl fmt::Display for RdbError {
@@ -79,6 +157,24 @@ impl fmt::Display for RdbError {
         match self {
             RdbError::VersionOrChecksum => f.write_str("DUMP payload version or checksum are wrong"),
             RdbError::BadFormat => f.write_str("Bad data format"),
+            RdbError::BadMagic => f.write_str("wrong signature: not an RDB file"),
+            RdbError::UnsupportedVersion(v) => write!(f, "can't handle RDB format version {v}"),
+            RdbError::Checksum { stored, computed } => {
+                write!(f, "wrong RDB checksum: expected {stored:016x}, got {computed:016x}")
+            }
+            RdbError::UnsupportedType(t @ (15 | 19 | 21)) => {
+                write!(f, "stream values are not supported (RDB type {t})")
+            }
+            RdbError::UnsupportedType(t @ (6 | 7)) => write!(f, "module values are not supported (RDB type {t})"),
+            RdbError::UnsupportedType(t) => write!(f, "unknown or unsupported RDB type or opcode {t}"),
+            RdbError::ModuleAux => f.write_str("module aux data not supported"),
+            RdbError::PreGaFunctions => f.write_str("pre-release function format not supported"),
+            RdbError::TooLong { len, max } => write!(f, "string of {len} bytes exceeds the limit of {max}"),
+            RdbError::DbOutOfRange { db, databases } => {
+                write!(f, "database {db} out of range: this server has {databases} databases")
+            }
+            RdbError::Truncated => f.write_str("unexpected end of RDB data"),
+            RdbError::Io(kind) => write!(f, "reading RDB data: {kind}"),
         }
     }
 }
@@ -140,7 +236,9 @@ impl Loaded {
 pub fn access_clock(policy: EvictionPolicy, now_ms: i64, idle_s: Option<i64>, freq: Option<u8>) -> Option<u32> {
     match (freq, idle_s) {
         (Some(f), _) if policy.is_lfu() => Some((policy::initial(policy, now_ms) & !0xFF) | u32::from(f)),
-        (_, Some(idle)) if !policy.is_lfu() => Some(policy::lru_clock(now_ms - idle.saturating_mul(1000))),
+        (_, Some(idle)) if !policy.is_lfu() => {
+            Some(policy::lru_clock(now_ms.saturating_sub(idle.saturating_mul(1000))))
+        }
         _ => None,
     }
 }
