@@ -92,7 +92,13 @@ impl RdbWriter {
     pub fn table(&mut self, out: &mut Vec<u8>, table: &Table, now_ms: i64) -> usize {
         let start = out.len();
         let mut n = 0;
+        // Entries live wherever they were allocated, not in table order: asking for the one
+        // a few places ahead overlaps its cache miss with the encoding of this one.
+        let mut ahead = table.iter().skip(PREFETCH_DISTANCE);
         for (_, e) in table.iter() {
+            if let Some((_, next)) = ahead.next() {
+                crate::prefetch::read(next.addr());
+            }
             let expire = e.expire();
             if expire.is_some_and(|when| now_ms > when) {
                 continue;
@@ -195,6 +201,9 @@ const MAGIC: [u8; 9] = {
 const fn digit(v: u16, place: u16) -> u8 {
     b'0' + ((v / place) % 10) as u8
 }
+
+/// How many entries ahead [`RdbWriter::table`] prefetches.
+const PREFETCH_DISTANCE: usize = 8;
 
 /// How much [`snapshot`] buffers before handing bytes to its sink.
 const SNAPSHOT_CHUNK: usize = 64 * 1024;
@@ -339,6 +348,9 @@ mod tests {
             Ok::<(), ()>(())
         })
         .unwrap();
+        let start = Instant::now();
+        let crc = crate::rdb::crc64(0, &file[..file.len() - 8]);
+        println!("of which checksumming {} bytes: {:?} ({crc:016x})", file.len(), start.elapsed());
         let fresh = Keyspace::new(1);
         let start = Instant::now();
         let stats = crate::rdb::load(&file[..], &fresh, &crate::ctx::EngineConfig::default(), NOW).unwrap();
