@@ -109,32 +109,6 @@ pub struct RdbReader {
     pending: Pending,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-enum State {
-    Magic,
-    Records,
-    Done,
-    /// Errors are sticky: the stream cannot be resynchronised after one.
-    Failed(RdbError),
-}
-
-#[derive(Debug, Default, Clone, Copy)]
-struct Pending {
-    expire_ms: Option<i64>,
-    idle_s: Option<u64>,
-    freq: Option<u8>,
-}
-
-/// The scan of the record at the buffer's start: bytes walked, parts of the head walked,
-/// elements still to walk (once the count is read) and parts of the current element walked.
-#[derive(Debug, Default, Clone, Copy)]
-struct Scan {
-    len: usize,
-    head: usize,
-    left: Option<u64>,
-    each: usize,
-}
-
 impl RdbReader {
     /// A reader refusing any string (key, value, blob) declared longer than `max_string`
     /// bytes, before waiting for its bytes (the server passes `proto-max-bulk-len`).
@@ -289,6 +263,32 @@ impl RdbReader {
         self.consumed += n as u64;
         self.scan = Scan::default();
     }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum State {
+    Magic,
+    Records,
+    Done,
+    /// Errors are sticky: the stream cannot be resynchronised after one.
+    Failed(RdbError),
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Pending {
+    expire_ms: Option<i64>,
+    idle_s: Option<u64>,
+    freq: Option<u8>,
+}
+
+/// The scan of the record at the buffer's start: bytes walked, parts of the head walked,
+/// elements still to walk (once the count is read) and parts of the current element walked.
+#[derive(Debug, Default, Clone, Copy)]
+struct Scan {
+    len: usize,
+    head: usize,
+    left: Option<u64>,
+    each: usize,
 }
 
 /// Decodes a complete record other than EOF: an item, or `None` for the opcodes that only
