@@ -49,7 +49,7 @@ fn rdb_reader_survives_mutated_files() {
             file[body..].copy_from_slice(&crc.to_le_bytes());
         }
         n += 1;
-        let cfg = if n % 2 == 0 { &plain } else { &tiny };
+        let cfg = if n.is_multiple_of(2) { &plain } else { &tiny };
         let piece = [1, 3, 64, usize::MAX][n % 4];
         clear(&ks, &mut touched);
         let (accepted, peak) = peak_during(|| load(&file, piece, &ks, cfg, &mut touched));
