@@ -1,5 +1,6 @@
 //! Fuzzing of every decoder that takes bytes from outside, inside `cargo test`: the RESP
-//! request decoder, RESTORE payloads (through the RESTORE command, then read back), cluster bus
+//! request decoder, RESTORE payloads (through the RESTORE command, then read back), whole RDB
+//! files (read in pieces and loaded into a keyspace), cluster bus
 //! frames and the PEM/certificate loading path. (The `.conf` and `hotkv.toml` loaders are fuzzed inside the
 //! server crate, whose jemalloc global allocator this binary cannot share.) Each target starts
 //! from the seed corpus in `tests/fuzz/corpus/<target>/` and tries a bounded number of
@@ -14,6 +15,7 @@
 mod bus;
 mod gossip_alloc;
 mod pem;
+mod rdb_file;
 mod resp;
 mod restore;
 

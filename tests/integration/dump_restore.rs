@@ -119,18 +119,29 @@ fn restore_inside_multi_and_with_options() {
 
 /// The redis-server to compare with, started; `None` (after saying why) when there is none.
 fn redis_server() -> Option<TestServer> {
-    let bin = std::env::var_os("REDIS_SERVER").map(PathBuf::from).or_else(|| {
-        std::env::var_os("PATH")?
-            .to_str()?
-            .split(':')
-            .map(|d| PathBuf::from(d).join("redis-server"))
-            .find(|p| p.is_file())
-    });
-    let Some(bin) = bin else {
-        eprintln!("skipped: no redis-server on PATH or in $REDIS_SERVER to compare DUMP payloads with");
-        return None;
-    };
+    let bin = redis_tool("redis-server", "compare DUMP payloads with")?;
     Some(TestServer::builder(bin).configs(&[("save", "\"\""), ("appendonly", "no")]).spawn())
+}
+
+/// A Redis tool (`redis-server`, `redis-check-rdb`) at `$REDIS_SERVER`'s directory for the
+/// checker, `$REDIS_SERVER` itself for the server, else on `PATH`; `None` after saying it
+/// skips `purpose` when there is none, as the suite must run on machines that only have hotkv.
+pub(crate) fn redis_tool(name: &str, purpose: &str) -> Option<PathBuf> {
+    let from_env = std::env::var_os("REDIS_SERVER").map(PathBuf::from).and_then(|server| {
+        if name == "redis-server" {
+            Some(server)
+        } else {
+            server.parent().map(|d| d.join(name)).filter(|p| p.is_file())
+        }
+    });
+    let bin = from_env.or_else(|| {
+        std::env::var_os("PATH")?.to_str()?.split(':').map(|d| PathBuf::from(d).join(name)).find(|p| p.is_file())
+    });
+    if bin.is_none() {
+        let hint = if name == "redis-server" { " or in $REDIS_SERVER" } else { "" };
+        eprintln!("skipped: no {name} on PATH{hint} to {purpose}");
+    }
+    bin
 }
 
 fn dump(c: &mut RawClient, key: &[u8]) -> Vec<u8> {

@@ -44,6 +44,7 @@ mod pki;
 mod protocol;
 mod pubsub;
 mod python;
+mod rdb_file;
 mod redis_cli;
 mod resharding;
 mod resp3;

@@ -1,23 +1,41 @@
-//! DUMP/RESTORE payloads in Redis's RDB object format, so values move between hotkv, Redis and
-//! Valkey (`MIGRATE`, `redis-cli --cluster`, a value DUMPed from Redis and RESTOREd here).
+//! Redis's RDB format: DUMP/RESTORE payloads, and whole files.
 //!
-//! Layout: `[type][object][rdb version: u16 LE][CRC-64/Jones: u64 LE]`. hotkv writes version 10
+//! Payloads (this file) move values between hotkv, Redis and Valkey (`MIGRATE`,
+//! `redis-cli --cluster`, a value DUMPed from Redis and RESTOREd here). Layout:
+//! `[type][object][rdb version: u16 LE][CRC-64/Jones: u64 LE]`. hotkv writes version 10
 //! with encodings Redis 7.0 knows, which Redis 7.0+, Valkey 8 and 9 all load; it reads
 //! versions 0–11 and 80–81, every string encoding (raw, integer, LZF) and every object
 //! encoding Redis 7 and Valkey 8 load except streams: plain (types 0–5), intset (11),
 //! listpacks (16, 17, 18, 20), and the older ziplists and zipmap (9, 10, 12, 13, 14, read by
 //! `rdb/legacy.rs`).
+//!
+//! Files (a replica's full sync, `dump.rdb`) hold the same objects behind a header, opcodes
+//! and a trailing checksum: [`RdbWriter`] and [`snapshot`] write them (`rdb/writer.rs`),
+//! [`RdbReader`] reads them as their bytes arrive (`rdb/reader.rs`), and [`Loader`] / [`load`]
+//! put their keys into a keyspace (`rdb/load.rs`).
 
+#[cfg(test)]
+mod fixture;
 mod legacy;
+mod load;
+mod reader;
+mod writer;
+
+pub use load::{LoadStats, Loader, load};
+pub use reader::{Item, RdbReader};
+pub use writer::{AuxValue, RdbWriter, snapshot};
 
 use std::fmt;
 
+use crate::ctx::EngineConfig;
+use crate::entry::ValueRef;
 use crate::object::Object;
+use crate::policy::{self, EvictionPolicy};
 use crate::types::hash::Hash;
 use crate::types::list::List;
 use crate::types::listpack::{Listpack, Value};
 use crate::types::set::Set;
-use crate::types::zset::{ZSet, lp_score};
+use crate::types::zset::{Limits as ZSetLimits, ZSet, lp_score};
 
 /// RDB version written into payloads.
 pub const WRITE_VERSION: u16 = 10;
@@ -62,13 +80,76 @@ pub const TYPE_HASH_LISTPACK: u8 = 16;
 /// RDB type of a set as a listpack blob (Redis 7.2+, Valkey).
 pub const TYPE_SET_LISTPACK: u8 = 20;
 
-/// A payload that cannot be restored.
+/// File opcode: a Valkey 8 cluster node's key counts of one slot (read and skipped).
+pub const OPCODE_SLOT_INFO: u8 = 0xF4;
+/// File opcode: a function library's code (Redis 7.0 GA and later).
+pub const OPCODE_FUNCTION2: u8 = 0xF5;
+/// File opcode: functions in the format of Redis 7.0's release candidates (refused).
+pub const OPCODE_FUNCTION_PRE_GA: u8 = 0xF6;
+/// File opcode: a module's auxiliary data (refused).
+pub const OPCODE_MODULE_AUX: u8 = 0xF7;
+/// File opcode: the next key's LRU idle time, in seconds.
+pub const OPCODE_IDLE: u8 = 0xF8;
+/// File opcode: the next key's LFU counter, one byte.
+pub const OPCODE_FREQ: u8 = 0xF9;
+/// File opcode: an AUX field, two strings.
+pub const OPCODE_AUX: u8 = 0xFA;
+/// File opcode: key and TTL counts of the selected database, a sizing hint.
+pub const OPCODE_RESIZEDB: u8 = 0xFB;
+/// File opcode: the next key's expire time in unix milliseconds, i64 little-endian.
+pub const OPCODE_EXPIRETIME_MS: u8 = 0xFC;
+/// File opcode: the next key's expire time in unix seconds, i32 little-endian (old files).
+pub const OPCODE_EXPIRETIME: u8 = 0xFD;
+/// File opcode: the database of the keys that follow.
+pub const OPCODE_SELECTDB: u8 = 0xFE;
+/// File opcode: the end of the data, followed by the checksum from version 5 on.
+pub const OPCODE_EOF: u8 = 0xFF;
+
+/// A DUMP payload that cannot be restored, or RDB data that cannot be read. RESTORE only ever
+/// meets the first two, whose texts are Valkey's replies; the others come from whole files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RdbError {
     /// Wrong version or checksum: `DUMP payload version or checksum are wrong`.
     VersionOrChecksum,
     /// The object does not decode: `Bad data format`.
     BadFormat,
+    /// A file that starts with neither `REDIS` nor `VALKEY` and a version number.
+    BadMagic,
+    /// A file version this reader does not load (it reads 1–11 and Valkey's 80–81).
+    UnsupportedVersion(u16),
+    /// The checksum after the EOF opcode does not match the data before it.
+    Checksum {
+        /// What the file says.
+        stored: u64,
+        /// What its bytes add up to.
+        computed: u64,
+    },
+    /// A value type hotkv cannot hold (streams, module values, Valkey 9's hashes with field
+    /// expiry) or a byte that is neither a type nor an opcode this reader knows.
+    UnsupportedType(u8),
+    /// `MODULE_AUX` data (opcode 0xF7): hotkv has no modules to hand it to.
+    ModuleAux,
+    /// The function format of Redis 7.0's release candidates (opcode 0xF6), which Redis 7.0
+    /// itself refuses.
+    PreGaFunctions,
+    /// A declared string length over the limit the reader was given (`proto-max-bulk-len`).
+    TooLong {
+        /// The declared length.
+        len: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// `SELECTDB` names a database the keyspace does not have.
+    DbOutOfRange {
+        /// The database in the file.
+        db: u64,
+        /// How many the keyspace has.
+        databases: usize,
+    },
+    /// The data ended before the EOF opcode (and its checksum).
+    Truncated,
+    /// Reading the input failed.
+    Io(std::io::ErrorKind),
 }
 
 impl fmt::Display for RdbError {
@@ -76,6 +157,24 @@ impl fmt::Display for RdbError {
         match self {
             RdbError::VersionOrChecksum => f.write_str("DUMP payload version or checksum are wrong"),
             RdbError::BadFormat => f.write_str("Bad data format"),
+            RdbError::BadMagic => f.write_str("wrong signature: not an RDB file"),
+            RdbError::UnsupportedVersion(v) => write!(f, "can't handle RDB format version {v}"),
+            RdbError::Checksum { stored, computed } => {
+                write!(f, "wrong RDB checksum: expected {stored:016x}, got {computed:016x}")
+            }
+            RdbError::UnsupportedType(t @ (15 | 19 | 21)) => {
+                write!(f, "stream values are not supported (RDB type {t})")
+            }
+            RdbError::UnsupportedType(t @ (6 | 7)) => write!(f, "module values are not supported (RDB type {t})"),
+            RdbError::UnsupportedType(t) => write!(f, "unknown or unsupported RDB type or opcode {t}"),
+            RdbError::ModuleAux => f.write_str("module aux data not supported"),
+            RdbError::PreGaFunctions => f.write_str("pre-release function format not supported"),
+            RdbError::TooLong { len, max } => write!(f, "string of {len} bytes exceeds the limit of {max}"),
+            RdbError::DbOutOfRange { db, databases } => {
+                write!(f, "database {db} out of range: this server has {databases} databases")
+            }
+            RdbError::Truncated => f.write_str("unexpected end of RDB data"),
+            RdbError::Io(kind) => write!(f, "reading RDB data: {kind}"),
         }
     }
 }
@@ -96,26 +195,66 @@ pub enum Loaded {
     ZSet(Vec<(Vec<u8>, f64)>),
 }
 
+/// A decoded value in the encoding this server's limits call for, ready to insert.
+#[derive(Debug)]
+pub enum Restored {
+    /// A string, stored inline in its entry.
+    Str(Vec<u8>),
+    /// Any other value.
+    Obj(Object),
+}
+
+impl Loaded {
+    /// Picks the encoding `cfg`'s limits call for (RESTORE and the RDB loader alike): lists
+    /// are built to `list-max-listpack-size`, sorted sets sorted and built to their limits,
+    /// hashes and sets converted when they exceed theirs.
+    pub fn into_restored(self, cfg: &EngineConfig) -> Restored {
+        match self {
+            Loaded::Str(s) => Restored::Str(s),
+            Loaded::Object(mut o) => {
+                o.conform(cfg);
+                Restored::Obj(o)
+            }
+            Loaded::List(items) => Restored::Obj(Object::List(List::from_elements(
+                items.iter().map(Vec::as_slice),
+                cfg.list_max_listpack_size,
+            ))),
+            Loaded::ZSet(mut items) => {
+                items.sort_by(|(am, a), (bm, b)| a.total_cmp(b).then_with(|| am.cmp(bm)));
+                let limits =
+                    ZSetLimits { max_entries: cfg.zset_max_listpack_entries, max_value: cfg.zset_max_listpack_value };
+                Restored::Obj(Object::ZSet(ZSet::from_sorted(&items, limits)))
+            }
+        }
+    }
+}
+
+/// The access clock a restored key starts with when its payload or record carries an idle
+/// time in seconds (RESTORE IDLETIME, the RDB `IDLE` opcode) or an LFU counter (FREQ): the one
+/// the eviction policy uses, as Valkey's `objectSetLRUOrLFU`. `None` when neither applies, so
+/// the key keeps the clock a new key gets.
+pub fn access_clock(policy: EvictionPolicy, now_ms: i64, idle_s: Option<i64>, freq: Option<u8>) -> Option<u32> {
+    match (freq, idle_s) {
+        (Some(f), _) if policy.is_lfu() => Some((policy::initial(policy, now_ms) & !0xFF) | u32::from(f)),
+        (_, Some(idle)) if !policy.is_lfu() => {
+            Some(policy::lru_clock(now_ms.saturating_sub(idle.saturating_mul(1000))))
+        }
+        _ => None,
+    }
+}
+
 /// Serialises a string value as a DUMP payload.
 pub fn dump_string(value: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(value.len() + 16);
-    out.push(TYPE_STRING);
-    write_string(&mut out, value);
+    encode_string(&mut out, None, value);
     finish(out)
 }
 
 /// Serialises a list as `LIST_QUICKLIST_2`: its listpack nodes verbatim, which Redis 7.0+
 /// and Valkey load without re-encoding.
 pub fn dump_list(list: &List) -> Vec<u8> {
-    let nodes: Vec<&Listpack> = list.nodes().filter(|n| !n.is_empty()).collect();
-    let mut out = Vec::with_capacity(nodes.iter().map(|n| n.bytes() + 8).sum::<usize>() + 16);
-    out.push(TYPE_LIST_QUICKLIST_2);
-    write_len(&mut out, nodes.len() as u64);
-    for n in nodes {
-        write_len(&mut out, CONTAINER_PACKED);
-        write_len(&mut out, n.bytes() as u64);
-        out.extend_from_slice(n.as_bytes());
-    }
+    let mut out = Vec::with_capacity(list.nodes().map(|n| n.bytes() + 8).sum::<usize>() + 16);
+    encode_list(&mut out, None, list);
     finish(out)
 }
 
@@ -123,23 +262,8 @@ pub fn dump_list(list: &List) -> Vec<u8> {
 /// elements copied as they are stored; a table as type 4, field/value pairs. Either loads on
 /// Redis 7.0+ and Valkey, which re-encode to their own limits.
 pub fn dump_hash(h: &Hash) -> Vec<u8> {
-    if let Hash::Packed(p) = h {
-        let blob = p.listpack_bytes();
-        // Past Valkey's listpack safety limit the blob would be refused: pairs then.
-        if blob <= LISTPACK_MAX_SAFETY_SIZE {
-            let mut out = Vec::with_capacity(blob + 16);
-            out.push(TYPE_HASH_LISTPACK);
-            write_len(&mut out, blob as u64);
-            p.write_listpack(&mut out);
-            return finish(out);
-        }
-    }
-    let mut out = vec![TYPE_HASH];
-    write_len(&mut out, h.len() as u64);
-    for (f, v) in h.iter() {
-        f.with_bytes(|b| write_string(&mut out, b));
-        v.with_bytes(|b| write_string(&mut out, b));
-    }
+    let mut out = Vec::with_capacity(16);
+    encode_hash(&mut out, None, h);
     finish(out)
 }
 
@@ -147,12 +271,7 @@ pub fn dump_hash(h: &Hash) -> Vec<u8> {
 /// inserting at the head does no searching).
 pub fn dump_zset(z: &ZSet) -> Vec<u8> {
     let mut out = Vec::with_capacity(z.len() * 24 + 16);
-    out.push(TYPE_ZSET_2);
-    write_len(&mut out, z.len() as u64);
-    for (m, score) in z.range(z.len().saturating_sub(1), z.len(), true) {
-        m.with_bytes(|b| write_string(&mut out, b));
-        out.extend_from_slice(&score.to_le_bytes());
-    }
+    encode_zset(&mut out, None, z);
     finish(out)
 }
 
@@ -160,20 +279,92 @@ pub fn dump_zset(z: &ZSet) -> Vec<u8> {
 /// any other set as type 2, its members. A packed set is not written as `SET_LISTPACK`
 /// (type 20), which Redis 7.0 cannot load.
 pub fn dump_set(s: &Set) -> Vec<u8> {
-    if let Set::Ints(i) = s {
-        let mut out = Vec::with_capacity(i.blob_bytes() + 16);
-        out.push(TYPE_SET_INTSET);
-        write_len(&mut out, i.blob_bytes() as u64);
-        i.write_blob(&mut out);
-        return finish(out);
-    }
     let mut out = Vec::with_capacity(s.len() * 8 + 16);
-    out.push(TYPE_SET);
-    write_len(&mut out, s.len() as u64);
-    for m in s.iter() {
-        m.with_bytes(|b| write_string(&mut out, b));
-    }
+    encode_set(&mut out, None, s);
     finish(out)
+}
+
+/// Appends `value` as `[type][key][object]`, the key/value record of an RDB file, or as
+/// `[type][object]`, the body of a DUMP payload, when `key` is `None`. Both use the same
+/// encodings, the ones Redis 7.0 loads (see the `dump_*` functions). Nothing is allocated
+/// beyond `out`'s growth for strings, hashes and sets.
+pub fn encode_value(out: &mut Vec<u8>, key: Option<&[u8]>, value: ValueRef<'_>) {
+    match value {
+        ValueRef::Str(s) => encode_string(out, key, s),
+        ValueRef::Obj(Object::Str(s)) => encode_string(out, key, s),
+        ValueRef::Obj(Object::List(l)) => encode_list(out, key, l),
+        ValueRef::Obj(Object::ZSet(z)) => encode_zset(out, key, z),
+        ValueRef::Obj(Object::Hash(h)) => encode_hash(out, key, h),
+        ValueRef::Obj(Object::Set(s)) => encode_set(out, key, s),
+    }
+}
+
+/// The type byte, then the key when there is one (an RDB file's record).
+fn type_and_key(out: &mut Vec<u8>, ty: u8, key: Option<&[u8]>) {
+    out.push(ty);
+    if let Some(key) = key {
+        write_string(out, key);
+    }
+}
+
+fn encode_string(out: &mut Vec<u8>, key: Option<&[u8]>, value: &[u8]) {
+    type_and_key(out, TYPE_STRING, key);
+    write_string(out, value);
+}
+
+fn encode_list(out: &mut Vec<u8>, key: Option<&[u8]>, list: &List) {
+    type_and_key(out, TYPE_LIST_QUICKLIST_2, key);
+    // Counted first rather than collected: no allocation per list.
+    write_len(out, list.nodes().filter(|n| !n.is_empty()).count() as u64);
+    for n in list.nodes().filter(|n| !n.is_empty()) {
+        write_len(out, CONTAINER_PACKED);
+        write_len(out, n.bytes() as u64);
+        out.extend_from_slice(n.as_bytes());
+    }
+}
+
+fn encode_hash(out: &mut Vec<u8>, key: Option<&[u8]>, h: &Hash) {
+    if let Hash::Packed(p) = h {
+        let blob = p.listpack_bytes();
+        // Past Valkey's listpack safety limit the blob would be refused: pairs then.
+        if blob <= LISTPACK_MAX_SAFETY_SIZE {
+            type_and_key(out, TYPE_HASH_LISTPACK, key);
+            out.reserve(blob + 9);
+            write_len(out, blob as u64);
+            p.write_listpack(out);
+            return;
+        }
+    }
+    type_and_key(out, TYPE_HASH, key);
+    write_len(out, h.len() as u64);
+    for (f, v) in h.iter() {
+        f.with_bytes(|b| write_string(out, b));
+        v.with_bytes(|b| write_string(out, b));
+    }
+}
+
+fn encode_zset(out: &mut Vec<u8>, key: Option<&[u8]>, z: &ZSet) {
+    type_and_key(out, TYPE_ZSET_2, key);
+    write_len(out, z.len() as u64);
+    for (m, score) in z.range(z.len().saturating_sub(1), z.len(), true) {
+        m.with_bytes(|b| write_string(out, b));
+        out.extend_from_slice(&score.to_le_bytes());
+    }
+}
+
+fn encode_set(out: &mut Vec<u8>, key: Option<&[u8]>, s: &Set) {
+    if let Set::Ints(i) = s {
+        type_and_key(out, TYPE_SET_INTSET, key);
+        out.reserve(i.blob_bytes() + 9);
+        write_len(out, i.blob_bytes() as u64);
+        i.write_blob(out);
+        return;
+    }
+    type_and_key(out, TYPE_SET, key);
+    write_len(out, s.len() as u64);
+    for m in s.iter() {
+        m.with_bytes(|b| write_string(out, b));
+    }
 }
 
 /// Appends the version and checksum to an encoded object.
@@ -204,30 +395,36 @@ pub fn restore(payload: &[u8], max_string: u64) -> Result<Loaded, RdbError> {
     let max_string = usize::try_from(max_string).unwrap_or(usize::MAX);
     let mut r = Reader { buf: &body[..body.len() - 2], pos: 0, max_string };
     let ty = r.byte()?;
-    let value = match ty {
+    let value = read_object(&mut r, ty)?;
+    if r.pos != r.buf.len() {
+        return Err(RdbError::BadFormat);
+    }
+    Ok(value)
+}
+
+/// Decodes the object of RDB type `ty` at the reader's position: the part of a DUMP payload
+/// after its type byte, or of an RDB file's record after its key.
+pub fn read_object(r: &mut Reader<'_>, ty: u8) -> Result<Loaded, RdbError> {
+    Ok(match ty {
         TYPE_STRING => Loaded::Str(r.string()?),
-        TYPE_LIST => Loaded::List(read_list(&mut r)?),
-        TYPE_LIST_QUICKLIST_2 => Loaded::List(read_quicklist(&mut r)?),
-        TYPE_ZSET | TYPE_ZSET_2 | TYPE_ZSET_LISTPACK => Loaded::ZSet(read_zset(&mut r, ty)?),
-        TYPE_SET => Loaded::Object(Object::Set(read_set(&mut r)?)),
-        TYPE_HASH => Loaded::Object(Object::Hash(read_hash(&mut r)?)),
+        TYPE_LIST => Loaded::List(read_list(r)?),
+        TYPE_LIST_QUICKLIST_2 => Loaded::List(read_quicklist(r)?),
+        TYPE_ZSET | TYPE_ZSET_2 | TYPE_ZSET_LISTPACK => Loaded::ZSet(read_zset(r, ty)?),
+        TYPE_SET => Loaded::Object(Object::Set(read_set(r)?)),
+        TYPE_HASH => Loaded::Object(Object::Hash(read_hash(r)?)),
         TYPE_SET_INTSET => Loaded::Object(Object::Set(Set::from_intset(&r.string()?).ok_or(RdbError::BadFormat)?)),
         TYPE_SET_LISTPACK => Loaded::Object(Object::Set(Set::from_listpack(&r.string()?).ok_or(RdbError::BadFormat)?)),
         TYPE_HASH_LISTPACK => {
             Loaded::Object(Object::Hash(Hash::from_listpack(&r.string()?).ok_or(RdbError::BadFormat)?))
         }
         TYPE_LIST_ZIPLIST => Loaded::List(non_empty(ziplist_items(&r.string()?, Vec::new())?)?),
-        TYPE_LIST_QUICKLIST => Loaded::List(read_ziplist_quicklist(&mut r)?),
-        TYPE_ZSET_ZIPLIST => Loaded::ZSet(read_zset(&mut r, ty)?),
+        TYPE_LIST_QUICKLIST => Loaded::List(read_ziplist_quicklist(r)?),
+        TYPE_ZSET_ZIPLIST => Loaded::ZSet(read_zset(r, ty)?),
         TYPE_HASH_ZIPLIST => Loaded::Object(Object::Hash(read_hash_ziplist(&r.string()?)?)),
         TYPE_HASH_ZIPMAP => Loaded::Object(Object::Hash(read_hash_zipmap(&r.string()?)?)),
         // Streams, modules (6, 7) and types from the future: Valkey's reply for all of them.
         _ => return Err(RdbError::BadFormat),
-    };
-    if r.pos != r.buf.len() {
-        return Err(RdbError::BadFormat);
-    }
-    Ok(value)
+    })
 }
 
 /// A set written as its members; empty or with repeated members is corrupt, as in Valkey.

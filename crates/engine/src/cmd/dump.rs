@@ -12,10 +12,7 @@ use crate::ctx::{Ctx, EngineConfig, Ttl};
 use crate::entry::{NewValue, ValueRef};
 use crate::error::{CmdResult, CommandError};
 use crate::object::Object;
-use crate::policy;
-use crate::rdb::{self, Loaded};
-use crate::types::list::List;
-use crate::types::zset::{Limits, ZSet};
+use crate::rdb::{self, Restored};
 
 /// DUMP and RESTORE rows.
 pub static COMMANDS: &[Spec] = &[
@@ -78,13 +75,6 @@ pub struct RestoreInput {
     loaded: Result<(i64, Restored), CommandError>,
 }
 
-/// A decoded value in the encoding this server's limits call for, ready to insert.
-#[derive(Debug)]
-enum Restored {
-    Str(Vec<u8>),
-    Obj(Object),
-}
-
 /// RESTORE's lock-free step ([`LockPlan::KeysAfter`]): options, TTL, then the payload's
 /// version and checksum, its decoding and the choice of encoding. Option errors come first,
 /// as in Valkey's `restoreCommand`; the payload is not decoded when the TTL is bad.
@@ -98,22 +88,7 @@ fn load(args: &Args<'_>, cfg: &EngineConfig) -> Result<(i64, Restored), CommandE
     if ttl < 0 {
         return Err(CommandError::err("Invalid TTL value, must be >= 0"));
     }
-    let value = match rdb::restore(args.get(3), cfg.proto_max_bulk_len).map_err(CommandError::from)? {
-        Loaded::Str(s) => Restored::Str(s),
-        Loaded::Object(mut o) => {
-            o.conform(cfg);
-            Restored::Obj(o)
-        }
-        Loaded::List(items) => Restored::Obj(Object::List(List::from_elements(
-            items.iter().map(Vec::as_slice),
-            cfg.list_max_listpack_size,
-        ))),
-        Loaded::ZSet(mut items) => {
-            items.sort_by(|(am, a), (bm, b)| a.total_cmp(b).then_with(|| am.cmp(bm)));
-            let limits = Limits { max_entries: cfg.zset_max_listpack_entries, max_value: cfg.zset_max_listpack_value };
-            Restored::Obj(Object::ZSet(ZSet::from_sorted(&items, limits)))
-        }
-    };
+    let value = rdb::restore(args.get(3), cfg.proto_max_bulk_len).map_err(CommandError::from)?.into_restored(cfg);
     Ok((ttl, value))
 }
 
@@ -197,11 +172,9 @@ fn restore(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     if opts.idle.is_some() || opts.freq.is_some() {
         let (now, p) = (ctx.now_ms, ctx.cfg.policy);
         if let Some(mut k) = ctx.write(key)? {
-            let lru = match (opts.freq, opts.idle) {
-                (Some(f), _) if p.is_lfu() => (policy::initial(p, now) & !0xFF) | f as u32,
-                (_, Some(idle)) if !p.is_lfu() => policy::lru_clock(now - idle.saturating_mul(1000)),
-                _ => k.entry().lru(),
-            };
+            // FREQ was checked to be 0-255 when parsed.
+            let freq = opts.freq.map(|f| f.clamp(0, 255) as u8);
+            let lru = rdb::access_clock(p, now, opts.idle, freq).unwrap_or_else(|| k.entry().lru());
             k.entry_mut().set_lru(lru);
         }
     }
