@@ -1,0 +1,1 @@
+//! End-to-end tests: a primary and replica links over in-memory streams.

@@ -1,0 +1,1 @@
+//! Fakes for the tests: connector, applier and snapshot source.
