@@ -477,7 +477,7 @@ impl Primary {
         let period = u64::from(st.settings.ping_period.max(1));
         let tick = st.ticks;
         st.ticks += 1;
-        if tick % period == 0 && !st.replicas.is_empty() && st.backlog.is_some() {
+        if tick.checked_rem(period) == Some(0) && !st.replicas.is_empty() && st.backlog.is_some() {
             // No SELECT: PING is not about a database (Valkey propagates it with dictid -1).
             st.append_raw(PING);
             self.stream.send_replace(st.offset);
@@ -584,6 +584,16 @@ impl Primary {
         let now = Instant::now();
         st.check_limits(now);
         self.stream.send_replace(st.offset);
+    }
+
+    /// The stream bytes after offset `from`, as far as they are held (tests compare streams).
+    #[cfg(test)]
+    pub(crate) fn stream_after(&self, from: u64) -> Vec<u8> {
+        let st = self.state.lock();
+        let Some(b) = st.backlog.as_ref() else { return Vec::new() };
+        let mut out = Vec::new();
+        b.read(from, usize::MAX, &mut out);
+        out.concat()
     }
 
     // ---- for the senders ----
@@ -738,7 +748,8 @@ impl State {
         }
         let id1 = req.replid.eq_ignore_ascii_case(&self.replid);
         let id2 = req.replid.eq_ignore_ascii_case(&self.replid2) && self.second_offset >= 0;
-        if !id1 && !(id2 && req.offset <= self.second_offset) {
+        let continuable = id1 || (id2 && req.offset <= self.second_offset);
+        if !continuable {
             if req.replid == "?" {
                 info!(replica = %name, "Full resync requested by replica {}", name);
             } else if !id1 && !id2 {
@@ -884,7 +895,7 @@ mod tests {
         let mut e = Effects::default();
         e.begin(true);
         for (db, argv) in cmds {
-            e.push(*db, *argv);
+            e.push(*db, argv);
         }
         e
     }

@@ -45,7 +45,7 @@ impl Handshake {
     /// what to reply, as Valkey's `replconfCommand` does for a connection that is not yet a
     /// replica.
     pub fn replconf(&mut self, args: &[&[u8]]) -> ReplconfReply {
-        if args.len() % 2 != 0 {
+        if args.len() % 2 == 1 {
             return ReplconfReply::Error("ERR wrong number of arguments for 'replconf' command".into());
         }
         for pair in args.chunks(2) {
