@@ -600,3 +600,101 @@ async fn sync_decision_is_reported() {
     assert_eq!(s.decision(), SyncDecision::FullResync);
     assert!(p.active());
 }
+
+#[tokio::test(start_paused = true)]
+async fn acks_are_counted_and_a_silent_replica_times_out() {
+    let p = Primary::new(PrimarySettings::default());
+    let src = TestSource::new(&p);
+    drop(p.accept_sync(
+        &SyncRequest { replid: "?".into(), offset: -1, psync: true },
+        &Handshake::default(),
+        1,
+        "127.0.0.1:1",
+    ));
+    p.append(&set(0, "k", "v"));
+    let req = SyncRequest { replid: p.replid(), offset: 1, psync: true };
+    let hs = Handshake { capa_psync2: true, listening_port: 6390, ..Handshake::default() };
+    let session = p.accept_sync(&req, &hs, 2, "127.0.0.1:2");
+    assert_eq!(session.decision(), SyncDecision::Continue { pos: 0 });
+    let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
+    let task = tokio::spawn(async move { session.run(ours, &[], &*src).await });
+    let mut seen = Vec::new();
+    read_until(&mut theirs, &mut seen, b"SET\r\n$1\r\nk\r\n$1\r\nv\r\n").await;
+    assert!(seen.starts_with(format!("+CONTINUE {}\r\n*2\r\n$6\r\nSELECT", p.replid()).as_bytes()));
+    theirs.write_all(b"*5\r\n$8\r\nREPLCONF\r\n$3\r\nACK\r\n$2\r\n30\r\n$4\r\nFACK\r\n$2\r\n20\r\n").await.unwrap();
+    until("the ACK", 10, || p.count_acked(30) == 1).await;
+    assert_eq!(p.count_aof_acked(20), 1);
+    assert_eq!(p.count_aof_acked(21), 0);
+    // Sixty seconds of silence are allowed, not more.
+    tokio::time::sleep(Duration::from_secs(59)).await;
+    p.cron();
+    assert_eq!(p.replicas()[0].lag, 59);
+    assert_eq!(p.good_replicas(), 0, "lag above min-replicas-max-lag");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    p.cron();
+    let result = task.await.expect("no panic");
+    assert!(matches!(result, Err(crate::Error::Dropped("timeout"))), "{result:?}");
+    assert!(p.replicas().is_empty());
+}
+
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Random bytes where the PSYNC reply, the bulk header or the stream belong: the link
+    /// must survive (drop and retry), never panic, and never hold more than its bounds.
+    fn run_case(prefix: &str, garbage: Vec<u8>) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async move {
+            let mut script = prefix.as_bytes().to_vec();
+            script.extend_from_slice(&garbage);
+            let conn = TestConnector::new(Target::Script(scripted_with(script, None, true)));
+            let config = ReplicaConfig { max_bulk_len: 64 * 1024, timeout: Duration::from_secs(2), ..cfg() };
+            let r = replica_of(conn.clone(), config);
+            until("two connection attempts", 10, || conn.connects.load(Ordering::SeqCst) >= 2).await;
+            assert_ne!(r.link.status().state, LinkState::Stopped);
+            // Whatever was applied came from complete commands of bounded size.
+            assert!(r.applied.lock().commands.iter().all(|c| c.len() <= 64 * 1024 + 1024));
+            r.link.stop().await;
+        });
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        #[test]
+        fn garbage_psync_reply(garbage in proptest::collection::vec(any::<u8>(), 0..300)) {
+            run_case("", garbage);
+        }
+
+        #[test]
+        fn garbage_bulk(garbage in proptest::collection::vec(any::<u8>(), 0..300)) {
+            run_case("+FULLRESYNC 1111111111222222222233333333334444444444 0\r\n", garbage);
+        }
+
+        #[test]
+        fn garbage_stream(garbage in proptest::collection::vec(any::<u8>(), 0..300)) {
+            run_case("+FULLRESYNC 1111111111222222222233333333334444444444 0\r\n$0\r\n", garbage);
+        }
+
+        #[test]
+        fn mangled_commands_in_the_stream(
+            cmds in proptest::collection::vec(("[A-Z]{1,8}", "[a-z0-9]{0,12}"), 1..10),
+            cut in 0usize..400,
+            flip in any::<u8>(),
+        ) {
+            let mut stream = Vec::new();
+            for (name, arg) in &cmds {
+                hotkv_engine::propagate::write_command(&mut stream, [name.as_bytes(), arg.as_bytes()].into_iter(), 2);
+            }
+            // One byte changed and the stream cut somewhere: a peer that lies halfway.
+            if !stream.is_empty() {
+                let at = cut % stream.len();
+                stream[at] ^= flip;
+                stream.truncate(cut.max(1).min(stream.len()));
+            }
+            run_case("+FULLRESYNC 1111111111222222222233333333334444444444 0\r\n$0\r\n", stream);
+        }
+    }
+}

@@ -358,10 +358,14 @@ impl Primary {
         };
         if st.backlog.is_none() {
             // The first replica creates the backlog, with a fresh id: our old offsets had no
-            // history anyone could continue from (Valkey does the same in syncCommand).
-            st.replid = random_hex40();
-            st.replid2 = NO_REPLID.to_string();
-            st.second_offset = -1;
+            // history anyone could continue from (Valkey does the same in syncCommand). A
+            // replica keeps its primary's id instead (the server refuses PSYNC while its link
+            // is down, so this only happens in a window it already checked).
+            if !self.upstream.load(Ordering::Acquire) {
+                st.replid = random_hex40();
+                st.replid2 = NO_REPLID.to_string();
+                st.second_offset = -1;
+            }
             st.backlog = Some(ReplBuffer::new(st.offset, st.settings.backlog_size));
             self.active.store(true, Ordering::Release);
             info!("Replication backlog created, my new replication IDs are '{}' and '{}'", st.replid, st.replid2);
@@ -647,6 +651,11 @@ impl Primary {
             return Ok(pos);
         }
         Ok(buf.read(pos, max, out))
+    }
+
+    /// Why replica `id` was dropped, for its session's error.
+    pub(crate) fn drop_reason(&self, id: u64) -> &'static str {
+        self.state.lock().replicas.get(&id).and_then(|e| e.dropped).unwrap_or("dropped by the primary")
     }
 
     /// Records that replica `id` has been sent everything up to `pos`.

@@ -166,7 +166,7 @@ impl ReplicaSession {
             tokio::select! {
                 r = work => r,
                 r = acks => r,
-                _ = kill.notified() => Err(Error::Dropped("dropped by the primary")),
+                _ = kill.notified() => Err(Error::Dropped(self.primary.drop_reason(self.id))),
             }
         };
         match &result {
