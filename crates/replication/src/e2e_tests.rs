@@ -106,10 +106,12 @@ async fn partial_resync_after_a_reconnect_sends_no_snapshot() {
     until("online", 10, || r.link.status().state == LinkState::Connected).await;
     p.append(&set(0, "a", "1"));
     synced(&p, &r).await;
+    assert!(r.link.status().down_since.is_none());
     // Cut the link and write while it is down.
     conn.refuse.store(true, Ordering::SeqCst);
     conn.cut();
     until("the link to notice", 10, || r.link.status().state != LinkState::Connected).await;
+    assert!(r.link.status().down_since.is_some());
     p.append(&set(0, "b", "2"));
     p.append(&set(1, "c", "3"));
     conn.refuse.store(false, Ordering::SeqCst);

@@ -237,7 +237,9 @@ impl ReplicaLink {
                 let mut st = self.status.lock();
                 st.state = LinkState::Connect;
                 st.last_io = None;
-                if was_up || st.down_since.is_none() {
+                // Valkey counts "down since" from the loss of a link that was up; a link that
+                // never came up shows -1.
+                if was_up {
                     st.down_since = Some(Instant::now());
                 }
             }
