@@ -1,0 +1,681 @@
+//! The replica's link to its primary (Valkey's `connectWithPrimary`, `syncWithPrimary`,
+//! `readSyncBulkPayload` and the master client), as one task: connect, handshake, full or
+//! partial resync, then apply the stream, acknowledge it, and start over a second after any
+//! failure. Whatever the primary sends, the task logs, drops the link and retries; it never
+//! panics and holds at most one command (`proto-max-bulk-len`) plus one read of memory.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use hotkv_protocol::{Args, Decoder, Limits, Step};
+use parking_lot::Mutex;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, timeout, timeout_at};
+use tracing::{info, warn};
+
+use crate::primary::{Primary, SyncPoint};
+use crate::reply::{BulkHeader, PsyncReply, parse_bulk_header, parse_psync_reply, ping_reply_ok};
+use crate::{AsyncStream, BoxFuture, Error, ProtocolViolation, REPLID_LEN};
+
+/// Dials the primary. The server implements it over plain TCP or hotkv-tls depending on
+/// `tls-replication`.
+pub trait Connector: Send + Sync {
+    /// Opens a connection to `host:port`.
+    fn connect<'a>(&'a self, host: &'a str, port: u16) -> BoxFuture<'a, io::Result<Box<dyn AsyncStream>>>;
+
+    /// Whether the connections it makes are TLS (for the log line).
+    fn is_tls(&self) -> bool;
+}
+
+/// Applies what the primary sends to this node. The server implements it with its master
+/// client. Writes applied here must not reach the engine's [`hotkv_engine::WriteSink`]: the
+/// link feeds the primary's bytes unchanged to this node's own [`Primary`] instead, so
+/// chained replicas get exactly the stream the primary sent.
+pub trait Applier: Send {
+    /// A full resync starts: the RDB that follows replaces the whole dataset.
+    fn begin_full_sync(&mut self) -> Result<(), String>;
+
+    /// The next piece of the RDB file, in order, as it arrives.
+    fn load_rdb(&mut self, chunk: &[u8]) -> Result<(), String>;
+
+    /// The RDB ended (`ok`) or the transfer failed (`!ok`: the link will retry). An error
+    /// from a complete RDB (it did not parse) fails the sync too.
+    fn end_full_sync(&mut self, ok: bool) -> Result<(), String>;
+
+    /// One command of the stream: its arguments and its exact bytes. `SELECT` arrives here
+    /// too; `PING` and `REPLCONF` do not (the link handles them). Errors are the server's to
+    /// log; the stream goes on, as Valkey's does.
+    fn apply(&mut self, args: Args<'_>, raw: &[u8]);
+}
+
+/// Where to replicate from and how, from `replicaof`, `masteruser`, `masterauth`,
+/// `replica-announce-ip`, `repl-timeout` and the node's port.
+#[derive(Debug, Clone)]
+pub struct ReplicaConfig {
+    /// The primary's host.
+    pub host: String,
+    /// The primary's port.
+    pub port: u16,
+    /// `masteruser`.
+    pub user: Option<String>,
+    /// `masterauth`.
+    pub auth: Option<String>,
+    /// Our port, announced with `REPLCONF listening-port` (`replica-announce-port` or `port`).
+    pub listening_port: u16,
+    /// `replica-announce-ip`, announced with `REPLCONF ip-address`.
+    pub announce_ip: Option<String>,
+    /// `repl-timeout`.
+    pub timeout: Duration,
+    /// `proto-max-bulk-len`: the largest argument the stream may carry.
+    pub max_bulk_len: u64,
+    /// Delay before reconnecting after a failure (Valkey's cron: one second).
+    pub retry_delay: Duration,
+    /// How often to send `REPLCONF ACK` (Valkey's cron: every second).
+    pub ack_period: Duration,
+}
+
+impl ReplicaConfig {
+    /// Valkey's defaults for a primary at `host:port`, announcing `listening_port`.
+    pub fn new(host: impl Into<String>, port: u16, listening_port: u16) -> Self {
+        ReplicaConfig {
+            host: host.into(),
+            port,
+            user: None,
+            auth: None,
+            listening_port,
+            announce_ip: None,
+            timeout: Duration::from_secs(60),
+            max_bulk_len: 512 * 1024 * 1024,
+            retry_delay: Duration::from_secs(1),
+            ack_period: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The link's state (`repl_state`, simplified to what INFO distinguishes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkState {
+    /// Waiting to (re)connect.
+    Connect,
+    /// Dialing.
+    Connecting,
+    /// Connected, exchanging PING/AUTH/REPLCONF/PSYNC.
+    Handshake,
+    /// Receiving the snapshot.
+    Transfer,
+    /// Receiving the stream.
+    Connected,
+    /// Stopped (REPLICAOF NO ONE or another primary).
+    Stopped,
+}
+
+/// The link as INFO reports it.
+#[derive(Debug, Clone)]
+pub struct LinkStatus {
+    /// `master_host`.
+    pub host: String,
+    /// `master_port`.
+    pub port: u16,
+    /// Where the link is.
+    pub state: LinkState,
+    /// When the primary last sent something on a connected link.
+    pub last_io: Option<Instant>,
+    /// When the link went down (`None` while up, or before it ever was).
+    pub down_since: Option<Instant>,
+    /// `slave_read_repl_offset`: stream bytes read, applied or not.
+    pub read_offset: u64,
+    /// `slave_repl_offset`: stream bytes of complete commands processed. `None` before the
+    /// first sync (INFO then shows this node's own offset).
+    pub offset: Option<u64>,
+    /// Snapshot size being received (0 for an EOF-marked transfer, whose size is unknown).
+    pub transfer_size: u64,
+    /// Snapshot bytes received so far.
+    pub transfer_read: u64,
+    /// When snapshot bytes last arrived.
+    pub transfer_last_io: Option<Instant>,
+    /// Whether the connection is TLS.
+    pub tls: bool,
+}
+
+/// Control of a running link; dropping it stops the link.
+pub struct ReplicaHandle {
+    status: Arc<Mutex<LinkStatus>>,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl ReplicaHandle {
+    /// The link's status now.
+    pub fn status(&self) -> LinkStatus {
+        self.status.lock().clone()
+    }
+
+    /// Stops the link and waits for its task to end (a full sync in progress is abandoned:
+    /// the applier sees `end_full_sync(false)`).
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for ReplicaHandle {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// The link to a primary.
+pub struct ReplicaLink {
+    cfg: ReplicaConfig,
+    connector: Arc<dyn Connector>,
+    applier: Box<dyn Applier>,
+    primary: Arc<Primary>,
+    status: Arc<Mutex<LinkStatus>>,
+    stop: watch::Receiver<bool>,
+    /// Whether the applier is inside begin/end_full_sync.
+    loading: bool,
+}
+
+impl ReplicaLink {
+    /// Starts replicating from `cfg.host:cfg.port` on a new task (REPLICAOF host port).
+    /// `primary` is this node's own replication state: the link continues from its id and
+    /// offset when it has a backlog, and feeds it every byte it applies.
+    pub fn spawn(
+        cfg: ReplicaConfig,
+        connector: Arc<dyn Connector>,
+        applier: Box<dyn Applier>,
+        primary: Arc<Primary>,
+    ) -> ReplicaHandle {
+        info!(host = %cfg.host, port = cfg.port, "Replication: becoming a replica of {}:{}", cfg.host, cfg.port);
+        primary.set_upstream(true);
+        let status = Arc::new(Mutex::new(LinkStatus {
+            host: cfg.host.clone(),
+            port: cfg.port,
+            state: LinkState::Connect,
+            last_io: None,
+            down_since: None,
+            read_offset: 0,
+            offset: None,
+            transfer_size: 0,
+            transfer_read: 0,
+            transfer_last_io: None,
+            tls: connector.is_tls(),
+        }));
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let link =
+            ReplicaLink { cfg, connector, applier, primary, status: status.clone(), stop: stop_rx, loading: false };
+        let task = tokio::spawn(link.run());
+        ReplicaHandle { status, stop: stop_tx, task: Some(task) }
+    }
+
+    async fn run(mut self) {
+        loop {
+            if *self.stop.borrow() {
+                break;
+            }
+            self.set_state(LinkState::Connecting);
+            info!(host = %self.cfg.host, port = self.cfg.port, "Replication: connecting to primary {}:{}", self.cfg.host, self.cfg.port);
+            let mut stop = self.stop.clone();
+            let outcome = tokio::select! {
+                r = self.session() => Some(r),
+                _ = stop.wait_for(|s| *s) => None,
+            };
+            if self.loading {
+                self.loading = false;
+                if let Err(e) = self.applier.end_full_sync(false) {
+                    warn!(cause = %e, "abandoning the partial snapshot failed");
+                }
+            }
+            let was_up = self.status.lock().state == LinkState::Connected;
+            {
+                let mut st = self.status.lock();
+                st.state = LinkState::Connect;
+                st.last_io = None;
+                // Valkey counts "down since" from the loss of a link that was up; a link that
+                // never came up shows -1.
+                if was_up {
+                    st.down_since = Some(Instant::now());
+                }
+            }
+            match outcome {
+                None => break,
+                Some(Err(e)) if was_up => warn!(cause = %e, "Connection with primary lost."),
+                Some(Err(e)) => {
+                    warn!(cause = %e, "Replication: sync with primary {}:{} failed", self.cfg.host, self.cfg.port)
+                }
+                Some(Ok(())) => {}
+            }
+            let mut stop = self.stop.clone();
+            tokio::select! {
+                _ = tokio::time::sleep(self.cfg.retry_delay) => {}
+                _ = stop.wait_for(|s| *s) => break,
+            }
+        }
+        self.set_state(LinkState::Stopped);
+        info!(host = %self.cfg.host, port = self.cfg.port, "Replication: stopped replicating from {}:{}", self.cfg.host, self.cfg.port);
+    }
+
+    /// One connection: dial, handshake, resync, stream. Returns only with an error.
+    async fn session(&mut self) -> Result<(), Error> {
+        let stream = timeout(self.cfg.timeout, self.connector.connect(&self.cfg.host, self.cfg.port))
+            .await
+            .map_err(|_| Error::Timeout("connecting to the primary"))??;
+        let tls = self.connector.is_tls();
+        info!(
+            host = %self.cfg.host,
+            port = self.cfg.port,
+            tls,
+            "Replication: connected to primary {}:{}{}",
+            self.cfg.host,
+            self.cfg.port,
+            if tls { " over TLS" } else { "" }
+        );
+        self.set_state(LinkState::Handshake);
+        let mut conn = Conn { stream, buf: BytesMut::with_capacity(READ_CHUNK), timeout: self.cfg.timeout };
+        self.handshake(&mut conn).await?;
+        let offset = self.psync(&mut conn).await?;
+        self.stream(conn, offset).await
+    }
+
+    /// PING, then AUTH and REPLCONF pipelined, as Valkey's replica sends them.
+    async fn handshake(&mut self, conn: &mut Conn) -> Result<(), Error> {
+        conn.send(&[b"PING"]).await?;
+        let pong = conn.line().await?;
+        if !ping_reply_ok(&pong) {
+            warn!("Error reply to PING from primary: '{}'", String::from_utf8_lossy(&pong));
+            return Err(Error::Refused(format!("PING: {}", String::from_utf8_lossy(&pong))));
+        }
+        info!("Primary replied to PING, replication can continue...");
+        let mut out = Vec::new();
+        if let Some(pass) = &self.cfg.auth {
+            match &self.cfg.user {
+                Some(user) => encode(&mut out, &[b"AUTH", user.as_bytes(), pass.as_bytes()]),
+                None => encode(&mut out, &[b"AUTH", pass.as_bytes()]),
+            }
+        }
+        let port = self.cfg.listening_port.to_string();
+        encode(&mut out, &[b"REPLCONF", b"listening-port", port.as_bytes()]);
+        if let Some(ip) = &self.cfg.announce_ip {
+            encode(&mut out, &[b"REPLCONF", b"ip-address", ip.as_bytes()]);
+        }
+        encode(&mut out, &[b"REPLCONF", b"capa", b"eof", b"capa", b"psync2"]);
+        encode(&mut out, &[b"REPLCONF", b"version", VERSION.as_bytes()]);
+        conn.write(&out).await?;
+        if self.cfg.auth.is_some() {
+            let r = conn.line().await?;
+            if r.first() == Some(&b'-') {
+                warn!("Unable to AUTH to PRIMARY: {}", String::from_utf8_lossy(&r));
+                return Err(Error::Refused(format!("AUTH: {}", String::from_utf8_lossy(&r))));
+            }
+        }
+        let mut what = vec!["listening-port"];
+        if self.cfg.announce_ip.is_some() {
+            what.push("ip-address");
+        }
+        what.extend(["capa", "VERSION"]);
+        for w in what {
+            let r = conn.line().await?;
+            // Not every server understands every REPLCONF option; none of them is essential.
+            if r.first() == Some(&b'-') {
+                info!("(Non critical) Primary does not understand REPLCONF {}: {}", w, String::from_utf8_lossy(&r));
+            }
+        }
+        Ok(())
+    }
+
+    /// PSYNC, and a full resync if the primary wants one. Returns the offset the stream
+    /// starts from.
+    async fn psync(&mut self, conn: &mut Conn) -> Result<u64, Error> {
+        let cursor = self.primary.psync_cursor();
+        match &cursor {
+            Some((id, off)) => {
+                info!("Trying a partial resynchronization (request {}:{}).", id, off + 1);
+                let next = (off + 1).to_string();
+                conn.send(&[b"PSYNC", id.as_bytes(), next.as_bytes()]).await?;
+            }
+            None => {
+                info!("Partial resynchronization not possible (no cached primary)");
+                conn.send(&[b"PSYNC", b"?", b"-1"]).await?;
+            }
+        }
+        let reply = loop {
+            let line = conn.line().await?;
+            match parse_psync_reply(&line).map_err(|e| {
+                warn!(cause = %e, "Unexpected reply to PSYNC from primary");
+                e
+            })? {
+                PsyncReply::KeepAlive => continue,
+                other => break other,
+            }
+        };
+        match reply {
+            PsyncReply::FullResync { replid, offset } => {
+                info!("Full resync from primary: {}:{}", replid, offset);
+                self.full_sync(conn, SyncPoint { replid, offset }).await?;
+                Ok(offset)
+            }
+            PsyncReply::Continue { replid } => {
+                let Some((_, offset)) = cursor else {
+                    return Err(ProtocolViolation::BadReply("+CONTINUE to a PSYNC without history".into()).into());
+                };
+                info!("Successful partial resynchronization with primary.");
+                if let Some(id) = replid {
+                    self.primary.upstream_continue(&id);
+                }
+                info!("PRIMARY <-> REPLICA sync: Primary accepted a Partial Resynchronization.");
+                Ok(offset)
+            }
+            PsyncReply::TryLater(msg) => {
+                info!("Primary is currently unable to PSYNC but should be in the future: -{}", msg);
+                Err(Error::Refused(msg))
+            }
+            PsyncReply::Error(msg) => {
+                warn!("Unexpected reply to PSYNC from primary: -{}", msg);
+                Err(Error::Refused(msg))
+            }
+            PsyncReply::KeepAlive => unreachable!("keepalives are skipped above"),
+        }
+    }
+
+    /// Receives the snapshot in either form and hands it to the applier.
+    async fn full_sync(&mut self, conn: &mut Conn, point: SyncPoint) -> Result<(), Error> {
+        {
+            let mut st = self.status.lock();
+            st.state = LinkState::Transfer;
+            st.transfer_size = 0;
+            st.transfer_read = 0;
+            st.transfer_last_io = Some(Instant::now());
+        }
+        let header = loop {
+            let line = conn.line().await?;
+            match parse_bulk_header(&line)? {
+                BulkHeader::KeepAlive => self.status.lock().transfer_last_io = Some(Instant::now()),
+                BulkHeader::Error(msg) => {
+                    warn!("PRIMARY aborted replication with an error: {}", msg);
+                    return Err(Error::Refused(msg));
+                }
+                h => break h,
+            }
+        };
+        match &header {
+            BulkHeader::Len(n) => {
+                info!("PRIMARY <-> REPLICA sync: receiving {} bytes from primary to parser", n);
+                self.status.lock().transfer_size = *n;
+            }
+            _ => info!("PRIMARY <-> REPLICA sync: receiving streamed RDB from primary with EOF to parser"),
+        }
+        // Our history ends here: our own replicas must resync, and the backlog restarts at
+        // the primary's offset once the load succeeds.
+        self.primary.upstream_full_sync_started();
+        self.applier.begin_full_sync().map_err(Error::Local)?;
+        self.loading = true;
+        match header {
+            BulkHeader::Len(n) => self.read_sized(conn, n).await?,
+            BulkHeader::EofMark(mark) => self.read_marked(conn, &mark).await?,
+            BulkHeader::KeepAlive | BulkHeader::Error(_) => unreachable!("handled above"),
+        }
+        self.loading = false;
+        self.applier.end_full_sync(true).map_err(Error::Local)?;
+        self.primary.upstream_full_sync_done(&point);
+        info!("PRIMARY <-> REPLICA sync: Finished with success");
+        // The first ACK at once: a primary that sent an EOF-marked snapshot starts the stream
+        // only when it sees it.
+        conn.send(&[b"REPLCONF", b"ACK", point.offset.to_string().as_bytes()]).await?;
+        Ok(())
+    }
+
+    /// `$<len>`: exactly `len` bytes; what follows is the stream.
+    async fn read_sized(&mut self, conn: &mut Conn, len: u64) -> Result<(), Error> {
+        let mut left = len;
+        loop {
+            let take = (conn.buf.len() as u64).min(left) as usize;
+            if take > 0 {
+                self.applier.load_rdb(&conn.buf[..take]).map_err(Error::Local)?;
+                conn.buf.advance(take);
+                left -= take as u64;
+                self.note_transfer(take);
+            }
+            if left == 0 {
+                return Ok(());
+            }
+            conn.fill(&self.cfg, "Timeout receiving bulk data from PRIMARY... If the problem persists try to set the 'repl-timeout' parameter in valkey.conf to a larger value.").await?;
+        }
+    }
+
+    /// `$EOF:<mark>`: bytes until the 40-byte mark. The mark is searched for in everything
+    /// read, not only at the end of a read, so stream bytes right behind it are kept.
+    async fn read_marked(&mut self, conn: &mut Conn, mark: &[u8; REPLID_LEN]) -> Result<(), Error> {
+        loop {
+            if let Some(at) = find(&conn.buf, mark) {
+                if at > 0 {
+                    self.applier.load_rdb(&conn.buf[..at]).map_err(Error::Local)?;
+                }
+                self.note_transfer(at);
+                conn.buf.advance(at + REPLID_LEN);
+                return Ok(());
+            }
+            // Everything but what could be the start of a mark split across reads.
+            let safe = conn.buf.len().saturating_sub(REPLID_LEN - 1);
+            if safe > 0 {
+                self.applier.load_rdb(&conn.buf[..safe]).map_err(Error::Local)?;
+                conn.buf.advance(safe);
+                self.note_transfer(safe);
+            }
+            conn.fill(&self.cfg, "Timeout receiving bulk data from PRIMARY... If the problem persists try to set the 'repl-timeout' parameter in valkey.conf to a larger value.").await?;
+        }
+    }
+
+    /// The command stream: apply, count, feed our own replicas, answer GETACK, ACK every
+    /// second, and give up after `repl-timeout` of silence.
+    async fn stream(&mut self, mut conn: Conn, mut offset: u64) -> Result<(), Error> {
+        let mut read_offset = offset + conn.buf.len() as u64;
+        {
+            let mut st = self.status.lock();
+            st.state = LinkState::Connected;
+            st.down_since = None;
+            st.last_io = Some(Instant::now());
+            st.offset = Some(offset);
+            st.read_offset = read_offset;
+        }
+        let limits = Limits { max_bulk_len: self.cfg.max_bulk_len, auth_required: false };
+        let mut dec = Decoder::new();
+        let mut ack_tick = tokio::time::interval(self.cfg.ack_period);
+        let mut last_io = Instant::now();
+        loop {
+            let getack = self.process(&mut conn.buf, &mut dec, limits, &mut offset)?;
+            {
+                let mut st = self.status.lock();
+                st.offset = Some(offset);
+                st.read_offset = read_offset;
+            }
+            if let Some(at) = getack {
+                send_ack(&mut conn, at).await?;
+            }
+            conn.buf.reserve(READ_CHUNK);
+            tokio::select! {
+                r = timeout_at(last_io + self.cfg.timeout, conn.stream.read_buf(&mut conn.buf)) => {
+                    let n = match r {
+                        Err(_) => {
+                            warn!("PRIMARY timeout: no data nor PING received...");
+                            return Err(Error::Timeout("no data nor PING from the primary"));
+                        }
+                        Ok(r) => r?,
+                    };
+                    if n == 0 {
+                        return Err(Error::Io(io::ErrorKind::UnexpectedEof.into()));
+                    }
+                    read_offset += n as u64;
+                    last_io = Instant::now();
+                    self.status.lock().last_io = Some(last_io);
+                }
+                _ = ack_tick.tick() => send_ack(&mut conn, offset).await?,
+            }
+        }
+    }
+
+    /// Applies every complete command in `buf`; returns the offset to report if a
+    /// `REPLCONF GETACK` was among them (the offset before it, as Valkey reports it).
+    fn process(
+        &mut self,
+        buf: &mut BytesMut,
+        dec: &mut Decoder,
+        limits: Limits,
+        offset: &mut u64,
+    ) -> Result<Option<u64>, Error> {
+        let mut getack = None;
+        let mut start = 0usize;
+        loop {
+            let step = dec.next(buf, limits).map_err(|e| Error::Protocol(ProtocolViolation::Stream(e)))?;
+            let end = dec.consumed();
+            match step {
+                Step::Incomplete => break,
+                // Newlines and empty arrays: consumed and counted, as Valkey counts them.
+                Step::Empty => {}
+                Step::Command => {
+                    if dec.is_inline() {
+                        return Err(ProtocolViolation::InlineFromPrimary.into());
+                    }
+                    let args = dec.args(buf);
+                    let name = args.get(0);
+                    if name.eq_ignore_ascii_case(b"REPLCONF") {
+                        if args.opt(1).is_some_and(|a| a.eq_ignore_ascii_case(b"GETACK")) {
+                            getack = Some(*offset + start as u64);
+                        }
+                    } else if !name.eq_ignore_ascii_case(b"PING") {
+                        self.applier.apply(args, &buf[start..end]);
+                    }
+                }
+            }
+            start = end;
+        }
+        let n = dec.discard_consumed();
+        if n > 0 {
+            // Our own replicas get exactly what we processed, so our offsets stay our
+            // primary's.
+            self.primary.feed_upstream(&buf[..n]);
+            buf.advance(n);
+            *offset += n as u64;
+        }
+        Ok(getack)
+    }
+
+    fn note_transfer(&self, n: usize) {
+        let mut st = self.status.lock();
+        st.transfer_read += n as u64;
+        st.transfer_last_io = Some(Instant::now());
+    }
+
+    fn set_state(&self, state: LinkState) {
+        self.status.lock().state = state;
+    }
+}
+
+/// The connection with a read buffer kept across the handshake, the snapshot and the stream
+/// (the primary may send them back to back in one read).
+struct Conn {
+    stream: Box<dyn AsyncStream>,
+    buf: BytesMut,
+    timeout: Duration,
+}
+
+impl Conn {
+    async fn send(&mut self, args: &[&[u8]]) -> Result<(), Error> {
+        let mut out = Vec::new();
+        encode(&mut out, args);
+        self.write(&out).await
+    }
+
+    async fn write(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        let t = self.timeout;
+        timeout(t, async {
+            self.stream.write_all(bytes).await?;
+            self.stream.flush().await
+        })
+        .await
+        .map_err(|_| Error::Timeout("writing to the primary"))??;
+        Ok(())
+    }
+
+    /// One reply line without its line ending (`syncReadLine`).
+    async fn line(&mut self) -> Result<Vec<u8>, Error> {
+        loop {
+            if let Some(nl) = self.buf.iter().position(|&b| b == b'\n') {
+                let mut line = self.buf.split_to(nl + 1);
+                line.truncate(nl);
+                if line.last() == Some(&b'\r') {
+                    line.truncate(nl - 1);
+                }
+                return Ok(line.to_vec());
+            }
+            if self.buf.len() > MAX_LINE {
+                return Err(ProtocolViolation::LineTooLong.into());
+            }
+            self.buf.reserve(1024);
+            let n = timeout(self.timeout, self.stream.read_buf(&mut self.buf)).await.map_err(|_| {
+                warn!("Timeout connecting to the PRIMARY...");
+                Error::Timeout("handshake")
+            })??;
+            if n == 0 {
+                return Err(Error::Io(io::ErrorKind::UnexpectedEof.into()));
+            }
+        }
+    }
+
+    /// Reads more bytes into the buffer, within `repl-timeout`.
+    async fn fill(&mut self, cfg: &ReplicaConfig, on_timeout: &'static str) -> Result<(), Error> {
+        self.buf.reserve(READ_CHUNK);
+        let n = timeout(cfg.timeout, self.stream.read_buf(&mut self.buf)).await.map_err(|_| {
+            warn!("{}", on_timeout);
+            Error::Timeout("receiving the snapshot")
+        })??;
+        if n == 0 {
+            return Err(Error::Io(io::ErrorKind::UnexpectedEof.into()));
+        }
+        Ok(())
+    }
+}
+
+async fn send_ack(conn: &mut Conn, offset: u64) -> Result<(), Error> {
+    let off = offset.to_string();
+    conn.send(&[b"REPLCONF", b"ACK", off.as_bytes()]).await
+}
+
+/// Writes a command as a RESP array of bulk strings.
+fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {
+    hotkv_engine::propagate::write_command(out, args.iter().copied(), args.len());
+}
+
+/// The first position of `needle` in `hay`.
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if hay.len() < needle.len() {
+        return None;
+    }
+    let first = needle[0];
+    (0..=hay.len() - needle.len()).find(|&i| hay[i] == first && &hay[i..i + needle.len()] == needle)
+}
+
+/// Longest reply line accepted during the handshake.
+const MAX_LINE: usize = 64 * 1024;
+/// Bytes reserved per read.
+const READ_CHUNK: usize = 64 * 1024;
+/// What we announce with `REPLCONF version` (the Valkey release whose protocol we speak).
+const VERSION: &str = "8.0.1";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn find_mark() {
+        assert_eq!(find(b"abcdef", b"cd"), Some(2));
+        assert_eq!(find(b"abcdef", b"ef"), Some(4));
+        assert_eq!(find(b"abcdef", b"eg"), None);
+        assert_eq!(find(b"ab", b"abc"), None);
+    }
+}
