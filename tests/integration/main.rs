@@ -46,6 +46,7 @@ mod pubsub;
 mod python;
 mod rdb_file;
 mod redis_cli;
+mod replication;
 mod resharding;
 mod resp3;
 mod scan;

@@ -23,13 +23,13 @@ use crate::dump_restore::redis_tool;
 /// A key's type, its elements in an order both servers agree on (hash pairs and set members
 /// sorted, scores as numbers) and its absolute expire time in milliseconds.
 #[derive(Debug, Clone, PartialEq)]
-struct Contents {
+pub(crate) struct Contents {
     ty: &'static str,
     items: Vec<Vec<u8>>,
-    expire_ms: Option<i64>,
+    pub(crate) expire_ms: Option<i64>,
 }
 
-type Dataset = BTreeMap<(usize, Vec<u8>), Contents>;
+pub(crate) type Dataset = BTreeMap<(usize, Vec<u8>), Contents>;
 
 #[test]
 fn a_file_redis_saved_loads_here_with_every_value_and_ttl() {
@@ -153,8 +153,8 @@ fn engine_dataset(ks: &Keyspace) -> Dataset {
     all
 }
 
-/// Every key of every database of a redis-server, read with commands.
-fn redis_dataset(c: &mut RawClient) -> Dataset {
+/// Every key of every database of a redis-server (or any server), read with commands.
+pub(crate) fn redis_dataset(c: &mut RawClient) -> Dataset {
     let mut all = Dataset::new();
     for db in 0..16 {
         assert_eq!(c.cmd(&["SELECT", &db.to_string()]), Frame::ok());

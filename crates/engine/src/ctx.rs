@@ -38,6 +38,10 @@ pub struct EngineConfig {
     pub hz: u32,
     /// Whether this node is a replica (keys are not deleted on lazy expiry).
     pub replica: bool,
+    /// The call comes from this replica's primary: keys past their TTL still exist for it,
+    /// since the primary decides when they go (Valkey's master client sees them as valid),
+    /// so its DEL of an expired key deletes it.
+    pub from_primary: bool,
     /// `cluster-enabled`: SELECT of any database but 0 is refused, as Valkey refuses it.
     pub cluster: bool,
     /// `hll-sparse-max-bytes`: a sparse HyperLogLog that would grow beyond this many bytes
@@ -75,6 +79,7 @@ impl Default for EngineConfig {
             active_expire_effort: 1,
             hz: 10,
             replica: false,
+            from_primary: false,
             cluster: false,
             hll_sparse_max_bytes: 3000,
             list_max_listpack_size: -2,
@@ -613,7 +618,7 @@ impl<'a> Ctx<'a> {
             }
             return Ok(None);
         };
-        if table.at(idx).expire().is_some_and(|when| now > when) {
+        if !self.cfg.from_primary && table.at(idx).expire().is_some_and(|when| now > when) {
             if read {
                 self.stats.misses += 1;
             }

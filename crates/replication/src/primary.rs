@@ -286,6 +286,15 @@ impl Primary {
         st.replicas.values().map(|e| e.summary(now)).collect()
     }
 
+    /// DEBUG CHANGE-REPL-ID: a new id and no second one (`changeReplicationId` and
+    /// `clearReplicationId2`), so no replica can continue the old history with us.
+    pub fn change_replid(&self) {
+        let mut st = self.state.lock();
+        st.replid = random_hex40();
+        st.replid2 = NO_REPLID.to_string();
+        st.second_offset = -1;
+    }
+
     /// The rotation Valkey does when a replica is promoted (`shiftReplicationId`): the current
     /// id becomes the second one, valid up to the current offset, and a new id is drawn, so
     /// replicas of the old primary can still continue with us. The next write re-selects its

@@ -206,6 +206,16 @@ impl Conn {
                         self.flush(stream, sess).await?;
                         Some(self.wait_remote(srv, sess, *wait).await)
                     }
+                    Flow::Await(reply) => {
+                        self.flush(stream, sess).await?;
+                        let bytes = reply.await;
+                        self.out.raw(&bytes);
+                        Some(Flow::Continue)
+                    }
+                    Flow::Replica(start) => {
+                        self.flush(stream, sess).await?;
+                        return self.serve_replica(srv, stream, *start).await;
+                    }
                     Flow::Shutdown => {
                         self.flush(stream, sess).await?;
                         srv.request_shutdown();
@@ -236,6 +246,50 @@ impl Conn {
                 stream.release_idle();
             }
         }
+    }
+
+    /// Serves a replica on this connection after its PSYNC: the replication session runs on
+    /// one end of an in-memory pipe and this task carries bytes between the pipe and the
+    /// socket (plain or TLS), so the session needs no knowledge of the socket.
+    async fn serve_replica(
+        &mut self,
+        srv: &Arc<Server>,
+        stream: &mut Socket,
+        start: crate::replication::SyncStart,
+    ) -> io::Result<()> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let leftover = std::mem::take(&mut self.rbuf).to_vec();
+        let (mut near, far) = tokio::io::duplex(256 * 1024);
+        let source = crate::replication::EngineSnapshots { srv: Arc::downgrade(srv) };
+        let session = tokio::spawn(async move {
+            let _ = start.session.run(far, &leftover, &source).await;
+        });
+        let mut from_replica = BytesMut::with_capacity(READ_CHUNK);
+        let mut to_replica = vec![0u8; 64 * 1024];
+        let result = loop {
+            tokio::select! {
+                n = stream.read_into(&mut from_replica) => match n {
+                    Ok(0) | Err(_) => break Ok(()),
+                    Ok(_) => {
+                        if near.write_all(&from_replica).await.is_err() {
+                            break Ok(());
+                        }
+                        from_replica.clear();
+                    }
+                },
+                n = near.read(&mut to_replica) => match n {
+                    Ok(0) | Err(_) => break Ok(()),
+                    Ok(n) => {
+                        if let Err(e) = stream.write_all(&to_replica[..n]).await {
+                            break Err(e);
+                        }
+                    }
+                },
+            }
+        };
+        drop(near);
+        session.abort();
+        result
     }
 
     /// Waits until a blocked command is served, times out or is unblocked, and writes its

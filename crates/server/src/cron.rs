@@ -49,6 +49,7 @@ fn run(srv: &Server) {
             last_second = Instant::now();
             close_idle_clients(srv);
             srv.migrate.close_idle();
+            crate::replication::cron(srv);
         }
         let spent = tick.elapsed();
         srv.stats.cron_cycles.fetch_add(1, Ordering::Relaxed);

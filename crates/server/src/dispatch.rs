@@ -153,7 +153,9 @@ fn run_checked(
     // A command's second turn after waiting on another node was routed on its first: routing
     // it again could answer TRYAGAIN for keys its first turn moved away, and the keys the
     // target acknowledged would then stay here as well.
-    if scratch.resume.is_none() {
+    // Nor is what a primary sends its replica: it owns the slots its replica serves.
+    let master = sess.has_flag(crate::session::flag::MASTER);
+    if scratch.resume.is_none() && !master {
         route(b, cmd, sess, &args, scratch).map_err(|e| redirected(b, sess, id, e))?;
     }
     if sess.multi.is_some() && cmd.spec.flags() & flags::NO_MULTI != 0 {
@@ -162,8 +164,11 @@ fn run_checked(
     check_pubsub_context(b, cmd, sess, out).map_err(|e| rejected(sess, e))?;
     // A second turn is not held back either: its first turn passed the pause, and holding it
     // would run the command again from its start, its outcome lost.
-    if scratch.resume.is_none() && paused(b, cmd, sess) {
+    if scratch.resume.is_none() && !master && paused(b, cmd, sess) {
         return Ok(Flow::Paused(args.iter().map(<[u8]>::to_vec).collect()));
+    }
+    if !master {
+        check_replication(b, cmd, sess).map_err(|e| rejected(sess, e))?;
     }
     if sess.multi.is_some() && !b.srv.known.multi_immediate.contains(&id) {
         return queue(b, cmd, sess, args, out, &scratch.plan).map_err(|e| rejected(sess, e));
@@ -188,7 +193,15 @@ fn run_checked(
 /// The engine settings a command runs with: while CLIENT PAUSE holds the dataset still, a
 /// read of an expired key says it is missing but leaves it, as on a replica (Valkey's
 /// PAUSE_ACTION_EXPIRE). `held` keeps that copy alive; it is made only during a pause.
-pub(crate) fn dataset_config<'a>(b: &Batch<'a>, held: &'a mut Option<EngineConfig>) -> &'a EngineConfig {
+pub(crate) fn dataset_config<'a>(
+    b: &Batch<'a>,
+    held: &'a mut Option<EngineConfig>,
+    sess: &Session,
+) -> &'a EngineConfig {
+    // What our primary sends sees keys its TTLs passed: the primary's DEL is on its way.
+    if sess.has_flag(crate::session::flag::MASTER) {
+        return held.insert(EngineConfig { from_primary: true, ..b.engine.clone() });
+    }
     if !b.srv.pause.holds_dataset(b.now_ms) {
         return b.engine;
     }
@@ -338,12 +351,48 @@ fn check_pubsub_context(b: &Batch<'_>, cmd: &Command, sess: &Session, out: &Repl
     Ok(())
 }
 
+/// The replication checks of Valkey's processCommand: writes on a read-only replica
+/// (READONLY) or on a primary without enough good replicas (NOREPLICAS), anything but stale
+/// commands on a replica whose link is down when `replica-serve-stale-data` is off
+/// (MASTERDOWN), and anything but loading commands while a full sync loads (LOADING). An EXEC
+/// counts as a write when a write is queued.
+fn check_replication(b: &Batch<'_>, cmd: &Command, sess: &Session) -> Result<(), CommandError> {
+    let repl = &b.srv.repl;
+    let flags = cmd.spec.flags();
+    let replica = repl.is_replica();
+    if !replica && b.rt.min_replicas_to_write == 0 && !repl.loading() {
+        return Ok(());
+    }
+    let writes = flags & flags::WRITE != 0
+        || (cmd.id == b.srv.known.exec
+            && sess
+                .multi
+                .as_ref()
+                .is_some_and(|m| m.queue.iter().any(|q| b.srv.registry.get(q.cmd).spec.flags() & flags::WRITE != 0)));
+    if replica {
+        if writes && b.rt.replica_read_only {
+            return Err(CommandError::raw("READONLY You can't write against a read only replica."));
+        }
+        if flags & flags::STALE == 0 && !b.rt.replica_serve_stale_data && !repl.link_up() {
+            return Err(CommandError::raw(
+                "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+            ));
+        }
+    } else if writes && b.rt.min_replicas_to_write > 0 && !repl.primary.writes_allowed() {
+        return Err(CommandError::raw("NOREPLICAS Not enough good replicas to write."));
+    }
+    if repl.loading() && flags & flags::LOADING == 0 {
+        return Err(CommandError::raw("LOADING Valkey is loading the dataset in memory"));
+    }
+    Ok(())
+}
+
 /// Over `maxmemory`, try to evict; a command that may grow memory is then refused with OOM
 /// if the server is still over the limit (Valkey's `performEvictions` + `CMD_DENYOOM`).
 fn check_memory(b: &Batch<'_>, cmd: &Command, sess: &Session, deny: bool) -> Result<(), CommandError> {
     // A pause holds the dataset still: no eviction, so no OOM either (Valkey's
     // PAUSE_ACTION_EVICT).
-    if b.engine.maxmemory == 0 || b.srv.pause.holds_dataset(b.now_ms) {
+    if b.engine.maxmemory == 0 || b.srv.pause.holds_dataset(b.now_ms) || sess.has_flag(crate::session::flag::MASTER) {
         return Ok(());
     }
     let over = evict::perform(b.srv, b.engine, b.now_ms);
@@ -442,7 +491,7 @@ fn run_engine(
         return Err(CommandError::Syntax);
     }
     let mut held = None;
-    let cfg = dataset_config(b, &mut held);
+    let cfg = dataset_config(b, &mut held, sess);
     // A command's lock-free step (RESTORE's decoding) runs before any slot is locked.
     let prepared = ecmd.plan.prepare().map(|f| f(&args, cfg));
     // Declared before the locks: the lock set borrows the same lifetime as the events sink.

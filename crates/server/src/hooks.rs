@@ -49,12 +49,14 @@ pub fn apply(srv: &Server, hook: Hook, old: &Settings, new: &Settings) -> Result
         }
         Hook::Tls => crate::tls::apply(&srv.tls, new).map_err(|e| HookError::Reply(e.config_set_reply())),
         Hook::TlsLive => crate::tls::apply_live(&srv.tls, new).map_err(|e| HookError::Reason(e.to_string())),
-        // These subsystems arrive with their issues; their directives are marked no-effect.
         Hook::Cluster => {
             crate::cluster::apply(srv, new);
             Ok(())
         }
-        Hook::Replication => Ok(()),
+        Hook::Replication => {
+            crate::replication::apply(srv, new);
+            Ok(())
+        }
     }
 }
 

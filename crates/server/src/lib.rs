@@ -24,6 +24,7 @@ pub mod pause;
 pub mod process;
 pub mod pubsub;
 pub mod registry;
+pub mod replication;
 pub mod routing;
 pub mod server;
 pub mod session;

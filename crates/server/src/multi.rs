@@ -114,7 +114,7 @@ fn run(
     scratch: &mut Scratch,
 ) -> Result<(), CommandError> {
     let mut held = None;
-    let cfg = crate::dispatch::dataset_config(b, &mut held);
+    let cfg = crate::dispatch::dataset_config(b, &mut held, sess);
     // Every queued command's lock-free step (RESTORE's decoding) runs before EXEC locks.
     let mut prepared: Vec<_> = multi.queue.iter().map(|q| prepare(b, q, cfg)).collect();
     let events = CmdEvents::new(b.srv, b.rt.notify);

@@ -109,6 +109,9 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
     if srv.cluster.is_some() && settings.bool(table::TLS_CLUSTER) {
         info!("TLS on the cluster bus, other nodes verified against the CA");
     }
+    if settings.bool(table::TLS_REPLICATION) {
+        info!("TLS on replication links, other nodes verified against the CA");
+    }
     let listeners = match bind_port(&bind, port, backlog, "tcp") {
         Some(l) => l,
         None => return 1,
@@ -136,6 +139,7 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
     {
         warn!("Failed to write PID file: {}", listener::os_text(&e));
     }
+    crate::replication::start(&srv);
     let startup = srv.memory.refresh();
     srv.startup_memory.store(startup, std::sync::atomic::Ordering::Relaxed);
     info!("Server initialized");

@@ -26,6 +26,11 @@ pub enum Flow {
     /// The command waits on another node (MIGRATE): perform the request with no lock held,
     /// then run the command's second turn.
     Remote(Box<crate::dispatch::RemoteWait>),
+    /// The reply comes from a future the connection awaits with no lock held (WAIT): its
+    /// bytes are written in the command's place, and the connection goes on.
+    Await(std::pin::Pin<Box<dyn std::future::Future<Output = Vec<u8>> + Send>>),
+    /// The connection becomes a replica's session (PSYNC/SYNC) for the rest of its life.
+    Replica(Box<crate::replication::SyncStart>),
 }
 
 impl std::fmt::Debug for Flow {
@@ -37,6 +42,8 @@ impl std::fmt::Debug for Flow {
             Flow::Block(_) => "Block",
             Flow::Paused(_) => "Paused",
             Flow::Remote(_) => "Remote",
+            Flow::Await(_) => "Await",
+            Flow::Replica(_) => "Replica",
         })
     }
 }

@@ -57,6 +57,12 @@ pub struct Runtime {
     pub tls_auth: hotkv_tls::ClientAuth,
     /// `tls-auth-clients-user`.
     pub tls_cert_user: hotkv_tls::CertUser,
+    /// `replica-read-only`.
+    pub replica_read_only: bool,
+    /// `replica-serve-stale-data`.
+    pub replica_serve_stale_data: bool,
+    /// `min-replicas-to-write`.
+    pub min_replicas_to_write: usize,
 }
 
 impl Runtime {
@@ -84,6 +90,9 @@ impl Runtime {
             notify: crate::events::class::parse(s.str(t::NOTIFY_KEYSPACE_EVENTS)),
             tls_auth: crate::tls::client_auth(s),
             tls_cert_user: s.str(t::TLS_AUTH_CLIENTS_USER).parse().unwrap_or_default(),
+            replica_read_only: s.bool(t::REPLICA_READ_ONLY),
+            replica_serve_stale_data: s.bool(t::REPLICA_SERVE_STALE_DATA),
+            min_replicas_to_write: s.int(t::MIN_REPLICAS_TO_WRITE).max(0) as usize,
             obuf_normal: {
                 let l = s.ints(t::CLIENT_OUTPUT_BUFFER_LIMIT);
                 let at = |i: usize| l.get(i).copied().unwrap_or(0).max(0) as u64;
@@ -214,8 +223,6 @@ pub struct Server {
     /// A handle to this server's own `Arc`, for code that has only `&Server` and must spawn
     /// tasks (CONFIG SET port).
     pub this: std::sync::OnceLock<std::sync::Weak<Server>>,
-    /// Replication id (INFO `master_replid`); DEBUG CHANGE-REPL-ID replaces it.
-    pub replid: Mutex<String>,
     /// Whether the cron runs the active expire cycle (DEBUG SET-ACTIVE-EXPIRE).
     pub active_expire: AtomicBool,
     /// CLIENT PAUSE.
@@ -227,6 +234,8 @@ pub struct Server {
     pub cluster: Option<crate::cluster::ClusterNode>,
     /// MIGRATE's cached connections to target instances.
     pub migrate: crate::migrate::MigratePool,
+    /// Replication: this node's stream and replicas, and its link to a primary.
+    pub repl: crate::replication::Replication,
 }
 
 impl Server {
@@ -238,6 +247,7 @@ impl Server {
         let known = Known::new(&registry);
         let (monitor_tx, _) = broadcast::channel(4096);
         let obuf = settings.ints(t::CLIENT_OUTPUT_BUFFER_LIMIT).to_vec();
+        let repl = crate::replication::Replication::new(&settings);
         let srv = Server {
             ks: Keyspace::new(rt.databases),
             engine: ArcSwap::from_pointee(engine),
@@ -266,11 +276,11 @@ impl Server {
             watches: crate::events::Watches::default(),
             blocked: crate::blocking::Blocked::default(),
             migrate: crate::migrate::MigratePool::default(),
+            repl,
             config_lock: Mutex::new(()),
             listeners: Mutex::new(Vec::new()),
             tls: Arc::new(hotkv_tls::TlsManager::new()),
             this: std::sync::OnceLock::new(),
-            replid: Mutex::new(random_hex(40)),
             active_expire: AtomicBool::new(true),
             pause: Default::default(),
             router: Arc::new(Standalone),
@@ -309,7 +319,10 @@ impl Server {
         let limits = s.ints(t::CLIENT_OUTPUT_BUFFER_LIMIT);
         self.pubsub.hard_limit.store(limits.get(6).copied().unwrap_or(0).max(0) as usize, Ordering::Relaxed);
         self.rt.store(Arc::new(Runtime::from_settings(&s)));
-        self.engine.store(Arc::new(s.engine_config()));
+        let mut engine = s.engine_config();
+        // The role is the replication state's to say (a cluster replica has no `replicaof`).
+        engine.replica = self.repl.is_replica();
+        self.engine.store(Arc::new(engine));
         self.settings.store(Arc::new(s));
     }
 }

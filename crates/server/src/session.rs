@@ -29,6 +29,10 @@ pub mod flag {
     pub const BLOCKED: u32 = 1 << 6;
     /// Has WATCHed keys (INFO `watching_clients`; no CLIENT LIST letter).
     pub const WATCHING: u32 = 1 << 7;
+    /// `M`: the client that applies our primary's stream.
+    pub const MASTER: u32 = 1 << 8;
+    /// `S`: a replica attached to this node.
+    pub const REPLICA: u32 = 1 << 9;
 }
 
 /// What CLIENT REPLY asked for.
@@ -88,6 +92,8 @@ pub struct Session {
     /// READONLY was sent: a replica serves this client's reads of its primary's slots
     /// (cluster; READWRITE clears it).
     pub readonly: bool,
+    /// What this connection announced with REPLCONF before PSYNC (a replica's handshake).
+    pub handshake: Option<Box<hotkv_replication::Handshake>>,
     /// The running command replied with RESP3 push frames only ((un)subscribe
     /// confirmations), which CLIENT REPLY OFF/SKIP does not silence: Valkey's `pushing`.
     pub pushed: bool,
@@ -135,6 +141,7 @@ impl Session {
             tls: false,
             asking: false,
             readonly: false,
+            handshake: None,
             pushed: false,
         }
     }
@@ -305,6 +312,8 @@ impl ClientInfo {
         let mut s = String::new();
         for (bit, c) in [
             (flag::MONITOR, 'O'),
+            (flag::REPLICA, 'S'),
+            (flag::MASTER, 'M'),
             (flag::PUBSUB, 'P'),
             (flag::MULTI, 'x'),
             (flag::BLOCKED, 'b'),

@@ -71,6 +71,17 @@ impl<'a> Loader<'a> {
         Ok(false)
     }
 
+    /// A loader that carries on where [`Loader::into_parts`] left another (a file that arrives
+    /// in pieces, loaded by a caller that cannot keep the loader between them).
+    pub fn resume(ks: &'a Keyspace, cfg: &'a EngineConfig, now_ms: i64, db: usize, stats: LoadStats) -> Loader<'a> {
+        Loader { ks, cfg, now_ms, db, stats }
+    }
+
+    /// The selected database and what was loaded so far, for [`Loader::resume`].
+    pub fn into_parts(self) -> (usize, LoadStats) {
+        (self.db, self.stats)
+    }
+
     /// What was loaded so far.
     pub fn stats(&self) -> &LoadStats {
         &self.stats

@@ -14,7 +14,7 @@ use hotkv_protocol::{Args, ReplyBuf};
 use super::debug_value::{ListKnobs, entry_digest, hex, mix_digest, object_line, xor_digest};
 use super::{reply_help, row, subcommand_syntax_error, text};
 use crate::registry::{Flow, ServerSpec};
-use crate::server::{Server, int_of, random_hex, str_of, unix_ms};
+use crate::server::{Server, int_of, str_of, unix_ms};
 use crate::session::Session;
 
 /// DEBUG's row.
@@ -145,7 +145,7 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
         }
         ("change-repl-id", 2) => {
             tracing::info!("Changing replication IDs after receiving DEBUG change-repl-id");
-            *srv.replid.lock() = random_hex(40);
+            srv.repl.primary.change_replid();
             out.ok();
         }
         ("reload", _) => {
@@ -358,9 +358,9 @@ mod tests {
         let r = debug(&srv, &mut c, &["debug", "object", "n", "fast"]);
         assert!(r.starts_with("+Value at:0x") && r.contains(" refcount:1 encoding:int lru:"), "{r}");
         assert!(!r.contains("serializedlength"), "{r}");
-        let old = srv.replid.lock().clone();
+        let old = srv.repl.primary.replid();
         assert_eq!(debug(&srv, &mut c, &["debug", "change-repl-id"]), "+OK\r\n");
-        assert_ne!(*srv.replid.lock(), old);
+        assert_ne!(srv.repl.primary.replid(), old);
         assert_eq!(debug(&srv, &mut c, &["debug", "reload", "nosave", "merge"]), "+OK\r\n");
         assert_eq!(
             debug(&srv, &mut c, &["debug", "reload", "x"]),

@@ -439,20 +439,22 @@ fn stats(srv: &Server, o: &mut String) {
 }
 
 fn replication(srv: &Server, o: &mut String) {
-    fields!(o,
-        "role" => "master",
-        "connected_slaves" => 0,
-        "replicas_waiting_psync" => 0,
-        "master_failover_state" => "no-failover",
-        "master_replid" => srv.replid.lock(),
-        "master_replid2" => "0".repeat(40),
-        "master_repl_offset" => 0,
-        "second_repl_offset" => -1,
-        "repl_backlog_active" => 0,
-        "repl_backlog_size" => 1_048_576,
-        "repl_backlog_first_byte_offset" => 0,
-        "repl_backlog_histlen" => 0,
-    );
+    let s = srv.settings.load();
+    let extra = hotkv_replication::InfoExtra {
+        replica_priority: s.int(crate::config::table::REPLICA_PRIORITY).clamp(0, i64::from(u32::MAX)) as u32,
+        replica_read_only: s.bool(crate::config::table::REPLICA_READ_ONLY),
+        replica_announced: s.bool(crate::config::table::REPLICA_ANNOUNCED),
+        failover_state: "no-failover",
+    };
+    let link = srv.repl.link_status();
+    let mut section = String::with_capacity(1024);
+    hotkv_replication::render_info(&mut section, &srv.repl.primary, link.as_ref(), &extra);
+    // The section's title is written by the caller.
+    let body = section.split_once("\r\n").map_or("", |(_, rest)| rest);
+    o.push_str(body);
+    if !body.is_empty() && !body.ends_with("\r\n") {
+        o.push_str("\r\n");
+    }
 }
 
 /// `getrusage(who)` as (system, user) `seconds.micros` strings.
@@ -597,7 +599,7 @@ mod tests {
         assert!(!text.contains("# Commandstats"));
         // Every line ends with CRLF: no bare LF.
         assert!(!text.replace("\r\n", "").contains('\n'));
-        let replid = srv.replid.lock().clone();
+        let replid = srv.repl.primary.replid();
         assert!(text.contains(&format!("master_replid:{replid}\r\n")) && replid.len() == 40);
         assert_eq!(generate(&srv, &sel(&["nosuchsection"])), "");
         assert_eq!(generate(&srv, &sel(&["cluster"])), "# Cluster\r\ncluster_enabled:0\r\n");

@@ -18,6 +18,7 @@ pub mod info;
 pub mod memory;
 pub mod multi;
 pub mod pubsub;
+pub mod repl;
 pub mod server;
 pub mod slowlog;
 
@@ -36,6 +37,7 @@ pub fn commands() -> impl Iterator<Item = &'static ServerSpec> {
         .chain(multi::COMMANDS.iter())
         .chain(pubsub::COMMANDS.iter())
         .chain(server::COMMANDS.iter())
+        .chain(repl::COMMANDS.iter())
         .chain(slowlog::COMMANDS.iter())
         .chain(debug::COMMANDS.iter())
         .chain(cluster::COMMANDS.iter())

@@ -1,5 +1,5 @@
-//! Server commands that need no subsystem of their own: TIME, LASTSAVE, SHUTDOWN, MONITOR and
-//! WAIT.
+//! Server commands that need no subsystem of their own: TIME, LASTSAVE, SHUTDOWN and MONITOR
+//! (WAIT's row is here, its handler with replication's).
 
 use std::sync::atomic::Ordering;
 
@@ -27,7 +27,7 @@ pub static COMMANDS: &[ServerSpec] = &[
         "Listens for all requests received by the server in real-time.", "", monitor),
     row("wait", 3, f::BLOCKING, acl::CONNECTION, &[], "generic", "3.0.0",
         "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed.",
-        "O(1)", wait)
+        "O(1)", super::repl::wait)
         .with_tips(&["request_policy:all_shards", "response_policy:agg_min"]),
 ];
 
@@ -118,15 +118,6 @@ pub fn parse_timeout_ms(arg: &[u8]) -> Result<i64, CommandError> {
     Ok(ms)
 }
 
-fn wait(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
-    int_arg(args.get(1), None)?;
-    parse_timeout_ms(args.get(2))?;
-    // No replica exists yet, so none can acknowledge anything: the count is 0 at once
-    // (Valkey would block until the timeout when more than 0 replicas are asked for).
-    out.int(0);
-    Ok(Flow::Continue)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,7 +144,9 @@ mod tests {
         assert!(t.starts_with("*2\r\n$10\r\n"), "{t}");
         assert_eq!(c.run(&srv, &["lastsave"]), format!(":{}\r\n", srv.lastsave.load(Ordering::Relaxed)));
         assert_eq!(c.run(&srv, &["wait", "0", "0"]), ":0\r\n");
-        assert_eq!(c.run(&srv, &["wait", "1", "100"]), ":0\r\n");
+        // No replica can acknowledge: the reply waits for the timeout, with no lock held.
+        let (out, flow) = c.run_flow(&srv, &["wait", "1", "100"]);
+        assert!(out.is_empty() && matches!(flow, Flow::Await(_)), "{out:?} {flow:?}");
         assert_eq!(c.run(&srv, &["wait", "x", "0"]), "-ERR value is not an integer or out of range\r\n");
         assert_eq!(c.run(&srv, &["wait", "1", "-1"]), "-ERR timeout is negative\r\n");
         assert_eq!(c.run(&srv, &["wait", "1", "1.5"]), "-ERR timeout is not an integer or out of range\r\n");

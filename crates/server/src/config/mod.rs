@@ -137,6 +137,7 @@ impl Settings {
             active_expire_effort: small(table::ACTIVE_EXPIRE_EFFORT),
             hz: small(table::HZ),
             replica: !self.list(table::REPLICAOF).is_empty(),
+            from_primary: false,
             cluster: self.bool(table::CLUSTER_ENABLED),
             hll_sparse_max_bytes: usize::try_from(self.int(table::HLL_SPARSE_MAX_BYTES)).unwrap_or(usize::MAX),
             list_max_listpack_size: self.int(table::LIST_MAX_LISTPACK_SIZE),

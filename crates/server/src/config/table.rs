@@ -415,15 +415,15 @@ directives! {
         "persistence.loading_process_events_interval_bytes": int(1024, INT), "2097152", M | HID | NE, H,
         "Bytes loaded between event processing (tests).";
     // replication
-    REPLICAOF = "replicaof" ["slaveof"] "replication.replicaof": Ty::ReplicaOf, "", I | NE, H,
+    REPLICAOF = "replicaof" ["slaveof"] "replication.replicaof": Ty::ReplicaOf, "", I, H,
         "Replicate <host> <port> at startup.";
-    PRIMARYAUTH = "primaryauth" ["masterauth"] "replication.primaryauth": O, "", M | SEN | NE, H,
+    PRIMARYAUTH = "primaryauth" ["masterauth"] "replication.primaryauth": O, "", M | SEN | U, H,
         "Password used to authenticate with the primary.";
-    PRIMARYUSER = "primaryuser" ["masteruser"] "replication.primaryuser": O, "", M | SEN | NE, H,
+    PRIMARYUSER = "primaryuser" ["masteruser"] "replication.primaryuser": O, "", M | SEN | U, H,
         "User used to authenticate with the primary.";
     REPLICA_SERVE_STALE_DATA = "replica-serve-stale-data" ["slave-serve-stale-data"]
-        "replication.replica_serve_stale_data": B, "yes", M | NE, H, "Serve reads while the link is down.";
-    REPLICA_READ_ONLY = "replica-read-only" ["slave-read-only"] "replication.replica_read_only": B, "yes", M | NE, H,
+        "replication.replica_serve_stale_data": B, "yes", M | U, H, "Serve reads while the link is down.";
+    REPLICA_READ_ONLY = "replica-read-only" ["slave-read-only"] "replication.replica_read_only": B, "yes", M | U, H,
         "Refuse writes on a replica.";
     REPLICA_LAZY_FLUSH = "replica-lazy-flush" ["slave-lazy-flush"] "replication.replica_lazy_flush": B, "yes",
         M | NE, H, "Flush asynchronously before a full sync.";
@@ -431,14 +431,14 @@ directives! {
         "replication.replica_ignore_maxmemory": B, "yes", M | NE, H, "A replica does not evict on its own.";
     REPLICA_IGNORE_DISK_WRITE_ERRORS = "replica-ignore-disk-write-errors" []
         "replication.replica_ignore_disk_write_errors": B, "no", M | NE, H, "Go on replicating after a write error.";
-    REPLICA_ANNOUNCED = "replica-announced" [] "replication.replica_announced": B, "yes", M | NE, H,
+    REPLICA_ANNOUNCED = "replica-announced" [] "replication.replica_announced": B, "yes", M | U, H,
         "List this replica in Sentinel's replies.";
     REPLICA_PRIORITY = "replica-priority" ["slave-priority"] "replication.replica_priority": int(0, INT), "100",
-        M | NE, H, "Promotion priority; lower goes first, 0 never.";
+        M | U, H, "Promotion priority; lower goes first, 0 never.";
     REPLICA_ANNOUNCE_IP = "replica-announce-ip" ["slave-announce-ip"] "replication.replica_announce_ip": O, "",
-        M | NE, H, "Address this replica reports to its primary.";
+        M | U, H, "Address this replica reports to its primary.";
     REPLICA_ANNOUNCE_PORT = "replica-announce-port" ["slave-announce-port"] "replication.replica_announce_port": P16,
-        "0", M | NE, H, "Port this replica reports to its primary.";
+        "0", M | U, H, "Port this replica reports to its primary.";
     REPL_DISKLESS_SYNC = "repl-diskless-sync" [] "replication.repl_diskless_sync": B, "yes", M | NE, H,
         "Send full syncs over the socket without a file.";
     REPL_DISKLESS_SYNC_DELAY = "repl-diskless-sync-delay" [] "replication.repl_diskless_sync_delay": int(0, INT), "5",
@@ -453,18 +453,18 @@ directives! {
         "Stream the backlog on a second connection during a full sync.";
     REPL_DISABLE_TCP_NODELAY = "repl-disable-tcp-nodelay" [] "replication.repl_disable_tcp_nodelay": B, "no",
         M | NE, H, "Batch small packets to replicas.";
-    REPL_BACKLOG_SIZE = "repl-backlog-size" [] "replication.repl_backlog_size": mem(1, LONG), "10mb", M | NE, REPL,
+    REPL_BACKLOG_SIZE = "repl-backlog-size" [] "replication.repl_backlog_size": mem(1, LONG), "10mb", M, REPL,
         "Size of the replication backlog.";
-    REPL_BACKLOG_TTL = "repl-backlog-ttl" [] "replication.repl_backlog_ttl": int(0, LONG), "3600", M | NE, H,
+    REPL_BACKLOG_TTL = "repl-backlog-ttl" [] "replication.repl_backlog_ttl": int(0, LONG), "3600", M, REPL,
         "Seconds without replicas before the backlog is freed.";
-    REPL_TIMEOUT = "repl-timeout" [] "replication.repl_timeout": int(1, INT), "60", M | NE, H,
+    REPL_TIMEOUT = "repl-timeout" [] "replication.repl_timeout": int(1, INT), "60", M, REPL,
         "Replication timeout in seconds.";
     REPL_PING_REPLICA_PERIOD = "repl-ping-replica-period" ["repl-ping-slave-period"]
-        "replication.repl_ping_replica_period": int(1, INT), "10", M | NE, H, "Seconds between pings to replicas.";
+        "replication.repl_ping_replica_period": int(1, INT), "10", M, REPL, "Seconds between pings to replicas.";
     MIN_REPLICAS_TO_WRITE = "min-replicas-to-write" ["min-slaves-to-write"] "replication.min_replicas_to_write":
-        int(0, INT), "0", M | NE, REPL, "Refuse writes with fewer good replicas.";
+        int(0, INT), "0", M, REPL, "Refuse writes with fewer good replicas.";
     MIN_REPLICAS_MAX_LAG = "min-replicas-max-lag" ["min-slaves-max-lag"] "replication.min_replicas_max_lag":
-        int(0, INT), "10", M | NE, REPL, "Seconds of lag a good replica may have.";
+        int(0, INT), "10", M, REPL, "Seconds of lag a good replica may have.";
     PROPAGATION_ERROR_BEHAVIOR = "propagation-error-behavior" [] "replication.propagation_error_behavior":
         Ty::Enum(&["ignore", "panic", "panic-on-replicas"]), "ignore", M | NE, H,
         "What a replica does when a replicated command fails.";
@@ -546,7 +546,7 @@ directives! {
         M | U, H, "Client certificates on the client port: required, optional or not asked for.";
     TLS_AUTH_CLIENTS_USER = "tls-auth-clients-user" [] "tls.auth_clients_user": Ty::Enum(&["off", "CN", "URI"]), "off",
         M | U, H, "Valkey 9: log in as the ACL user named by the client certificate's CN or URI.";
-    TLS_REPLICATION = "tls-replication" [] "tls.replication": B, "no", M | NE, TLS,
+    TLS_REPLICATION = "tls-replication" [] "tls.replication": B, "no", M, TLS,
         "Connect to the primary over TLS.";
     TLS_CLUSTER = "tls-cluster" [] "tls.cluster": B, "no", M, TLS,
         "Use TLS on the cluster bus.";

@@ -1,0 +1,516 @@
+//! Replication wired into the server: the node's [`Primary`] as the keyspace's write sink, the
+//! engine snapshots behind full syncs, the master client that applies a primary's stream, the
+//! dialer (plain or TLS), and the role changes (REPLICAOF, CLUSTER REPLICATE).
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hotkv_engine::rdb::{AuxValue, LoadStats, Loader, RdbReader, RdbWriter};
+use hotkv_engine::snapshot::{Chunk, SnapshotError};
+use hotkv_engine::{Effects, WriteSink};
+use hotkv_protocol::{Args, ReplyBuf};
+use hotkv_replication::{
+    Applier, AsyncStream, BoxFuture, Connector, LinkState, LinkStatus, Primary, PrimarySettings, ReplicaConfig,
+    ReplicaHandle, ReplicaLink, Snapshot, SnapshotSource,
+};
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::config::Settings;
+use crate::config::table as t;
+use crate::config::value::Value;
+use crate::dispatch::{Batch, Scratch, dispatch};
+use crate::server::{Server, unix_ms};
+use crate::session::{ClientInfo, Session, flag};
+
+/// The node's replication state.
+pub struct Replication {
+    /// This node's stream, backlog and replicas; also what it feeds chained replicas as a
+    /// replica.
+    pub primary: Arc<Primary>,
+    /// Whether this node follows a primary. Shared with the keyspace's sink.
+    replica: Arc<AtomicBool>,
+    /// Whether a full sync is being loaded (commands answer -LOADING).
+    loading: AtomicBool,
+    /// The link to our primary.
+    link: Mutex<Option<ReplicaHandle>>,
+}
+
+impl Replication {
+    /// The state of a node that starts as a primary.
+    pub fn new(settings: &Settings) -> Replication {
+        Replication {
+            primary: Primary::new(primary_settings(settings)),
+            replica: Arc::new(AtomicBool::new(false)),
+            loading: AtomicBool::new(false),
+            link: Mutex::new(None),
+        }
+    }
+
+    /// The keyspace's write sink: the primary's stream, while this node is not a replica
+    /// (a replica's stream is its primary's bytes, fed by the link, never its own writes).
+    pub fn sink(&self) -> Arc<dyn WriteSink> {
+        Arc::new(Sink { primary: self.primary.clone(), replica: self.replica.clone() })
+    }
+
+    /// Whether this node follows a primary.
+    pub fn is_replica(&self) -> bool {
+        self.replica.load(Ordering::Acquire)
+    }
+
+    /// Whether a full sync is being loaded.
+    pub fn loading(&self) -> bool {
+        self.loading.load(Ordering::Acquire)
+    }
+
+    /// The link's status, when this node is a replica.
+    pub fn link_status(&self) -> Option<LinkStatus> {
+        self.link.lock().as_ref().map(ReplicaHandle::status)
+    }
+
+    /// Whether this replica's link to its primary is up (false on a primary).
+    pub fn link_up(&self) -> bool {
+        self.link_status().is_some_and(|s| s.state == LinkState::Connected)
+    }
+}
+
+/// Reads the primary's settings from the configuration.
+pub fn primary_settings(s: &Settings) -> PrimarySettings {
+    let obuf = s.ints(t::CLIENT_OUTPUT_BUFFER_LIMIT);
+    let at = |i: usize| obuf.get(i).copied().unwrap_or(0).max(0) as u64;
+    PrimarySettings {
+        backlog_size: s.int(t::REPL_BACKLOG_SIZE).max(1) as u64,
+        backlog_ttl: Duration::from_secs(s.int(t::REPL_BACKLOG_TTL).max(0) as u64),
+        ping_period: s.int(t::REPL_PING_REPLICA_PERIOD).clamp(1, i64::from(u32::MAX)) as u32,
+        timeout: Duration::from_secs(s.int(t::REPL_TIMEOUT).max(1) as u64),
+        obuf_hard: at(3),
+        obuf_soft: at(4),
+        obuf_soft_duration: Duration::from_secs(at(5)),
+        min_replicas_to_write: s.int(t::MIN_REPLICAS_TO_WRITE).max(0) as usize,
+        min_replicas_max_lag: s.int(t::MIN_REPLICAS_MAX_LAG).max(0) as u64,
+    }
+}
+
+/// The keyspace's sink: the primary, muted while this node is a replica.
+struct Sink {
+    primary: Arc<Primary>,
+    replica: Arc<AtomicBool>,
+}
+
+impl WriteSink for Sink {
+    fn active(&self) -> bool {
+        !self.replica.load(Ordering::Acquire) && self.primary.active()
+    }
+
+    fn append(&self, effects: &Effects) {
+        if !self.replica.load(Ordering::Acquire) {
+            self.primary.append(effects);
+        }
+    }
+}
+
+/// Wires replication into a started server: the keyspace's sink, and the link to the primary
+/// `replicaof` names. Runs inside the runtime.
+pub fn start(srv: &Arc<Server>) {
+    srv.ks.set_sink(srv.repl.sink());
+    if srv.cluster.is_some() {
+        reconcile_cluster(srv);
+        return;
+    }
+    let target = srv.settings.load().list(t::REPLICAOF).to_vec();
+    if let [host, port] = target.as_slice()
+        && let Ok(port) = port.parse::<u16>()
+    {
+        follow(srv, host.clone(), port);
+    }
+}
+
+/// In cluster mode the node table says whom this node replicates (CLUSTER REPLICATE, a
+/// nodes.conf read at start, a failover): a task follows it, so every way the table changes
+/// is acted on in one place.
+fn reconcile_cluster(srv: &Arc<Server>) {
+    let weak = Arc::downgrade(srv);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(srv) = weak.upgrade() else { return };
+            if srv.is_shutting_down() {
+                return;
+            }
+            let Some(cluster) = &srv.cluster else { return };
+            let tls = srv.settings.load().bool(t::TLS_REPLICATION);
+            let want = {
+                let st = cluster.state();
+                let me = st.myself();
+                me.primary.and_then(|p| st.node(&p)).map(|p| {
+                    let port = if tls && p.tls_port != 0 { p.tls_port } else { p.port };
+                    (p.ip.clone(), port)
+                })
+            };
+            match want {
+                Some((ip, port)) if !ip.is_empty() && port != 0 => {
+                    let same = srv.repl.link_status().is_some_and(|s| s.host == ip && s.port == port);
+                    if !same {
+                        follow(&srv, ip, port);
+                    }
+                }
+                Some(_) => {}
+                None if srv.repl.is_replica() => promote(&srv),
+                None => {}
+            }
+        }
+    });
+}
+
+/// The settings changed (CONFIG SET of a replication directive).
+pub fn apply(srv: &Server, new: &Settings) {
+    srv.repl.primary.set_settings(primary_settings(new));
+}
+
+/// Once a second, from the cron thread.
+pub fn cron(srv: &Server) {
+    srv.repl.primary.cron();
+}
+
+/// Makes this node a replica of `host:port` (REPLICAOF, CLUSTER REPLICATE, `replicaof` at
+/// start): stops any link it had, keeps its data until the primary's snapshot replaces it
+/// (or its history continues, when the primary can), and dials.
+pub fn follow(srv: &Arc<Server>, host: String, port: u16) {
+    let old = srv.repl.link.lock().take();
+    if let Some(old) = old {
+        tokio::spawn(old.stop());
+    }
+    srv.repl.replica.store(true, Ordering::Release);
+    srv.repl.primary.set_upstream(true);
+    set_replicaof(srv, vec![host.clone(), port.to_string()]);
+    let settings = srv.settings.load();
+    let rt = srv.rt.load();
+    let mut cfg = ReplicaConfig::new(host, port, announced_port(srv, &settings));
+    let user = settings.str(t::PRIMARYUSER);
+    let auth = settings.str(t::PRIMARYAUTH);
+    cfg.user = (!user.is_empty()).then(|| user.to_string());
+    // Without masterauth a replica logs in with the node's own requirepass: the nodes of one
+    // deployment share it (the product doc's cluster sets only requirepass).
+    cfg.auth = if auth.is_empty() { rt.requirepass.clone() } else { Some(auth.to_string()) };
+    let ip = settings.str(t::REPLICA_ANNOUNCE_IP);
+    cfg.announce_ip = (!ip.is_empty()).then(|| ip.to_string());
+    cfg.timeout = Duration::from_secs(settings.int(t::REPL_TIMEOUT).max(1) as u64);
+    cfg.max_bulk_len = rt.proto_max_bulk_len;
+    let tls = settings.bool(t::TLS_REPLICATION);
+    let connector = Arc::new(Dialer { srv: Arc::downgrade(srv), tls });
+    let applier = Box::new(MasterClient::new(srv));
+    let handle = ReplicaLink::spawn(cfg, connector, applier, srv.repl.primary.clone());
+    *srv.repl.link.lock() = Some(handle);
+}
+
+/// REPLICAOF NO ONE: this node stops following and becomes a primary of its own history.
+pub fn promote(srv: &Arc<Server>) {
+    let old = srv.repl.link.lock().take();
+    if let Some(old) = old {
+        tokio::spawn(old.stop());
+        info!("MASTER MODE enabled (user request from 'id=0')");
+    }
+    srv.repl.loading.store(false, Ordering::Release);
+    if srv.repl.replica.swap(false, Ordering::AcqRel) {
+        srv.repl.primary.promote();
+    }
+    set_replicaof(srv, Vec::new());
+}
+
+/// The port a replica announces: `replica-announce-port`, else the port its primary's
+/// replicas reach it on (the TLS port when replication runs on TLS).
+fn announced_port(srv: &Server, s: &Settings) -> u16 {
+    let announced = s.int(t::REPLICA_ANNOUNCE_PORT) as u16;
+    if announced != 0 {
+        return announced;
+    }
+    let (port, tls_port) = *srv.ports.lock();
+    if s.bool(t::TLS_REPLICATION) && tls_port != 0 { tls_port } else { port }
+}
+
+/// Records the primary in `replicaof` (CONFIG GET, REWRITE), which also turns the engine's
+/// replica behaviour on or off (no lazy expiry, no active expiry).
+fn set_replicaof(srv: &Server, target: Vec<String>) {
+    let _guard = srv.config_lock.lock();
+    let mut s = (**srv.settings.load()).clone();
+    // A cluster node's primary lives in nodes.conf; `replicaof` there would stop the next
+    // start.
+    if srv.cluster.is_none() {
+        s.set(t::REPLICAOF, Value::List(target));
+    }
+    srv.install_settings(s);
+}
+
+/// Dials the primary, in TLS when `tls-replication` is on.
+struct Dialer {
+    srv: Weak<Server>,
+    tls: bool,
+}
+
+impl Connector for Dialer {
+    fn connect<'a>(&'a self, host: &'a str, port: u16) -> BoxFuture<'a, io::Result<Box<dyn AsyncStream>>> {
+        Box::pin(async move {
+            let srv = self.srv.upgrade().ok_or_else(|| io::Error::other("server is shutting down"))?;
+            let tcp = tokio::net::TcpStream::connect((host, port)).await?;
+            let _ = tcp.set_nodelay(true);
+            if !self.tls {
+                return Ok(Box::new(tcp) as Box<dyn AsyncStream>);
+            }
+            let tls = srv.tls.connect(host, tcp).await.map_err(|e| io::Error::other(e.to_string()))?;
+            Ok(Box::new(tls) as Box<dyn AsyncStream>)
+        })
+    }
+
+    fn is_tls(&self) -> bool {
+        self.tls
+    }
+}
+
+/// The client that applies a primary's stream: commands run through dispatch like any
+/// client's, with no reply, no routing, no read-only check and no pause (Valkey's master
+/// client), and the snapshot of a full sync loaded through the engine's RDB reader.
+struct MasterClient {
+    srv: Arc<Server>,
+    sess: Session,
+    scratch: Scratch,
+    out: ReplyBuf,
+    reader: Option<RdbReader>,
+    load: (usize, LoadStats),
+    errors: u64,
+}
+
+impl MasterClient {
+    fn new(srv: &Arc<Server>) -> MasterClient {
+        let addr = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+        let info = Arc::new(ClientInfo::new(srv.clients.next_id(), addr, addr, -1, unix_ms()));
+        info.flags.fetch_or(flag::MASTER, Ordering::Relaxed);
+        let sess = Session::new(info, true);
+        sess.set_flag(flag::MASTER, true);
+        MasterClient {
+            srv: srv.clone(),
+            sess,
+            scratch: Scratch::default(),
+            out: ReplyBuf::new(),
+            reader: None,
+            load: (0, LoadStats::default()),
+            errors: 0,
+        }
+    }
+
+    fn run(&mut self, args: Args<'_>) {
+        let engine = self.srv.engine.load();
+        let rt = self.srv.rt.load();
+        let b = Batch { srv: &self.srv, engine: &engine, rt: &rt, now_ms: unix_ms() };
+        self.out.truncate(0);
+        let _ = dispatch(&b, &mut self.sess, args, &mut self.out, &mut self.scratch);
+        if self.out.as_bytes().first() == Some(&b'-') {
+            self.errors += 1;
+            // Valkey goes on (propagation-error-behavior ignore) and says so in the log.
+            if self.errors <= 10 || self.errors.is_power_of_two() {
+                let reply = String::from_utf8_lossy(self.out.as_bytes());
+                warn!(
+                    "== CRITICAL == This replica is sending an error to its primary: '{}' after processing the command '{}'",
+                    reply.trim_end().trim_start_matches('-'),
+                    String::from_utf8_lossy(args.get(0))
+                );
+            }
+        }
+        self.out.truncate(0);
+    }
+}
+
+impl Applier for MasterClient {
+    fn begin_full_sync(&mut self) -> Result<(), String> {
+        info!("MASTER <-> REPLICA sync: Flushing old data");
+        self.srv.repl.loading.store(true, Ordering::Release);
+        let (flat, spans) = crate::dispatch::flatten(&[b"FLUSHALL".to_vec()]);
+        self.run(Args::from_parts(&flat, &spans));
+        self.reader = Some(RdbReader::new(self.srv.rt.load().proto_max_bulk_len));
+        self.load = (0, LoadStats::default());
+        Ok(())
+    }
+
+    fn load_rdb(&mut self, chunk: &[u8]) -> Result<(), String> {
+        let Some(reader) = self.reader.as_mut() else { return Err("no full sync in progress".into()) };
+        reader.feed(chunk);
+        let engine = self.srv.engine.load();
+        let (db, stats) = std::mem::take(&mut self.load);
+        let mut loader = Loader::resume(&self.srv.ks, &engine, unix_ms(), db, stats);
+        let mut result = Ok(());
+        loop {
+            match reader.next_item() {
+                Ok(Some(item)) => {
+                    if let Err(e) = loader.apply(item) {
+                        result = Err(e.to_string());
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    result = Err(e.to_string());
+                    break;
+                }
+            }
+        }
+        self.load = loader.into_parts();
+        result
+    }
+
+    fn end_full_sync(&mut self, ok: bool) -> Result<(), String> {
+        let reader = self.reader.take();
+        self.srv.repl.loading.store(false, Ordering::Release);
+        if !ok {
+            return Ok(());
+        }
+        match reader {
+            Some(r) if r.is_done() => {
+                info!(
+                    keys = self.load.1.loaded,
+                    "MASTER <-> REPLICA sync: Finished with success ({} keys loaded)", self.load.1.loaded
+                );
+                Ok(())
+            }
+            Some(r) => Err(r.finish().err().map_or_else(|| "snapshot incomplete".to_string(), |e| e.to_string())),
+            None => Err("no full sync in progress".into()),
+        }
+    }
+
+    fn apply(&mut self, args: Args<'_>, _raw: &[u8]) {
+        self.run(args);
+    }
+}
+
+/// Full-sync snapshots from the engine: a point-in-time image taken without stopping
+/// clients (see `hotkv_engine::snapshot`), written as an RDB file as it is produced.
+pub struct EngineSnapshots {
+    /// The server.
+    pub srv: Weak<Server>,
+}
+
+/// How many bytes of a snapshot may wait for the replica before the snapshot's own pass
+/// waits too (slots that clients write are still written out at once).
+const SNAPSHOT_AHEAD: usize = 64;
+
+impl SnapshotSource for EngineSnapshots {
+    fn snapshot(&self) -> BoxFuture<'_, io::Result<Snapshot>> {
+        let srv = self.srv.upgrade();
+        Box::pin(async move {
+            let srv = srv.ok_or_else(|| io::Error::other("server is shutting down"))?;
+            let (tx, rx) = mpsc::channel(SNAPSHOT_AHEAD);
+            let (point_tx, point_rx) = tokio::sync::oneshot::channel();
+            std::thread::Builder::new()
+                .name("hotkv-snapshot".into())
+                .spawn(move || write_snapshot(&srv, tx, point_tx))?;
+            let point = point_rx.await.map_err(|_| io::Error::other("the snapshot did not start"))?;
+            Ok(Snapshot { point, rdb: rx })
+        })
+    }
+}
+
+/// The RDB file being produced, behind one lock: chunks leave in the order the checksum saw
+/// them, whichever thread wrote each slot.
+struct RdbOut {
+    writer: Option<RdbWriter>,
+    db: Option<usize>,
+    ready: Vec<Bytes>,
+    now_ms: i64,
+}
+
+fn write_snapshot(
+    srv: &Arc<Server>,
+    tx: mpsc::Sender<io::Result<Bytes>>,
+    point_tx: tokio::sync::oneshot::Sender<hotkv_replication::SyncPoint>,
+) {
+    let out = Arc::new(Mutex::new(RdbOut { writer: None, db: None, ready: Vec::new(), now_ms: unix_ms() }));
+    let mut point_tx = Some(point_tx);
+    let snap = loop {
+        let o = out.clone();
+        let write = Box::new(move |db: usize, table: &hotkv_engine::table::Table, _: &mut Vec<u8>| {
+            let mut o = o.lock();
+            let RdbOut { writer, db: at, ready, now_ms } = &mut *o;
+            let Some(w) = writer.as_mut() else { return };
+            let mut buf = Vec::with_capacity(table.len() * 48 + 16);
+            if *at != Some(db) {
+                w.select_db(&mut buf, db);
+                *at = Some(db);
+            }
+            w.table(&mut buf, table, *now_ms);
+            ready.push(Bytes::from(buf));
+        });
+        let mut point = None;
+        let o = out.clone();
+        let primary = srv.repl.primary.clone();
+        let started = srv.ks.begin_snapshot(write, Box::new(|_: Chunk| {}), || {
+            let p = primary.snapshot_point();
+            let mut o = o.lock();
+            let mut head = Vec::with_capacity(256);
+            let ctime = unix_ms() / 1000;
+            let used = srv.memory.used() as i64;
+            let aux = [
+                ("redis-ver", AuxValue::Str(crate::cmd::conn::REDIS_VERSION.as_bytes())),
+                ("redis-bits", AuxValue::Int(64)),
+                ("ctime", AuxValue::Int(ctime)),
+                ("used-mem", AuxValue::Int(used)),
+                ("repl-stream-db", AuxValue::Int(0)),
+                ("repl-id", AuxValue::Str(p.replid.as_bytes())),
+                ("repl-offset", AuxValue::Int(p.offset as i64)),
+                ("aof-base", AuxValue::Int(0)),
+            ];
+            o.writer = Some(RdbWriter::new(&mut head, &aux));
+            o.ready.push(Bytes::from(head));
+            point = Some(p);
+        });
+        match started {
+            Ok(s) => {
+                if let (Some(p), Some(ptx)) = (point, point_tx.take()) {
+                    let _ = ptx.send(p);
+                }
+                break s;
+            }
+            Err(SnapshotError::Busy) if !srv.is_shutting_down() && !tx.is_closed() => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(_) => return,
+        }
+    };
+    let send_ready = |out: &Mutex<RdbOut>| -> bool {
+        let ready = std::mem::take(&mut out.lock().ready);
+        ready.into_iter().all(|b| tx.blocking_send(Ok(b)).is_ok())
+    };
+    let mut alive = true;
+    srv.ks.drive_snapshot(&snap, || {
+        alive = alive && send_ready(&out);
+        alive
+    });
+    if !alive {
+        return;
+    }
+    let tail = {
+        let mut o = out.lock();
+        let mut tail = Vec::with_capacity(16);
+        if let Some(w) = o.writer.take() {
+            w.finish(&mut tail);
+        }
+        o.ready.push(Bytes::from(tail));
+        std::mem::take(&mut o.ready)
+    };
+    for b in tail {
+        if tx.blocking_send(Ok(b)).is_err() {
+            return;
+        }
+    }
+    info!(keys = snap.keys(), "Snapshot for replication complete ({} keys)", snap.keys());
+}
+
+/// What a replica's connection runs after its PSYNC: the session the primary accepted, and
+/// the bytes it had already sent past the command.
+pub struct SyncStart {
+    /// The replica's session.
+    pub session: hotkv_replication::ReplicaSession,
+}

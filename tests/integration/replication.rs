@@ -1,0 +1,353 @@
+//! Replication against the real binary: REPLICAOF, the full sync of a dataset written while
+//! it is taken, the stream after it, partial resync after a cut link, full resync once the
+//! backlog is exceeded, the replica's refusals, WAIT, and both directions with redis-server.
+//!
+//! Every comparison reads both datasets with commands (every key of every database, its
+//! elements and its absolute expire time), so it checks what clients see.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use hotkv_test_support::{FaultProxy, Frame, RawClient, TestServer, wait_for};
+
+use crate::dump_restore::redis_tool;
+use crate::rdb_file::{Dataset, redis_dataset};
+use crate::{assert_err, ok, server, server_with};
+
+const LINK_WAIT: Duration = Duration::from_secs(30);
+
+/// One field of INFO replication.
+fn info_field(c: &mut RawClient, field: &str) -> Option<String> {
+    let text = c.cmd(&["INFO", "replication"]).text();
+    text.lines().find_map(|l| l.strip_prefix(&format!("{field}:")).map(str::to_string))
+}
+
+/// Waits until `replica`'s link to its primary is up.
+#[track_caller]
+fn wait_link_up(replica: &TestServer) {
+    let mut c = replica.client();
+    assert!(
+        wait_for(|| info_field(&mut c, "master_link_status").as_deref() == Some("up"), LINK_WAIT),
+        "link never came up; replica log:\n{}",
+        replica.log()
+    );
+}
+
+/// Waits until `replica` holds exactly what `primary` holds.
+#[track_caller]
+fn wait_same(primary: &TestServer, replica: &TestServer) -> Dataset {
+    let (mut p, mut r) = (primary.client(), replica.client());
+    let mut last = (Dataset::new(), Dataset::new());
+    let same = wait_for(
+        || {
+            last = (redis_dataset(&mut p), redis_dataset(&mut r));
+            last.0 == last.1
+        },
+        LINK_WAIT,
+    );
+    if !same {
+        let missing: Vec<_> = last.0.keys().filter(|k| !last.1.contains_key(*k)).take(5).collect();
+        let extra: Vec<_> = last.1.keys().filter(|k| !last.0.contains_key(*k)).take(5).collect();
+        let differ: Vec<_> =
+            last.0.iter().filter(|(k, v)| last.1.get(*k).is_some_and(|w| w != *v)).map(|(k, _)| k).take(5).collect();
+        panic!(
+            "replica differs: {} keys vs {}; missing {missing:?}, extra {extra:?}, different {differ:?}\nreplica log:\n{}",
+            last.0.len(),
+            last.1.len(),
+            replica.log()
+        );
+    }
+    last.0
+}
+
+fn replicaof(replica: &TestServer, port: u16) {
+    let mut c = replica.client();
+    ok(&mut c, &["REPLICAOF", "127.0.0.1", &port.to_string()]);
+}
+
+/// Writes every type, with and without TTLs, in two databases.
+fn fill(c: &mut RawClient, n: usize, tag: &str) {
+    for db in ["0", "3"] {
+        ok(c, &["SELECT", db]);
+        for i in 0..n {
+            let k = format!("{tag}:{i}");
+            match i % 6 {
+                0 => ok(c, &["SET", &format!("s{k}"), &format!("v{i}")]),
+                1 => assert!(c.cmd(&["RPUSH", &format!("l{k}"), "a", "b", &i.to_string()]).int() > 0),
+                2 => assert!(c.cmd(&["HSET", &format!("h{k}"), "f", "v", "n", &i.to_string()]).int() > 0),
+                3 => assert!(c.cmd(&["SADD", &format!("S{k}"), "x", "y", &i.to_string()]).int() > 0),
+                4 => assert!(c.cmd(&["ZADD", &format!("z{k}"), "1.5", "a", &i.to_string(), "b"]).int() > 0),
+                _ => ok(c, &["SET", &format!("t{k}"), "ttl", "EX", "1000"]),
+            }
+        }
+    }
+    ok(c, &["SELECT", "0"]);
+}
+
+#[test]
+fn a_replica_gets_the_dataset_then_the_stream_and_refuses_writes() {
+    let primary = server();
+    let replica = server();
+    let mut p = primary.client();
+    fill(&mut p, 300, "before");
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    let line = format!("Replication: becoming a replica of 127.0.0.1:{}", primary.port());
+    assert!(replica.log().contains(&line), "{}", replica.log());
+    assert!(replica.log().contains(&format!("Replication: connecting to primary 127.0.0.1:{}", primary.port())));
+    assert!(replica.log().contains(&format!("Replication: connected to primary 127.0.0.1:{}", primary.port())));
+
+    // The stream: writes whose replay must be deterministic, in several databases.
+    fill(&mut p, 60, "after");
+    ok(&mut p, &["SET", "rel", "v", "PX", "900000"]);
+    assert_eq!(p.cmd(&["EXPIRE", "safter:0", "500"]).int(), 1);
+    assert_eq!(p.cmd(&["INCRBYFLOAT", "f", "1.1"]), Frame::bulk("1.1"));
+    assert_eq!(p.cmd(&["HINCRBYFLOAT", "hf", "x", "2.25"]), Frame::bulk("2.25"));
+    assert_eq!(p.cmd(&["SADD", "pop", "a", "b", "c", "d"]).int(), 4);
+    assert_eq!(p.cmd(&["SPOP", "pop", "2"]).items().len(), 2);
+    ok(&mut p, &["MULTI"]);
+    assert_eq!(p.cmd(&["INCR", "counter"]), Frame::simple("QUEUED"));
+    assert_eq!(p.cmd(&["LPUSH", "q", "job"]), Frame::simple("QUEUED"));
+    assert_eq!(p.cmd(&["EXEC"]).items().len(), 2);
+    assert_eq!(p.cmd(&["BLMOVE", "q", "done", "RIGHT", "LEFT", "1"]), Frame::bulk("job"));
+    ok(&mut p, &["SELECT", "5"]);
+    ok(&mut p, &["SET", "gone", "x"]);
+    ok(&mut p, &["FLUSHDB"]);
+    ok(&mut p, &["SWAPDB", "3", "4"]);
+    ok(&mut p, &["SELECT", "0"]);
+    assert_eq!(p.cmd(&["WAIT", "1", "10000"]).int(), 1);
+    let data = wait_same(&primary, &replica);
+    assert!(data.len() > 600, "{}", data.len());
+    assert!(data.get(&(0, b"rel".to_vec())).is_some_and(|c| c.expire_ms.is_some()));
+
+    let mut r = replica.client();
+    assert_err(&r.cmd(&["SET", "x", "1"]), "READONLY You can't write against a read only replica.");
+    assert_eq!(r.cmd(&["GET", "f"]), Frame::bulk("1.1"));
+    assert_eq!(info_field(&mut r, "role").as_deref(), Some("slave"));
+    assert_eq!(info_field(&mut r, "master_port"), Some(primary.port().to_string()));
+    let role = r.cmd(&["ROLE"]);
+    assert_eq!(role.items()[0], Frame::bulk("slave"));
+    assert_eq!(role.items()[3], Frame::bulk("connected"));
+    assert_eq!(info_field(&mut p, "connected_slaves").as_deref(), Some("1"));
+    let offset: i64 = info_field(&mut p, "master_repl_offset").unwrap().parse().unwrap();
+    assert!(wait_for(
+        || info_field(&mut r, "slave_repl_offset").and_then(|o| o.parse::<i64>().ok()) == Some(offset),
+        LINK_WAIT
+    ));
+
+    // REPLICAOF NO ONE: writable again, with the data.
+    ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
+    ok(&mut r, &["SET", "x", "1"]);
+    assert_eq!(info_field(&mut r, "role").as_deref(), Some("master"));
+    assert_eq!(r.cmd(&["GET", "f"]), Frame::bulk("1.1"));
+}
+
+#[test]
+fn writes_during_the_full_sync_are_all_on_the_replica() {
+    let primary = server();
+    let replica = server();
+    let mut p = primary.client();
+    // Enough keys that the snapshot takes a while, written by pipelined batches.
+    let mut batch = Vec::new();
+    for i in 0..50_000 {
+        batch.extend_from_slice(
+            format!("*3\r\n$3\r\nSET\r\n${}\r\nk{i}\r\n$1\r\n0\r\n", format!("k{i}").len()).as_bytes(),
+        );
+    }
+    p.send_raw(&batch);
+    for _ in 0..50_000 {
+        assert_eq!(p.read_frame(), Frame::ok());
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let written = Arc::new(AtomicU64::new(0));
+    let writers: Vec<_> = (0..3)
+        .map(|w| {
+            let (stop, written, port) = (stop.clone(), written.clone(), primary.port());
+            std::thread::spawn(move || {
+                let mut c = RawClient::connect(port);
+                let mut i = w;
+                while !stop.load(Ordering::Relaxed) {
+                    assert!(c.cmd(&["INCR", &format!("k{}", i % 50_000)]).int() >= 1);
+                    c.cmd(&["DEL", &format!("k{}", (i * 7) % 50_000)]);
+                    written.fetch_add(1, Ordering::Relaxed);
+                    i += 3;
+                }
+            })
+        })
+        .collect();
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    // Keep writing a little after the link is up, then stop and compare.
+    let seen = written.load(Ordering::Relaxed);
+    assert!(wait_for(|| written.load(Ordering::Relaxed) > seen + 2000, Duration::from_secs(30)));
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert_eq!(p.cmd(&["WAIT", "1", "10000"]).int(), 1);
+    wait_same(&primary, &replica);
+}
+
+#[test]
+fn a_cut_link_resumes_with_a_partial_resync() {
+    let primary = server();
+    let replica = server();
+    let proxy = FaultProxy::start(primary.port());
+    replicaof(&replica, proxy.port());
+    wait_link_up(&replica);
+    let mut p = primary.client();
+    fill(&mut p, 60, "a");
+    assert_eq!(p.cmd(&["WAIT", "1", "10000"]).int(), 1);
+    proxy.partition();
+    let mut r = replica.client();
+    assert!(wait_for(|| info_field(&mut r, "master_link_status").as_deref() == Some("down"), LINK_WAIT));
+    fill(&mut p, 60, "b");
+    proxy.heal();
+    wait_link_up(&replica);
+    wait_same(&primary, &replica);
+    let log = primary.log();
+    assert_eq!(log.matches("Starting BGSAVE for SYNC").count(), 1, "one full sync only:\n{log}");
+    assert!(log.contains("Partial resynchronization request from"), "{log}");
+}
+
+#[test]
+fn a_replica_behind_the_backlog_gets_a_full_sync() {
+    let primary = server_with(&[("repl-backlog-size", "16kb")]);
+    let replica = server();
+    let proxy = FaultProxy::start(primary.port());
+    replicaof(&replica, proxy.port());
+    wait_link_up(&replica);
+    proxy.partition();
+    let mut r = replica.client();
+    assert!(wait_for(|| info_field(&mut r, "master_link_status").as_deref() == Some("down"), LINK_WAIT));
+    let mut p = primary.client();
+    fill(&mut p, 600, "big");
+    proxy.heal();
+    wait_link_up(&replica);
+    wait_same(&primary, &replica);
+    let log = primary.log();
+    assert_eq!(log.matches("Starting BGSAVE for SYNC").count(), 2, "{log}");
+}
+
+#[test]
+fn a_replica_without_its_primary_serves_stale_data_or_says_masterdown() {
+    let primary = server();
+    let replica = server_with(&[("replica-serve-stale-data", "no")]);
+    let proxy = FaultProxy::start(primary.port());
+    let mut p = primary.client();
+    ok(&mut p, &["SET", "k", "v"]);
+    replicaof(&replica, proxy.port());
+    wait_link_up(&replica);
+    let mut r = replica.client();
+    assert!(wait_for(|| r.cmd(&["GET", "k"]) == Frame::bulk("v"), LINK_WAIT));
+    proxy.partition();
+    assert!(wait_for(|| info_field(&mut r, "master_link_status").as_deref() == Some("down"), LINK_WAIT));
+    assert_err(
+        &r.cmd(&["GET", "k"]),
+        "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+    );
+    ok(&mut r, &["CONFIG", "SET", "replica-serve-stale-data", "yes"]);
+    assert_eq!(r.cmd(&["GET", "k"]), Frame::bulk("v"));
+}
+
+#[test]
+fn min_replicas_to_write_refuses_writes_without_a_good_replica() {
+    let primary = server_with(&[("min-replicas-to-write", "1"), ("min-replicas-max-lag", "10")]);
+    let mut p = primary.client();
+    assert_err(&p.cmd(&["SET", "k", "v"]), "NOREPLICAS Not enough good replicas to write.");
+    assert!(p.cmd(&["GET", "k"]).is_null());
+    let replica = server();
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    assert!(wait_for(|| p.cmd(&["SET", "k", "v"]) == Frame::ok(), LINK_WAIT));
+    assert_eq!(p.cmd(&["WAIT", "1", "0"]).int(), 1);
+}
+
+#[test]
+fn hotkv_follows_a_redis_server_primary() {
+    let Some(bin) = redis_tool("redis-server", "replicate from it") else { return };
+    let redis = TestServer::builder(bin).configs(&[("save", "\"\""), ("appendonly", "no")]).spawn();
+    let mut rc = redis.client();
+    fill(&mut rc, 120, "r");
+    let replica = server();
+    replicaof(&replica, redis.port());
+    wait_link_up(&replica);
+    fill(&mut rc, 30, "s");
+    ok(&mut rc, &["SET", "ttl", "v", "EX", "100"]);
+    assert_eq!(rc.cmd(&["WAIT", "1", "10000"]).int(), 1);
+    wait_same(&redis, &replica);
+}
+
+#[test]
+fn a_redis_server_replica_follows_hotkv() {
+    let Some(bin) = redis_tool("redis-server", "replicate to it") else { return };
+    let primary = server();
+    let mut p = primary.client();
+    fill(&mut p, 120, "h");
+    let redis = TestServer::builder(bin).configs(&[("save", "\"\""), ("appendonly", "no")]).spawn();
+    let mut rc = redis.client();
+    ok(&mut rc, &["REPLICAOF", "127.0.0.1", &primary.port().to_string()]);
+    assert!(
+        wait_for(|| info_field(&mut rc, "master_link_status").as_deref() == Some("up"), LINK_WAIT),
+        "redis-server never linked:\n{}",
+        redis.log()
+    );
+    fill(&mut p, 30, "i");
+    ok(&mut p, &["SET", "ttl", "v", "EX", "100"]);
+    assert_eq!(p.cmd(&["WAIT", "1", "10000"]).int(), 1);
+    wait_same(&primary, &redis);
+}
+
+#[test]
+fn new_keys_in_several_databases_during_the_full_sync_all_arrive_with_a_tiny_backlog() {
+    // Valkey's replication-psync "no backlog": a 100-byte backlog, writers creating new keys
+    // in three databases while the replica syncs.
+    let primary = server_with(&[("repl-backlog-size", "100")]);
+    let replica = server();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = ["9", "11", "12"]
+        .into_iter()
+        .enumerate()
+        .map(|(w, db)| {
+            let (stop, port) = (stop.clone(), primary.port());
+            std::thread::spawn(move || {
+                let mut c = RawClient::connect(port);
+                ok(&mut c, &["SELECT", db]);
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let k = format!("{w}-{i}");
+                    match i % 4 {
+                        0 => ok(&mut c, &["SET", &k, &i.to_string()]),
+                        1 => assert!(!c.cmd(&["INCRBY", &format!("n{}", i % 500), "-3"]).is_error()),
+                        2 => assert!(c.cmd(&["RPUSH", &format!("l{}", i % 300), &k]).int() > 0),
+                        _ => assert!(c.cmd(&["ZADD", &format!("z{}", i % 200), &i.to_string(), &k]).int() >= 0),
+                    }
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    let mut p = primary.client();
+    assert!(wait_for(
+        || p.cmd(&["DBSIZE"]).int() >= 0 && {
+            ok(&mut p, &["SELECT", "9"]);
+            p.cmd(&["DBSIZE"]).int() > 500
+        },
+        LINK_WAIT
+    ));
+    ok(&mut p, &["SELECT", "0"]);
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    // Writing goes on after the link is up, until the stream has carried some of it.
+    let mut r = replica.client();
+    let at = |c: &mut RawClient, f| info_field(c, f).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let linked = at(&mut r, "slave_repl_offset");
+    assert!(wait_for(|| at(&mut r, "slave_repl_offset") > linked + 10_000, LINK_WAIT));
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert_eq!(p.cmd(&["WAIT", "1", "10000"]).int(), 1);
+    wait_same(&primary, &replica);
+}
