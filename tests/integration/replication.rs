@@ -351,3 +351,36 @@ fn new_keys_in_several_databases_during_the_full_sync_all_arrive_with_a_tiny_bac
     assert_eq!(p.cmd(&["WAIT", "1", "10000"]).int(), 1);
     wait_same(&primary, &replica);
 }
+
+#[test]
+fn killing_the_master_client_reconnects_with_a_partial_resync() {
+    let primary = server();
+    let replica = server();
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    let mut p = primary.client();
+    let mut r = replica.client();
+    let list = r.cmd(&["CLIENT", "LIST", "TYPE", "master"]).text();
+    assert!(list.contains(&format!("addr=127.0.0.1:{}", primary.port())) && list.contains("flags=M"), "{list}");
+    fill(&mut p, 30, "a");
+    assert_eq!(r.cmd(&["CLIENT", "KILL", "TYPE", "master"]).int(), 1);
+    fill(&mut p, 30, "b");
+    wait_link_up(&replica);
+    wait_same(&primary, &replica);
+    assert!(
+        wait_for(|| info_stat(&mut p, "sync_partial_ok") == Some(1), LINK_WAIT),
+        "{}",
+        p.cmd(&["INFO", "stats"]).text()
+    );
+    assert_eq!(info_stat(&mut p, "sync_full"), Some(1));
+    assert_eq!(info_stat(&mut p, "sync_partial_err"), Some(0));
+    // The old form, by address, as Valkey's tests use it.
+    ok(&mut r, &["CLIENT", "KILL", &format!("127.0.0.1:{}", primary.port())]);
+    wait_link_up(&replica);
+    assert!(wait_for(|| info_stat(&mut p, "sync_partial_ok") == Some(2), LINK_WAIT));
+}
+
+fn info_stat(c: &mut RawClient, field: &str) -> Option<u64> {
+    let text = c.cmd(&["INFO", "stats"]).text();
+    text.lines().find_map(|l| l.strip_prefix(&format!("{field}:")).and_then(|v| v.parse().ok()))
+}

@@ -164,6 +164,19 @@ pub struct Primary {
     stream: watch::Sender<u64>,
     /// Bumped on every ACK; WAIT waits on it.
     acks: watch::Sender<u64>,
+    /// INFO stats `sync_full`, `sync_partial_ok`, `sync_partial_err`.
+    syncs: [std::sync::atomic::AtomicU64; 3],
+}
+
+/// Counts of what PSYNC/SYNC requests got, for INFO stats.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SyncCounts {
+    /// `sync_full`: full resyncs served.
+    pub full: u64,
+    /// `sync_partial_ok`: requests continued from the backlog.
+    pub partial_ok: u64,
+    /// `sync_partial_err`: requests to continue that had to resync fully (`PSYNC ?` is not one).
+    pub partial_err: u64,
 }
 
 struct State {
@@ -230,6 +243,7 @@ impl Primary {
             upstream: AtomicBool::new(false),
             stream,
             acks,
+            syncs: Default::default(),
         })
     }
 
@@ -293,6 +307,12 @@ impl Primary {
         st.replid = random_hex40();
         st.replid2 = NO_REPLID.to_string();
         st.second_offset = -1;
+    }
+
+    /// What PSYNC/SYNC requests got so far.
+    pub fn sync_counts(&self) -> SyncCounts {
+        let at = |i: usize| self.syncs[i].load(Ordering::Relaxed);
+        SyncCounts { full: at(0), partial_ok: at(1), partial_err: at(2) }
     }
 
     /// The rotation Valkey does when a replica is promoted (`shiftReplicationId`): the current
@@ -364,6 +384,17 @@ impl Primary {
         let decision = match st.try_partial(req, &name) {
             Some(pos) => SyncDecision::Continue { pos },
             None => SyncDecision::FullResync,
+        };
+        let [full, ok, err] = &self.syncs;
+        match decision {
+            SyncDecision::Continue { .. } => ok.fetch_add(1, Ordering::Relaxed),
+            SyncDecision::FullResync => {
+                // `PSYNC ?` asks for a full sync; any other id asked to continue and could not.
+                if req.psync && req.replid != "?" {
+                    err.fetch_add(1, Ordering::Relaxed);
+                }
+                full.fetch_add(1, Ordering::Relaxed)
+            }
         };
         if st.backlog.is_none() {
             // The first replica creates the backlog, with a fresh id: our old offsets had no

@@ -50,6 +50,17 @@ pub trait Applier: Send {
     /// too; `PING` and `REPLCONF` do not (the link handles them). Errors are the server's to
     /// log; the stream goes on, as Valkey's does.
     fn apply(&mut self, args: Args<'_>, raw: &[u8]);
+
+    /// The stream starts on a connection to `primary` (`host:port`): the server shows its
+    /// master client from now on. The future it returns ends when the server wants this
+    /// connection dropped (CLIENT KILL of the master client): the link then reconnects and
+    /// continues where it was, as a Valkey replica whose master client was killed does.
+    fn stream_started(&mut self, _primary: &str) -> BoxFuture<'static, ()> {
+        Box::pin(std::future::pending())
+    }
+
+    /// The stream's connection ended.
+    fn stream_ended(&mut self) {}
 }
 
 /// Where to replicate from and how, from `replicaof`, `masteruser`, `masterauth`,
@@ -280,7 +291,10 @@ impl ReplicaLink {
         let mut conn = Conn { stream, buf: BytesMut::with_capacity(READ_CHUNK), timeout: self.cfg.timeout };
         self.handshake(&mut conn).await?;
         let offset = self.psync(&mut conn).await?;
-        self.stream(conn, offset).await
+        let killed = self.applier.stream_started(&format!("{}:{}", self.cfg.host, self.cfg.port));
+        let r = self.stream(conn, offset, killed).await;
+        self.applier.stream_ended();
+        r
     }
 
     /// PING, then AUTH and REPLCONF pipelined, as Valkey's replica sends them.
@@ -473,7 +487,12 @@ impl ReplicaLink {
 
     /// The command stream: apply, count, feed our own replicas, answer GETACK, ACK every
     /// second, and give up after `repl-timeout` of silence.
-    async fn stream(&mut self, mut conn: Conn, mut offset: u64) -> Result<(), Error> {
+    async fn stream(
+        &mut self,
+        mut conn: Conn,
+        mut offset: u64,
+        mut killed: BoxFuture<'static, ()>,
+    ) -> Result<(), Error> {
         let mut read_offset = offset + conn.buf.len() as u64;
         {
             let mut st = self.status.lock();
@@ -515,6 +534,10 @@ impl ReplicaLink {
                     self.status.lock().last_io = Some(last_io);
                 }
                 _ = ack_tick.tick() => send_ack(&mut conn, offset).await?,
+                () = &mut killed => {
+                    info!("Connection with primary lost: its client was killed");
+                    return Err(Error::Local("the primary's client was killed".into()));
+                }
             }
         }
     }

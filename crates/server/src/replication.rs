@@ -291,7 +291,6 @@ impl MasterClient {
         let info = Arc::new(ClientInfo::new(srv.clients.next_id(), addr, addr, -1, unix_ms()));
         info.flags.fetch_or(flag::MASTER, Ordering::Relaxed);
         let sess = Session::new(info, true);
-        sess.set_flag(flag::MASTER, true);
         MasterClient {
             srv: srv.clone(),
             sess,
@@ -329,6 +328,12 @@ impl Applier for MasterClient {
     fn begin_full_sync(&mut self) -> Result<(), String> {
         info!("MASTER <-> REPLICA sync: Flushing old data");
         self.srv.repl.loading.store(true, Ordering::Release);
+        // A transaction the old stream left open never completes: the new history starts
+        // after the snapshot.
+        if self.sess.multi.is_some() {
+            crate::cmd::multi::discard_transaction(&self.srv, &mut self.sess);
+        }
+        self.sess.db = 0;
         let (flat, spans) = crate::dispatch::flatten(&[b"FLUSHALL".to_vec()]);
         self.run(Args::from_parts(&flat, &spans));
         self.reader = Some(RdbReader::new(self.srv.rt.load().proto_max_bulk_len));
@@ -383,6 +388,29 @@ impl Applier for MasterClient {
 
     fn apply(&mut self, args: Args<'_>, _raw: &[u8]) {
         self.run(args);
+    }
+
+    fn stream_started(&mut self, primary: &str) -> BoxFuture<'static, ()> {
+        // A fresh client per connection, listed as the primary's address (CLIENT LIST shows it,
+        // CLIENT KILL addr or TYPE master drops the link), as Valkey's master client.
+        let addr = primary.parse().unwrap_or_else(|_| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
+        let info = Arc::new(ClientInfo::new(self.srv.clients.next_id(), addr, addr, -1, unix_ms()));
+        info.flags.fetch_or(flag::MASTER, Ordering::Relaxed);
+        // The session itself carries on: a stream that continues (+CONTINUE) relies on the
+        // database it selected and on a transaction it was in the middle of.
+        info.db.store(self.sess.db as u32, Ordering::Relaxed);
+        self.sess.id = info.id;
+        self.sess.info = info.clone();
+        self.srv.clients.add(info.clone());
+        Box::pin(async move {
+            while !info.is_killed() {
+                info.wake.notified().await;
+            }
+        })
+    }
+
+    fn stream_ended(&mut self) {
+        self.srv.clients.remove(self.sess.id);
     }
 }
 

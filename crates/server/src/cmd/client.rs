@@ -269,7 +269,16 @@ impl ClientType {
 
     /// The class of a connected client.
     pub fn of(c: &ClientInfo) -> ClientType {
-        if c.flags.load(Ordering::Relaxed) & flag::PUBSUB != 0 { ClientType::PubSub } else { ClientType::Normal }
+        let f = c.flags.load(Ordering::Relaxed);
+        if f & flag::MASTER != 0 {
+            ClientType::Primary
+        } else if f & flag::REPLICA != 0 {
+            ClientType::Replica
+        } else if f & flag::PUBSUB != 0 {
+            ClientType::PubSub
+        } else {
+            ClientType::Normal
+        }
     }
 }
 

@@ -368,6 +368,7 @@ fn stats(srv: &Server, o: &mut String) {
     let cycle_usec = if cycles_rate > 0.0 { (cron_usec_rate / cycles_rate).max(1.0) as i64 } else { 0 };
     let kbps = |v: i64| format!("{:.2}", v as f32 / 1024.0);
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let syncs = srv.repl.primary.sync_counts();
     fields!(o,
         "total_connections_received" => load(&s.connections_received),
         "total_commands_processed" => s.commands(),
@@ -381,9 +382,9 @@ fn stats(srv: &Server, o: &mut String) {
         "instantaneous_input_repl_kbps" => "0.00",
         "instantaneous_output_repl_kbps" => "0.00",
         "rejected_connections" => load(&s.rejected_connections),
-        "sync_full" => 0,
-        "sync_partial_ok" => 0,
-        "sync_partial_err" => 0,
+        "sync_full" => syncs.full,
+        "sync_partial_ok" => syncs.partial_ok,
+        "sync_partial_err" => syncs.partial_err,
         "expired_keys" => s.expired(),
         "expired_stale_perc" => "0.00",
         "expired_time_cap_reached_count" => load(&s.expire_cap_reached),
