@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmarks hotkv against redis-server side by side; see benches/harness.py for options.
 # `benches/run.sh cluster [options]` runs the cluster benchmarks instead (benches/cluster.py),
-# `benches/run.sh reshard [options]` the resharding benchmark (benches/reshard.py).
+# `benches/run.sh reshard [options]` the resharding benchmark (benches/reshard.py),
+# `benches/run.sh replication [options]` the cost of a replica (benches/replication.py).
 # Installs Debian's redis-server and redis-tools when missing, builds hotkv in release mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,5 +23,9 @@ fi
 if [ "${1:-}" = reshard ]; then
   shift
   exec python3 benches/reshard.py "$@"
+fi
+if [ "${1:-}" = replication ]; then
+  shift
+  exec python3 benches/replication.py "$@"
 fi
 exec python3 benches/harness.py "$@"

@@ -384,3 +384,45 @@ fn info_stat(c: &mut RawClient, field: &str) -> Option<u64> {
     let text = c.cmd(&["INFO", "stats"]).text();
     text.lines().find_map(|l| l.strip_prefix(&format!("{field}:")).and_then(|v| v.parse().ok()))
 }
+
+#[test]
+fn replication_over_tls_logs_the_doc_lines_and_logs_in_with_requirepass() {
+    // The reference doc's nodes set requirepass and no masterauth, and show the links up:
+    // a replica logs in with the node's own password.
+    let pki = crate::pki::Pki::new();
+    let spawn = || {
+        let tls_port = hotkv_test_support::free_port();
+        let mut b = crate::builder().config("requirepass", "change-me").config("tls-replication", "yes");
+        for (k, v) in pki.server_config(tls_port) {
+            b = b.config(&k, &v);
+        }
+        (b.spawn(), tls_port)
+    };
+    let (primary, primary_tls) = spawn();
+    let (replica, _) = spawn();
+    let auth = |c: &mut RawClient| ok(c, &["AUTH", "change-me"]);
+    let (mut p, mut r) = (primary.client(), replica.client());
+    auth(&mut p);
+    auth(&mut r);
+    assert!(replica.log().contains("TLS on replication links, other nodes verified against the CA"));
+    ok(&mut p, &["SET", "greeting", "hello"]);
+    ok(&mut r, &["REPLICAOF", "127.0.0.1", &primary_tls.to_string()]);
+    assert!(
+        wait_for(|| info_field(&mut r, "master_link_status").as_deref() == Some("up"), LINK_WAIT),
+        "{}",
+        replica.log()
+    );
+    let log = replica.log();
+    for line in [
+        format!("Replication: becoming a replica of 127.0.0.1:{primary_tls}"),
+        format!("Replication: connecting to primary 127.0.0.1:{primary_tls}"),
+        format!("Replication: connected to primary 127.0.0.1:{primary_tls} over TLS"),
+    ] {
+        assert!(log.contains(&line), "missing {line:?} in:\n{log}");
+    }
+    assert!(wait_for(|| r.cmd(&["GET", "greeting"]) == Frame::bulk("hello"), LINK_WAIT));
+    ok(&mut p, &["SET", "after", "tls"]);
+    assert_eq!(p.cmd(&["WAIT", "1", "10000"]).int(), 1);
+    assert_eq!(r.cmd(&["GET", "after"]), Frame::bulk("tls"));
+    assert_eq!(info_field(&mut r, "master_port"), Some(primary_tls.to_string()));
+}

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Replication cost benchmark: what one attached replica costs a primary's write throughput,
+for hotkv and for redis-server, on this machine, in the same run.
+
+For each kind, in turn (one pair at a time, so they never share the CPU with each other):
+
+1. start a primary pinned to CPU 0 (hotkv with one worker thread, redis-server with
+   io-threads 1: one core each) and run `redis-benchmark -t set -P 16 -c 50 -r 100000 -d 32`
+   from CPU 1: ops/s and the primary's CPU time per request, with no replica (backlog off);
+2. start a replica of the same kind on CPU 1 (it shares the client's core, for both kinds
+   alike), REPLICAOF the primary, wait until `master_link_status:up`, run the same benchmark
+   again, then wait until the replica's offset equals the primary's, so the stream was
+   really carried;
+3. the figure is with/without for each kind: the issue's target is hotkv within 10% of its
+   own no-replica throughput, and the ratio hotkv/redis-server of both.
+
+Rounds (--rounds) alternate which kind goes first; medians are reported. Raw figures go to
+benches/results/replication-<time>.json and a markdown table to
+benches/results/latest-replication.md.
+
+Usage: benches/run.sh replication [--rounds N] [--requests N] [--no-pin]
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.dont_write_bytecode = True  # importing must not leave a __pycache__ in benches/
+from harness import Server, hotkv_argv, median, redis_argv, run_bench  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(port, *args):
+    return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True,
+                          timeout=30).stdout.strip()
+
+
+def field(port, section, name):
+    for line in cli(port, "INFO", section).splitlines():
+        if line.startswith(name + ":"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def wait(cond, timeout=60.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def one_kind(name, argv_fn, args):
+    primary = Server(f"{name}-primary", argv_fn)
+    replica = Server(f"{name}-replica", argv_fn)
+    pin = not args.no_pin
+    bench = ["redis-benchmark", "-t", "set", "-P", "16", "-c", "50", "-r", "100000", "-d", "32",
+             "-n", str(args.requests), "--csv"]
+    if pin:
+        bench = ["taskset", "-c", "1"] + bench
+    out = {}
+    try:
+        primary.start(None, "percore", "0" if pin else None)
+        for label in ("alone", "with_replica"):
+            if label == "with_replica":
+                replica.start(None, "percore", "1" if pin else None)
+                cli(replica.port, "REPLICAOF", "127.0.0.1", str(primary.port))
+                if not wait(lambda: field(replica.port, "replication", "master_link_status") == "up"):
+                    raise RuntimeError(f"{name} replica never linked (log {replica.log.name})")
+            argv = bench[:]
+            at = argv.index("redis-benchmark") + 1
+            argv[at:at] = ["-p", str(primary.port)]
+            cpu0 = primary.cpu_seconds()
+            rps, p50, p99 = run_bench(argv, timeout=600)
+            cpu = primary.cpu_seconds() - cpu0
+            out[label] = {"rps": rps, "p50_ms": p50, "p99_ms": p99,
+                          "primary_cpu_us_per_req": cpu * 1e6 / args.requests}
+            if label == "with_replica":
+                target = field(primary.port, "replication", "master_repl_offset")
+                caught_up = wait(lambda: field(replica.port, "replication", "slave_repl_offset") == target)
+                out[label]["replica_caught_up"] = caught_up
+                out[label]["stream_bytes"] = int(target or 0)
+        out["ratio"] = out["with_replica"]["rps"] / out["alone"]["rps"]
+        return out
+    finally:
+        replica.stop()
+        primary.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=2_000_000)
+    ap.add_argument("--no-pin", action="store_true")
+    ap.add_argument("--out", default=str(ROOT / "benches" / "results"))
+    args = ap.parse_args()
+    kinds = [("hotkv", hotkv_argv(str(ROOT / "target" / "release" / "hotkv"))),
+             ("redis", redis_argv("redis-server"))]
+    rounds = []
+    for r in range(args.rounds):
+        order = kinds if r % 2 == 0 else kinds[::-1]
+        rounds.append({name: one_kind(name, fn, args) for name, fn in order})
+        print(json.dumps(rounds[-1]), flush=True)
+    med = {}
+    for name, _ in kinds:
+        med[name] = {
+            "alone_rps": median([x[name]["alone"]["rps"] for x in rounds]),
+            "with_rps": median([x[name]["with_replica"]["rps"] for x in rounds]),
+            "ratio": median([x[name]["ratio"] for x in rounds]),
+            "alone_cpu_us": median([x[name]["alone"]["primary_cpu_us_per_req"] for x in rounds]),
+            "with_cpu_us": median([x[name]["with_replica"]["primary_cpu_us_per_req"] for x in rounds]),
+        }
+    lines = [
+        "| kind | SET -P16 alone (ops/s) | with 1 replica (ops/s) | with/alone | primary CPU µs/req alone | with replica |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, _ in kinds:
+        m = med[name]
+        lines.append(f"| {name} | {m['alone_rps']:.0f} | {m['with_rps']:.0f} | {m['ratio']:.3f} | "
+                     f"{m['alone_cpu_us']:.3f} | {m['with_cpu_us']:.3f} |")
+    h, rd = med["hotkv"], med["redis"]
+    lines.append("")
+    lines.append(f"hotkv/redis-server with a replica: {h['with_rps'] / rd['with_rps']:.2f}x ops/s, "
+                 f"{h['with_cpu_us'] / rd['with_cpu_us']:.2f}x primary CPU per request "
+                 f"(medians of {args.rounds} rounds)")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    outdir = Path(args.out)
+    outdir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    (outdir / f"replication-{stamp}.json").write_text(json.dumps({"rounds": rounds, "medians": med}, indent=1))
+    (outdir / "latest-replication.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
