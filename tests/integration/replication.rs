@@ -426,3 +426,55 @@ fn replication_over_tls_logs_the_doc_lines_and_logs_in_with_requirepass() {
     assert_eq!(r.cmd(&["GET", "after"]), Frame::bulk("tls"));
     assert_eq!(info_field(&mut r, "master_port"), Some(primary_tls.to_string()));
 }
+
+#[test]
+fn repeated_link_kills_under_load_lose_nothing() {
+    // Valkey's replication-psync: the replica's master client is killed again and again while
+    // writers flood the primary; every reconnect continues the stream (the backlog holds
+    // whatever the replica is behind: a debug build applies slower than three writers write).
+    let primary = server_with(&[("repl-backlog-size", "256mb")]);
+    let replica = server();
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..3)
+        .map(|w| {
+            let (stop, port) = (stop.clone(), primary.port());
+            std::thread::spawn(move || {
+                let mut c = RawClient::connect(port);
+                ok(&mut c, &["SELECT", &(9 + w).to_string()]);
+                let long = "m".repeat(200 + w as usize * 37);
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    // Members repeat, so the sets stay small and the unions cheap.
+                    let member = format!("{long}{}", i % 2000);
+                    assert!(!c.cmd(&["ZADD", &format!("z{}", i % 50), &format!("0.{i}"), &member]).is_error());
+                    if i % 7 == 0 {
+                        assert!(!c.cmd(&["ZUNIONSTORE", &format!("u{}", i % 13), "2", "z1", "z2"]).is_error());
+                    }
+                    ok(&mut c, &["SET", &format!("s{i}"), &member]);
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    let mut r = replica.client();
+    for _ in 0..10 {
+        let before = info_field(&mut r, "slave_repl_offset").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        assert!(wait_for(
+            || info_field(&mut r, "slave_repl_offset").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+                > before + 20_000,
+            LINK_WAIT
+        ));
+        r.cmd(&["CLIENT", "KILL", "TYPE", "master"]);
+        wait_link_up(&replica);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    let mut p = primary.client();
+    assert_eq!(p.cmd(&["WAIT", "1", "10000"]).int(), 1);
+    wait_same(&primary, &replica);
+    assert_eq!(info_stat(&mut p, "sync_full"), Some(1), "every reconnect continued:\n{}", primary.log());
+}

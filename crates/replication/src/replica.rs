@@ -507,7 +507,7 @@ impl ReplicaLink {
         let mut ack_tick = tokio::time::interval(self.cfg.ack_period);
         let mut last_io = Instant::now();
         loop {
-            let getack = self.process(&mut conn.buf, &mut dec, limits, &mut offset)?;
+            let (getack, more) = self.process(&mut conn.buf, &mut dec, limits, &mut offset)?;
             {
                 let mut st = self.status.lock();
                 st.offset = Some(offset);
@@ -515,6 +515,13 @@ impl ReplicaLink {
             }
             if let Some(at) = getack {
                 send_ack(&mut conn, at).await?;
+            }
+            if more {
+                // A long backlog is applied in slices, letting the clients that share this
+                // worker thread run in between (a task that never yields keeps them waiting:
+                // INFO on a replica catching up took seconds).
+                tokio::task::yield_now().await;
+                continue;
             }
             conn.buf.reserve(READ_CHUNK);
             tokio::select! {
@@ -542,18 +549,26 @@ impl ReplicaLink {
         }
     }
 
-    /// Applies every complete command in `buf`; returns the offset to report if a
-    /// `REPLCONF GETACK` was among them (the offset before it, as Valkey reports it).
+    /// Applies the complete commands in `buf`, at most [`APPLY_SLICE`] of them; returns the
+    /// offset to report if a `REPLCONF GETACK` was among them (the offset before it, as
+    /// Valkey reports it), and whether complete commands may remain.
     fn process(
         &mut self,
         buf: &mut BytesMut,
         dec: &mut Decoder,
         limits: Limits,
         offset: &mut u64,
-    ) -> Result<Option<u64>, Error> {
+    ) -> Result<(Option<u64>, bool), Error> {
         let mut getack = None;
         let mut start = 0usize;
+        let mut budget = APPLY_SLICE;
+        let mut more = false;
         loop {
+            if budget == 0 {
+                more = true;
+                break;
+            }
+            budget -= 1;
             let step = dec.next(buf, limits).map_err(|e| Error::Protocol(ProtocolViolation::Stream(e)))?;
             let end = dec.consumed();
             match step {
@@ -585,7 +600,7 @@ impl ReplicaLink {
             buf.advance(n);
             *offset += n as u64;
         }
-        Ok(getack)
+        Ok((getack, more))
     }
 
     fn note_transfer(&self, n: usize) {
@@ -598,6 +613,9 @@ impl ReplicaLink {
         self.status.lock().state = state;
     }
 }
+
+/// Most commands of the stream applied before the link lets other tasks run.
+const APPLY_SLICE: usize = 256;
 
 /// The connection with a read buffer kept across the handshake, the snapshot and the stream
 /// (the primary may send them back to back in one read).
