@@ -449,7 +449,7 @@ fn repeated_link_kills_under_load_lose_nothing() {
                     // Members repeat, so the sets stay small and the unions cheap.
                     let member = format!("{long}{}", i % 2000);
                     assert!(!c.cmd(&["ZADD", &format!("z{}", i % 50), &format!("0.{i}"), &member]).is_error());
-                    if i % 7 == 0 {
+                    if i.is_multiple_of(7) {
                         assert!(!c.cmd(&["ZUNIONSTORE", &format!("u{}", i % 13), "2", "z1", "z2"]).is_error());
                     }
                     ok(&mut c, &["SET", &format!("s{i}"), &member]);
