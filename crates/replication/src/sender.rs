@@ -240,6 +240,10 @@ impl ReplicaSession {
                 if rx.changed().await.is_err() {
                     return Ok(());
                 }
+                // Woken by one write: let the batches running on the other workers append
+                // theirs too, so one send carries many commands (Valkey writes to replicas
+                // once per event-loop turn for the same reason).
+                tokio::task::yield_now().await;
                 continue;
             }
             for c in &chunks {
