@@ -166,6 +166,8 @@ pub struct Primary {
     acks: watch::Sender<u64>,
     /// INFO stats `sync_full`, `sync_partial_ok`, `sync_partial_err`.
     syncs: [std::sync::atomic::AtomicU64; 3],
+    /// Senders waiting for the stream to grow: appends wake them only when there are some.
+    waiting: std::sync::atomic::AtomicUsize,
 }
 
 /// Counts of what PSYNC/SYNC requests got, for INFO stats.
@@ -244,6 +246,7 @@ impl Primary {
             stream,
             acks,
             syncs: Default::default(),
+            waiting: Default::default(),
         })
     }
 
@@ -646,6 +649,17 @@ impl Primary {
         self.stream.subscribe()
     }
 
+    /// A sender is about to look at the buffer for the last time before waiting (see
+    /// `append`); [`Primary::done_waiting`] when it found bytes or was woken.
+    pub(crate) fn will_wait(&self) {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The other half of [`Primary::will_wait`].
+    pub(crate) fn done_waiting(&self) {
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+
     /// Moves a full-sync replica's pin to the snapshot's point and marks it receiving.
     pub(crate) fn begin_bulk(&self, id: u64, point: &SyncPoint) -> Result<(), Error> {
         let mut st = self.state.lock();
@@ -782,10 +796,16 @@ impl WriteSink for Primary {
             buf.append(bytes);
         }
         *offset = buf.offset();
-        if !st.replicas.is_empty() {
+        if !st.replicas.is_empty() && st.any_over_soft() {
             st.check_limits(Instant::now());
         }
-        self.stream.send_replace(st.offset);
+        let end = st.offset;
+        drop(st);
+        // Waking costs a lock and a notify: only when a sender is waiting (it registers
+        // before its last look at the buffer, so it either sees these bytes or this wake).
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.stream.send_replace(end);
+        }
     }
 }
 
@@ -843,6 +863,18 @@ impl State {
 
     /// Drops replicas over the hard output limit, or over the soft one for too long
     /// (`checkClientOutputBufferLimits` with Valkey's replica class).
+    /// Whether a replica is past the soft (or hard) output limit: the common case, none is,
+    /// costs no clock read.
+    fn any_over_soft(&self) -> bool {
+        let Some(buf) = self.backlog.as_ref() else { return false };
+        let s = &self.settings;
+        let soft = if s.obuf_soft == 0 { u64::MAX } else { s.obuf_soft };
+        let hard = if s.obuf_hard == 0 { u64::MAX } else { s.obuf_hard.max(buf.backlog_size()) };
+        let limit = soft.min(hard);
+        buf.pending_all()
+            .any(|(id, pending)| pending >= limit || self.replicas.get(&id).is_some_and(|e| e.soft_since.is_some()))
+    }
+
     fn check_limits(&mut self, now: Instant) {
         let Some(buf) = self.backlog.as_ref() else { return };
         let s = &self.settings;

@@ -88,6 +88,23 @@ impl Handshake {
     }
 }
 
+/// Counts a sender as waiting for the stream for as long as it lives (also when the
+/// sender's future is dropped mid-wait).
+struct WaitGuard<'a>(&'a Primary);
+
+impl<'a> WaitGuard<'a> {
+    fn new(p: &'a Primary) -> WaitGuard<'a> {
+        p.will_wait();
+        WaitGuard(p)
+    }
+}
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        self.0.done_waiting();
+    }
+}
+
 /// An RDB snapshot for a full resync: its consistency point and its bytes.
 pub struct Snapshot {
     /// Where the snapshot stands in the stream, from [`Primary::snapshot_point`].
@@ -232,12 +249,15 @@ impl ReplicaSession {
         let mut rx = self.primary.subscribe();
         let mut chunks = Vec::new();
         loop {
-            // Marking the value seen before reading means an append after the read wakes us.
+            // Registered and marked seen before reading: an append after the read wakes us.
+            let waiting = WaitGuard::new(&self.primary);
             rx.borrow_and_update();
             chunks.clear();
             let pos = self.primary.read_stream(self.id, BATCH, &mut chunks)?;
             if chunks.is_empty() {
-                if rx.changed().await.is_err() {
+                let woken = rx.changed().await;
+                drop(waiting);
+                if woken.is_err() {
                     return Ok(());
                 }
                 // Woken by one write: let the batches running on the other workers append
@@ -246,6 +266,7 @@ impl ReplicaSession {
                 tokio::task::yield_now().await;
                 continue;
             }
+            drop(waiting);
             for c in &chunks {
                 wr.write_all(c).await?;
             }
