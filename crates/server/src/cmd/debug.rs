@@ -57,6 +57,36 @@ fn sub_arg(args: &Args<'_>) -> String {
 }
 
 /// DEBUG PROTOCOL <type>: one sample reply of each RESP type, for client and test authors.
+/// DEBUG POPULATE: `<prefix>:<n>` for n below `count`, each `value:<n>` (cut or padded with
+/// zero bytes to `size` when given), leaving keys that exist alone; as Valkey, not
+/// propagated and blind to cluster slot ownership.
+fn populate(srv: &Server, db: usize, count: u64, prefix: &[u8], size: usize) {
+    let engine = srv.engine.load();
+    let lru = hotkv_engine::policy::initial(engine.policy, unix_ms());
+    let mut key = Vec::with_capacity(prefix.len() + 21);
+    let mut val = Vec::with_capacity(size.max(26));
+    for j in 0..count {
+        key.clear();
+        key.extend_from_slice(prefix);
+        key.push(b':');
+        key.extend_from_slice(itoa::Buffer::new().format(j).as_bytes());
+        val.clear();
+        val.extend_from_slice(b"value:");
+        val.extend_from_slice(itoa::Buffer::new().format(j).as_bytes());
+        if size > 0 {
+            val.resize(size, 0);
+        }
+        let id = hotkv_engine::keyspace::lock_id(db, key_slot(&key));
+        let mut locks = srv.ks.lock(&[id]);
+        let Some((table, slot)) = locks.get(id) else { continue };
+        let hash = key_hash(&key);
+        if table.find(&key, hash).is_none() {
+            table.insert_new(Entry::new(&key, hash, hotkv_engine::entry::NewValue::Bytes(&val), None, lru));
+            slot.sync(table);
+        }
+    }
+}
+
 fn protocol(name: &str, out: &mut ReplyBuf) -> Result<(), CommandError> {
     match name {
         "string" => out.bulk(b"Hello World"),
@@ -142,6 +172,18 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
                 with_entry(srv, sess.db, args.get(2), |e| object_line(e, fast, now, engine.lfu_decay_time, knobs))
                     .ok_or(CommandError::NoSuchKey)?;
             out.simple(&line);
+        }
+        ("populate", 3..=5) => {
+            let count = super::int_arg(args.get(2), None)?;
+            let count = u64::try_from(count).map_err(|_| CommandError::err("count must be positive"))?;
+            let prefix = args.opt(3).unwrap_or(b"key");
+            let size = match args.opt(4) {
+                Some(a) => usize::try_from(super::int_arg(a, None)?)
+                    .map_err(|_| CommandError::err("value size must be positive"))?,
+                None => 0,
+            };
+            populate(srv, sess.db, count, prefix, size);
+            out.ok();
         }
         ("change-repl-id", 2) => {
             tracing::info!("Changing replication IDs after receiving DEBUG change-repl-id");
@@ -291,6 +333,11 @@ fn help(args: &Args<'_>, out: &mut ReplyBuf) {
             "    Output a hex signature of the values of all the specified keys.",
             "DROP-CLUSTER-PACKET-FILTER <type>",
             "    Drop received cluster bus frames of this type (-1: none, -2: all).",
+            "POPULATE <count> [<prefix>] [<size>]",
+            "    Create <count> string keys named key:<num>. If <prefix> is specified then",
+            "    it is used instead of the 'key' prefix. These are not propagated to",
+            "    replicas. Cluster slots are not respected so keys not belonging to the",
+            "    current node can be created in cluster mode.",
             "LOG <message>",
             "    Write <message> to the server log.",
             "OBJECT <key> [fast]",
@@ -339,6 +386,22 @@ mod tests {
             Ok(_) => String::from_utf8_lossy(out.as_bytes()).into_owned(),
             Err(e) => format!("-{}\r\n", e.message()),
         })
+    }
+
+    #[test]
+    fn populate_creates_missing_keys_only() {
+        let srv = server();
+        let mut c = client(&srv, 44003);
+        c.run(&srv, &["set", "key:3", "mine"]);
+        assert_eq!(debug(&srv, &mut c, &["debug", "populate", "10"]), "+OK\r\n");
+        assert_eq!(c.run(&srv, &["dbsize"]), ":10\r\n");
+        assert_eq!(c.run(&srv, &["get", "key:7"]), "$7\r\nvalue:7\r\n");
+        assert_eq!(c.run(&srv, &["get", "key:3"]), "$4\r\nmine\r\n");
+        assert_eq!(debug(&srv, &mut c, &["debug", "populate", "2", "p", "12"]), "+OK\r\n");
+        assert_eq!(c.run(&srv, &["get", "p:1"]), "$12\r\nvalue:1\0\0\0\0\0\r\n");
+        assert_eq!(debug(&srv, &mut c, &["debug", "populate", "1", "q", "3"]), "+OK\r\n");
+        assert_eq!(c.run(&srv, &["get", "q:0"]), "$3\r\nval\r\n");
+        assert_eq!(debug(&srv, &mut c, &["debug", "populate", "-1"]), "-ERR count must be positive\r\n");
     }
 
     #[test]
