@@ -91,6 +91,11 @@ pub fn cluster_settings(s: &Settings) -> ClusterSettings {
             "unknown-endpoint" => Endpoint::Unknown,
             _ => Endpoint::Ip,
         },
+        replica_validity_factor: u32::try_from(s.int(table::CLUSTER_REPLICA_VALIDITY_FACTOR)).unwrap_or(0),
+        repl_ping_period_ms: s.int(table::REPL_PING_REPLICA_PERIOD).saturating_mul(1000),
+        replica_no_failover: s.bool(table::CLUSTER_REPLICA_NO_FAILOVER),
+        allow_replica_migration: s.bool(table::CLUSTER_ALLOW_REPLICA_MIGRATION),
+        migration_barrier: usize::try_from(s.int(table::CLUSTER_MIGRATION_BARRIER)).unwrap_or(0),
     }
 }
 
@@ -105,7 +110,8 @@ pub fn load(s: &Settings) -> Result<Option<Loaded>, String> {
     let cfg = cluster_settings(s);
     let state = match nodes_conf::load(&path).map_err(|e| e.to_string())? {
         Some(saved) => {
-            let st = ClusterState::from_saved(saved, cfg);
+            let mut st = ClusterState::from_saved(saved, cfg);
+            st.hold_until_rejoined();
             info!("Node configuration loaded, I'm {}", st.myself_id());
             st
         }
