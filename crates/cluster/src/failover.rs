@@ -443,7 +443,9 @@ impl ClusterState {
                 return;
             }
         };
-        if (!primary_failed && !manual) || (self.cfg.replica_no_failover && !manual) {
+        // Only a failed primary is replaced, and only by a replica allowed to; a manual
+        // failover overrides both.
+        if !manual && (!primary_failed || self.cfg.replica_no_failover) {
             self.election.cant = None;
             return;
         }
