@@ -226,10 +226,15 @@ fn ports(ns: &[&TestServer]) -> Vec<u16> {
 
 /// Starts a node again from `old`'s directory (its nodes.conf), on a new port.
 fn restart(old: &TestServer, extra: &[(&str, &str)]) -> TestServer {
+    restart_in(old.dir(), extra)
+}
+
+/// Starts a node from the nodes.conf in `dir`, on a new port.
+fn restart_in(dir: &std::path::Path, extra: &[(&str, &str)]) -> TestServer {
     let mut b = builder()
         .config("cluster-enabled", "yes")
         .config("cluster-node-timeout", NODE_TIMEOUT)
-        .config("dir", &old.dir().display().to_string());
+        .config("dir", &dir.display().to_string());
     for (k, v) in extra {
         b = b.config(k, v);
     }
@@ -400,5 +405,66 @@ fn force_and_takeover_fail_over_while_the_primary_is_frozen() {
         check.contains("[OK] All nodes agree about slots configuration.")
             && check.contains("[OK] All 16384 slots covered."),
         "{check}"
+    );
+}
+
+#[test]
+fn twenty_kills_of_a_primary_in_a_row_lose_no_write_that_wait_acknowledged() {
+    let _alone = one_cluster_at_a_time();
+    let (ns, pairs) = six_nodes(&[]);
+    let (p, r) = pairs[0];
+    // The two nodes of the shard under fire take turns; each keeps its data directory.
+    let dirs = [ns[p].dir().to_path_buf(), ns[r].dir().to_path_buf()];
+    let mut live: [Option<TestServer>; 2] = [None, None];
+    let steady: Vec<&TestServer> = ns.iter().enumerate().filter(|(i, _)| *i != p && *i != r).map(|(_, n)| n).collect();
+    let all: Vec<&TestServer> = ns.iter().collect();
+    let writers = Writers::start(4, &ports(&all), true);
+    assert!(writers.wait_for_more(200, Duration::from_secs(30)));
+    let started = Instant::now();
+    let mut times = Vec::new();
+    // Index into `dirs` of the current primary; `ns` serves until its first kill.
+    let mut primary = 0;
+    for round in 0..20 {
+        let heir = 1 - primary;
+        let node = |i: usize| live[i].as_ref().unwrap_or(if i == 0 { &ns[p] } else { &ns[r] });
+        let heir_id = myid(node(heir));
+        assert!(wait_for(|| link_up(node(heir)), Duration::from_secs(30)), "round {round}: the replica is not in sync");
+        assert!(writers.wait_for_more(20, Duration::from_secs(30)), "round {round}: no writes acknowledged");
+        let killed = Instant::now();
+        node(primary).signal(SIGKILL);
+        let took_over = || is_primary_with_slots(node(heir)) && steady.iter().all(|n| cluster_state(n) == "ok");
+        assert!(wait_for(took_over, Duration::from_secs(30)), "round {round}\n{}", node(heir).log());
+        times.push(killed.elapsed().as_millis());
+        let conf = std::fs::read_to_string(dirs[primary].join("nodes.conf")).unwrap_or_default();
+        let back = restart_in(&dirs[primary], &[]);
+        assert!(
+            wait_for(|| replicates(&back, &heir_id) && link_up(&back), Duration::from_secs(30)),
+            "round {round}\n{conf}\n{}\n{}\n{}",
+            back.cmd(&["CLUSTER", "NODES"]).text(),
+            back.cmd(&["INFO", "replication"]).text(),
+            back.log()
+        );
+        live[primary] = Some(back);
+        primary = heir;
+    }
+    let acked = writers.finish();
+    let mut ports_now = ports(&steady);
+    ports_now.extend(live.iter().flatten().map(TestServer::port));
+    let lost = lost_writes(&ports_now, &acked);
+    times.sort_unstable();
+    println!(
+        "failover: 20 kills in {} s; kill to cluster_state:ok: min {} ms, median {} ms, max {} ms; {} writes acknowledged",
+        started.elapsed().as_secs(),
+        times[0],
+        times[times.len() / 2],
+        times[times.len() - 1],
+        acked.len()
+    );
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged writes lost: {:?}",
+        lost.len(),
+        acked.len(),
+        &lost[..lost.len().min(10)]
     );
 }

@@ -299,3 +299,54 @@ fn a_replica_whose_data_is_too_old_does_not_fail_over_unless_the_factor_is_zero(
         net.run_until(FAILOVER_STEPS, |n| n.serves_first_range_everywhere(3) || n.serves_first_range_everywhere(6))
     );
 }
+
+#[test]
+fn primaries_killed_in_turn_come_back_from_their_saved_tables_as_replicas() {
+    let mut net = Net::three_shards_and_a_sibling();
+    net.nodes[6].set_settings(Settings { replica_no_failover: true, ..settings(6) });
+    net.run(10);
+    let (mut primary, mut heir) = (0, 3);
+    for round in 0..4 {
+        net.down[primary] = true;
+        assert!(
+            net.run_until(FAILOVER_STEPS, |n| n.serves_first_range_everywhere(heir)),
+            "round {round}\n{}",
+            net.table(1)
+        );
+        net.restart(primary);
+        assert!(net.run_until(100, |n| n.follows(primary, heir)), "round {round}\n{}", net.table(primary));
+        assert!(net.run_until(100, |n| n.follows(6, heir) && n.nodes.iter().all(ClusterState::is_ok)));
+        (primary, heir) = (heir, primary);
+    }
+}
+
+impl Net {
+    /// Node `i` restarts from its saved table (what `nodes.conf` holds), with no links.
+    fn restart(&mut self, i: usize) {
+        let mut st = ClusterState::from_saved(self.nodes[i].saved(), settings(i));
+        st.hold_until_rejoined();
+        st.set_replication(self.repl[i].clone());
+        self.nodes[i] = st;
+        self.links.retain(|l| l.0 != i);
+        self.down[i] = false;
+    }
+}
+
+#[test]
+fn a_winner_killed_before_it_heard_its_old_primary_follow_it_still_follows_on_return() {
+    let mut net = Net::three_shards_and_a_sibling();
+    net.nodes[6].set_settings(Settings { replica_no_failover: true, ..settings(6) });
+    net.run(10);
+    net.down[0] = true;
+    assert!(net.run_until(FAILOVER_STEPS, |n| n.serves_first_range_everywhere(3)));
+    // Node 0 comes back as node 3 dies: node 3's table keeps node 0 as an empty primary.
+    net.down[3] = true;
+    net.restart(0);
+    assert!(net.run_until(FAILOVER_STEPS * 2, |n| n.serves_first_range_everywhere(0)), "{}", net.table(0));
+    let saved = net.nodes[3].saved();
+    let old = saved.nodes.iter().find(|n| n.id == net.id(0)).unwrap();
+    assert!(old.is_primary() && old.slots.is_empty(), "{old:?}");
+    net.restart(3);
+    assert!(net.run_until(100, |n| n.follows(3, 0) && n.follows(6, 0)), "{}", net.table(3));
+    assert!(net.run_until(100, |n| n.nodes.iter().all(ClusterState::is_ok)));
+}

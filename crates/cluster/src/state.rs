@@ -1084,9 +1084,13 @@ impl ClusterState {
     /// first node found holding a claimed slot with a newer epoch (the claim is stale).
     ///
     /// When the claim takes the last slots of this node's shard (this primary's, or its
-    /// primary's, for a replica) and the sender was in the shard, a failover happened: this
-    /// node follows the sender as its replica. Slots moved to another shard (a reshard) leave
-    /// an empty primary as it is.
+    /// primary's, for a replica), a failover happened and this node follows the sender as its
+    /// replica (Valkey's `clusterUpdateSlotsConfigWith`), if the sender is in the shard as the
+    /// table knows it, or (`cluster-allow-replica-migration`) no slot was being migrated to
+    /// it: the table may not know, as when this node was killed right after it won a failover
+    /// and comes back, before it heard its old primary turn into its replica. A primary whose
+    /// last slots were migrated away on purpose (a reshard) stays an empty primary, as
+    /// SETSLOT leaves it.
     fn claim_slots(&mut self, sender: NodeId, epoch: u64, slots: &SlotSet, same_shard: bool) -> Option<NodeId> {
         // The usual PING or PONG claims what the sender holds here already: nothing to take,
         // no stale claim, and no need to walk the slots.
@@ -1096,6 +1100,7 @@ impl ClusterState {
         let me = self.myself();
         let cur_primary = if me.is_primary() { Some(self.me) } else { me.primary };
         let mut lost_by_my_shard = false;
+        let mut migrated = false;
         let mut changed = false;
         let mut newer = None;
         for slot in slots.iter() {
@@ -1115,6 +1120,7 @@ impl ClusterState {
                 }
                 _ => {
                     lost_by_my_shard |= owner.is_some() && owner == cur_primary;
+                    migrated |= self.migrating.get(&slot) == Some(&sender);
                     self.set_owner(slot, Some(sender));
                     // The node this one was moving the slot to owns it now: the move is over
                     // here too, even before anyone runs SETSLOT NODE on this node.
@@ -1130,7 +1136,8 @@ impl ClusterState {
             self.update_state();
         }
         let shard_emptied = cur_primary.and_then(|p| self.nodes.get(&p)).is_some_and(|p| p.node.slots.is_empty());
-        if lost_by_my_shard && shard_emptied && same_shard && sender != self.me {
+        let follow = same_shard || (self.cfg.allow_replica_migration && !migrated);
+        if lost_by_my_shard && shard_emptied && follow && sender != self.me {
             let name = self.nodes.get(&sender).map(|e| e.node.human_nodename.clone()).unwrap_or_default();
             info!(
                 node_id = %sender,
