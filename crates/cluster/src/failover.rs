@@ -229,6 +229,7 @@ impl ClusterState {
         }
         self.handle_manual_failover(now);
         self.handle_replica_failover(now);
+        self.handle_replica_migration(now);
     }
 
     /// Whether failover work needs the 100 ms tick: a manual failover, or a failed primary
@@ -384,6 +385,84 @@ impl ClusterState {
         Some(self.gossip_message(Kind::Ping, Some(replica), now))
     }
 
+    /// A replica of a primary with more working replicas than `cluster-migration-barrier`
+    /// moves to a primary left without any (Valkey's `clusterHandleReplicaMigration`): among
+    /// the replicas of the primaries with the most working replicas, the one with the
+    /// smallest id moves, once the orphan has had no replica for five seconds (time for the
+    /// replicas of a failed-over primary to announce their new primary).
+    fn handle_replica_migration(&mut self, now: i64) {
+        let me = self.myself();
+        let Some(my_primary) = me.primary.filter(|_| !me.is_primary()) else { return };
+        if !self.cfg.allow_replica_migration || !self.ok {
+            return;
+        }
+        let working = |st: &ClusterState, p: NodeId, also_pfail: bool| st.working_replicas(p, also_pfail);
+        let live_primaries: Vec<NodeId> = self
+            .nodes
+            .values()
+            .map(|e| &e.node)
+            .filter(|n| n.id != self.me && n.is_primary() && !n.flags.has(NodeFlags::FAIL))
+            .filter(|n| n.flags.0 & (NodeFlags::NOADDR | NodeFlags::HANDSHAKE) == 0)
+            .map(|n| n.id)
+            .collect();
+        let (mut max_replicas, mut mine, mut target) = (0, 0, None::<NodeId>);
+        let mut orphans = Vec::new();
+        for id in &live_primaries {
+            let ok = working(self, *id, false);
+            max_replicas = max_replicas.max(ok);
+            if *id == my_primary {
+                mine = ok;
+            }
+            let n = &self.nodes[id].node;
+            if ok == 0 && n.flags.has(NodeFlags::MIGRATE_TO) {
+                orphans.push(*id);
+                if !n.slots.is_empty() && target.is_none_or(|t| *id < t) {
+                    target = Some(*id);
+                }
+            }
+        }
+        // How long each primary has been an orphan.
+        for e in self.nodes.values_mut() {
+            if orphans.contains(&e.node.id) {
+                if e.orphaned_ms == 0 {
+                    e.orphaned_ms = now;
+                }
+            } else {
+                e.orphaned_ms = 0;
+            }
+        }
+        let Some(target) = target else { return };
+        // Only a replica of one of the best-covered primaries, and only when that leaves its
+        // primary with more than the barrier of working replicas.
+        if max_replicas < 2 || mine != max_replicas || working(self, my_primary, true) <= self.cfg.migration_barrier {
+            return;
+        }
+        let candidate = live_primaries
+            .iter()
+            .filter(|p| working(self, **p, false) == max_replicas)
+            .flat_map(|p| self.nodes.values().filter(move |e| e.node.primary == Some(*p) && !e.node.is_primary()))
+            .map(|e| e.node.id)
+            .chain([self.me])
+            .min();
+        let since = self.nodes.get(&target).map_or(now, |e| e.orphaned_ms);
+        if candidate != Some(self.me) || now - since <= REPLICA_MIGRATION_DELAY_MS {
+            return;
+        }
+        let name = self.nodes.get(&target).map(|e| e.node.human_nodename.clone()).unwrap_or_default();
+        info!(node_id = %target, "Migrating to orphaned primary {target} ({name}) in shard {target}");
+        self.set_primary(target, true);
+    }
+
+    /// Replicas of `primary` not FAIL (nor PFAIL, with `also_pfail`).
+    fn working_replicas(&self, primary: NodeId, also_pfail: bool) -> usize {
+        self.nodes
+            .values()
+            .map(|e| &e.node)
+            .filter(|n| n.primary == Some(primary) && !n.is_primary() && !n.flags.has(NodeFlags::FAIL))
+            .filter(|n| !(also_pfail && n.flags.has(NodeFlags::PFAIL)))
+            .count()
+    }
+
     /// This node becomes a replica of `primary` (Valkey's `clusterSetPrimary`): after a
     /// failover in its shard, or CLUSTER REPLICATE. `close_slots` drops migrating and importing
     /// states (a new shard; a failover keeps them). The server's replication follows the table.
@@ -392,6 +471,9 @@ impl ClusterState {
         me.flags.set(NodeFlags::PRIMARY | NodeFlags::MIGRATE_TO, false);
         me.flags.set(NodeFlags::REPLICA, true);
         me.primary = Some(primary);
+        if let Some(p) = self.nodes.get_mut(&primary) {
+            p.node.flags.set(NodeFlags::MIGRATE_TO, true);
+        }
         if close_slots {
             self.migrating.clear();
             self.importing.clear();
@@ -639,6 +721,10 @@ pub(super) fn seed(id: &NodeId) -> u64 {
     }
     x | 1
 }
+
+/// How long a primary must have had no working replica before one migrates to it (Valkey's
+/// `CLUSTER_REPLICA_MIGRATION_DELAY`).
+const REPLICA_MIGRATION_DELAY_MS: i64 = 5000;
 
 /// How long a manual failover may take (Valkey's `CLUSTER_MF_TIMEOUT`).
 const MF_TIMEOUT_MS: i64 = 5000;

@@ -350,3 +350,30 @@ fn a_winner_killed_before_it_heard_its_old_primary_follow_it_still_follows_on_re
     assert!(net.run_until(100, |n| n.follows(3, 0) && n.follows(6, 0)), "{}", net.table(3));
     assert!(net.run_until(100, |n| n.nodes.iter().all(ClusterState::is_ok)));
 }
+
+#[test]
+fn a_spare_replica_migrates_to_a_primary_left_without_one() {
+    let mut net = Net::three_shards_and_a_sibling();
+    net.run(10);
+    // Primary 2 loses its only replica; primary 0 has two.
+    net.down[5] = true;
+    let spare = if net.id(3) < net.id(6) { 3 } else { 6 };
+    let other = 9 - spare;
+    assert!(net.run_until(FAILOVER_STEPS * 2, |n| n.follows(spare, 2)), "{}", net.table(spare));
+    assert!(net.follows(other, 0));
+    assert!(net.run_until(50, |n| {
+        n.nodes
+            .iter()
+            .enumerate()
+            .all(|(i, s)| n.down[i] || s.node(&n.id(spare)).is_some_and(|x| x.primary == Some(n.id(2))))
+    }));
+    // With the barrier at 2, primary 0 keeps both.
+    let mut net = Net::three_shards_and_a_sibling();
+    for i in [3, 6] {
+        net.nodes[i].set_settings(Settings { migration_barrier: 2, ..settings(i) });
+    }
+    net.run(10);
+    net.down[5] = true;
+    net.run(FAILOVER_STEPS * 2);
+    assert!(net.follows(3, 0) && net.follows(6, 0));
+}

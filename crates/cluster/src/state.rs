@@ -115,11 +115,22 @@ struct Entry {
     /// When this node last voted for a replica of it, a primary (unix ms; Valkey's
     /// `voted_time`).
     voted_ms: i64,
+    /// Since when this primary has had no working replica though it should have one (unix ms,
+    /// 0: it has one; Valkey's `orphaned_time`).
+    orphaned_ms: i64,
 }
 
 impl Entry {
     fn new(node: Node) -> Entry {
-        Entry { node, fail_reports: Vec::new(), fail_time: 0, cert: CertSummary::default(), heard_ms: 0, voted_ms: 0 }
+        Entry {
+            node,
+            fail_reports: Vec::new(),
+            fail_time: 0,
+            cert: CertSummary::default(),
+            heard_ms: 0,
+            voted_ms: 0,
+            orphaned_ms: 0,
+        }
     }
 }
 
@@ -933,7 +944,7 @@ impl ClusterState {
                         // Only a primary holds slots: one we knew as a replica was promoted.
                         if !e.node.is_primary() {
                             e.node.flags.set(NodeFlags::REPLICA, false);
-                            e.node.flags.set(NodeFlags::PRIMARY, true);
+                            e.node.flags.set(NodeFlags::PRIMARY | NodeFlags::MIGRATE_TO, true);
                             e.node.primary = None;
                         }
                     }
@@ -1015,12 +1026,24 @@ impl ClusterState {
         n.flags.set(NodeFlags::REPLICA, replica);
         n.flags.set(NodeFlags::PRIMARY, !replica);
         n.flags.set(NodeFlags::NOFAILOVER, h.flags & NodeFlags::NOFAILOVER != 0);
+        // A replica promoted took over a shard that had replicas: one may migrate to it if it
+        // is left without any (Valkey's clusterSetNodeAsPrimary).
+        if !replica && was.has(NodeFlags::REPLICA) {
+            n.flags.set(NodeFlags::MIGRATE_TO, true);
+        }
+        if replica {
+            n.flags.set(NodeFlags::MIGRATE_TO, false);
+        }
         if n.flags != was || n.primary != h.primary {
             n.primary = if replica { h.primary } else { None };
             self.dirty = true;
         }
         let sender = h.sender;
         if replica {
+            // Its primary has (had) a replica.
+            if let Some(p) = h.primary.and_then(|p| self.nodes.get_mut(&p)) {
+                p.node.flags.set(NodeFlags::MIGRATE_TO, true);
+            }
             // A replica's header carries its primary's slots and config epoch: news of a
             // failover that this node may not have heard from the new primary yet (Valkey's
             // "A failover occurred in shard"). Taken only when newer than what we know.
@@ -1037,7 +1060,7 @@ impl ClusterState {
                             h.config_epoch
                         );
                         e.node.flags.set(NodeFlags::REPLICA, false);
-                        e.node.flags.set(NodeFlags::PRIMARY, true);
+                        e.node.flags.set(NodeFlags::PRIMARY | NodeFlags::MIGRATE_TO, true);
                         e.node.primary = None;
                     }
                 }
