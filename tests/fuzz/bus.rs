@@ -20,6 +20,7 @@ fn seeds() -> Vec<Vec<u8>> {
         repl_offset: 99,
         flags: NodeFlags::PRIMARY,
         state_ok: true,
+        msg_flags: Header::PAUSED,
         primary: Some(NodeId::random()),
         ip: "127.0.0.1".into(),
         port: 7000,

@@ -23,6 +23,11 @@ fn settings() -> Settings {
         client_ipv4: String::new(),
         client_ipv6: String::new(),
         preferred_endpoint: Default::default(),
+        replica_validity_factor: 10,
+        repl_ping_period_ms: 10_000,
+        replica_no_failover: false,
+        allow_replica_migration: true,
+        migration_barrier: 1,
     }
 }
 

@@ -16,6 +16,7 @@ mod blocking;
 mod client_cmd;
 mod cluster;
 mod cluster_client_ip;
+mod cluster_failover;
 mod cluster_partition;
 mod cluster_pubsub;
 mod cluster_tls;

@@ -24,7 +24,7 @@ use tracing::{debug, info, warn};
 
 use crate::node::NodeId;
 use crate::nodes_conf;
-use crate::state::ClusterState;
+use crate::state::{ClusterState, PauseChange, Target};
 use crate::wire::{self, Kind, Message, WireError};
 
 /// A bus connection, plain or TLS.
@@ -327,19 +327,38 @@ impl Bus {
     /// killed inside that window restarts with its previous slot table, which gossip and
     /// UPDATE repair (ownership) and `--cluster fix` finishes (open slots).
     pub fn changed(&self) {
-        let epochs = {
+        let pause = {
             let mut st = self.state.lock();
             st.take_view_changed();
             (self.on_change)(&st);
-            epochs_of(&st)
+            st.take_pause_change().map(|p| (p, st.replication()))
         };
+        self.save_if_epochs_moved();
+        apply_pause(pause);
+        self.wake.notify_one();
+    }
+
+    /// Saves `nodes.conf`, forced to the disk, if an epoch moved since the last save: before
+    /// a message that carries the epoch leaves (a vote above all: a node that forgot it voted
+    /// could vote twice in one epoch after a restart).
+    fn save_if_epochs_moved(&self) {
+        let epochs = epochs_of(&self.state.lock());
         if *self.saving.lock() != epochs
             && self.state.lock().take_dirty()
             && let Err(e) = self.save_now()
         {
             warn!(cause = %e, "could not save the cluster config file");
         }
-        self.wake.notify_one();
+    }
+
+    /// Sends what the state queued: to one node, or to every node.
+    fn send_outgoing(&self, msgs: &[(Target, Message)]) {
+        for (target, msg) in msgs {
+            match target {
+                Target::Node(id) => self.send_to(id, msg),
+                Target::All => self.broadcast(msg),
+            }
+        }
     }
 
     /// Saves `nodes.conf` now if the table changed since the last save (at shutdown: the
@@ -459,16 +478,19 @@ impl Bus {
     /// build, to answer PINGs a second late (and get healthy nodes flagged fail?). `publish`
     /// forces the rebuild: a CLUSTER command may change what the table does not track.
     fn after_change(&self, publish: bool) {
-        let dirty = {
+        let (dirty, pause) = {
             let mut st = self.state.lock();
             if st.take_view_changed() || publish {
                 (self.on_change)(&st);
             }
-            st.take_dirty()
+            (st.take_dirty(), st.take_pause_change().map(|p| (p, st.replication())))
         };
         if dirty && let Err(e) = self.save_now() {
             warn!(cause = %e, "could not save the cluster config file");
         }
+        // After the routing snapshot: writes a failover's end releases must see that this node
+        // no longer serves the slots.
+        apply_pause(pause);
     }
 
     /// Writes `nodes.conf` now (CLUSTER SAVECONFIG, and every change). Saves are serialised
@@ -505,16 +527,18 @@ impl Bus {
                 _ = self.wake.notified() => {}
             }
             let now = now_ms();
-            let (pings, targets, silent, timeout) = {
+            let (pings, outgoing, targets, silent, timeout) = {
                 let mut st = self.state.lock();
-                let mut pings = st.tick(now);
-                pings.extend(st.take_announcements(now));
+                let pings = st.tick(now);
+                let outgoing = st.take_outgoing(now);
                 wait = Duration::from_millis(st.next_tick_in(now) as u64);
-                (pings, st.link_targets(), st.silent_links(now), st.settings().node_timeout_ms)
+                (pings, outgoing, st.link_targets(), st.silent_links(now), st.settings().node_timeout_ms)
             };
+            self.save_if_epochs_moved();
             for (id, msg) in &pings {
                 self.send_to(id, msg);
             }
+            self.send_outgoing(&outgoing);
             self.close_links_to_strangers();
             self.close_silent(&silent, now, timeout);
             self.free_links_over_limit();
@@ -701,18 +725,21 @@ impl Bus {
         let peer_ip = peer.ip().to_string();
         self.frames(reader, peer, None, |bus, msg| {
             let sender = msg.header.sender;
-            let (out, known) = {
+            let now = now_ms();
+            let (out, known, outgoing) = {
                 let mut st = bus.state.lock();
-                let out = st.receive(msg, None, &peer_ip, Some(local_ip), now_ms());
-                (out, st.node(&sender).is_some())
+                let out = st.receive(msg, None, &peer_ip, Some(local_ip), now);
+                (out, st.node(&sender).is_some(), st.take_outgoing(now))
             };
             if named.is_none() && known && !out.close {
                 *named = Some(sender);
                 bus.name_inbound(sender, link.clone());
             }
+            bus.save_if_epochs_moved();
             for reply in &out.reply {
                 link.tx.encode_and_send(reply);
             }
+            bus.send_outgoing(&outgoing);
             bus.carry_out(out.broadcast, out.publish);
             !out.close
         })
@@ -768,7 +795,14 @@ impl Bus {
                 *answered = true;
                 bus.failures.lock().remove(link);
             }
-            let out = bus.state.lock().receive(msg, Some(*link), &peer_ip, None, now_ms());
+            let now = now_ms();
+            let (out, outgoing) = {
+                let mut st = bus.state.lock();
+                let out = st.receive(msg, Some(*link), &peer_ip, None, now);
+                (out, st.take_outgoing(now))
+            };
+            bus.save_if_epochs_moved();
+            bus.send_outgoing(&outgoing);
             if let Some((old, new)) = out.renamed {
                 let mut links = bus.links.lock();
                 if let Some(l) = links.outbound.remove(&old) {
@@ -877,6 +911,15 @@ pub fn log_listening(addrs: &[SocketAddr]) {
     }
 }
 
+/// Makes a write pause change the state asked for, with the hooks that carry it out.
+fn apply_pause(change: Option<(PauseChange, std::sync::Arc<dyn crate::state::ReplicationHooks>)>) {
+    match change {
+        Some((PauseChange::Pause { until_ms }, hooks)) => hooks.pause_writes(until_ms),
+        Some((PauseChange::Unpause, hooks)) => hooks.unpause_writes(),
+        None => {}
+    }
+}
+
 /// The epochs a save must make durable: current, last vote, this node's config epoch.
 fn epochs_of(st: &ClusterState) -> (u64, u64, u64) {
     (st.current_epoch(), st.last_vote_epoch(), st.myself().config_epoch)
@@ -921,6 +964,11 @@ mod tests {
             client_ipv4: String::new(),
             client_ipv6: String::new(),
             preferred_endpoint: Default::default(),
+            replica_validity_factor: 10,
+            repl_ping_period_ms: 10_000,
+            replica_no_failover: false,
+            allow_replica_migration: true,
+            migration_barrier: 1,
         };
         let state = Arc::new(Mutex::new(ClusterState::fresh(cfg)));
         (Bus::new(state, Arc::new(PlainTransport), dir.join("nodes.conf"), Box::new(|_| {}), sink), dir)
@@ -944,6 +992,11 @@ mod tests {
             client_ipv6: String::new(),
             allow_pubsubshard_when_down: true,
             preferred_endpoint: Default::default(),
+            replica_validity_factor: 10,
+            repl_ping_period_ms: 10_000,
+            replica_no_failover: false,
+            allow_replica_migration: true,
+            migration_barrier: 1,
         };
         let state = Arc::new(Mutex::new(ClusterState::fresh(cfg)));
         let published = Arc::new(std::sync::atomic::AtomicUsize::new(0));

@@ -102,6 +102,9 @@ impl NodeFlags {
     pub const NOADDR: u16 = 1 << 6;
     /// A MEET is to be sent on the next link.
     pub const MEET: u16 = 1 << 7;
+    /// A primary that had replicas (or took over from one that had): a replica may migrate
+    /// to it once it has none left (Valkey's `CLUSTER_NODE_MIGRATE_TO`). Never shown.
+    pub const MIGRATE_TO: u16 = 1 << 8;
     /// A replica that never starts a failover.
     pub const NOFAILOVER: u16 = 1 << 9;
 
@@ -202,6 +205,9 @@ pub struct Node {
     pub link_connected: bool,
     /// The slots it serves (for a primary).
     pub slots: SlotSet,
+    /// The replication offset its last frame carried (a replica's processed offset of its
+    /// primary's stream): replicas of a failed primary rank themselves by it.
+    pub repl_offset: u64,
 }
 
 impl Node {
@@ -224,6 +230,7 @@ impl Node {
             config_epoch: 0,
             link_connected: false,
             slots: SlotSet::new(),
+            repl_offset: 0,
         }
     }
 

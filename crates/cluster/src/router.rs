@@ -229,6 +229,11 @@ mod tests {
             client_ipv4: String::new(),
             client_ipv6: String::new(),
             preferred_endpoint: Kind::Ip,
+            replica_validity_factor: 10,
+            repl_ping_period_ms: 10_000,
+            replica_no_failover: false,
+            allow_replica_migration: true,
+            migration_barrier: 1,
             allow_pubsubshard_when_down: true,
         }
     }
@@ -406,6 +411,11 @@ mod shard_tests {
             client_ipv4: String::new(),
             client_ipv6: String::new(),
             preferred_endpoint: Default::default(),
+            replica_validity_factor: 10,
+            repl_ping_period_ms: 10_000,
+            replica_no_failover: false,
+            allow_replica_migration: true,
+            migration_barrier: 1,
         };
         let saved = SavedConfig {
             nodes: vec![primary, other, replica],

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use tracing::{info, warn};
 
@@ -13,6 +14,12 @@ use crate::node::{ClientKind, Node, NodeFlags, NodeId};
 use crate::nodes_conf::{OpenSlot, SavedConfig};
 use crate::slots::{SLOTS, SlotSet};
 use crate::wire::{Body, CertSummary, Ext, Extensions, Gossip, GossipSection, Header, Kind, Message};
+
+#[path = "failover.rs"]
+mod failover;
+
+use failover::{Election, Manual};
+pub use failover::{FailoverMode, NoReplication, PauseChange, ReplicationHooks, Target};
 
 /// Settings the cluster state acts on (the server fills them from its directives).
 #[derive(Clone, Debug)]
@@ -43,6 +50,20 @@ pub struct Settings {
     pub client_ipv6: String,
     /// `cluster-preferred-endpoint-type`: what redirects and CLUSTER SLOTS name a node by.
     pub preferred_endpoint: Endpoint,
+    /// `cluster-replica-validity-factor`: a replica whose link to its failed primary has been
+    /// down for more than this many node timeouts (plus one `repl-ping-replica-period`) does
+    /// not fail over on its own; 0: it always may.
+    pub replica_validity_factor: u32,
+    /// `repl-ping-replica-period`, ms: the validity check allows for one period of silence.
+    pub repl_ping_period_ms: i64,
+    /// `cluster-replica-no-failover`: this replica never starts an automatic failover (a
+    /// manual one still works).
+    pub replica_no_failover: bool,
+    /// `cluster-allow-replica-migration`: a replica may move to a primary left without any.
+    pub allow_replica_migration: bool,
+    /// `cluster-migration-barrier`: the working replicas a primary keeps before one of them
+    /// may migrate.
+    pub migration_barrier: usize,
 }
 
 /// `cluster-preferred-endpoint-type`.
@@ -91,11 +112,25 @@ struct Entry {
     /// When any frame from it last arrived (unix ms): a node that talks is not failing, even
     /// while a PONG is late (Valkey's `data_received`).
     heard_ms: i64,
+    /// When this node last voted for a replica of it, a primary (unix ms; Valkey's
+    /// `voted_time`).
+    voted_ms: i64,
+    /// Since when this primary has had no working replica though it should have one (unix ms,
+    /// 0: it has one; Valkey's `orphaned_time`).
+    orphaned_ms: i64,
 }
 
 impl Entry {
     fn new(node: Node) -> Entry {
-        Entry { node, fail_reports: Vec::new(), fail_time: 0, cert: CertSummary::default(), heard_ms: 0 }
+        Entry {
+            node,
+            fail_reports: Vec::new(),
+            fail_time: 0,
+            cert: CertSummary::default(),
+            heard_ms: 0,
+            voted_ms: 0,
+            orphaned_ms: 0,
+        }
     }
 }
 
@@ -162,6 +197,26 @@ pub struct ClusterState {
     next_ping_ms: i64,
     /// Tell every node about this one now (see [`ClusterState::take_announcements`]).
     announce: bool,
+    /// The node's replication, as the server wired it (offsets, data age, the write pause).
+    repl: Arc<dyn ReplicationHooks>,
+    /// The election this replica runs or has scheduled.
+    election: Election,
+    /// A manual failover under way, on the replica that asked for it or on its primary.
+    manual: Manual,
+    /// Messages the bus is to send, besides replies and pings (see
+    /// [`ClusterState::take_outgoing`]).
+    outbox: Vec<(Target, Message)>,
+    /// A change of the client write pause for the bus to make (see
+    /// [`ClusterState::take_pause_change`]).
+    pause_change: Option<PauseChange>,
+    /// The time of the last tick or frame (unix ms): the clock of checks made without one.
+    clock_ms: i64,
+    /// Until when (unix ms) a primary restarted with slots stays down, so that the cluster may
+    /// tell it it was failed over before it accepts a write (Valkey's
+    /// `CLUSTER_WRITABLE_DELAY`); `i64::MAX` until its first tick starts the delay.
+    writable_at_ms: i64,
+    /// State of the pseudo-random election delays.
+    rng: u64,
 }
 
 /// What CLUSTER SETSLOT does to a slot.
@@ -218,6 +273,14 @@ impl ClusterState {
             announce: false,
             forgotten: HashMap::new(),
             next_ping_ms: 0,
+            repl: Arc::new(NoReplication),
+            election: Election::default(),
+            manual: Manual::default(),
+            outbox: Vec::new(),
+            pause_change: None,
+            clock_ms: 0,
+            writable_at_ms: 0,
+            rng: failover::seed(&me),
         };
         for open in &saved.open_slots {
             match *open {
@@ -240,6 +303,19 @@ impl ClusterState {
         s.apply_settings_to_me();
         s.update_state();
         s
+    }
+
+    /// A node restarted from its file: when it is a primary with slots in a cluster, it may
+    /// have been failed over meanwhile, so it stays down (refusing writes) until two seconds
+    /// after its first tick, time for the other nodes to tell it (Valkey's
+    /// `CLUSTER_WRITABLE_DELAY`).
+    pub fn hold_until_rejoined(&mut self) {
+        let me = self.myself();
+        if me.is_primary() && !me.slots.is_empty() && self.nodes.len() > 1 {
+            self.writable_at_ms = i64::MAX;
+            self.ok = false;
+            self.view_changed = true;
+        }
     }
 
     /// New settings (CONFIG SET of an announce directive or the node timeout).
@@ -273,6 +349,8 @@ impl ClusterState {
         me.human_nodename = cfg.human_nodename.clone();
         me.client_ipv4 = cfg.client_ipv4.clone();
         me.client_ipv6 = cfg.client_ipv6.clone();
+        // Gossiped, so that the other replicas of our primary leave us out of their ranks.
+        me.flags.set(NodeFlags::NOFAILOVER, cfg.replica_no_failover);
     }
 
     /// This node's id.
@@ -455,9 +533,10 @@ impl ClusterState {
             sender: self.me,
             current_epoch: self.current_epoch,
             config_epoch,
-            repl_offset: 0,
-            flags: me.flags.0 & !NodeFlags::MYSELF,
+            repl_offset: self.repl.offset(),
+            flags: me.flags.0 & !(NodeFlags::MYSELF | NodeFlags::MIGRATE_TO),
             state_ok: self.ok,
+            msg_flags: self.msg_flags(),
             primary: me.primary,
             ip: self.cfg.announce_ip.clone(),
             port: me.port,
@@ -524,6 +603,10 @@ impl ClusterState {
     /// The periodic work (every 100 ms): which nodes to ping now, and failure detection.
     /// Returns the PINGs to send on outbound links.
     pub fn tick(&mut self, now: i64) -> Vec<(NodeId, Message)> {
+        self.clock_ms = now;
+        if self.writable_at_ms == i64::MAX {
+            self.writable_at_ms = now + WRITABLE_DELAY_MS;
+        }
         let timeout = self.cfg.node_timeout_ms.max(1);
         let mut out = Vec::new();
         let ids: Vec<NodeId> = self.nodes.keys().copied().filter(|id| *id != self.me).collect();
@@ -551,6 +634,18 @@ impl ClusterState {
             // before it would be suspected; the others hear from the once-a-second ping below.
             if n.ping_sent_ms == 0 && now - n.pong_received_ms > (timeout / 2).max(1) {
                 out.push(self.ping(id, now));
+                continue;
+            }
+            // A primary in a manual failover pings the replica that asked at every tick: each
+            // ping carries its offset, final once its writes are paused.
+            if self.paused_for() == Some(id) {
+                let msg = self.gossip_message(Kind::Ping, Some(id), now);
+                if let Some(e) = self.nodes.get_mut(&id)
+                    && e.node.ping_sent_ms == 0
+                {
+                    e.node.ping_sent_ms = now;
+                }
+                out.push((id, msg));
             }
         }
         // Once a second, the node heard from longest ago among those with a link and no ping
@@ -572,6 +667,7 @@ impl ClusterState {
         self.forgotten.retain(|_, until| *until > now);
         self.detect_failures(now);
         self.expire_fail_reports(now);
+        self.failover_tick(now);
         self.update_state();
         out
     }
@@ -582,6 +678,9 @@ impl ClusterState {
     /// dialling, or suspects a node still ticks every 100 ms.
     pub fn next_tick_in(&self, now: i64) -> i64 {
         let timeout = self.cfg.node_timeout_ms.max(1);
+        if self.failover_pending() || now < self.writable_at_ms {
+            return TICK_MIN_MS;
+        }
         let mut due = self.next_ping_ms;
         for e in self.nodes.values().filter(|e| e.node.id != self.me) {
             let n = &e.node;
@@ -680,6 +779,10 @@ impl ClusterState {
     /// are disjoint and match `owners`, so every slot is served by a live node exactly when
     /// the count is 16384.
     fn update_state(&mut self) {
+        // A primary back from a restart stays down a moment (see `writable_at_ms`).
+        if !self.ok && self.myself().is_primary() && self.clock_ms < self.writable_at_ms {
+            return;
+        }
         let ok = !self.cfg.require_full_coverage
             || self
                 .nodes
@@ -729,6 +832,7 @@ impl ClusterState {
         now: i64,
     ) -> Outcome {
         let mut out = Outcome::default();
+        self.clock_ms = now;
         self.count_received(msg.kind);
         let h = &msg.header;
         if h.sender == self.me {
@@ -806,6 +910,7 @@ impl ClusterState {
             return out;
         }
         let newer_owner = self.update_sender(&msg, peer_ip, now);
+        self.note_offset(h);
         match &msg.body {
             Body::Gossip { entries, ext } => {
                 // Forgotten nodes first, so that the gossip after them cannot bring one back.
@@ -833,15 +938,33 @@ impl ClusterState {
                 // holds them with a newer one. Valkey's clusterUpdateSlotsConfigWith.
                 let newer = self.nodes.get(id).is_some_and(|e| e.node.config_epoch < *config_epoch);
                 if newer && *id != self.me {
+                    let same_shard = self.in_my_shard(id);
                     if let Some(e) = self.nodes.get_mut(id) {
                         e.node.config_epoch = *config_epoch;
+                        // Only a primary holds slots: one we knew as a replica was promoted.
+                        if !e.node.is_primary() {
+                            e.node.flags.set(NodeFlags::REPLICA, false);
+                            e.node.flags.set(NodeFlags::PRIMARY | NodeFlags::MIGRATE_TO, true);
+                            e.node.primary = None;
+                        }
                     }
                     info!(node_id = %id, "UPDATE from {} about {id}: its slots, epoch {config_epoch}", h.sender);
-                    self.claim_slots(*id, *config_epoch, slots);
+                    self.claim_slots(*id, *config_epoch, slots, same_shard);
                     self.dirty = true;
                 }
             }
-            Body::Publish { .. } | Body::AuthRequest { .. } | Body::Empty => {}
+            Body::AuthRequest { force } => {
+                if let Some(ack) = self.vote(h.sender, h, *force, now) {
+                    out.reply.push(ack);
+                }
+            }
+            Body::Empty if msg.kind == Kind::FailoverAuthAck => self.count_vote(h.sender, h.current_epoch, now),
+            Body::Empty if msg.kind == Kind::MfStart => {
+                if let Some(ping) = self.manual_failover_requested(h.sender, now) {
+                    out.reply.push(ping);
+                }
+            }
+            Body::Publish { .. } | Body::Empty => {}
         }
         // The sender claims slots that a node with a newer epoch holds: tell it, so that it
         // stops serving them (it may not hear from that node directly).
@@ -857,6 +980,9 @@ impl ClusterState {
     fn update_sender(&mut self, msg: &Message, peer_ip: &str, now: i64) -> Option<NodeId> {
         let h = &msg.header;
         let me = self.me;
+        // Whether the sender was in this node's shard before this frame: a failover moves a
+        // shard's slots to one of its replicas, which the others then follow.
+        let same_shard = self.in_my_shard(&h.sender);
         let e = self.nodes.get_mut(&h.sender)?;
         e.heard_ms = now;
         let n = &mut e.node;
@@ -900,12 +1026,47 @@ impl ClusterState {
         n.flags.set(NodeFlags::REPLICA, replica);
         n.flags.set(NodeFlags::PRIMARY, !replica);
         n.flags.set(NodeFlags::NOFAILOVER, h.flags & NodeFlags::NOFAILOVER != 0);
+        // A replica promoted took over a shard that had replicas: one may migrate to it if it
+        // is left without any (Valkey's clusterSetNodeAsPrimary).
+        if !replica && was.has(NodeFlags::REPLICA) {
+            n.flags.set(NodeFlags::MIGRATE_TO, true);
+        }
+        if replica {
+            n.flags.set(NodeFlags::MIGRATE_TO, false);
+        }
         if n.flags != was || n.primary != h.primary {
             n.primary = if replica { h.primary } else { None };
             self.dirty = true;
         }
         let sender = h.sender;
         if replica {
+            // Its primary has (had) a replica.
+            if let Some(p) = h.primary.and_then(|p| self.nodes.get_mut(&p)) {
+                p.node.flags.set(NodeFlags::MIGRATE_TO, true);
+            }
+            // A replica's header carries its primary's slots and config epoch: news of a
+            // failover that this node may not have heard from the new primary yet (Valkey's
+            // "A failover occurred in shard"). Taken only when newer than what we know.
+            if let Some(p) = h.primary.filter(|p| *p != me && *p != sender)
+                && self.nodes.get(&p).is_some_and(|e| e.node.config_epoch < h.config_epoch)
+            {
+                let same_shard = self.in_my_shard(&p);
+                if let Some(e) = self.nodes.get_mut(&p) {
+                    e.node.config_epoch = h.config_epoch;
+                    if !e.node.is_primary() {
+                        info!(
+                            node_id = %p,
+                            "A failover occurred in shard {p}; node {sender} failed over to node {p} with a config epoch of {}",
+                            h.config_epoch
+                        );
+                        e.node.flags.set(NodeFlags::REPLICA, false);
+                        e.node.flags.set(NodeFlags::PRIMARY | NodeFlags::MIGRATE_TO, true);
+                        e.node.primary = None;
+                    }
+                }
+                self.dirty = true;
+                self.claim_slots(p, h.config_epoch, &h.slots, same_shard);
+            }
             // A replica's slots are its primary's; it owns none itself.
             if !self.nodes[&sender].node.slots.is_empty() {
                 let slots: Vec<u16> = self.nodes[&sender].node.slots.iter().collect();
@@ -924,9 +1085,18 @@ impl ClusterState {
         if sender == me {
             return None;
         }
-        let newer = self.claim_slots(sender, h.config_epoch, &h.slots);
+        let newer = self.claim_slots(sender, h.config_epoch, &h.slots, same_shard);
         self.handle_epoch_collision(sender, h.config_epoch);
         newer
+    }
+
+    /// Whether `id` is in this node's shard as the table says now: this node's primary or one
+    /// of its replicas, this node's replica, or a replica of the same primary.
+    fn in_my_shard(&self, id: &NodeId) -> bool {
+        match self.nodes.get(id) {
+            Some(e) => self.shard_of(&e.node) == self.shard_of(self.myself()),
+            None => false,
+        }
     }
 
     /// A primary claims `slots` with `epoch`: it takes every slot that is free or held with an
@@ -935,12 +1105,25 @@ impl ClusterState {
     /// owner answers for the slot, with the redirect or refusal it now deserves), and a slot
     /// handed over in a migration is claimed by its new owner with a newer epoch. Returns the
     /// first node found holding a claimed slot with a newer epoch (the claim is stale).
-    fn claim_slots(&mut self, sender: NodeId, epoch: u64, slots: &SlotSet) -> Option<NodeId> {
+    ///
+    /// When the claim takes the last slots of this node's shard (this primary's, or its
+    /// primary's, for a replica), a failover happened and this node follows the sender as its
+    /// replica (Valkey's `clusterUpdateSlotsConfigWith`), if the sender is in the shard as the
+    /// table knows it, or (`cluster-allow-replica-migration`) no slot was being migrated to
+    /// it: the table may not know, as when this node was killed right after it won a failover
+    /// and comes back, before it heard its old primary turn into its replica. A primary whose
+    /// last slots were migrated away on purpose (a reshard) stays an empty primary, as
+    /// SETSLOT leaves it.
+    fn claim_slots(&mut self, sender: NodeId, epoch: u64, slots: &SlotSet, same_shard: bool) -> Option<NodeId> {
         // The usual PING or PONG claims what the sender holds here already: nothing to take,
         // no stale claim, and no need to walk the slots.
         if self.nodes.get(&sender).is_some_and(|e| e.node.slots == *slots) {
             return None;
         }
+        let me = self.myself();
+        let cur_primary = if me.is_primary() { Some(self.me) } else { me.primary };
+        let mut lost_by_my_shard = false;
+        let mut migrated = false;
         let mut changed = false;
         let mut newer = None;
         for slot in slots.iter() {
@@ -959,6 +1142,8 @@ impl ClusterState {
                     }
                 }
                 _ => {
+                    lost_by_my_shard |= owner.is_some() && owner == cur_primary;
+                    migrated |= self.migrating.get(&slot) == Some(&sender);
                     self.set_owner(slot, Some(sender));
                     // The node this one was moving the slot to owns it now: the move is over
                     // here too, even before anyone runs SETSLOT NODE on this node.
@@ -972,6 +1157,16 @@ impl ClusterState {
         if changed {
             self.dirty = true;
             self.update_state();
+        }
+        let shard_emptied = cur_primary.and_then(|p| self.nodes.get(&p)).is_some_and(|p| p.node.slots.is_empty());
+        let follow = same_shard || (self.cfg.allow_replica_migration && !migrated);
+        if lost_by_my_shard && shard_emptied && follow && sender != self.me {
+            let name = self.nodes.get(&sender).map(|e| e.node.human_nodename.clone()).unwrap_or_default();
+            info!(
+                node_id = %sender,
+                "Configuration change detected. Reconfiguring myself as a replica of node {sender} ({name}) in shard {sender}"
+            );
+            self.set_primary(sender, false);
         }
         newer
     }
@@ -1365,16 +1560,14 @@ impl ClusterState {
         if self.myself().is_primary() && !self.myself().slots.is_empty() {
             return Err("To set a master the node must be empty and without assigned slots.".into());
         }
-        let me = self.myself_mut();
-        me.flags.set(NodeFlags::PRIMARY, false);
-        me.flags.set(NodeFlags::REPLICA, true);
-        me.primary = Some(*id);
-        self.dirty = true;
+        self.set_primary(*id, true);
         Ok(())
     }
 
     /// CLUSTER RESET: forget every other node; HARD also takes a new id and zeroes epochs.
     pub fn reset(&mut self, hard: bool) {
+        self.reset_manual_failover();
+        self.election = Election::default();
         let mut me = self.nodes.remove(&self.me).expect("myself").node;
         self.nodes.clear();
         self.owners.iter_mut().for_each(|o| *o = None);
@@ -1513,6 +1706,10 @@ impl ClusterState {
         if self.myself().is_primary() { Ok(()) } else { Err("Please use SETSLOT only with masters.".into()) }
     }
 }
+
+/// How long a primary restarted with slots stays down after its first tick (Valkey's
+/// `CLUSTER_WRITABLE_DELAY`).
+const WRITABLE_DELAY_MS: i64 = 2000;
 
 /// The shortest and longest wait between two ticks (see [`ClusterState::next_tick_in`]).
 const TICK_MIN_MS: i64 = 100;

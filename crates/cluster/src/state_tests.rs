@@ -2,8 +2,13 @@
 //! (each frame encoded and decoded, as on the wire), time advances 100 ms per step, and a
 //! node can be cut off to test failure detection.
 
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
 use super::*;
 use crate::wire::{decode, encode};
+
+#[path = "failover_tests.rs"]
+mod failover;
 
 const TIMEOUT: i64 = 2000;
 
@@ -13,6 +18,37 @@ struct Net {
     links: Vec<(usize, NodeId)>,
     down: Vec<bool>,
     now: i64,
+    /// Each node's replication, as the server would report it (nodes added by
+    /// [`Net::add_node`]; others have none).
+    repl: Vec<Arc<FakeRepl>>,
+}
+
+/// A node's replication for the simulated network: an offset and a data age the test sets,
+/// and the write pause the cluster asks for.
+#[derive(Default)]
+struct FakeRepl {
+    offset: AtomicU64,
+    data_age_ms: AtomicI64,
+    /// Until when writes are paused (0: not paused).
+    paused_until: AtomicI64,
+}
+
+impl ReplicationHooks for FakeRepl {
+    fn offset(&self) -> u64 {
+        self.offset.load(Ordering::Relaxed)
+    }
+
+    fn data_age_ms(&self) -> i64 {
+        self.data_age_ms.load(Ordering::Relaxed)
+    }
+
+    fn pause_writes(&self, until_ms: i64) {
+        self.paused_until.store(until_ms, Ordering::Relaxed);
+    }
+
+    fn unpause_writes(&self) {
+        self.paused_until.store(0, Ordering::Relaxed);
+    }
 }
 
 fn settings(i: usize) -> Settings {
@@ -30,6 +66,11 @@ fn settings(i: usize) -> Settings {
         client_ipv4: String::new(),
         client_ipv6: String::new(),
         preferred_endpoint: Default::default(),
+        replica_validity_factor: 10,
+        repl_ping_period_ms: 10_000,
+        replica_no_failover: false,
+        allow_replica_migration: true,
+        migration_barrier: 1,
     }
 }
 
@@ -42,11 +83,59 @@ fn wire(msg: Message) -> Message {
 
 impl Net {
     fn new(n: usize) -> Net {
-        Net {
-            nodes: (0..n).map(|i| ClusterState::fresh(settings(i))).collect(),
-            links: vec![],
-            down: vec![false; n],
-            now: 1_000_000,
+        let mut net = Net { nodes: vec![], links: vec![], down: vec![], now: 1_000_000, repl: vec![] };
+        for _ in 0..n {
+            net.add_node();
+        }
+        net
+    }
+
+    /// A fresh node at the next index, with its replication hooks.
+    fn add_node(&mut self) -> usize {
+        let i = self.nodes.len();
+        let repl = Arc::new(FakeRepl::default());
+        let mut st = ClusterState::fresh(settings(i));
+        st.set_replication(repl.clone());
+        self.nodes.push(st);
+        self.down.push(false);
+        self.repl.push(repl);
+        i
+    }
+
+    /// Sends what every node queued (votes, vote requests, announcements, MFSTART) and makes
+    /// the pause changes asked for, until nothing is left.
+    fn flush(&mut self) {
+        for _ in 0..100 {
+            let mut sent = false;
+            let now = self.now;
+            for i in 0..self.nodes.len() {
+                if let Some(change) = self.nodes[i].take_pause_change() {
+                    let hooks = self.nodes[i].replication();
+                    match change {
+                        PauseChange::Pause { until_ms } => hooks.pause_writes(until_ms),
+                        PauseChange::Unpause => hooks.unpause_writes(),
+                    }
+                }
+                let out = self.nodes[i].take_outgoing(now);
+                if self.down[i] {
+                    continue;
+                }
+                for (target, msg) in out {
+                    sent = true;
+                    let targets: Vec<NodeId> = self
+                        .links
+                        .iter()
+                        .filter(|l| l.0 == i && (target == Target::All || target == Target::Node(l.1)))
+                        .map(|l| l.1)
+                        .collect();
+                    for t in targets {
+                        self.exchange(i, t, msg.clone());
+                    }
+                }
+            }
+            if !sent {
+                return;
+            }
         }
     }
 
@@ -118,6 +207,7 @@ impl Net {
                 self.exchange(i, id, ping);
             }
         }
+        self.flush();
     }
 
     fn run(&mut self, steps: usize) {
@@ -160,8 +250,7 @@ impl Net {
     fn three_shards_and_a_sibling() -> Net {
         let mut net = Net::three_primaries();
         for (i, primary) in [(3, 0), (4, 1), (5, 2), (6, 0)] {
-            net.nodes.push(ClusterState::fresh(settings(i)));
-            net.down.push(false);
+            assert_eq!(net.add_node(), i);
             let now = net.now;
             for j in 0..i as u16 {
                 net.nodes[i].meet("127.0.0.1", 7000 + j, 17000 + j, now).unwrap();

@@ -10,8 +10,9 @@ use std::fmt;
 use crate::node::NodeId;
 use crate::slots::SlotSet;
 
-/// Protocol version in every frame; a frame of another version drops the link.
-pub const VERSION: u16 = 1;
+/// Protocol version in every frame; a frame of another version drops the link. Version 2 added
+/// the message flags ([`Header::msg_flags`]) to the header, for manual failover.
+pub const VERSION: u16 = 2;
 
 /// The largest frame accepted: room for a PUBLISH of a large message, far below what would
 /// hurt a node, and below the 352518912 that a TLS alert record reads as.
@@ -112,6 +113,9 @@ pub struct Header {
     pub flags: u16,
     /// Whether the sender sees the cluster as ok.
     pub state_ok: bool,
+    /// Flags about this message rather than the sender's role (Valkey's `mflags[0]`):
+    /// [`Header::PAUSED`].
+    pub msg_flags: u8,
     /// The sender's primary, for a replica.
     pub primary: Option<NodeId>,
     /// The address the sender announces (empty: use the link's peer address).
@@ -130,6 +134,12 @@ pub struct Header {
     pub slots: SlotSet,
     /// The certificate the sender serves.
     pub cert: CertSummary,
+}
+
+impl Header {
+    /// `msg_flags`: the sender is a primary whose clients' writes are paused for a manual
+    /// failover, so the offset in this header is final (Valkey's `CLUSTERMSG_FLAG0_PAUSED`).
+    pub const PAUSED: u8 = 1 << 0;
 }
 
 /// One node as a gossip section describes it, borrowed from the section that holds it (a
@@ -454,6 +464,7 @@ fn header_len(h: &Header) -> usize {
         + 3 * 8
         + 2
         + 1
+        + 1
         + NodeId::LEN
         + text(&h.ip)
         + 3 * 2
@@ -492,6 +503,7 @@ fn read_header(r: &mut Reader<'_>) -> Result<Header, WireError> {
     let repl_offset = r.u64()?;
     let flags = r.u16()?;
     let state_ok = r.bool()?;
+    let msg_flags = r.u8()?;
     let primary = r.opt_id()?;
     let ip = r.text8()?;
     let (port, tls_port, bus_port) = (r.u16()?, r.u16()?, r.u16()?);
@@ -513,6 +525,7 @@ fn read_header(r: &mut Reader<'_>) -> Result<Header, WireError> {
         repl_offset,
         flags,
         state_ok,
+        msg_flags,
         primary,
         ip,
         port,
@@ -532,6 +545,7 @@ fn write_header(h: &Header, out: &mut Vec<u8>) {
     out.extend_from_slice(&h.repl_offset.to_be_bytes());
     out.extend_from_slice(&h.flags.to_be_bytes());
     out.push(u8::from(h.state_ok));
+    out.push(h.msg_flags);
     match &h.primary {
         Some(p) => out.extend_from_slice(p.as_bytes()),
         None => out.extend_from_slice(&[0; NodeId::LEN]),
@@ -763,6 +777,7 @@ mod tests {
             repl_offset: 12345,
             flags: crate::NodeFlags::PRIMARY,
             state_ok: true,
+            msg_flags: Header::PAUSED,
             primary: None,
             ip: "127.0.0.1".into(),
             port: 7000,
@@ -934,8 +949,8 @@ mod tests {
         let mut buf = Vec::new();
         encode(&samples()[0], &mut buf);
         let mut bad = buf.clone();
-        bad[4..6].copy_from_slice(&2u16.to_be_bytes());
-        assert_eq!(decode(&bad), Err(WireError::Version(2)));
+        bad[4..6].copy_from_slice(&(VERSION + 1).to_be_bytes());
+        assert_eq!(decode(&bad), Err(WireError::Version(VERSION + 1)));
         let mut bad = buf.clone();
         bad[6..8].copy_from_slice(&99u16.to_be_bytes());
         assert_eq!(decode(&bad), Err(WireError::UnknownType(99)));

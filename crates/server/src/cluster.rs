@@ -5,24 +5,26 @@
 //! configuration, the listeners, the TLS material and the local pub/sub subscribers.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use hotkv_cluster::bus::{BoxFuture, Bus, BusStream, LinkError, PlainTransport, PubSubSink, Transport};
 use hotkv_cluster::node::NodeId;
 use hotkv_cluster::nodes_conf;
 use hotkv_cluster::router::{ClusterRouter, SlotMap};
-use hotkv_cluster::state::{ClusterState, Endpoint, Settings as ClusterSettings};
+use hotkv_cluster::state::{ClusterState, Endpoint, ReplicationHooks, Settings as ClusterSettings};
 use hotkv_cluster::wire::CertSummary;
 use hotkv_engine::route::{Route, RouteCtx, SlotRouter};
+use hotkv_replication::LinkState;
 use hotkv_tls::{HandshakeError, TlsManager, TlsState};
 use parking_lot::Mutex;
 use tokio::net::TcpStream;
+use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use crate::config::Settings;
 use crate::config::table;
 use crate::pubsub::PubSub;
-use crate::server::Server;
+use crate::server::{Server, unix_ms};
 
 /// A cluster node's moving parts, held by the server.
 pub struct ClusterNode {
@@ -30,6 +32,10 @@ pub struct ClusterNode {
     pub bus: Arc<Bus>,
     /// What dispatch asks about slots.
     pub router: Arc<ClusterRouter>,
+    /// Woken whenever the routing snapshot is rebuilt: the task that makes replication follow
+    /// the node table (`replication::reconcile_cluster`) acts on a failover at once instead of
+    /// at its next poll, so a new primary accepts writes as soon as it serves the slots.
+    pub roles: Arc<Notify>,
 }
 
 impl ClusterNode {
@@ -91,6 +97,11 @@ pub fn cluster_settings(s: &Settings) -> ClusterSettings {
             "unknown-endpoint" => Endpoint::Unknown,
             _ => Endpoint::Ip,
         },
+        replica_validity_factor: u32::try_from(s.int(table::CLUSTER_REPLICA_VALIDITY_FACTOR)).unwrap_or(0),
+        repl_ping_period_ms: s.int(table::REPL_PING_REPLICA_PERIOD).saturating_mul(1000),
+        replica_no_failover: s.bool(table::CLUSTER_REPLICA_NO_FAILOVER),
+        allow_replica_migration: s.bool(table::CLUSTER_ALLOW_REPLICA_MIGRATION),
+        migration_barrier: usize::try_from(s.int(table::CLUSTER_MIGRATION_BARRIER)).unwrap_or(0),
     }
 }
 
@@ -105,7 +116,8 @@ pub fn load(s: &Settings) -> Result<Option<Loaded>, String> {
     let cfg = cluster_settings(s);
     let state = match nodes_conf::load(&path).map_err(|e| e.to_string())? {
         Some(saved) => {
-            let st = ClusterState::from_saved(saved, cfg);
+            let mut st = ClusterState::from_saved(saved, cfg);
+            st.hold_until_rejoined();
             info!("Node configuration loaded, I'm {}", st.myself_id());
             st
         }
@@ -132,15 +144,46 @@ pub fn build(s: &Settings, loaded: Loaded, tls: &Arc<TlsManager>, pubsub: Arc<Pu
     let state = Arc::new(Mutex::new(state));
     let gossiped = state.clone();
     tls.on_commit(move |tls| gossiped.lock().set_cert(cert_summary(tls)));
-    let bus = Bus::new(
-        state,
-        transport,
-        path.clone(),
-        Box::new(move |st: &ClusterState| publish.publish(SlotMap::of(st))),
-        pubsub,
-    );
+    let roles = Arc::new(Notify::new());
+    let changed = roles.clone();
+    let on_change = Box::new(move |st: &ClusterState| {
+        publish.publish(SlotMap::of(st));
+        changed.notify_one();
+    });
+    let bus = Bus::new(state, transport, path.clone(), on_change, pubsub);
     bus.set_sendbuf_limit(sendbuf_limit(s));
-    ClusterNode { bus, router }
+    ClusterNode { bus, router, roles }
+}
+
+/// The node's replication and write pause as the cluster's failover sees them.
+struct ReplicationView {
+    srv: Weak<Server>,
+}
+
+impl ReplicationHooks for ReplicationView {
+    fn offset(&self) -> u64 {
+        self.srv.upgrade().map_or(0, |srv| srv.repl.primary.offset())
+    }
+
+    fn data_age_ms(&self) -> i64 {
+        let Some(status) = self.srv.upgrade().and_then(|srv| srv.repl.link_status()) else { return i64::MAX };
+        // Valkey: the primary's last interaction while connected, the loss of the link
+        // otherwise; a link never up has no data worth failing over with.
+        let since = if status.state == LinkState::Connected { status.last_io } else { status.down_since };
+        since.map_or(i64::MAX, |t| i64::try_from(t.elapsed().as_millis()).unwrap_or(i64::MAX))
+    }
+
+    fn pause_writes(&self, until_ms: i64) {
+        if let Some(srv) = self.srv.upgrade() {
+            srv.pause.pause_for_failover(until_ms, unix_ms());
+        }
+    }
+
+    fn unpause_writes(&self) {
+        if let Some(srv) = self.srv.upgrade() {
+            srv.pause.end_failover_pause(unix_ms());
+        }
+    }
 }
 
 /// Clients blocked on keys of a slot this node no longer serves, or while the cluster is
@@ -196,6 +239,7 @@ pub type Loaded = (ClusterState, Arc<ClusterRouter>, PathBuf);
 /// Binds the bus port on the `bind` addresses and starts the bus on its own thread.
 pub fn start(srv: &Arc<Server>, s: &Settings) -> Result<(), String> {
     let Some(node) = &srv.cluster else { return Ok(()) };
+    node.state().set_replication(Arc::new(ReplicationView { srv: Arc::downgrade(srv) }));
     if !s.bool(table::TLS_CLUSTER) && !s.bool(table::CLUSTER_BUS_PORT_PROTECTED_MODE) {
         warn!(
             "WARNING: the cluster bus port is not authenticated: tls-cluster is off and \

@@ -55,6 +55,8 @@ pub fn apply(srv: &Server, hook: Hook, old: &Settings, new: &Settings) -> Result
         }
         Hook::Replication => {
             crate::replication::apply(srv, new);
+            // A failover's data-age check allows for one repl-ping-replica-period.
+            crate::cluster::apply(srv, new);
             Ok(())
         }
     }

@@ -4,6 +4,10 @@
 //! evicted, so the dataset stays exactly as it was: what a failover or a resharding step
 //! needs to copy a primary consistently.
 //!
+//! Two purposes may pause at once, each with its own mode and end, as Valkey's pause purposes:
+//! CLIENT PAUSE, and a cluster manual failover (the primary holds writes while its replica
+//! catches up). The stricter one is in force; ending one leaves the other.
+//!
 //! The command path pays one relaxed load when no pause is on. Paused clients wait on a
 //! [`Notify`] (no thread, no polling) and run their command again when the pause ends or
 //! becomes less strict; a client paused again waits again.
@@ -39,12 +43,21 @@ impl Mode {
 pub struct Pause {
     /// The mode in force (a `Mode` as u8): the fast path reads only this.
     mode: AtomicU8,
-    /// Unix milliseconds the pause ends at.
+    /// Unix milliseconds the mode in force ends at (another purpose's may follow).
     end_ms: AtomicI64,
-    /// Serialises changes, so mode and end move together.
-    change: Mutex<()>,
+    /// Each purpose's pause; changes are serialised here, so mode and end move together.
+    change: Mutex<Purposes>,
     /// Woken when the pause ends or gets less strict.
     released: Notify,
+}
+
+/// What each purpose pauses, and until when (unix ms).
+#[derive(Default)]
+struct Purposes {
+    /// CLIENT PAUSE.
+    client: Option<(Mode, i64)>,
+    /// A cluster manual failover on this primary.
+    failover: Option<(Mode, i64)>,
 }
 
 impl Pause {
@@ -54,18 +67,23 @@ impl Pause {
         if m == Mode::None || now_ms < self.end_ms() {
             return m;
         }
-        let _g = self.change.lock();
-        self.expire_locked(now_ms)
+        let mut purposes = self.change.lock();
+        self.recompute(&mut purposes, now_ms)
     }
 
-    /// The mode at `now_ms`, ending a pause past its end; the caller holds `change`.
-    fn expire_locked(&self, now_ms: i64) -> Mode {
-        let m = Mode::from_u8(self.mode.load(Ordering::Relaxed));
-        if m != Mode::None && now_ms >= self.end_ms() {
-            self.set(Mode::None, 0);
-            return Mode::None;
+    /// Drops the purposes past their end and puts the strictest remaining one in force;
+    /// returns its mode. The caller holds `change`.
+    fn recompute(&self, p: &mut Purposes, now_ms: i64) -> Mode {
+        for slot in [&mut p.client, &mut p.failover] {
+            if slot.is_some_and(|(_, end)| now_ms >= end) {
+                *slot = None;
+            }
         }
-        m
+        let mode = [p.client, p.failover].iter().flatten().map(|(m, _)| *m).max().unwrap_or(Mode::None);
+        // In force until the last purpose of that mode ends.
+        let end = [p.client, p.failover].iter().flatten().filter(|(m, _)| *m == mode).map(|(_, e)| *e).max();
+        self.set(mode, end.unwrap_or(0));
+        mode
     }
 
     /// Whether expiry and eviction are held back at `now_ms`.
@@ -82,18 +100,35 @@ impl Pause {
     /// never gets shorter or less strict by a new one: the later end and the stricter mode
     /// stay.
     pub fn pause(&self, mode: Mode, end_ms: i64, now_ms: i64) {
-        let _g = self.change.lock();
-        let current = self.expire_locked(now_ms);
-        let mode = mode.max(current);
-        let end = if current == Mode::None { end_ms } else { end_ms.max(self.end_ms()) };
-        self.end_ms.store(end, Ordering::Relaxed);
-        self.mode.store(mode as u8, Ordering::Relaxed);
+        let mut p = self.change.lock();
+        self.recompute(&mut p, now_ms);
+        p.client = Some(match p.client {
+            Some((m, end)) => (mode.max(m), end_ms.max(end)),
+            None => (mode, end_ms),
+        });
+        self.recompute(&mut p, now_ms);
     }
 
-    /// CLIENT UNPAUSE.
+    /// CLIENT UNPAUSE: ends CLIENT PAUSE's pause (a failover's stays, as in Valkey).
     pub fn unpause(&self) {
-        let _g = self.change.lock();
-        self.set(Mode::None, 0);
+        let mut p = self.change.lock();
+        p.client = None;
+        // Nothing else is ended here: a purpose past its end is dropped by the next look.
+        self.recompute(&mut p, i64::MIN);
+    }
+
+    /// A cluster manual failover on this primary: writes wait until `end_ms` at the latest.
+    pub fn pause_for_failover(&self, end_ms: i64, now_ms: i64) {
+        let mut p = self.change.lock();
+        p.failover = Some((Mode::Write, end_ms));
+        self.recompute(&mut p, now_ms);
+    }
+
+    /// The manual failover ended: its pause ends (a CLIENT PAUSE stays).
+    pub fn end_failover_pause(&self, now_ms: i64) {
+        let mut p = self.change.lock();
+        p.failover = None;
+        self.recompute(&mut p, now_ms);
     }
 
     fn set(&self, mode: Mode, end_ms: i64) {
@@ -143,6 +178,27 @@ mod tests {
         assert_eq!((p.mode(500), p.end_ms()), (Mode::Write, 1000), "a shorter pause does not shorten it");
         p.unpause();
         assert_eq!(p.mode(500), Mode::None);
+    }
+
+    #[test]
+    fn a_failover_pause_and_client_pause_end_separately() {
+        let p = Pause::default();
+        p.pause_for_failover(1000, 0);
+        assert_eq!((p.mode(10), p.end_ms()), (Mode::Write, 1000));
+        // CLIENT PAUSE ALL is stricter for its time, then the failover's pause goes on.
+        p.pause(Mode::All, 100, 10);
+        assert_eq!((p.mode(50), p.end_ms()), (Mode::All, 100));
+        assert_eq!(p.mode(100), Mode::Write);
+        assert_eq!(p.end_ms(), 1000);
+        // CLIENT UNPAUSE leaves the failover's pause; its end leaves a CLIENT PAUSE.
+        p.pause(Mode::Write, 5000, 200);
+        p.unpause();
+        assert_eq!((p.mode(300), p.end_ms()), (Mode::Write, 1000));
+        p.pause(Mode::Write, 5000, 300);
+        p.end_failover_pause(400);
+        assert_eq!((p.mode(400), p.end_ms()), (Mode::Write, 5000));
+        p.unpause();
+        assert_eq!(p.mode(400), Mode::None);
     }
 
     #[tokio::test]

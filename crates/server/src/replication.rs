@@ -134,11 +134,16 @@ pub fn start(srv: &Arc<Server>) {
 /// is acted on in one place.
 fn reconcile_cluster(srv: &Arc<Server>) {
     let weak = Arc::downgrade(srv);
+    let Some(roles) = srv.cluster.as_ref().map(|c| c.roles.clone()) else { return };
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tick.tick().await;
+            // The poll catches what the table changed without a new routing snapshot.
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = roles.notified() => {}
+            }
             let Some(srv) = weak.upgrade() else { return };
             if srv.is_shutting_down() {
                 return;

@@ -4,12 +4,13 @@
 
 use hotkv_cluster::node::{ClientKind, Node, NodeFlags, NodeId};
 use hotkv_cluster::slots::parse_slot;
-use hotkv_cluster::state::{Endpoint, SetSlot};
+use hotkv_cluster::state::{Endpoint, FailoverMode, SetSlot};
 use hotkv_engine::CommandError;
 use hotkv_engine::command::{CommandSpec, acl, flags as f};
 use hotkv_engine::slot::key_slot;
 use hotkv_protocol::{Args, ReplyBuf};
 
+use super::client::{Current, client_line};
 use super::{reply_help, row, text};
 use crate::cluster::ClusterNode;
 use crate::registry::{Flow, ServerSpec};
@@ -61,6 +62,14 @@ pub static COMMANDS: &[ServerSpec] = &[
             sub!("countkeysinslot", 3, READ, "3.0.0", "Returns the number of keys in a hash slot.", countkeysinslot),
             sub!("delslots", -3, ADMIN, "3.0.0", "Sets hash slots as unbound for a node.", delslots),
             sub!("delslotsrange", -4, ADMIN, "7.0.0", "Sets hash slot ranges as unbound for a node.", delslotsrange),
+            sub!(
+                "failover",
+                -2,
+                ADMIN,
+                "3.0.0",
+                "Forces a replica to perform a manual failover of its primary.",
+                failover
+            ),
             sub!("flushslots", 2, ADMIN, "3.0.0", "Deletes all slots information from a node.", flushslots),
             sub!("forget", 3, ADMIN, "3.0.0", "Removes a node from the nodes table.", forget),
             sub!("getkeysinslot", 4, READ, "3.0.0", "Returns the key names in a hash slot.", getkeysinslot),
@@ -236,6 +245,24 @@ fn flushslots(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) ->
     })
 }
 
+/// CLUSTER FAILOVER [FORCE|TAKEOVER], on a replica. It answers once the failover started, as
+/// Valkey: the vote, or the primary's handshake, goes on on the bus (check the roles with ROLE
+/// or CLUSTER NODES).
+fn failover(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
+    let mode = match args.opt(2) {
+        None => FailoverMode::Default,
+        Some(m) if args.len() == 3 && m.eq_ignore_ascii_case(b"force") => FailoverMode::Force,
+        Some(m) if args.len() == 3 && m.eq_ignore_ascii_case(b"takeover") => FailoverMode::Takeover,
+        Some(_) => return Err(CommandError::Syntax),
+    };
+    node(srv)?;
+    let now = unix_ms();
+    // Who asked, for the log line, as Valkey's catClientInfoString.
+    let cur = Current { id: sess.id, cmd: "cluster|failover", argv_mem: args.total_len() };
+    let client = client_line(&srv.registry, &sess.info, now, &cur);
+    change(srv, out, |st| st.failover(mode, &client, now))
+}
+
 fn bumpepoch(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
     let n = node(srv)?;
     let (bumped, epoch) = n.state().bump_epoch();
@@ -347,6 +374,8 @@ fn help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res 
             "    Delete slots information from current node.",
             "DELSLOTSRANGE <start slot> <end slot> [<start slot> <end slot> ...]",
             "    Delete slots information which are between <start-slot> and <end-slot>.",
+            "FAILOVER [FORCE|TAKEOVER]",
+            "    Promote current replica node to being a master.",
             "FLUSHSLOTS",
             "    Delete current node own slots information.",
             "FORGET <node-id>",

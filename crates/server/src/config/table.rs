@@ -503,14 +503,14 @@ directives! {
     CLUSTER_ALLOW_PUBSUBSHARD_WHEN_DOWN = "cluster-allow-pubsubshard-when-down" []
         "cluster.allow_pubsubshard_when_down": B, "yes", M, CLUSTER, "Serve sharded pub/sub while the cluster is down.";
     CLUSTER_REPLICA_VALIDITY_FACTOR = "cluster-replica-validity-factor" ["cluster-slave-validity-factor"]
-        "cluster.replica_validity_factor": int(0, INT), "10", M | NE, H,
+        "cluster.replica_validity_factor": int(0, INT), "10", M, CLUSTER,
         "How stale a replica may be to fail over (factor of node timeout; 0 = always).";
     CLUSTER_REPLICA_NO_FAILOVER = "cluster-replica-no-failover" ["cluster-slave-no-failover"]
-        "cluster.replica_no_failover": B, "no", M | NE, CLUSTER, "Never fail over automatically to this replica.";
-    CLUSTER_MIGRATION_BARRIER = "cluster-migration-barrier" [] "cluster.migration_barrier": int(0, INT), "1", M | NE, H,
+        "cluster.replica_no_failover": B, "no", M, CLUSTER, "Never fail over automatically to this replica.";
+    CLUSTER_MIGRATION_BARRIER = "cluster-migration-barrier" [] "cluster.migration_barrier": int(0, INT), "1", M, CLUSTER,
         "Replicas a primary keeps before one may migrate to an orphaned primary.";
     CLUSTER_ALLOW_REPLICA_MIGRATION = "cluster-allow-replica-migration" [] "cluster.allow_replica_migration": B,
-        "yes", M | NE, H, "Let replicas migrate to orphaned primaries.";
+        "yes", M, CLUSTER, "Let replicas migrate to orphaned primaries, and follow a node that took all their shard's slots.";
     CLUSTER_BLACKLIST_TTL = "cluster-blacklist-ttl" [] "cluster.blacklist_ttl": int(0, ULONG), "60", M | NE, H,
         "Seconds a forgotten node stays ignored.";
     CLUSTER_LINK_SENDBUF_LIMIT = "cluster-link-sendbuf-limit" [] "cluster.link_sendbuf_limit": mem(0, ULONG), "0",
