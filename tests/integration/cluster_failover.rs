@@ -303,7 +303,7 @@ fn cluster_failover_swaps_roles_under_writes_without_losing_an_acknowledged_writ
     let _alone = one_cluster_at_a_time();
     let (ns, pairs) = six_nodes(&[]);
     let (primary, replica) = pairs[1];
-    let (primary_id, replica_id) = (myid(&ns[primary]), myid(&ns[replica]));
+    let replica_id = myid(&ns[replica]);
     let all: Vec<&TestServer> = ns.iter().collect();
     // Plain SETs: every OK counts, replicated or not.
     let writers = Writers::start(4, &ports(&all), false);
@@ -345,7 +345,6 @@ fn cluster_failover_swaps_roles_under_writes_without_losing_an_acknowledged_writ
     // A primary refuses, as Valkey.
     assert_err(&ns[replica].cmd(&["CLUSTER", "FAILOVER"]), "ERR You should send CLUSTER FAILOVER to a replica");
     assert_err(&ns[primary].cmd(&["CLUSTER", "FAILOVER", "NOW"]), "ERR syntax error");
-    let _ = primary_id;
 }
 
 #[test]

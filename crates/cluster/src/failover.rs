@@ -178,7 +178,7 @@ impl ClusterState {
             FailoverMode::Takeover => {
                 info!("Taking over the primary (user request from '{client}').");
                 self.bump_epoch_without_consensus();
-                self.replace_primary(now);
+                self.replace_primary();
             }
             FailoverMode::Force => {
                 info!("Forced failover user request accepted (user request from '{client}').");
@@ -227,7 +227,7 @@ impl ClusterState {
         if self.myself().is_primary() {
             return;
         }
-        self.handle_manual_failover(now);
+        self.handle_manual_failover();
         self.handle_replica_failover(now);
         self.handle_replica_migration(now);
     }
@@ -276,7 +276,7 @@ impl ClusterState {
                 "Received replication offset for paused primary manual failover: {}", h.repl_offset
             );
             let now = self.clock_ms;
-            self.handle_manual_failover(now);
+            self.handle_manual_failover();
             self.handle_replica_failover(now);
         }
     }
@@ -497,7 +497,7 @@ impl ClusterState {
 
     /// On a replica in a manual failover: once its offset reached the one its paused primary
     /// announced, the vote may start (Valkey's `clusterHandleManualFailover`).
-    fn handle_manual_failover(&mut self, _now: i64) {
+    fn handle_manual_failover(&mut self) {
         if self.manual.end_ms == 0 || self.manual.can_start {
             return;
         }
@@ -593,7 +593,7 @@ impl ClusterState {
             self.myself_mut().config_epoch = epoch;
             info!(epoch, "configEpoch set to {epoch} after successful failover");
         }
-        self.replace_primary(now);
+        self.replace_primary();
     }
 
     /// Schedules an election: half a second for the FAIL to spread, up to half a second more
@@ -667,7 +667,7 @@ impl ClusterState {
     /// The end of every failover (Valkey's `clusterFailoverReplaceYourPrimary`): this replica
     /// becomes a primary, takes every slot of its old primary, and tells every node at once.
     /// Its config epoch was raised before (by the election, or TAKEOVER).
-    fn replace_primary(&mut self, _now: i64) {
+    fn replace_primary(&mut self) {
         let me = self.myself();
         let Some(old) = me.primary.filter(|_| !me.is_primary()) else { return };
         let slots: Vec<u16> = self.nodes.get(&old).map(|e| e.node.slots.iter().collect()).unwrap_or_default();

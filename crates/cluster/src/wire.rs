@@ -242,8 +242,8 @@ impl Ext<'_> {
 }
 
 /// The ping extensions of a PING, PONG or MEET, in wire form like [`GossipSection`]. A frame
-/// without any is exactly a version 1 frame, so a node that does not know extensions still
-/// reads every frame that has none.
+/// without any ends with its gossip section, as frames did before extensions existed, so a
+/// node that does not know extensions still reads every frame that has none.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Extensions {
     count: u16,
