@@ -541,8 +541,8 @@ fn write_snapshot(
     info!(keys = snap.keys(), "Snapshot for replication complete ({} keys)", snap.keys());
 }
 
-/// What a replica's connection runs after its PSYNC: the session the primary accepted, and
-/// the bytes it had already sent past the command.
+/// What a replica's connection runs after its PSYNC: the session the primary accepted (the
+/// bytes the replica sent past PSYNC stay in the connection's read buffer).
 pub struct SyncStart {
     /// The replica's session.
     pub session: hotkv_replication::ReplicaSession,

@@ -119,7 +119,7 @@ fn replicaof(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) 
     Ok(Flow::Continue)
 }
 
-fn replconf(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+fn replconf(_: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
     let argv: Vec<&[u8]> = args.iter().skip(1).collect();
     let hs = sess.handshake.get_or_insert_with(|| Box::new(Handshake::default()));
     match hs.replconf(&argv) {
@@ -127,7 +127,6 @@ fn replconf(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf
         ReplconfReply::Error(e) => return Err(CommandError::raw(e)),
         ReplconfReply::Silent => {}
     }
-    let _ = srv;
     Ok(Flow::Continue)
 }
 
