@@ -61,6 +61,26 @@ fn wait_same(primary: &TestServer, replica: &TestServer) -> Dataset {
     last.0
 }
 
+/// The replica's processed offset (`slave_repl_offset`), 0 before its first sync.
+fn replica_offset(c: &mut RawClient) -> u64 {
+    info_field(c, "slave_repl_offset").and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// Stops the writers, waits until a replica acknowledged everything, and compares.
+fn stop_and_compare(
+    stop: &AtomicBool,
+    writers: Vec<std::thread::JoinHandle<()>>,
+    primary: &TestServer,
+    replica: &TestServer,
+) {
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert_eq!(primary.client().cmd(&["WAIT", "1", "10000"]).int(), 1);
+    wait_same(primary, replica);
+}
+
 fn replicaof(replica: &TestServer, port: u16) {
     let mut c = replica.client();
     ok(&mut c, &["REPLICAOF", "127.0.0.1", &port.to_string()]);
@@ -130,11 +150,8 @@ fn a_replica_gets_the_dataset_then_the_stream_and_refuses_writes() {
     assert_eq!(role.items()[0], Frame::bulk("slave"));
     assert_eq!(role.items()[3], Frame::bulk("connected"));
     assert_eq!(info_field(&mut p, "connected_slaves").as_deref(), Some("1"));
-    let offset: i64 = info_field(&mut p, "master_repl_offset").unwrap().parse().unwrap();
-    assert!(wait_for(
-        || info_field(&mut r, "slave_repl_offset").and_then(|o| o.parse::<i64>().ok()) == Some(offset),
-        LINK_WAIT
-    ));
+    let offset: u64 = info_field(&mut p, "master_repl_offset").unwrap().parse().unwrap();
+    assert!(wait_for(|| replica_offset(&mut r) == offset, LINK_WAIT));
 
     // REPLICAOF NO ONE: writable again, with the data.
     ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
@@ -181,12 +198,7 @@ fn writes_during_the_full_sync_are_all_on_the_replica() {
     // Keep writing a little after the link is up, then stop and compare.
     let seen = written.load(Ordering::Relaxed);
     assert!(wait_for(|| written.load(Ordering::Relaxed) > seen + 2000, Duration::from_secs(30)));
-    stop.store(true, Ordering::Relaxed);
-    for w in writers {
-        w.join().unwrap();
-    }
-    assert_eq!(p.cmd(&["WAIT", "1", "10000"]).int(), 1);
-    wait_same(&primary, &replica);
+    stop_and_compare(&stop, writers, &primary, &replica);
 }
 
 #[test]
@@ -341,15 +353,9 @@ fn new_keys_in_several_databases_during_the_full_sync_all_arrive_with_a_tiny_bac
     wait_link_up(&replica);
     // Writing goes on after the link is up, until the stream has carried some of it.
     let mut r = replica.client();
-    let at = |c: &mut RawClient, f| info_field(c, f).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    let linked = at(&mut r, "slave_repl_offset");
-    assert!(wait_for(|| at(&mut r, "slave_repl_offset") > linked + 10_000, LINK_WAIT));
-    stop.store(true, Ordering::Relaxed);
-    for w in writers {
-        w.join().unwrap();
-    }
-    assert_eq!(p.cmd(&["WAIT", "1", "10000"]).int(), 1);
-    wait_same(&primary, &replica);
+    let linked = replica_offset(&mut r);
+    assert!(wait_for(|| replica_offset(&mut r) > linked + 10_000, LINK_WAIT));
+    stop_and_compare(&stop, writers, &primary, &replica);
 }
 
 #[test]
@@ -460,21 +466,12 @@ fn repeated_link_kills_under_load_lose_nothing() {
         .collect();
     let mut r = replica.client();
     for _ in 0..10 {
-        let before = info_field(&mut r, "slave_repl_offset").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        assert!(wait_for(
-            || info_field(&mut r, "slave_repl_offset").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-                > before + 20_000,
-            LINK_WAIT
-        ));
+        let before = replica_offset(&mut r);
+        assert!(wait_for(|| replica_offset(&mut r) > before + 20_000, LINK_WAIT));
         r.cmd(&["CLIENT", "KILL", "TYPE", "master"]);
         wait_link_up(&replica);
     }
-    stop.store(true, Ordering::Relaxed);
-    for w in writers {
-        w.join().unwrap();
-    }
+    stop_and_compare(&stop, writers, &primary, &replica);
     let mut p = primary.client();
-    assert_eq!(p.cmd(&["WAIT", "1", "10000"]).int(), 1);
-    wait_same(&primary, &replica);
     assert_eq!(info_stat(&mut p, "sync_full"), Some(1), "every reconnect continued:\n{}", primary.log());
 }
