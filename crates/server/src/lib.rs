@@ -13,6 +13,7 @@ pub mod cron;
 pub mod dispatch;
 pub mod events;
 pub mod evict;
+pub mod failover;
 pub mod hooks;
 pub mod io;
 pub mod listener;

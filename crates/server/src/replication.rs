@@ -38,6 +38,8 @@ pub struct Replication {
     loading: AtomicBool,
     /// The link to our primary.
     link: Mutex<Option<ReplicaHandle>>,
+    /// A coordinated failover (FAILOVER) this node runs as the primary.
+    pub failover: crate::failover::Coordinator,
 }
 
 impl Replication {
@@ -48,6 +50,7 @@ impl Replication {
             replica: Arc::new(AtomicBool::new(false)),
             loading: AtomicBool::new(false),
             link: Mutex::new(None),
+            failover: Default::default(),
         }
     }
 
@@ -166,7 +169,7 @@ fn reconcile_cluster(srv: &Arc<Server>) {
                     }
                 }
                 Some(_) => {}
-                None if srv.repl.is_replica() => promote(&srv),
+                None if srv.repl.is_replica() => promote(&srv, "the cluster made this node a primary"),
                 None => {}
             }
         }
@@ -187,6 +190,16 @@ pub fn cron(srv: &Server) {
 /// start): stops any link it had, keeps its data until the primary's snapshot replaces it
 /// (or its history continues, when the primary can), and dials.
 pub fn follow(srv: &Arc<Server>, host: String, port: u16) {
+    follow_with(srv, host, port, false);
+}
+
+/// A coordinated failover hands over to `host:port`: follow it, and make the first PSYNC ask
+/// it to take over (see [`crate::failover`]).
+pub fn follow_for_failover(srv: &Arc<Server>, host: String, port: u16) {
+    follow_with(srv, host, port, true);
+}
+
+fn follow_with(srv: &Arc<Server>, host: String, port: u16, failover: bool) {
     let old = srv.repl.link.lock().take();
     if let Some(old) = old {
         tokio::spawn(old.stop());
@@ -207,6 +220,7 @@ pub fn follow(srv: &Arc<Server>, host: String, port: u16) {
     cfg.announce_ip = (!ip.is_empty()).then(|| ip.to_string());
     cfg.timeout = Duration::from_secs(settings.int(t::REPL_TIMEOUT).max(1) as u64);
     cfg.max_bulk_len = rt.proto_max_bulk_len;
+    cfg.failover = failover;
     let tls = settings.bool(t::TLS_REPLICATION);
     let connector = Arc::new(Dialer { srv: Arc::downgrade(srv), tls });
     let applier = Box::new(MasterClient::new(srv));
@@ -214,12 +228,13 @@ pub fn follow(srv: &Arc<Server>, host: String, port: u16) {
     *srv.repl.link.lock() = Some(handle);
 }
 
-/// REPLICAOF NO ONE: this node stops following and becomes a primary of its own history.
-pub fn promote(srv: &Arc<Server>) {
+/// REPLICAOF NO ONE (and a failover's end): this node stops following and becomes a primary
+/// of its own history. `why` completes the log line, as Valkey's "(user request from ...)".
+pub fn promote(srv: &Arc<Server>, why: &str) {
     let old = srv.repl.link.lock().take();
     if let Some(old) = old {
         tokio::spawn(old.stop());
-        info!("MASTER MODE enabled (user request from 'id=0')");
+        info!("MASTER MODE enabled ({})", why);
     }
     srv.repl.loading.store(false, Ordering::Release);
     if srv.repl.replica.swap(false, Ordering::AcqRel) {
@@ -416,6 +431,10 @@ impl Applier for MasterClient {
 
     fn stream_ended(&mut self) {
         self.srv.clients.remove(self.sess.id);
+    }
+
+    fn failover_outcome(&mut self, outcome: Result<(), String>) {
+        crate::failover::outcome(&self.srv, outcome);
     }
 }
 
