@@ -176,6 +176,7 @@ impl ReplicationHooks for ReplicationView {
     fn pause_writes(&self, until_ms: i64) {
         if let Some(srv) = self.srv.upgrade() {
             srv.pause.pause_for_failover(until_ms, unix_ms());
+            srv.pause.drain_writes(&srv.ks);
         }
     }
 

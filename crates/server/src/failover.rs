@@ -129,6 +129,8 @@ pub fn start(srv: &Arc<Server>, req: Request) -> Result<(), String> {
         };
     }
     srv.pause.pause_for_failover(i64::MAX, unix_ms());
+    // From here the offset the driver reads only grows by what replicas need (GETACK).
+    srv.pause.drain_writes(&srv.ks);
     let weak = Arc::downgrade(srv);
     tokio::spawn(async move {
         while let Some(srv) = weak.upgrade() {
