@@ -622,3 +622,19 @@ fn failover_force_hands_over_to_a_replica_that_is_behind() {
     ok(&mut b.client(), &["SET", "after", "1"]);
     wait_same(&b, &a);
 }
+
+#[test]
+fn a_publish_on_the_primary_reaches_subscribers_of_its_replica() {
+    let primary = server();
+    let replica = server();
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    let mut sub = replica.client();
+    assert!(!sub.cmd(&["SUBSCRIBE", "news"]).is_error());
+    let mut p = primary.client();
+    assert_eq!(p.cmd(&["PUBLISH", "news", "hello"]).int(), 0, "nobody listens on the primary itself");
+    let msg = sub.read_frame();
+    let Frame::Array(parts) = msg else { panic!("{msg}") };
+    let texts: Vec<String> = parts.iter().map(Frame::text).collect();
+    assert_eq!(texts, ["message", "news", "hello"]);
+}
