@@ -638,3 +638,28 @@ fn a_publish_on_the_primary_reaches_subscribers_of_its_replica() {
     let texts: Vec<String> = parts.iter().map(Frame::text).collect();
     assert_eq!(texts, ["message", "news", "hello"]);
 }
+
+#[test]
+fn a_writable_replica_expires_its_own_keys_and_rewrites_stale_ones() {
+    let primary = server_with(&[("enable-debug-command", "yes")]);
+    let replica = server();
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    let mut r = replica.client();
+    ok(&mut r, &["CONFIG", "SET", "replica-read-only", "no"]);
+    // Keys only the replica has: its primary will never send their DELs.
+    ok(&mut r, &["SET", "own", "1", "PX", "50"]);
+    ok(&mut r, &["MULTI"]);
+    r.cmd(&["SET", "own2", "1", "PX", "50"]);
+    assert!(!r.cmd(&["EXEC"]).is_error());
+    ok(&mut r, &["SET", "forever", "1"]);
+    assert!(wait_for(|| r.cmd(&["DBSIZE"]).int() == 1, LINK_WAIT), "the replica kept its own expired keys");
+    // A key from the primary, past its TTL but not yet deleted there (active expiry off):
+    // a write on the replica replaces it rather than inheriting the stale TTL.
+    let mut p = primary.client();
+    ok(&mut p, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+    ok(&mut p, &["SET", "stale", "5", "PX", "10"]);
+    assert!(wait_for(|| r.cmd(&["DBSIZE"]).int() == 2 && r.cmd(&["EXISTS", "stale"]).int() == 0, LINK_WAIT));
+    assert_eq!(r.cmd(&["INCR", "stale"]).int(), 1);
+    assert_eq!(r.cmd(&["TTL", "stale"]).int(), -1);
+}

@@ -434,6 +434,14 @@ fn execute(
     };
     let nanos = start.elapsed().as_nanos() as u64;
     let failed = result.is_err();
+    if !failed
+        && cmd.spec.flags() & flags::WRITE != 0
+        && b.engine.replica
+        && !sess.has_flag(crate::session::flag::MASTER)
+        && b.srv.repl.is_replica()
+    {
+        b.srv.repl.note_own_write(sess.db, &args, scratch.plan.keys());
+    }
     let flow = match result {
         Ok(flow) => flow,
         Err(e) => {

@@ -172,6 +172,14 @@ fn run(
             result = Err(CommandError::err(format!("{} cannot wait on another node inside MULTI", cmd.full_name)));
         }
         ctx.record_call(db, &args, dirty);
+        if result.is_ok()
+            && cmd.spec.flags() & hotkv_engine::command::flags::WRITE != 0
+            && cfg.replica
+            && !sess.has_flag(flag::MASTER)
+            && b.srv.repl.is_replica()
+        {
+            b.srv.repl.note_own_write(db, &args, q.plan.keys());
+        }
         let nanos = start.elapsed().as_nanos() as u64;
         if let Err(e) = &result {
             out.truncate(mark);

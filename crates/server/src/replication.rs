@@ -40,6 +40,10 @@ pub struct Replication {
     link: Mutex<Option<ReplicaHandle>>,
     /// A coordinated failover (FAILOVER) this node runs as the primary.
     pub failover: crate::failover::Coordinator,
+    /// Keys clients wrote on this replica (`replica-read-only no`): its primary never sends
+    /// their DELs, so the cron expires those with a TTL itself (Valkey's
+    /// `replicaKeysWithExpire`). Keys without a TTL leave at the next look.
+    own_keys: Mutex<std::collections::HashSet<(usize, Vec<u8>)>>,
 }
 
 impl Replication {
@@ -51,6 +55,7 @@ impl Replication {
             loading: AtomicBool::new(false),
             link: Mutex::new(None),
             failover: Default::default(),
+            own_keys: Default::default(),
         }
     }
 
@@ -63,6 +68,28 @@ impl Replication {
     /// Whether this node follows a primary.
     pub fn is_replica(&self) -> bool {
         self.replica.load(Ordering::Acquire)
+    }
+
+    /// A client (not the primary's stream) wrote `keys` of `args` on this replica.
+    pub fn note_own_write(&self, db: usize, args: &Args<'_>, keys: &[hotkv_engine::plan::KeyArg]) {
+        let mut own = self.own_keys.lock();
+        for k in keys.iter().filter(|k| !k.channel) {
+            own.insert((db, args.get(k.pos as usize).to_vec()));
+        }
+    }
+
+    /// The keys [`Replication::note_own_write`] collected, for the cron to look at.
+    pub fn take_own_keys(&self) -> Vec<(usize, Vec<u8>)> {
+        let mut own = self.own_keys.lock();
+        if own.is_empty() {
+            return Vec::new();
+        }
+        std::mem::take(&mut *own).into_iter().collect()
+    }
+
+    /// Puts back the keys that still have a TTL to come.
+    pub fn keep_own_keys(&self, keep: Vec<(usize, Vec<u8>)>) {
+        self.own_keys.lock().extend(keep);
     }
 
     /// Whether a full sync is being loaded.
@@ -237,6 +264,8 @@ pub fn promote(srv: &Arc<Server>, why: &str) {
         info!("MASTER MODE enabled ({})", why);
     }
     srv.repl.loading.store(false, Ordering::Release);
+    // A primary's own active expiry covers every key from now on.
+    srv.repl.own_keys.lock().clear();
     if srv.repl.replica.swap(false, Ordering::AcqRel) {
         srv.repl.primary.promote();
     }
