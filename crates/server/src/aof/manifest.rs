@@ -431,7 +431,7 @@ const MANIFEST_SUFFIX: &str = ".manifest";
 pub const TEMP_PREFIX: &str = "temp-";
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn parse(s: &str) -> Result<Manifest, ManifestError> {
