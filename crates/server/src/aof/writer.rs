@@ -184,6 +184,7 @@ impl AofWriter {
             stop: AtomicBool::new(false),
             bio: Mutex::new(Some(bio_tx)),
             carry: Mutex::new(Vec::new()),
+            switch: Mutex::new(None),
         });
         let flusher = {
             let inner = inner.clone();
@@ -320,30 +321,39 @@ impl AofWriter {
         self.inner.file.lock().incr_size
     }
 
-    /// Switches to a new incr file (a rewrite started): everything appended before the call
-    /// goes to the old file, which is written and synced first; everything after, to `file`,
-    /// starting with a SELECT. Appends are not blocked meanwhile, only the flusher is.
-    pub fn switch_to(&self, file: Arc<dyn IncrFile>) -> io::Result<()> {
+    /// Marks the switch to a new incr file (a rewrite starts): everything appended before
+    /// this call belongs to the old file, everything after to `file`, starting with a SELECT.
+    /// Cheap and disk-free, so the server calls it at the snapshot's cut, with every slot
+    /// lock held: the new base then holds exactly what the old files hold. The flusher
+    /// writes and syncs the old file's rest before it writes anything to the new one.
+    pub fn begin_switch(&self, file: Arc<dyn IncrFile>) {
         let inner = &self.inner;
-        let mut cur = inner.file.lock();
-        let taken = {
-            let mut p = inner.pending.lock();
-            p.seldb = None;
-            inner.pending_len.store(0, Ordering::Relaxed);
-            (std::mem::take(&mut p.buf), inner.appended.load(Ordering::Acquire))
-        };
-        let (buf, upto) = taken;
-        let mut carry = inner.take_carry();
-        carry.extend_from_slice(&buf);
-        inner.write_out(&mut cur, &mut carry, upto)?;
-        if self.policy() != FsyncPolicy::No {
-            cur.file.sync()?;
-            inner.publish_durable(upto);
+        let mut p = inner.pending.lock();
+        p.seldb = None;
+        inner.pending_len.store(0, Ordering::Relaxed);
+        let rest = std::mem::take(&mut p.buf);
+        let upto = inner.appended.load(Ordering::Acquire);
+        let mut sw = inner.switch.lock();
+        match sw.as_mut() {
+            // A second switch before the first was applied: the middle file stays empty and
+            // the bytes of both go to the old file.
+            Some(prev) => {
+                prev.rest.extend_from_slice(&rest);
+                prev.upto = upto;
+                prev.file = file;
+            }
+            None => *sw = Some(Switch { file, rest, upto }),
         }
-        tracing::debug!(offset = upto, "aof switched incr file");
-        cur.file = file;
-        cur.incr_size = 0;
-        Ok(())
+        drop(sw);
+        drop(p);
+        inner.wake.notify_one();
+    }
+
+    /// [`AofWriter::begin_switch`], then writes and syncs the old file's rest now.
+    pub fn switch_to(&self, file: Arc<dyn IncrFile>) -> io::Result<()> {
+        self.begin_switch(file);
+        let mut cur = self.inner.file.lock();
+        self.inner.apply_switch(&mut cur)
     }
 
     /// Writes and syncs everything appended so far (SHUTDOWN, `appendonly no`): what
@@ -351,6 +361,7 @@ impl AofWriter {
     pub fn flush_and_sync(&self) -> io::Result<()> {
         let inner = &self.inner;
         let mut cur = inner.file.lock();
+        inner.apply_switch(&mut cur)?;
         let (buf, upto) = {
             let mut p = inner.pending.lock();
             inner.pending_len.store(0, Ordering::Relaxed);
@@ -421,6 +432,7 @@ struct Inner {
     base_size: AtomicU64,
     stop: AtomicBool,
     bio: Mutex<Option<mpsc::Sender<FsyncJob>>>,
+    switch: Mutex<Option<Switch>>,
 }
 
 struct Pending {
@@ -434,6 +446,16 @@ struct Current {
     file: Arc<dyn IncrFile>,
     incr_size: u64,
     last_fsync: Instant,
+}
+
+/// A switch of incr file, marked and not applied yet.
+struct Switch {
+    /// The file to write to after the switch.
+    file: Arc<dyn IncrFile>,
+    /// Bytes appended before the switch and not yet written: they go to the old file.
+    rest: Vec<u8>,
+    /// The stream offset at the switch.
+    upto: u64,
 }
 
 struct FsyncJob {
@@ -476,6 +498,17 @@ impl Inner {
             // The file lock first, then the buffer: a switch to a new file takes them in the
             // same order, so no byte appended before a switch can land after it.
             let mut cur = self.file.lock();
+            if let Err(e) = self.apply_switch(&mut cur) {
+                if policy == FsyncPolicy::Always {
+                    tracing::warn!("Can't persist AOF for fsync error when the AOF fsync policy is 'always': {e}. Exiting...");
+                    (self.on_fatal)();
+                    return;
+                }
+                drop(cur);
+                let mut p = self.pending.lock();
+                self.wake.wait_for(&mut p, TICK);
+                continue;
+            }
             let (buf, upto) = {
                 let mut p = self.pending.lock();
                 self.pending_len.store(0, Ordering::Relaxed);
@@ -536,6 +569,38 @@ impl Inner {
                 FsyncPolicy::No => {}
             }
         }
+    }
+
+    /// Finishes a switch [`AofWriter::begin_switch`] marked: writes what belongs to the old
+    /// file, syncs it (unless `appendfsync no`), then makes the new file current. On failure
+    /// the switch stays pending with its bytes, to be retried.
+    fn apply_switch(&self, cur: &mut Current) -> io::Result<()> {
+        let Some(mut sw) = self.switch.lock().take() else { return Ok(()) };
+        let mut carry = self.take_carry();
+        carry.extend_from_slice(&sw.rest);
+        let result = self.write_out(cur, &mut carry, sw.upto).and_then(|()| {
+            if FsyncPolicy::from_code(self.policy.load(Ordering::Relaxed)) != FsyncPolicy::No {
+                cur.file.sync()?;
+                self.publish_durable(sw.upto);
+            }
+            Ok(())
+        });
+        if let Err(e) = result {
+            // write_out kept the unwritten part as carry; put it back into the switch.
+            sw.rest = self.take_carry();
+            let mut slot = self.switch.lock();
+            if let Some(newer) = slot.take() {
+                sw.rest.extend_from_slice(&newer.rest);
+                sw.upto = newer.upto;
+                sw.file = newer.file;
+            }
+            *slot = Some(sw);
+            return Err(e);
+        }
+        tracing::debug!(offset = sw.upto, "aof switched incr file");
+        cur.file = sw.file;
+        cur.incr_size = 0;
+        Ok(())
     }
 
     /// The background fsync thread (Valkey's `BIO_AOF_FSYNC`).
@@ -883,6 +948,23 @@ mod tests {
         let end = w.append(&effects(&[(1, &["SET", "b", "2"])]));
         wait("the write", || w.written_offset() == end);
         assert_eq!(*new.data.lock(), resp(&[&["SELECT", "1"], &["SET", "b", "2"]]));
+    }
+
+    #[test]
+    fn a_switch_marked_under_the_cut_is_applied_by_the_flusher_in_order() {
+        let (old, new) = (Arc::new(Fake::default()), Arc::new(Fake::default()));
+        let gate = old.gate.lock();
+        let w = AofWriter::start(old.clone(), cfg(FsyncPolicy::Always)).unwrap();
+        w.append(&effects(&[(0, &["SET", "a", "1"])]));
+        wait("the flusher to block", || w.stats().buffer_length == 0);
+        w.append(&effects(&[(0, &["SET", "b", "2"])]));
+        w.begin_switch(new.clone());
+        let end = w.append(&effects(&[(0, &["SET", "c", "3"])]));
+        drop(gate);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(w.wait_durable(end));
+        assert_eq!(*old.data.lock(), resp(&[&["SELECT", "0"], &["SET", "a", "1"], &["SET", "b", "2"]]));
+        assert_eq!(*new.data.lock(), resp(&[&["SELECT", "0"], &["SET", "c", "3"]]));
     }
 
     #[test]
