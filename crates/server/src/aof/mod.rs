@@ -6,6 +6,7 @@
 pub mod load;
 pub mod manifest;
 pub mod parse;
+pub mod rewrite;
 pub mod writer;
 
 use std::path::PathBuf;
