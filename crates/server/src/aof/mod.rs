@@ -3,6 +3,9 @@
 // the next step. Remove this allow then.
 #![allow(dead_code)]
 
+#[cfg(test)]
+mod fuzz;
+pub mod info;
 pub mod load;
 pub mod manifest;
 pub mod parse;
