@@ -113,7 +113,7 @@ fn loader_survives_mutated_incr_files() {
         n += 1;
         let path = paths.aof_dir().join(name);
         fs::write(&path, input).unwrap();
-        let opts = LoadOptions { load_truncated: n % 2 == 0, max_bulk_len: 1 << 20, databases: 16 };
+        let opts = LoadOptions { load_truncated: n.is_multiple_of(2), max_bulk_len: 1 << 20, databases: 16 };
         let target = RdbTarget { ks: &ks, cfg: &cfg, now_ms: 0 };
         let mut cmds = 0u64;
         let out = load::load_all(&paths, &m, &opts, &target, |db, argv| {

@@ -550,19 +550,12 @@ pub fn upgrade_legacy(paths: &AofPaths, manifest: &mut Manifest) -> io::Result<(
     fs::create_dir_all(&aof_dir).inspect_err(|e| {
         tracing::warn!("Can't open or create append-only dir {}: {e}", paths.dirname);
     })?;
-    manifest.base = Some(AofFile {
-        name: paths.filename.as_bytes().to_vec(),
-        seq: 1,
-        kind: super::manifest::FileKind::Base,
-    });
+    manifest.base =
+        Some(AofFile { name: paths.filename.as_bytes().to_vec(), seq: 1, kind: super::manifest::FileKind::Base });
     manifest.base_seq = 1;
     manifest.persist(&aof_dir, &paths.filename)?;
     fs::rename(paths.legacy_file(), aof_dir.join(&paths.filename)).inspect_err(|e| {
-        tracing::warn!(
-            "Error trying to move the old AOF file {} into dir {}: {e}",
-            paths.filename,
-            paths.dirname
-        );
+        tracing::warn!("Error trying to move the old AOF file {} into dir {}: {e}", paths.filename, paths.dirname);
     })?;
     super::manifest::sync_dir(&paths.dir)?;
     tracing::info!(
@@ -681,7 +674,9 @@ mod tests {
                 }
                 Err(e) => {
                     assert!(!clean, "cut {cut}: {e}");
-                    assert!(e.starts_with("Unexpected end of file reading the append only file appendonly.aof.1.incr.aof"));
+                    assert!(
+                        e.starts_with("Unexpected end of file reading the append only file appendonly.aof.1.incr.aof")
+                    );
                     assert!(e.contains(&format!("offset {good_end}")), "{e}");
                     assert_eq!(fs::metadata(&path).unwrap().len(), cut as u64, "untouched without the option");
                 }
@@ -714,9 +709,15 @@ mod tests {
         let p = paths("notlast");
         let mut second = Vec::new();
         cmd(&mut second, &["SET", "z", "9"]);
-        let m = setup(&p, &[("appendonly.aof.1.incr.aof", &file[..file.len() - 3]), ("appendonly.aof.2.incr.aof", &second)]);
+        let m = setup(
+            &p,
+            &[("appendonly.aof.1.incr.aof", &file[..file.len() - 3]), ("appendonly.aof.2.incr.aof", &second)],
+        );
         let e = run(&p, &m, true, &Keyspace::new(16)).unwrap_err();
-        assert!(e.starts_with("Fatal error: the truncated file is not the last file (appendonly.aof.1.incr.aof"), "{e}");
+        assert!(
+            e.starts_with("Fatal error: the truncated file is not the last file (appendonly.aof.1.incr.aof"),
+            "{e}"
+        );
         fs::remove_dir_all(&p.dir).unwrap();
     }
 
@@ -731,7 +732,9 @@ mod tests {
         let m = setup(&p, &[("appendonly.aof.1.incr.aof", &f)]);
         let e = run(&p, &m, true, &Keyspace::new(16)).unwrap_err();
         assert!(
-            e.starts_with(&format!("Bad file format reading the append only file appendonly.aof.1.incr.aof at offset {at}")),
+            e.starts_with(&format!(
+                "Bad file format reading the append only file appendonly.aof.1.incr.aof at offset {at}"
+            )),
             "{e}"
         );
         // A bad SELECT, a nested MULTI, an EXEC without MULTI, and the callback's refusal.
@@ -795,7 +798,10 @@ mod tests {
         assert_eq!(stats.base_size, base.len() as u64);
         assert_eq!(stats.total_size, (base.len() + i1.len() + i2.len()) as u64);
         assert_eq!(stats.rdb.as_ref().unwrap().loaded, 2);
-        assert_eq!(stats.files.iter().map(|f| (f.rdb, f.commands)).collect::<Vec<_>>(), [(true, 0), (false, 1), (false, 0), (false, 1)]);
+        assert_eq!(
+            stats.files.iter().map(|f| (f.rdb, f.commands)).collect::<Vec<_>>(),
+            [(true, 0), (false, 1), (false, 0), (false, 1)]
+        );
         // A broken RDB base is fatal, never truncated.
         let m = setup(&p, &[("appendonly.aof.1.base.rdb", &base[..base.len() - 4])]);
         let e = run(&p, &m, true, &Keyspace::new(16)).unwrap_err();

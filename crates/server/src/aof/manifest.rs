@@ -351,8 +351,7 @@ impl Manifest {
     pub fn retire_incr(&mut self, keep: usize) {
         let n = self.incr.len().saturating_sub(keep);
         // Valkey adds each to the head walking from the tail, which keeps their order.
-        let retired: Vec<AofFile> =
-            self.incr.drain(..n).map(|f| AofFile { kind: FileKind::History, ..f }).collect();
+        let retired: Vec<AofFile> = self.incr.drain(..n).map(|f| AofFile { kind: FileKind::History, ..f }).collect();
         self.history.splice(0..0, retired);
     }
 }
@@ -484,8 +483,7 @@ pub(crate) mod tests {
 
     #[test]
     fn names_that_need_it_are_quoted_and_read_back() {
-        for name in [&b"plain.aof"[..], b"with space", b"quote\"d", b"back\\slash-less", b"tab\there", b"\xff\x01bin"]
-        {
+        for name in [&b"plain.aof"[..], b"with space", b"quote\"d", b"back\\slash-less", b"tab\there", b"\xff\x01bin"] {
             let name = name.to_vec();
             if name.contains(&b'\\') {
                 continue; // refused as a path, see below

@@ -311,9 +311,7 @@ fn write_key(out: &mut Vec<u8>, key: &[u8], value: ValueRef<'_>) {
     match obj {
         Object::Str(s) => write_command(out, [&b"SET"[..], key, s.as_slice()].into_iter(), 3),
         Object::List(l) => batched(out, b"RPUSH", key, l.len(), 1, l.iter().map(|v| vec![v.to_vec()])),
-        Object::Set(s) => {
-            batched(out, b"SADD", key, s.len(), 1, s.iter().map(|m| vec![m.with_bytes(<[u8]>::to_vec)]))
-        }
+        Object::Set(s) => batched(out, b"SADD", key, s.len(), 1, s.iter().map(|m| vec![m.with_bytes(<[u8]>::to_vec)])),
         Object::Hash(h) => batched(
             out,
             b"HMSET",
@@ -342,7 +340,14 @@ fn write_key(out: &mut Vec<u8>, key: &[u8], value: ValueRef<'_>) {
 
 /// Writes `items` (each `per` arguments) as `cmd key ...` commands of at most
 /// [`ITEMS_PER_CMD`] items each.
-fn batched(out: &mut Vec<u8>, cmd: &[u8], key: &[u8], len: usize, per: usize, items: impl Iterator<Item = Vec<Vec<u8>>>) {
+fn batched(
+    out: &mut Vec<u8>,
+    cmd: &[u8],
+    key: &[u8],
+    len: usize,
+    per: usize,
+    items: impl Iterator<Item = Vec<Vec<u8>>>,
+) {
     let mut left = len;
     let mut in_cmd = 0usize;
     for item in items {
@@ -543,8 +548,7 @@ mod tests {
     }
 
     fn sample() -> TestKit {
-        let mut t = TestKit::default();
-        t.now_ms = NOW;
+        let mut t = TestKit { now_ms: NOW, ..TestKit::default() };
         t.run(&["SET", "s", "hello world"]);
         t.run(&["SET", "n", "12345"]);
         t.run(&["APPEND", "grown", "abc"]);
@@ -571,7 +575,8 @@ mod tests {
         for db in [0, 5] {
             t.run(&["SELECT", &db.to_string()]);
             let keys = t.run(&["KEYS", "*"]);
-            let mut names: Vec<&str> = keys.split("\r\n").filter(|l| !l.is_empty() && !l.starts_with(['*', '$'])).collect();
+            let mut names: Vec<&str> =
+                keys.split("\r\n").filter(|l| !l.is_empty() && !l.starts_with(['*', '$'])).collect();
             names.sort();
             for k in names {
                 let ty = t.run(&["TYPE", k]);
@@ -637,8 +642,7 @@ mod tests {
             }
             all.extend_from_slice(&chunk);
         }
-        let mut fresh = TestKit::default();
-        fresh.now_ms = NOW;
+        let mut fresh = TestKit { now_ms: NOW, ..TestKit::default() };
         let names = replay(&mut fresh, &all);
         assert_eq!(contents(&mut fresh), want);
         // 130 items at 64 a command: three RPUSH and three SADD.
@@ -660,8 +664,7 @@ mod tests {
     }
 
     fn load_into(p: &AofPaths) -> TestKit {
-        let mut t = TestKit::default();
-        t.now_ms = NOW;
+        let mut t = TestKit { now_ms: NOW, ..TestKit::default() };
         let m = p.read_manifest().unwrap();
         let cfg = EngineConfig::default();
         let ks = std::mem::replace(&mut t.ks, Keyspace::new(16));
@@ -702,7 +705,9 @@ mod tests {
             let m = files.manifest().render();
             assert_eq!(
                 String::from_utf8(m).unwrap(),
-                format!("file appendonly.aof.1.base.{suffix} seq 1 type b\nfile appendonly.aof.1.incr.aof seq 1 type i\n")
+                format!(
+                    "file appendonly.aof.1.base.{suffix} seq 1 type b\nfile appendonly.aof.1.incr.aof seq 1 type i\n"
+                )
             );
             let writer = AofWriter::start(Arc::new(opened.file), WriterConfig::new(FsyncPolicy::Always)).unwrap();
             let mut t = sample();
@@ -732,15 +737,23 @@ mod tests {
             assert_eq!(published.base, format!("appendonly.aof.2.base.{suffix}"));
             assert_eq!(
                 String::from_utf8(files.manifest().render()).unwrap(),
-                format!("file appendonly.aof.2.base.{suffix} seq 2 type b\nfile appendonly.aof.2.incr.aof seq 2 type i\n")
+                format!(
+                    "file appendonly.aof.2.base.{suffix} seq 2 type b\nfile appendonly.aof.2.incr.aof seq 2 type i\n"
+                )
             );
             assert_eq!(p.read_manifest().unwrap(), *files.manifest());
-            let mut on_disk: Vec<String> =
-                fs::read_dir(p.aof_dir()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+            let mut on_disk: Vec<String> = fs::read_dir(p.aof_dir())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
             on_disk.sort();
             assert_eq!(
                 on_disk,
-                [format!("appendonly.aof.2.base.{suffix}"), "appendonly.aof.2.incr.aof".into(), "appendonly.aof.manifest".into()]
+                [
+                    format!("appendonly.aof.2.base.{suffix}"),
+                    "appendonly.aof.2.incr.aof".into(),
+                    "appendonly.aof.manifest".into()
+                ]
             );
             let (base_size, total) = files.sizes();
             assert_eq!(base_size, published.base_size);

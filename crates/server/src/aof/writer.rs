@@ -500,7 +500,9 @@ impl Inner {
             let mut cur = self.file.lock();
             if let Err(e) = self.apply_switch(&mut cur) {
                 if policy == FsyncPolicy::Always {
-                    tracing::warn!("Can't persist AOF for fsync error when the AOF fsync policy is 'always': {e}. Exiting...");
+                    tracing::warn!(
+                        "Can't persist AOF for fsync error when the AOF fsync policy is 'always': {e}. Exiting..."
+                    );
                     (self.on_fatal)();
                     return;
                 }
@@ -524,7 +526,9 @@ impl Inner {
             let policy = FsyncPolicy::from_code(self.policy.load(Ordering::Relaxed));
             match result {
                 Err(_) if policy == FsyncPolicy::Always => {
-                    tracing::warn!("Can't recover from AOF write error when the AOF fsync policy is 'always'. Exiting...");
+                    tracing::warn!(
+                        "Can't recover from AOF write error when the AOF fsync policy is 'always'. Exiting..."
+                    );
                     (self.on_fatal)();
                     return;
                 }
@@ -655,10 +659,7 @@ impl Inner {
             return Ok(());
         };
         let errno = if done > 0 {
-            tracing::warn!(
-                "Short write while writing to the AOF file: (nwritten={done}, expected={})",
-                buf.len()
-            );
+            tracing::warn!("Short write while writing to the AOF file: (nwritten={done}, expected={})", buf.len());
             // Undo the partial command so the file still ends on a whole one.
             match cur.file.truncate(cur.incr_size) {
                 Ok(()) => done = 0,
@@ -926,7 +927,10 @@ mod tests {
             let flag = fatal.clone();
             let w = AofWriter::start(
                 fake.clone(),
-                WriterConfig { on_fatal: Arc::new(move || flag.store(true, Ordering::Relaxed)), ..cfg(FsyncPolicy::Always) },
+                WriterConfig {
+                    on_fatal: Arc::new(move || flag.store(true, Ordering::Relaxed)),
+                    ..cfg(FsyncPolicy::Always)
+                },
             )
             .unwrap();
             w.append(&effects(&[(0, &["SET", "a", "1"])]));
