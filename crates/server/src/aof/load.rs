@@ -844,6 +844,10 @@ mod tests {
         // A crash after the manifest was written but before the move: the upgrade is redone.
         fs::rename(p.aof_dir().join("appendonly.aof"), p.legacy_file()).unwrap();
         assert!(needs_upgrade(&p, &p.read_manifest().unwrap()));
+        // Not when the AOF directory holds the old name too: that copy is the data set, and
+        // the one in `dir` is left alone (Valkey's aof-multi-part "both dirs" case).
+        fs::copy(p.legacy_file(), p.aof_dir().join("appendonly.aof")).unwrap();
+        assert!(!needs_upgrade(&p, &p.read_manifest().unwrap()));
         // Not when the directory already holds a real data set.
         let mut m2 = Manifest::default();
         m2.add_incr(&p.filename);

@@ -537,6 +537,44 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_manifests_of_valkeys_multi_part_suite_get_its_messages() {
+        // tests/integration/aof-multi-part.tcl in Valkey 8.0.1, the manifest of each case.
+        let cases = [
+            (
+                "file appendonly.aof.2.incr.aof seq 2 type i\nfile appendonly.aof.1.incr.aof seq 1 type i\n",
+                "Found a non-monotonic sequence number",
+            ),
+            (
+                "file appendonly.aof.1.incr.aof seq 1 type i\n\nfile appendonly.aof.3.incr.aof seq 3 type i\n",
+                "Invalid AOF manifest file format",
+            ),
+            (
+                "file appendonly.aof.1.base.aof seq 1 type b\nfile appendonly.aof.2.base.aof seq 2 type b\n",
+                "Found duplicate base file information",
+            ),
+            ("file appendonly.aof.1.base.aof seq 1 type x\n", "Unknown AOF file type"),
+            ("filx appendonly.aof.1.base.aof seq 1 type b\n", "Invalid AOF manifest file format"),
+            (
+                "file appendonly.aof.1.base.aof seq 1 type b\nfile appendonly.aof.1.incr.aof type i\n",
+                "Invalid AOF manifest file format",
+            ),
+            (
+                "file appendonly.aof.1.base.aof seq 1 type b\nfile appendonly.aof.1.incr.aof seq 1 type i newkey\n",
+                "Invalid AOF manifest file format",
+            ),
+            ("", "Found an empty AOF manifest"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(err(text), want, "{text:?}");
+        }
+        let long = "file appendonly.aof.1.base.aof seq 1 type b ".repeat(45) + "\n";
+        assert_eq!(err(&long), "The AOF manifest file contains too long line");
+        // And what it loads: new keys, discontinuous sequences.
+        let m = parse("file appendonly.aof.1.base.aof seq 1 type b newkey newvalue\nfile appendonly.aof.1.incr.aof seq 1 type i\nfile appendonly.aof.3.incr.aof seq 3 type i\n").unwrap();
+        assert_eq!((m.base_seq, m.incr_seq, m.incr.len()), (1, 3, 2));
+    }
+
+    #[test]
     fn a_long_comment_is_read_on_as_the_next_line() {
         // Valkey reads 1024 bytes of the comment, skips them, and parses the rest as a line.
         let tail = "file a seq 1 type b\n";
