@@ -4,6 +4,7 @@
 //! Depends on the protocol, engine and TLS crates (and, as their issues land, on the cluster
 //! and replication crates); nothing depends on it but the `hotkv` binary.
 
+pub mod aof;
 pub mod blocking;
 pub mod cluster;
 pub mod cmd;
