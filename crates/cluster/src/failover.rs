@@ -35,6 +35,11 @@ pub trait ReplicationHooks: Send + Sync {
     /// final.
     fn pause_writes(&self, until_ms: i64);
 
+    /// Whether this node, as a replica, is loading its primary's full sync.
+    fn loading(&self) -> bool {
+        false
+    }
+
     /// Ends the pause [`ReplicationHooks::pause_writes`] began (another pause, e.g. a CLIENT
     /// PAUSE, stays).
     fn unpause_writes(&self);
@@ -265,7 +270,8 @@ impl ClusterState {
             && self.manual.replica.is_some()
             && self.myself().is_primary()
             && self.clock_ms >= self.manual.paused_from_ms;
-        if paused { Header::PAUSED } else { 0 }
+        let loading = !self.myself().is_primary() && self.repl.loading();
+        (if paused { Header::PAUSED } else { 0 }) | (if loading { Header::LOADING } else { 0 })
     }
 
     /// Notes the replication offset a frame's header carries; on a replica in a manual
@@ -273,6 +279,7 @@ impl ClusterState {
     pub(super) fn note_offset(&mut self, h: &Header) {
         if let Some(e) = self.nodes.get_mut(&h.sender) {
             e.node.repl_offset = h.repl_offset;
+            e.node.loading = h.msg_flags & Header::LOADING != 0;
         }
         let me = self.myself();
         let from_paused_primary = self.manual.end_ms != 0

@@ -162,7 +162,7 @@ struct ReplicationView {
 
 impl ReplicationHooks for ReplicationView {
     fn offset(&self) -> u64 {
-        self.srv.upgrade().map_or(0, |srv| srv.repl.primary.offset())
+        self.srv.upgrade().map_or(0, |srv| my_offset(&srv))
     }
 
     fn data_age_ms(&self) -> i64 {
@@ -171,6 +171,10 @@ impl ReplicationHooks for ReplicationView {
         // otherwise; a link never up has no data worth failing over with.
         let since = if status.state == LinkState::Connected { status.last_io } else { status.down_since };
         since.map_or(i64::MAX, |t| i64::try_from(t.elapsed().as_millis()).unwrap_or(i64::MAX))
+    }
+
+    fn loading(&self) -> bool {
+        self.srv.upgrade().is_some_and(|srv| srv.repl.is_replica() && srv.repl.loading())
     }
 
     fn pause_writes(&self, until_ms: i64) {
@@ -373,4 +377,11 @@ impl Transport for TlsTransport {
         }
         format!("{reason} {DIAL_HINT}")
     }
+}
+
+/// The replication offset this node announces (Valkey's `getNodeReplicationOffset` for
+/// myself): 0 while a replica loads a full sync, which hides it from CLUSTER SLOTS and ranks
+/// it last in an election until it holds its primary's data.
+pub fn my_offset(srv: &Server) -> u64 {
+    if srv.repl.is_replica() && srv.repl.loading() { 0 } else { srv.repl.primary.offset() }
 }

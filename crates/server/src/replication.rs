@@ -377,6 +377,7 @@ impl Applier for MasterClient {
     fn begin_full_sync(&mut self) -> Result<(), String> {
         info!("MASTER <-> REPLICA sync: Flushing old data");
         self.srv.repl.loading.store(true, Ordering::Release);
+        announce_loading(&self.srv);
         // A transaction the old stream left open never completes: the new history starts
         // after the snapshot.
         if self.sess.multi.is_some() {
@@ -396,10 +397,15 @@ impl Applier for MasterClient {
         let engine = self.srv.engine.load();
         let (db, stats) = std::mem::take(&mut self.load);
         let mut loader = Loader::resume(&self.srv.ks, &engine, unix_ms(), db, stats);
+        let delay = self.srv.settings.load().int(t::KEY_LOAD_DELAY);
         let mut result = Ok(());
         loop {
             match reader.next_item() {
                 Ok(Some(item)) => {
+                    let key = matches!(item, hotkv_engine::rdb::Item::Entry { .. });
+                    if key && delay != 0 {
+                        key_load_delay(delay);
+                    }
                     if let Err(e) = loader.apply(item) {
                         result = Err(e.to_string());
                         break;
@@ -419,6 +425,7 @@ impl Applier for MasterClient {
     fn end_full_sync(&mut self, ok: bool) -> Result<(), String> {
         let reader = self.reader.take();
         self.srv.repl.loading.store(false, Ordering::Release);
+        announce_loading(&self.srv);
         if !ok {
             return Ok(());
         }
@@ -587,6 +594,31 @@ fn write_snapshot(
         }
     }
     info!(keys = snap.keys(), "Snapshot for replication complete ({} keys)", snap.keys());
+}
+
+/// Tells the cluster at once that this replica started or stopped loading a full sync:
+/// CLUSTER SLOTS on every node hides a loading replica, so clients do not send it reads it
+/// would answer with -LOADING.
+fn announce_loading(srv: &Server) {
+    if let Some(cluster) = &srv.cluster {
+        cluster.bus.state().lock().announce_soon();
+        cluster.bus.changed();
+    }
+}
+
+/// `key-load-delay` (a test lever, as Valkey's `debugDelay`): microseconds to sleep per key
+/// loaded; a negative value sleeps one microsecond once every `-delay` keys (Valkey draws
+/// that at random; a count gives the same rate).
+fn key_load_delay(delay: i64) {
+    static KEYS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let us = if delay > 0 {
+        delay as u64
+    } else {
+        u64::from(KEYS.fetch_add(1, Ordering::Relaxed).is_multiple_of(delay.unsigned_abs()))
+    };
+    if us > 0 {
+        std::thread::sleep(Duration::from_micros(us));
+    }
 }
 
 /// What a replica's connection runs after its PSYNC: the session the primary accepted (the
