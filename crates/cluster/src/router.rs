@@ -176,7 +176,10 @@ impl SlotRouter for ClusterRouter {
         // A replica serves its primary's slots to clients that asked for READONLY reads, and
         // its shard's channels to anyone: SSUBSCRIBE there hears SPUBLISH on the primary.
         if (ctx.readonly || shard_pubsub) && !ctx.write && map.my_primary == Some(owner.id) {
-            return Route::Ok;
+            // A replica knows its primary's migrations (SETSLOT is replicated): for keys it
+            // lacks it redirects as its primary would (ASK, TRYAGAIN), as Valkey 8.
+            let migrating = !shard_pubsub && map.migrating.contains_key(&slot);
+            return if migrating { Route::CheckKeys } else { Route::Ok };
         }
         Route::Moved { slot, addr: owner.addr(ctx) }
     }

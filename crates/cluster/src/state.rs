@@ -1112,9 +1112,11 @@ impl ClusterState {
     /// table knows it, or (`cluster-allow-replica-migration`) no slot was being migrated to
     /// it: the table may not know, as when this node was killed right after it won a failover
     /// and comes back, before it heard its old primary turn into its replica. A primary whose
-    /// last slots were migrated away on purpose (a reshard) stays an empty primary, as
-    /// SETSLOT leaves it.
+    /// last slots were migrated away on purpose (a reshard) is left to SETSLOT NODE, which
+    /// makes it a replica of the taker when `cluster-allow-replica-migration` allows.
     fn claim_slots(&mut self, sender: NodeId, epoch: u64, slots: &SlotSet, same_shard: bool) -> Option<NodeId> {
+        self.follow_migration_target(sender, epoch, slots);
+        self.take_relinquished_imports(sender, slots);
         // The usual PING or PONG claims what the sender holds here already: nothing to take,
         // no stale claim, and no need to walk the slots.
         if self.nodes.get(&sender).is_some_and(|e| e.node.slots == *slots) {
@@ -1131,8 +1133,21 @@ impl ClusterState {
             if owner == Some(sender) {
                 continue;
             }
-            // A slot this node is importing is its to take, not gossip's.
-            if self.importing.contains_key(&slot) {
+            // A slot this node is importing is its to take, not gossip's, unless the source's
+            // shard failed over: its new primary claims the slot, and the import goes on from
+            // it (Valkey: "Failover occurred in migration source").
+            if let Some(&source) = self.importing.get(&slot) {
+                let newer = owner.and_then(|o| self.nodes.get(&o)).is_none_or(|o| o.node.config_epoch < epoch);
+                if source == sender || !newer || !self.same_shard(&source, &sender) {
+                    continue;
+                }
+                let (name, shard) = self.describe(&sender);
+                info!(
+                    "Failover occurred in migration source. Update importing source for slot {slot} to node {sender} ({name}) in shard {shard}."
+                );
+                self.importing.insert(slot, sender);
+                self.set_owner(slot, Some(sender));
+                changed = true;
                 continue;
             }
             match owner.and_then(|o| self.nodes.get(&o)).map(|o| (o.node.id, o.node.config_epoch)) {
@@ -1146,8 +1161,18 @@ impl ClusterState {
                     migrated |= self.migrating.get(&slot) == Some(&sender);
                     self.set_owner(slot, Some(sender));
                     // The node this one was moving the slot to owns it now: the move is over
-                    // here too, even before anyone runs SETSLOT NODE on this node.
-                    if self.migrating.get(&slot) == Some(&sender) {
+                    // here too, even before anyone runs SETSLOT NODE on this node. So is a move
+                    // that another shard ended by taking the slot; a failover in this node's
+                    // own shard keeps it (the new primary carries it on).
+                    if let Some(&target) = self.migrating.get(&slot)
+                        && (target == sender || !same_shard)
+                    {
+                        if target != sender {
+                            let (name, shard) = self.describe(&target);
+                            info!(
+                                "Slot {slot} is no longer being migrated to node {target} ({name}) in shard {shard}."
+                            );
+                        }
                         self.migrating.remove(&slot);
                     }
                     changed = true;
@@ -1169,6 +1194,79 @@ impl ClusterState {
             self.set_primary(sender, false);
         }
         newer
+    }
+
+    /// A primary `sender` that took over the shard this node migrates slots to (a failover
+    /// there) becomes their target (Valkey: "Failover occurred in migration target").
+    fn follow_migration_target(&mut self, sender: NodeId, epoch: u64, slots: &SlotSet) {
+        if self.migrating.is_empty() || sender == self.me {
+            return;
+        }
+        let moved: Vec<u16> = self
+            .migrating
+            .iter()
+            .filter(|&(slot, target)| {
+                *target != sender
+                    && !slots.contains(*slot)
+                    && self.same_shard(target, &sender)
+                    && self.nodes.get(target).is_some_and(|t| t.node.config_epoch < epoch || !t.node.is_primary())
+            })
+            .map(|(slot, _)| *slot)
+            .collect();
+        for slot in moved {
+            let (name, shard) = self.describe(&sender);
+            info!(
+                "Failover occurred in migration target. Slot {slot} is now being migrated to node {sender} ({name}) in shard {shard}."
+            );
+            self.migrating.insert(slot, sender);
+            self.dirty = true;
+        }
+    }
+
+    /// The source of an import no longer claims the slot: it gave it up (SETSLOT NODE on the
+    /// source first, or this node's primary died before it finalised the move). This primary
+    /// ends the import and takes the slot, so it is never left without an owner (Valkey:
+    /// "Clear my importing source for the slot").
+    fn take_relinquished_imports(&mut self, sender: NodeId, slots: &SlotSet) {
+        if self.importing.is_empty() || !self.myself().is_primary() {
+            return;
+        }
+        let gone: Vec<u16> = self
+            .importing
+            .iter()
+            .filter(|&(slot, source)| *source == sender && !slots.contains(*slot))
+            .map(|(slot, _)| *slot)
+            .collect();
+        for slot in gone {
+            let (name, shard) = self.describe(&sender);
+            info!(
+                "Slot {slot} is no longer being imported from node {sender} ({name}) in shard {shard}; Clear my importing source for the slot."
+            );
+            self.importing.remove(&slot);
+            if self.owners[usize::from(slot)] != Some(self.me) {
+                self.set_owner(slot, Some(self.me));
+                if self.bump_epoch().0 {
+                    info!("ConfigEpoch updated after importing slot {slot}");
+                }
+                self.announce = true;
+            }
+            self.dirty = true;
+            self.update_state();
+        }
+    }
+
+    /// Whether two nodes are in one shard as the table knows it (a replica is in its
+    /// primary's).
+    fn same_shard(&self, a: &NodeId, b: &NodeId) -> bool {
+        match (self.nodes.get(a), self.nodes.get(b)) {
+            (Some(x), Some(y)) => self.shard_of(&x.node) == self.shard_of(&y.node),
+            _ => false,
+        }
+    }
+
+    /// A node's human name and shard, for log lines.
+    fn describe(&self, id: &NodeId) -> (String, NodeId) {
+        self.nodes.get(id).map_or((String::new(), *id), |e| (e.node.human_nodename.clone(), self.shard_of(&e.node)))
     }
 
     fn set_owner(&mut self, slot: u16, owner: Option<NodeId>) {
@@ -1461,15 +1559,35 @@ impl ClusterState {
         self.update_state();
     }
 
-    /// CLUSTER SETSLOT, with Valkey's checks in its order. `keys_here` counts the keys this
-    /// node holds in the slot (NODE refuses to give away a slot that still has keys).
-    pub fn set_slot(&mut self, slot: u16, action: SetSlot, keys_here: usize) -> Result<(), CmdError> {
-        if !self.myself().is_primary() {
-            return Err("Please use SETSLOT only with masters.".into());
+    /// Whether CLUSTER SETSLOT would change anything here: a primary waits for its replicas
+    /// only for a change (redis-cli sends SETSLOT NODE to every primary, most of which already
+    /// heard it through gossip).
+    pub fn set_slot_changes(&self, slot: u16, action: SetSlot) -> bool {
+        let (migrating, importing) = (self.migrating.get(&slot), self.importing.get(&slot));
+        match action {
+            SetSlot::Migrating(to) => migrating != Some(&to),
+            SetSlot::Importing(from) => importing != Some(&from),
+            SetSlot::Stable => migrating.is_some() || importing.is_some(),
+            SetSlot::Node(to) => {
+                self.owners[usize::from(slot)] != Some(to) || migrating.is_some() || importing.is_some()
+            }
         }
+    }
+
+    /// What CLUSTER SETSLOT would refuse, without changing anything (a primary checks before
+    /// it replicates the command); returns the primary of this node's shard.
+    pub fn check_set_slot(&self, slot: u16, action: SetSlot, keys_here: usize) -> Result<NodeId, CmdError> {
+        // A replica applies what its primary replicated to it before applying it itself
+        // (Valkey 8): the checks that only make sense on the owner were made there.
+        let primary_me = self.myself().is_primary();
+        let my_primary = if primary_me {
+            self.me
+        } else {
+            self.myself().primary.ok_or_else(|| CmdError::from("Please use SETSLOT only with masters."))?
+        };
         let owner = self.owners[usize::from(slot)];
-        let primary = |st: &ClusterState, id: &NodeId, unknown: String| -> Result<(), CmdError> {
-            match st.nodes.get(id) {
+        let primary = |id: &NodeId, unknown: String| -> Result<(), CmdError> {
+            match self.nodes.get(id) {
                 None => Err(unknown),
                 Some(e) if !e.node.is_primary() => Err("Target node is not a master".into()),
                 Some(_) => Ok(()),
@@ -1477,18 +1595,41 @@ impl ClusterState {
         };
         match action {
             SetSlot::Migrating(to) => {
-                if owner != Some(self.me) {
+                if primary_me && owner != Some(self.me) {
                     return Err(format!("I'm not the owner of hash slot {slot}"));
                 }
-                primary(self, &to, format!("I don't know about node {to}"))?;
+                primary(&to, format!("I don't know about node {to}"))?;
+            }
+            SetSlot::Importing(from) => {
+                if primary_me && owner == Some(self.me) {
+                    return Err(format!("I'm already the owner of hash slot {slot}"));
+                }
+                primary(&from, format!("I don't know about node {from}"))?;
+            }
+            SetSlot::Stable => {}
+            SetSlot::Node(to) => {
+                primary(&to, format!("Unknown node {to}"))?;
+                if primary_me && owner == Some(self.me) && to != self.me && keys_here != 0 {
+                    return Err(format!(
+                        "Can't assign hashslot {slot} to a different node while I still hold keys for this hash slot."
+                    ));
+                }
+            }
+        }
+        Ok(my_primary)
+    }
+
+    /// CLUSTER SETSLOT, with Valkey's checks in its order. `keys_here` counts the keys this
+    /// node holds in the slot (NODE refuses to give away a slot that still has keys).
+    pub fn set_slot(&mut self, slot: u16, action: SetSlot, keys_here: usize) -> Result<(), CmdError> {
+        let my_primary = self.check_set_slot(slot, action, keys_here)?;
+        let owner = self.owners[usize::from(slot)];
+        match action {
+            SetSlot::Migrating(to) => {
                 info!("Migrating slot {slot} to node {to} ({})", self.nodes[&to].node.human_nodename);
                 self.migrating.insert(slot, to);
             }
             SetSlot::Importing(from) => {
-                if owner == Some(self.me) {
-                    return Err(format!("I'm already the owner of hash slot {slot}"));
-                }
-                primary(self, &from, format!("I don't know about node {from}"))?;
                 info!("Importing slot {slot} from node {from} ({})", self.nodes[&from].node.human_nodename);
                 self.importing.insert(slot, from);
             }
@@ -1498,12 +1639,6 @@ impl ClusterState {
                 self.importing.remove(&slot);
             }
             SetSlot::Node(to) => {
-                primary(self, &to, format!("Unknown node {to}"))?;
-                if owner == Some(self.me) && to != self.me && keys_here != 0 {
-                    return Err(format!(
-                        "Can't assign hashslot {slot} to a different node while I still hold keys for this hash slot."
-                    ));
-                }
                 let target = &self.nodes[&to].node;
                 info!(
                     "Assigning slot {slot} to node {to} ({}) in shard {}",
@@ -1513,16 +1648,29 @@ impl ClusterState {
                 if keys_here == 0 {
                     self.migrating.remove(&slot);
                 }
-                let was_mine = owner == Some(self.me);
+                let was_ours = owner == Some(my_primary);
                 self.set_owner(slot, Some(to));
-                if was_mine && self.myself().slots.is_empty() {
+                let shard_empty = self.nodes.get(&my_primary).is_some_and(|e| e.node.slots.is_empty());
+                if was_ours && shard_empty && to != my_primary {
                     let (name, shard) =
                         (self.nodes[&to].node.human_nodename.clone(), self.shard_of(&self.nodes[&to].node));
-                    info!(
-                        "My last slot was migrated to node {to} ({name}) in shard {shard}. I am now an empty primary."
-                    );
+                    if self.cfg.allow_replica_migration {
+                        // The whole shard moved: follow the node that took its last slot (a
+                        // full sync, since its history is another shard's), as Valkey does.
+                        info!(
+                            "Lost my last slot during slot migration. Reconfiguring myself as a replica of {to} ({name}) in shard {shard}"
+                        );
+                        self.set_primary(to, true);
+                    } else if self.myself().is_primary() {
+                        info!(
+                            "My last slot was migrated to node {to} ({name}) in shard {shard}. I am now an empty primary."
+                        );
+                    }
                 }
-                if to == self.me && self.importing.remove(&slot).is_some() {
+                // The import is over on the importing primary and on its replicas; only the
+                // primary makes it known.
+                let imported = (to == self.me || to == my_primary) && self.importing.remove(&slot).is_some();
+                if imported && to == self.me {
                     // A manual move: a new epoch makes this node's claim win everywhere, and
                     // every node hears it now rather than at its next ping.
                     if self.bump_epoch().0 {

@@ -309,9 +309,14 @@ fn getkeysinslot(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyB
 /// CLUSTER SETSLOT <slot> MIGRATING|IMPORTING|NODE <id> | STABLE [TIMEOUT ms]. The timeout
 /// bounds Valkey's wait for replicas to take the change first; hotkv has no replicas to
 /// wait for yet, so it is checked and kept for then.
-fn setslot(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
+/// CLUSTER SETSLOT. As Valkey 8, a primary with replicas online sends the command down its
+/// replication stream first and applies it only once every one of them acknowledged it (or
+/// answers NOREPLICAS at the timeout): a slot's new owner or migration state then survives
+/// the primary's failure. A replica applies what its primary sends it.
+fn setslot(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
     let n = node(srv)?;
-    if !n.state().myself().is_primary() {
+    let from_primary = sess.has_flag(crate::session::flag::MASTER);
+    if !n.state().myself().is_primary() && !from_primary {
         return Err(CommandError::err("Please use SETSLOT only with masters."));
     }
     let slot = slot_arg(args.get(2))?;
@@ -332,17 +337,51 @@ fn setslot(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) ->
     } else {
         return Err(CommandError::err("Invalid CLUSTER SETSLOT action or number of arguments. Try CLUSTER HELP"));
     };
+    // Valkey's CLUSTER_OPERATION_TIMEOUT; 0 waits as long as it takes.
+    let mut timeout_ms = 2000;
     let mut i = options;
     while i < argc {
         if args.get(i).eq_ignore_ascii_case(b"timeout") {
             let Some(v) = args.opt(i + 1) else { return Err(CommandError::err("Missing timeout value")) };
-            crate::cmd::server::parse_timeout_ms(v)?;
+            timeout_ms = crate::cmd::server::parse_timeout_ms(v)?;
             i += 1;
         }
         i += 1;
     }
     let keys = srv.ks.db(0).slot(slot).keys();
-    change(srv, out, |st| st.set_slot(slot, what, keys))
+    let primary = &srv.repl.primary;
+    let online = primary.replicas().iter().filter(|r| r.state == hotkv_replication::ReplicaState::Online).count();
+    let waits = {
+        let st = n.state();
+        st.myself().is_primary() && st.set_slot_changes(slot, what)
+    };
+    if from_primary || online == 0 || !waits {
+        return change(srv, out, |st| st.set_slot(slot, what, keys));
+    }
+    // Refused here as it would be once applied: replicas never see a SETSLOT their primary
+    // would reject.
+    n.state().check_set_slot(slot, what, keys).map_err(CommandError::err)?;
+    let mut e = hotkv_engine::Effects::default();
+    e.begin(true);
+    e.push_parts(0, args.iter());
+    srv.ks.sink().append(&e);
+    let target = primary.offset();
+    let primary = std::sync::Arc::clone(primary);
+    let srv = srv.arc().ok_or_else(|| CommandError::err("server is shutting down"))?;
+    let timeout = (timeout_ms > 0).then(|| std::time::Duration::from_millis(timeout_ms as u64));
+    Ok(Flow::Await(Box::pin(async move {
+        let acked = primary.wait_for(target, online, timeout).await;
+        let mut reply = ReplyBuf::new();
+        if acked < online {
+            reply.error("NOREPLICAS Not enough good replicas to write.");
+        } else {
+            let keys = srv.ks.db(0).slot(slot).keys();
+            if let Err(e) = change(&srv, &mut reply, |st| st.set_slot(slot, what, keys)) {
+                reply.error(&e.message());
+            }
+        }
+        reply.as_bytes().to_vec()
+    })))
 }
 
 fn forget(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Res {
@@ -591,6 +630,11 @@ fn reset(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> R
     let n = node(srv)?;
     if n.state().myself().is_primary() && !srv.ks.db(0).is_empty() {
         return Err(CommandError::err("CLUSTER RESET can't be called with master nodes containing keys"));
+    }
+    // A replica becomes an empty primary: its primary's data goes with the role, as Valkey's
+    // clusterReset empties it.
+    if !n.state().myself().is_primary() {
+        crate::replication::empty_data(&srv.arc().ok_or_else(|| CommandError::err("server is shutting down"))?);
     }
     change(srv, out, |st| {
         st.reset(hard);
