@@ -29,6 +29,7 @@ pub mod routing;
 pub mod server;
 pub mod session;
 pub mod slowlog;
+pub mod snapshot;
 pub mod stats;
 pub mod tls;
 
