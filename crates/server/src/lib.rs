@@ -21,6 +21,7 @@ pub mod memory;
 pub mod migrate;
 pub mod multi;
 pub mod pause;
+pub mod persistence;
 pub mod process;
 pub mod pubsub;
 pub mod registry;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use hotkv_engine::rdb::{LoadStats, Loader, RdbReader, WriteOptions};
+use hotkv_engine::rdb::{LoadStats, Loader, RdbReader};
 use hotkv_engine::{Effects, WriteSink};
 use hotkv_protocol::{Args, ReplyBuf};
 use hotkv_replication::{
@@ -463,7 +463,7 @@ fn write_snapshot(
         let _ = point_tx.send(cut.point.clone());
     };
     let ship = |b: Bytes| tx.blocking_send(Ok(b)).is_ok();
-    let end = crate::snapshot::stream_rdb(srv, WriteOptions::default(), retry, started, ship, Duration::ZERO);
+    let end = crate::snapshot::stream_rdb(srv, &Default::default(), retry, started, ship);
     if let crate::snapshot::StreamEnd::Done { keys } = end {
         info!(keys, "Snapshot for replication complete ({} keys)", keys);
     }

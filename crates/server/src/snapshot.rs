@@ -42,26 +42,33 @@ pub struct Cut {
     pub point: SyncPoint,
     /// Keys the image holds.
     pub keys: usize,
-    /// Keys written out so far; grows while the stream runs (INFO
-    /// `current_save_keys_processed`).
+}
+
+/// How to produce the stream.
+#[derive(Debug, Clone, Default)]
+pub struct StreamOptions {
+    /// Compression and checksum.
+    pub write: WriteOptions,
+    /// Slows the snapshot's own pass by this much per key it writes (`rdb-key-save-delay`,
+    /// for tests).
+    pub key_delay: Duration,
+    /// Counts the keys written out (INFO `current_save_keys_processed`).
     pub progress: Arc<AtomicU64>,
 }
 
 /// Streams the keyspace of `srv` as one RDB file (see the module documentation). On a busy
 /// keyspace `retry_busy` is asked whether to wait and try again (it may sleep); `started` is
 /// called once the cut is fixed, before any byte is shipped; `ship` gets the bytes in file
-/// order and returns false to abandon. `key_delay` slows the snapshot's own pass by that much
-/// per key it writes (`rdb-key-save-delay`, for tests).
+/// order and returns false to abandon.
 pub fn stream_rdb(
     srv: &Server,
-    opts: WriteOptions,
+    opts: &StreamOptions,
     mut retry_busy: impl FnMut() -> bool,
     started: impl FnOnce(&Cut),
     mut ship: impl FnMut(Bytes) -> bool,
-    key_delay: Duration,
 ) -> StreamEnd {
     let out = Arc::new(Mutex::new(RdbOut { writer: None, db: None, ready: Vec::new(), now_ms: unix_ms() }));
-    let progress = Arc::new(AtomicU64::new(0));
+    let (progress, key_delay, write_opts) = (&opts.progress, opts.key_delay, opts.write);
     let mut started = Some(started);
     let snap = loop {
         let write = slot_writer(out.clone(), progress.clone());
@@ -82,14 +89,14 @@ pub fn stream_rdb(
                 ("aof-base", AuxValue::Int(0)),
             ];
             let mut o = o.lock();
-            o.writer = Some(RdbWriter::with_options(&mut head, &aux, opts));
+            o.writer = Some(RdbWriter::with_options(&mut head, &aux, write_opts));
             o.ready.push(Bytes::from(head));
             point = Some(p);
         });
         match begun {
             Ok(s) => {
                 if let (Some(point), Some(f)) = (point, started.take()) {
-                    f(&Cut { point, keys: s.keys(), progress: progress.clone() });
+                    f(&Cut { point, keys: s.keys() });
                 }
                 break s;
             }
