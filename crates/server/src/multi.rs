@@ -41,7 +41,10 @@ pub fn exec(
         out.null_array();
         return Ok(Flow::Continue);
     }
-    run(b, sess, multi, out, scratch)?;
+    sess.in_exec = true;
+    let ran = run(b, sess, multi, out, scratch);
+    sess.in_exec = false;
+    ran?;
     Ok(Flow::Continue)
 }
 

@@ -199,7 +199,7 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
             let has = |o: &[u8]| args.iter().skip(2).any(|a| a.eq_ignore_ascii_case(o));
             let (save, flush) = (!has(b"nosave"), !has(b"noflush") && !has(b"merge"));
             // Inside EXEC the transaction's locks are held: the save's cut could never be taken.
-            if sess.has_flag(crate::session::flag::MULTI) {
+            if sess.in_exec {
                 return Err(CommandError::err("DEBUG RELOAD is not allowed inside a transaction"));
             }
             let Some(srv) = srv.arc() else { return Err(CommandError::err("server is not running")) };

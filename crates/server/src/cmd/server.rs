@@ -129,7 +129,7 @@ fn bgsave(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) 
         _ => return Err(CommandError::Syntax),
     };
     let Some(srv) = srv.arc() else { return Err(CommandError::err("server is not running")) };
-    let in_exec = sess.has_flag(flag::MULTI);
+    let in_exec = sess.in_exec;
     let reply = crate::persistence::bgsave(&srv, schedule, in_exec).map_err(CommandError::err)?;
     out.simple(reply);
     Ok(Flow::Continue)
