@@ -407,3 +407,83 @@ fn a_file_redis_server_saved_loads_in_hotkv_at_startup() {
     let ks = load_file(&redis.dir().join("dump.rdb"));
     assert_eq!(engine_dataset(&ks).len(), want.len());
 }
+
+#[test]
+fn a_restarted_primary_lets_its_replica_continue_from_the_file() {
+    let mut primary = node(None, &[]);
+    let port = primary.port();
+    let replica = node(None, &[("replicaof", &format!("127.0.0.1 {port}"))]);
+    let mut p = primary.client();
+    for i in 0..100 {
+        assert_eq!(p.cmd(&["SET", &format!("k{i}"), &i.to_string()]), Frame::ok());
+    }
+    let offset = |c: &mut RawClient| info_num(&info(c, "replication"), "master_repl_offset");
+    let want = offset(&mut p);
+    assert!(wait_for(|| offset(&mut replica.client()) == want, WAIT), "the replica did not catch up");
+    // A clean shutdown saves the file with the stream's id and offset; the primary comes back
+    // on the same port and the replica continues instead of loading everything again.
+    let _ = p.try_cmd(&["SHUTDOWN"]);
+    assert!(primary.wait_exit(WAIT).is_some());
+    let back = builder()
+        .config("enable-debug-command", "yes")
+        .config("dir", &primary.dir().display().to_string())
+        .port_hint(port)
+        .spawn();
+    if back.port() != port {
+        eprintln!("port {port} was taken meanwhile: skipping the partial resync check");
+        return;
+    }
+    let mut b = back.client();
+    assert!(
+        wait_for(|| info_num(&info(&mut b, "stats"), "sync_partial_ok") == 1, WAIT),
+        "{}\n{}",
+        info(&mut b, "stats"),
+        back.log()
+    );
+    assert_eq!(info_num(&info(&mut b, "stats"), "sync_full"), 0);
+    assert_eq!(b.cmd(&["SET", "after", "restart"]), Frame::ok());
+    assert!(wait_for(|| replica.cmd(&["GET", "after"]) == Frame::bulk("restart"), WAIT));
+    assert_eq!(replica.cmd(&["DBSIZE"]), Frame::Integer(101));
+}
+
+#[test]
+fn clients_get_loading_while_the_file_loads_at_start() {
+    let mut first = node(None, &[("save", "\"\"")]);
+    let mut c = first.client();
+    assert_eq!(c.cmd(&["DEBUG", "POPULATE", "3000"]), Frame::ok());
+    assert_eq!(c.cmd(&["SAVE"]), Frame::ok());
+    first.stop();
+    // 3000 keys at 1 ms each: the load takes about three seconds, and the listener is open
+    // the whole time.
+    let port = hotkv_test_support::free_port();
+    let dir = first.dir().display().to_string();
+    let starting = std::thread::spawn(move || {
+        builder().config("dir", &dir).config("save", "\"\"").config("key-load-delay", "1000").port_hint(port).spawn()
+    });
+    let mut seen = None;
+    let loading = wait_for(
+        || {
+            let Ok(mut c) = RawClient::try_connect(port) else { return false };
+            c.set_timeout(Duration::from_secs(5));
+            let Ok(reply) = c.try_cmd(&["GET", "key:1"]) else { return false };
+            if reply.error_text().as_deref() != Some("LOADING Valkey is loading the dataset in memory") {
+                return false;
+            }
+            seen = Some(info(&mut c, "persistence"));
+            true
+        },
+        WAIT,
+    );
+    let srv = starting.join().expect("the server starts");
+    if srv.port() != port {
+        eprintln!("port {port} was taken meanwhile: skipping the LOADING check");
+        return;
+    }
+    assert!(loading, "no -LOADING reply while loading");
+    let text = seen.expect("INFO while loading");
+    assert_eq!(info_field(&text, "loading").as_deref(), Some("1"), "{text}");
+    assert!(info_num(&text, "loading_total_bytes") > 0, "{text}");
+    assert!(info_field(&text, "loading_eta_seconds").is_some(), "{text}");
+    assert_eq!(srv.cmd(&["DBSIZE"]), Frame::Integer(3000));
+    assert_eq!(info_field(&info(&mut srv.client(), "persistence"), "loading").as_deref(), Some("0"));
+}

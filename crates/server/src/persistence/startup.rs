@@ -91,6 +91,8 @@ fn read_into(srv: &Server, mut file: File, path: &Path) -> Result<LoadStats, Loa
     let mut block = vec![0u8; READ_BLOCK];
     let mut read = 0u64;
     let mut last_log = Instant::now();
+    // `key-load-delay`: microseconds per key, so tests can watch a load in progress.
+    let delay = std::time::Duration::from_micros(srv.settings.load().int(t::KEY_LOAD_DELAY).max(0) as u64);
     let fail = |reader: &RdbReader, e: RdbError| LoadError {
         path: path.display().to_string(),
         offset: reader.offset(),
@@ -107,6 +109,9 @@ fn read_into(srv: &Server, mut file: File, path: &Path) -> Result<LoadStats, Loa
                         && key == b"redis-ver"
                     {
                         info!("Loading RDB produced by version {}", String::from_utf8_lossy(value));
+                    }
+                    if !delay.is_zero() && matches!(item, hotkv_engine::rdb::Item::Entry { .. }) {
+                        std::thread::sleep(delay);
                     }
                     match loader.apply(item) {
                         Ok(true) => {
@@ -152,10 +157,14 @@ fn read_into(srv: &Server, mut file: File, path: &Path) -> Result<LoadStats, Loa
     }
 }
 
-/// Puts the file's replication id and offset back, so replicas (or, on a replica, its
-/// primary) can continue with a partial resync (Valkey's `loadDataFromDisk`): a replica
-/// resumes as that id at that offset; a primary keeps the file's id as its second one, valid
-/// up to the offset, and draws a new one, as after a promotion.
+/// Puts the file's replication id and offset back on a primary, so its replicas can continue
+/// with a partial resync (Valkey's `loadDataFromDisk`): it keeps the file's id as its second
+/// one, valid up to the offset, and draws a new one, as after a promotion.
+///
+/// A replica does not resume from its file (Valkey's does): its link applies a batch of the
+/// primary's commands and only then advances the offset, outside the slot locks, so a cut
+/// can fall between the two and the file's offset may lag what its keys already hold;
+/// continuing from there would apply those commands twice. It full-syncs instead.
 fn restore_replication(srv: &Server, stats: &LoadStats) {
     let aux = |name: &[u8]| stats.aux.iter().find(|(k, _)| k == name).map(|(_, v)| String::from_utf8_lossy(v));
     let (Some(replid), Some(offset)) = (aux(b"repl-id"), aux(b"repl-offset")) else { return };
@@ -169,11 +178,12 @@ fn restore_replication(srv: &Server, stats: &LoadStats) {
         Some(c) => c.state().myself().primary.is_some(),
         None => !srv.settings.load().list(t::REPLICAOF).is_empty(),
     };
+    if replica {
+        return;
+    }
     let point = SyncPoint { replid: replid.to_string(), offset: offset as u64 };
     srv.repl.primary.upstream_full_sync_done(&point);
-    if !replica {
-        srv.repl.primary.shift_replid();
-    }
+    srv.repl.primary.shift_replid();
 }
 
 /// In cluster mode, keys of slots this node neither serves nor imports are dealt with as
