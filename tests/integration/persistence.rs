@@ -487,3 +487,57 @@ fn clients_get_loading_while_the_file_loads_at_start() {
     assert_eq!(srv.cmd(&["DBSIZE"]), Frame::Integer(3000));
     assert_eq!(info_field(&info(&mut srv.client(), "persistence"), "loading").as_deref(), Some("0"));
 }
+
+#[test]
+fn at_load_a_cluster_node_claims_unassigned_slots_and_drops_keys_of_slots_others_serve() {
+    let _one = crate::cluster::one_cluster_at_a_time();
+    // A file with keys all over the slot space, saved by a standalone node.
+    let src = node(None, &[("save", "\"\"")]);
+    let mut c = src.client();
+    for i in 0..200 {
+        assert_eq!(c.cmd(&["SET", &format!("k{i}"), "v"]), Frame::ok());
+    }
+    assert_eq!(c.cmd(&["SAVE"]), Frame::ok());
+    let file = std::fs::read(src.dir().join("dump.rdb")).expect("dump.rdb");
+    let slots: Vec<i64> =
+        (0..200).map(|i| i64::from(hotkv_engine::slot::key_slot(format!("k{i}").as_bytes()))).collect();
+
+    // A lone node that serves nothing takes every slot it has keys for.
+    let lone_dir = src.dir().join("lone");
+    std::fs::create_dir(&lone_dir).expect("mkdir");
+    std::fs::write(lone_dir.join("dump.rdb"), &file).expect("write");
+    let lone = builder().config("cluster-enabled", "yes").config("dir", &lone_dir.display().to_string()).spawn();
+    assert_eq!(lone.cmd(&["DBSIZE"]), Frame::Integer(200));
+    assert!(
+        lone.log().contains(&format!("I have keys for unassigned slot {}. Taking responsibility for it.", slots[0]))
+    );
+    for &s in &slots {
+        assert!(lone.cmd(&["CLUSTER", "COUNTKEYSINSLOT", &s.to_string()]).int() > 0, "slot {s}");
+    }
+    assert!(!lone.cmd(&["CLUSTER", "SLOTS"]).items().is_empty());
+
+    // A node of a formed cluster keeps only the keys of its own slots.
+    let mut ns = crate::cluster::nodes(3, &[]);
+    crate::cluster::create(&ns, 0);
+    let ranges = ns[0].cmd(&["CLUSTER", "SLOTS"]);
+    let port0 = ns[0].port() as i64;
+    let owns = |s: i64| {
+        ranges.items().iter().any(|r| {
+            let it = r.items();
+            it[0].int() <= s && s <= it[1].int() && it[2].items()[1].int() == port0
+        })
+    };
+    let keep = slots.iter().filter(|&&s| owns(s)).count() as i64;
+    assert!(keep > 0 && keep < 200);
+    let _ = ns[0].client().try_cmd(&["SHUTDOWN", "NOSAVE"]);
+    assert!(ns[0].wait_exit(WAIT).is_some());
+    std::fs::write(ns[0].dir().join("dump.rdb"), &file).expect("write");
+    let back = builder()
+        .config("cluster-enabled", "yes")
+        .config("cluster-node-timeout", crate::cluster::NODE_TIMEOUT)
+        .config("dir", &ns[0].dir().display().to_string())
+        .spawn();
+    assert_eq!(back.cmd(&["DBSIZE"]), Frame::Integer(keep), "{}", back.log());
+    assert!(back.log().contains("but the slot is assigned to another node. Deleting keys in the slot."));
+    ns.push(back);
+}

@@ -471,3 +471,77 @@ fn flush_all(srv: &Server) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::value::Value;
+    use crate::registry::Registry;
+
+    /// A running-shaped server (an `Arc` of itself) saving into a fresh temp dir.
+    fn server_in_temp_dir() -> (Arc<Server>, std::path::PathBuf) {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "hotkv-persist-unit-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut s = crate::default_settings();
+        s.set(t::DIR, Value::Str(dir.display().to_string()));
+        let srv = Server::new(s, None, Registry::new(crate::cmd::commands())).into_arc();
+        (srv, dir)
+    }
+
+    fn wait_idle(srv: &Server) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while srv.persist.in_progress() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!srv.persist.in_progress(), "the save did not end");
+    }
+
+    #[test]
+    fn bgsave_waits_for_a_snapshot_a_full_sync_holds_and_the_cron_starts_it() {
+        let (srv, dir) = server_in_temp_dir();
+        // What a replica's full sync does: holds the keyspace's one snapshot.
+        let held = srv.ks.begin_snapshot(Box::new(|_, _, _| {}), Box::new(|_| {}), || {}).unwrap();
+        assert_eq!(bgsave(&srv, false, false), Err("Background save already in progress".to_string()));
+        assert_eq!(bgsave(&srv, true, false), Ok("Background saving scheduled"));
+        cron(&srv);
+        assert!(srv.persist.scheduled(), "still held: still scheduled");
+        assert!(!dir.join("dump.rdb").exists());
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "a busy start leaves no temp file");
+        srv.ks.drive_snapshot(&held, || true);
+        cron(&srv);
+        assert!(!srv.persist.scheduled());
+        wait_idle(&srv);
+        assert!(srv.persist.last_ok() && dir.join("dump.rdb").exists());
+        assert_eq!(figures(&srv).saves, 1);
+        // Inside EXEC: scheduled without trying.
+        assert_eq!(bgsave(&srv, false, true), Ok("Background saving scheduled"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_failed_background_save_denies_writes_only_with_rules_and_the_directive() {
+        let (srv, dir) = server_in_temp_dir();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let done = start(&srv, SaveKind::Background).expect("started");
+        let failed = done.blocking_recv().unwrap();
+        assert!(failed.unwrap_err().starts_with("Failed opening the temp RDB file temp-"));
+        assert!(!srv.persist.last_ok());
+        let mut rt = (**srv.rt.load()).clone();
+        assert!(denies_writes(&srv, &rt));
+        rt.save_rules = false;
+        assert!(!denies_writes(&srv, &rt));
+        rt.save_rules = true;
+        rt.stop_writes_on_bgsave_error = false;
+        assert!(!denies_writes(&srv, &rt));
+        // A successful SAVE clears it, as Valkey's rdbSave does.
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = start(&srv, SaveKind::Foreground).unwrap().blocking_recv().unwrap();
+        assert!(ok.is_ok() && srv.persist.last_ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
