@@ -541,3 +541,18 @@ fn at_load_a_cluster_node_claims_unassigned_slots_and_drops_keys_of_slots_others
     assert!(back.log().contains("but the slot is assigned to another node. Deleting keys in the slot."));
     ns.push(back);
 }
+
+#[test]
+fn flushall_with_save_rules_empties_the_file_too() {
+    let mut srv = node(None, &[]);
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["SET", "k", "v"]), Frame::ok());
+    assert_eq!(c.cmd(&["SAVE"]), Frame::ok());
+    assert_eq!(c.cmd(&["FLUSHALL"]), Frame::ok());
+    let path = srv.dir().join("dump.rdb");
+    assert!(wait_for(|| std::fs::metadata(&path).is_ok() && load_file(&path).db(0).is_empty(), WAIT));
+    srv.signal(SIGKILL);
+    srv.wait_exit(WAIT);
+    let back = node(Some(srv.dir()), &[]);
+    assert_eq!(back.cmd(&["DBSIZE"]), Frame::Integer(0));
+}

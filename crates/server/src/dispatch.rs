@@ -361,7 +361,7 @@ fn check_replication(b: &Batch<'_>, cmd: &Command, sess: &Session) -> Result<(),
     let flags = cmd.spec.flags();
     let replica = repl.is_replica();
     let loading = repl.loading() || b.srv.persist.loading();
-    let misconf = !replica && crate::persistence::denies_writes(b.srv, b.rt);
+    let misconf = crate::persistence::denies_writes(b.srv, b.rt);
     if !replica && b.rt.min_replicas_to_write == 0 && !loading && !misconf {
         return Ok(());
     }
@@ -431,6 +431,9 @@ fn execute(
     };
     let nanos = start.elapsed().as_nanos() as u64;
     let failed = result.is_err();
+    if !failed && cmd.id == b.srv.known.flushall {
+        crate::persistence::after_flushall(b.srv);
+    }
     let flow = match result {
         Ok(flow) => flow,
         Err(e) => {

@@ -162,6 +162,9 @@ fn run(
             out.truncate(mark);
             reply_error(b.srv, out, e);
         }
+        if result.is_ok() && q.cmd == b.srv.known.flushall {
+            crate::persistence::after_flushall(b.srv);
+        }
         account(b, sess, cmd, &args, nanos, result.is_err());
     }
     // The transaction reaches the stream as one MULTI/EXEC, before its locks go.

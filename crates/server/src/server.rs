@@ -143,6 +143,8 @@ pub struct Known {
     pub select: usize,
     /// PING (refused with MISCONF like a write, as Valkey does).
     pub ping: usize,
+    /// FLUSHALL (saves the emptied dataset when save rules are set).
+    pub flushall: usize,
 }
 
 impl Known {
@@ -165,6 +167,7 @@ impl Known {
             unsubscribes: [id("unsubscribe"), id("punsubscribe"), id("sunsubscribe")],
             select: id("select"),
             ping: id("ping"),
+            flushall: id("flushall"),
         }
     }
 }

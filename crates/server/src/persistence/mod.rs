@@ -285,6 +285,12 @@ fn finish(srv: &Server, kind: SaveKind, result: Result<u64, String>) -> SaveResu
     let p = &srv.persist;
     let run = p.running.lock().take();
     let took = run.as_ref().map_or(0, |r| r.started.elapsed().as_secs() as i64);
+    // Abandoned on purpose (SHUTDOWN, FLUSHALL): not a disk error, so no MISCONF, as Valkey
+    // ignores a child it killed itself.
+    if result.is_err() && p.abort.load(Ordering::Acquire) {
+        warn!("Background saving abandoned: a newer save replaces it");
+        return result.map(|_| ());
+    }
     match result {
         Ok(dirty_at_cut) => {
             info!("DB saved on disk");
@@ -337,6 +343,37 @@ pub fn cron(srv: &Arc<Server>) {
             let _ = start(srv, SaveKind::Background);
             return;
         }
+    }
+}
+
+/// FLUSHALL with save rules configured writes the emptied dataset at once, replacing any
+/// save in progress, so a restart does not bring back what was flushed (Valkey's
+/// `flushAllDataAndResetRDB`). The save runs on a thread of its own: the caller may hold
+/// slot locks (inside EXEC).
+pub fn after_flushall(srv: &Server) {
+    // A replica's full sync empties the keyspace with a FLUSHALL before loading the primary's
+    // snapshot: that is not a user's flush (Valkey empties it directly), so nothing is saved.
+    if srv.settings.load().ints(t::SAVE).is_empty() || srv.repl.loading() || srv.persist.loading() {
+        return;
+    }
+    let Some(srv) = srv.arc() else { return };
+    if srv.persist.in_progress() {
+        srv.persist.abort.store(true, Ordering::Release);
+    }
+    let spawned = std::thread::Builder::new().name("hotkv-flush-save".into()).spawn(move || {
+        let deadline = Instant::now() + FINAL_SAVE_WAIT;
+        while Instant::now() < deadline && !srv.is_shutting_down() {
+            match start(&srv, SaveKind::Foreground) {
+                Ok(done) => {
+                    let _ = done.blocking_recv();
+                    return;
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        warn!(cause = %e, "cannot save after FLUSHALL");
     }
 }
 
