@@ -140,7 +140,8 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
         warn!("Failed to write PID file: {}", listener::os_text(&e));
     }
     // Valkey 8.0 listens before loading and answers -LOADING meanwhile; replication and the
-    // cron start once the dataset is in (a replica then continues from the file's offset).
+    // cron start once the dataset is in (a primary then carries on the file's replication
+    // history).
     for (ls, tls, p) in [(listeners, false, port), (tls_listeners, true, tls_port)] {
         match listener::start(&srv, ls, tls) {
             Ok(h) => srv.listeners.lock().extend(h),
