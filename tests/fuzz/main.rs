@@ -1,8 +1,9 @@
 //! Fuzzing of every decoder that takes bytes from outside, inside `cargo test`: the RESP
 //! request decoder, RESTORE payloads (through the RESTORE command, then read back), whole RDB
 //! files (read in pieces and loaded into a keyspace), cluster bus
-//! frames and the PEM/certificate loading path. (The `.conf` and `hotkv.toml` loaders are fuzzed inside the
-//! server crate, whose jemalloc global allocator this binary cannot share.) Each target starts
+//! frames and the PEM/certificate loading path. (The `.conf` and `hotkv.toml` loaders and the AOF's
+//! manifest and command parsers are fuzzed inside the server crate, whose jemalloc global allocator
+//! this binary cannot share.) Each target starts
 //! from the seed corpus in `tests/fuzz/corpus/<target>/` and tries a bounded number of
 //! mutations (see `hotkv_test_support::fuzz`), asserting that every input gets an error or a
 //! valid value, never a panic, and that one input never costs more memory than its size

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use hotkv_test_support::{FaultProxy, Frame, RawClient, TestServer, wait_for};
+use hotkv_test_support::{FaultProxy, Frame, RawClient, SIGCONT, SIGSTOP, TestServer, wait_for};
 
 use crate::dump_restore::redis_tool;
 use crate::rdb_file::{Dataset, redis_dataset};
@@ -474,4 +474,192 @@ fn repeated_link_kills_under_load_lose_nothing() {
     stop_and_compare(&stop, writers, &primary, &replica);
     let mut p = primary.client();
     assert_eq!(info_stat(&mut p, "sync_full"), Some(1), "every reconnect continued:\n{}", primary.log());
+}
+
+/// The role ROLE names first: `master` or `slave`.
+fn role(s: &TestServer) -> String {
+    match s.cmd(&["ROLE"]) {
+        Frame::Array(items) => items.first().map(|f| f.text()).unwrap_or_default(),
+        other => panic!("ROLE: {other}"),
+    }
+}
+
+#[test]
+fn failover_to_a_replica_under_load_loses_no_acknowledged_write() {
+    // FAILOVER TO: writes pause, the target catches up, the old primary follows it with a
+    // partial resync; every write the old primary acknowledged is on the new one.
+    let a = server();
+    let (b, c) = (server(), server());
+    replicaof(&b, a.port());
+    replicaof(&c, a.port());
+    wait_link_up(&b);
+    wait_link_up(&c);
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(AtomicU64::new(0));
+    let writers: Vec<_> = (0..3)
+        .map(|w| {
+            let (stop, acked, port) = (stop.clone(), acked.clone(), a.port());
+            std::thread::spawn(move || {
+                let mut c = RawClient::connect(port);
+                let mut keys = Vec::new();
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let key = format!("w{w}:{i}");
+                    match c.cmd(&["SET", &key, &i.to_string()]) {
+                        Frame::Simple(s) if s == "OK" => keys.push(key),
+                        // The old primary now follows the target: the writer is done.
+                        f if f.error_text().is_some_and(|e| e.starts_with("READONLY")) => break,
+                        f => panic!("SET {key}: {f}"),
+                    }
+                    i += 1;
+                }
+                acked.fetch_add(keys.len() as u64, Ordering::Relaxed);
+                keys
+            })
+        })
+        .collect();
+    let mut ca = a.client();
+    assert!(wait_for(|| info_stat(&mut ca, "total_commands_processed").unwrap_or(0) > 300, LINK_WAIT));
+    ok(&mut ca, &["FAILOVER", "TO", "127.0.0.1", &b.port().to_string()]);
+    assert!(
+        wait_for(|| info_field(&mut ca, "master_failover_state").as_deref() == Some("no-failover"), LINK_WAIT),
+        "failover never ended:\n{}",
+        a.log()
+    );
+    assert_eq!(role(&a), "slave");
+    assert_eq!(role(&b), "master");
+    stop.store(true, Ordering::Relaxed);
+    let keys: Vec<String> = writers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+    assert!(keys.len() > 100, "the writers wrote {} keys", keys.len());
+    let mut cb = b.client();
+    for k in &keys {
+        assert!(
+            !matches!(cb.cmd(&["GET", k]), Frame::Null),
+            "{k} acknowledged by the old primary, missing on the new one"
+        );
+    }
+    // The old primary continued from the target's second id; nobody needed a full sync.
+    assert!(a.wait_for_log("Successful partial resynchronization with primary.", LINK_WAIT), "{}", a.log());
+    assert!(b.log().contains("MASTER MODE enabled (failover request from"), "{}", b.log());
+    replicaof(&c, b.port());
+    wait_link_up(&c);
+    wait_link_up(&a);
+    assert_eq!(info_stat(&mut cb, "sync_full"), Some(0), "{}", b.log());
+    ok(&mut cb, &["SET", "after", "1"]);
+    wait_same(&b, &a);
+    wait_same(&b, &c);
+}
+
+#[test]
+fn failover_refuses_as_valkey_times_out_and_aborts() {
+    let a = server();
+    let b = server();
+    let mut ca = a.client();
+    assert_err(&ca.cmd(&["FAILOVER"]), "ERR FAILOVER requires connected replicas.");
+    assert_err(&ca.cmd(&["FAILOVER", "ABORT"]), "ERR No failover in progress.");
+    replicaof(&b, a.port());
+    wait_link_up(&b);
+    let bp = b.port().to_string();
+    assert_err(&ca.cmd(&["FAILOVER", "TO", "127.0.0.1", "1"]), "ERR FAILOVER target HOST and PORT is not a replica.");
+    assert_err(&ca.cmd(&["FAILOVER", "TO", "127.0.0.1", "port"]), "ERR value is not an integer or out of range");
+    assert_err(
+        &ca.cmd(&["FAILOVER", "FORCE", "TIMEOUT", "100"]),
+        "ERR FAILOVER with force option requires both a timeout and target HOST and IP.",
+    );
+    assert_err(&ca.cmd(&["FAILOVER", "TIMEOUT", "0"]), "ERR FAILOVER timeout must be greater than 0");
+    assert_err(&ca.cmd(&["FAILOVER", "FORCE", "FORCE"]), "ERR syntax error");
+    assert_err(&b.cmd(&["FAILOVER"]), "ERR FAILOVER is not valid when server is a replica.");
+
+    // A frozen replica never catches up: the timeout ends the failover, the paused write
+    // then runs on the node that is still the primary.
+    b.signal(SIGSTOP);
+    ok(&mut ca, &["SET", "k", "1"]);
+    ok(&mut ca, &["FAILOVER", "TO", "127.0.0.1", &bp, "TIMEOUT", "300"]);
+    assert_eq!(info_field(&mut ca, "master_failover_state").as_deref(), Some("waiting-for-sync"));
+    assert_err(&ca.cmd(&["FAILOVER"]), "ERR FAILOVER already in progress.");
+    assert_err(&ca.cmd(&["REPLICAOF", "NO", "ONE"]), "ERR REPLICAOF not allowed while failing over.");
+    assert_eq!(ca.cmd(&["GET", "k"]).text(), "1", "reads go on while writes wait");
+    let mut w = a.client();
+    w.send(&["SET", "k", "2"]);
+    assert!(wait_for(|| info_field(&mut ca, "master_failover_state").as_deref() == Some("no-failover"), LINK_WAIT));
+    assert_eq!(w.read_frame().text(), "OK");
+    assert!(a.log().contains("aborted: Replica never caught up before timeout"), "{}", a.log());
+    assert_eq!(role(&a), "master");
+
+    // FAILOVER ABORT ends a waiting failover at once.
+    ok(&mut ca, &["FAILOVER", "TO", "127.0.0.1", &bp, "TIMEOUT", "60000"]);
+    ok(&mut ca, &["FAILOVER", "ABORT"]);
+    assert_eq!(info_field(&mut ca, "master_failover_state").as_deref(), Some("no-failover"));
+    ok(&mut ca, &["SET", "k", "3"]);
+    b.signal(SIGCONT);
+    wait_same(&a, &b);
+    assert_eq!(role(&a), "master");
+    assert_eq!(role(&b), "slave");
+}
+
+#[test]
+fn failover_force_hands_over_to_a_replica_that_is_behind() {
+    // FORCE: at the timeout the primary follows the target even though it is behind; the
+    // target takes over when it wakes, and the old primary resyncs from it.
+    let a = server();
+    let b = server();
+    replicaof(&b, a.port());
+    wait_link_up(&b);
+    let mut ca = a.client();
+    b.signal(SIGSTOP);
+    ok(&mut ca, &["SET", "late", "1"]);
+    ok(&mut ca, &["FAILOVER", "TO", "127.0.0.1", &b.port().to_string(), "TIMEOUT", "100", "FORCE"]);
+    assert!(wait_for(
+        || info_field(&mut ca, "master_failover_state").as_deref() == Some("failover-in-progress"),
+        LINK_WAIT
+    ));
+    assert_eq!(role(&a), "slave", "never two primaries");
+    b.signal(SIGCONT);
+    assert!(wait_for(|| info_field(&mut ca, "master_failover_state").as_deref() == Some("no-failover"), LINK_WAIT));
+    assert!(a.log().contains("time out exceeded, failing over."), "{}", a.log());
+    assert_eq!(role(&b), "master");
+    wait_link_up(&a);
+    ok(&mut b.client(), &["SET", "after", "1"]);
+    wait_same(&b, &a);
+}
+
+#[test]
+fn a_publish_on_the_primary_reaches_subscribers_of_its_replica() {
+    let primary = server();
+    let replica = server();
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    let mut sub = replica.client();
+    assert!(!sub.cmd(&["SUBSCRIBE", "news"]).is_error());
+    let mut p = primary.client();
+    assert_eq!(p.cmd(&["PUBLISH", "news", "hello"]).int(), 0, "nobody listens on the primary itself");
+    let msg = sub.read_frame();
+    let Frame::Array(parts) = msg else { panic!("{msg}") };
+    let texts: Vec<String> = parts.iter().map(Frame::text).collect();
+    assert_eq!(texts, ["message", "news", "hello"]);
+}
+
+#[test]
+fn a_writable_replica_expires_its_own_keys_and_rewrites_stale_ones() {
+    let primary = server_with(&[("enable-debug-command", "yes")]);
+    let replica = server();
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    let mut r = replica.client();
+    ok(&mut r, &["CONFIG", "SET", "replica-read-only", "no"]);
+    // Keys only the replica has: its primary will never send their DELs.
+    ok(&mut r, &["SET", "own", "1", "PX", "50"]);
+    ok(&mut r, &["MULTI"]);
+    r.cmd(&["SET", "own2", "1", "PX", "50"]);
+    assert!(!r.cmd(&["EXEC"]).is_error());
+    ok(&mut r, &["SET", "forever", "1"]);
+    assert!(wait_for(|| r.cmd(&["DBSIZE"]).int() == 1, LINK_WAIT), "the replica kept its own expired keys");
+    // A key from the primary, past its TTL but not yet deleted there (active expiry off):
+    // a write on the replica replaces it rather than inheriting the stale TTL.
+    let mut p = primary.client();
+    ok(&mut p, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+    ok(&mut p, &["SET", "stale", "5", "PX", "10"]);
+    assert!(wait_for(|| r.cmd(&["DBSIZE"]).int() == 2 && r.cmd(&["EXISTS", "stale"]).int() == 0, LINK_WAIT));
+    assert_eq!(r.cmd(&["INCR", "stale"]).int(), 1);
+    assert_eq!(r.cmd(&["TTL", "stale"]).int(), -1);
 }

@@ -334,7 +334,7 @@ impl Bus {
             st.take_pause_change().map(|p| (p, st.replication()))
         };
         self.save_if_epochs_moved();
-        apply_pause(pause);
+        apply_pause(&self.state, pause);
         self.wake.notify_one();
     }
 
@@ -490,7 +490,7 @@ impl Bus {
         }
         // After the routing snapshot: writes a failover's end releases must see that this node
         // no longer serves the slots.
-        apply_pause(pause);
+        apply_pause(&self.state, pause);
     }
 
     /// Writes `nodes.conf` now (CLUSTER SAVECONFIG, and every change). Saves are serialised
@@ -912,9 +912,15 @@ pub fn log_listening(addrs: &[SocketAddr]) {
 }
 
 /// Makes a write pause change the state asked for, with the hooks that carry it out.
-fn apply_pause(change: Option<(PauseChange, std::sync::Arc<dyn crate::state::ReplicationHooks>)>) {
+fn apply_pause(
+    state: &Mutex<ClusterState>,
+    change: Option<(PauseChange, std::sync::Arc<dyn crate::state::ReplicationHooks>)>,
+) {
     match change {
-        Some((PauseChange::Pause { until_ms }, hooks)) => hooks.pause_writes(until_ms),
+        Some((PauseChange::Pause { until_ms }, hooks)) => {
+            hooks.pause_writes(until_ms);
+            state.lock().pause_applied();
+        }
         Some((PauseChange::Unpause, hooks)) => hooks.unpause_writes(),
         None => {}
     }

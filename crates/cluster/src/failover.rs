@@ -30,8 +30,15 @@ pub trait ReplicationHooks: Send + Sync {
     fn data_age_ms(&self) -> i64;
 
     /// Holds back clients' writes until `until_ms` (unix ms): a primary in a manual failover.
-    /// Called by the bus, never with the node table locked.
+    /// Called by the bus, never with the node table locked. Returns once no write that began
+    /// before the pause can still reach the replication stream, so the offset read next is
+    /// final.
     fn pause_writes(&self, until_ms: i64);
+
+    /// Whether this node, as a replica, is loading its primary's full sync.
+    fn loading(&self) -> bool {
+        false
+    }
 
     /// Ends the pause [`ReplicationHooks::pause_writes`] began (another pause, e.g. a CLIENT
     /// PAUSE, stays).
@@ -118,7 +125,8 @@ pub(super) struct Manual {
     replica: Option<NodeId>,
     /// On the replica: the offset its paused primary announced last.
     primary_offset: Option<u64>,
-    /// On the primary: from when its offset is final (unix ms), see [`MF_PAUSE_SETTLE_MS`].
+    /// On the primary: from when its offset is final (the state's clock), `i64::MAX` until
+    /// the server confirmed the pause ([`ClusterState::pause_applied`]).
     paused_from_ms: i64,
 }
 
@@ -212,6 +220,15 @@ impl ClusterState {
         self.pause_change.take()
     }
 
+    /// The pause [`ClusterState::take_pause_change`] asked for is in force and drained (the
+    /// hooks' `pause_writes` returned): from now on this primary's offset is final, and its
+    /// pings say so (PAUSED).
+    pub fn pause_applied(&mut self) {
+        if self.manual.end_ms != 0 && self.manual.replica.is_some() {
+            self.manual.paused_from_ms = self.clock_ms;
+        }
+    }
+
     /// Whether a manual failover is under way on this node (as the replica or the primary).
     pub fn manual_failover_in_progress(&self) -> bool {
         self.manual.end_ms != 0
@@ -253,7 +270,8 @@ impl ClusterState {
             && self.manual.replica.is_some()
             && self.myself().is_primary()
             && self.clock_ms >= self.manual.paused_from_ms;
-        if paused { Header::PAUSED } else { 0 }
+        let loading = !self.myself().is_primary() && self.repl.loading();
+        (if paused { Header::PAUSED } else { 0 }) | (if loading { Header::LOADING } else { 0 })
     }
 
     /// Notes the replication offset a frame's header carries; on a replica in a manual
@@ -261,6 +279,7 @@ impl ClusterState {
     pub(super) fn note_offset(&mut self, h: &Header) {
         if let Some(e) = self.nodes.get_mut(&h.sender) {
             e.node.repl_offset = h.repl_offset;
+            e.node.loading = h.msg_flags & Header::LOADING != 0;
         }
         let me = self.myself();
         let from_paused_primary = self.manual.end_ms != 0
@@ -378,7 +397,9 @@ impl ClusterState {
         self.reset_manual_failover();
         self.manual.end_ms = now + MF_TIMEOUT_MS;
         self.manual.replica = Some(replica);
-        self.manual.paused_from_ms = now + MF_PAUSE_SETTLE_MS;
+        // Final only once the server says no write that began before the pause can still
+        // reach the stream.
+        self.manual.paused_from_ms = i64::MAX;
         self.pause_change = Some(PauseChange::Pause { until_ms: now + MF_TIMEOUT_MS * MF_PAUSE_MULT });
         let name = self.nodes.get(&replica).map(|e| e.node.human_nodename.clone()).unwrap_or_default();
         info!(node_id = %replica, "Manual failover requested by replica {replica} ({name}).");
@@ -732,12 +753,6 @@ const MF_TIMEOUT_MS: i64 = 5000;
 /// The primary's pause lasts this many manual failover timeouts (Valkey's
 /// `CLUSTER_MF_PAUSE_MULT`), and ends earlier when the failover does.
 const MF_PAUSE_MULT: i64 = 2;
-
-/// How long a paused primary waits before it calls its offset final. Writes check the pause
-/// before they run and then run to the end without waiting, on any worker thread; a write that
-/// was already past the check when the pause began lands in the stream within this time.
-/// (Valkey, single-threaded, needs no such wait.)
-const MF_PAUSE_SETTLE_MS: i64 = 50;
 
 /// The shortest vote timeout (Valkey's `CLUSTER_OPERATION_TIMEOUT`).
 const OPERATION_TIMEOUT_MS: i64 = 2000;

@@ -208,6 +208,9 @@ pub struct Node {
     /// The replication offset its last frame carried (a replica's processed offset of its
     /// primary's stream): replicas of a failed primary rank themselves by it.
     pub repl_offset: u64,
+    /// A replica that said (in its last frame) it is loading its primary's full sync: CLUSTER
+    /// SLOTS leaves it out and CLUSTER SHARDS calls it `loading`.
+    pub loading: bool,
 }
 
 impl Node {
@@ -231,6 +234,7 @@ impl Node {
             link_connected: false,
             slots: SlotSet::new(),
             repl_offset: 0,
+            loading: false,
         }
     }
 

@@ -1537,6 +1537,13 @@ impl ClusterState {
         Ok(())
     }
 
+    /// Asks for a PONG to every node at the bus's next turn: something the header carries
+    /// changed that the others should not learn only from the next regular ping (a replica
+    /// starting or ending the load of a full sync).
+    pub fn announce_soon(&mut self) {
+        self.announce = true;
+    }
+
     /// A PONG to every node with a link, when a change must spread at once (a slot that
     /// finished importing); empty otherwise.
     pub fn take_announcements(&mut self, now: i64) -> Vec<(NodeId, Message)> {

@@ -112,7 +112,10 @@ impl Net {
                 if let Some(change) = self.nodes[i].take_pause_change() {
                     let hooks = self.nodes[i].replication();
                     match change {
-                        PauseChange::Pause { until_ms } => hooks.pause_writes(until_ms),
+                        PauseChange::Pause { until_ms } => {
+                            hooks.pause_writes(until_ms);
+                            self.nodes[i].pause_applied();
+                        }
                         PauseChange::Unpause => hooks.unpause_writes(),
                     }
                 }

@@ -140,6 +140,10 @@ impl Header {
     /// `msg_flags`: the sender is a primary whose clients' writes are paused for a manual
     /// failover, so the offset in this header is final (Valkey's `CLUSTERMSG_FLAG0_PAUSED`).
     pub const PAUSED: u8 = 1 << 0;
+    /// `msg_flags`: the sender is a replica loading its primary's full sync (its offset is 0
+    /// meanwhile, as Valkey announces, but a replica of a primary that never wrote is at 0
+    /// too; this tells the two apart).
+    pub const LOADING: u8 = 1 << 1;
 }
 
 /// One node as a gossip section describes it, borrowed from the section that holds it (a

@@ -622,8 +622,10 @@ impl<'a> Ctx<'a> {
             if read {
                 self.stats.misses += 1;
             }
-            // A replica waits for its primary's DEL, so it returns "no key" but keeps it.
-            if !replica {
+            // A replica waits for its primary's DEL, so a read returns "no key" but keeps it;
+            // a write on a writable replica deletes it first, as Valkey's lookupKeyWrite
+            // (EXPIRE_FORCE_DELETE_EXPIRED), so the key it makes has no stale TTL.
+            if !replica || !read {
                 table.remove_at(idx);
                 slot.sync(table);
                 self.effects.push(db, &[b"DEL".as_slice(), key]);

@@ -133,6 +133,42 @@ pub fn active_expire_cycle(
     st
 }
 
+/// A writable replica's own keys with a TTL (Valkey's `expireReplicaKeys`): the primary
+/// sends no DEL for keys it never had, so the replica expires these itself. Deletes each of
+/// `keys` (database, name) that exists with a TTL past at `now_ms`; returns the ones to keep
+/// watching (they still exist with a TTL in the future).
+pub fn expire_replica_keys(
+    ks: &Keyspace,
+    keys: Vec<(usize, Vec<u8>)>,
+    now_ms: i64,
+    events: &dyn Events,
+) -> (u64, Vec<(usize, Vec<u8>)>) {
+    let mut expired = 0;
+    let mut keep = Vec::with_capacity(keys.len());
+    for (db, key) in keys {
+        if db >= ks.databases() {
+            continue;
+        }
+        let s = crate::slot::key_slot(&key);
+        let mut table = ks.lock_slot(db, s);
+        let Some(i) = table.find(&key, crate::hash::key_hash(&key)) else { continue };
+        match table.at(i).expire() {
+            Some(when) if now_ms > when => {
+                table.remove_at(i);
+                ks.db(db).slot(s).sync(&table);
+                crate::propagate::record_del(ks, db, &[&key]);
+                drop(table);
+                events.notify('x', "expired", &key, db);
+                events.key_replaced(db, &key, KeyState::Stale, KeyState::Missing);
+                expired += 1;
+            }
+            Some(_) => keep.push((db, key)),
+            None => {}
+        }
+    }
+    (expired, keep)
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

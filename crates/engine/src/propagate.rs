@@ -177,6 +177,13 @@ pub fn record_del<K: AsRef<[u8]>>(ks: &crate::Keyspace, db: usize, keys: &[K]) {
     sink.append(&e);
 }
 
+/// Writes `SELECT <db>` as a RESP command: what a consumer of the stream (a replica's link, the
+/// append-only file) writes before a command whose database differs from the previous one's.
+pub fn write_select(out: &mut Vec<u8>, db: usize) {
+    let mut n = itoa::Buffer::new();
+    write_command(out, [&b"SELECT"[..], n.format(db).as_bytes()].into_iter(), 2);
+}
+
 /// Writes `*<n>\r\n$<len>\r\n<arg>\r\n...`.
 pub fn write_command<'p>(out: &mut Vec<u8>, parts: impl Iterator<Item = &'p [u8]>, n: usize) {
     out.push(b'*');

@@ -31,7 +31,7 @@ pub(crate) struct ReplBuffer {
     offset: u64,
     /// `repl-backlog-size`.
     backlog_size: u64,
-    /// Capacity of a new block.
+    /// The largest capacity of a new block.
     block_size: usize,
     /// Bytes held in full blocks.
     held: usize,
@@ -94,7 +94,11 @@ impl ReplBuffer {
         while !data.is_empty() {
             if self.tail.len() == self.tail.capacity() {
                 self.freeze_tail();
-                self.tail = BytesMut::with_capacity(self.block_size);
+                // Valkey's feedReplicationBuffer: a block holds at least 16 KiB and at most a
+                // sixteenth of the backlog, but is no bigger than the append needs, so history
+                // is trimmed in small steps (a 10 MB backlog would otherwise trim 640 KB at a
+                // time and keep a replica's position that long).
+                self.tail = BytesMut::with_capacity(data.len().clamp(CHUNK, self.block_size.max(CHUNK)));
                 new_block = true;
             }
             let room = self.tail.capacity() - self.tail.len();
@@ -284,6 +288,23 @@ mod tests {
         assert!(b.memory() <= 3 * CHUNK);
         assert!(b.holds(b.offset() - MIN_BACKLOG));
         assert!(!b.holds(10));
+    }
+
+    #[test]
+    fn a_smaller_backlog_releases_what_a_dropped_reader_held() {
+        // CONFIG SET repl-backlog-size 100 (16 KiB), a replica dropped while 100 KiB arrive:
+        // once it is gone, the history shrinks to the new window (Valkey's replica-in-sync).
+        // The default 10 MB backlog, whose blocks may be 640 KiB but are only as big as needed.
+        let mut b = ReplBuffer::new(0, 10 << 20);
+        b.append(&[1u8; 9000]);
+        b.attach(1, 8984);
+        b.resize(100);
+        for _ in 0..100 {
+            b.append(&[2u8; 1100]);
+        }
+        b.detach(1);
+        assert!(!b.holds(8984), "history {} from {}", b.histlen(), b.first_byte_offset());
+        assert!(b.histlen() <= MIN_BACKLOG + 64 * 1024, "{}", b.histlen());
     }
 
     #[test]

@@ -784,12 +784,7 @@ impl WriteSink for Primary {
         for (db, bytes) in effects.iter() {
             if *seldb != Some(db) {
                 let mut select = Vec::with_capacity(32);
-                let db_text = db.to_string();
-                hotkv_engine::propagate::write_command(
-                    &mut select,
-                    [&b"SELECT"[..], db_text.as_bytes()].into_iter(),
-                    2,
-                );
+                hotkv_engine::propagate::write_select(&mut select, db);
                 buf.append(&select);
                 *seldb = Some(db);
             }

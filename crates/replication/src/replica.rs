@@ -59,6 +59,11 @@ pub trait Applier: Send {
         Box::pin(std::future::pending())
     }
 
+    /// The answer to a `PSYNC ... FAILOVER` this link sent (see [`ReplicaConfig::failover`]):
+    /// `Ok` when the target took over and continued or resynced us, `Err` with its error or
+    /// the write failure otherwise. The server ends or aborts its coordinated failover here.
+    fn failover_outcome(&mut self, _outcome: Result<(), String>) {}
+
     /// The stream's connection ended.
     fn stream_ended(&mut self) {}
 }
@@ -87,6 +92,9 @@ pub struct ReplicaConfig {
     pub retry_delay: Duration,
     /// How often to send `REPLCONF ACK` (Valkey's cron: every second).
     pub ack_period: Duration,
+    /// A primary handing over to this replica-to-be (standalone FAILOVER): the first PSYNC
+    /// carries `FAILOVER`, which makes the target promote itself before it answers.
+    pub failover: bool,
 }
 
 impl ReplicaConfig {
@@ -103,6 +111,7 @@ impl ReplicaConfig {
             max_bulk_len: 512 * 1024 * 1024,
             retry_delay: Duration::from_secs(1),
             ack_period: Duration::from_secs(1),
+            failover: false,
         }
     }
 }
@@ -347,27 +356,63 @@ impl ReplicaLink {
     /// starts from.
     async fn psync(&mut self, conn: &mut Conn) -> Result<u64, Error> {
         let cursor = self.primary.psync_cursor();
-        match &cursor {
+        let (id, next) = match &cursor {
             Some((id, off)) => {
                 info!("Trying a partial resynchronization (request {}:{}).", id, off + 1);
-                let next = (off + 1).to_string();
-                conn.send(&[b"PSYNC", id.as_bytes(), next.as_bytes()]).await?;
+                (id.clone(), (off + 1).to_string())
             }
             None => {
                 info!("Partial resynchronization not possible (no cached primary)");
-                conn.send(&[b"PSYNC", b"?", b"-1"]).await?;
+                ("?".to_string(), "-1".to_string())
             }
+        };
+        let failover = std::mem::take(&mut self.cfg.failover);
+        let sent = if failover {
+            conn.send(&[b"PSYNC", id.as_bytes(), next.as_bytes(), b"FAILOVER"]).await
+        } else {
+            conn.send(&[b"PSYNC", id.as_bytes(), next.as_bytes()]).await
+        };
+        if let Err(e) = sent {
+            if failover {
+                self.applier.failover_outcome(Err("Write error to failover target".into()));
+            }
+            return Err(e);
         }
         let reply = loop {
-            let line = conn.line().await?;
+            let line = match conn.line().await {
+                Ok(line) => line,
+                // The target may or may not have taken over: as Valkey, only an answer ends
+                // the failover; the next connection asks again.
+                Err(e) => {
+                    self.cfg.failover |= failover;
+                    return Err(e);
+                }
+            };
             match parse_psync_reply(&line).map_err(|e| {
                 warn!(cause = %e, "Unexpected reply to PSYNC from primary");
                 e
-            })? {
-                PsyncReply::KeepAlive => continue,
-                other => break other,
+            }) {
+                Ok(PsyncReply::KeepAlive) => continue,
+                Ok(other) => break other,
+                Err(e) => {
+                    if failover {
+                        self.applier.failover_outcome(Err("Failover target rejected psync request".into()));
+                    }
+                    return Err(e.into());
+                }
             }
         };
+        if failover {
+            let outcome = match &reply {
+                PsyncReply::FullResync { .. } | PsyncReply::Continue { .. } => Ok(()),
+                _ => Err("Failover target rejected psync request".to_string()),
+            };
+            let rejected = outcome.is_err();
+            self.applier.failover_outcome(outcome);
+            if rejected {
+                return Err(Error::Refused("Failover target rejected psync request".into()));
+            }
+        }
         match reply {
             PsyncReply::FullResync { replid, offset } => {
                 info!("Full resync from primary: {}:{}", replid, offset);

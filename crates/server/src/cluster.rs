@@ -162,7 +162,7 @@ struct ReplicationView {
 
 impl ReplicationHooks for ReplicationView {
     fn offset(&self) -> u64 {
-        self.srv.upgrade().map_or(0, |srv| srv.repl.primary.offset())
+        self.srv.upgrade().map_or(0, |srv| my_offset(&srv))
     }
 
     fn data_age_ms(&self) -> i64 {
@@ -173,9 +173,14 @@ impl ReplicationHooks for ReplicationView {
         since.map_or(i64::MAX, |t| i64::try_from(t.elapsed().as_millis()).unwrap_or(i64::MAX))
     }
 
+    fn loading(&self) -> bool {
+        self.srv.upgrade().is_some_and(|srv| srv.repl.is_replica() && srv.repl.loading())
+    }
+
     fn pause_writes(&self, until_ms: i64) {
         if let Some(srv) = self.srv.upgrade() {
             srv.pause.pause_for_failover(until_ms, unix_ms());
+            srv.pause.drain_writes(&srv.ks);
         }
     }
 
@@ -372,4 +377,11 @@ impl Transport for TlsTransport {
         }
         format!("{reason} {DIAL_HINT}")
     }
+}
+
+/// The replication offset this node announces (Valkey's `getNodeReplicationOffset` for
+/// myself): 0 while a replica loads a full sync, which hides it from CLUSTER SLOTS and ranks
+/// it last in an election until it holds its primary's data.
+pub fn my_offset(srv: &Server) -> u64 {
+    if srv.repl.is_replica() && srv.repl.loading() { 0 } else { srv.repl.primary.offset() }
 }

@@ -70,6 +70,14 @@ fn expire(srv: &Server, cursor: &mut ExpireCursor, period: Duration) {
     let events = crate::events::CmdEvents::new(srv, srv.rt.load().notify);
     let st = active_expire_cycle(&srv.ks, cursor, unix_ms(), start + budget, cfg.replica, &events);
     srv.stats.active_expired.fetch_add(st.expired, Ordering::Relaxed);
+    if cfg.replica {
+        let own = srv.repl.take_own_keys();
+        if !own.is_empty() {
+            let (n, keep) = hotkv_engine::expire::expire_replica_keys(&srv.ks, own, unix_ms(), &events);
+            srv.stats.active_expired.fetch_add(n, Ordering::Relaxed);
+            srv.repl.keep_own_keys(keep);
+        }
+    }
     if st.time_cap_reached {
         srv.stats.expire_cap_reached.fetch_add(1, Ordering::Relaxed);
     }

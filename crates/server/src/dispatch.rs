@@ -212,19 +212,28 @@ pub(crate) fn dataset_config<'a>(
 /// one that may write or replicate, or an EXEC with one queued (Valkey's processCommand,
 /// which checks before queueing, so a write is not even queued during a pause).
 fn paused(b: &Batch<'_>, cmd: &Command, sess: &Session) -> bool {
+    if cmd.id == b.srv.known.exec
+        && let Some(m) = &sess.multi
+    {
+        return transaction_paused(b, m);
+    }
+    use crate::pause::Mode;
+    match b.srv.pause.mode(b.now_ms) {
+        Mode::None => false,
+        Mode::All => true,
+        Mode::Write => cmd.spec.flags() & (flags::WRITE | flags::MAY_REPLICATE) != 0,
+    }
+}
+
+/// Whether the pause holds back the EXEC of `multi`: any EXEC under `ALL`, one with a
+/// command that may write or replicate under `WRITE`.
+pub(crate) fn transaction_paused(b: &Batch<'_>, multi: &crate::session::MultiState) -> bool {
     use crate::pause::Mode;
     const WRITES: u32 = flags::WRITE | flags::MAY_REPLICATE;
     match b.srv.pause.mode(b.now_ms) {
         Mode::None => false,
         Mode::All => true,
-        Mode::Write => {
-            cmd.spec.flags() & WRITES != 0
-                || (cmd.id == b.srv.known.exec
-                    && sess
-                        .multi
-                        .as_ref()
-                        .is_some_and(|m| m.queue.iter().any(|q| b.srv.registry.get(q.cmd).spec.flags() & WRITES != 0)))
-        }
+        Mode::Write => multi.queue.iter().any(|q| b.srv.registry.get(q.cmd).spec.flags() & WRITES != 0),
     }
 }
 
@@ -434,6 +443,14 @@ fn execute(
     if !failed && cmd.id == b.srv.known.flushall {
         crate::persistence::after_flushall(b.srv);
     }
+    if !failed
+        && cmd.spec.flags() & flags::WRITE != 0
+        && b.engine.replica
+        && !sess.has_flag(crate::session::flag::MASTER)
+        && b.srv.repl.is_replica()
+    {
+        b.srv.repl.note_own_write(sess.db, &args, scratch.plan.keys());
+    }
     let flow = match result {
         Ok(flow) => flow,
         Err(e) => {
@@ -506,6 +523,12 @@ fn run_engine(
     // Declared before the locks: the lock set borrows the same lifetime as the events sink.
     let events = CmdEvents::new(b.srv, b.rt.notify);
     let mut locks = b.srv.ks.lock(plan.locks());
+    // The pause again, under the locks: a pause that began after the check above is waited
+    // out here, before the call changes anything (see `Pause::drain_writes`).
+    if scratch.resume.is_none() && !sess.has_flag(crate::session::flag::MASTER) && paused(b, cmd, sess) {
+        drop(locks);
+        return Ok(Flow::Paused(args.iter().map(<[u8]>::to_vec).collect()));
+    }
     if let Some(route) = pending {
         // ASK or TRYAGAIN: which keys exist, seen under the locks the command will run with.
         let mut seen = KeyPresence::default();

@@ -4,6 +4,7 @@
 //! Depends on the protocol, engine and TLS crates (and, as their issues land, on the cluster
 //! and replication crates); nothing depends on it but the `hotkv` binary.
 
+pub mod aof;
 pub mod blocking;
 pub mod cluster;
 pub mod cmd;
@@ -13,6 +14,7 @@ pub mod cron;
 pub mod dispatch;
 pub mod events;
 pub mod evict;
+pub mod failover;
 pub mod hooks;
 pub mod io;
 pub mod listener;

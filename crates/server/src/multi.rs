@@ -33,6 +33,7 @@ pub fn exec(
     };
     sess.set_flag(flag::MULTI, false);
     let dirty = sess.watch_dirty.load(Ordering::Relaxed) || watched_key_expired(b, sess);
+    let watched = !sess.watched.is_empty();
     unwatch_all(b, sess);
     if multi.aborted {
         return Err(CommandError::raw("EXECABORT Transaction discarded because of previous errors."));
@@ -44,7 +45,18 @@ pub fn exec(
     sess.in_exec = true;
     let ran = run(b, sess, multi, out, scratch);
     sess.in_exec = false;
-    ran?;
+    if let Some(multi) = ran? {
+        // A pause began after dispatch checked it: the transaction waits and runs again, but
+        // its watches are gone by now, so a watching one answers as if a key had changed
+        // (clients of WATCH retry on that) rather than run unguarded later.
+        if watched {
+            out.null_array();
+            return Ok(Flow::Continue);
+        }
+        sess.multi = Some(multi);
+        sess.set_flag(flag::MULTI, true);
+        return Ok(Flow::Paused(vec![b"EXEC".to_vec()]));
+    }
     Ok(Flow::Continue)
 }
 
@@ -108,20 +120,26 @@ fn flatten(argv: &[Vec<u8>]) -> (Vec<u8>, Vec<(usize, usize)>) {
 }
 
 /// Runs the transaction under the union of its locks. Fails only when cluster routing, which
-/// looks at the keys under those locks, sends it elsewhere (ASK, TRYAGAIN).
+/// looks at the keys under those locks, sends it elsewhere (ASK, TRYAGAIN). Hands the
+/// transaction back unrun when a pause that began after dispatch's check holds it (see
+/// `Pause::drain_writes`).
 fn run(
     b: &Batch<'_>,
     sess: &mut Session,
     multi: MultiState,
     out: &mut ReplyBuf,
     scratch: &mut Scratch,
-) -> Result<(), CommandError> {
+) -> Result<Option<MultiState>, CommandError> {
     let mut held = None;
     let cfg = crate::dispatch::dataset_config(b, &mut held, sess);
     // Every queued command's lock-free step (RESTORE's decoding) runs before EXEC locks.
     let mut prepared: Vec<_> = multi.queue.iter().map(|q| prepare(b, q, cfg)).collect();
     let events = CmdEvents::new(b.srv, b.rt.notify);
     let mut locks = b.srv.ks.lock(scratch.plan.locks());
+    if !sess.has_flag(flag::MASTER) && crate::dispatch::transaction_paused(b, &multi) {
+        drop(locks);
+        return Ok(Some(multi));
+    }
     if let Some(route) = scratch.pending.take() {
         let mut seen = KeyPresence::default();
         for (q, db) in with_databases(b, sess.db, &multi.queue) {
@@ -157,6 +175,14 @@ fn run(
             result = Err(CommandError::err(format!("{} cannot wait on another node inside MULTI", cmd.full_name)));
         }
         ctx.record_call(db, &args, dirty);
+        if result.is_ok()
+            && cmd.spec.flags() & hotkv_engine::command::flags::WRITE != 0
+            && cfg.replica
+            && !sess.has_flag(flag::MASTER)
+            && b.srv.repl.is_replica()
+        {
+            b.srv.repl.note_own_write(db, &args, q.plan.keys());
+        }
         let nanos = start.elapsed().as_nanos() as u64;
         if let Err(e) = &result {
             out.truncate(mark);
@@ -178,7 +204,7 @@ fn run(
         sess.db = db;
         sess.info.db.store(db as u32, Ordering::Relaxed);
     }
-    Ok(())
+    Ok(None)
 }
 
 /// The lock-free step of a queued engine command, if its row has one.

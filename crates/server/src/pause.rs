@@ -131,6 +131,24 @@ impl Pause {
         self.recompute(&mut p, now_ms);
     }
 
+    /// Returns once no write that began before the pause can still change the keyspace or
+    /// the replication stream: the barrier a failover needs before it calls the offset final.
+    ///
+    /// A write checks the pause before it runs, on any worker thread, so one may be past that
+    /// check when the pause begins. Dispatch checks the pause again once the call holds its
+    /// slot locks, and a call records its effects before it releases them; taking every slot
+    /// lock once, after the pause is in force, therefore waits out every call that locked a
+    /// slot before, and every call that locks one after sees the pause and waits.
+    /// (Valkey, single-threaded, needs no such pass.)
+    pub fn drain_writes(&self, ks: &hotkv_engine::keyspace::Keyspace) {
+        for i in 0..ks.databases() {
+            let Some(db) = ks.db_if_used(i) else { continue };
+            for slot in db.slots() {
+                drop(slot.lock());
+            }
+        }
+    }
+
     fn set(&self, mode: Mode, end_ms: i64) {
         let before = Mode::from_u8(self.mode.swap(mode as u8, Ordering::Relaxed));
         self.end_ms.store(end_ms, Ordering::Relaxed);

@@ -37,6 +37,12 @@ pub struct Replication {
     loading: AtomicBool,
     /// The link to our primary.
     link: Mutex<Option<ReplicaHandle>>,
+    /// A coordinated failover (FAILOVER) this node runs as the primary.
+    pub failover: crate::failover::Coordinator,
+    /// Keys clients wrote on this replica (`replica-read-only no`): its primary never sends
+    /// their DELs, so the cron expires those with a TTL itself (Valkey's
+    /// `replicaKeysWithExpire`). Keys without a TTL leave at the next look.
+    own_keys: Mutex<std::collections::HashSet<(usize, Vec<u8>)>>,
 }
 
 impl Replication {
@@ -47,6 +53,8 @@ impl Replication {
             replica: Arc::new(AtomicBool::new(false)),
             loading: AtomicBool::new(false),
             link: Mutex::new(None),
+            failover: Default::default(),
+            own_keys: Default::default(),
         }
     }
 
@@ -59,6 +67,28 @@ impl Replication {
     /// Whether this node follows a primary.
     pub fn is_replica(&self) -> bool {
         self.replica.load(Ordering::Acquire)
+    }
+
+    /// A client (not the primary's stream) wrote `keys` of `args` on this replica.
+    pub fn note_own_write(&self, db: usize, args: &Args<'_>, keys: &[hotkv_engine::plan::KeyArg]) {
+        let mut own = self.own_keys.lock();
+        for k in keys.iter().filter(|k| !k.channel) {
+            own.insert((db, args.get(k.pos as usize).to_vec()));
+        }
+    }
+
+    /// The keys [`Replication::note_own_write`] collected, for the cron to look at.
+    pub fn take_own_keys(&self) -> Vec<(usize, Vec<u8>)> {
+        let mut own = self.own_keys.lock();
+        if own.is_empty() {
+            return Vec::new();
+        }
+        std::mem::take(&mut *own).into_iter().collect()
+    }
+
+    /// Puts back the keys that still have a TTL to come.
+    pub fn keep_own_keys(&self, keep: Vec<(usize, Vec<u8>)>) {
+        self.own_keys.lock().extend(keep);
     }
 
     /// Whether a full sync is being loaded.
@@ -165,7 +195,7 @@ fn reconcile_cluster(srv: &Arc<Server>) {
                     }
                 }
                 Some(_) => {}
-                None if srv.repl.is_replica() => promote(&srv),
+                None if srv.repl.is_replica() => promote(&srv, "the cluster made this node a primary"),
                 None => {}
             }
         }
@@ -186,6 +216,16 @@ pub fn cron(srv: &Server) {
 /// start): stops any link it had, keeps its data until the primary's snapshot replaces it
 /// (or its history continues, when the primary can), and dials.
 pub fn follow(srv: &Arc<Server>, host: String, port: u16) {
+    follow_with(srv, host, port, false);
+}
+
+/// A coordinated failover hands over to `host:port`: follow it, and make the first PSYNC ask
+/// it to take over (see [`crate::failover`]).
+pub fn follow_for_failover(srv: &Arc<Server>, host: String, port: u16) {
+    follow_with(srv, host, port, true);
+}
+
+fn follow_with(srv: &Arc<Server>, host: String, port: u16, failover: bool) {
     let old = srv.repl.link.lock().take();
     if let Some(old) = old {
         tokio::spawn(old.stop());
@@ -206,6 +246,7 @@ pub fn follow(srv: &Arc<Server>, host: String, port: u16) {
     cfg.announce_ip = (!ip.is_empty()).then(|| ip.to_string());
     cfg.timeout = Duration::from_secs(settings.int(t::REPL_TIMEOUT).max(1) as u64);
     cfg.max_bulk_len = rt.proto_max_bulk_len;
+    cfg.failover = failover;
     let tls = settings.bool(t::TLS_REPLICATION);
     let connector = Arc::new(Dialer { srv: Arc::downgrade(srv), tls });
     let applier = Box::new(MasterClient::new(srv));
@@ -213,14 +254,17 @@ pub fn follow(srv: &Arc<Server>, host: String, port: u16) {
     *srv.repl.link.lock() = Some(handle);
 }
 
-/// REPLICAOF NO ONE: this node stops following and becomes a primary of its own history.
-pub fn promote(srv: &Arc<Server>) {
+/// REPLICAOF NO ONE (and a failover's end): this node stops following and becomes a primary
+/// of its own history. `why` completes the log line, as Valkey's "(user request from ...)".
+pub fn promote(srv: &Arc<Server>, why: &str) {
     let old = srv.repl.link.lock().take();
     if let Some(old) = old {
         tokio::spawn(old.stop());
-        info!("MASTER MODE enabled (user request from 'id=0')");
+        info!("MASTER MODE enabled ({})", why);
     }
     srv.repl.loading.store(false, Ordering::Release);
+    // A primary's own active expiry covers every key from now on.
+    srv.repl.own_keys.lock().clear();
     if srv.repl.replica.swap(false, Ordering::AcqRel) {
         srv.repl.primary.promote();
     }
@@ -332,6 +376,7 @@ impl Applier for MasterClient {
     fn begin_full_sync(&mut self) -> Result<(), String> {
         info!("MASTER <-> REPLICA sync: Flushing old data");
         self.srv.repl.loading.store(true, Ordering::Release);
+        announce_loading(&self.srv);
         // A transaction the old stream left open never completes: the new history starts
         // after the snapshot.
         if self.sess.multi.is_some() {
@@ -351,10 +396,15 @@ impl Applier for MasterClient {
         let engine = self.srv.engine.load();
         let (db, stats) = std::mem::take(&mut self.load);
         let mut loader = Loader::resume(&self.srv.ks, &engine, unix_ms(), db, stats);
+        let delay = self.srv.settings.load().int(t::KEY_LOAD_DELAY);
         let mut result = Ok(());
         loop {
             match reader.next_item() {
                 Ok(Some(item)) => {
+                    let key = matches!(item, hotkv_engine::rdb::Item::Entry { .. });
+                    if key && delay != 0 {
+                        key_load_delay(delay);
+                    }
                     if let Err(e) = loader.apply(item) {
                         result = Err(e.to_string());
                         break;
@@ -374,6 +424,7 @@ impl Applier for MasterClient {
     fn end_full_sync(&mut self, ok: bool) -> Result<(), String> {
         let reader = self.reader.take();
         self.srv.repl.loading.store(false, Ordering::Release);
+        announce_loading(&self.srv);
         if !ok {
             return Ok(());
         }
@@ -415,6 +466,10 @@ impl Applier for MasterClient {
 
     fn stream_ended(&mut self) {
         self.srv.clients.remove(self.sess.id);
+    }
+
+    fn failover_outcome(&mut self, outcome: Result<(), String>) {
+        crate::failover::outcome(&self.srv, outcome);
     }
 }
 
@@ -466,6 +521,31 @@ fn write_snapshot(
     let end = crate::snapshot::stream_rdb(srv, &Default::default(), retry, started, ship);
     if let crate::snapshot::StreamEnd::Done { keys } = end {
         info!(keys, "Snapshot for replication complete ({} keys)", keys);
+    }
+}
+
+/// Tells the cluster at once that this replica started or stopped loading a full sync:
+/// CLUSTER SLOTS on every node hides a loading replica, so clients do not send it reads it
+/// would answer with -LOADING.
+fn announce_loading(srv: &Server) {
+    if let Some(cluster) = &srv.cluster {
+        cluster.bus.state().lock().announce_soon();
+        cluster.bus.changed();
+    }
+}
+
+/// `key-load-delay` (a test lever, as Valkey's `debugDelay`): microseconds to sleep per key
+/// loaded; a negative value sleeps one microsecond once every `-delay` keys (Valkey draws
+/// that at random; a count gives the same rate).
+pub(crate) fn key_load_delay(delay: i64) {
+    static KEYS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let us = if delay > 0 {
+        delay as u64
+    } else {
+        u64::from(KEYS.fetch_add(1, Ordering::Relaxed).is_multiple_of(delay.unsigned_abs()))
+    };
+    if us > 0 {
+        std::thread::sleep(Duration::from_micros(us));
     }
 }
 

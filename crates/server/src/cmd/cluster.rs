@@ -4,7 +4,7 @@
 
 use hotkv_cluster::node::{ClientKind, Node, NodeFlags, NodeId};
 use hotkv_cluster::slots::parse_slot;
-use hotkv_cluster::state::{Endpoint, FailoverMode, SetSlot};
+use hotkv_cluster::state::{ClusterState, Endpoint, FailoverMode, SetSlot};
 use hotkv_engine::CommandError;
 use hotkv_engine::command::{CommandSpec, acl, flags as f};
 use hotkv_engine::slot::key_slot;
@@ -626,7 +626,10 @@ fn slots(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> R
     out.array(entries.len());
     for (a, b, primary) in entries {
         let reps = st.replicas_of(&primary.id);
-        let reps: Vec<&Node> = reps.into_iter().filter(|r| !r.flags.has(NodeFlags::FAIL)).collect();
+        // Valkey's isReplicaAvailable: a failed replica, or one loading a full sync, would
+        // only answer -LOADING or nothing.
+        let reps: Vec<&Node> =
+            reps.into_iter().filter(|r| !r.flags.has(NodeFlags::FAIL) && !node_loading(srv, &st, r)).collect();
         out.array(2 + 1 + reps.len());
         out.int(i64::from(a));
         out.int(i64::from(b));
@@ -655,6 +658,17 @@ fn slots(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> R
         }
     }
     Ok(Flow::Continue)
+}
+
+/// Whether a node is a replica loading its primary's full sync: ours as we know it,
+/// another's as its last frame said.
+fn node_loading(srv: &Server, st: &ClusterState, n: &Node) -> bool {
+    if n.id == st.myself().id { srv.repl.is_replica() && srv.repl.loading() } else { n.loading }
+}
+
+/// A node's replication offset: ours as we announce it, another's as it last told us.
+fn node_offset(srv: &Server, st: &ClusterState, n: &Node) -> u64 {
+    if n.id == st.myself().id { crate::cluster::my_offset(srv) } else { n.repl_offset }
 }
 
 fn shards(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
@@ -697,12 +711,19 @@ fn shards(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> 
             }
             out.bulk(b"role");
             out.bulk(if n.is_primary() { b"master" } else { b"replica" });
+            let offset = node_offset(srv, &st, n);
             out.bulk(b"replication-offset");
-            out.int(0);
+            out.int(offset as i64);
             out.bulk(b"health");
             // Only an agreed FAIL is "fail": a node merely suspected here (PFAIL) is still
-            // "online", as Valkey's nodeFailed.
-            out.bulk(if n.flags.has(NodeFlags::FAIL) { b"fail" } else { b"online" });
+            // "online", as Valkey's nodeFailed; a replica at offset 0 is still loading.
+            out.bulk(if n.flags.has(NodeFlags::FAIL) {
+                b"fail".as_slice()
+            } else if !n.is_primary() && node_loading(srv, &st, n) {
+                b"loading"
+            } else {
+                b"online"
+            });
         }
     }
     Ok(Flow::Continue)

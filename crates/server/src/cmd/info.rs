@@ -466,7 +466,7 @@ fn replication(srv: &Server, o: &mut String) {
         replica_priority: s.int(crate::config::table::REPLICA_PRIORITY).clamp(0, i64::from(u32::MAX)) as u32,
         replica_read_only: s.bool(crate::config::table::REPLICA_READ_ONLY),
         replica_announced: s.bool(crate::config::table::REPLICA_ANNOUNCED),
-        failover_state: "no-failover",
+        failover_state: srv.repl.failover.state().as_str(),
     };
     let link = srv.repl.link_status();
     let mut section = String::with_capacity(1024);

@@ -284,10 +284,17 @@ fn sunsubscribe(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut Repl
 
 /// PUBLISH: in cluster mode the message also goes to every other node, whose subscribers get
 /// it; the reply counts this node's receivers only, as Valkey's.
-fn publish(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+fn publish(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
     let receivers = srv.pubsub.publish(args.get(1), args.get(2));
     if let Some(node) = &srv.cluster {
         node.bus.publish(args.get(1), args.get(2), false);
+    } else if srv.ks.sink().active() {
+        // Standalone replicas hear a primary's messages through its stream (Valkey forces
+        // PUBLISH's propagation there; a cluster's bus carries them instead).
+        let mut e = hotkv_engine::Effects::default();
+        e.begin(true);
+        e.push(sess.db, &[b"PUBLISH".as_slice(), args.get(1), args.get(2)]);
+        srv.ks.sink().append(&e);
     }
     out.int(receivers as i64);
     Ok(Flow::Continue)

@@ -1,4 +1,4 @@
-//! Replication commands: REPLICAOF/SLAVEOF, REPLCONF, PSYNC/SYNC, ROLE and WAIT.
+//! Replication commands: REPLICAOF/SLAVEOF, REPLCONF, PSYNC/SYNC, ROLE, WAIT and FAILOVER.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,6 +77,18 @@ pub static COMMANDS: &[ServerSpec] = &[
         psync,
     ),
     row(
+        "failover",
+        -1,
+        f::ADMIN | f::NOSCRIPT | f::STALE,
+        acl::ADMIN | acl::DANGEROUS,
+        &[],
+        "server",
+        "6.2.0",
+        "Starts a coordinated failover from a server to one of its replicas.",
+        "O(1)",
+        failover,
+    ),
+    row(
         "role",
         1,
         f::NOSCRIPT | f::LOADING | f::STALE | f::FAST,
@@ -90,14 +102,17 @@ pub static COMMANDS: &[ServerSpec] = &[
     ),
 ];
 
-fn replicaof(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+fn replicaof(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
     if srv.cluster.is_some() {
         return Err(CommandError::err("REPLICAOF not allowed in cluster mode."));
+    }
+    if srv.repl.failover.active() {
+        return Err(CommandError::err("REPLICAOF not allowed while failing over."));
     }
     let arc = srv.arc().ok_or_else(|| CommandError::err("server is shutting down"))?;
     let (host, port) = (args.get(1), args.get(2));
     if host.eq_ignore_ascii_case(b"no") && port.eq_ignore_ascii_case(b"one") {
-        crate::replication::promote(&arc);
+        crate::replication::promote(&arc, &format!("user request from 'id={} addr={}'", sess.id, sess.info.addr));
         out.ok();
         return Ok(Flow::Continue);
     }
@@ -135,6 +150,29 @@ fn replconf(_: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) 
 fn psync(srv: &Server, sess: &mut Session, args: Args<'_>, _: &mut ReplyBuf) -> Result<Flow, CommandError> {
     if sess.has_flag(flag::REPLICA) {
         return Ok(Flow::Continue);
+    }
+    // PSYNC <replid> <offset> FAILOVER: our primary hands its role to us (FAILOVER TO).
+    if args.len() > 3 && args.get(0).eq_ignore_ascii_case(b"psync") && args.get(3).eq_ignore_ascii_case(b"failover") {
+        let replid = args.get(1);
+        tracing::info!("Failover request received for replid {}.", String::from_utf8_lossy(replid));
+        if !srv.repl.is_replica() {
+            return Err(CommandError::err("PSYNC FAILOVER can't be sent to a master."));
+        }
+        if replid != srv.repl.primary.replid().as_bytes() {
+            return Err(CommandError::err("PSYNC FAILOVER replid must match my replid."));
+        }
+        // A cluster node's role follows the node table, which only CLUSTER FAILOVER changes
+        // (FAILOVER itself is refused in cluster mode, so no hotkv node sends this there).
+        if srv.cluster.is_some() {
+            return Err(CommandError::err(
+                "PSYNC FAILOVER not allowed in cluster mode. Use CLUSTER FAILOVER command instead.",
+            ));
+        }
+        let arc = srv.arc().ok_or_else(|| CommandError::err("server is shutting down"))?;
+        crate::replication::promote(&arc, &format!("failover request from 'id={} addr={}'", sess.id, sess.info.addr));
+    }
+    if srv.repl.failover.active() {
+        return Err(CommandError::raw("NOMASTERLINK Can't SYNC while failing over"));
     }
     if srv.repl.is_replica() && !srv.repl.link_up() {
         return Err(CommandError::raw("NOMASTERLINK Can't SYNC while not connected with my master"));
@@ -211,4 +249,31 @@ pub(crate) fn wait(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut R
         reply.int(n as i64);
         reply.as_bytes().to_vec()
     })))
+}
+
+/// FAILOVER [TO host port [FORCE]] [TIMEOUT ms] | FAILOVER ABORT (see [`crate::failover`]).
+fn failover(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+    if srv.cluster.is_some() {
+        return Err(CommandError::err("FAILOVER not allowed in cluster mode. Use CLUSTER FAILOVER command instead."));
+    }
+    let arc = srv.arc().ok_or_else(|| CommandError::err("server is shutting down"))?;
+    let rest: Vec<&[u8]> = args.iter().skip(1).collect();
+    if let [only] = rest.as_slice()
+        && only.eq_ignore_ascii_case(b"abort")
+    {
+        if !srv.repl.failover.active() {
+            return Err(CommandError::err("No failover in progress."));
+        }
+        crate::failover::abort(&arc, "Failover manually aborted");
+        out.ok();
+        return Ok(Flow::Continue);
+    }
+    let req = crate::failover::parse(&rest).map_err(|e| match e {
+        crate::failover::ParseError::NotInteger => CommandError::NotInteger,
+        crate::failover::ParseError::Timeout => CommandError::err("FAILOVER timeout must be greater than 0"),
+        crate::failover::ParseError::Syntax => CommandError::Syntax,
+    })?;
+    crate::failover::start(&arc, req).map_err(CommandError::err)?;
+    out.ok();
+    Ok(Flow::Continue)
 }

@@ -409,7 +409,7 @@ directives! {
         "Keep old append-only files (tests).";
     RDB_KEY_SAVE_DELAY = "rdb-key-save-delay" [] "persistence.rdb_key_save_delay": int(IMIN, INT), "0", M | HID | U, H,
         "Delay per key while saving (tests).";
-    KEY_LOAD_DELAY = "key-load-delay" [] "persistence.key_load_delay": int(IMIN, INT), "0", M | HID | U, H,
+    KEY_LOAD_DELAY = "key-load-delay" [] "persistence.key_load_delay": int(IMIN, INT), "0", M | HID | ON_USE, H,
         "Delay per key while loading (tests).";
     LOADING_PROCESS_EVENTS_INTERVAL_BYTES = "loading-process-events-interval-bytes" []
         "persistence.loading_process_events_interval_bytes": int(1024, INT), "2097152", M | HID | NE, H,

@@ -91,8 +91,8 @@ fn read_into(srv: &Server, mut file: File, path: &Path) -> Result<LoadStats, Loa
     let mut block = vec![0u8; READ_BLOCK];
     let mut read = 0u64;
     let mut last_log = Instant::now();
-    // `key-load-delay`: microseconds per key, so tests can watch a load in progress.
-    let delay = std::time::Duration::from_micros(srv.settings.load().int(t::KEY_LOAD_DELAY).max(0) as u64);
+    // `key-load-delay`, so tests can watch a load in progress.
+    let delay = srv.settings.load().int(t::KEY_LOAD_DELAY);
     let fail = |reader: &RdbReader, e: RdbError| LoadError {
         path: path.display().to_string(),
         offset: reader.offset(),
@@ -110,8 +110,8 @@ fn read_into(srv: &Server, mut file: File, path: &Path) -> Result<LoadStats, Loa
                     {
                         info!("Loading RDB produced by version {}", String::from_utf8_lossy(value));
                     }
-                    if !delay.is_zero() && matches!(item, hotkv_engine::rdb::Item::Entry { .. }) {
-                        std::thread::sleep(delay);
+                    if delay != 0 && matches!(item, hotkv_engine::rdb::Item::Entry { .. }) {
+                        crate::replication::key_load_delay(delay);
                     }
                     match loader.apply(item) {
                         Ok(true) => {
