@@ -40,6 +40,7 @@ mod maxmemory;
 mod model;
 mod monitor_slowlog;
 mod object_memory;
+mod persistence;
 mod pipeline;
 mod pki;
 mod protocol;

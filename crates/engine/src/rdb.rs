@@ -18,12 +18,13 @@
 mod fixture;
 mod legacy;
 mod load;
+mod lzf;
 mod reader;
 mod writer;
 
 pub use load::{LoadStats, Loader, load};
 pub use reader::{Item, RdbReader};
-pub use writer::{AuxValue, RdbWriter, snapshot};
+pub use writer::{AuxValue, RdbWriter, WriteOptions, snapshot};
 
 use std::fmt;
 
@@ -104,6 +105,9 @@ pub const OPCODE_EXPIRETIME: u8 = 0xFD;
 pub const OPCODE_SELECTDB: u8 = 0xFE;
 /// File opcode: the end of the data, followed by the checksum from version 5 on.
 pub const OPCODE_EOF: u8 = 0xFF;
+
+/// The special string encoding of an LZF-compressed string (`RDB_ENC_LZF`), after `0xC0`.
+const ENC_LZF: u8 = 3;
 
 /// A DUMP payload that cannot be restored, or RDB data that cannot be read. RESTORE only ever
 /// meets the first two, whose texts are Valkey's replies; the others come from whole files.
@@ -246,7 +250,7 @@ pub fn access_clock(policy: EvictionPolicy, now_ms: i64, idle_s: Option<i64>, fr
 /// Serialises a string value as a DUMP payload.
 pub fn dump_string(value: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(value.len() + 16);
-    encode_string(&mut out, None, value);
+    encode_string(&mut out, None, value, Strings::Plain);
     finish(out)
 }
 
@@ -254,7 +258,7 @@ pub fn dump_string(value: &[u8]) -> Vec<u8> {
 /// and Valkey load without re-encoding.
 pub fn dump_list(list: &List) -> Vec<u8> {
     let mut out = Vec::with_capacity(list.nodes().map(|n| n.bytes() + 8).sum::<usize>() + 16);
-    encode_list(&mut out, None, list);
+    encode_list(&mut out, None, list, Strings::Plain);
     finish(out)
 }
 
@@ -263,7 +267,7 @@ pub fn dump_list(list: &List) -> Vec<u8> {
 /// Redis 7.0+ and Valkey, which re-encode to their own limits.
 pub fn dump_hash(h: &Hash) -> Vec<u8> {
     let mut out = Vec::with_capacity(16);
-    encode_hash(&mut out, None, h);
+    encode_hash(&mut out, None, h, Strings::Plain);
     finish(out)
 }
 
@@ -271,7 +275,7 @@ pub fn dump_hash(h: &Hash) -> Vec<u8> {
 /// inserting at the head does no searching).
 pub fn dump_zset(z: &ZSet) -> Vec<u8> {
     let mut out = Vec::with_capacity(z.len() * 24 + 16);
-    encode_zset(&mut out, None, z);
+    encode_zset(&mut out, None, z, Strings::Plain);
     finish(out)
 }
 
@@ -280,7 +284,7 @@ pub fn dump_zset(z: &ZSet) -> Vec<u8> {
 /// (type 20), which Redis 7.0 cannot load.
 pub fn dump_set(s: &Set) -> Vec<u8> {
     let mut out = Vec::with_capacity(s.len() * 8 + 16);
-    encode_set(&mut out, None, s);
+    encode_set(&mut out, None, s, Strings::Plain);
     finish(out)
 }
 
@@ -289,81 +293,136 @@ pub fn dump_set(s: &Set) -> Vec<u8> {
 /// encodings, the ones Redis 7.0 loads (see the `dump_*` functions). Nothing is allocated
 /// beyond `out`'s growth for strings, hashes and sets.
 pub fn encode_value(out: &mut Vec<u8>, key: Option<&[u8]>, value: ValueRef<'_>) {
+    encode_value_with(out, key, value, Strings::Plain);
+}
+
+/// How an encoder writes strings and blobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strings {
+    /// As they are (DUMP payloads, `rdbcompression no`).
+    Plain,
+    /// LZF-compressed when longer than 20 bytes and compressible, as Redis writes them with
+    /// `rdbcompression yes` (keys, values, elements and listpack/intset blobs alike).
+    Lzf,
+}
+
+/// [`encode_value`] with a choice of string encoding.
+pub fn encode_value_with(out: &mut Vec<u8>, key: Option<&[u8]>, value: ValueRef<'_>, c: Strings) {
     match value {
-        ValueRef::Str(s) => encode_string(out, key, s),
-        ValueRef::Obj(Object::Str(s)) => encode_string(out, key, s),
-        ValueRef::Obj(Object::List(l)) => encode_list(out, key, l),
-        ValueRef::Obj(Object::ZSet(z)) => encode_zset(out, key, z),
-        ValueRef::Obj(Object::Hash(h)) => encode_hash(out, key, h),
-        ValueRef::Obj(Object::Set(s)) => encode_set(out, key, s),
+        ValueRef::Str(s) => encode_string(out, key, s, c),
+        ValueRef::Obj(Object::Str(s)) => encode_string(out, key, s, c),
+        ValueRef::Obj(Object::List(l)) => encode_list(out, key, l, c),
+        ValueRef::Obj(Object::ZSet(z)) => encode_zset(out, key, z, c),
+        ValueRef::Obj(Object::Hash(h)) => encode_hash(out, key, h, c),
+        ValueRef::Obj(Object::Set(s)) => encode_set(out, key, s, c),
     }
 }
 
 /// The type byte, then the key when there is one (an RDB file's record).
-fn type_and_key(out: &mut Vec<u8>, ty: u8, key: Option<&[u8]>) {
+fn type_and_key(out: &mut Vec<u8>, ty: u8, key: Option<&[u8]>, c: Strings) {
     out.push(ty);
     if let Some(key) = key {
-        write_string(out, key);
+        put_string(out, key, c);
     }
 }
 
-fn encode_string(out: &mut Vec<u8>, key: Option<&[u8]>, value: &[u8]) {
-    type_and_key(out, TYPE_STRING, key);
-    write_string(out, value);
+/// A string element: [`write_string`], or LZF-compressed when `c` asks and it pays.
+fn put_string(out: &mut Vec<u8>, s: &[u8], c: Strings) {
+    // Redis tries the integer encodings first (up to 11 bytes), so they never compress.
+    if c == Strings::Lzf && s.len() > 11 && put_lzf(out, s) {
+        return;
+    }
+    write_string(out, s);
 }
 
-fn encode_list(out: &mut Vec<u8>, key: Option<&[u8]>, list: &List) {
-    type_and_key(out, TYPE_LIST_QUICKLIST_2, key);
+/// A blob written as a raw string (listpack, intset): compressed under the same rule.
+fn put_blob(out: &mut Vec<u8>, blob: &[u8], c: Strings) {
+    if c == Strings::Lzf && put_lzf(out, blob) {
+        return;
+    }
+    write_len(out, blob.len() as u64);
+    out.extend_from_slice(blob);
+}
+
+/// Appends `s` LZF-compressed (`0xC3`, compressed length, original length, data) if Redis
+/// would compress it; false when it stays as it is.
+fn put_lzf(out: &mut Vec<u8>, s: &[u8]) -> bool {
+    let Some(packed) = lzf::compress_string(s) else { return false };
+    out.push(0xC0 | ENC_LZF);
+    write_len(out, packed.len() as u64);
+    write_len(out, s.len() as u64);
+    out.extend_from_slice(&packed);
+    true
+}
+
+fn encode_string(out: &mut Vec<u8>, key: Option<&[u8]>, value: &[u8], c: Strings) {
+    type_and_key(out, TYPE_STRING, key, c);
+    put_string(out, value, c);
+}
+
+fn encode_list(out: &mut Vec<u8>, key: Option<&[u8]>, list: &List, c: Strings) {
+    type_and_key(out, TYPE_LIST_QUICKLIST_2, key, c);
     // Counted first rather than collected: no allocation per list.
     write_len(out, list.nodes().filter(|n| !n.is_empty()).count() as u64);
     for n in list.nodes().filter(|n| !n.is_empty()) {
         write_len(out, CONTAINER_PACKED);
-        write_len(out, n.bytes() as u64);
-        out.extend_from_slice(n.as_bytes());
+        put_blob(out, n.as_bytes(), c);
     }
 }
 
-fn encode_hash(out: &mut Vec<u8>, key: Option<&[u8]>, h: &Hash) {
+fn encode_hash(out: &mut Vec<u8>, key: Option<&[u8]>, h: &Hash, c: Strings) {
     if let Hash::Packed(p) = h {
         let blob = p.listpack_bytes();
         // Past Valkey's listpack safety limit the blob would be refused: pairs then.
         if blob <= LISTPACK_MAX_SAFETY_SIZE {
-            type_and_key(out, TYPE_HASH_LISTPACK, key);
+            type_and_key(out, TYPE_HASH_LISTPACK, key, c);
+            if c == Strings::Lzf {
+                let mut lp = Vec::with_capacity(blob);
+                p.write_listpack(&mut lp);
+                put_blob(out, &lp, c);
+                return;
+            }
             out.reserve(blob + 9);
             write_len(out, blob as u64);
             p.write_listpack(out);
             return;
         }
     }
-    type_and_key(out, TYPE_HASH, key);
+    type_and_key(out, TYPE_HASH, key, c);
     write_len(out, h.len() as u64);
     for (f, v) in h.iter() {
-        f.with_bytes(|b| write_string(out, b));
-        v.with_bytes(|b| write_string(out, b));
+        f.with_bytes(|b| put_string(out, b, c));
+        v.with_bytes(|b| put_string(out, b, c));
     }
 }
 
-fn encode_zset(out: &mut Vec<u8>, key: Option<&[u8]>, z: &ZSet) {
-    type_and_key(out, TYPE_ZSET_2, key);
+fn encode_zset(out: &mut Vec<u8>, key: Option<&[u8]>, z: &ZSet, c: Strings) {
+    type_and_key(out, TYPE_ZSET_2, key, c);
     write_len(out, z.len() as u64);
     for (m, score) in z.range(z.len().saturating_sub(1), z.len(), true) {
-        m.with_bytes(|b| write_string(out, b));
+        m.with_bytes(|b| put_string(out, b, c));
         out.extend_from_slice(&score.to_le_bytes());
     }
 }
 
-fn encode_set(out: &mut Vec<u8>, key: Option<&[u8]>, s: &Set) {
+fn encode_set(out: &mut Vec<u8>, key: Option<&[u8]>, s: &Set, c: Strings) {
     if let Set::Ints(i) = s {
-        type_and_key(out, TYPE_SET_INTSET, key);
+        type_and_key(out, TYPE_SET_INTSET, key, c);
+        if c == Strings::Lzf {
+            let mut blob = Vec::with_capacity(i.blob_bytes());
+            i.write_blob(&mut blob);
+            put_blob(out, &blob, c);
+            return;
+        }
         out.reserve(i.blob_bytes() + 9);
         write_len(out, i.blob_bytes() as u64);
         i.write_blob(out);
         return;
     }
-    type_and_key(out, TYPE_SET, key);
+    type_and_key(out, TYPE_SET, key, c);
     write_len(out, s.len() as u64);
     for m in s.iter() {
-        m.with_bytes(|b| write_string(out, b));
+        m.with_bytes(|b| put_string(out, b, c));
     }
 }
 

@@ -18,7 +18,7 @@ pub fn spawn(srv: Arc<Server>) -> std::thread::JoinHandle<()> {
         .expect("spawning the cron thread at startup")
 }
 
-fn run(srv: &Server) {
+fn run(srv: &Arc<Server>) {
     let mut cursor = ExpireCursor::default();
     let mut last_sample = Instant::now();
     let mut last_second = Instant::now();
@@ -50,6 +50,7 @@ fn run(srv: &Server) {
             close_idle_clients(srv);
             srv.migrate.close_idle();
             crate::replication::cron(srv);
+            crate::persistence::cron(srv);
         }
         let spent = tick.elapsed();
         srv.stats.cron_cycles.fetch_add(1, Ordering::Relaxed);

@@ -369,7 +369,9 @@ fn check_replication(b: &Batch<'_>, cmd: &Command, sess: &Session) -> Result<(),
     let repl = &b.srv.repl;
     let flags = cmd.spec.flags();
     let replica = repl.is_replica();
-    if !replica && b.rt.min_replicas_to_write == 0 && !repl.loading() {
+    let loading = repl.loading() || b.srv.persist.loading();
+    let misconf = !replica && crate::persistence::denies_writes(b.srv, b.rt);
+    if !replica && b.rt.min_replicas_to_write == 0 && !loading && !misconf {
         return Ok(());
     }
     let writes = flags & flags::WRITE != 0
@@ -378,6 +380,10 @@ fn check_replication(b: &Batch<'_>, cmd: &Command, sess: &Session) -> Result<(),
                 .multi
                 .as_ref()
                 .is_some_and(|m| m.queue.iter().any(|q| b.srv.registry.get(q.cmd).spec.flags() & flags::WRITE != 0)));
+    // Valkey refuses PING too, so a health check notices (processCommand's deny_write_type).
+    if misconf && (writes || cmd.id == b.srv.known.ping) {
+        return Err(CommandError::raw(crate::persistence::MISCONF));
+    }
     if replica {
         if writes && b.rt.replica_read_only {
             return Err(CommandError::raw("READONLY You can't write against a read only replica."));
@@ -390,7 +396,7 @@ fn check_replication(b: &Batch<'_>, cmd: &Command, sess: &Session) -> Result<(),
     } else if writes && b.rt.min_replicas_to_write > 0 && !repl.primary.writes_allowed() {
         return Err(CommandError::raw("NOREPLICAS Not enough good replicas to write."));
     }
-    if repl.loading() && flags & flags::LOADING == 0 {
+    if loading && flags & flags::LOADING == 0 {
         return Err(CommandError::raw("LOADING Valkey is loading the dataset in memory"));
     }
     Ok(())

@@ -23,6 +23,7 @@ pub mod memory;
 pub mod migrate;
 pub mod multi;
 pub mod pause;
+pub mod persistence;
 pub mod process;
 pub mod pubsub;
 pub mod registry;
@@ -31,6 +32,7 @@ pub mod routing;
 pub mod server;
 pub mod session;
 pub mod slowlog;
+pub mod snapshot;
 pub mod stats;
 pub mod tls;
 

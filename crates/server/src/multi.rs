@@ -42,7 +42,10 @@ pub fn exec(
         out.null_array();
         return Ok(Flow::Continue);
     }
-    if let Some(multi) = run(b, sess, multi, out, scratch)? {
+    sess.in_exec = true;
+    let ran = run(b, sess, multi, out, scratch);
+    sess.in_exec = false;
+    if let Some(multi) = ran? {
         // A pause began after dispatch checked it: the transaction waits and runs again, but
         // its watches are gone by now, so a watching one answers as if a key had changed
         // (clients of WATCH retry on that) rather than run unguarded later.

@@ -139,12 +139,8 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
     {
         warn!("Failed to write PID file: {}", listener::os_text(&e));
     }
-    crate::replication::start(&srv);
-    let startup = srv.memory.refresh();
-    srv.startup_memory.store(startup, std::sync::atomic::Ordering::Relaxed);
-    info!("Server initialized");
-    let cron = crate::cron::spawn(srv.clone());
-    let tls_task = tokio::spawn(srv.tls.clone().run_background());
+    // Valkey 8.0 listens before loading and answers -LOADING meanwhile; replication and the
+    // cron start once the dataset is in (a replica then continues from the file's offset).
     for (ls, tls, p) in [(listeners, false, port), (tls_listeners, true, tls_port)] {
         match listener::start(&srv, ls, tls) {
             Ok(h) => srv.listeners.lock().extend(h),
@@ -154,14 +150,35 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
             }
         }
     }
+    info!("Server initialized");
+    let loader = srv.clone();
+    let loaded = tokio::task::spawn_blocking(move || crate::persistence::startup::load_at_start(&loader)).await;
+    if !matches!(loaded, Ok(Ok(()))) {
+        listener::stop_blocking(std::mem::take(&mut *srv.listeners.lock()));
+        return 1;
+    }
+    crate::replication::start(&srv);
+    let startup = srv.memory.refresh();
+    srv.startup_memory.store(startup, std::sync::atomic::Ordering::Relaxed);
+    let cron = crate::cron::spawn(srv.clone());
+    let tls_task = tokio::spawn(srv.tls.clone().run_background());
     if port != 0 {
         info!("Ready to accept connections tcp");
     }
     if tls_port != 0 {
         info!("Ready to accept connections tls");
     }
-    wait_for_shutdown(&srv).await;
-    info!("User requested shutdown...");
+    loop {
+        match wait_for_shutdown(&srv).await {
+            // SHUTDOWN already saved (or was told not to) before asking.
+            Trigger::Command => break,
+            Trigger::Signal => {
+                if crate::persistence::prepare_shutdown(&srv, false, false, false).await.is_ok() {
+                    break;
+                }
+            }
+        }
+    }
     srv.request_shutdown();
     if let Some(p) = &pidfile {
         info!("Removing the pid file.");
@@ -206,15 +223,29 @@ fn pidfile_path(settings: &Settings, port: u16) -> Option<PathBuf> {
     settings.bool(table::DAEMONIZE).then(|| PathBuf::from(format!("/var/run/hotkv_{port}.pid")))
 }
 
-async fn wait_for_shutdown(srv: &Server) {
+/// What ended the wait for shutdown.
+enum Trigger {
+    /// SHUTDOWN, which has done its saving.
+    Command,
+    /// SIGTERM or SIGINT: shut down as SHUTDOWN without modifiers would.
+    Signal,
+}
+
+async fn wait_for_shutdown(srv: &Server) -> Trigger {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         srv.shutdown.notified().await;
-        return;
+        return Trigger::Command;
     };
     tokio::select! {
-        _ = term.recv() => warn!("Received SIGTERM scheduling shutdown..."),
-        _ = int.recv() => warn!("Received SIGINT scheduling shutdown..."),
-        _ = srv.shutdown.notified() => {}
+        _ = term.recv() => {
+            warn!("Received SIGTERM scheduling shutdown...");
+            Trigger::Signal
+        }
+        _ = int.recv() => {
+            warn!("Received SIGINT scheduling shutdown...");
+            Trigger::Signal
+        }
+        _ = srv.shutdown.notified() => Trigger::Command,
     }
 }

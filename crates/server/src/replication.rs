@@ -8,8 +8,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use hotkv_engine::rdb::{AuxValue, LoadStats, Loader, RdbReader, RdbWriter};
-use hotkv_engine::snapshot::{Chunk, SnapshotError};
+use hotkv_engine::rdb::{LoadStats, Loader, RdbReader};
 use hotkv_engine::{Effects, WriteSink};
 use hotkv_protocol::{Args, ReplyBuf};
 use hotkv_replication::{
@@ -501,99 +500,28 @@ impl SnapshotSource for EngineSnapshots {
     }
 }
 
-/// The RDB file being produced, behind one lock: chunks leave in the order the checksum saw
-/// them, whichever thread wrote each slot.
-struct RdbOut {
-    writer: Option<RdbWriter>,
-    db: Option<usize>,
-    ready: Vec<Bytes>,
-    now_ms: i64,
-}
-
 fn write_snapshot(
     srv: &Arc<Server>,
     tx: mpsc::Sender<io::Result<Bytes>>,
     point_tx: tokio::sync::oneshot::Sender<hotkv_replication::SyncPoint>,
 ) {
-    let out = Arc::new(Mutex::new(RdbOut { writer: None, db: None, ready: Vec::new(), now_ms: unix_ms() }));
-    let mut point_tx = Some(point_tx);
-    let snap = loop {
-        let o = out.clone();
-        let write = Box::new(move |db: usize, table: &hotkv_engine::table::Table, _: &mut Vec<u8>| {
-            let mut o = o.lock();
-            let RdbOut { writer, db: at, ready, now_ms } = &mut *o;
-            let Some(w) = writer.as_mut() else { return };
-            let mut buf = Vec::with_capacity(table.len() * 48 + 16);
-            if *at != Some(db) {
-                w.select_db(&mut buf, db);
-                *at = Some(db);
-            }
-            w.table(&mut buf, table, *now_ms);
-            ready.push(Bytes::from(buf));
-        });
-        let mut point = None;
-        let o = out.clone();
-        let primary = srv.repl.primary.clone();
-        let started = srv.ks.begin_snapshot(write, Box::new(|_: Chunk| {}), || {
-            let p = primary.snapshot_point();
-            let mut o = o.lock();
-            let mut head = Vec::with_capacity(256);
-            let ctime = unix_ms() / 1000;
-            let used = srv.memory.used() as i64;
-            let aux = [
-                ("redis-ver", AuxValue::Str(crate::cmd::conn::REDIS_VERSION.as_bytes())),
-                ("redis-bits", AuxValue::Int(64)),
-                ("ctime", AuxValue::Int(ctime)),
-                ("used-mem", AuxValue::Int(used)),
-                ("repl-stream-db", AuxValue::Int(0)),
-                ("repl-id", AuxValue::Str(p.replid.as_bytes())),
-                ("repl-offset", AuxValue::Int(p.offset as i64)),
-                ("aof-base", AuxValue::Int(0)),
-            ];
-            o.writer = Some(RdbWriter::new(&mut head, &aux));
-            o.ready.push(Bytes::from(head));
-            point = Some(p);
-        });
-        match started {
-            Ok(s) => {
-                if let (Some(p), Some(ptx)) = (point, point_tx.take()) {
-                    let _ = ptx.send(p);
-                }
-                break s;
-            }
-            Err(SnapshotError::Busy) if !srv.is_shutting_down() && !tx.is_closed() => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(_) => return,
+    // A BGSAVE may hold the keyspace's one snapshot: the replica waits for it, as a Valkey
+    // replica waits for the next BGSAVE when the running one cannot serve it.
+    let retry = || {
+        let wait = !srv.is_shutting_down() && !tx.is_closed();
+        if wait {
+            std::thread::sleep(Duration::from_millis(20));
         }
+        wait
     };
-    let send_ready = |out: &Mutex<RdbOut>| -> bool {
-        let ready = std::mem::take(&mut out.lock().ready);
-        ready.into_iter().all(|b| tx.blocking_send(Ok(b)).is_ok())
+    let started = |cut: &crate::snapshot::Cut| {
+        let _ = point_tx.send(cut.point.clone());
     };
-    let mut alive = true;
-    srv.ks.drive_snapshot(&snap, || {
-        alive = alive && send_ready(&out);
-        alive
-    });
-    if !alive {
-        return;
+    let ship = |b: Bytes| tx.blocking_send(Ok(b)).is_ok();
+    let end = crate::snapshot::stream_rdb(srv, &Default::default(), retry, started, ship);
+    if let crate::snapshot::StreamEnd::Done { keys } = end {
+        info!(keys, "Snapshot for replication complete ({} keys)", keys);
     }
-    let tail = {
-        let mut o = out.lock();
-        let mut tail = Vec::with_capacity(16);
-        if let Some(w) = o.writer.take() {
-            w.finish(&mut tail);
-        }
-        o.ready.push(Bytes::from(tail));
-        std::mem::take(&mut o.ready)
-    };
-    for b in tail {
-        if tx.blocking_send(Ok(b)).is_err() {
-            return;
-        }
-    }
-    info!(keys = snap.keys(), "Snapshot for replication complete ({} keys)", snap.keys());
 }
 
 /// Tells the cluster at once that this replica started or stopped loading a full sync:

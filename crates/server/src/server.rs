@@ -63,6 +63,10 @@ pub struct Runtime {
     pub replica_serve_stale_data: bool,
     /// `min-replicas-to-write`.
     pub min_replicas_to_write: usize,
+    /// `stop-writes-on-bgsave-error`.
+    pub stop_writes_on_bgsave_error: bool,
+    /// Whether `save` has rules (MISCONF applies only then).
+    pub save_rules: bool,
 }
 
 impl Runtime {
@@ -93,6 +97,8 @@ impl Runtime {
             replica_read_only: s.bool(t::REPLICA_READ_ONLY),
             replica_serve_stale_data: s.bool(t::REPLICA_SERVE_STALE_DATA),
             min_replicas_to_write: s.int(t::MIN_REPLICAS_TO_WRITE).max(0) as usize,
+            stop_writes_on_bgsave_error: s.bool(t::STOP_WRITES_ON_BGSAVE_ERROR),
+            save_rules: !s.ints(t::SAVE).is_empty(),
             obuf_normal: {
                 let l = s.ints(t::CLIENT_OUTPUT_BUFFER_LIMIT);
                 let at = |i: usize| l.get(i).copied().unwrap_or(0).max(0) as u64;
@@ -135,6 +141,8 @@ pub struct Known {
     pub unsubscribes: [usize; 3],
     /// SELECT (EXEC follows database changes while planning its locks).
     pub select: usize,
+    /// PING (refused with MISCONF like a write, as Valkey does).
+    pub ping: usize,
 }
 
 impl Known {
@@ -156,6 +164,7 @@ impl Known {
             ],
             unsubscribes: [id("unsubscribe"), id("punsubscribe"), id("sunsubscribe")],
             select: id("select"),
+            ping: id("ping"),
         }
     }
 }
@@ -190,8 +199,11 @@ pub struct Server {
     pub shutdown: Notify,
     /// Set once shutdown started.
     pub shutting_down: AtomicBool,
-    /// Unix seconds of the last successful save (start time: hotkv does not persist yet).
+    /// Unix seconds of the last successful save (the start time until one succeeds, as
+    /// Valkey).
     pub lastsave: AtomicI64,
+    /// RDB persistence: saves in progress, their outcome, loading.
+    pub persist: crate::persistence::Persistence,
     /// The slow log.
     pub slowlog: Mutex<SlowLog>,
     /// LATENCY samples.
@@ -265,6 +277,7 @@ impl Server {
             shutdown: Notify::new(),
             shutting_down: AtomicBool::new(false),
             lastsave: AtomicI64::new(unix_ms() / 1000),
+            persist: Default::default(),
             slowlog: Mutex::new(SlowLog::default()),
             latency: Mutex::new(LatencyMonitor::default()),
             monitor_tx,

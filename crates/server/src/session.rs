@@ -78,6 +78,9 @@ pub struct Session {
     pub enter_monitor: bool,
     /// The transaction being queued (between MULTI and EXEC/DISCARD).
     pub multi: Option<MultiState>,
+    /// EXEC is running the queued commands (with their slot locks held): a command that
+    /// would take every slot lock (BGSAVE's cut) must not wait for them here.
+    pub in_exec: bool,
     /// WATCHed keys: (database, key, whether it is stale: it had expired, undeleted, when
     /// watched, and has not changed since; shared with the watch registry, which updates it).
     pub watched: Vec<(usize, Vec<u8>, std::sync::Arc<AtomicBool>)>,
@@ -135,6 +138,7 @@ impl Session {
             pending_in: 0,
             enter_monitor: false,
             multi: None,
+            in_exec: false,
             watched: Vec::new(),
             watch_dirty: std::sync::Arc::new(AtomicBool::new(false)),
             subs: None,

@@ -12,7 +12,7 @@
 //! checksum. Objects use the DUMP encodings ([`super::encode_value`]), all known to Redis 7.0.
 
 use super::{OPCODE_AUX, OPCODE_EOF, OPCODE_EXPIRETIME_MS, OPCODE_RESIZEDB, OPCODE_SELECTDB, WRITE_VERSION};
-use super::{crc64, encode_value, write_len, write_string};
+use super::{Strings, crc64, encode_value_with, write_len, write_string};
 use crate::entry::ValueRef;
 use crate::keyspace::Keyspace;
 use crate::table::Table;
@@ -35,6 +35,25 @@ pub enum AuxValue<'a> {
 pub struct RdbWriter {
     crc: u64,
     written: u64,
+    opts: WriteOptions,
+}
+
+/// How a file is written: `rdbcompression` and `rdbchecksum`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// LZF-compress strings longer than 20 bytes (`rdbcompression yes`).
+    pub compress: bool,
+    /// Write the CRC-64 trailer; without it the trailer is 0, which loaders take as "not
+    /// checksummed" (`rdbchecksum no`).
+    pub checksum: bool,
+}
+
+impl Default for WriteOptions {
+    /// What replication's full sync sends: checksummed, uncompressed (Redis's defaults
+    /// compress; a socket transfer to a replica on the same network gains little from it).
+    fn default() -> WriteOptions {
+        WriteOptions { compress: false, checksum: true }
+    }
 }
 
 impl RdbWriter {
@@ -42,7 +61,12 @@ impl RdbWriter {
     /// (Redis writes `redis-ver`, `redis-bits`, `ctime`, `used-mem`, then the replication
     /// fields `repl-stream-db`, `repl-id`, `repl-offset`, then `aof-base`).
     pub fn new(out: &mut Vec<u8>, aux: &[(&str, AuxValue<'_>)]) -> RdbWriter {
-        let mut w = RdbWriter { crc: 0, written: 0 };
+        RdbWriter::with_options(out, aux, WriteOptions::default())
+    }
+
+    /// [`RdbWriter::new`] with a choice of compression and checksum.
+    pub fn with_options(out: &mut Vec<u8>, aux: &[(&str, AuxValue<'_>)], opts: WriteOptions) -> RdbWriter {
+        let mut w = RdbWriter { crc: 0, written: 0, opts };
         let start = out.len();
         out.extend_from_slice(&MAGIC);
         for (key, value) in aux {
@@ -82,7 +106,7 @@ impl RdbWriter {
     /// its type, name and value.
     pub fn entry(&mut self, out: &mut Vec<u8>, key: &[u8], value: ValueRef<'_>, expire_ms: Option<i64>) {
         let start = out.len();
-        put_entry(out, key, value, expire_ms);
+        put_entry(out, key, value, expire_ms, self.strings());
         self.seal(out, start);
     }
 
@@ -92,6 +116,7 @@ impl RdbWriter {
     pub fn table(&mut self, out: &mut Vec<u8>, table: &Table, now_ms: i64) -> usize {
         let start = out.len();
         let mut n = 0;
+        let strings = self.strings();
         // Entries live wherever they were allocated, not in table order: asking for the one
         // a few places ahead overlaps its cache miss with the encoding of this one.
         let mut ahead = table.iter().skip(PREFETCH_DISTANCE);
@@ -103,7 +128,7 @@ impl RdbWriter {
             if expire.is_some_and(|when| now_ms > when) {
                 continue;
             }
-            put_entry(out, e.key(), e.value(), expire);
+            put_entry(out, e.key(), e.value(), expire, strings);
             n += 1;
         }
         // One checksum pass over the whole table, not one per key.
@@ -116,7 +141,8 @@ impl RdbWriter {
         let start = out.len();
         out.push(OPCODE_EOF);
         self.seal(out, start);
-        out.extend_from_slice(&self.crc.to_le_bytes());
+        let crc = if self.opts.checksum { self.crc } else { 0 };
+        out.extend_from_slice(&crc.to_le_bytes());
         self.written += 8;
     }
 
@@ -125,10 +151,16 @@ impl RdbWriter {
         self.written
     }
 
+    fn strings(&self) -> Strings {
+        if self.opts.compress { Strings::Lzf } else { Strings::Plain }
+    }
+
     /// Folds what was appended since `start` into the checksum.
     fn seal(&mut self, out: &[u8], start: usize) {
         let added = &out[start..];
-        self.crc = crc64(self.crc, added);
+        if self.opts.checksum {
+            self.crc = crc64(self.crc, added);
+        }
         self.written += added.len() as u64;
     }
 }
@@ -184,12 +216,12 @@ fn put_aux(out: &mut Vec<u8>, key: &str, value: AuxValue<'_>) {
     }
 }
 
-fn put_entry(out: &mut Vec<u8>, key: &[u8], value: ValueRef<'_>, expire_ms: Option<i64>) {
+fn put_entry(out: &mut Vec<u8>, key: &[u8], value: ValueRef<'_>, expire_ms: Option<i64>, c: Strings) {
     if let Some(when) = expire_ms {
         out.push(OPCODE_EXPIRETIME_MS);
         out.extend_from_slice(&when.to_le_bytes());
     }
-    encode_value(out, Some(key), value);
+    encode_value_with(out, Some(key), value, c);
 }
 
 /// `REDIS` and the version as four decimal digits.
@@ -272,6 +304,39 @@ mod tests {
         let body = &out[9..out.len() - 9];
         // int8, int32, then too wide for the integer encodings: its decimal text.
         assert_eq!(hex(body), "fa0161c0fffa0162c270110100fa01630a35303030303030303030");
+    }
+
+    #[test]
+    fn compressed_files_without_checksum_read_back_whole() {
+        let t = fixture::sample();
+        let want = fixture::expected(&t, NOW);
+        let long = "x".repeat(200);
+        let mut plain_len = 0;
+        for (compress, checksum) in [(false, true), (true, true), (true, false)] {
+            let mut file = Vec::new();
+            let mut w = RdbWriter::with_options(&mut file, &[], WriteOptions { compress, checksum });
+            w.select_db(&mut file, 0);
+            w.entry(&mut file, long.as_bytes(), ValueRef::Str(long.as_bytes()), None);
+            for db in [0, 1, 9] {
+                w.select_db(&mut file, db);
+                for slot in t.ks.db(db).slots() {
+                    w.table(&mut file, &slot.lock(), NOW);
+                }
+            }
+            w.finish(&mut file);
+            if !compress {
+                plain_len = file.len();
+            } else {
+                assert!(file.len() < plain_len - 300, "{} vs {plain_len}", file.len());
+            }
+            assert_eq!(file[file.len() - 8..] == [0; 8], !checksum);
+            let ks = Keyspace::new(16);
+            let stats = crate::rdb::load(&file[..], &ks, &t.cfg, NOW).unwrap();
+            assert_eq!(stats.loaded as usize, want.len() + 1);
+            let mut got = fixture::contents(&ks);
+            assert!(got.remove(&(0, long.as_bytes().to_vec())).is_some());
+            assert_eq!(got, want);
+        }
     }
 
     #[test]

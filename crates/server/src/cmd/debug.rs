@@ -196,8 +196,19 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
                     return Err(CommandError::err("DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options."));
                 }
             }
-            // Nothing is persisted yet, so saving and loading back yields the same dataset.
-            out.ok();
+            let has = |o: &[u8]| args.iter().skip(2).any(|a| a.eq_ignore_ascii_case(o));
+            let (save, flush) = (!has(b"nosave"), !has(b"noflush") && !has(b"merge"));
+            // Inside EXEC the transaction's locks are held: the save's cut could never be taken.
+            if sess.in_exec {
+                return Err(CommandError::err("DEBUG RELOAD is not allowed inside a transaction"));
+            }
+            let Some(srv) = srv.arc() else { return Err(CommandError::err("server is not running")) };
+            return Ok(Flow::Await(Box::pin(async move {
+                match crate::persistence::debug_reload(&srv, save, flush).await {
+                    Ok(()) => b"+OK\r\n".to_vec(),
+                    Err(e) => format!("-{e}\r\n").into_bytes(),
+                }
+            })));
         }
         // hotkv only: proves a bug in one command costs only its connection (the boundary in
         // connection::serve), not the server as Valkey's DEBUG PANIC does.
@@ -424,7 +435,7 @@ mod tests {
         let old = srv.repl.primary.replid();
         assert_eq!(debug(&srv, &mut c, &["debug", "change-repl-id"]), "+OK\r\n");
         assert_ne!(srv.repl.primary.replid(), old);
-        assert_eq!(debug(&srv, &mut c, &["debug", "reload", "nosave", "merge"]), "+OK\r\n");
+        // DEBUG RELOAD itself saves and loads a file: tests/integration/persistence.rs.
         assert_eq!(
             debug(&srv, &mut c, &["debug", "reload", "x"]),
             "-ERR DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options.\r\n"

@@ -322,26 +322,31 @@ fn memory(srv: &Server, o: &mut String) {
 }
 
 fn persistence(srv: &Server, o: &mut String) {
-    // hotkv does not persist yet: no save or rewrite ever ran, and none is running.
+    // Valkey's `genValkeyInfoString` order. There is no fork: copy-on-write figures stay 0,
+    // and current_fork_perc is the save's progress, as Valkey computes it from the keys.
+    // The AOF fields keep their "off" values until the append-only file lands.
+    let f = crate::persistence::figures(srv);
+    let (done, total) = f.keys;
+    let perc = if total > 0 { done as f64 * 100.0 / total as f64 } else { 0.0 };
     fields!(o,
-        "loading" => 0,
+        "loading" => u8::from(f.loading.is_some() || srv.repl.loading()),
         "async_loading" => 0,
         "current_cow_peak" => 0,
         "current_cow_size" => 0,
         "current_cow_size_age" => 0,
-        "current_fork_perc" => "0.00",
-        "current_save_keys_processed" => 0,
-        "current_save_keys_total" => 0,
-        "rdb_changes_since_last_save" => srv.stats.dirty(),
-        "rdb_bgsave_in_progress" => 0,
+        "current_fork_perc" => format!("{perc:.2}"),
+        "current_save_keys_processed" => done,
+        "current_save_keys_total" => total,
+        "rdb_changes_since_last_save" => f.changes,
+        "rdb_bgsave_in_progress" => u8::from(f.bgsave_in_progress),
         "rdb_last_save_time" => srv.lastsave.load(Ordering::Relaxed),
-        "rdb_last_bgsave_status" => "ok",
-        "rdb_last_bgsave_time_sec" => -1,
-        "rdb_current_bgsave_time_sec" => -1,
-        "rdb_saves" => 0,
+        "rdb_last_bgsave_status" => if f.last_ok { "ok" } else { "err" },
+        "rdb_last_bgsave_time_sec" => f.last_time_sec,
+        "rdb_current_bgsave_time_sec" => f.current_time_sec,
+        "rdb_saves" => f.saves,
         "rdb_last_cow_size" => 0,
-        "rdb_last_load_keys_expired" => 0,
-        "rdb_last_load_keys_loaded" => 0,
+        "rdb_last_load_keys_expired" => f.last_load.1,
+        "rdb_last_load_keys_loaded" => f.last_load.0,
         "aof_enabled" => 0,
         "aof_rewrite_in_progress" => 0,
         "aof_rewrite_scheduled" => 0,
@@ -355,6 +360,22 @@ fn persistence(srv: &Server, o: &mut String) {
         "module_fork_in_progress" => 0,
         "module_fork_last_cow_size" => 0,
     );
+    if let Some(l) = f.loading {
+        let now = unix_ms() / 1000;
+        let perc = if l.total_bytes > 0 { l.loaded_bytes as f64 * 100.0 / l.total_bytes as f64 } else { 0.0 };
+        let elapsed = now - l.start_time;
+        let remaining = l.total_bytes.saturating_sub(l.loaded_bytes).max(1) as i64;
+        // Valkey's estimate: a fake 1 second until a second has passed.
+        let eta = if elapsed == 0 { 1 } else { elapsed * remaining / (l.loaded_bytes as i64 + 1) };
+        fields!(o,
+            "loading_start_time" => l.start_time,
+            "loading_total_bytes" => l.total_bytes,
+            "loading_rdb_used_mem" => 0,
+            "loading_loaded_bytes" => l.loaded_bytes,
+            "loading_loaded_perc" => format!("{perc:.2}"),
+            "loading_eta_seconds" => eta,
+        );
+    }
 }
 
 fn stats(srv: &Server, o: &mut String) {

@@ -23,6 +23,11 @@ pub static COMMANDS: &[ServerSpec] = &[
         "server", "1.0.0", "Synchronously saves the database(s) to disk and shuts down the server.",
         "O(N) when saving, where N is the total number of keys in all databases when saving data, otherwise O(1)",
         shutdown),
+    row("save", 1, f::ADMIN | f::NOSCRIPT | f::NO_ASYNC_LOADING | f::NO_MULTI, 0, &[], "server", "1.0.0",
+        "Synchronously saves the database(s) to disk.",
+        "O(N) where N is the total number of keys in all databases", save),
+    row("bgsave", -1, f::ADMIN | f::NOSCRIPT | f::NO_ASYNC_LOADING, 0, &[], "server", "1.0.0",
+        "Asynchronously saves the database(s) to disk.", "O(1)", bgsave),
     row("monitor", 1, f::ADMIN | f::NOSCRIPT | f::LOADING | f::STALE, 0, &[], "server", "1.0.0",
         "Listens for all requests received by the server in real-time.", "", monitor),
     row("wait", 3, f::BLOCKING, acl::CONNECTION, &[], "generic", "3.0.0",
@@ -82,16 +87,52 @@ impl ShutdownArgs {
     }
 }
 
-fn shutdown(_: &Server, _: &mut Session, args: Args<'_>, _: &mut ReplyBuf) -> Result<Flow, CommandError> {
+fn shutdown(srv: &Server, _: &mut Session, args: Args<'_>, _: &mut ReplyBuf) -> Result<Flow, CommandError> {
     let s = ShutdownArgs::parse(args.iter().skip(1))?;
     if s.abort {
-        // Shutting down never waits (there are no replicas to wait for), so nothing can be
-        // aborted.
+        // Shutting down never waits for replicas, so nothing can be aborted.
         return Err(CommandError::err("No shutdown in progress."));
     }
-    // Nothing to save: hotkv does not persist yet. The client gets no reply, as in Valkey,
-    // whose process exits before answering; the process logs the shutdown.
-    Ok(Flow::Shutdown)
+    let Some(srv) = srv.arc() else { return Ok(Flow::Shutdown) };
+    // The save runs with no lock held; on success the client gets no reply, as in Valkey,
+    // whose process exits before answering.
+    Ok(Flow::Await(Box::pin(async move {
+        match crate::persistence::prepare_shutdown(&srv, s.nosave, s.save, s.force).await {
+            Ok(()) => {
+                srv.request_shutdown();
+                Vec::new()
+            }
+            Err(()) => b"-ERR Errors trying to SHUTDOWN. Check logs.\r\n".to_vec(),
+        }
+    })))
+}
+
+/// SAVE: the image of this instant, written before the reply. Only this client waits: the
+/// snapshot is taken as BGSAVE's, so other clients keep running (Valkey blocks them all).
+fn save(srv: &Server, _: &mut Session, _: Args<'_>, _: &mut ReplyBuf) -> Result<Flow, CommandError> {
+    let Some(srv) = srv.arc() else { return Err(CommandError::err("server is not running")) };
+    let done = crate::persistence::start(&srv, crate::persistence::SaveKind::Foreground)
+        .map_err(|_| CommandError::err("Background save already in progress"))?;
+    Ok(Flow::Await(Box::pin(async move {
+        match done.await {
+            Ok(Ok(())) => b"+OK\r\n".to_vec(),
+            _ => b"-ERR\r\n".to_vec(),
+        }
+    })))
+}
+
+/// BGSAVE [SCHEDULE].
+fn bgsave(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+    let schedule = match args.len() {
+        1 => false,
+        2 if args.get(1).eq_ignore_ascii_case(b"schedule") => true,
+        _ => return Err(CommandError::Syntax),
+    };
+    let Some(srv) = srv.arc() else { return Err(CommandError::err("server is not running")) };
+    let in_exec = sess.in_exec;
+    let reply = crate::persistence::bgsave(&srv, schedule, in_exec).map_err(CommandError::err)?;
+    out.simple(reply);
+    Ok(Flow::Continue)
 }
 
 fn monitor(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {

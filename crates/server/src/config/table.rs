@@ -369,20 +369,20 @@ directives! {
     // persistence
     DIR = "dir" [] "persistence.dir": Ty::Str(Check::NonEmpty), "./", M | PROTECTED, Some(Hook::WorkingDir),
         "Working directory (files such as nodes.conf are kept here).";
-    SAVE = "save" [] "persistence.save": Ty::Save, "3600 1 300 100 60 10000", M | NE | APPEND, H,
+    SAVE = "save" [] "persistence.save": Ty::Save, "3600 1 300 100 60 10000", M | APPEND | U, H,
         "Snapshot after <seconds> if at least <changes> writes; `\"\"` for none.";
-    DBFILENAME = "dbfilename" [] "persistence.dbfilename": Ty::Str(Check::FileName), "dump.rdb", M | PROTECTED | NE, H,
+    DBFILENAME = "dbfilename" [] "persistence.dbfilename": Ty::Str(Check::FileName), "dump.rdb", M | PROTECTED | U, H,
         "Snapshot file name.";
-    RDBCOMPRESSION = "rdbcompression" [] "persistence.rdbcompression": B, "yes", M | NE, H,
+    RDBCOMPRESSION = "rdbcompression" [] "persistence.rdbcompression": B, "yes", M | U, H,
         "Compress strings in snapshots.";
-    RDBCHECKSUM = "rdbchecksum" [] "persistence.rdbchecksum": B, "yes", I | NE, H,
+    RDBCHECKSUM = "rdbchecksum" [] "persistence.rdbchecksum": B, "yes", I, H,
         "Checksum snapshots.";
     RDB_DEL_SYNC_FILES = "rdb-del-sync-files" [] "persistence.rdb_del_sync_files": B, "no", M | NE, H,
         "Delete snapshot files made only for replication.";
     RDB_SAVE_INCREMENTAL_FSYNC = "rdb-save-incremental-fsync" [] "persistence.rdb_save_incremental_fsync": B, "yes",
-        M | NE, H, "Fsync snapshots every 4 MB while writing.";
+        M | U, H, "Fsync snapshots every 4 MB while writing.";
     STOP_WRITES_ON_BGSAVE_ERROR = "stop-writes-on-bgsave-error" [] "persistence.stop_writes_on_bgsave_error": B,
-        "yes", M | NE, H, "Refuse writes after a failed snapshot.";
+        "yes", M | U, H, "Refuse writes after a failed snapshot.";
     APPENDONLY = "appendonly" [] "persistence.appendonly": B, "no", M | NE, H,
         "Append-only file.";
     APPENDFILENAME = "appendfilename" [] "persistence.appendfilename": Ty::Str(Check::FileName), "appendonly.aof",
@@ -407,9 +407,9 @@ directives! {
         B, "yes", M | NE, H, "Fsync every 4 MB while rewriting.";
     AOF_DISABLE_AUTO_GC = "aof-disable-auto-gc" [] "persistence.aof_disable_auto_gc": B, "no", M | HID | NE, H,
         "Keep old append-only files (tests).";
-    RDB_KEY_SAVE_DELAY = "rdb-key-save-delay" [] "persistence.rdb_key_save_delay": int(IMIN, INT), "0", M | HID | NE, H,
+    RDB_KEY_SAVE_DELAY = "rdb-key-save-delay" [] "persistence.rdb_key_save_delay": int(IMIN, INT), "0", M | HID | U, H,
         "Delay per key while saving (tests).";
-    KEY_LOAD_DELAY = "key-load-delay" [] "persistence.key_load_delay": int(IMIN, INT), "0", M | HID | ON_USE, H,
+    KEY_LOAD_DELAY = "key-load-delay" [] "persistence.key_load_delay": int(IMIN, INT), "0", M | HID | U, H,
         "Delay per key while loading (tests).";
     LOADING_PROCESS_EVENTS_INTERVAL_BYTES = "loading-process-events-interval-bytes" []
         "persistence.loading_process_events_interval_bytes": int(1024, INT), "2097152", M | HID | NE, H,

@@ -1,0 +1,164 @@
+//! One RDB stream from an engine snapshot, for everything that needs the dataset as a file:
+//! a replica's full sync and `dump.rdb` (BGSAVE, SAVE, the save rules, SHUTDOWN, DEBUG
+//! RELOAD).
+//!
+//! The caller runs [`stream_rdb`] on a thread of its own. It starts a point-in-time snapshot
+//! (`hotkv_engine::snapshot`: every slot pending at the cut, each written out by whoever locks
+//! it first), reads the replication offset at the cut for the AUX fields, and hands the file's
+//! bytes, in order, to the caller's `ship`. Slots that clients write meanwhile are serialised
+//! by the writing client's thread into the same ordered buffer, so the consumer's pace only
+//! decides when the snapshot's own pass moves on.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hotkv_engine::rdb::{AuxValue, RdbWriter, WriteOptions};
+use hotkv_engine::snapshot::{Chunk, SnapshotError};
+use hotkv_replication::SyncPoint;
+use parking_lot::Mutex;
+
+use crate::server::{Server, unix_ms};
+
+/// How a stream ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// The whole file was shipped; it holds this many keys.
+    Done {
+        /// Keys at the cut.
+        keys: usize,
+    },
+    /// Another snapshot held the keyspace and `retry_busy` said not to wait.
+    Busy,
+    /// `ship` refused bytes (its consumer went away or failed); the file is incomplete.
+    Abandoned,
+}
+
+/// What the caller learns once the cut is fixed.
+#[derive(Debug, Clone)]
+pub struct Cut {
+    /// The replication stream's id and offset at the cut (also in the file's AUX fields).
+    pub point: SyncPoint,
+    /// Keys the image holds.
+    pub keys: usize,
+}
+
+/// How to produce the stream.
+#[derive(Debug, Clone, Default)]
+pub struct StreamOptions {
+    /// Compression and checksum.
+    pub write: WriteOptions,
+    /// Slows the snapshot's own pass by this much per key it writes (`rdb-key-save-delay`,
+    /// for tests).
+    pub key_delay: Duration,
+    /// Counts the keys written out (INFO `current_save_keys_processed`).
+    pub progress: Arc<AtomicU64>,
+}
+
+/// Streams the keyspace of `srv` as one RDB file (see the module documentation). On a busy
+/// keyspace `retry_busy` is asked whether to wait and try again (it may sleep); `started` is
+/// called once the cut is fixed, before any byte is shipped; `ship` gets the bytes in file
+/// order and returns false to abandon.
+pub fn stream_rdb(
+    srv: &Server,
+    opts: &StreamOptions,
+    mut retry_busy: impl FnMut() -> bool,
+    started: impl FnOnce(&Cut),
+    mut ship: impl FnMut(Bytes) -> bool,
+) -> StreamEnd {
+    let out = Arc::new(Mutex::new(RdbOut { writer: None, db: None, ready: Vec::new(), now_ms: unix_ms() }));
+    let (progress, key_delay, write_opts) = (&opts.progress, opts.key_delay, opts.write);
+    let mut started = Some(started);
+    let snap = loop {
+        let write = slot_writer(out.clone(), progress.clone());
+        let mut point = None;
+        let o = out.clone();
+        let primary = srv.repl.primary.clone();
+        let begun = srv.ks.begin_snapshot(write, Box::new(|_: Chunk| {}), || {
+            let p = primary.snapshot_point();
+            let mut head = Vec::with_capacity(256);
+            let aux = [
+                ("redis-ver", AuxValue::Str(crate::cmd::conn::REDIS_VERSION.as_bytes())),
+                ("redis-bits", AuxValue::Int(64)),
+                ("ctime", AuxValue::Int(unix_ms() / 1000)),
+                ("used-mem", AuxValue::Int(srv.memory.used() as i64)),
+                ("repl-stream-db", AuxValue::Int(0)),
+                ("repl-id", AuxValue::Str(p.replid.as_bytes())),
+                ("repl-offset", AuxValue::Int(p.offset as i64)),
+                ("aof-base", AuxValue::Int(0)),
+            ];
+            let mut o = o.lock();
+            o.writer = Some(RdbWriter::with_options(&mut head, &aux, write_opts));
+            o.ready.push(Bytes::from(head));
+            point = Some(p);
+        });
+        match begun {
+            Ok(s) => {
+                if let (Some(point), Some(f)) = (point, started.take()) {
+                    f(&Cut { point, keys: s.keys() });
+                }
+                break s;
+            }
+            Err(SnapshotError::Busy) if retry_busy() => {}
+            Err(SnapshotError::Busy) => return StreamEnd::Busy,
+        }
+    };
+    let mut ship_ready = |out: &Mutex<RdbOut>| -> bool {
+        let ready = std::mem::take(&mut out.lock().ready);
+        ready.into_iter().all(&mut ship)
+    };
+    let mut alive = true;
+    let mut paced = 0;
+    srv.ks.drive_snapshot(&snap, || {
+        if !key_delay.is_zero() {
+            let done = progress.load(Ordering::Relaxed);
+            std::thread::sleep(key_delay * (done - paced).min(u64::from(u32::MAX)) as u32);
+            paced = done;
+        }
+        alive = alive && ship_ready(&out);
+        alive
+    });
+    if !alive {
+        return StreamEnd::Abandoned;
+    }
+    {
+        let mut o = out.lock();
+        let mut tail = Vec::with_capacity(16);
+        if let Some(w) = o.writer.take() {
+            w.finish(&mut tail);
+        }
+        o.ready.push(Bytes::from(tail));
+    }
+    if !ship_ready(&out) {
+        return StreamEnd::Abandoned;
+    }
+    StreamEnd::Done { keys: snap.keys() }
+}
+
+/// The file being produced, behind one lock: chunks leave in the order the checksum saw
+/// them, whichever thread wrote each slot.
+struct RdbOut {
+    writer: Option<RdbWriter>,
+    db: Option<usize>,
+    ready: Vec<Bytes>,
+    now_ms: i64,
+}
+
+/// The engine's slot writer: appends the slot's keys to the ordered buffer. Runs with the
+/// slot's lock held, on whichever thread locked it first.
+fn slot_writer(out: Arc<Mutex<RdbOut>>, progress: Arc<AtomicU64>) -> Box<hotkv_engine::snapshot::SlotWriter> {
+    Box::new(move |db: usize, table: &hotkv_engine::table::Table, _: &mut Vec<u8>| {
+        let mut o = out.lock();
+        let RdbOut { writer, db: at, ready, now_ms } = &mut *o;
+        let Some(w) = writer.as_mut() else { return };
+        let mut buf = Vec::with_capacity(table.len() * 48 + 16);
+        if *at != Some(db) {
+            w.select_db(&mut buf, db);
+            *at = Some(db);
+        }
+        let n = w.table(&mut buf, table, *now_ms);
+        ready.push(Bytes::from(buf));
+        progress.fetch_add(n as u64, Ordering::Relaxed);
+    })
+}
