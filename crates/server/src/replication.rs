@@ -145,7 +145,8 @@ impl WriteSink for Sink {
 /// Wires replication into a started server: the keyspace's sink, and the link to the primary
 /// `replicaof` names. Runs inside the runtime.
 pub fn start(srv: &Arc<Server>) {
-    srv.ks.set_sink(srv.repl.sink());
+    // Replication and the AOF both take the write stream (aof::wire's fan-out).
+    srv.ks.set_sink(crate::aof::wire::fan_out(srv));
     if srv.cluster.is_some() {
         reconcile_cluster(srv);
         return;
