@@ -135,7 +135,8 @@ fn kill_9_under_appendfsync_always_keeps_every_acknowledged_write() {
             .map(|w| {
                 let (stop, port, acked) = (stop.clone(), srv.port(), acked.clone());
                 std::thread::spawn(move || {
-                    let mut c = RawClient::connect(port);
+                    // The kill may come before this thread connects.
+                    let Ok(mut c) = RawClient::try_connect(port) else { return };
                     while !stop.load(Ordering::Relaxed) {
                         match c.try_cmd(&["INCR", &format!("counter:{w}")]) {
                             Ok(Frame::Integer(n)) => acked[w].store(n as u64, Ordering::SeqCst),
@@ -348,4 +349,28 @@ fn waitaof_counts_the_local_fsync() {
     // No replica: the wait for one ends at the timeout with what there is.
     assert_eq!(c.cmd(&["WAITAOF", "0", "1", "50"]), Frame::Array(vec![Frame::Integer(1), Frame::Integer(0)]));
     assert_err_prefix(&c.cmd(&["WAITAOF", "-1", "0", "0"]), "ERR");
+}
+
+#[test]
+fn a_replica_with_an_aof_acknowledges_its_fsync_and_keeps_the_synced_data() {
+    let primary = node(None, &[("appendfsync", "always")]);
+    let mut p = primary.client();
+    assert_eq!(p.cmd(&["SET", "before-sync", "1"]), Frame::ok());
+    let mut replica = node(None, &[("appendfsync", "always"), ("replicaof", &format!("127.0.0.1 {}", primary.port()))]);
+    let mut r = replica.client();
+    let up = wait_for(|| info_field(&info(&mut r, "replication"), "master_link_status").as_deref() == Some("up"), WAIT);
+    assert!(up, "the link never came up:\n{}", replica.log());
+    assert_eq!(p.cmd(&["SET", "after-sync", "2"]), Frame::ok());
+    // The replica's FACK comes with its once-a-second ACK.
+    let reply = p.cmd(&["WAITAOF", "1", "1", "10000"]);
+    assert_eq!(reply, Frame::Array(vec![Frame::Integer(1), Frame::Integer(1)]), "{}", replica.log());
+    // The full sync's data reached the replica's AOF through the rewrite that followed it.
+    let synced = wait_for(|| info_num(&info(&mut r, "persistence"), "aof_rewrites") >= 1, WAIT);
+    assert!(synced, "no rewrite after the full sync:\n{}", replica.log());
+    wait_rewritten(&mut r);
+    assert_eq!(r.cmd(&["GET", "after-sync"]), Frame::bulk("2"));
+    kill_9(&mut replica);
+    let alone = node(Some(replica.dir()), &[]);
+    let mut c = alone.client();
+    assert_eq!(c.cmd(&["MGET", "before-sync", "after-sync"]), Frame::Array(vec![Frame::bulk("1"), Frame::bulk("2")]));
 }

@@ -435,6 +435,8 @@ impl Applier for MasterClient {
                     keys = self.load.1.loaded,
                     "MASTER <-> REPLICA sync: Finished with success ({} keys loaded)", self.load.1.loaded
                 );
+                // The snapshot went straight into the keyspace, past the AOF.
+                crate::aof::wire::after_full_sync(&self.srv);
                 Ok(())
             }
             Some(r) => Err(r.finish().err().map_or_else(|| "snapshot incomplete".to_string(), |e| e.to_string())),
@@ -444,6 +446,10 @@ impl Applier for MasterClient {
 
     fn apply(&mut self, args: Args<'_>, _raw: &[u8]) {
         self.run(args);
+    }
+
+    fn aof_fsynced(&mut self, applied: u64) -> Option<u64> {
+        crate::aof::wire::replica_fsynced(&self.srv, applied)
     }
 
     fn stream_started(&mut self, primary: &str) -> BoxFuture<'static, ()> {

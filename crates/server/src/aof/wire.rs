@@ -43,6 +43,16 @@ pub struct Aof {
     /// `appendonly` as last applied (the writer may still be missing: waiting for the rewrite
     /// that turns it on).
     enabled: AtomicBool,
+    /// On a replica: what its FACK reports (see [`replica_fsynced`]).
+    fack: Mutex<Fack>,
+}
+
+/// A replica's map from its AOF stream to its primary's: `(AOF offset, replication offset)`
+/// samples taken at each ACK, and the replication offset last known fsynced.
+#[derive(Default)]
+struct Fack {
+    samples: std::collections::VecDeque<(u64, u64)>,
+    fsynced: u64,
 }
 
 impl Aof {
@@ -94,11 +104,18 @@ impl WriteSink for FanOut {
 
     fn append(&self, effects: &Effects) {
         self.repl.append(effects);
-        if let Some(w) = self.aof.writer.load().as_ref() {
+        // PUBLISH rides the stream for standalone replicas only: Valkey propagates it with
+        // PROPAGATE_REPL, never to the AOF, so a load does not publish old messages again.
+        if let Some(w) = self.aof.writer.load().as_ref()
+            && !effects.iter().all(|(_, bytes)| bytes.starts_with(PUBLISH))
+        {
             WriteSink::append(&**w, effects);
         }
     }
 }
+
+/// How the PUBLISH of the write stream starts (`pubsub::publish` writes it so).
+const PUBLISH: &[u8] = b"*3\r\n$7\r\nPUBLISH\r\n";
 
 /// Where the AOF of these settings lives.
 pub fn paths(s: &Settings) -> AofPaths {
@@ -305,6 +322,46 @@ fn fill_base(srv: &Server, base: &mut BaseWriter, at_cut: Option<CutHook>) -> io
     });
     drain(base);
     error.map_or(Ok(()), Err)
+}
+
+/// A replica's FACK (Valkey's `fsynced_reploff` on a replica): everything up to the stream's
+/// `applied` was applied, so its commands are in the AOF up to the writer's appended offset
+/// now; once the writer's durable offset passes a sample, that sample's replication offset
+/// is fsynced. `None` without an AOF.
+pub fn replica_fsynced(srv: &Server, applied: u64) -> Option<u64> {
+    let w = srv.aof.writer()?;
+    let mut f = srv.aof.fack.lock();
+    // A new history (a full sync) may start lower: the old samples say nothing about it.
+    if f.samples.back().is_some_and(|&(_, r)| r > applied) || f.fsynced > applied {
+        *f = Fack::default();
+    }
+    if f.samples.back().is_none_or(|&(_, r)| r < applied) {
+        f.samples.push_back((w.appended_offset(), applied));
+        if f.samples.len() > FACK_SAMPLES {
+            f.samples.pop_front();
+        }
+    }
+    let durable = w.durable_offset();
+    while let Some(&(a, r)) = f.samples.front() {
+        if a > durable {
+            break;
+        }
+        f.fsynced = r;
+        f.samples.pop_front();
+    }
+    Some(f.fsynced)
+}
+
+/// After a replica's full sync: the snapshot was loaded straight into the keyspace, so the AOF
+/// no longer describes the data set; a rewrite makes a base of it (Valkey's
+/// `restartAOFAfterSYNC`). A rewrite already running is followed by another.
+pub fn after_full_sync(srv: &Arc<Server>) {
+    if srv.aof.writer().is_none() {
+        return;
+    }
+    if srv.aof.running.load(Ordering::Acquire) || start_rewrite(srv).is_err() {
+        srv.aof.stats.lock().schedule();
+    }
 }
 
 /// What BGREWRITEAOF answers.
@@ -567,5 +624,7 @@ type DbChunk = (usize, Vec<u8>);
 
 /// How long a rewrite waits for a snapshot another job (a save, a full sync) holds.
 const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
+/// Samples a replica keeps for its FACK (one per ACK, a second apart).
+const FACK_SAMPLES: usize = 64;
 /// How often WAITAOF looks again at the offsets.
 const WAITAOF_POLL: Duration = Duration::from_millis(5);
