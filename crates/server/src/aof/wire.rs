@@ -45,6 +45,9 @@ pub struct Aof {
     enabled: AtomicBool,
     /// On a replica: what its FACK reports (see [`replica_fsynced`]).
     fack: Mutex<Fack>,
+    /// `appendonly yes` at runtime and no rewrite has succeeded since: until one does, the
+    /// manifest may still list the files of an earlier AOF, so the cron tries again.
+    needs_base: AtomicBool,
 }
 
 /// A replica's map from its AOF stream to its primary's: `(AOF offset, replication offset)`
@@ -168,6 +171,10 @@ pub fn load_at_start(srv: &Arc<Server>) -> Result<(), String> {
         }
         Err(e) => return Err(fatal(e)),
     };
+    if !fresh {
+        // As after an RDB load: keys of slots this node does not serve (cluster mode).
+        crate::persistence::startup::verify_cluster_slots(srv);
+    }
     open_at_start(srv, &s, paths, manifest, fresh)
         .map_err(|e| fatal(format!("Can't open the append-only file at start: {e}")))
 }
@@ -409,7 +416,10 @@ fn start_rewrite(srv: &Arc<Server>) -> Result<(), String> {
     let s = srv.clone();
     let spawned = std::thread::Builder::new().name("hotkv-aof-rewrite".into()).spawn(move || {
         let ok = match rewrite(&s, opened.file, opened.size) {
-            Ok(()) => true,
+            Ok(()) => {
+                s.aof.needs_base.store(false, Ordering::Release);
+                true
+            }
             Err(e) => {
                 warn!("Background AOF rewrite failed: {e}");
                 false
@@ -459,7 +469,11 @@ fn rewrite(srv: &Arc<Server>, incr: File, incr_size: u64) -> io::Result<()> {
         Err(e) => return Err(filled.err().unwrap_or(e)),
     };
     let mut files = srv.aof.files.lock();
-    let Some(files) = files.as_mut() else { return Err(io::Error::other("the AOF is not open")) };
+    let Some(files) = files.as_mut() else {
+        // `appendonly no` came while the base was written.
+        let _ = std::fs::remove_file(&done.path);
+        return Err(io::Error::other("the AOF was turned off"));
+    };
     if let Some(e) = failed_start.lock().take() {
         files.abort_rewrite(&done.path);
         return Err(e);
@@ -487,6 +501,12 @@ pub fn cron(srv: &Arc<Server>) {
     }
     if aof.stats.lock().scheduled {
         let _ = start_rewrite(srv);
+        return;
+    }
+    if aof.needs_base.load(Ordering::Acquire) {
+        if !aof.stats.lock().limited(unix_ms() as u64 / 1000) {
+            let _ = start_rewrite(srv);
+        }
         return;
     }
     let Some(w) = aof.writer() else { return };
@@ -524,8 +544,10 @@ pub fn apply_config(srv: &Server, new: &Settings) -> Result<(), String> {
     aof.enabled.store(true, Ordering::Release);
     // Valkey's startAppendOnly: the AOF exists once a rewrite made its base.
     *aof.files.lock() = None;
+    aof.needs_base.store(true, Ordering::Release);
     if let Err(e) = start_rewrite(&arc) {
         aof.enabled.store(false, Ordering::Release);
+        aof.needs_base.store(false, Ordering::Release);
         return Err(e);
     }
     Ok(())
@@ -535,6 +557,7 @@ pub fn apply_config(srv: &Server, new: &Settings) -> Result<(), String> {
 fn stop(srv: &Server) {
     let aof = &srv.aof;
     aof.enabled.store(false, Ordering::Release);
+    aof.needs_base.store(false, Ordering::Release);
     if let Some(w) = aof.writer.swap(None)
         && let Err(e) = w.flush_and_sync()
     {
@@ -628,3 +651,77 @@ const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
 const FACK_SAMPLES: usize = 64;
 /// How often WAITAOF looks again at the offsets.
 const WAITAOF_POLL: Duration = Duration::from_millis(5);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::value::Value;
+    use crate::registry::Registry;
+
+    /// A server whose AOF writer (`appendfsync always`) appends to a file in a fresh temp dir.
+    fn server_with_writer(tag: &str) -> (Arc<Server>, std::path::PathBuf) {
+        let dir = crate::aof::manifest::tests::tempdir(tag);
+        let mut s = crate::default_settings();
+        s.set(t::DIR, Value::Str(dir.display().to_string()));
+        s.set(t::APPENDFSYNC, Value::Str("always".into()));
+        let file = File::create(dir.join("incr.aof")).unwrap();
+        let writer = start_writer(&s, file, 0, 0, 0).unwrap();
+        let srv = Server::new(s, None, Registry::new(crate::cmd::commands())).into_arc();
+        srv.aof.writer.store(Some(Arc::new(writer)));
+        (srv, dir)
+    }
+
+    fn effects(argv: &[&[u8]]) -> Effects {
+        let mut e = Effects::default();
+        e.begin(true);
+        e.push(0, argv);
+        e
+    }
+
+    fn wait_synced(srv: &Server) {
+        let w = srv.aof.writer().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while w.durable_offset() < w.appended_offset() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(w.durable_offset() >= w.appended_offset(), "the writer never synced");
+    }
+
+    #[test]
+    fn the_fan_out_feeds_the_writer_but_not_with_publish() {
+        let (srv, dir) = server_with_writer("wire-fanout");
+        let sink = fan_out(&srv);
+        assert!(sink.active(), "the AOF alone makes the stream active");
+        let w = srv.aof.writer().unwrap();
+        sink.append(&effects(&[b"SET", b"k", b"v"]));
+        let after_set = w.appended_offset();
+        assert!(after_set > 0);
+        sink.append(&effects(&[b"PUBLISH", b"ch", b"msg"]));
+        assert_eq!(w.appended_offset(), after_set, "PUBLISH stays out of the AOF");
+        wait_synced(&srv);
+        let text = std::fs::read(dir.join("incr.aof")).unwrap();
+        assert_eq!(text, b"*2\r\n$6\r\nSELECT\r\n$1\r\n0\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_replicas_fack_is_the_replication_offset_its_aof_synced() {
+        let (srv, dir) = server_with_writer("wire-fack");
+        let sink = fan_out(&srv);
+        sink.append(&effects(&[b"SET", b"k", b"v"]));
+        // Sampled now; synced only later.
+        let first = replica_fsynced(&srv, 500).unwrap();
+        assert!(first == 0 || first == 500);
+        wait_synced(&srv);
+        assert_eq!(replica_fsynced(&srv, 500), Some(500));
+        // A new history that starts lower (a full sync) starts the map again.
+        sink.append(&effects(&[b"SET", b"k", b"w"]));
+        wait_synced(&srv);
+        let _ = replica_fsynced(&srv, 40);
+        assert_eq!(replica_fsynced(&srv, 40), Some(40));
+        // Without an AOF: no FACK.
+        srv.aof.writer.store(None);
+        assert_eq!(replica_fsynced(&srv, 40), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
