@@ -191,7 +191,7 @@ fn a_torn_tail_loads_with_aof_load_truncated_and_is_fatal_without() {
         "{}",
         out.stdout
     );
-    let second = node(Some(first.dir()), &[("aof-load-truncated", "yes")]);
+    let second = node(Some(first.dir()), &[("aof-load-truncated", "yes"), ("appendfsync", "always")]);
     let log = second.log();
     assert!(log.contains("!!! Warning: short read while loading the AOF file"), "{log}");
     assert!(log.contains("loaded anyway because aof-load-truncated is enabled"), "{log}");
@@ -373,4 +373,28 @@ fn a_replica_with_an_aof_acknowledges_its_fsync_and_keeps_the_synced_data() {
     let alone = node(Some(replica.dir()), &[]);
     let mut c = alone.client();
     assert_eq!(c.cmd(&["MGET", "before-sync", "after-sync"]), Frame::Array(vec![Frame::bulk("1"), Frame::bulk("2")]));
+}
+
+#[test]
+fn an_old_single_file_aof_is_upgraded_and_loaded() {
+    let mut first = builder().config("save", "\"\"").spawn();
+    kill_9(&mut first);
+    let old = "*2\r\n$6\r\nSELECT\r\n$1\r\n0\r\n*3\r\n$3\r\nSET\r\n$3\r\nold\r\n$3\r\nyes\r\n\
+               *3\r\n$5\r\nRPUSH\r\n$1\r\nl\r\n$1\r\na\r\n";
+    std::fs::write(first.dir().join("appendonly.aof"), old).unwrap();
+    let srv = node(Some(first.dir()), &[]);
+    let log = srv.log();
+    assert!(
+        log.contains(
+            "Successfully migrated an old-style AOF file (appendonly.aof) into the AOF directory (appendonlydir)."
+        ),
+        "{log}"
+    );
+    assert_eq!(srv.cmd(&["GET", "old"]), Frame::bulk("yes"));
+    assert_eq!(srv.cmd(&["LRANGE", "l", "0", "-1"]), Frame::Array(vec![Frame::bulk("a")]));
+    assert!(!first.dir().join("appendonly.aof").exists());
+    assert_eq!(
+        manifest(first.dir()),
+        ["file appendonly.aof seq 1 type b", "file appendonly.aof.1.incr.aof seq 1 type i"]
+    );
 }
