@@ -398,3 +398,29 @@ fn an_old_single_file_aof_is_upgraded_and_loaded() {
         ["file appendonly.aof seq 1 type b", "file appendonly.aof.1.incr.aof seq 1 type i"]
     );
 }
+
+#[test]
+fn bgrewriteaof_behind_a_running_save_is_scheduled_and_runs_after_it() {
+    let srv = node(None, &[]);
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["DEBUG", "POPULATE", "2000"]), Frame::ok());
+    assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "1000"]), Frame::ok());
+    assert_eq!(c.cmd(&["BGSAVE"]), Frame::simple("Background saving started"));
+    assert_eq!(c.cmd(&["BGREWRITEAOF"]), Frame::simple("Background append only file rewriting scheduled"));
+    assert_eq!(info_field(&info(&mut c, "persistence"), "aof_rewrite_scheduled").as_deref(), Some("1"));
+    let text = wait_rewritten(&mut c);
+    assert_eq!(info_num(&text, "aof_rewrites"), 1, "{text}");
+    assert_eq!(info_field(&text, "aof_last_bgrewrite_status").as_deref(), Some("ok"), "{text}");
+}
+
+#[test]
+fn appendfsync_and_timestamps_change_on_the_running_writer() {
+    let srv = node(None, &[("appendfsync", "no")]);
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["CONFIG", "SET", "aof-timestamp-enabled", "yes", "appendfsync", "always"]), Frame::ok());
+    assert_eq!(c.cmd(&["SET", "k", "v"]), Frame::ok());
+    // Under always the reply waited for the file: the command and its #TS line are there.
+    let incr = std::fs::read_to_string(srv.dir().join("appendonlydir/appendonly.aof.1.incr.aof")).unwrap();
+    assert!(incr.starts_with("#TS:"), "{incr:?}");
+    assert!(incr.ends_with("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"), "{incr:?}");
+}
