@@ -66,6 +66,13 @@ pub trait Applier: Send {
 
     /// The stream's connection ended.
     fn stream_ended(&mut self) {}
+
+    /// Everything up to `applied` was applied: the stream offset up to which this node's
+    /// append-only file is fsynced, sent as `REPLCONF ACK <offset> FACK <aofoffset>` for the
+    /// primary's WAITAOF; `None` (no FACK) when this node has no AOF.
+    fn aof_fsynced(&mut self, _applied: u64) -> Option<u64> {
+        None
+    }
 }
 
 /// Where to replicate from and how, from `replicaof`, `masteruser`, `masterauth`,
@@ -559,7 +566,8 @@ impl ReplicaLink {
                 st.read_offset = read_offset;
             }
             if let Some(at) = getack {
-                send_ack(&mut conn, at).await?;
+                let fack = self.applier.aof_fsynced(at);
+                send_ack(&mut conn, at, fack).await?;
             }
             if more {
                 // A long backlog is applied in slices, letting the clients that share this
@@ -585,7 +593,10 @@ impl ReplicaLink {
                     last_io = Instant::now();
                     self.status.lock().last_io = Some(last_io);
                 }
-                _ = ack_tick.tick() => send_ack(&mut conn, offset).await?,
+                _ = ack_tick.tick() => {
+                    let fack = self.applier.aof_fsynced(offset);
+                    send_ack(&mut conn, offset, fack).await?;
+                }
                 () = &mut killed => {
                     info!("Connection with primary lost: its client was killed");
                     return Err(Error::Local("the primary's client was killed".into()));
@@ -727,9 +738,12 @@ impl Conn {
     }
 }
 
-async fn send_ack(conn: &mut Conn, offset: u64) -> Result<(), Error> {
+async fn send_ack(conn: &mut Conn, offset: u64, fack: Option<u64>) -> Result<(), Error> {
     let off = offset.to_string();
-    conn.send(&[b"REPLCONF", b"ACK", off.as_bytes()]).await
+    match fack {
+        Some(f) => conn.send(&[b"REPLCONF", b"ACK", off.as_bytes(), b"FACK", f.to_string().as_bytes()]).await,
+        None => conn.send(&[b"REPLCONF", b"ACK", off.as_bytes()]).await,
+    }
 }
 
 /// Writes a command as a RESP array of bulk strings.

@@ -54,6 +54,7 @@ pub async fn serve(srv: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>, t
         decoder: Decoder::new(),
         scratch: Scratch::default(),
         soft_since: None,
+        aof: srv.aof.clone(),
     };
     // A panic is a bug in hotkv, never the client's doing, but it must cost only this
     // connection: caught here, the cleanup below still runs (no ghost in CLIENT LIST, no
@@ -131,6 +132,8 @@ struct Conn {
     scratch: Scratch,
     /// Since when pending output has been above the soft output limit.
     soft_since: Option<std::time::Instant>,
+    /// The AOF, whose `appendfsync always` holds replies until their writes are on disk.
+    aof: Arc<crate::aof::wire::Aof>,
 }
 
 impl Conn {
@@ -678,6 +681,8 @@ impl Conn {
             return Ok(());
         }
         sess.info.obl.store(self.out.len(), Ordering::Relaxed);
+        // Once per batch of replies, not per command (`appendfsync always`).
+        self.aof.wait_replies().await;
         stream.write_all(self.out.as_bytes()).await?;
         sess.info.net_out.fetch_add(self.out.len() as u64, Ordering::Relaxed);
         self.out.truncate(0);

@@ -51,6 +51,7 @@ fn run(srv: &Arc<Server>) {
             srv.migrate.close_idle();
             crate::replication::cron(srv);
             crate::persistence::cron(srv);
+            crate::aof::wire::cron(srv);
         }
         let spent = tick.elapsed();
         srv.stats.cron_cycles.fetch_add(1, Ordering::Relaxed);

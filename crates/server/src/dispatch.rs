@@ -169,6 +169,7 @@ fn run_checked(
     }
     if !master {
         check_replication(b, cmd, sess).map_err(|e| rejected(sess, e))?;
+        check_aof_disk(b, cmd, sess).map_err(|e| rejected(sess, e))?;
     }
     if sess.multi.is_some() && !b.srv.known.multi_immediate.contains(&id) {
         return queue(b, cmd, sess, args, out, &scratch.plan).map_err(|e| rejected(sess, e));
@@ -356,6 +357,24 @@ fn check_pubsub_context(b: &Batch<'_>, cmd: &Command, sess: &Session, out: &Repl
     }
     if !sess.subscribed() && known.unsubscribes.contains(&cmd.id) {
         return Err(CommandError::raw(format!("NOSUB '{}' command executed not in subscribed mode", cmd.full_name)));
+    }
+    Ok(())
+}
+
+/// Valkey's `DISK_ERROR_TYPE_AOF`: while the AOF writer reports a write or fsync error, write
+/// commands (an EXEC with one queued) and PING are refused with `-MISCONF Errors writing to
+/// the AOF file: <reason>`.
+fn check_aof_disk(b: &Batch<'_>, cmd: &Command, sess: &Session) -> Result<(), CommandError> {
+    let Some(text) = b.srv.aof.misconf() else { return Ok(()) };
+    let writes = cmd.spec.flags() & flags::WRITE != 0
+        || cmd.id == b.srv.known.ping
+        || (cmd.id == b.srv.known.exec
+            && sess
+                .multi
+                .as_ref()
+                .is_some_and(|m| m.queue.iter().any(|q| b.srv.registry.get(q.cmd).spec.flags() & flags::WRITE != 0)));
+    if writes {
+        return Err(CommandError::raw(text));
     }
     Ok(())
 }

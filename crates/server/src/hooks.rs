@@ -53,6 +53,7 @@ pub fn apply(srv: &Server, hook: Hook, old: &Settings, new: &Settings) -> Result
             crate::cluster::apply(srv, new);
             Ok(())
         }
+        Hook::Aof => crate::aof::wire::apply_config(srv, new).map_err(HookError::Reason),
         Hook::Replication => {
             crate::replication::apply(srv, new);
             // A failover's data-age check allows for one repl-ping-replica-period.

@@ -153,7 +153,7 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
     }
     info!("Server initialized");
     let loader = srv.clone();
-    let loaded = tokio::task::spawn_blocking(move || crate::persistence::startup::load_at_start(&loader)).await;
+    let loaded = tokio::task::spawn_blocking(move || crate::aof::wire::load_at_start(&loader)).await;
     if !matches!(loaded, Ok(Ok(()))) {
         listener::stop_blocking(std::mem::take(&mut *srv.listeners.lock()));
         return 1;
@@ -188,6 +188,8 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
     listener::stop_blocking(std::mem::take(&mut *srv.listeners.lock()));
     tls_task.abort();
     let _ = cron.join();
+    // No client writes any more: what the AOF holds is final.
+    crate::aof::wire::shutdown(&srv);
     if let Some(node) = &srv.cluster {
         node.bus.flush();
     }

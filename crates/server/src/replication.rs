@@ -145,7 +145,8 @@ impl WriteSink for Sink {
 /// Wires replication into a started server: the keyspace's sink, and the link to the primary
 /// `replicaof` names. Runs inside the runtime.
 pub fn start(srv: &Arc<Server>) {
-    srv.ks.set_sink(srv.repl.sink());
+    // Replication and the AOF both take the write stream (aof::wire's fan-out).
+    srv.ks.set_sink(crate::aof::wire::fan_out(srv));
     if srv.cluster.is_some() {
         reconcile_cluster(srv);
         return;
@@ -434,6 +435,8 @@ impl Applier for MasterClient {
                     keys = self.load.1.loaded,
                     "MASTER <-> REPLICA sync: Finished with success ({} keys loaded)", self.load.1.loaded
                 );
+                // The snapshot went straight into the keyspace, past the AOF.
+                crate::aof::wire::after_full_sync(&self.srv);
                 Ok(())
             }
             Some(r) => Err(r.finish().err().map_or_else(|| "snapshot incomplete".to_string(), |e| e.to_string())),
@@ -443,6 +446,10 @@ impl Applier for MasterClient {
 
     fn apply(&mut self, args: Args<'_>, _raw: &[u8]) {
         self.run(args);
+    }
+
+    fn aof_fsynced(&mut self, applied: u64) -> Option<u64> {
+        crate::aof::wire::replica_fsynced(&self.srv, applied)
     }
 
     fn stream_started(&mut self, primary: &str) -> BoxFuture<'static, ()> {

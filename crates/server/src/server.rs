@@ -251,6 +251,8 @@ pub struct Server {
     pub migrate: crate::migrate::MigratePool,
     /// Replication: this node's stream and replicas, and its link to a primary.
     pub repl: crate::replication::Replication,
+    /// The append-only file (`appendonly`): its writer, files and rewrites.
+    pub aof: Arc<crate::aof::wire::Aof>,
 }
 
 impl Server {
@@ -281,6 +283,7 @@ impl Server {
             shutting_down: AtomicBool::new(false),
             lastsave: AtomicI64::new(unix_ms() / 1000),
             persist: Default::default(),
+            aof: Default::default(),
             slowlog: Mutex::new(SlowLog::default()),
             latency: Mutex::new(LatencyMonitor::default()),
             monitor_tx,

@@ -54,6 +54,19 @@ pub struct StreamOptions {
     pub key_delay: Duration,
     /// Counts the keys written out (INFO `current_save_keys_processed`).
     pub progress: Arc<AtomicU64>,
+    /// Runs at the cut, with every slot lock held (an AOF rewrite switches its incr file
+    /// there, so the file and the image split the write stream at the same call).
+    pub at_cut: Option<CutHook>,
+}
+
+/// Code run at a snapshot's cut: must be short and must not take a slot lock.
+#[derive(Clone)]
+pub struct CutHook(pub Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for CutHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CutHook")
+    }
 }
 
 /// Streams the keyspace of `srv` as one RDB file (see the module documentation). On a busy
@@ -76,6 +89,9 @@ pub fn stream_rdb(
         let o = out.clone();
         let primary = srv.repl.primary.clone();
         let begun = srv.ks.begin_snapshot(write, Box::new(|_: Chunk| {}), || {
+            if let Some(hook) = &opts.at_cut {
+                (hook.0)();
+            }
             let p = primary.snapshot_point();
             let mut head = Vec::with_capacity(256);
             let aux = [

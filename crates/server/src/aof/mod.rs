@@ -43,6 +43,7 @@ pub mod load;
 pub mod manifest;
 pub mod parse;
 pub mod rewrite;
+pub mod wire;
 pub mod writer;
 
 use std::path::PathBuf;

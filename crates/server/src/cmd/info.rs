@@ -324,7 +324,7 @@ fn memory(srv: &Server, o: &mut String) {
 fn persistence(srv: &Server, o: &mut String) {
     // Valkey's `genValkeyInfoString` order. There is no fork: copy-on-write figures stay 0,
     // and current_fork_perc is the save's progress, as Valkey computes it from the keys.
-    // The AOF fields keep their "off" values until the append-only file lands.
+    // The AOF's lines come from aof::wire, in Valkey's two runs.
     let f = crate::persistence::figures(srv);
     let (done, total) = f.keys;
     let perc = if total > 0 { done as f64 * 100.0 / total as f64 } else { 0.0 };
@@ -347,19 +347,13 @@ fn persistence(srv: &Server, o: &mut String) {
         "rdb_last_cow_size" => 0,
         "rdb_last_load_keys_expired" => f.last_load.1,
         "rdb_last_load_keys_loaded" => f.last_load.0,
-        "aof_enabled" => 0,
-        "aof_rewrite_in_progress" => 0,
-        "aof_rewrite_scheduled" => 0,
-        "aof_last_rewrite_time_sec" => -1,
-        "aof_current_rewrite_time_sec" => -1,
-        "aof_last_bgrewrite_status" => "ok",
-        "aof_rewrites" => 0,
-        "aof_rewrites_consecutive_failures" => 0,
-        "aof_last_write_status" => "ok",
-        "aof_last_cow_size" => 0,
+    );
+    crate::aof::wire::info_head(srv, o);
+    fields!(o,
         "module_fork_in_progress" => 0,
         "module_fork_last_cow_size" => 0,
     );
+    crate::aof::wire::info_tail(srv, o);
     if let Some(l) = f.loading {
         let now = unix_ms() / 1000;
         let perc = if l.total_bytes > 0 { l.loaded_bytes as f64 * 100.0 / l.total_bytes as f64 } else { 0.0 };

@@ -7,6 +7,7 @@ use hotkv_protocol::{Args, ReplyBuf};
 
 use crate::registry::{ServerFn, ServerSpec};
 
+pub mod aof;
 pub mod client;
 pub mod cluster;
 pub mod command;
@@ -37,6 +38,7 @@ pub fn commands() -> impl Iterator<Item = &'static ServerSpec> {
         .chain(multi::COMMANDS.iter())
         .chain(pubsub::COMMANDS.iter())
         .chain(server::COMMANDS.iter())
+        .chain(aof::COMMANDS.iter())
         .chain(repl::COMMANDS.iter())
         .chain(slowlog::COMMANDS.iter())
         .chain(debug::COMMANDS.iter())

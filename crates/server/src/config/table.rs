@@ -57,6 +57,8 @@ pub enum Hook {
     Replication,
     /// Change the working directory (`dir`); fails with the system's reason.
     WorkingDir,
+    /// Turn the append-only file on or off, change its fsync policy or timestamps.
+    Aof,
 }
 
 /// One directive.
@@ -167,6 +169,7 @@ const TLS: Option<Hook> = Some(Hook::Tls);
 const TLS_LIVE: Option<Hook> = Some(Hook::TlsLive);
 const CLUSTER: Option<Hook> = Some(Hook::Cluster);
 const REPL: Option<Hook> = Some(Hook::Replication);
+const AOF: Option<Hook> = Some(Hook::Aof);
 const POLICIES: &[&str] = &[
     "volatile-lru",
     "volatile-lfu",
@@ -383,25 +386,25 @@ directives! {
         M | U, H, "Fsync snapshots every 4 MB while writing.";
     STOP_WRITES_ON_BGSAVE_ERROR = "stop-writes-on-bgsave-error" [] "persistence.stop_writes_on_bgsave_error": B,
         "yes", M | U, H, "Refuse writes after a failed snapshot.";
-    APPENDONLY = "appendonly" [] "persistence.appendonly": B, "no", M | NE, H,
+    APPENDONLY = "appendonly" [] "persistence.appendonly": B, "no", M, AOF,
         "Append-only file.";
     APPENDFILENAME = "appendfilename" [] "persistence.appendfilename": Ty::Str(Check::FileName), "appendonly.aof",
-        I | NE, H, "Base name of the append-only files.";
-    APPENDDIRNAME = "appenddirname" [] "persistence.appenddirname": Ty::Str(Check::DirName), "appendonlydir", I | NE, H,
+        I, H, "Base name of the append-only files.";
+    APPENDDIRNAME = "appenddirname" [] "persistence.appenddirname": Ty::Str(Check::DirName), "appendonlydir", I, H,
         "Directory of the append-only files.";
     APPENDFSYNC = "appendfsync" [] "persistence.appendfsync": Ty::Enum(&["everysec", "always", "no"]), "everysec",
-        M | NE, H, "When to fsync the append-only file.";
+        M, AOF, "When to fsync the append-only file.";
     NO_APPENDFSYNC_ON_REWRITE = "no-appendfsync-on-rewrite" [] "persistence.no_appendfsync_on_rewrite": B, "no",
         M | NE, H, "Skip fsync while a rewrite or snapshot runs.";
     AUTO_AOF_REWRITE_PERCENTAGE = "auto-aof-rewrite-percentage" [] "persistence.auto_aof_rewrite_percentage":
-        int(0, INT), "100", M | NE, H, "Rewrite the append-only file when it grew by this percentage.";
+        int(0, INT), "100", M | U, H, "Rewrite the append-only file when it grew by this percentage.";
     AUTO_AOF_REWRITE_MIN_SIZE = "auto-aof-rewrite-min-size" [] "persistence.auto_aof_rewrite_min_size": mem(0, LONG),
-        "64mb", M | NE, H, "Smallest append-only file that is rewritten automatically.";
-    AOF_LOAD_TRUNCATED = "aof-load-truncated" [] "persistence.aof_load_truncated": B, "yes", M | NE, H,
+        "64mb", M | U, H, "Smallest append-only file that is rewritten automatically.";
+    AOF_LOAD_TRUNCATED = "aof-load-truncated" [] "persistence.aof_load_truncated": B, "yes", M | U, H,
         "Load a truncated append-only file instead of refusing to start.";
-    AOF_USE_RDB_PREAMBLE = "aof-use-rdb-preamble" [] "persistence.aof_use_rdb_preamble": B, "yes", M | NE, H,
+    AOF_USE_RDB_PREAMBLE = "aof-use-rdb-preamble" [] "persistence.aof_use_rdb_preamble": B, "yes", M | U, H,
         "Start rewritten append-only files with a snapshot.";
-    AOF_TIMESTAMP_ENABLED = "aof-timestamp-enabled" [] "persistence.aof_timestamp_enabled": B, "no", M | NE, H,
+    AOF_TIMESTAMP_ENABLED = "aof-timestamp-enabled" [] "persistence.aof_timestamp_enabled": B, "no", M, AOF,
         "Write timestamps into the append-only file.";
     AOF_REWRITE_INCREMENTAL_FSYNC = "aof-rewrite-incremental-fsync" [] "persistence.aof_rewrite_incremental_fsync":
         B, "yes", M | NE, H, "Fsync every 4 MB while rewriting.";
@@ -409,7 +412,7 @@ directives! {
         "Keep old append-only files (tests).";
     RDB_KEY_SAVE_DELAY = "rdb-key-save-delay" [] "persistence.rdb_key_save_delay": int(IMIN, INT), "0", M | HID | U, H,
         "Delay per key while saving (tests).";
-    KEY_LOAD_DELAY = "key-load-delay" [] "persistence.key_load_delay": int(IMIN, INT), "0", M | HID | ON_USE, H,
+    KEY_LOAD_DELAY = "key-load-delay" [] "persistence.key_load_delay": int(IMIN, INT), "0", M | HID | U, H,
         "Delay per key while loading (tests).";
     LOADING_PROCESS_EVENTS_INTERVAL_BYTES = "loading-process-events-interval-bytes" []
         "persistence.loading_process_events_interval_bytes": int(1024, INT), "2097152", M | HID | NE, H,

@@ -189,7 +189,7 @@ fn restore_replication(srv: &Server, stats: &LoadStats) {
 /// In cluster mode, keys of slots this node neither serves nor imports are dealt with as
 /// Valkey's `verifyClusterConfigWithData` does: an unassigned slot is claimed, a slot another
 /// node serves is emptied. A replica is left alone: its primary's stream decides.
-fn verify_cluster_slots(srv: &Server) {
+pub(crate) fn verify_cluster_slots(srv: &Server) {
     let Some(node) = &srv.cluster else { return };
     let mut changed = false;
     {

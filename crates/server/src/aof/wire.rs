@@ -1,0 +1,727 @@
+//! The AOF wired into the server: loading at start, the fan-out write sink, the reply gate of
+//! `appendfsync always`, MISCONF, BGREWRITEAOF and its cron, `CONFIG SET appendonly`, INFO,
+//! and the final flush at shutdown. The pieces it drives are the sibling modules; this file
+//! only decides when each runs (see `docs/persistence-aof.md`).
+
+use std::fs::File;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwapOption;
+use bytes::Bytes;
+use hotkv_engine::snapshot::{Chunk, SnapshotError};
+use hotkv_engine::{Effects, WriteSink};
+use hotkv_protocol::{Args, ReplyBuf};
+use parking_lot::Mutex;
+use tracing::{info, warn};
+
+use super::AofPaths;
+use super::load::{self, LoadOptions, Outcome, RdbTarget};
+use super::rewrite::{AofFiles, BaseWriter, RewriteStats, auto_rewrite_due};
+use super::writer::{AofWriter, FsyncPolicy, WriterConfig};
+use crate::config::Settings;
+use crate::config::table as t;
+use crate::dispatch::{Batch, Scratch, dispatch};
+use crate::server::{Server, unix_ms};
+use crate::session::{ClientInfo, Session, flag};
+use crate::snapshot::{CutHook, StreamEnd, StreamOptions, stream_rdb};
+
+/// The node's AOF state. The writer is present while `appendonly yes` is in force (after the
+/// first rewrite when turned on at runtime, as Valkey's `AOF_WAIT_REWRITE`).
+#[derive(Default)]
+pub struct Aof {
+    /// Appends the write stream; `None` while the AOF is off.
+    writer: ArcSwapOption<AofWriter>,
+    /// The manifest and the directory, once the AOF was opened.
+    files: Mutex<Option<AofFiles>>,
+    /// Rewrite counters and the retry limiter.
+    stats: Mutex<RewriteStats>,
+    /// A rewrite thread runs.
+    running: AtomicBool,
+    /// `appendonly` as last applied (the writer may still be missing: waiting for the rewrite
+    /// that turns it on).
+    enabled: AtomicBool,
+    /// On a replica: what its FACK reports (see [`replica_fsynced`]).
+    fack: Mutex<Fack>,
+    /// `appendonly yes` at runtime and no rewrite has succeeded since: until one does, the
+    /// manifest may still list the files of an earlier AOF, so the cron tries again.
+    needs_base: AtomicBool,
+}
+
+/// A replica's map from its AOF stream to its primary's: `(AOF offset, replication offset)`
+/// samples taken at each ACK, and the replication offset last known fsynced.
+#[derive(Default)]
+struct Fack {
+    samples: std::collections::VecDeque<(u64, u64)>,
+    fsynced: u64,
+}
+
+impl Aof {
+    /// The writer, while the AOF is on.
+    pub fn writer(&self) -> Option<Arc<AofWriter>> {
+        self.writer.load_full()
+    }
+
+    /// Waits, under `appendfsync always`, until everything appended so far is on disk: a
+    /// connection calls it once before writing a batch's replies, so no reply acknowledges a
+    /// write a crash could lose. Reading the appended offset after the batch's calls can only
+    /// ask for more than they wrote, never less.
+    pub async fn wait_replies(&self) {
+        let Some(w) = self.writer.load_full() else { return };
+        if !w.replies_wait() {
+            return;
+        }
+        let upto = w.appended_offset();
+        if w.durable_offset() >= upto {
+            return;
+        }
+        w.wait_durable(upto).await;
+    }
+
+    /// The `-MISCONF` reply while the writer reports a write or fsync error (Valkey's
+    /// `writeCommandsDeniedByDiskError`, `DISK_ERROR_TYPE_AOF`).
+    pub fn misconf(&self) -> Option<String> {
+        let w = self.writer.load();
+        w.as_ref().and_then(|w| w.write_error()).map(|e| format!("MISCONF {e}"))
+    }
+}
+
+/// The keyspace's sink: replication's (muted on a replica), then the AOF writer, both while
+/// the call's slot locks are held so both see calls in the same order. A replica's AOF gets
+/// what its primary's stream applied, as Valkey's does.
+pub fn fan_out(srv: &Server) -> Arc<dyn WriteSink> {
+    Arc::new(FanOut { repl: srv.repl.sink(), aof: srv.aof.clone() })
+}
+
+struct FanOut {
+    repl: Arc<dyn WriteSink>,
+    aof: Arc<Aof>,
+}
+
+impl WriteSink for FanOut {
+    fn active(&self) -> bool {
+        self.repl.active() || self.aof.writer.load().is_some()
+    }
+
+    fn append(&self, effects: &Effects) {
+        self.repl.append(effects);
+        // PUBLISH rides the stream for standalone replicas only: Valkey propagates it with
+        // PROPAGATE_REPL, never to the AOF, so a load does not publish old messages again.
+        if let Some(w) = self.aof.writer.load().as_ref()
+            && !effects.iter().all(|(_, bytes)| bytes.starts_with(PUBLISH))
+        {
+            WriteSink::append(&**w, effects);
+        }
+    }
+}
+
+/// How the PUBLISH of the write stream starts (`pubsub::publish` writes it so).
+const PUBLISH: &[u8] = b"*3\r\n$7\r\nPUBLISH\r\n";
+
+/// Where the AOF of these settings lives.
+pub fn paths(s: &Settings) -> AofPaths {
+    AofPaths {
+        dir: std::path::PathBuf::from(s.str(t::DIR)),
+        dirname: s.str(t::APPENDDIRNAME).to_string(),
+        filename: s.str(t::APPENDFILENAME).to_string(),
+    }
+}
+
+/// Loads the dataset at start: with `appendonly yes` from the AOF (upgrading an old single
+/// file first), otherwise from `dump.rdb`. With the AOF on but no AOF yet, loads `dump.rdb`
+/// and makes the AOF's first base from it, as Valkey 7+ does. The error is what to print
+/// before exiting; its log lines are written.
+pub fn load_at_start(srv: &Arc<Server>) -> Result<(), String> {
+    let s = srv.settings.load_full();
+    if !s.bool(t::APPENDONLY) {
+        return crate::persistence::startup::load_at_start(srv);
+    }
+    srv.aof.enabled.store(true, Ordering::Release);
+    let paths = paths(&s);
+    let fatal = |e: String| {
+        warn!("{e}");
+        warn!("Fatal error loading the DB, check server logs. Exiting.");
+        e
+    };
+    let mut manifest =
+        paths.read_manifest().map_err(|e| fatal(format!("{e} ({})", paths.manifest_path().display())))?;
+    if load::needs_upgrade(&paths, &manifest) {
+        load::upgrade_legacy(&paths, &mut manifest)
+            .map_err(|e| fatal(format!("Failed to upgrade the old-style AOF {}: {e}", paths.filename)))?;
+    }
+    let start = Instant::now();
+    let outcome = load_files(srv, &paths, &manifest);
+    let fresh = match outcome {
+        Ok(Outcome::NotExist) => {
+            crate::persistence::startup::load_at_start(srv)?;
+            true
+        }
+        Ok(Outcome::Empty) => {
+            info!("DB loaded from append only file: {:.3} seconds", start.elapsed().as_secs_f64());
+            false
+        }
+        Ok(Outcome::Loaded(stats)) => {
+            if let Some(rdb) = &stats.rdb {
+                srv.persist.set_last_load(rdb.loaded, rdb.expired);
+            }
+            info!("DB loaded from append only file: {:.3} seconds", start.elapsed().as_secs_f64());
+            false
+        }
+        Err(e) => return Err(fatal(e)),
+    };
+    if !fresh {
+        // As after an RDB load: keys of slots this node does not serve (cluster mode).
+        crate::persistence::startup::verify_cluster_slots(srv);
+    }
+    open_at_start(srv, &s, paths, manifest, fresh)
+        .map_err(|e| fatal(format!("Can't open the append-only file at start: {e}")))
+}
+
+/// Runs the files through the dispatcher as Valkey's fake AOF client, with `loading` set
+/// for everyone else.
+fn load_files(srv: &Arc<Server>, paths: &AofPaths, manifest: &super::manifest::Manifest) -> Result<Outcome, String> {
+    let s = srv.settings.load_full();
+    let opts = LoadOptions {
+        load_truncated: s.bool(t::AOF_LOAD_TRUNCATED),
+        max_bulk_len: srv.rt.load().proto_max_bulk_len,
+        databases: srv.ks.databases(),
+    };
+    let engine = srv.engine.load_full();
+    let target = RdbTarget { ks: &srv.ks, cfg: &engine, now_ms: unix_ms() };
+    let total: u64 = AofFiles::new(paths.clone(), manifest.clone()).sizes().1;
+    let p = &srv.persist;
+    *p.load.lock() =
+        crate::persistence::LoadProgress { start_time: unix_ms() / 1000, total_bytes: total, loaded_bytes: 0 };
+    p.set_loading(true);
+    let mut client = FakeClient::new(srv);
+    let result = load::load_all(paths, manifest, &opts, &target, |db, argv| client.run(db, argv));
+    p.set_loading(false);
+    result.map_err(|e| e.to_string())
+}
+
+/// Valkey's fake AOF client: a session with the MASTER flag (no routing, no pause, no
+/// replica or memory checks, expired keys left for the primary's DEL) whose replies are
+/// dropped; an unknown command is fatal.
+struct FakeClient<'a> {
+    srv: &'a Arc<Server>,
+    sess: Session,
+    scratch: Scratch,
+    out: ReplyBuf,
+}
+
+impl<'a> FakeClient<'a> {
+    fn new(srv: &'a Arc<Server>) -> FakeClient<'a> {
+        let addr = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+        let info = Arc::new(ClientInfo::new(srv.clients.next_id(), addr, addr, -1, unix_ms()));
+        info.flags.fetch_or(flag::MASTER, Ordering::Relaxed);
+        FakeClient { srv, sess: Session::new(info, true), scratch: Scratch::default(), out: ReplyBuf::new() }
+    }
+
+    fn run(&mut self, db: usize, argv: &[&[u8]]) -> Result<(), String> {
+        let Some(name) = argv.first() else { return Ok(()) };
+        if self.srv.registry.by_name(&String::from_utf8_lossy(name).to_ascii_lowercase()).is_none() {
+            return Err(format!("Unknown command '{}'", String::from_utf8_lossy(name)));
+        }
+        let owned: Vec<Vec<u8>> = argv.iter().map(|a| a.to_vec()).collect();
+        let (flat, spans) = crate::dispatch::flatten(&owned);
+        let engine = self.srv.engine.load();
+        let rt = self.srv.rt.load();
+        let b = Batch { srv: self.srv, engine: &engine, rt: &rt, now_ms: unix_ms() };
+        self.sess.db = db;
+        self.out.truncate(0);
+        let _ = dispatch(&b, &mut self.sess, Args::from_parts(&flat, &spans), &mut self.out, &mut self.scratch);
+        self.out.truncate(0);
+        Ok(())
+    }
+}
+
+/// Valkey's `aofOpenIfNeededOnServerStart`: a base of the loaded data when there was no AOF
+/// (`fresh`), the last incr file opened for appending, then the writer on it.
+fn open_at_start(
+    srv: &Arc<Server>,
+    s: &Settings,
+    paths: AofPaths,
+    manifest: super::manifest::Manifest,
+    fresh: bool,
+) -> io::Result<()> {
+    let mut files = AofFiles::new(paths, manifest);
+    let (preamble, ts) = (s.bool(t::AOF_USE_RDB_PREAMBLE), s.bool(t::AOF_TIMESTAMP_ENABLED));
+    // With no AOF yet (`fresh`) this writes the base from what was just loaded.
+    let opened = files.open_on_start(preamble, ts, |base| fill_base(srv, base, None))?;
+    debug_assert!(fresh || !files.manifest().is_empty());
+    let (base, current) = files.sizes();
+    let writer = start_writer(s, opened.file, opened.size, current, base)?;
+    *srv.aof.files.lock() = Some(files);
+    srv.aof.writer.store(Some(Arc::new(writer)));
+    Ok(())
+}
+
+fn start_writer(s: &Settings, file: File, incr_size: u64, current: u64, base: u64) -> io::Result<AofWriter> {
+    let policy = FsyncPolicy::parse(s.str(t::APPENDFSYNC)).unwrap_or(FsyncPolicy::Everysec);
+    let cfg = WriterConfig {
+        timestamps: s.bool(t::AOF_TIMESTAMP_ENABLED),
+        incr_size,
+        current_size: current,
+        base_size: base,
+        ..WriterConfig::new(policy)
+    };
+    AofWriter::start(Arc::new(file), cfg)
+}
+
+/// Writes the keyspace into `base` from a snapshot: RDB bytes through `stream_rdb`, or the
+/// commands of `write_table_commands` with `aof-use-rdb-preamble no`. `at_cut` runs at the
+/// snapshot's cut. A snapshot another job holds is waited for, up to [`SNAPSHOT_WAIT`].
+fn fill_base(srv: &Server, base: &mut BaseWriter, at_cut: Option<CutHook>) -> io::Result<()> {
+    let deadline = Instant::now() + SNAPSHOT_WAIT;
+    let retry = || {
+        std::thread::sleep(Duration::from_millis(20));
+        Instant::now() < deadline
+    };
+    if base.is_rdb() {
+        let opts = StreamOptions { at_cut, ..StreamOptions::default() };
+        let mut error = None;
+        let ship = |b: Bytes| match base.write(&b) {
+            Ok(()) => true,
+            Err(e) => {
+                error = Some(e);
+                false
+            }
+        };
+        return match stream_rdb(srv, &opts, retry, |_| {}, ship) {
+            StreamEnd::Done { .. } => Ok(()),
+            StreamEnd::Busy => Err(io::Error::other("the keyspace's snapshot stayed busy")),
+            StreamEnd::Abandoned => Err(error.unwrap_or_else(|| io::Error::other("abandoned"))),
+        };
+    }
+    let ready: Arc<Mutex<Vec<DbChunk>>> = Arc::default();
+    let snap = loop {
+        let r = ready.clone();
+        let sink = Box::new(move |c: Chunk| {
+            if let Chunk::Data { db, bytes } = c {
+                r.lock().push((db, bytes));
+            }
+        });
+        let hook = at_cut.clone();
+        let begun = srv.ks.begin_snapshot(Box::new(super::rewrite::write_table_commands), sink, move || {
+            if let Some(h) = hook {
+                (h.0)();
+            }
+        });
+        match begun {
+            Ok(s) => break s,
+            Err(SnapshotError::Busy) if retry() => {}
+            Err(SnapshotError::Busy) => return Err(io::Error::other("the keyspace's snapshot stayed busy")),
+        }
+    };
+    let mut error = None;
+    let mut drain = |base: &mut BaseWriter| {
+        for (db, bytes) in std::mem::take(&mut *ready.lock()) {
+            if let Err(e) = base.write_commands(db, &bytes) {
+                error.get_or_insert(e);
+            }
+        }
+    };
+    srv.ks.drive_snapshot(&snap, || {
+        drain(base);
+        true
+    });
+    drain(base);
+    error.map_or(Ok(()), Err)
+}
+
+/// A replica's FACK (Valkey's `fsynced_reploff` on a replica): everything up to the stream's
+/// `applied` was applied, so its commands are in the AOF up to the writer's appended offset
+/// now; once the writer's durable offset passes a sample, that sample's replication offset
+/// is fsynced. `None` without an AOF.
+pub fn replica_fsynced(srv: &Server, applied: u64) -> Option<u64> {
+    let w = srv.aof.writer()?;
+    let mut f = srv.aof.fack.lock();
+    // A new history (a full sync) may start lower: the old samples say nothing about it.
+    if f.samples.back().is_some_and(|&(_, r)| r > applied) || f.fsynced > applied {
+        *f = Fack::default();
+    }
+    if f.samples.back().is_none_or(|&(_, r)| r < applied) {
+        f.samples.push_back((w.appended_offset(), applied));
+        if f.samples.len() > FACK_SAMPLES {
+            f.samples.pop_front();
+        }
+    }
+    let durable = w.durable_offset();
+    while let Some(&(a, r)) = f.samples.front() {
+        if a > durable {
+            break;
+        }
+        f.fsynced = r;
+        f.samples.pop_front();
+    }
+    Some(f.fsynced)
+}
+
+/// After a replica's full sync: the snapshot was loaded straight into the keyspace, so the AOF
+/// no longer describes the data set; a rewrite makes a base of it (Valkey's
+/// `restartAOFAfterSYNC`). A rewrite already running is followed by another.
+pub fn after_full_sync(srv: &Arc<Server>) {
+    if srv.aof.writer().is_none() {
+        return;
+    }
+    if srv.aof.running.load(Ordering::Acquire) || start_rewrite(srv).is_err() {
+        srv.aof.stats.lock().schedule();
+    }
+}
+
+/// What BGREWRITEAOF answers.
+pub fn bgrewriteaof(srv: &Arc<Server>) -> Result<&'static str, String> {
+    let aof = &srv.aof;
+    if aof.running.load(Ordering::Acquire) {
+        return Err("Background append only file rewriting already in progress".into());
+    }
+    // Valkey's "one child at a time": behind a running save, the rewrite waits for the cron.
+    if srv.persist.in_progress() {
+        aof.stats.lock().schedule();
+        return Ok("Background append only file rewriting scheduled");
+    }
+    start_rewrite(srv).map(|()| "Background append only file rewriting started")
+}
+
+/// Starts a rewrite on a thread of its own; with the AOF waiting to be turned on, the writer
+/// starts at the cut on the new incr file. Valkey's `rewriteAppendOnlyFileBackground`.
+fn start_rewrite(srv: &Arc<Server>) -> Result<(), String> {
+    let aof = &srv.aof;
+    if aof.running.swap(true, Ordering::AcqRel) {
+        return Err("Background append only file rewriting already in progress".into());
+    }
+    let opened = {
+        let mut files = aof.files.lock();
+        let files = files.get_or_insert_with(|| {
+            let paths = paths(&srv.settings.load());
+            let manifest = paths.read_manifest().unwrap_or_default();
+            AofFiles::new(paths, manifest)
+        });
+        files.start_rewrite()
+    };
+    let opened = match opened {
+        Ok(o) => o,
+        Err(e) => {
+            aof.running.store(false, Ordering::Release);
+            aof.stats.lock().failed_to_start();
+            let why = format!("Can't open the new incr AOF file for the rewrite: {e}");
+            warn!("{why}");
+            return Err(why);
+        }
+    };
+    aof.stats.lock().started(unix_ms() as u64 / 1000);
+    info!("Background append only file rewriting started");
+    let s = srv.clone();
+    let spawned = std::thread::Builder::new().name("hotkv-aof-rewrite".into()).spawn(move || {
+        let ok = match rewrite(&s, opened.file, opened.size) {
+            Ok(()) => {
+                s.aof.needs_base.store(false, Ordering::Release);
+                true
+            }
+            Err(e) => {
+                warn!("Background AOF rewrite failed: {e}");
+                false
+            }
+        };
+        s.aof.stats.lock().finished(ok, unix_ms() as u64 / 1000);
+        s.aof.running.store(false, Ordering::Release);
+    });
+    if let Err(e) = spawned {
+        aof.running.store(false, Ordering::Release);
+        aof.stats.lock().finished(false, unix_ms() as u64 / 1000);
+        return Err(format!("Can't rewrite append only file in background: {e}"));
+    }
+    Ok(())
+}
+
+/// The rewrite itself: the new incr file takes over at the snapshot's cut (or the writer
+/// starts on it, when the AOF is being turned on), the image becomes the new base, and the
+/// manifest is published.
+fn rewrite(srv: &Arc<Server>, incr: File, incr_size: u64) -> io::Result<()> {
+    let s = srv.settings.load_full();
+    let (preamble, ts) = (s.bool(t::AOF_USE_RDB_PREAMBLE), s.bool(t::AOF_TIMESTAMP_ENABLED));
+    let mut base = match srv.aof.files.lock().as_ref() {
+        Some(f) => f.base_writer(preamble, ts)?,
+        None => return Err(io::Error::other("the AOF is not open")),
+    };
+    let incr = Arc::new(Mutex::new(Some(incr)));
+    let failed_start = Arc::new(Mutex::new(None::<io::Error>));
+    let hook = {
+        let (aof, incr, failed, s) = (srv.aof.clone(), incr.clone(), failed_start.clone(), s.clone());
+        CutHook(Arc::new(move || {
+            let Some(file) = incr.lock().take() else { return };
+            match aof.writer.load_full() {
+                Some(w) => w.begin_switch(Arc::new(file)),
+                // Turning the AOF on: from this call on, every write goes to the new file.
+                None if aof.enabled.load(Ordering::Acquire) => match start_writer(&s, file, incr_size, 0, 0) {
+                    Ok(w) => aof.writer.store(Some(Arc::new(w))),
+                    Err(e) => *failed.lock() = Some(e),
+                },
+                None => {}
+            }
+        }))
+    };
+    let filled = fill_base(srv, &mut base, Some(hook));
+    let done = match base.finish() {
+        Ok(d) => d,
+        Err(e) => return Err(filled.err().unwrap_or(e)),
+    };
+    let mut files = srv.aof.files.lock();
+    let Some(files) = files.as_mut() else {
+        // `appendonly no` came while the base was written.
+        let _ = std::fs::remove_file(&done.path);
+        return Err(io::Error::other("the AOF was turned off"));
+    };
+    if let Some(e) = failed_start.lock().take() {
+        files.abort_rewrite(&done.path);
+        return Err(e);
+    }
+    if let Err(e) = filled {
+        files.abort_rewrite(&done.path);
+        return Err(e);
+    }
+    let published = files.finish_rewrite(done, 1)?;
+    if let Some(w) = srv.aof.writer.load_full() {
+        w.set_sizes(published.base_size + w.incr_size(), published.base_size);
+    }
+    Ok(())
+}
+
+/// The AOF's part of the once-a-second cron: a scheduled rewrite once nothing else runs, and
+/// the automatic rewrite (`auto-aof-rewrite-percentage`, `auto-aof-rewrite-min-size`).
+pub fn cron(srv: &Arc<Server>) {
+    let aof = &srv.aof;
+    if aof.running.load(Ordering::Acquire) || srv.persist.in_progress() || srv.is_shutting_down() {
+        return;
+    }
+    if srv.persist.loading() || !aof.enabled.load(Ordering::Acquire) {
+        return;
+    }
+    if aof.stats.lock().scheduled {
+        let _ = start_rewrite(srv);
+        return;
+    }
+    if aof.needs_base.load(Ordering::Acquire) {
+        if !aof.stats.lock().limited(unix_ms() as u64 / 1000) {
+            let _ = start_rewrite(srv);
+        }
+        return;
+    }
+    let Some(w) = aof.writer() else { return };
+    let s = srv.settings.load();
+    let (pct, min) = (s.int(t::AUTO_AOF_REWRITE_PERCENTAGE).max(0) as u64, s.int(t::AUTO_AOF_REWRITE_MIN_SIZE).max(0));
+    let st = w.stats();
+    let Some(growth) = auto_rewrite_due(st.current_size, st.base_size, pct, min as u64) else { return };
+    if aof.stats.lock().limited(unix_ms() as u64 / 1000) {
+        return;
+    }
+    info!("Starting automatic rewriting of AOF on {growth}% growth");
+    let _ = start_rewrite(srv);
+}
+
+/// The `Hook::Aof` of CONFIG SET: `appendfsync` and `aof-timestamp-enabled` live, and
+/// `appendonly` on (a rewrite whose cut starts the writer) or off (flush, sync, stop).
+pub fn apply_config(srv: &Server, new: &Settings) -> Result<(), String> {
+    let aof = &srv.aof;
+    if let Some(w) = aof.writer() {
+        w.set_policy(FsyncPolicy::parse(new.str(t::APPENDFSYNC)).unwrap_or(FsyncPolicy::Everysec));
+        w.set_timestamps(new.bool(t::AOF_TIMESTAMP_ENABLED));
+    }
+    let want = new.bool(t::APPENDONLY);
+    if want == aof.enabled.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    if !want {
+        stop(srv);
+        return Ok(());
+    }
+    let Some(arc) = srv.arc() else { return Err("server is not running".into()) };
+    if aof.running.load(Ordering::Acquire) {
+        return Err("Background AOF rewriting is already running".into());
+    }
+    aof.enabled.store(true, Ordering::Release);
+    // Valkey's startAppendOnly: the AOF exists once a rewrite made its base.
+    *aof.files.lock() = None;
+    aof.needs_base.store(true, Ordering::Release);
+    if let Err(e) = start_rewrite(&arc) {
+        aof.enabled.store(false, Ordering::Release);
+        aof.needs_base.store(false, Ordering::Release);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// `appendonly no`: Valkey's `stopAppendOnly` (flush, fsync, close).
+fn stop(srv: &Server) {
+    let aof = &srv.aof;
+    aof.enabled.store(false, Ordering::Release);
+    aof.needs_base.store(false, Ordering::Release);
+    if let Some(w) = aof.writer.swap(None)
+        && let Err(e) = w.flush_and_sync()
+    {
+        warn!("Fail to fsync the AOF file: {e}");
+    }
+    *aof.files.lock() = None;
+}
+
+/// At shutdown: writes and syncs everything appended (Valkey's `prepareForShutdown`).
+pub fn shutdown(srv: &Server) {
+    if let Some(w) = srv.aof.writer() {
+        info!("Calling fsync() on the AOF file.");
+        if let Err(e) = w.flush_and_sync() {
+            warn!("Fail to fsync the AOF file: {e}");
+        }
+    }
+}
+
+/// INFO persistence's AOF lines before `module_fork_in_progress`.
+pub fn info_head(srv: &Server, out: &mut String) {
+    gather(srv).render_head(out);
+}
+
+/// INFO persistence's AOF lines after `module_fork_last_cow_size` (only with the AOF on).
+pub fn info_tail(srv: &Server, out: &mut String) {
+    gather(srv).render_tail(out);
+}
+
+fn gather(srv: &Server) -> super::info::AofInfo {
+    let w = srv.aof.writer().map(|w| w.stats());
+    let enabled = srv.aof.enabled.load(Ordering::Acquire);
+    super::info::AofInfo::gather(enabled, w.as_ref(), &srv.aof.stats.lock(), unix_ms() as u64 / 1000)
+}
+
+/// WAITAOF numlocal numreplicas timeout: waits until this node's AOF is synced past what it
+/// held at the call (numlocal) and `numreplicas` replicas acknowledged an fsync past the
+/// replication offset (their `REPLCONF ACK <off> FACK <aofoff>`); replies `[local, replicas]`.
+pub async fn waitaof(
+    srv: Arc<Server>,
+    targets: WaitTargets,
+    numlocal: u64,
+    numreplicas: usize,
+    timeout: Option<Duration>,
+) -> Vec<u8> {
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    loop {
+        let (local, replicas) = targets.reached(&srv);
+        let done = local >= numlocal && replicas >= numreplicas;
+        if done || deadline.is_some_and(|d| tokio::time::Instant::now() >= d) || srv.is_shutting_down() {
+            let mut reply = ReplyBuf::new();
+            reply.array(2);
+            reply.int(local as i64);
+            reply.int(replicas as i64);
+            return reply.as_bytes().to_vec();
+        }
+        tokio::time::sleep(WAITAOF_POLL).await;
+    }
+}
+
+/// The offsets a WAITAOF waits for: this node's AOF stream and the replication stream, as
+/// they were when it was called.
+#[derive(Debug, Clone, Copy)]
+pub struct WaitTargets {
+    local: Option<u64>,
+    repl: u64,
+}
+
+impl WaitTargets {
+    /// The offsets now.
+    pub fn now(srv: &Server) -> WaitTargets {
+        WaitTargets { local: srv.aof.writer().map(|w| w.appended_offset()), repl: srv.repl.primary.offset() }
+    }
+
+    /// `(1 if this node's AOF is synced past its target else 0, replicas that fsynced past
+    /// theirs)`.
+    pub fn reached(&self, srv: &Server) -> (u64, usize) {
+        let local = match (self.local, srv.aof.writer()) {
+            (Some(t), Some(w)) => u64::from(w.durable_offset() >= t),
+            _ => 0,
+        };
+        (local, srv.repl.primary.count_aof_acked(self.repl))
+    }
+}
+
+/// Commands of one database, as a command-form base is written.
+type DbChunk = (usize, Vec<u8>);
+
+/// How long a rewrite waits for a snapshot another job (a save, a full sync) holds.
+const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
+/// Samples a replica keeps for its FACK (one per ACK, a second apart).
+const FACK_SAMPLES: usize = 64;
+/// How often WAITAOF looks again at the offsets.
+const WAITAOF_POLL: Duration = Duration::from_millis(5);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::value::Value;
+    use crate::registry::Registry;
+
+    /// A server whose AOF writer (`appendfsync always`) appends to a file in a fresh temp dir.
+    fn server_with_writer(tag: &str) -> (Arc<Server>, std::path::PathBuf) {
+        let dir = crate::aof::manifest::tests::tempdir(tag);
+        let mut s = crate::default_settings();
+        s.set(t::DIR, Value::Str(dir.display().to_string()));
+        s.set(t::APPENDFSYNC, Value::Str("always".into()));
+        let file = File::create(dir.join("incr.aof")).unwrap();
+        let writer = start_writer(&s, file, 0, 0, 0).unwrap();
+        let srv = Server::new(s, None, Registry::new(crate::cmd::commands())).into_arc();
+        srv.aof.writer.store(Some(Arc::new(writer)));
+        (srv, dir)
+    }
+
+    fn effects(argv: &[&[u8]]) -> Effects {
+        let mut e = Effects::default();
+        e.begin(true);
+        e.push(0, argv);
+        e
+    }
+
+    fn wait_synced(srv: &Server) {
+        let w = srv.aof.writer().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while w.durable_offset() < w.appended_offset() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(w.durable_offset() >= w.appended_offset(), "the writer never synced");
+    }
+
+    #[test]
+    fn the_fan_out_feeds_the_writer_but_not_with_publish() {
+        let (srv, dir) = server_with_writer("wire-fanout");
+        let sink = fan_out(&srv);
+        assert!(sink.active(), "the AOF alone makes the stream active");
+        let w = srv.aof.writer().unwrap();
+        sink.append(&effects(&[b"SET", b"k", b"v"]));
+        let after_set = w.appended_offset();
+        assert!(after_set > 0);
+        sink.append(&effects(&[b"PUBLISH", b"ch", b"msg"]));
+        assert_eq!(w.appended_offset(), after_set, "PUBLISH stays out of the AOF");
+        wait_synced(&srv);
+        let text = std::fs::read(dir.join("incr.aof")).unwrap();
+        assert_eq!(text, b"*2\r\n$6\r\nSELECT\r\n$1\r\n0\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_replicas_fack_is_the_replication_offset_its_aof_synced() {
+        let (srv, dir) = server_with_writer("wire-fack");
+        let sink = fan_out(&srv);
+        sink.append(&effects(&[b"SET", b"k", b"v"]));
+        // Sampled now; synced only later.
+        let first = replica_fsynced(&srv, 500).unwrap();
+        assert!(first == 0 || first == 500);
+        wait_synced(&srv);
+        assert_eq!(replica_fsynced(&srv, 500), Some(500));
+        // A new history that starts lower (a full sync) starts the map again.
+        sink.append(&effects(&[b"SET", b"k", b"w"]));
+        wait_synced(&srv);
+        let _ = replica_fsynced(&srv, 40);
+        assert_eq!(replica_fsynced(&srv, 40), Some(40));
+        // Without an AOF: no FACK.
+        srv.aof.writer.store(None);
+        assert_eq!(replica_fsynced(&srv, 40), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

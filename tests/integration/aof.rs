@@ -1,0 +1,426 @@
+//! The append-only file with the real binary: every type and TTL back after a restart,
+//! `appendfsync always` under kill -9, torn tails with `aof-load-truncated` yes and no,
+//! BGREWRITEAOF under writers, the manifest's layout, the automatic rewrite, MISCONF while
+//! the file cannot be written, `appendonly` turned on at runtime, the first base made from
+//! dump.rdb, and WAITAOF.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hotkv_test_support::{Frame, RawClient, SIGKILL, TestServer, wait_for};
+
+use crate::rdb_file::{assert_same, build_on_redis, redis_dataset, wall_ms};
+use crate::{assert_err, assert_err_prefix, builder, info, info_field, info_num};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A server with the AOF on, in its own dir or in `dir` (a restart), `extra` on top.
+fn node(dir: Option<&Path>, extra: &[(&str, &str)]) -> TestServer {
+    let mut b = builder().config("enable-debug-command", "yes").config("save", "\"\"").config("appendonly", "yes");
+    if let Some(d) = dir {
+        b = b.config("dir", &d.display().to_string());
+    }
+    b.configs(extra).spawn()
+}
+
+/// Waits until no rewrite runs; returns INFO persistence then.
+#[track_caller]
+fn wait_rewritten(c: &mut RawClient) -> String {
+    let mut text = String::new();
+    let done = wait_for(
+        || {
+            text = info(c, "persistence");
+            info_field(&text, "aof_rewrite_in_progress").as_deref() == Some("0")
+                && info_field(&text, "aof_rewrite_scheduled").as_deref() == Some("0")
+        },
+        WAIT,
+    );
+    assert!(done, "the rewrite did not end:\n{text}");
+    text
+}
+
+/// The manifest's lines.
+fn manifest(dir: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(dir.join("appendonlydir/appendonly.aof.manifest")).expect("manifest");
+    text.lines().map(str::to_string).collect()
+}
+
+/// Kills `srv` with SIGKILL and waits for it to be gone.
+fn kill_9(srv: &mut TestServer) {
+    srv.signal(SIGKILL);
+    srv.wait_exit(WAIT);
+}
+
+#[test]
+fn every_type_and_ttl_survives_a_restart() {
+    for (fsync, how) in [("always", "kill"), ("everysec", "shutdown")] {
+        let mut first = node(None, &[("appendfsync", fsync)]);
+        let mut c = first.client();
+        build_on_redis(&mut c, wall_ms());
+        let want = redis_dataset(&mut c);
+        let text = info(&mut c, "persistence");
+        assert_eq!(info_field(&text, "aof_enabled").as_deref(), Some("1"), "{text}");
+        assert!(info_num(&text, "aof_current_size") > 0, "{text}");
+        if how == "kill" {
+            kill_9(&mut first);
+        } else {
+            // No save rules: SHUTDOWN writes no dump.rdb; the AOF alone carries the data.
+            let _ = c.try_cmd(&["SHUTDOWN"]);
+            first.wait_exit(WAIT);
+            assert!(first.log().contains("Calling fsync() on the AOF file."), "{}", first.log());
+        }
+        assert!(!first.dir().join("dump.rdb").exists());
+        let second = node(Some(first.dir()), &[("appendfsync", fsync)]);
+        let mut c = second.client();
+        assert_same(&redis_dataset(&mut c), &want);
+        let log = second.log();
+        assert!(log.contains("DB loaded from append only file: "), "{log}");
+        assert!(log.contains("Opening AOF incr file appendonly.aof.1.incr.aof on server start"), "{log}");
+    }
+}
+
+#[test]
+fn a_first_start_writes_valkeys_layout() {
+    let srv = node(None, &[]);
+    let log = srv.log();
+    assert!(log.contains("Creating AOF base file appendonly.aof.1.base.rdb on server start"), "{log}");
+    assert!(log.contains("Creating AOF incr file appendonly.aof.1.incr.aof on server start"), "{log}");
+    assert_eq!(
+        manifest(srv.dir()),
+        ["file appendonly.aof.1.base.rdb seq 1 type b", "file appendonly.aof.1.incr.aof seq 1 type i"]
+    );
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["SET", "k", "v"]), Frame::ok());
+    assert_eq!(c.cmd(&["BGREWRITEAOF"]), Frame::simple("Background append only file rewriting started"));
+    let text = wait_rewritten(&mut c);
+    assert_eq!(info_field(&text, "aof_last_bgrewrite_status").as_deref(), Some("ok"), "{text}");
+    assert_eq!(info_num(&text, "aof_rewrites"), 1);
+    assert_eq!(
+        manifest(srv.dir()),
+        ["file appendonly.aof.2.base.rdb seq 2 type b", "file appendonly.aof.2.incr.aof seq 2 type i"]
+    );
+    let mut files: Vec<String> = std::fs::read_dir(srv.dir().join("appendonlydir"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["appendonly.aof.2.base.rdb", "appendonly.aof.2.incr.aof", "appendonly.aof.manifest"]);
+}
+
+#[test]
+fn kill_9_under_appendfsync_always_keeps_every_acknowledged_write() {
+    let mut first = node(None, &[("appendfsync", "always")]);
+    let dir = first.dir().to_path_buf();
+    kill_9(&mut first);
+    // acked[w]: the last value writer w's INCR was acknowledged with, over all rounds.
+    let acked: Arc<Vec<AtomicU64>> = Arc::new((0..3).map(|_| AtomicU64::new(0)).collect());
+    let mut seed = wall_ms() as u64 | 1;
+    for round in 0..20 {
+        let mut srv = node(Some(&dir), &[("appendfsync", "always")]);
+        let mut c = srv.client();
+        for (w, a) in acked.iter().enumerate() {
+            let have = match c.cmd(&["GET", &format!("counter:{w}")]) {
+                Frame::Bulk(b) => String::from_utf8(b).unwrap().parse::<u64>().unwrap(),
+                _ => 0,
+            };
+            let want = a.load(Ordering::SeqCst);
+            // An INCR may be on disk without its reply having left: one more, never one less.
+            assert!(have == want || have == want + 1, "round {round} writer {w}: have {have}, acknowledged {want}");
+            a.store(have, Ordering::SeqCst);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers: Vec<_> = (0..3)
+            .map(|w| {
+                let (stop, port, acked) = (stop.clone(), srv.port(), acked.clone());
+                std::thread::spawn(move || {
+                    // The kill may come before this thread connects.
+                    let Ok(mut c) = RawClient::try_connect(port) else { return };
+                    while !stop.load(Ordering::Relaxed) {
+                        match c.try_cmd(&["INCR", &format!("counter:{w}")]) {
+                            Ok(Frame::Integer(n)) => acked[w].store(n as u64, Ordering::SeqCst),
+                            _ => return,
+                        }
+                    }
+                })
+            })
+            .collect();
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        std::thread::sleep(Duration::from_millis(20 + seed % 120));
+        kill_9(&mut srv);
+        stop.store(true, Ordering::Relaxed);
+        for w in writers {
+            w.join().unwrap();
+        }
+    }
+    let srv = node(Some(&dir), &[]);
+    let mut c = srv.client();
+    for (w, a) in acked.iter().enumerate() {
+        let have = c.cmd(&["GET", &format!("counter:{w}")]).text().parse::<u64>().unwrap();
+        let want = a.load(Ordering::SeqCst);
+        assert!(have == want || have == want + 1, "writer {w}: have {have}, acknowledged {want}");
+    }
+}
+
+#[test]
+fn a_torn_tail_loads_with_aof_load_truncated_and_is_fatal_without() {
+    let mut first = node(None, &[("appendfsync", "always")]);
+    let mut c = first.client();
+    for i in 0..10 {
+        assert_eq!(c.cmd(&["SET", &format!("k{i}"), "v"]), Frame::ok());
+    }
+    kill_9(&mut first);
+    let incr = first.dir().join("appendonlydir/appendonly.aof.1.incr.aof");
+    let len = std::fs::metadata(&incr).unwrap().len();
+    // Cut the last SET in the middle of its value.
+    let f = std::fs::OpenOptions::new().write(true).open(&incr).unwrap();
+    f.set_len(len - 3).unwrap();
+    drop(f);
+    let out = builder()
+        .config("dir", &first.dir().display().to_string())
+        .config("save", "\"\"")
+        .config("appendonly", "yes")
+        .config("aof-load-truncated", "no")
+        .run_to_exit(WAIT);
+    assert_eq!(out.code(), Some(1), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("Unexpected end of file reading the append only file appendonly.aof.1.incr.aof"),
+        "{}",
+        out.stdout
+    );
+    let second = node(Some(first.dir()), &[("aof-load-truncated", "yes"), ("appendfsync", "always")]);
+    let log = second.log();
+    assert!(log.contains("!!! Warning: short read while loading the AOF file"), "{log}");
+    assert!(log.contains("loaded anyway because aof-load-truncated is enabled"), "{log}");
+    let mut c = second.client();
+    assert_eq!(c.cmd(&["DBSIZE"]), Frame::Integer(9));
+    assert!(c.cmd(&["GET", "k9"]).is_null());
+    // Writes after the cut land after whole commands: the next start loads them.
+    assert_eq!(c.cmd(&["SET", "after", "1"]), Frame::ok());
+    let mut second = second;
+    kill_9(&mut second);
+    let third = node(Some(first.dir()), &[("aof-load-truncated", "no"), ("appendfsync", "always")]);
+    assert_eq!(third.cmd(&["GET", "after"]), Frame::bulk("1"));
+}
+
+#[test]
+fn bgrewriteaof_under_writers_keeps_the_data() {
+    for preamble in ["yes", "no"] {
+        let mut first = node(None, &[("aof-use-rdb-preamble", preamble), ("appendfsync", "everysec")]);
+        let mut c = first.client();
+        assert_eq!(c.cmd(&["DEBUG", "POPULATE", "20000", "filler"]), Frame::ok());
+        assert_eq!(c.cmd(&["RPUSH", "list", "a", "b", "c"]), Frame::Integer(3));
+        assert_eq!(c.cmd(&["SET", "ttl", "x", "EX", "1000"]), Frame::ok());
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers: Vec<_> = (0..3)
+            .map(|w| {
+                let (stop, port) = (stop.clone(), first.port());
+                std::thread::spawn(move || {
+                    let mut c = RawClient::connect(port);
+                    let mut i = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        assert_eq!(c.cmd(&["INCR", &format!("c{w}")]), Frame::Integer(i as i64 + 1));
+                        assert_eq!(c.cmd(&["SET", &format!("w{w}:{}", i % 500), &i.to_string()]), Frame::ok());
+                        i += 1;
+                    }
+                })
+            })
+            .collect();
+        for _ in 0..3 {
+            let r = c.cmd(&["BGREWRITEAOF"]);
+            assert_eq!(r, Frame::simple("Background append only file rewriting started"), "{preamble}");
+            let again = c.cmd(&["BGREWRITEAOF"]);
+            if again.is_error() {
+                assert_err(&again, "ERR Background append only file rewriting already in progress");
+            }
+            let text = wait_rewritten(&mut c);
+            assert_eq!(info_field(&text, "aof_last_bgrewrite_status").as_deref(), Some("ok"), "{text}");
+        }
+        stop.store(true, Ordering::Relaxed);
+        for w in writers {
+            w.join().unwrap();
+        }
+        let want = redis_dataset(&mut c);
+        let kind = if preamble == "yes" { "rdb" } else { "aof" };
+        assert!(manifest(first.dir())[0].contains(&format!(".base.{kind} ")), "{:?}", manifest(first.dir()));
+        let _ = c.try_cmd(&["SHUTDOWN"]);
+        first.wait_exit(WAIT);
+        let second = node(Some(first.dir()), &[]);
+        let mut c = second.client();
+        assert_same(&redis_dataset(&mut c), &want);
+    }
+}
+
+#[test]
+fn the_cron_rewrites_once_the_file_grew_past_the_minimum() {
+    let srv = node(None, &[("auto-aof-rewrite-min-size", "64kb"), ("auto-aof-rewrite-percentage", "100")]);
+    let mut c = srv.client();
+    let value = "x".repeat(1000);
+    for i in 0..200 {
+        assert_eq!(c.cmd(&["SET", &format!("k{}", i % 20), &value]), Frame::ok());
+    }
+    let started = wait_for(|| info_num(&info(&mut c, "persistence"), "aof_rewrites") >= 1, WAIT);
+    assert!(started, "no automatic rewrite:\n{}", info(&mut c, "persistence"));
+    let text = wait_rewritten(&mut c);
+    assert!(srv.log().contains("Starting automatic rewriting of AOF on"), "{}", srv.log());
+    assert!(info_num(&text, "aof_base_size") < 64 * 1024, "{text}");
+    assert_eq!(c.cmd(&["DBSIZE"]), Frame::Integer(20));
+}
+
+#[test]
+fn misconf_while_the_aof_cannot_be_written_then_recovery() {
+    // chmod cannot make an open file fail (and root ignores it): the next incr file is made
+    // /dev/full instead, so every write to it fails with ENOSPC, whoever runs the test.
+    let srv = node(None, &[("appendfsync", "everysec")]);
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["SET", "k", "v"]), Frame::ok());
+    std::os::unix::fs::symlink("/dev/full", srv.dir().join("appendonlydir/appendonly.aof.2.incr.aof")).unwrap();
+    assert_eq!(c.cmd(&["BGREWRITEAOF"]), Frame::simple("Background append only file rewriting started"));
+    wait_rewritten(&mut c);
+    assert_eq!(c.cmd(&["SET", "k", "w"]), Frame::ok());
+    let misconf = "MISCONF Errors writing to the AOF file: No space left on device";
+    let failed =
+        wait_for(|| info_field(&info(&mut c, "persistence"), "aof_last_write_status").as_deref() == Some("err"), WAIT);
+    assert!(failed, "no write error:\n{}", info(&mut c, "persistence"));
+    assert_err(&c.cmd(&["SET", "k", "x"]), misconf);
+    assert_err(&c.cmd(&["PING"]), misconf);
+    assert_eq!(c.cmd(&["GET", "k"]), Frame::bulk("w"));
+    // The operator's way out: the AOF off and on again rewrites it from memory.
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "no"]), Frame::ok());
+    assert_eq!(c.cmd(&["SET", "k", "y"]), Frame::ok());
+    std::fs::remove_file(srv.dir().join("appendonlydir/appendonly.aof.2.incr.aof")).unwrap();
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "yes"]), Frame::ok());
+    wait_rewritten(&mut c);
+    assert_eq!(c.cmd(&["SET", "k", "z"]), Frame::ok());
+    assert_eq!(info_field(&info(&mut c, "persistence"), "aof_last_write_status").as_deref(), Some("ok"));
+}
+
+#[test]
+fn appendonly_turned_on_at_runtime_starts_with_a_rewrite() {
+    let mut first = builder().config("save", "\"\"").spawn();
+    let mut c = first.client();
+    assert_eq!(c.cmd(&["SET", "before", "1"]), Frame::ok());
+    assert_eq!(info_field(&info(&mut c, "persistence"), "aof_enabled").as_deref(), Some("0"));
+    assert_err(
+        &c.cmd(&["WAITAOF", "1", "0", "0"]),
+        "ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled.",
+    );
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "yes"]), Frame::ok());
+    let text = wait_rewritten(&mut c);
+    assert_eq!(info_field(&text, "aof_enabled").as_deref(), Some("1"), "{text}");
+    assert_eq!(c.cmd(&["SET", "after", "2"]), Frame::ok());
+    assert_eq!(c.cmd(&["WAITAOF", "1", "0", "0"]), Frame::Array(vec![Frame::Integer(1), Frame::Integer(0)]));
+    kill_9(&mut first);
+    let second = node(Some(first.dir()), &[]);
+    let mut c = second.client();
+    assert_eq!(c.cmd(&["MGET", "before", "after"]), Frame::Array(vec![Frame::bulk("1"), Frame::bulk("2")]));
+}
+
+#[test]
+fn with_no_aof_yet_dump_rdb_is_loaded_and_becomes_the_base() {
+    let mut first = builder().config("save", "\"\"").spawn();
+    let mut c = first.client();
+    assert_eq!(c.cmd(&["SET", "from-rdb", "1"]), Frame::ok());
+    assert_eq!(c.cmd(&["SAVE"]), Frame::ok());
+    kill_9(&mut first);
+    let second = node(Some(first.dir()), &[]);
+    let log = second.log();
+    assert!(log.contains("Creating AOF base file appendonly.aof.1.base.rdb on server start"), "{log}");
+    assert_eq!(second.cmd(&["GET", "from-rdb"]), Frame::bulk("1"));
+    let mut second = second;
+    kill_9(&mut second);
+    // The RDB goes; the AOF alone has the key.
+    std::fs::remove_file(first.dir().join("dump.rdb")).unwrap();
+    let third = node(Some(first.dir()), &[]);
+    assert_eq!(third.cmd(&["GET", "from-rdb"]), Frame::bulk("1"));
+}
+
+#[test]
+fn waitaof_counts_the_local_fsync() {
+    let srv = node(None, &[("appendfsync", "everysec")]);
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["SET", "k", "v"]), Frame::ok());
+    let start = Instant::now();
+    assert_eq!(c.cmd(&["WAITAOF", "1", "0", "0"]), Frame::Array(vec![Frame::Integer(1), Frame::Integer(0)]));
+    assert!(start.elapsed() < Duration::from_secs(5));
+    // No replica: the wait for one ends at the timeout with what there is.
+    assert_eq!(c.cmd(&["WAITAOF", "0", "1", "50"]), Frame::Array(vec![Frame::Integer(1), Frame::Integer(0)]));
+    assert_err_prefix(&c.cmd(&["WAITAOF", "-1", "0", "0"]), "ERR");
+}
+
+#[test]
+fn a_replica_with_an_aof_acknowledges_its_fsync_and_keeps_the_synced_data() {
+    let primary = node(None, &[("appendfsync", "always")]);
+    let mut p = primary.client();
+    assert_eq!(p.cmd(&["SET", "before-sync", "1"]), Frame::ok());
+    let mut replica = node(None, &[("appendfsync", "always"), ("replicaof", &format!("127.0.0.1 {}", primary.port()))]);
+    let mut r = replica.client();
+    let up = wait_for(|| info_field(&info(&mut r, "replication"), "master_link_status").as_deref() == Some("up"), WAIT);
+    assert!(up, "the link never came up:\n{}", replica.log());
+    assert_eq!(p.cmd(&["SET", "after-sync", "2"]), Frame::ok());
+    // The replica's FACK comes with its once-a-second ACK.
+    let reply = p.cmd(&["WAITAOF", "1", "1", "10000"]);
+    assert_eq!(reply, Frame::Array(vec![Frame::Integer(1), Frame::Integer(1)]), "{}", replica.log());
+    // The full sync's data reached the replica's AOF through the rewrite that followed it.
+    let synced = wait_for(|| info_num(&info(&mut r, "persistence"), "aof_rewrites") >= 1, WAIT);
+    assert!(synced, "no rewrite after the full sync:\n{}", replica.log());
+    wait_rewritten(&mut r);
+    assert_eq!(r.cmd(&["GET", "after-sync"]), Frame::bulk("2"));
+    kill_9(&mut replica);
+    let alone = node(Some(replica.dir()), &[]);
+    let mut c = alone.client();
+    assert_eq!(c.cmd(&["MGET", "before-sync", "after-sync"]), Frame::Array(vec![Frame::bulk("1"), Frame::bulk("2")]));
+}
+
+#[test]
+fn an_old_single_file_aof_is_upgraded_and_loaded() {
+    let mut first = builder().config("save", "\"\"").spawn();
+    kill_9(&mut first);
+    let old = "*2\r\n$6\r\nSELECT\r\n$1\r\n0\r\n*3\r\n$3\r\nSET\r\n$3\r\nold\r\n$3\r\nyes\r\n\
+               *3\r\n$5\r\nRPUSH\r\n$1\r\nl\r\n$1\r\na\r\n";
+    std::fs::write(first.dir().join("appendonly.aof"), old).unwrap();
+    let srv = node(Some(first.dir()), &[]);
+    let log = srv.log();
+    assert!(
+        log.contains(
+            "Successfully migrated an old-style AOF file (appendonly.aof) into the AOF directory (appendonlydir)."
+        ),
+        "{log}"
+    );
+    assert_eq!(srv.cmd(&["GET", "old"]), Frame::bulk("yes"));
+    assert_eq!(srv.cmd(&["LRANGE", "l", "0", "-1"]), Frame::Array(vec![Frame::bulk("a")]));
+    assert!(!first.dir().join("appendonly.aof").exists());
+    assert_eq!(
+        manifest(first.dir()),
+        ["file appendonly.aof seq 1 type b", "file appendonly.aof.1.incr.aof seq 1 type i"]
+    );
+}
+
+#[test]
+fn bgrewriteaof_behind_a_running_save_is_scheduled_and_runs_after_it() {
+    let srv = node(None, &[]);
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["DEBUG", "POPULATE", "2000"]), Frame::ok());
+    assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "1000"]), Frame::ok());
+    assert_eq!(c.cmd(&["BGSAVE"]), Frame::simple("Background saving started"));
+    assert_eq!(c.cmd(&["BGREWRITEAOF"]), Frame::simple("Background append only file rewriting scheduled"));
+    assert_eq!(info_field(&info(&mut c, "persistence"), "aof_rewrite_scheduled").as_deref(), Some("1"));
+    let text = wait_rewritten(&mut c);
+    assert_eq!(info_num(&text, "aof_rewrites"), 1, "{text}");
+    assert_eq!(info_field(&text, "aof_last_bgrewrite_status").as_deref(), Some("ok"), "{text}");
+}
+
+#[test]
+fn appendfsync_and_timestamps_change_on_the_running_writer() {
+    let srv = node(None, &[("appendfsync", "no")]);
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["CONFIG", "SET", "aof-timestamp-enabled", "yes", "appendfsync", "always"]), Frame::ok());
+    assert_eq!(c.cmd(&["SET", "k", "v"]), Frame::ok());
+    // Under always the reply waited for the file: the command and its #TS line are there.
+    let incr = std::fs::read_to_string(srv.dir().join("appendonlydir/appendonly.aof.1.incr.aof")).unwrap();
+    assert!(incr.starts_with("#TS:"), "{incr:?}");
+    assert!(incr.ends_with("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"), "{incr:?}");
+}
