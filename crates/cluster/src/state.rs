@@ -1767,6 +1767,24 @@ impl ClusterState {
         self.nodes().into_iter().filter_map(|n| self.cert_of(&n.id).map(|c| (n, c))).collect()
     }
 
+    /// A replica's full sync brought its primary's open slots (`importing` true for an
+    /// import): they replace this node's own. Unknown nodes are left out.
+    pub fn set_open_slots(&mut self, open: &[(u16, bool, NodeId)]) {
+        self.migrating.clear();
+        self.importing.clear();
+        for &(slot, importing, id) in open {
+            if !self.nodes.contains_key(&id) {
+                continue;
+            }
+            if importing {
+                self.importing.insert(slot, id);
+            } else {
+                self.migrating.insert(slot, id);
+            }
+        }
+        self.dirty = true;
+    }
+
     /// The slot this node is migrating away, and where.
     pub fn migrating(&self) -> &HashMap<u16, NodeId> {
         &self.migrating

@@ -385,3 +385,77 @@ impl Transport for TlsTransport {
 pub fn my_offset(srv: &Server) -> u64 {
     if srv.repl.is_replica() && srv.repl.loading() { 0 } else { srv.repl.primary.offset() }
 }
+
+/// The AUX field of a full sync's RDB that carries the primary's open slots (Valkey 8).
+pub const OPEN_SLOTS_AUX: &str = "cluster-slot-states";
+
+/// The open slots as Valkey writes them in `cluster-slot-states`: `<slot><<id>,` for each
+/// import, then `<slot>><id>,` for each migration; `None` when no slot is open.
+pub fn encode_open_slots(st: &hotkv_cluster::state::ClusterState) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    for (states, mark) in [(st.importing(), b'<'), (st.migrating(), b'>')] {
+        let mut slots: Vec<_> = states.iter().collect();
+        slots.sort_unstable_by_key(|(slot, _)| **slot);
+        for (slot, id) in slots {
+            out.extend_from_slice(slot.to_string().as_bytes());
+            out.push(mark);
+            out.extend_from_slice(id.as_str().as_bytes());
+            out.push(b',');
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// Parses `cluster-slot-states`; `None` for anything malformed (a primary that lies gets no
+/// open slot from it).
+pub fn decode_open_slots(v: &[u8]) -> Option<Vec<(u16, bool, hotkv_cluster::node::NodeId)>> {
+    let mut out = Vec::new();
+    for item in v.split(|&b| b == b',').filter(|i| !i.is_empty()) {
+        let at = item.iter().position(|&b| b == b'<' || b == b'>')?;
+        let slot: u16 = std::str::from_utf8(&item[..at]).ok()?.parse().ok()?;
+        if usize::from(slot) >= hotkv_engine::slot::SLOTS {
+            return None;
+        }
+        let id = hotkv_cluster::node::NodeId::parse(&item[at + 1..])?;
+        out.push((slot, item[at] == b'<', id));
+    }
+    Some(out)
+}
+
+/// A replica's full sync ended: its open slots become the ones its primary sent.
+pub fn apply_open_slots(cluster: &ClusterNode, field: Option<&[u8]>) {
+    let open = match field {
+        None => Vec::new(),
+        Some(v) => match decode_open_slots(v) {
+            Some(open) => open,
+            None => {
+                warn!("Ignoring a malformed cluster-slot-states field from the primary");
+                return;
+            }
+        },
+    };
+    cluster.state().set_open_slots(&open);
+    cluster.changed();
+}
+
+#[cfg(test)]
+mod open_slot_tests {
+    use super::*;
+
+    #[test]
+    fn cluster_slot_states_parse_as_valkey_writes_them() {
+        let a = "a".repeat(40);
+        let b = "b".repeat(40);
+        let field = format!("609<{a},7>{b},13>{b},");
+        let open = decode_open_slots(field.as_bytes()).unwrap();
+        assert_eq!(open.len(), 3);
+        assert_eq!(open[0].0, 609);
+        assert!(open[0].1, "< is an import");
+        assert!(!open[1].1);
+        // Whatever a primary could send that is not the format gives nothing.
+        for bad in ["609", "609<short,", "x<aaaa,", "99999<{a},", "609?{a},"] {
+            assert!(decode_open_slots(bad.replace("{a}", &a).as_bytes()).is_none(), "{bad}");
+        }
+        assert_eq!(decode_open_slots(b"").unwrap(), vec![]);
+    }
+}

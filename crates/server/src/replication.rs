@@ -437,6 +437,12 @@ impl Applier for MasterClient {
                 );
                 // The snapshot went straight into the keyspace, past the AOF.
                 crate::aof::wire::after_full_sync(&self.srv);
+                // The primary's open slots come with its data (Valkey's cluster-slot-states):
+                // a new replica knows a migration under way as its primary does.
+                if let Some(cluster) = &self.srv.cluster {
+                    let open = self.load.1.aux.iter().find(|(k, _)| k == crate::cluster::OPEN_SLOTS_AUX.as_bytes());
+                    crate::cluster::apply_open_slots(cluster, open.map(|(_, v)| v.as_slice()));
+                }
                 Ok(())
             }
             Some(r) => Err(r.finish().err().map_or_else(|| "snapshot incomplete".to_string(), |e| e.to_string())),
@@ -525,7 +531,20 @@ fn write_snapshot(
         let _ = point_tx.send(cut.point.clone());
     };
     let ship = |b: Bytes| tx.blocking_send(Ok(b)).is_ok();
-    let end = crate::snapshot::stream_rdb(srv, &Default::default(), retry, started, ship);
+    let mut opts = crate::snapshot::StreamOptions::default();
+    if srv.cluster.is_some() {
+        let weak = Arc::downgrade(srv);
+        opts.aux_at_cut = Some(crate::snapshot::AuxHook(Arc::new(move || {
+            let Some(srv) = weak.upgrade() else { return Vec::new() };
+            let Some(cluster) = &srv.cluster else { return Vec::new() };
+            let st = cluster.state();
+            match crate::cluster::encode_open_slots(&st) {
+                Some(v) => vec![(crate::cluster::OPEN_SLOTS_AUX, v)],
+                None => Vec::new(),
+            }
+        })));
+    }
+    let end = crate::snapshot::stream_rdb(srv, &opts, retry, started, ship);
     if let crate::snapshot::StreamEnd::Done { keys } = end {
         info!(keys, "Snapshot for replication complete ({} keys)", keys);
     }

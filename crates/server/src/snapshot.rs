@@ -57,6 +57,18 @@ pub struct StreamOptions {
     /// Runs at the cut, with every slot lock held (an AOF rewrite switches its incr file
     /// there, so the file and the image split the write stream at the same call).
     pub at_cut: Option<CutHook>,
+    /// Extra AUX fields, computed at the cut (a full sync's `cluster-slot-states`).
+    pub aux_at_cut: Option<AuxHook>,
+}
+
+/// Computes AUX fields at a snapshot's cut: must be short and must not take a slot lock.
+#[derive(Clone)]
+pub struct AuxHook(pub Arc<dyn Fn() -> Vec<(&'static str, Vec<u8>)> + Send + Sync>);
+
+impl std::fmt::Debug for AuxHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AuxHook")
+    }
 }
 
 /// Code run at a snapshot's cut: must be short and must not take a slot lock.
@@ -94,7 +106,8 @@ pub fn stream_rdb(
             }
             let p = primary.snapshot_point();
             let mut head = Vec::with_capacity(256);
-            let aux = [
+            let extra = opts.aux_at_cut.as_ref().map(|h| (h.0)()).unwrap_or_default();
+            let mut aux = vec![
                 ("redis-ver", AuxValue::Str(crate::cmd::conn::REDIS_VERSION.as_bytes())),
                 ("redis-bits", AuxValue::Int(64)),
                 ("ctime", AuxValue::Int(unix_ms() / 1000)),
@@ -104,6 +117,7 @@ pub fn stream_rdb(
                 ("repl-offset", AuxValue::Int(p.offset as i64)),
                 ("aof-base", AuxValue::Int(0)),
             ];
+            aux.extend(extra.iter().map(|(k, v)| (*k, AuxValue::Str(v))));
             let mut o = o.lock();
             o.writer = Some(RdbWriter::with_options(&mut head, &aux, write_opts));
             o.ready.push(Bytes::from(head));

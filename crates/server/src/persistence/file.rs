@@ -62,7 +62,8 @@ pub(crate) fn save(srv: &Server, cut: &SyncSender<Result<(), StartError>>) -> Ou
     let opts = WriteOptions { compress: settings.bool(t::RDBCOMPRESSION), checksum: settings.bool(t::RDBCHECKSUM) };
     let sync_every = if settings.bool(t::RDB_SAVE_INCREMENTAL_FSYNC) { INCREMENTAL_FSYNC_BYTES } else { 0 };
     let delay = Duration::from_micros(settings.int(t::RDB_KEY_SAVE_DELAY).max(0) as u64);
-    let opts = StreamOptions { write: opts, key_delay: delay, progress: super::progress(srv), at_cut: None };
+    let opts =
+        StreamOptions { write: opts, key_delay: delay, progress: super::progress(srv), at_cut: None, aux_at_cut: None };
     let mut out = SyncedFile { file: io::BufWriter::with_capacity(WRITE_BUFFER, file), unsynced: 0, sync_every };
     let mut error: Option<io::Error> = None;
     let mut dirty_at_cut = 0;
