@@ -61,9 +61,12 @@ pub struct StreamOptions {
     pub aux_at_cut: Option<AuxHook>,
 }
 
+/// AUX fields: name and value.
+pub type AuxFields = Vec<(&'static str, Vec<u8>)>;
+
 /// Computes AUX fields at a snapshot's cut: must be short and must not take a slot lock.
 #[derive(Clone)]
-pub struct AuxHook(pub Arc<dyn Fn() -> Vec<(&'static str, Vec<u8>)> + Send + Sync>);
+pub struct AuxHook(pub Arc<dyn Fn() -> AuxFields + Send + Sync>);
 
 impl std::fmt::Debug for AuxHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
