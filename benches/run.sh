@@ -2,7 +2,9 @@
 # Benchmarks hotkv against redis-server side by side; see benches/harness.py for options.
 # `benches/run.sh cluster [options]` runs the cluster benchmarks instead (benches/cluster.py),
 # `benches/run.sh reshard [options]` the resharding benchmark (benches/reshard.py),
-# `benches/run.sh replication [options]` the cost of a replica (benches/replication.py).
+# `benches/run.sh replication [options]` the cost of a replica (benches/replication.py),
+# `benches/run.sh persistence [options]` BGSAVE, BGREWRITEAOF, loading and the AOF's cost
+# (benches/persistence.py).
 # Installs Debian's redis-server and redis-tools when missing, builds hotkv in release mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,5 +29,9 @@ fi
 if [ "${1:-}" = replication ]; then
   shift
   exec python3 benches/replication.py "$@"
+fi
+if [ "${1:-}" = persistence ]; then
+  shift
+  exec python3 benches/persistence.py "$@"
 fi
 exec python3 benches/harness.py "$@"

@@ -550,14 +550,6 @@ fn write_snapshot(
     }
 }
 
-/// Empties every database, unreplicated and unanswered (Valkey's `emptyData`): a replica
-/// that CLUSTER RESET turns into an empty primary drops its primary's data.
-pub fn empty_data(srv: &Arc<Server>) {
-    let mut client = MasterClient::new(srv);
-    let (flat, spans) = crate::dispatch::flatten(&[b"FLUSHALL".to_vec()]);
-    client.run(Args::from_parts(&flat, &spans));
-}
-
 /// Tells the cluster at once that this replica started or stopped loading a full sync:
 /// CLUSTER SLOTS on every node hides a loading replica, so clients do not send it reads it
 /// would answer with -LOADING.

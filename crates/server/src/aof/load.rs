@@ -136,6 +136,12 @@ pub enum LoadError<E> {
         /// Where the SELECT starts.
         offset: u64,
     },
+    /// A file the manifest lists is missing or cannot be looked at (already logged with
+    /// Valkey's "Unable to obtain the AOF file ... length" line).
+    Missing {
+        /// The file.
+        file: String,
+    },
     /// The callback refused a command (an unknown command, for example).
     Command {
         /// The file.
@@ -152,6 +158,9 @@ impl<E: fmt::Display> fmt::Display for LoadError<E> {
         match self {
             LoadError::Io { file, cause } => {
                 write!(f, "Fatal error: can't open the append log file {file} for reading: {cause}")
+            }
+            LoadError::Missing { file } => {
+                write!(f, "Fatal error: the AOF manifest lists {file}, which cannot be read; see above")
             }
             LoadError::Rdb { file, offset, cause } => {
                 write!(f, "Error reading the RDB base file {file}, AOF loading aborted (offset {offset}: {cause})")
@@ -204,7 +213,7 @@ pub fn load_all<E>(
         // Valkey stats every file before loading any: a listed file that is missing is fatal.
         let size = fs::metadata(f.path(&dir)).map_err(|cause| {
             tracing::warn!("Unable to obtain the AOF file {} length. stat: {cause}", f.display_name());
-            LoadError::Io { file: f.display_name(), cause }
+            LoadError::Missing { file: f.display_name() }
         })?;
         sizes.push(size.len());
     }

@@ -632,9 +632,9 @@ fn reset(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> R
         return Err(CommandError::err("CLUSTER RESET can't be called with master nodes containing keys"));
     }
     // A replica becomes an empty primary: its primary's data goes with the role, as Valkey's
-    // clusterReset empties it.
+    // clusterReset empties it (neither replicated nor written to the AOF: emptyData).
     if !n.state().myself().is_primary() {
-        crate::replication::empty_data(&srv.arc().ok_or_else(|| CommandError::err("server is shutting down"))?);
+        crate::persistence::flush_all(srv);
     }
     change(srv, out, |st| {
         st.reset(hard);

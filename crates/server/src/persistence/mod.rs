@@ -493,7 +493,7 @@ pub async fn debug_reload(srv: &Arc<Server>, save: bool, flush: bool) -> Result<
 
 /// Empties every database, one slot lock at a time (a pending snapshot slot is written out
 /// first, so a save in progress keeps its image).
-fn flush_all(srv: &Server) {
+pub(crate) fn flush_all(srv: &Server) {
     for db in 0..srv.ks.databases() {
         if srv.ks.db_if_used(db).is_none() {
             continue;
