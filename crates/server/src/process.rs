@@ -142,6 +142,9 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
     // Valkey 8.0 listens before loading and answers -LOADING meanwhile; replication and the
     // cron start once the dataset is in (a primary then carries on the file's replication
     // history).
+    // Loading from the first accepted client on: the load itself sets its own flag only
+    // once it has found what to load, and the AOF opens after it.
+    srv.persist.set_starting(true);
     for (ls, tls, p) in [(listeners, false, port), (tls_listeners, true, tls_port)] {
         match listener::start(&srv, ls, tls) {
             Ok(h) => srv.listeners.lock().extend(h),
@@ -154,6 +157,7 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
     info!("Server initialized");
     let loader = srv.clone();
     let loaded = tokio::task::spawn_blocking(move || crate::aof::wire::load_at_start(&loader)).await;
+    srv.persist.set_starting(false);
     if !matches!(loaded, Ok(Ok(()))) {
         listener::stop_blocking(std::mem::take(&mut *srv.listeners.lock()));
         return 1;

@@ -65,6 +65,9 @@ pub struct Persistence {
     /// Set to make the running save give up (SHUTDOWN replaces it with its own).
     abort: AtomicBool,
     /// The file is being loaded (at start, DEBUG RELOAD): commands answer -LOADING.
+    /// From before the listeners open until the dataset is in and the AOF is open: clients
+    /// get -LOADING rather than an empty keyspace or a write the AOF would miss.
+    starting: AtomicBool,
     loading: AtomicBool,
     /// What INFO shows while loading.
     pub(crate) load: Mutex<LoadProgress>,
@@ -105,6 +108,7 @@ impl Default for Persistence {
             dirty_base: AtomicU64::new(0),
             abort: AtomicBool::new(false),
             loading: AtomicBool::new(false),
+            starting: AtomicBool::new(false),
             load: Mutex::new(LoadProgress::default()),
             last_load: Mutex::new((0, 0)),
         }
@@ -112,9 +116,14 @@ impl Default for Persistence {
 }
 
 impl Persistence {
-    /// Whether the dataset is being loaded from the file.
+    /// Marks the start-up load (see `starting`).
+    pub fn set_starting(&self, on: bool) {
+        self.starting.store(on, Ordering::Release);
+    }
+
+    /// Whether the dataset is being loaded from the file (or the node is still starting).
     pub fn loading(&self) -> bool {
-        self.loading.load(Ordering::Acquire)
+        self.loading.load(Ordering::Acquire) || self.starting.load(Ordering::Acquire)
     }
 
     /// Whether the last background save succeeded (`rdb_last_bgsave_status:ok`).
