@@ -169,7 +169,6 @@ fn run_checked(
     }
     if !master {
         check_replication(b, cmd, sess).map_err(|e| rejected(sess, e))?;
-        check_aof_disk(b, cmd, sess).map_err(|e| rejected(sess, e))?;
     }
     if sess.multi.is_some() && !b.srv.known.multi_immediate.contains(&id) {
         return queue(b, cmd, sess, args, out, &scratch.plan).map_err(|e| rejected(sess, e));
@@ -230,12 +229,16 @@ fn paused(b: &Batch<'_>, cmd: &Command, sess: &Session) -> bool {
 /// command that may write or replicate under `WRITE`.
 pub(crate) fn transaction_paused(b: &Batch<'_>, multi: &crate::session::MultiState) -> bool {
     use crate::pause::Mode;
-    const WRITES: u32 = flags::WRITE | flags::MAY_REPLICATE;
     match b.srv.pause.mode(b.now_ms) {
         Mode::None => false,
         Mode::All => true,
-        Mode::Write => multi.queue.iter().any(|q| b.srv.registry.get(q.cmd).spec.flags() & WRITES != 0),
+        Mode::Write => queues(b, multi, flags::WRITE | flags::MAY_REPLICATE),
     }
+}
+
+/// Whether `multi` has a queued command with one of `mask`'s flags.
+fn queues(b: &Batch<'_>, multi: &crate::session::MultiState, mask: u32) -> bool {
+    multi.queue.iter().any(|q| b.srv.registry.get(q.cmd).spec.flags() & mask != 0)
 }
 
 /// Cluster routing, before any slot lock: redirects and refusals are answered here. When the
@@ -361,24 +364,6 @@ fn check_pubsub_context(b: &Batch<'_>, cmd: &Command, sess: &Session, out: &Repl
     Ok(())
 }
 
-/// Valkey's `DISK_ERROR_TYPE_AOF`: while the AOF writer reports a write or fsync error, write
-/// commands (an EXEC with one queued) and PING are refused with `-MISCONF Errors writing to
-/// the AOF file: <reason>`.
-fn check_aof_disk(b: &Batch<'_>, cmd: &Command, sess: &Session) -> Result<(), CommandError> {
-    let Some(text) = b.srv.aof.misconf() else { return Ok(()) };
-    let writes = cmd.spec.flags() & flags::WRITE != 0
-        || cmd.id == b.srv.known.ping
-        || (cmd.id == b.srv.known.exec
-            && sess
-                .multi
-                .as_ref()
-                .is_some_and(|m| m.queue.iter().any(|q| b.srv.registry.get(q.cmd).spec.flags() & flags::WRITE != 0)));
-    if writes {
-        return Err(CommandError::raw(text));
-    }
-    Ok(())
-}
-
 /// The replication checks of Valkey's processCommand: writes on a read-only replica
 /// (READONLY) or on a primary without enough good replicas (NOREPLICAS), anything but stale
 /// commands on a replica whose link is down when `replica-serve-stale-data` is off
@@ -389,19 +374,22 @@ fn check_replication(b: &Batch<'_>, cmd: &Command, sess: &Session) -> Result<(),
     let flags = cmd.spec.flags();
     let replica = repl.is_replica();
     let loading = repl.loading() || b.srv.persist.loading();
-    let misconf = crate::persistence::denies_writes(b.srv, b.rt);
-    if !replica && b.rt.min_replicas_to_write == 0 && !loading && !misconf {
+    // Valkey's writeCommandsDeniedByDiskError: a failed background save first, then the AOF.
+    let misconf = if crate::persistence::denies_writes(b.srv, b.rt) {
+        Some(std::borrow::Cow::Borrowed(crate::persistence::MISCONF))
+    } else {
+        b.srv.aof.misconf().map(std::borrow::Cow::Owned)
+    };
+    if !replica && b.rt.min_replicas_to_write == 0 && !loading && misconf.is_none() {
         return Ok(());
     }
     let writes = flags & flags::WRITE != 0
-        || (cmd.id == b.srv.known.exec
-            && sess
-                .multi
-                .as_ref()
-                .is_some_and(|m| m.queue.iter().any(|q| b.srv.registry.get(q.cmd).spec.flags() & flags::WRITE != 0)));
+        || (cmd.id == b.srv.known.exec && sess.multi.as_ref().is_some_and(|m| queues(b, m, flags::WRITE)));
     // Valkey refuses PING too, so a health check notices (processCommand's deny_write_type).
-    if misconf && (writes || cmd.id == b.srv.known.ping) {
-        return Err(CommandError::raw(crate::persistence::MISCONF));
+    if let Some(text) = misconf
+        && (writes || cmd.id == b.srv.known.ping)
+    {
+        return Err(CommandError::raw(text));
     }
     if replica {
         if writes && b.rt.replica_read_only {

@@ -5,29 +5,16 @@
 //! memory than its size justifies. Seeds: `tests/fuzz/corpus/aof-manifest/`, `.../aof/`.
 
 use std::fs;
-use std::path::PathBuf;
 
 use hotkv_engine::ctx::EngineConfig;
 use hotkv_engine::keyspace::Keyspace;
-use hotkv_test_support::fuzz::{Budget, corpus, run};
-use tikv_jemalloc_ctl::thread;
+use hotkv_test_support::fuzz::{Budget, run};
 
 use super::AofPaths;
 use super::load::{self, LoadOptions, RdbTarget};
 use super::manifest::{AofFile, FileKind, Manifest};
 use super::parse::{self, Parsed};
-
-/// Runs `f` and returns its result with the bytes the current thread allocated meanwhile.
-fn allocated_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let counter = thread::allocatedp::read().expect("jemalloc is the allocator");
-    let before = counter.get();
-    let out = f();
-    (out, counter.get().wrapping_sub(before) as usize)
-}
-
-fn seeds(target: &str) -> Vec<Vec<u8>> {
-    corpus(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fuzz/corpus").join(target))
-}
+use crate::config::fuzz::{allocated_during, seeds};
 
 #[test]
 fn manifest_parser_survives_mutated_manifests() {

@@ -69,15 +69,20 @@ impl Aof {
     /// write a crash could lose. Reading the appended offset after the batch's calls can only
     /// ask for more than they wrote, never less.
     pub async fn wait_replies(&self) {
-        let Some(w) = self.writer.load_full() else { return };
-        if !w.replies_wait() {
-            return;
+        // Every connection asks once per batch: a guard, not a clone of the writer's Arc,
+        // so the common case (no AOF, or not `always`) bumps no shared count.
+        let upto = {
+            let w = self.writer.load();
+            let Some(w) = w.as_ref().filter(|w| w.replies_wait()) else { return };
+            let upto = w.appended_offset();
+            if w.durable_offset() >= upto {
+                return;
+            }
+            upto
+        };
+        if let Some(w) = self.writer.load_full() {
+            w.wait_durable(upto).await;
         }
-        let upto = w.appended_offset();
-        if w.durable_offset() >= upto {
-            return;
-        }
-        w.wait_durable(upto).await;
     }
 
     /// The `-MISCONF` reply while the writer reports a write or fsync error (Valkey's

@@ -13,14 +13,15 @@ use tikv_jemalloc_ctl::thread;
 use super::{conf, toml};
 
 /// Runs `f` and returns its result with the bytes the current thread allocated meanwhile.
-fn allocated_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
+pub(crate) fn allocated_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
     let counter = thread::allocatedp::read().expect("jemalloc is the allocator");
     let before = counter.get();
     let out = f();
     (out, counter.get().wrapping_sub(before) as usize)
 }
 
-fn seeds(target: &str) -> Vec<Vec<u8>> {
+/// The seed corpus of `target` in `tests/fuzz/corpus`.
+pub(crate) fn seeds(target: &str) -> Vec<Vec<u8>> {
     corpus(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fuzz/corpus").join(target))
 }
 

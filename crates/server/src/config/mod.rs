@@ -255,7 +255,7 @@ pub fn os_reason(e: &std::io::Error) -> String {
 }
 
 #[cfg(test)]
-mod fuzz;
+pub(crate) mod fuzz;
 
 /// Helpers shared by the unit tests of the config modules.
 #[cfg(test)]
