@@ -469,8 +469,12 @@ fn clients_get_loading_while_the_file_loads_at_start() {
             if reply.error_text().as_deref() != Some("LOADING Valkey is loading the dataset in memory") {
                 return false;
             }
-            seen = Some(info(&mut c, "persistence"));
-            true
+            // The first clients are accepted before the loader has opened the file (its size
+            // is not known yet): wait for the figures rather than catch that instant.
+            let text = info(&mut c, "persistence");
+            let sized = info_num(&text, "loading_total_bytes") > 0;
+            seen = Some(text);
+            sized
         },
         WAIT,
     );

@@ -197,6 +197,9 @@ pub enum Loaded {
     /// A sorted set's members with their scores, in no particular order, without
     /// duplicates; the caller picks the encoding.
     ZSet(Vec<(Vec<u8>, f64)>),
+    /// A sorted set's listpack, checked to be in order ([`ZSet::listpack_in_order`]): kept
+    /// as it is when it fits the limits.
+    ZSetListpack(Listpack),
 }
 
 /// A decoded value in the encoding this server's limits call for, ready to insert.
@@ -228,6 +231,11 @@ impl Loaded {
                 let limits =
                     ZSetLimits { max_entries: cfg.zset_max_listpack_entries, max_value: cfg.zset_max_listpack_value };
                 Restored::Obj(Object::ZSet(ZSet::from_sorted(&items, limits)))
+            }
+            Loaded::ZSetListpack(lp) => {
+                let limits =
+                    ZSetLimits { max_entries: cfg.zset_max_listpack_entries, max_value: cfg.zset_max_listpack_value };
+                Restored::Obj(Object::ZSet(ZSet::from_ordered_listpack(lp, limits)))
             }
         }
     }
@@ -397,6 +405,15 @@ fn encode_hash(out: &mut Vec<u8>, key: Option<&[u8]>, h: &Hash, c: Strings) {
 }
 
 fn encode_zset(out: &mut Vec<u8>, key: Option<&[u8]>, z: &ZSet, c: Strings) {
+    // A small set is already the listpack Redis 7 and Valkey write: its bytes go out as they
+    // are, and load back without re-encoding.
+    if let ZSet::Packed(lp) = z
+        && lp.bytes() <= LISTPACK_MAX_SAFETY_SIZE
+    {
+        type_and_key(out, TYPE_ZSET_LISTPACK, key, c);
+        put_blob(out, lp.as_bytes(), c);
+        return;
+    }
     type_and_key(out, TYPE_ZSET_2, key, c);
     write_len(out, z.len() as u64);
     for (m, score) in z.range(z.len().saturating_sub(1), z.len(), true) {
@@ -468,7 +485,15 @@ pub fn read_object(r: &mut Reader<'_>, ty: u8) -> Result<Loaded, RdbError> {
         TYPE_STRING => Loaded::Str(r.string()?),
         TYPE_LIST => Loaded::List(read_list(r)?),
         TYPE_LIST_QUICKLIST_2 => Loaded::List(read_quicklist(r)?),
-        TYPE_ZSET | TYPE_ZSET_2 | TYPE_ZSET_LISTPACK => Loaded::ZSet(read_zset(r, ty)?),
+        TYPE_ZSET_LISTPACK => {
+            let lp = Listpack::from_bytes(r.string()?).map_err(|_| RdbError::BadFormat)?;
+            if ZSet::listpack_in_order(&lp) {
+                Loaded::ZSetListpack(lp)
+            } else {
+                Loaded::ZSet(zset_listpack_items(&lp)?)
+            }
+        }
+        TYPE_ZSET | TYPE_ZSET_2 => Loaded::ZSet(read_zset(r, ty)?),
         TYPE_SET => Loaded::Object(Object::Set(read_set(r)?)),
         TYPE_HASH => Loaded::Object(Object::Hash(read_hash(r)?)),
         TYPE_SET_INTSET => Loaded::Object(Object::Set(Set::from_intset(&r.string()?).ok_or(RdbError::BadFormat)?)),
@@ -672,13 +697,7 @@ fn read_quicklist(r: &mut Reader<'_>) -> Result<Vec<Vec<u8>>, RdbError> {
 /// Duplicate members and NaN scores are corrupt data, as in Valkey's loader.
 fn read_zset(r: &mut Reader<'_>, ty: u8) -> Result<Vec<(Vec<u8>, f64)>, RdbError> {
     let mut items = Vec::new();
-    if ty == TYPE_ZSET_LISTPACK {
-        let lp = Listpack::from_bytes(r.string()?).map_err(|_| RdbError::BadFormat)?;
-        let mut it = lp.iter();
-        while let Some(m) = it.next() {
-            items.push(scored(m, it.next().ok_or(RdbError::BadFormat)?)?);
-        }
-    } else if ty == TYPE_ZSET_ZIPLIST {
+    if ty == TYPE_ZSET_ZIPLIST {
         let mut member = None;
         legacy::ziplist_for_each(&r.string()?, |v| {
             match member.take() {
@@ -702,6 +721,21 @@ fn read_zset(r: &mut Reader<'_>, ty: u8) -> Result<Vec<(Vec<u8>, f64)>, RdbError
             items.push((m, score));
         }
     }
+    checked_zset(items)
+}
+
+/// The pairs of a sorted set's listpack that is not in order: sorted later, or refused.
+fn zset_listpack_items(lp: &Listpack) -> Result<Vec<(Vec<u8>, f64)>, RdbError> {
+    let mut items = Vec::new();
+    let mut it = lp.iter();
+    while let Some(m) = it.next() {
+        items.push(scored(m, it.next().ok_or(RdbError::BadFormat)?)?);
+    }
+    checked_zset(items)
+}
+
+/// A NaN score, a member twice or no member at all is corrupt.
+fn checked_zset(items: Vec<(Vec<u8>, f64)>) -> Result<Vec<(Vec<u8>, f64)>, RdbError> {
     if items.iter().any(|(_, s)| s.is_nan()) {
         return Err(RdbError::BadFormat);
     }
@@ -921,6 +955,54 @@ mod tests {
 
     fn restore_all(payload: &[u8]) -> Result<Loaded, RdbError> {
         restore(payload, u64::MAX)
+    }
+
+    /// A sorted-set listpack payload of the given elements, as Redis 7 lays it out.
+    fn zset_listpack(elems: &[&[u8]]) -> Vec<u8> {
+        let mut lp = Listpack::new();
+        for e in elems {
+            lp.push_back(e);
+        }
+        let mut body = vec![TYPE_ZSET_LISTPACK];
+        write_len(&mut body, lp.bytes() as u64);
+        body.extend_from_slice(lp.as_bytes());
+        finish(body)
+    }
+
+    #[test]
+    fn zset_listpacks_in_order_are_kept_whole_and_others_sorted_or_refused() {
+        let cfg = EngineConfig::default();
+        let restored = |p: &[u8]| match restore_all(p).map(|l| l.into_restored(&cfg)) {
+            Ok(Restored::Obj(Object::ZSet(z))) => Ok(z),
+            Ok(other) => panic!("zset expected, got {other:?}"),
+            Err(e) => Err(e),
+        };
+        // In order, with integer members and infinite scores: adopted as it is.
+        let ordered: &[&[u8]] = &[b"x", b"-inf", b"7", b"1", b"b", b"1", b"a", b"2.5", b"z", b"inf"];
+        let Ok(Loaded::ZSetListpack(_)) = restore_all(&zset_listpack(ordered)) else { panic!("kept whole") };
+        let z = restored(&zset_listpack(ordered)).unwrap();
+        let mut again = Vec::new();
+        encode_value(&mut again, None, ValueRef::Obj(&Object::ZSet(z.clone())));
+        assert_eq!(finish(again), zset_listpack(ordered), "written back byte for byte");
+        // Out of order: sorted on the slow path, same set.
+        let shuffled: &[&[u8]] = &[b"z", b"inf", b"a", b"2.5", b"7", b"1", b"x", b"-inf", b"b", b"1"];
+        let Ok(Loaded::ZSet(_)) = restore_all(&zset_listpack(shuffled)) else { panic!("slow path") };
+        assert_eq!(restored(&zset_listpack(shuffled)).unwrap(), z);
+        // Corrupt: a member twice (in score order), a score that is no number, NaN, odd count.
+        for bad in [&[&b"a"[..], b"1", b"b", b"2", b"a", b"3"][..], &[b"a", b"x"], &[b"a", b"nan"], &[b"a", b"1", b"b"]]
+        {
+            assert_eq!(restore_all(&zset_listpack(bad)), Err(RdbError::BadFormat), "{bad:?}");
+        }
+        // Past the limits: converted as ZADD would have.
+        let small = EngineConfig { zset_max_listpack_entries: 2, ..EngineConfig::default() };
+        let Ok(Restored::Obj(Object::ZSet(big))) =
+            restore_all(&zset_listpack(ordered)).map(|l| l.into_restored(&small))
+        else {
+            panic!("zset expected")
+        };
+        assert_eq!(big.encoding(), "skiplist");
+        let owned = |z: &ZSet| z.iter().into_iter().map(|(m, s)| (m.to_vec(), s)).collect::<Vec<_>>();
+        assert_eq!(owned(&big), owned(&z));
     }
 
     #[test]

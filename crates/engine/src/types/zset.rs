@@ -65,6 +65,58 @@ impl ZSet {
         z
     }
 
+    /// Whether a listpack read from an RDB file or a DUMP payload can serve as a sorted set
+    /// as it is: (member, score) pairs with numeric scores, in the order this type keeps (by
+    /// score, then member), no member twice. Redis and Valkey write them so; anything else
+    /// takes the slow path that sorts or refuses it.
+    pub fn listpack_in_order(lp: &Listpack) -> bool {
+        if lp.len() % 2 != 0 || lp.is_empty() {
+            return false;
+        }
+        let bytes_cmp = |a: &Value<'_>, b: &Value<'_>| a.with_bytes(|x| b.with_bytes(|y| x.cmp(y)));
+        let mut members = Vec::with_capacity(lp.len() / 2);
+        let mut prev: Option<(Value<'_>, f64)> = None;
+        let mut it = lp.iter();
+        while let (Some(m), Some(s)) = (it.next(), it.next()) {
+            let score = match s {
+                Value::Int(i) => i as f64,
+                Value::Str(b"inf") => f64::INFINITY,
+                Value::Str(b"-inf") => f64::NEG_INFINITY,
+                Value::Str(b) => match hotkv_protocol::parse_double(b) {
+                    Some(d) => d,
+                    None => return false,
+                },
+            };
+            if score.is_nan() {
+                return false;
+            }
+            if let Some((pm, ps)) = prev
+                && !(ps < score || (ps == score && bytes_cmp(&pm, &m).is_lt()))
+            {
+                return false;
+            }
+            prev = Some((m, score));
+            members.push(m);
+        }
+        members.sort_unstable_by(bytes_cmp);
+        !members.windows(2).any(|w| bytes_cmp(&w[0], &w[1]).is_eq())
+    }
+
+    /// A sorted set from a listpack [`ZSet::listpack_in_order`] accepted, kept as it is when
+    /// it fits `limits` (no re-encoding), else converted as ZADD would have.
+    pub fn from_ordered_listpack(lp: Listpack, limits: Limits) -> ZSet {
+        let fits = lp.len() / 2 <= limits.max_entries && lp.iter().step_by(2).all(|m| m.str_len() <= limits.max_value);
+        if fits {
+            return ZSet::Packed(lp);
+        }
+        let mut sl = Box::<SkipList>::default();
+        let mut it = lp.iter();
+        while let (Some(m), Some(s)) = (it.next(), it.next()) {
+            sl.insert(m.to_vec().into_boxed_slice(), lp_score(s));
+        }
+        ZSet::Skip(sl)
+    }
+
     /// Number of members.
     pub fn len(&self) -> usize {
         match self {
