@@ -64,16 +64,21 @@ impl Aof {
         self.writer.load_full()
     }
 
-    /// Waits, under `appendfsync always`, until everything appended so far is on disk: a
-    /// connection calls it once before writing a batch's replies, so no reply acknowledges a
-    /// write a crash could lose. Reading the appended offset after the batch's calls can only
-    /// ask for more than they wrote, never less.
+    /// Called by a connection once before writing a batch's replies. Under `appendfsync
+    /// always` it waits until everything appended so far is on disk, so no reply acknowledges
+    /// a write a crash could lose; otherwise it writes the buffer to the file (not synced), so
+    /// no reply acknowledges a write a crash of the process could lose. Reading the appended
+    /// offset after the batch's calls can only ask for more than they wrote, never less.
     pub async fn wait_replies(&self) {
         // Every connection asks once per batch: a guard, not a clone of the writer's Arc,
         // so the common case (no AOF, or not `always`) bumps no shared count.
         let upto = {
             let w = self.writer.load();
-            let Some(w) = w.as_ref().filter(|w| w.replies_wait()) else { return };
+            let Some(w) = w.as_ref() else { return };
+            if !w.replies_wait() {
+                w.write_through();
+                return;
+            }
             let upto = w.appended_offset();
             if w.durable_offset() >= upto {
                 return;

@@ -2,16 +2,20 @@
 //!
 //! [`AofWriter::append`] runs with a call's slot locks held, so it only copies the call's
 //! commands (with `SELECT` and `#TS:` annotations as Valkey's `feedAppendOnlyFile` adds them)
-//! into a buffer under a short lock and wakes the flusher thread. The flusher takes whatever
-//! accumulated, writes it, and then, per policy:
+//! into a buffer under a short lock. Per policy:
 //!
-//! - `always`: `fdatasync`s before publishing the new durable offset, so a connection that
-//!   waits for [`AofWriter::wait_durable`] before replying never acknowledges a write a crash
-//!   could lose. Writes of many connections share one write and one sync (group commit).
-//! - `everysec`: hands an fsync to the background fsync thread once a second (Valkey's bio
-//!   job), and postpones writing for up to two seconds while one is still running, counting
-//!   `aof_delayed_fsync` when it gives up waiting, as Valkey does.
-//! - `no`: only writes; the kernel flushes when it likes, and the durable offset stays put.
+//! - `always`: the call wakes the flusher thread, which takes whatever accumulated, writes it
+//!   and `fdatasync`s before publishing the new durable offset, so a connection that waits
+//!   for [`AofWriter::wait_durable`] before replying never acknowledges a write a crash could
+//!   lose. Writes of many connections share one write and one sync (group commit).
+//! - `everysec`: each connection writes the buffer itself before sending a batch's replies
+//!   ([`AofWriter::write_through`], Valkey's write in `beforeSleep`); the flusher, waking
+//!   every tick, writes what no connection did and hands an fsync to the background fsync
+//!   thread once a second (Valkey's bio job). Writing is postponed for up to two seconds
+//!   while a background fsync still runs, counting `aof_delayed_fsync` when the flusher gives
+//!   up waiting, as Valkey does.
+//! - `no`: written as under `everysec`; the kernel flushes when it likes, and the durable
+//!   offset stays put.
 //!
 //! Write errors follow Valkey's `flushAppendOnlyFile`: a short write is undone with
 //! `ftruncate` when possible, the data stays buffered and is retried, the state shows in
@@ -224,8 +228,53 @@ impl AofWriter {
             inner.over_limit.store(true, Ordering::Relaxed);
         }
         drop(p);
-        inner.wake.notify_one();
+        // Under `everysec` and `no` the connection writes the buffer itself before its
+        // replies ([`AofWriter::write_through`]); the flusher's tick collects the rest (cron
+        // expiry, a replica's applied stream). Waking it per call cost a context switch per
+        // batch: about a microsecond per SET at -P16.
+        if self.replies_wait() {
+            inner.wake.notify_one();
+        }
         end
+    }
+
+    /// Writes the buffer to the file on the caller's thread, under `everysec` and `no`. A
+    /// connection calls it before sending a batch's replies, as Valkey writes its AOF buffer
+    /// in `beforeSleep` before any reply goes out: a crash of the process then loses no write
+    /// a client saw acknowledged; only a crash of the machine can, up to a second's worth
+    /// under `everysec`. Left to the flusher while a background fsync runs (Valkey postpones
+    /// the write then, since write(2) would wait behind the fsync), while a switch of file is
+    /// pending, and while writes are failing (the flusher retries and logs).
+    pub fn write_through(&self) {
+        let inner = &self.inner;
+        if inner.written.load(Ordering::Acquire) >= inner.appended.load(Ordering::Acquire)
+            || inner.bio_pending.load(Ordering::Acquire) > 0
+            || inner.write_errno.load(Ordering::Relaxed) != 0
+        {
+            return;
+        }
+        let mut cur = inner.file.lock();
+        let (buf, upto) = {
+            let mut p = inner.pending.lock();
+            // Checked under the buffer's lock, which `begin_switch` holds while it marks a
+            // switch: what is taken here was appended before any switch, so it belongs to the
+            // current file.
+            if inner.switch.lock().is_some() {
+                return;
+            }
+            inner.pending_len.store(0, Ordering::Relaxed);
+            (std::mem::take(&mut p.buf), inner.appended.load(Ordering::Acquire))
+        };
+        let mut carry = inner.take_carry();
+        if carry.is_empty() {
+            carry = buf;
+        } else {
+            carry.extend_from_slice(&buf);
+        }
+        // A failure keeps the bytes as carry and shows in `write_error`; the flusher retries.
+        if inner.write_out(&mut cur, &mut carry, upto).is_ok() {
+            inner.over_limit.store(false, Ordering::Relaxed);
+        }
     }
 
     /// The stream offset just past everything appended so far.
