@@ -70,7 +70,7 @@ impl ZSet {
     /// score, then member), no member twice. Redis and Valkey write them so; anything else
     /// takes the slow path that sorts or refuses it.
     pub fn listpack_in_order(lp: &Listpack) -> bool {
-        if lp.len() % 2 != 0 || lp.is_empty() {
+        if !lp.len().is_multiple_of(2) || lp.is_empty() {
             return false;
         }
         let bytes_cmp = |a: &Value<'_>, b: &Value<'_>| a.with_bytes(|x| b.with_bytes(|y| x.cmp(y)));
