@@ -15,10 +15,14 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::keyspace::{Keyspace, LockId, lock_id};
 use crate::slot::SLOTS;
 use crate::table::Table;
+
+/// How long the snapshot's own pass runs before it offers its core to other threads.
+const YIELD_EVERY: Duration = Duration::from_micros(100);
 
 /// Writes a slot's table into `out` (the RDB entries of its keys).
 pub type SlotWriter = dyn Fn(usize, &Table, &mut Vec<u8>) + Send + Sync;
@@ -168,12 +172,22 @@ impl Keyspace {
     pub fn drive_snapshot(&self, snap: &Arc<Snapshot>, mut pace: impl FnMut() -> bool) {
         let total = snap.pending.len() * 64;
         let mut aborted = false;
+        let mut turn = Instant::now();
         for id in 0..total as LockId {
             if snap.left() == 0 {
                 break;
             }
             if !snap.is_pending(id) {
                 continue;
+            }
+            // Where this pass shares a core with a worker, the scheduler would let it run a
+            // whole tick (4 ms) while the worker waits with requests in hand: measured, clients
+            // saw p99 12-14 ms during a BGSAVE of 1M keys, the worker preempted for 4 ms at a
+            // time. Giving the core up every ~100 us bounds that wait; with nothing else
+            // runnable the yield returns at once.
+            if turn.elapsed() >= YIELD_EVERY {
+                std::thread::yield_now();
+                turn = Instant::now();
             }
             if !pace() {
                 aborted = true;
