@@ -422,3 +422,43 @@ fn a_forget_on_one_node_reaches_every_node_and_gossip_does_not_bring_it_back() {
     assert!(ns[..3].iter().all(|n| !knows(n) && count(n) == 3));
     assert!(ns[..3].iter().all(|n| cluster_state(n) == "ok"));
 }
+
+#[test]
+fn a_primary_that_loses_a_slot_to_a_newer_claim_deletes_the_keys_it_held_there() {
+    let _alone = one_cluster_at_a_time();
+    let ns = nodes(3, &[]);
+    create(&ns, 0);
+    assert!(wait_for(|| ns.iter().all(|n| cluster_state(n) == "ok"), Duration::from_secs(10)));
+    let slot_of = |k: &str| match ns[0].cmd(&["CLUSTER", "KEYSLOT", k]) {
+        Frame::Integer(n) => n,
+        other => panic!("{other:?}"),
+    };
+    // Keys of one slot on the node that serves it (the one that answers OK), and a key of
+    // another of its slots.
+    let slot = slot_of("{dirty}");
+    let owner = ns.iter().position(|n| n.cmd(&["SET", "{dirty}0", "v"]) == Frame::ok()).expect("an owner");
+    let (a, b) = (&ns[owner], &ns[(owner + 1) % 3]);
+    for i in 1..5 {
+        assert_eq!(a.cmd(&["SET", &format!("{{dirty}}{i}"), "v"]), Frame::ok());
+    }
+    let other = (0..1000)
+        .map(|i| format!("k{i}"))
+        .find(|k| slot_of(k) != slot && a.cmd(&["SET", k, "v"]) == Frame::ok())
+        .expect("another key of the node");
+    // Another primary takes the slot with a newer epoch behind its owner's back (what a
+    // failover elsewhere or an operator's SETSLOT does): the owner still serves its other
+    // slots, so it must drop the keys it held in this one.
+    assert!(matches!(b.cmd(&["CLUSTER", "BUMPEPOCH"]), Frame::Simple(_)));
+    let b_id = b.cmd(&["CLUSTER", "MYID"]).text();
+    let s = slot.to_string();
+    assert_eq!(b.cmd(&["CLUSTER", "SETSLOT", &s, "NODE", &b_id]), Frame::ok());
+    assert!(
+        wait_for(|| a.cmd(&["CLUSTER", "COUNTKEYSINSLOT", &s]) == Frame::Integer(0), Duration::from_secs(15)),
+        "{}",
+        a.log()
+    );
+    let a_id = a.cmd(&["CLUSTER", "MYID"]).text();
+    assert!(a.log().contains(&format!("Deleting keys in dirty slot {slot} on node {a_id} (")), "{}", a.log());
+    assert_eq!(a.cmd(&["GET", &other]), Frame::bulk("v"));
+    assert!(a.cmd(&["GET", "{dirty}0"]).error_text().unwrap_or_default().starts_with("MOVED "));
+}

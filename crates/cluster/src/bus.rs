@@ -478,19 +478,34 @@ impl Bus {
     /// build, to answer PINGs a second late (and get healthy nodes flagged fail?). `publish`
     /// forces the rebuild: a CLUSTER command may change what the table does not track.
     fn after_change(&self, publish: bool) {
-        let (dirty, pause) = {
+        let (dirty, pause, lost) = {
             let mut st = self.state.lock();
             if st.take_view_changed() || publish {
                 (self.on_change)(&st);
             }
-            (st.take_dirty(), st.take_pause_change().map(|p| (p, st.replication())))
+            let lost = st.take_dirty_slots();
+            // Only a primary has dirty slots: its shard is named by itself.
+            let lost = (!lost.is_empty()).then(|| {
+                let me = st.myself();
+                (lost, me.id, me.human_nodename.clone(), me.id, st.replication())
+            });
+            (st.take_dirty(), st.take_pause_change().map(|p| (p, st.replication())), lost)
         };
         if dirty && let Err(e) = self.save_now() {
             warn!(cause = %e, "could not save the cluster config file");
         }
         // After the routing snapshot: writes a failover's end releases must see that this node
-        // no longer serves the slots.
+        // no longer serves the slots, and clients asking for keys of a lost slot already get
+        // MOVED while its keys are deleted.
         apply_pause(&self.state, pause);
+        if let Some((slots, me, name, shard, hooks)) = lost {
+            for slot in slots {
+                if hooks.keys_in_slot(slot) > 0 {
+                    info!("Deleting keys in dirty slot {slot} on node {me} ({name}) in shard {shard}");
+                    hooks.delete_keys_in_slot(slot);
+                }
+            }
+        }
     }
 
     /// Writes `nodes.conf` now (CLUSTER SAVECONFIG, and every change). Saves are serialised

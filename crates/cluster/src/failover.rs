@@ -43,6 +43,16 @@ pub trait ReplicationHooks: Send + Sync {
     /// Ends the pause [`ReplicationHooks::pause_writes`] began (another pause, e.g. a CLIENT
     /// PAUSE, stays).
     fn unpause_writes(&self);
+
+    /// Keys this node holds in `slot`.
+    fn keys_in_slot(&self, _slot: u16) -> usize {
+        0
+    }
+
+    /// Deletes every key this node holds in `slot`, each propagated as a DEL (Valkey's
+    /// `delKeysInSlot`), for a slot another node took. Called by the bus, never with the node
+    /// table locked.
+    fn delete_keys_in_slot(&self, _slot: u16) {}
 }
 
 /// No replication behind the node table: offset 0, data always fresh, no clients to pause.

@@ -92,6 +92,8 @@ fn the_old_primary_comes_back_as_a_replica_of_the_winner() {
     let rejoined = |n: &Net| n.follows(0, 3) && n.serves_first_range_everywhere(3);
     assert!(net.run_until(100, rejoined), "{}", net.table(0));
     assert!(net.nodes[0].myself().slots.is_empty());
+    // It became a replica: its data goes with a full sync, not by deleting slots.
+    assert!(net.nodes[0].take_dirty_slots().is_empty());
     // Everyone knows it as a replica of the new primary, and the cluster is whole.
     assert!(
         net.run_until(100, |n| n.nodes.iter().all(|s| s.node(&n.id(0)).is_some_and(|x| x.primary == Some(n.id(3)))))

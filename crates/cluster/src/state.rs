@@ -209,6 +209,9 @@ pub struct ClusterState {
     /// A change of the client write pause for the bus to make (see
     /// [`ClusterState::take_pause_change`]).
     pause_change: Option<PauseChange>,
+    /// Slots this primary lost to another node's claim while it may still hold keys in them,
+    /// for the bus to empty (see [`ClusterState::take_dirty_slots`]).
+    dirty_slots: Vec<u16>,
     /// The time of the last tick or frame (unix ms): the clock of checks made without one.
     clock_ms: i64,
     /// Until when (unix ms) a primary restarted with slots stays down, so that the cluster may
@@ -278,6 +281,7 @@ impl ClusterState {
             manual: Manual::default(),
             outbox: Vec::new(),
             pause_change: None,
+            dirty_slots: Vec::new(),
             clock_ms: 0,
             writable_at_ms: 0,
             rng: failover::seed(&me),
@@ -1128,6 +1132,7 @@ impl ClusterState {
         let mut migrated = false;
         let mut changed = false;
         let mut newer = None;
+        let mut dirty = Vec::new();
         for slot in slots.iter() {
             let owner = self.owners[usize::from(slot)];
             if owner == Some(sender) {
@@ -1157,6 +1162,18 @@ impl ClusterState {
                     }
                 }
                 _ => {
+                    if let Some(from) = owner
+                        && !self.same_shard(&from, &sender)
+                    {
+                        let (from_name, from_shard) = self.describe(&from);
+                        let (name, shard) = self.describe(&sender);
+                        info!(
+                            "Slot {slot} is migrated from node {from} ({from_name}) in shard {from_shard} to node {sender} ({name}) in shard {shard}."
+                        );
+                    }
+                    if owner == Some(self.me) && sender != self.me {
+                        dirty.push(slot);
+                    }
                     lost_by_my_shard |= owner.is_some() && owner == cur_primary;
                     migrated |= self.migrating.get(&slot) == Some(&sender);
                     self.set_owner(slot, Some(sender));
@@ -1185,15 +1202,30 @@ impl ClusterState {
         }
         let shard_emptied = cur_primary.and_then(|p| self.nodes.get(&p)).is_some_and(|p| p.node.slots.is_empty());
         let follow = same_shard || (self.cfg.allow_replica_migration && !migrated);
-        if lost_by_my_shard && shard_emptied && follow && sender != self.me {
-            let name = self.nodes.get(&sender).map(|e| e.node.human_nodename.clone()).unwrap_or_default();
-            info!(
-                node_id = %sender,
-                "Configuration change detected. Reconfiguring myself as a replica of node {sender} ({name}) in shard {sender}"
-            );
-            self.set_primary(sender, false);
+        if lost_by_my_shard && shard_emptied {
+            if follow && sender != self.me {
+                let name = self.nodes.get(&sender).map(|e| e.node.human_nodename.clone()).unwrap_or_default();
+                info!(
+                    node_id = %sender,
+                    "Configuration change detected. Reconfiguring myself as a replica of node {sender} ({name}) in shard {sender}"
+                );
+                self.set_primary(sender, false);
+            }
+        } else if !dirty.is_empty() {
+            // Still a primary serving other slots: the keys of the slots taken from it would
+            // otherwise stay here, unreachable and counted, and come back if the slot ever did
+            // (Valkey's dirty slots).
+            self.dirty_slots.extend(dirty);
         }
         newer
+    }
+
+    /// Slots this primary lost to another node's newer claim while still serving others (a
+    /// failover elsewhere took them, or an operator assigned them away): the server deletes
+    /// the keys it still holds in them, each propagated as a DEL, and logs Valkey's "Deleting
+    /// keys in dirty slot" line for every slot that had some.
+    pub fn take_dirty_slots(&mut self) -> Vec<u16> {
+        std::mem::take(&mut self.dirty_slots)
     }
 
     /// A primary `sender` that took over the shard this node migrates slots to (a failover

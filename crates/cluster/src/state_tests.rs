@@ -521,6 +521,11 @@ fn a_stale_slot_claim_is_answered_with_an_update_that_corrects_it() {
     assert_eq!(net.nodes[2].owner(16383).map(|n| n.id), Some(id1));
     assert!(!net.nodes[2].myself().slots.contains(16383));
     assert_eq!(net.nodes[0].owner(16382).map(|n| n.id), Some(id2));
+    // Node 2 still serves its other slots: the keys it holds in 16383 are to go (Valkey's
+    // dirty slots). Nobody else lost a slot of its own.
+    assert_eq!(net.nodes[2].take_dirty_slots(), vec![16383]);
+    assert!(net.nodes[2].take_dirty_slots().is_empty(), "taken once");
+    assert!(net.nodes[0].take_dirty_slots().is_empty() && net.nodes[1].take_dirty_slots().is_empty());
 }
 
 #[test]

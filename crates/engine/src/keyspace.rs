@@ -228,6 +228,30 @@ impl Keyspace {
         ks
     }
 
+    /// Deletes every key of slot `s` of database `db`, as one unit under the slot's lock, each
+    /// propagated as a DEL (Valkey's `delKeysInSlot`, for a slot another node took while this
+    /// one still held keys in it). WATCHes of the keys see the change; no keyspace
+    /// notification goes out, as in Valkey (the keys moved rather than went away). Returns how
+    /// many keys it deleted.
+    pub fn delete_slot_keys(&self, db: usize, s: u16, events: &dyn crate::ctx::Events) -> usize {
+        if db >= self.databases() || self.db_if_used(db).is_none() {
+            return 0;
+        }
+        let mut table = self.lock_slot(db, s);
+        if table.is_empty() {
+            return 0;
+        }
+        let old = table.take_all();
+        self.db(db).slot(s).sync(&table);
+        let keys: Vec<&[u8]> = old.iter().map(|(_, e)| e.key()).collect();
+        crate::propagate::record_del(self, db, &keys);
+        drop(table);
+        for k in &keys {
+            events.key_replaced(db, k, crate::ctx::KeyState::Live, crate::ctx::KeyState::Missing);
+        }
+        keys.len()
+    }
+
     /// Marks `key` of `db` as sent by a MIGRATE that has not settled it (call under its
     /// slot lock; see [`InFlight`]).
     pub fn in_flight_add(&self, db: usize, key: &[u8]) {

@@ -360,4 +360,24 @@ mod tests {
         crate::expire::active_expire_cycle(&t.ks, &mut cursor, t.now_ms, deadline, false, &crate::NoEvents);
         assert_eq!(t.sink.take(), ["0: DEL a"]);
     }
+
+    #[test]
+    fn deleting_a_lost_slots_keys_records_a_del_per_key_and_leaves_other_slots() {
+        let mut t = TestKit::default();
+        // Same slot by hash tag; `other` lands elsewhere.
+        for k in ["{t}a", "{t}b", "other"] {
+            t.run(&["SET", k, "1"]);
+        }
+        t.run(&["SADD", "{t}s", "m"]);
+        let slot = crate::slot::key_slot(b"{t}a");
+        t.sink.set_active(true);
+        assert_eq!(t.ks.delete_slot_keys(0, slot, &crate::NoEvents), 3);
+        let mut dels = t.sink.take();
+        dels.sort();
+        assert_eq!(dels, ["0: DEL {t}a", "0: DEL {t}b", "0: DEL {t}s"]);
+        assert_eq!(t.ks.db(0).slot(slot).keys(), 0);
+        assert_eq!(t.run(&["EXISTS", "{t}a", "{t}s", "other"]), ":1\r\n");
+        assert_eq!(t.ks.delete_slot_keys(0, slot, &crate::NoEvents), 0, "nothing left");
+        assert!(t.sink.take().is_empty());
+    }
 }

@@ -189,6 +189,17 @@ impl ReplicationHooks for ReplicationView {
             srv.pause.end_failover_pause(unix_ms());
         }
     }
+
+    fn keys_in_slot(&self, slot: u16) -> usize {
+        self.srv.upgrade().map_or(0, |srv| srv.ks.db(0).slot(slot).keys())
+    }
+
+    fn delete_keys_in_slot(&self, slot: u16) {
+        if let Some(srv) = self.srv.upgrade() {
+            let events = crate::events::CmdEvents::new(&srv, srv.rt.load().notify);
+            srv.ks.delete_slot_keys(0, slot, &events);
+        }
+    }
 }
 
 /// Clients blocked on keys of a slot this node no longer serves, or while the cluster is
