@@ -125,7 +125,7 @@ fn write_allocs(ks: &Keyspace) -> u64 {
     let mut w = RdbWriter::new(&mut out, &[]);
     let ((), allocs) = allocs_during(|| {
         for slot in ks.db(0).slots() {
-            w.table(&mut out, &slot.lock(), NOW);
+            w.table(&mut out, &slot.lock());
         }
     });
     assert!(out.len() < out.capacity(), "the buffer grew: allocations are not the writer's own");
@@ -163,7 +163,7 @@ fn load(file: &[u8], piece: usize, ks: &Keyspace, cfg: &EngineConfig, touched: &
 /// Everything in `ks`, written by hotkv.
 fn rewrite(ks: &Keyspace) -> Vec<u8> {
     let mut out = Vec::new();
-    rdb::snapshot(ks, &[], NOW, |c| {
+    rdb::snapshot(ks, &[], |c| {
         out.extend_from_slice(c);
         Ok::<(), ()>(())
     })
@@ -187,7 +187,7 @@ fn hotkv_file() -> Vec<u8> {
         t.run(argv);
     }
     let mut out = Vec::new();
-    rdb::snapshot(&t.ks, &[("redis-ver", AuxValue::Str(b"7.2.4"))], NOW, |c| {
+    rdb::snapshot(&t.ks, &[("redis-ver", AuxValue::Str(b"7.2.4"))], |c| {
         out.extend_from_slice(c);
         Ok::<(), ()>(())
     })

@@ -79,7 +79,7 @@ fn a_file_hotkv_wrote_loads_on_redis_with_every_value_and_ttl() {
         ("aof-base", AuxValue::Int(0)),
     ];
     let mut file = Vec::new();
-    let keys = rdb::snapshot(&t.ks, &aux, now, |chunk| {
+    let keys = rdb::snapshot(&t.ks, &aux, |chunk| {
         file.extend_from_slice(chunk);
         Ok::<(), ()>(())
     })

@@ -522,9 +522,12 @@ impl Primary {
         let mut st = self.state.lock();
         let now = Instant::now();
         let period = u64::from(st.settings.ping_period.max(1));
-        let tick = st.ticks;
         st.ticks += 1;
-        if tick.checked_rem(period) == Some(0) && !st.replicas.is_empty() && st.backlog.is_some() {
+        // Tick n runs about n seconds after start: PINGs go at multiples of the period since
+        // start, as Valkey's cron loops count, not at the first tick a replica sees (a replica
+        // attached in the first second would get one at once, and a primary with an idle
+        // stream would not stay at offset 0).
+        if st.ticks.checked_rem(period) == Some(0) && !st.replicas.is_empty() && st.backlog.is_some() {
             // No SELECT: PING is not about a database (Valkey propagates it with dictid -1).
             st.append_raw(PING);
             self.stream.send_replace(st.offset);

@@ -396,7 +396,9 @@ impl Applier for MasterClient {
         reader.feed(chunk);
         let engine = self.srv.engine.load();
         let (db, stats) = std::mem::take(&mut self.load);
-        let mut loader = Loader::resume(&self.srv.ks, &engine, unix_ms(), db, stats);
+        // Keys past their TTL are loaded too, as a Valkey replica does: the primary's DELs
+        // remove them, and until then both sides hold the same keys (DEBUG DIGEST agrees).
+        let mut loader = Loader::resume(&self.srv.ks, &engine, unix_ms(), db, stats).keep_expired();
         let delay = self.srv.settings.load().int(t::KEY_LOAD_DELAY);
         let mut result = Ok(());
         loop {

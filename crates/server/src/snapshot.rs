@@ -95,7 +95,7 @@ pub fn stream_rdb(
     started: impl FnOnce(&Cut),
     mut ship: impl FnMut(Bytes) -> bool,
 ) -> StreamEnd {
-    let out = Arc::new(Mutex::new(RdbOut { writer: None, db: None, ready: Vec::new(), now_ms: unix_ms() }));
+    let out = Arc::new(Mutex::new(RdbOut { writer: None, db: None, ready: Vec::new() }));
     let (progress, key_delay, write_opts) = (&opts.progress, opts.key_delay, opts.write);
     let mut started = Some(started);
     let snap = loop {
@@ -175,7 +175,6 @@ struct RdbOut {
     writer: Option<RdbWriter>,
     db: Option<usize>,
     ready: Vec<Bytes>,
-    now_ms: i64,
 }
 
 /// The engine's slot writer: appends the slot's keys to the ordered buffer. Runs with the
@@ -183,14 +182,14 @@ struct RdbOut {
 fn slot_writer(out: Arc<Mutex<RdbOut>>, progress: Arc<AtomicU64>) -> Box<hotkv_engine::snapshot::SlotWriter> {
     Box::new(move |db: usize, table: &hotkv_engine::table::Table, _: &mut Vec<u8>| {
         let mut o = out.lock();
-        let RdbOut { writer, db: at, ready, now_ms } = &mut *o;
+        let RdbOut { writer, db: at, ready } = &mut *o;
         let Some(w) = writer.as_mut() else { return };
         let mut buf = Vec::with_capacity(table.len() * 48 + 16);
         if *at != Some(db) {
             w.select_db(&mut buf, db);
             *at = Some(db);
         }
-        let n = w.table(&mut buf, table, *now_ms);
+        let n = w.table(&mut buf, table);
         ready.push(Bytes::from(buf));
         progress.fetch_add(n as u64, Ordering::Relaxed);
     })

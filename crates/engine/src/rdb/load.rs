@@ -30,6 +30,12 @@ pub struct LoadStats {
     /// The code of every function library in the file. hotkv runs no functions: a caller
     /// that must not lose them refuses a file where this is not empty.
     pub functions: Vec<Vec<u8>>,
+    /// The keys left out as expired, with their database, while they fit the budget given to
+    /// [`Loader::collect_expired`]: a primary that continues its replication history after a
+    /// restart sends them to its replicas as DELs, since the replicas still hold them.
+    pub expired_keys: Vec<(usize, Vec<u8>)>,
+    /// More expired keys than the budget held: the list is incomplete (and emptied).
+    pub expired_overflow: bool,
 }
 
 /// Inserts the keys of an RDB file into a keyspace, one [`Item`] at a time.
@@ -39,13 +45,31 @@ pub struct Loader<'a> {
     now_ms: i64,
     db: usize,
     stats: LoadStats,
+    /// Bytes of expired keys [`LoadStats::expired_keys`] may still take; `None`: not kept.
+    expired_budget: Option<usize>,
+    /// Load keys whose TTL passed too (a replica's full sync: its primary deletes them).
+    keep_expired: bool,
 }
 
 impl<'a> Loader<'a> {
     /// A loader into `ks`, encoding values to `cfg`'s limits; keys whose TTL passed before
     /// `now_ms` are skipped, as Valkey skips them when a primary loads a file.
     pub fn new(ks: &'a Keyspace, cfg: &'a EngineConfig, now_ms: i64) -> Loader<'a> {
-        Loader { ks, cfg, now_ms, db: 0, stats: LoadStats::default() }
+        Loader { ks, cfg, now_ms, db: 0, stats: LoadStats::default(), expired_budget: None, keep_expired: false }
+    }
+
+    /// Keeps the names of the keys skipped as expired, up to `budget` bytes, in
+    /// [`LoadStats::expired_keys`]; past it, sets [`LoadStats::expired_overflow`] instead.
+    pub fn collect_expired(mut self, budget: usize) -> Loader<'a> {
+        self.expired_budget = Some(budget);
+        self
+    }
+
+    /// Loads keys whose TTL has passed as well, as a Valkey replica does: its primary's
+    /// stream deletes them, and until then both hold the same keys.
+    pub fn keep_expired(mut self) -> Loader<'a> {
+        self.keep_expired = true;
+        self
     }
 
     /// Applies one item; returns true once it was the end of the file.
@@ -74,7 +98,7 @@ impl<'a> Loader<'a> {
     /// A loader that carries on where [`Loader::into_parts`] left another (a file that arrives
     /// in pieces, loaded by a caller that cannot keep the loader between them).
     pub fn resume(ks: &'a Keyspace, cfg: &'a EngineConfig, now_ms: i64, db: usize, stats: LoadStats) -> Loader<'a> {
-        Loader { ks, cfg, now_ms, db, stats }
+        Loader { ks, cfg, now_ms, db, stats, expired_budget: None, keep_expired: false }
     }
 
     /// The selected database and what was loaded so far, for [`Loader::resume`].
@@ -104,8 +128,19 @@ impl<'a> Loader<'a> {
         if u32::try_from(key.len()).is_err() {
             return Err(RdbError::TooLong { len: key.len() as u64, max: u64::from(u32::MAX) });
         }
-        if expire_ms.is_some_and(|when| self.now_ms > when) {
+        if !self.keep_expired && expire_ms.is_some_and(|when| self.now_ms > when) {
             self.stats.expired += 1;
+            if let Some(budget) = self.expired_budget.as_mut() {
+                // A DEL in the stream costs about this much besides the key.
+                let cost = key.len() + 24;
+                if *budget >= cost && !self.stats.expired_overflow {
+                    *budget -= cost;
+                    self.stats.expired_keys.push((self.db, key.to_vec()));
+                } else if !self.stats.expired_overflow {
+                    self.stats.expired_overflow = true;
+                    self.stats.expired_keys = Vec::new();
+                }
+            }
             return Ok(());
         }
         let p = self.cfg.policy;
@@ -168,10 +203,10 @@ mod tests {
     use crate::rdb::fixture::{self, NOW};
     use crate::rdb::{AuxValue, OPCODE_FREQ, OPCODE_IDLE, snapshot};
 
-    fn file_of(ks: &Keyspace, now: i64) -> Vec<u8> {
+    fn file_of(ks: &Keyspace) -> Vec<u8> {
         let mut file = Vec::new();
         let aux = [("redis-ver", AuxValue::Str(b"7.2.4")), ("repl-offset", AuxValue::Int(1234))];
-        snapshot(ks, &aux, now, |c| {
+        snapshot(ks, &aux, |c| {
             file.extend_from_slice(c);
             Ok::<(), ()>(())
         })
@@ -189,7 +224,7 @@ mod tests {
         encodings.dedup();
         assert_eq!(encodings, ["hashtable", "intset", "listpack", "quicklist", "skiplist", "string"]);
         let ks = Keyspace::new(16);
-        let stats = load(&file_of(&t.ks, NOW)[..], &ks, &t.cfg, NOW).unwrap();
+        let stats = load(&file_of(&t.ks)[..], &ks, &t.cfg, NOW).unwrap();
         assert_eq!(fixture::contents(&ks), want);
         assert_eq!(stats.loaded as usize, want.len());
         assert_eq!((stats.expired, stats.replaced), (0, 0));
@@ -205,7 +240,7 @@ mod tests {
     #[test]
     fn keys_expired_when_loading_are_skipped_and_counted() {
         let t = fixture::sample();
-        let file = file_of(&t.ks, NOW);
+        let file = file_of(&t.ks);
         let ks = Keyspace::new(16);
         let stats = load(&file[..], &ks, &t.cfg, NOW + 501).unwrap();
         assert_eq!(stats.expired, 1);
@@ -217,7 +252,7 @@ mod tests {
     fn a_database_the_keyspace_lacks_is_an_error() {
         let t = fixture::sample();
         let ks = Keyspace::new(4);
-        let err = load(&file_of(&t.ks, NOW)[..], &ks, &t.cfg, NOW).unwrap_err();
+        let err = load(&file_of(&t.ks)[..], &ks, &t.cfg, NOW).unwrap_err();
         assert_eq!(err, RdbError::DbOutOfRange { db: 9, databases: 4 });
     }
 
@@ -227,7 +262,7 @@ mod tests {
         let mut target = fixture::sample();
         target.run(&["SET", "list-small", "was a string"]);
         target.run(&["SET", "extra", "stays"]);
-        let stats = load(&file_of(&t.ks, NOW)[..], &target.ks, &t.cfg, NOW).unwrap();
+        let stats = load(&file_of(&t.ks)[..], &target.ks, &t.cfg, NOW).unwrap();
         assert_eq!(stats.replaced, stats.loaded);
         let got = fixture::contents(&target.ks);
         assert_eq!(got[&(0, b"list-small".to_vec())].encoding, "listpack");

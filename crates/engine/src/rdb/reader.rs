@@ -495,7 +495,7 @@ const SHRINK_ABOVE: usize = 4 << 20;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rdb::fixture::{self, NOW, REDIS_LIST_FILE, REDIS_STRING_FILE, unhex};
+    use crate::rdb::fixture::{self, REDIS_LIST_FILE, REDIS_STRING_FILE, unhex};
     use crate::rdb::{AuxValue, RdbWriter, snapshot, write_len, write_string};
 
     /// Feeds `file` in pieces of the sizes `sizes` yields (cycling), collecting every item.
@@ -522,7 +522,7 @@ mod tests {
     fn sample_file() -> Vec<u8> {
         let t = fixture::sample();
         let mut file = Vec::new();
-        snapshot(&t.ks, &[("redis-ver", AuxValue::Str(b"7.2.4"))], NOW, |c| {
+        snapshot(&t.ks, &[("redis-ver", AuxValue::Str(b"7.2.4"))], |c| {
             file.extend_from_slice(c);
             Ok::<(), ()>(())
         })

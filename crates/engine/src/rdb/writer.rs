@@ -110,10 +110,11 @@ impl RdbWriter {
         self.seal(out, start);
     }
 
-    /// Appends every key of one slot table, skipping keys whose TTL has passed at `now_ms`
-    /// (Valkey's test: expired when `now > when`); returns how many it wrote. The caller
-    /// holds the slot's lock for the duration, and may release it before shipping `out`.
-    pub fn table(&mut self, out: &mut Vec<u8>, table: &Table, now_ms: i64) -> usize {
+    /// Appends every key of one slot table, those past their TTL included (Valkey writes
+    /// them; a primary that loads the file drops them and tells its replicas); returns how
+    /// many it wrote. The caller holds the slot's lock for the duration, and may release it
+    /// before shipping `out`.
+    pub fn table(&mut self, out: &mut Vec<u8>, table: &Table) -> usize {
         let start = out.len();
         let mut n = 0;
         let strings = self.strings();
@@ -124,11 +125,9 @@ impl RdbWriter {
             if let Some((_, next)) = ahead.next() {
                 crate::prefetch::read(next.addr());
             }
-            let expire = e.expire();
-            if expire.is_some_and(|when| now_ms > when) {
-                continue;
-            }
-            put_entry(out, e.key(), e.value(), expire, strings);
+            // Keys past their TTL are written too, as Valkey writes them: replicas still hold
+            // them, and a primary that loads the file deletes them and sends the DELs on.
+            put_entry(out, e.key(), e.value(), e.expire(), strings);
             n += 1;
         }
         // One checksum pass over the whole table, not one per key.
@@ -166,8 +165,8 @@ impl RdbWriter {
 }
 
 /// Writes every database of `ks` as one RDB file, handing the bytes to `sink` in chunks of
-/// about 64 KiB as they are produced; returns how many keys it wrote. Keys expired at
-/// `now_ms` are left out; empty databases are skipped, as Redis skips them.
+/// about 64 KiB as they are produced; returns how many keys it wrote. Empty databases are
+/// skipped, as Redis skips them.
 ///
 /// Slots are locked one at a time, only while their keys are encoded, so commands keep
 /// running meanwhile: the result is not a point-in-time image of the keyspace. Each slot is
@@ -176,7 +175,6 @@ impl RdbWriter {
 pub fn snapshot<E>(
     ks: &Keyspace,
     aux: &[(&str, AuxValue<'_>)],
-    now_ms: i64,
     mut sink: impl FnMut(&[u8]) -> Result<(), E>,
 ) -> Result<u64, E> {
     let mut buf = Vec::with_capacity(SNAPSHOT_CHUNK + SNAPSHOT_CHUNK / 2);
@@ -195,7 +193,7 @@ pub fn snapshot<E>(
             if slot.keys() == 0 {
                 continue;
             }
-            keys += w.table(&mut buf, &slot.lock(), now_ms) as u64;
+            keys += w.table(&mut buf, &slot.lock()) as u64;
             if buf.len() >= SNAPSHOT_CHUNK {
                 sink(&buf)?;
                 buf.clear();
@@ -320,7 +318,7 @@ mod tests {
             for db in [0, 1, 9] {
                 w.select_db(&mut file, db);
                 for slot in t.ks.db(db).slots() {
-                    w.table(&mut file, &slot.lock(), NOW);
+                    w.table(&mut file, &slot.lock());
                 }
             }
             w.finish(&mut file);
@@ -340,23 +338,20 @@ mod tests {
     }
 
     #[test]
-    fn tables_skip_keys_expired_at_now() {
+    fn tables_keep_keys_past_their_ttl() {
         let t = fixture::sample();
         let slot = t.ks.db(0).slot(key_slot(b"gone"));
         let table = slot.lock();
         let mut out = Vec::new();
         let mut w = RdbWriter::new(&mut out, &[]);
-        let at_now = w.table(&mut out, &table, NOW + 500);
-        let later = w.table(&mut out, &table, NOW + 501);
-        assert_eq!(at_now, table.len());
-        assert_eq!(later, table.len() - 1);
+        assert_eq!(w.table(&mut out, &table), table.len());
     }
 
     #[test]
     fn snapshots_read_back_whole() {
         let t = fixture::sample();
         let mut file = Vec::new();
-        let keys = snapshot(&t.ks, &[("redis-ver", AuxValue::Str(b"7.2.4"))], NOW, |chunk| {
+        let keys = snapshot(&t.ks, &[("redis-ver", AuxValue::Str(b"7.2.4"))], |chunk| {
             file.extend_from_slice(chunk);
             Ok::<(), ()>(())
         })
@@ -395,7 +390,7 @@ mod tests {
         for round in 0..3 {
             let mut bytes = 0;
             let start = Instant::now();
-            let keys = snapshot(&ks, &[], NOW, |chunk| {
+            let keys = snapshot(&ks, &[], |chunk| {
                 bytes += chunk.len();
                 Ok::<(), ()>(())
             })
@@ -408,7 +403,7 @@ mod tests {
             );
         }
         let mut file = Vec::new();
-        snapshot(&ks, &[], NOW, |chunk| {
+        snapshot(&ks, &[], |chunk| {
             file.extend_from_slice(chunk);
             Ok::<(), ()>(())
         })

@@ -770,7 +770,7 @@ mod tests {
 
     fn rdb_of(t: &TestKit) -> Vec<u8> {
         let mut out = Vec::new();
-        rdb::snapshot(&t.ks, &[], NOW, |c| {
+        rdb::snapshot(&t.ks, &[], |c| {
             out.extend_from_slice(c);
             Ok::<(), ()>(())
         })

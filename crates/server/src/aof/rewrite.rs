@@ -695,7 +695,7 @@ mod tests {
             let opened = files
                 .open_on_start(rdb_preamble, false, |b| {
                     if b.is_rdb() {
-                        rdb::snapshot(&Keyspace::new(1), &[], NOW, |c| b.write(c))?;
+                        rdb::snapshot(&Keyspace::new(1), &[], |c| b.write(c))?;
                     }
                     Ok(())
                 })
@@ -720,7 +720,7 @@ mod tests {
             writer.begin_switch(Arc::new(incr.file));
             let mut base = files.base_writer(rdb_preamble, true).unwrap();
             if rdb_preamble {
-                rdb::snapshot(&t.ks, &[], NOW, |c| base.write(c)).unwrap();
+                rdb::snapshot(&t.ks, &[], |c| base.write(c)).unwrap();
             } else {
                 for (db, chunk) in command_base(&t.ks) {
                     base.write_commands(db, &chunk).unwrap();

@@ -87,7 +87,14 @@ pub fn load_at_start(srv: &Server) -> Result<(), String> {
 fn read_into(srv: &Server, mut file: File, path: &Path) -> Result<LoadStats, LoadError> {
     let engine = srv.engine.load();
     let mut reader = RdbReader::new(srv.rt.load().proto_max_bulk_len);
+    // A primary that continues its replication history sends its replicas a DEL for every
+    // key it leaves out as expired (they still hold them). Past a backlog's worth the history
+    // could not be continued anyway, so the names are kept up to that.
     let mut loader = Loader::new(&srv.ks, &engine, unix_ms());
+    if !configured_replica(srv) {
+        let backlog = srv.settings.load().int(t::REPL_BACKLOG_SIZE).max(0) as usize;
+        loader = loader.collect_expired(backlog);
+    }
     let mut block = vec![0u8; READ_BLOCK];
     let mut read = 0u64;
     let mut last_log = Instant::now();
@@ -174,16 +181,40 @@ fn restore_replication(srv: &Server, stats: &LoadStats) {
     if replid.len() != 40 || offset < 0 || stream_db == Some(-1) {
         return;
     }
-    let replica = match &srv.cluster {
-        Some(c) => c.state().myself().primary.is_some(),
-        None => !srv.settings.load().list(t::REPLICAOF).is_empty(),
-    };
-    if replica {
+    if configured_replica(srv) {
+        return;
+    }
+    if stats.expired_overflow {
+        // Valkey would append the DELs and trim its backlog past the history: replicas resync
+        // in full either way.
+        info!(
+            "Too many keys expired while loading ({}) for the replication backlog: replicas will resynchronize in full.",
+            stats.expired
+        );
         return;
     }
     let point = SyncPoint { replid: replid.to_string(), offset: offset as u64 };
     srv.repl.primary.upstream_full_sync_done(&point);
     srv.repl.primary.shift_replid();
+    // The replicas still hold what expired while this node was down: delete it there, in the
+    // stream that continues the history (Valkey propagates these DELs during the load). The
+    // keyspace's sink is not installed yet at this point: straight into the stream.
+    if !stats.expired_keys.is_empty() {
+        let mut dels = hotkv_engine::propagate::Effects::default();
+        dels.begin(true);
+        for (db, key) in &stats.expired_keys {
+            dels.push(*db, &[b"DEL".as_slice(), key]);
+        }
+        hotkv_engine::propagate::WriteSink::append(&*srv.repl.primary, &dels);
+    }
+}
+
+/// Whether this node starts as a replica (`replicaof`, or a replica in its nodes.conf).
+fn configured_replica(srv: &Server) -> bool {
+    match &srv.cluster {
+        Some(c) => c.state().myself().primary.is_some(),
+        None => !srv.settings.load().list(t::REPLICAOF).is_empty(),
+    }
 }
 
 /// In cluster mode, keys of slots this node neither serves nor imports are dealt with as
