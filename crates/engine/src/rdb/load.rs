@@ -248,6 +248,38 @@ mod tests {
         assert!(!fixture::contents(&ks).contains_key(&(0, b"gone".to_vec())));
     }
 
+    /// Feeds a whole file through `loader`.
+    fn load_with(file: &[u8], mut loader: Loader<'_>) -> LoadStats {
+        let mut reader = RdbReader::new(u64::MAX);
+        reader.feed(file);
+        while let Some(item) = reader.next_item().unwrap() {
+            if loader.apply(item).unwrap() {
+                return loader.finish();
+            }
+        }
+        panic!("no EOF")
+    }
+
+    #[test]
+    fn expired_keys_are_named_within_the_budget_or_kept_on_request() {
+        let t = fixture::sample();
+        let file = file_of(&t.ks);
+        let later = NOW + 501;
+        let ks = Keyspace::new(16);
+        let stats = load_with(&file, Loader::new(&ks, &t.cfg, later).collect_expired(1 << 20));
+        assert_eq!((stats.expired, stats.expired_overflow), (1, false));
+        assert_eq!(stats.expired_keys, [(0, b"gone".to_vec())]);
+        // A budget too small for the DEL: no list, and the caller learns it is incomplete.
+        let ks = Keyspace::new(16);
+        let stats = load_with(&file, Loader::new(&ks, &t.cfg, later).collect_expired(10));
+        assert!(stats.expired_overflow && stats.expired_keys.is_empty());
+        // A replica's load keeps it, as the primary's DEL will remove it.
+        let ks = Keyspace::new(16);
+        let stats = load_with(&file, Loader::new(&ks, &t.cfg, later).keep_expired());
+        assert_eq!(stats.expired, 0);
+        assert!(fixture::contents(&ks).contains_key(&(0, b"gone".to_vec())));
+    }
+
     #[test]
     fn a_database_the_keyspace_lacks_is_an_error() {
         let t = fixture::sample();
