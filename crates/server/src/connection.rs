@@ -99,7 +99,7 @@ impl<F: Future> Future for CatchUnwind<F> {
         // Unwind safety: after a panic the future is never polled again, and what it shared
         // (parking_lot locks, which do not poison, release on unwind) stays consistent
         // per operation; the session it borrowed is only read to clean up.
-        match catch_unwind(AssertUnwindSafe(|| self.0.as_mut().poll(cx))) {
+        match catch_unwind(AssertUnwindSafe(|| crate::crash::in_connection(|| self.0.as_mut().poll(cx)))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
             Err(panic) => Poll::Ready(Err(panic)),
