@@ -27,6 +27,7 @@ mod config_file;
 mod config_set;
 mod databases;
 mod debug_shutdown;
+mod debug_sleep;
 mod doc_cluster_tls;
 mod dump_restore;
 mod expiry;

@@ -16,6 +16,7 @@ pub mod dispatch;
 pub mod events;
 pub mod evict;
 pub mod failover;
+pub mod freeze;
 pub mod hooks;
 pub mod io;
 pub mod listener;

@@ -153,7 +153,7 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
             // strtod semantics: what does not parse sleeps for 0 seconds.
             let secs: f64 = text(args.get(2)).trim().parse().unwrap_or(0.0);
             let micros = (secs * 1_000_000.0) as i64;
-            sleep(Duration::from_micros(micros.max(0) as u64));
+            sess.thaw_after_reply = sleep(srv, Duration::from_micros(micros.max(0) as u64));
             out.ok();
         }
         ("segfault", _) => crate::crash::segfault(),
@@ -254,16 +254,24 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
     Ok(Flow::Continue)
 }
 
-/// DEBUG SLEEP: blocks this worker for `dur`, as Valkey blocks its event loop (so the software
-/// watchdog sees a command that runs long). A SIGALRM ends it early, as it interrupts Valkey's
-/// nanosleep.
-fn sleep(dur: Duration) {
+/// DEBUG SLEEP: stops the whole server for `dur`, as Valkey's sleep in its one event loop
+/// ([`crate::freeze`]), blocking this worker meanwhile (so the software watchdog sees a command
+/// that runs long). A SIGALRM ends it early, as it interrupts Valkey's nanosleep.
+///
+/// Returns the stop, to be held until this client's reply is written (the connection drops
+/// it then), so that no other client hears back before the sleeper.
+fn sleep(srv: &Server, dur: Duration) -> Option<crate::freeze::Held> {
     if dur.is_zero() {
-        return;
+        return None;
     }
+    let (held, _scoped) = match srv.arc() {
+        Some(arc) => (Some(crate::freeze::Held::begin(arc)), None),
+        None => (None, Some(srv.freeze.begin())),
+    };
+    tracing::debug!("DEBUG SLEEP: the server stops for {:.3} s", dur.as_secs_f64());
     let alarms = crate::crash::alarms();
     let end = std::time::Instant::now() + dur;
-    loop {
+    let nap = || loop {
         let left = end.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() || crate::crash::alarms() != alarms {
             return;
@@ -271,7 +279,18 @@ fn sleep(dur: Duration) {
         // nanosleep, not thread::sleep (which resumes after a signal): the SIGALRM handler
         // runs on this thread when it is the watchdog's or forwarded here.
         sleep_once(left);
+    };
+    // The tasks this worker has queued (the replica link a CLIENT KILL just before in the
+    // same EXEC woke, say) move to another thread meanwhile: they must reach their gate (or
+    // finish closing a killed link) rather than wait out the sleep behind it.
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi_thread {
+        tokio::task::block_in_place(nap);
+    } else {
+        nap();
     }
+    held
 }
 
 #[allow(unsafe_code)]
