@@ -21,6 +21,7 @@ mod cluster_failover;
 mod cluster_partition;
 mod cluster_pubsub;
 mod cluster_tls;
+mod crash;
 mod collections;
 mod command;
 mod config_file;
