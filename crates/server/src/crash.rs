@@ -213,7 +213,9 @@ extern "C" fn on_alarm(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     let watchdog = WATCHDOG_TARGET.compare_exchange(tid, 0, Ordering::SeqCst, Ordering::SeqCst).is_ok();
     let forwarded = !watchdog && crate::watchdog::take_forwarded(tid);
     let (code, _, pid, _) = sys::siginfo(info);
-    let from_outside = !watchdog && !forwarded && !(code == libc::SI_TKILL && pid == sys::getpid());
+    // A SIGALRM this process sent itself that is neither of those is not asking for stacks.
+    let own = code == libc::SI_TKILL && pid == sys::getpid();
+    let from_outside = !(watchdog || forwarded || own);
     lock_trace(tid);
     let mut out = Out::new();
     if watchdog {

@@ -220,7 +220,7 @@ directives! {
     SYSLOG_FACILITY = "syslog-facility" [] "general.syslog_facility": Ty::Enum(FACILITIES), "local0", I | NE, H,
         "Syslog facility.";
     CRASH_LOG_ENABLED = "crash-log-enabled" [] "general.crash_log_enabled": B, "yes", M, CRASH,
-        "Write a crash report on fatal signals.";
+        "Write a crash report (signal, stack) to the log on fatal signals.";
     CRASH_MEMCHECK_ENABLED = "crash-memcheck-enabled" [] "general.crash_memcheck_enabled": B, "yes", M | NE, H,
         "Run a memory test after a crash.";
     USE_EXIT_ON_PANIC = "use-exit-on-panic" [] "general.use_exit_on_panic": B, "no", M | HID, CRASH,
