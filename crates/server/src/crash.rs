@@ -194,6 +194,8 @@ extern "C" fn on_fatal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
 /// Has every other thread in a command log its stack (through SIGALRM, marked as forwarded)
 /// and waits, a bounded while, until they have.
 fn show_busy_threads(me: i32) {
+    // A thread that ended before writing its stack must not keep later reports waiting.
+    PENDING.store(0, Ordering::SeqCst);
     crate::watchdog::forward_to_busy(me, |t| {
         PENDING.fetch_add(1, Ordering::SeqCst);
         sys::signal_thread(t, libc::SIGALRM);
