@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use hotkv_test_support::{FaultProxy, Frame, RawClient, SIGCONT, SIGSTOP, TestServer, wait_for};
+use hotkv_test_support::{FaultProxy, Frame, RawClient, SIGALRM, SIGCONT, SIGSTOP, TestServer, wait_for};
 
+use crate::debug_sleep::{reply_waiting, sleepy_server, wait_stopped};
 use crate::dump_restore::redis_tool;
 use crate::rdb_file::{Dataset, redis_dataset};
 use crate::{assert_err, ok, server, server_with};
@@ -662,4 +663,70 @@ fn a_writable_replica_expires_its_own_keys_and_rewrites_stale_ones() {
     assert!(wait_for(|| r.cmd(&["DBSIZE"]).int() == 2 && r.cmd(&["EXISTS", "stale"]).int() == 0, LINK_WAIT));
     assert_eq!(r.cmd(&["INCR", "stale"]).int(), 1);
     assert_eq!(r.cmd(&["TTL", "stale"]).int(), -1);
+}
+
+/// A replica's `master_last_io_seconds_ago` (-1 without a link).
+fn last_io(c: &mut RawClient) -> i64 {
+    info_field(c, "master_last_io_seconds_ago").and_then(|v| v.trim().parse().ok()).unwrap_or(-1)
+}
+
+/// How many replicas a primary has online.
+fn connected_replicas(c: &mut RawClient) -> i64 {
+    info_field(c, "connected_slaves").and_then(|v| v.trim().parse().ok()).unwrap_or(-1)
+}
+
+#[test]
+fn a_sleeping_primary_sends_its_replica_nothing() {
+    let primary = sleepy_server(&[("repl-ping-replica-period", "1")]);
+    let replica = server();
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    let mut r = replica.client();
+    // A ping every second keeps the replica's last I/O recent.
+    assert!(wait_for(|| (0..=1).contains(&last_io(&mut r)), LINK_WAIT));
+    let mut sleeper = primary.client();
+    sleeper.send(&["DEBUG", "SLEEP", "60"]);
+    wait_stopped(&primary, 1);
+    assert!(
+        wait_for(|| last_io(&mut r) >= 3, LINK_WAIT),
+        "the replica kept hearing from its sleeping primary: {}",
+        r.cmd(&["INFO", "replication"]).text()
+    );
+    assert!(!reply_waiting(&sleeper));
+    // SIGALRM ends the sleep, as it interrupts Valkey's nanosleep; the stream carries on.
+    primary.signal(SIGALRM);
+    assert_eq!(sleeper.read_frame(), Frame::ok());
+    ok(&mut primary.client(), &["SET", "after", "1"]);
+    assert!(wait_for(|| r.cmd(&["GET", "after"]) == Frame::bulk("1"), LINK_WAIT));
+    assert!(wait_for(|| (0..=1).contains(&last_io(&mut r)), LINK_WAIT));
+}
+
+/// What Valkey's integration/replication-psync does to force partial resyncs after a delay.
+#[test]
+fn a_sleeping_replica_reconnects_only_when_it_wakes() {
+    let primary = server();
+    let replica = sleepy_server(&[]);
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    let mut p = primary.client();
+    let mut r = replica.client();
+    fill(&mut p, 12, "a");
+    ok(&mut r, &["MULTI"]);
+    assert_eq!(r.cmd(&["CLIENT", "KILL", "TYPE", "master"]), Frame::simple("QUEUED"));
+    assert_eq!(r.cmd(&["DEBUG", "SLEEP", "60"]), Frame::simple("QUEUED"));
+    r.send(&["EXEC"]);
+    wait_stopped(&replica, 1);
+    assert!(wait_for(|| connected_replicas(&mut p) == 0, LINK_WAIT), "{}", p.cmd(&["INFO", "replication"]).text());
+    fill(&mut p, 12, "b");
+    // Asleep, it does not dial its primary (a few looks: absence cannot be waited for).
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(connected_replicas(&mut p), 0, "the sleeping replica reconnected");
+    }
+    assert!(!reply_waiting(&r));
+    replica.signal(SIGALRM);
+    assert_eq!(r.read_frame().items(), &[Frame::Integer(1), Frame::ok()]);
+    wait_link_up(&replica);
+    wait_same(&primary, &replica);
+    assert!(wait_for(|| info_stat(&mut p, "sync_partial_ok") == Some(1), LINK_WAIT));
 }

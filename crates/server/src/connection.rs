@@ -99,7 +99,7 @@ impl<F: Future> Future for CatchUnwind<F> {
         // Unwind safety: after a panic the future is never polled again, and what it shared
         // (parking_lot locks, which do not poison, release on unwind) stays consistent
         // per operation; the session it borrowed is only read to clean up.
-        match catch_unwind(AssertUnwindSafe(|| self.0.as_mut().poll(cx))) {
+        match catch_unwind(AssertUnwindSafe(|| crate::crash::in_connection(|| self.0.as_mut().poll(cx)))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
             Err(panic) => Poll::Ready(Err(panic)),
@@ -187,6 +187,11 @@ impl Conn {
                 srv.stats.qbuf_limit_disconnections.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
+            // While DEBUG SLEEP stops the server, what was sent waits, as in Valkey's one
+            // sleeping event loop.
+            if srv.freeze.frozen() {
+                srv.freeze.thawed().await;
+            }
             // Run what is buffered; a blocked or paused command suspends the rest of the
             // pipeline until it has run, as in Valkey.
             let mut flow = self.process(srv, sess);
@@ -240,7 +245,7 @@ impl Conn {
             // leave in a burst, as Valkey writes all pending replies before it sleeps, so a
             // client is woken once for many replies instead of once per reply (waking a
             // sleeping peer dominated the kernel time of the send path).
-            if !self.out.is_empty() {
+            if !self.out.is_empty() && sess.thaw_after_reply.is_none() {
                 tokio::task::yield_now().await;
             }
             self.flush(stream, sess).await?;
@@ -274,6 +279,8 @@ impl Conn {
                 n = stream.read_into(&mut from_replica) => match n {
                     Ok(0) | Err(_) => break Ok(()),
                     Ok(_) => {
+                        // DEBUG SLEEP: the replica's acknowledgements are not seen meanwhile.
+                        srv.freeze.thawed().await;
                         if near.write_all(&from_replica).await.is_err() {
                             break Ok(());
                         }
@@ -283,6 +290,8 @@ impl Conn {
                 n = near.read(&mut to_replica) => match n {
                     Ok(0) | Err(_) => break Ok(()),
                     Ok(n) => {
+                        // DEBUG SLEEP: nothing goes to the replica meanwhile, pings included.
+                        srv.freeze.thawed().await;
                         if let Err(e) = stream.write_all(&to_replica[..n]).await {
                             break Err(e);
                         }
@@ -676,7 +685,15 @@ impl Conn {
         false
     }
 
-    async fn flush(&mut self, stream: &mut Socket, sess: &Session) -> io::Result<()> {
+    async fn flush(&mut self, stream: &mut Socket, sess: &mut Session) -> io::Result<()> {
+        let result = self.write_out(stream, sess).await;
+        // A DEBUG SLEEP of this client: the others run again once its reply is out (or the
+        // connection failed), before anything it does next can wait.
+        sess.thaw_after_reply = None;
+        result
+    }
+
+    async fn write_out(&mut self, stream: &mut Socket, sess: &Session) -> io::Result<()> {
         if self.out.is_empty() {
             return Ok(());
         }

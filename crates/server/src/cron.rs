@@ -24,6 +24,8 @@ fn run(srv: &Arc<Server>) {
     let mut last_second = Instant::now();
     let mut routing_seen = 0;
     while !srv.is_shutting_down() {
+        // DEBUG SLEEP stops cron too, as it stops Valkey's event loop.
+        srv.freeze.wait_blocking();
         let hz = srv.engine.load().hz.max(1);
         let period = Duration::from_micros(1_000_000 / u64::from(hz));
         let tick = Instant::now();

@@ -83,6 +83,8 @@ pub fn dispatch_with(
     mode: BlockMode,
     plan: Option<&Plan>,
 ) -> Flow {
+    // What the software watchdog watches: this thread is in a command until it returns.
+    let _busy = crate::watchdog::busy();
     let mark = out.len();
     let reply_mode = advance_reply_mode(sess);
     sess.pushed = false;

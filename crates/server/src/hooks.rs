@@ -54,6 +54,10 @@ pub fn apply(srv: &Server, hook: Hook, old: &Settings, new: &Settings) -> Result
             Ok(())
         }
         Hook::Aof => crate::aof::wire::apply_config(srv, new).map_err(HookError::Reason),
+        Hook::Crash => {
+            crate::crash::configure(new);
+            Ok(())
+        }
         Hook::Replication => {
             crate::replication::apply(srv, new);
             // A failover's data-age check allows for one repl-ping-replica-period.

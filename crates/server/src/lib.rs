@@ -10,11 +10,13 @@ pub mod cluster;
 pub mod cmd;
 pub mod config;
 pub mod connection;
+pub mod crash;
 pub mod cron;
 pub mod dispatch;
 pub mod events;
 pub mod evict;
 pub mod failover;
+pub mod freeze;
 pub mod hooks;
 pub mod io;
 pub mod listener;
@@ -35,6 +37,7 @@ pub mod slowlog;
 pub mod snapshot;
 pub mod stats;
 pub mod tls;
+pub mod watchdog;
 
 use crate::config::Settings;
 use crate::registry::Registry;
@@ -66,6 +69,7 @@ pub fn main() -> i32 {
         eprintln!("Can't open the log file: {e}");
         return 1;
     }
+    crash::install(&settings);
     let workers = match settings.int(config::table::WORKER_THREADS) {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n as usize,
@@ -80,6 +84,9 @@ pub fn main() -> i32 {
         // redis-server's 10-13 ms; with 1024 (one epoll batch), 13 ms. Pipelined cells are
         // unchanged: their queue drains long before 1024 polls.
         .event_interval(1024)
+        // Room for a crash report on each runtime thread's signal stack.
+        .on_thread_start(crash::alt_stack_for_this_thread)
+        .on_thread_stop(crash::release_alt_stack)
         .enable_all()
         .build()
     {

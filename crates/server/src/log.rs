@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
@@ -66,6 +66,9 @@ impl LogLevel {
 static LEVEL: AtomicU8 = AtomicU8::new(LogLevel::Notice as u8);
 static ROLE: AtomicU8 = AtomicU8::new(b'M');
 static SINK: OnceLock<Arc<Mutex<Box<dyn Write + Send>>>> = OnceLock::new();
+/// The descriptor the log is written to (-1: nowhere), for the crash report, which a signal
+/// handler writes with write(2) alone.
+static FD: AtomicI32 = AtomicI32::new(-1);
 
 /// Sets the minimum level logged.
 pub fn set_level(level: LogLevel) {
@@ -81,25 +84,46 @@ pub fn set_role(role: u8) {
 /// file, nowhere, as Valkey does).
 pub fn init(level: LogLevel, logfile: &str, daemonized: bool) -> std::io::Result<()> {
     set_level(level);
-    let sink: Box<dyn Write + Send> = if !logfile.is_empty() {
-        Box::new(OpenOptions::new().create(true).append(true).open(logfile)?)
+    let (sink, fd): (Box<dyn Write + Send>, i32) = if !logfile.is_empty() {
+        let file = OpenOptions::new().create(true).append(true).open(logfile)?;
+        // The file lives as long as the process (SINK is never emptied), and so its fd.
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+        (Box::new(file), fd)
     } else if daemonized {
-        Box::new(std::io::sink())
+        (Box::new(std::io::sink()), -1)
     } else {
-        Box::new(std::io::stdout())
+        (Box::new(std::io::stdout()), libc::STDOUT_FILENO)
     };
-    let sink = SINK.get_or_init(|| Arc::new(Mutex::new(sink))).clone();
-    let subscriber = tracing_subscriber::registry().with(ValkeyFormat { sink });
+    let sink = SINK.get_or_init(|| {
+        FD.store(fd, Ordering::Relaxed);
+        Arc::new(Mutex::new(sink))
+    });
+    let subscriber = tracing_subscriber::registry().with(ValkeyFormat { sink: sink.clone() });
     // A second init (tests) keeps the first subscriber.
     let _ = tracing::subscriber::set_global_default(subscriber);
-    // Panics reach the server log (stderr may be nowhere) with where they happened; the
-    // connection boundary that catches one then logs which client and command it cost.
-    std::panic::set_hook(Box::new(|info| {
-        let location = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
-        let cause = crate::connection::panic_message(info.payload());
-        tracing::error!(location, cause, "bug: panic");
-    }));
     Ok(())
+}
+
+/// The log's file descriptor, -1 when the log goes nowhere. Lines written to it directly
+/// (the crash report) land between whole lines of the tracing sink, which flushes each one.
+pub fn raw_fd() -> i32 {
+    FD.load(Ordering::Relaxed)
+}
+
+/// The start of a warning line: `pid:role timestamp # `.
+pub fn prefix() -> String {
+    format!(
+        "{}:{} {} {} ",
+        std::process::id(),
+        ROLE.load(Ordering::Relaxed) as char,
+        timestamp(),
+        LogLevel::Warning.mark()
+    )
+}
+
+/// The role letter of log lines (`M` or `S`).
+pub fn role() -> u8 {
+    ROLE.load(Ordering::Relaxed)
 }
 
 /// Writes a line exactly as given, whatever the level (the startup banner).

@@ -23,6 +23,7 @@ use crate::config::Settings;
 use crate::config::table as t;
 use crate::config::value::Value;
 use crate::dispatch::{Batch, Scratch, dispatch};
+use crate::freeze::Gated;
 use crate::server::{Server, unix_ms};
 use crate::session::{ClientInfo, Session, flag};
 
@@ -306,13 +307,16 @@ impl Connector for Dialer {
     fn connect<'a>(&'a self, host: &'a str, port: u16) -> BoxFuture<'a, io::Result<Box<dyn AsyncStream>>> {
         Box::pin(async move {
             let srv = self.srv.upgrade().ok_or_else(|| io::Error::other("server is shutting down"))?;
+            // While DEBUG SLEEP stops this server, it neither dials, reads nor writes (Gated):
+            // the link stays as Valkey's sleeping event loop leaves it.
+            srv.freeze.thawed().await;
             let tcp = tokio::net::TcpStream::connect((host, port)).await?;
             let _ = tcp.set_nodelay(true);
             if !self.tls {
-                return Ok(Box::new(tcp) as Box<dyn AsyncStream>);
+                return Ok(Box::new(Gated::new(tcp, srv)) as Box<dyn AsyncStream>);
             }
             let tls = srv.tls.connect(host, tcp).await.map_err(|e| io::Error::other(e.to_string()))?;
-            Ok(Box::new(tls) as Box<dyn AsyncStream>)
+            Ok(Box::new(Gated::new(tls, srv)) as Box<dyn AsyncStream>)
         })
     }
 

@@ -242,6 +242,8 @@ pub struct Server {
     pub active_expire: AtomicBool,
     /// CLIENT PAUSE.
     pub pause: crate::pause::Pause,
+    /// DEBUG SLEEP's stop of the whole server.
+    pub freeze: crate::freeze::Freeze,
     /// Where calls go: [`Standalone`] (everything here) unless cluster mode wires in the
     /// cluster's router. Dispatch asks it only about calls with keys.
     pub router: Arc<dyn SlotRouter>,
@@ -302,6 +304,7 @@ impl Server {
             this: std::sync::OnceLock::new(),
             active_expire: AtomicBool::new(true),
             pause: Default::default(),
+            freeze: Default::default(),
             router: Arc::new(Standalone),
             cluster: None,
         };

@@ -100,6 +100,9 @@ pub struct Session {
     /// The running command replied with RESP3 push frames only ((un)subscribe
     /// confirmations), which CLIENT REPLY OFF/SKIP does not silence: Valkey's `pushing`.
     pub pushed: bool,
+    /// A DEBUG SLEEP this client ran: the server stays stopped until its reply is written,
+    /// so no other client is answered before it (Valkey writes the sleeper's reply first).
+    pub thaw_after_reply: Option<crate::freeze::Held>,
 }
 
 /// A transaction being queued.
@@ -133,6 +136,7 @@ impl Session {
             local: LocalStats::default(),
             info,
             close_after_reply: false,
+            thaw_after_reply: None,
             reprocessing: false,
             running: 0,
             pending_in: 0,

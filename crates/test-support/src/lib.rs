@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 /// Signal numbers for [`TestServer::signal`] and [`ProcessGuard::signal`], so tests need no
 /// libc dependency of their own.
-pub use libc::{SIGCONT, SIGINT, SIGKILL, SIGSTOP, SIGTERM};
+pub use libc::{SIGABRT, SIGALRM, SIGCONT, SIGINT, SIGKILL, SIGSEGV, SIGSTOP, SIGTERM};
 
 pub use client::RawClient;
 pub use ports::free_port;

@@ -153,9 +153,13 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
             // strtod semantics: what does not parse sleeps for 0 seconds.
             let secs: f64 = text(args.get(2)).trim().parse().unwrap_or(0.0);
             let micros = (secs * 1_000_000.0) as i64;
-            // Blocks this worker thread, as Valkey blocks its event loop.
-            std::thread::sleep(Duration::from_micros(micros.max(0) as u64));
+            sess.thaw_after_reply = sleep(srv, Duration::from_micros(micros.max(0) as u64));
             out.ok();
+        }
+        ("segfault", _) => crate::crash::segfault(),
+        ("assert", _) => {
+            // Valkey's serverAssertWithInfo(c, c->argv[0], 1 == 2): a report, then the end.
+            std::panic::panic_any(crate::crash::Assertion { expr: "1 == 2", file: file!(), line: line!() })
         }
         ("protocol", 3) => protocol(&sub_arg(&args), out)?,
         ("set-active-expire", 3) => {
@@ -250,6 +254,54 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
     Ok(Flow::Continue)
 }
 
+/// DEBUG SLEEP: stops the whole server for `dur`, as Valkey's sleep in its one event loop
+/// ([`crate::freeze`]), blocking this worker meanwhile (so the software watchdog sees a command
+/// that runs long). A SIGALRM ends it early, as it interrupts Valkey's nanosleep.
+///
+/// Returns the stop, to be held until this client's reply is written (the connection drops
+/// it then), so that no other client hears back before the sleeper.
+fn sleep(srv: &Server, dur: Duration) -> Option<crate::freeze::Held> {
+    if dur.is_zero() {
+        return None;
+    }
+    let (held, _scoped) = match srv.arc() {
+        Some(arc) => (Some(crate::freeze::Held::begin(arc)), None),
+        None => (None, Some(srv.freeze.begin())),
+    };
+    tracing::debug!("DEBUG SLEEP: the server stops for {:.3} s", dur.as_secs_f64());
+    let alarms = crate::crash::alarms();
+    let end = std::time::Instant::now() + dur;
+    let nap = || loop {
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || crate::crash::alarms() != alarms {
+            return;
+        }
+        // nanosleep, not thread::sleep (which resumes after a signal): the SIGALRM handler
+        // runs on this thread when it is the watchdog's or forwarded here.
+        sleep_once(left);
+    };
+    // The tasks this worker has queued (the replica link a CLIENT KILL just before in the
+    // same EXEC woke, say) move to another thread meanwhile: they must reach their gate (or
+    // finish closing a killed link) rather than wait out the sleep behind it.
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi_thread {
+        tokio::task::block_in_place(nap);
+    } else {
+        nap();
+    }
+    held
+}
+
+#[allow(unsafe_code)]
+fn sleep_once(d: Duration) {
+    let ts = libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long };
+    // SAFETY: nanosleep reads the timespec; the remainder is not asked for.
+    unsafe {
+        libc::nanosleep(&ts, std::ptr::null_mut());
+    }
+}
+
 /// DEBUG CLUSTERLINK KILL <to|from|all> <node-id>: closes bus links with a node, as Valkey's
 /// `handleDebugClusterCommand`, with its error texts.
 fn cluster_link_kill(srv: &Server, args: &Args<'_>, out: &mut ReplyBuf) -> Result<(), CommandError> {
@@ -329,6 +381,8 @@ fn help(args: &Args<'_>, out: &mut ReplyBuf) {
         out,
         args,
         &[
+            "ASSERT",
+            "    Crash by assertion failed.",
             "CHANGE-REPL-ID",
             "    Change the replication IDs of the instance.",
             "    Dangerous: should be used only for testing the replication subsystem.",
@@ -361,6 +415,8 @@ fn help(args: &Args<'_>, out: &mut ReplyBuf) {
             "    * NOFLUSH: the existing database will not be removed before load, but",
             "      conflicting keys will generate an exception and kill the server.",
             "    * NOSAVE: the database will be loaded from an existing RDB file.",
+            "SEGFAULT",
+            "    Crash the server with sigsegv.",
             "SET-ACTIVE-EXPIRE <0|1>",
             "    Setting it to 0 disables expiring keys in background when they are not",
             "    accessed (otherwise the behavior). Setting it to 1 reenables back the",
@@ -449,7 +505,7 @@ mod tests {
             debug(&srv, &mut c, &["debug", "nosuch"]),
             "-ERR unknown subcommand or wrong number of arguments for 'nosuch'. Try DEBUG HELP.\r\n"
         );
-        assert!(debug(&srv, &mut c, &["debug", "help"]).starts_with("*41\r\n+DEBUG <subcommand>"));
+        assert!(debug(&srv, &mut c, &["debug", "help"]).starts_with("*45\r\n+DEBUG <subcommand>"));
     }
 
     #[test]

@@ -59,6 +59,8 @@ pub enum Hook {
     WorkingDir,
     /// Turn the append-only file on or off, change its fsync policy or timestamps.
     Aof,
+    /// Crash reports and the software watchdog (crash-log-enabled, watchdog-period...).
+    Crash,
 }
 
 /// One directive.
@@ -170,6 +172,7 @@ const TLS_LIVE: Option<Hook> = Some(Hook::TlsLive);
 const CLUSTER: Option<Hook> = Some(Hook::Cluster);
 const REPL: Option<Hook> = Some(Hook::Replication);
 const AOF: Option<Hook> = Some(Hook::Aof);
+const CRASH: Option<Hook> = Some(Hook::Crash);
 const POLICIES: &[&str] = &[
     "volatile-lru",
     "volatile-lfu",
@@ -216,11 +219,11 @@ directives! {
         "Syslog identity.";
     SYSLOG_FACILITY = "syslog-facility" [] "general.syslog_facility": Ty::Enum(FACILITIES), "local0", I | NE, H,
         "Syslog facility.";
-    CRASH_LOG_ENABLED = "crash-log-enabled" [] "general.crash_log_enabled": B, "yes", M | NE, H,
-        "Write a crash report on fatal signals.";
+    CRASH_LOG_ENABLED = "crash-log-enabled" [] "general.crash_log_enabled": B, "yes", M, CRASH,
+        "Write a crash report (signal, stack) to the log on fatal signals.";
     CRASH_MEMCHECK_ENABLED = "crash-memcheck-enabled" [] "general.crash_memcheck_enabled": B, "yes", M | NE, H,
         "Run a memory test after a crash.";
-    USE_EXIT_ON_PANIC = "use-exit-on-panic" [] "general.use_exit_on_panic": B, "no", M | HID | NE, H,
+    USE_EXIT_ON_PANIC = "use-exit-on-panic" [] "general.use_exit_on_panic": B, "no", M | HID, CRASH,
         "Exit instead of aborting on panic (tests).";
     ENABLE_DEBUG_ASSERT = "enable-debug-assert" [] "general.enable_debug_assert": B, "no", I | HID | NE, H,
         "Enable expensive assertions (tests).";
@@ -583,7 +586,7 @@ directives! {
     LATENCY_TRACKING_INFO_PERCENTILES = "latency-tracking-info-percentiles" []
         "latency.latency_tracking_info_percentiles": Ty::Percentiles, "50 99 99.9", M | U, H,
         "Percentiles reported by INFO latencystats.";
-    WATCHDOG_PERIOD = "watchdog-period" [] "latency.watchdog_period": int(0, INT), "0", M | HID | NE, H,
+    WATCHDOG_PERIOD = "watchdog-period" [] "latency.watchdog_period": int(0, INT), "0", M | HID, CRASH,
         "Software watchdog period in milliseconds (debugging).";
     // advanced
     NOTIFY_KEYSPACE_EVENTS = "notify-keyspace-events" [] "advanced.notify_keyspace_events": Ty::Events, "",
