@@ -73,7 +73,9 @@ pub(crate) fn forward_to_busy(me: i32, mut signal: impl FnMut(i32)) {
     }
 }
 
-/// One thread's slot.
+/// One thread's slot, on a cache line of its own: each worker writes its slot twice per
+/// command, and neighbours sharing a line would bounce it between cores.
+#[repr(align(128))]
 struct Slot {
     /// The thread's kernel id; 0 when the slot is free.
     tid: AtomicI32,
