@@ -578,3 +578,38 @@ fn flushall_with_save_rules_empties_the_file_too() {
     let back = node(Some(srv.dir()), &[]);
     assert_eq!(back.cmd(&["DBSIZE"]), Frame::Integer(0));
 }
+
+#[test]
+fn a_restarted_replica_continues_from_its_own_file() {
+    let primary = node(None, &[]);
+    let port = primary.port();
+    let mut replica = node(None, &[("replicaof", &format!("127.0.0.1 {port}"))]);
+    let mut p = primary.client();
+    for i in 0..200 {
+        assert_eq!(p.cmd(&["INCR", &format!("c{}", i % 20)]), Frame::Integer(i / 20 + 1));
+    }
+    let offset = |c: &mut RawClient| info_num(&info(c, "replication"), "master_repl_offset");
+    let want = offset(&mut p);
+    assert!(wait_for(|| offset(&mut replica.client()) == want, WAIT), "the replica did not catch up");
+    // The replica saves its copy with its primary's id and its offset on the way down, then
+    // comes back from the file and asks to continue: no full sync, nothing applied twice.
+    let _ = replica.client().try_cmd(&["SHUTDOWN", "SAVE"]);
+    assert!(replica.wait_exit(WAIT).is_some());
+    for i in 0..20 {
+        assert_eq!(p.cmd(&["INCR", &format!("c{i}")]), Frame::Integer(11));
+    }
+    let back = builder()
+        .config("dir", &replica.dir().display().to_string())
+        .config("save", "\"\"")
+        .config("replicaof", &format!("127.0.0.1 {port}"))
+        .spawn();
+    let mut b = back.client();
+    let want = offset(&mut p);
+    assert!(wait_for(|| offset(&mut b) == want, WAIT), "{}", back.log());
+    let stats = info(&mut p, "stats");
+    assert_eq!((info_num(&stats, "sync_full"), info_num(&stats, "sync_partial_ok")), (1, 1), "{stats}");
+    for i in 0..20 {
+        assert_eq!(b.cmd(&["GET", &format!("c{i}")]), Frame::bulk("11"), "{}", back.log());
+    }
+    assert!(back.log().contains("Successful partial resynchronization with primary."), "{}", back.log());
+}

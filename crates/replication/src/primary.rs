@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hotkv_engine::{Effects, WriteSink};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tokio::sync::{Notify, watch};
 // tokio's clock, so tests can pause and advance time for lag, timeouts and the backlog ttl.
 use tokio::time::Instant;
@@ -168,6 +168,10 @@ pub struct Primary {
     syncs: [std::sync::atomic::AtomicU64; 3],
     /// Senders waiting for the stream to grow: appends wake them only when there are some.
     waiting: std::sync::atomic::AtomicUsize,
+    /// Held shared by a replica while it applies a batch of its primary's stream and feeds it
+    /// on, and exclusively across a snapshot's cut: the cut then sees a batch either applied
+    /// and counted in the offset, or neither (see [`Primary::apply_gate`]).
+    gate: RwLock<()>,
 }
 
 /// Counts of what PSYNC/SYNC requests got, for INFO stats.
@@ -247,6 +251,7 @@ impl Primary {
             acks,
             syncs: Default::default(),
             waiting: Default::default(),
+            gate: RwLock::new(()),
         })
     }
 
@@ -618,6 +623,21 @@ impl Primary {
         for id in ids {
             st.drop_replica(id, "primary replication id changed");
         }
+    }
+
+    /// Held while a replica applies a batch of its primary's commands and then feeds the same
+    /// bytes to [`Primary::feed_upstream`]. A replica applies under the slot locks but feeds
+    /// after them; without the gate a snapshot's cut could fall between the two, and its
+    /// image would hold the batch's effects with an offset from before it: a sub-replica's
+    /// full sync, or this replica's own file at a restart, would then apply the batch twice.
+    pub fn apply_gate(&self) -> RwLockReadGuard<'_, ()> {
+        self.gate.read()
+    }
+
+    /// Held across a snapshot's cut (taken before any slot lock, as the replica takes the
+    /// gate before it applies): see [`Primary::apply_gate`].
+    pub fn cut_gate(&self) -> RwLockWriteGuard<'_, ()> {
+        self.gate.write()
     }
 
     /// Appends bytes a replica applied from its primary, unchanged, so this node's stream is

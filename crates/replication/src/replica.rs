@@ -615,6 +615,8 @@ impl ReplicaLink {
         limits: Limits,
         offset: &mut u64,
     ) -> Result<(Option<u64>, bool), Error> {
+        // Until the batch is fed on: a snapshot's cut waits for it (see `Primary::apply_gate`).
+        let _gate = self.primary.apply_gate();
         let mut getack = None;
         let mut start = 0usize;
         let mut budget = APPLY_SLICE;

@@ -103,6 +103,9 @@ pub fn stream_rdb(
         let mut point = None;
         let o = out.clone();
         let primary = srv.repl.primary.clone();
+        // A replica applying its primary's stream must not be halfway between applying a batch
+        // and counting it in the offset the cut reads.
+        let gate = srv.repl.primary.cut_gate();
         let begun = srv.ks.begin_snapshot(write, Box::new(|_: Chunk| {}), || {
             if let Some(hook) = &opts.at_cut {
                 (hook.0)();
@@ -126,6 +129,7 @@ pub fn stream_rdb(
             o.ready.push(Bytes::from(head));
             point = Some(p);
         });
+        drop(gate);
         match begun {
             Ok(s) => {
                 if let (Some(point), Some(f)) = (point, started.take()) {

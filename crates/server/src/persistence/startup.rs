@@ -91,7 +91,10 @@ fn read_into(srv: &Server, mut file: File, path: &Path) -> Result<LoadStats, Loa
     // key it leaves out as expired (they still hold them). Past a backlog's worth the history
     // could not be continued anyway, so the names are kept up to that.
     let mut loader = Loader::new(&srv.ks, &engine, unix_ms());
-    if !configured_replica(srv) {
+    if configured_replica(srv) {
+        // As a Valkey replica loads them: its primary's stream deletes them.
+        loader = loader.keep_expired();
+    } else {
         let backlog = srv.settings.load().int(t::REPL_BACKLOG_SIZE).max(0) as usize;
         loader = loader.collect_expired(backlog);
     }
@@ -164,14 +167,10 @@ fn read_into(srv: &Server, mut file: File, path: &Path) -> Result<LoadStats, Loa
     }
 }
 
-/// Puts the file's replication id and offset back on a primary, so its replicas can continue
-/// with a partial resync (Valkey's `loadDataFromDisk`): it keeps the file's id as its second
-/// one, valid up to the offset, and draws a new one, as after a promotion.
-///
-/// A replica does not resume from its file (Valkey's does): its link applies a batch of the
-/// primary's commands and only then advances the offset, outside the slot locks, so a cut
-/// can fall between the two and the file's offset may lag what its keys already hold;
-/// continuing from there would apply those commands twice. It full-syncs instead.
+/// Puts the file's replication id and offset back (Valkey's `loadDataFromDisk`). A primary
+/// keeps the file's id as its second one, valid up to the offset, and draws a new one, as
+/// after a promotion, so its replicas can continue with a partial resync. A replica takes
+/// them as its cached primary's and asks its primary to continue from there.
 fn restore_replication(srv: &Server, stats: &LoadStats) {
     let aux = |name: &[u8]| stats.aux.iter().find(|(k, _)| k == name).map(|(_, v)| String::from_utf8_lossy(v));
     let (Some(replid), Some(offset)) = (aux(b"repl-id"), aux(b"repl-offset")) else { return };
@@ -181,7 +180,12 @@ fn restore_replication(srv: &Server, stats: &LoadStats) {
     if replid.len() != 40 || offset < 0 || stream_db == Some(-1) {
         return;
     }
+    let point = SyncPoint { replid: replid.to_string(), offset: offset as u64 };
     if configured_replica(srv) {
+        // The file is this replica's copy of its primary's stream up to `offset` (the cut
+        // reads the offset and the data together, see `Primary::apply_gate`): the first
+        // PSYNC asks to continue from there, as Valkey's replicationCachePrimaryUsingMyself.
+        srv.repl.primary.upstream_full_sync_done(&point);
         return;
     }
     if stats.expired_overflow {
@@ -193,7 +197,6 @@ fn restore_replication(srv: &Server, stats: &LoadStats) {
         );
         return;
     }
-    let point = SyncPoint { replid: replid.to_string(), offset: offset as u64 };
     srv.repl.primary.upstream_full_sync_done(&point);
     srv.repl.primary.shift_replid();
     // The replicas still hold what expired while this node was down: delete it there, in the
