@@ -462,3 +462,39 @@ fn a_primary_that_loses_a_slot_to_a_newer_claim_deletes_the_keys_it_held_there()
     assert_eq!(a.cmd(&["GET", &other]), Frame::bulk("v"));
     assert!(a.cmd(&["GET", "{dirty}0"]).error_text().unwrap_or_default().starts_with("MOVED "));
 }
+
+#[test]
+fn debug_sleep_stops_the_bus_too_so_peers_see_the_node_fail_and_recover() {
+    let _alone = one_cluster_at_a_time();
+    let ns = nodes(3, &[("enable-debug-command", "yes")]);
+    create(&ns, 0);
+    assert!(wait_for(|| ns.iter().all(|n| cluster_state(n) == "ok"), Duration::from_secs(10)));
+    let id = ns[2].cmd(&["CLUSTER", "MYID"]).text();
+    // Valkey's DEBUG SLEEP stops its one event loop, the bus included: a node asleep past
+    // the node timeout stops answering PINGs and its peers fail it. hotkv's bus thread waits
+    // at the same stop.
+    let port = ns[2].port();
+    let sleeper = std::thread::spawn(move || {
+        let mut c = hotkv_test_support::RawClient::connect(port);
+        c.set_timeout(Duration::from_secs(30));
+        c.cmd(&["DEBUG", "SLEEP", "4"])
+    });
+    let failed = |n: &TestServer| {
+        n.cmd(&["CLUSTER", "NODES"]).text().lines().any(|l| l.starts_with(&id) && l.contains("master,fail "))
+    };
+    assert!(
+        wait_for(|| ns[..2].iter().all(failed), Duration::from_secs(15)),
+        "{}\n{:?}\n{}",
+        ns[0].cmd(&["CLUSTER", "NODES"]).text(),
+        sleeper.join(),
+        ns[2].log()
+    );
+    assert_eq!(sleeper.join().unwrap(), Frame::ok());
+    // Awake again, it answers, the FAIL flag is cleared (a primary with slots that is
+    // reachable again) and the cluster is whole.
+    assert!(
+        wait_for(|| ns.iter().all(|n| cluster_state(n) == "ok" && !failed(n)), Duration::from_secs(20)),
+        "{}",
+        ns[0].cmd(&["CLUSTER", "NODES"]).text()
+    );
+}

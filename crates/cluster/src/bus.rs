@@ -149,6 +149,8 @@ pub struct Bus {
     drop_filter: AtomicI64,
     /// `DEBUG CLOSE-CLUSTER-LINK-ON-PACKET-DROP`: a dropped frame closes its link too.
     close_on_drop: AtomicBool,
+    /// Blocks while the server is stopped (DEBUG SLEEP): see [`Bus::set_stop_gate`].
+    stop_gate: std::sync::OnceLock<StopGate>,
     /// `cluster-link-sendbuf-limit`: a link whose memory passes it is closed (0: no limit).
     sendbuf_limit: AtomicU64,
 }
@@ -245,6 +247,7 @@ impl Bus {
             sink,
             drop_filter: AtomicI64::new(-1),
             close_on_drop: AtomicBool::new(false),
+            stop_gate: std::sync::OnceLock::new(),
             sendbuf_limit: AtomicU64::new(0),
         })
     }
@@ -365,6 +368,20 @@ impl Bus {
     /// bus thread may not have had its turn yet).
     pub fn flush(&self) {
         self.after_change(false);
+    }
+
+    /// Installs what stops the bus while the server is stopped (Valkey's DEBUG SLEEP stops its
+    /// one event loop, the bus with it: no frame is read or answered, no PING leaves, and
+    /// peers see the node go silent). The gate blocks its caller until the stop ends; the
+    /// cron calls it on every turn, on the bus's own thread, so every task of the bus waits.
+    pub fn set_stop_gate(&self, gate: StopGate) {
+        let _ = self.stop_gate.set(gate);
+    }
+
+    /// Runs the cron's turn now (a stop began: the bus should stop at once, not at its next
+    /// tick).
+    pub fn nudge(&self) {
+        self.wake.notify_one();
     }
 
     /// Starts the listener and the cron on the current runtime.
@@ -540,6 +557,9 @@ impl Bus {
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = self.wake.notified() => {}
+            }
+            if let Some(gate) = self.stop_gate.get() {
+                (gate.0)();
             }
             let now = now_ms();
             let (pings, outgoing, targets, silent, timeout) = {
@@ -918,6 +938,10 @@ async fn write_frames(
         }
     }
 }
+
+/// Blocks the calling thread while the server is stopped (see [`Bus::set_stop_gate`]).
+#[derive(Clone)]
+pub struct StopGate(pub Arc<dyn Fn() + Send + Sync>);
 
 /// Logs what the bus listens on.
 pub fn log_listening(addrs: &[SocketAddr]) {

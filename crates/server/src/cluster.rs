@@ -270,6 +270,12 @@ pub fn start(srv: &Arc<Server>, s: &Settings) -> Result<(), String> {
     if listeners.is_empty() {
         return Err(format!("Failed listening on the cluster bus port {port}"));
     }
+    let weak = Arc::downgrade(srv);
+    node.bus.set_stop_gate(hotkv_cluster::bus::StopGate(Arc::new(move || {
+        if let Some(srv) = weak.upgrade() {
+            srv.freeze.wait_blocking();
+        }
+    })));
     let bus = node.bus.clone();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -268,6 +268,9 @@ fn sleep(srv: &Server, dur: Duration) -> Option<crate::freeze::Held> {
         Some(arc) => (Some(crate::freeze::Held::begin(arc)), None),
         None => (None, Some(srv.freeze.begin())),
     };
+    if let Some(node) = &srv.cluster {
+        node.bus.nudge();
+    }
     tracing::debug!("DEBUG SLEEP: the server stops for {:.3} s", dur.as_secs_f64());
     let alarms = crate::crash::alarms();
     let end = std::time::Instant::now() + dur;
