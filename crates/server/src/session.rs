@@ -456,3 +456,34 @@ impl Clients {
         self.map.lock().get(&id).filter(|c| !c.is_killed()).cloned()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_addresses_read_as_valkey_writes_them() {
+        let v4 = ClientAddr::from("127.0.0.1:5000".parse::<SocketAddr>().unwrap());
+        let v6 = ClientAddr::from("[::1]:5000".parse::<SocketAddr>().unwrap());
+        let unix = ClientAddr::Unix("/tmp/hotkv.sock".into());
+        assert_eq!(v4.to_string(), "127.0.0.1:5000");
+        assert_eq!(v6.to_string(), "[::1]:5000");
+        assert_eq!(unix.to_string(), "/tmp/hotkv.sock:0");
+        assert_eq!(unix.monitor_text(), "unix:/tmp/hotkv.sock");
+        assert_eq!(v4.monitor_text(), "127.0.0.1:5000");
+        assert_eq!(unix.ip_text(), "/unixsocket");
+        assert!(v4.is_local() && v6.is_local() && unix.is_local());
+        let mapped = ClientAddr::from("[::ffff:127.0.0.1]:1".parse::<SocketAddr>().unwrap());
+        assert!(mapped.is_local());
+        assert!(!ClientAddr::from("10.0.0.1:1".parse::<SocketAddr>().unwrap()).is_local());
+    }
+
+    #[test]
+    fn a_unix_client_has_the_u_flag_in_valkey_order() {
+        let unix = ClientAddr::Unix("/tmp/s".into());
+        let info = ClientInfo::new(1, unix.clone(), unix, 3, 0);
+        assert_eq!(info.flag_letters(), "N");
+        info.flags.fetch_or(flag::UNIX_SOCKET | flag::CLOSE_AFTER_REPLY | flag::NO_EVICT, Ordering::Relaxed);
+        assert_eq!(info.flag_letters(), "cUe");
+    }
+}
