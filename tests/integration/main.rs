@@ -58,6 +58,7 @@ mod scan;
 mod strings;
 mod tls;
 mod transactions;
+mod unix_socket;
 mod zsets;
 
 use std::time::Duration;

@@ -16,7 +16,6 @@ use hotkv_engine::plan::KeyHint;
 use hotkv_engine::remote::{RemoteOutcome, RemoteRequest};
 use hotkv_protocol::{Decoder, Limits, ReplyBuf, Step};
 use hotkv_tls::TlsSession;
-use tokio::net::TcpStream;
 use tokio::sync::broadcast;
 use tracing::{debug, error};
 
@@ -30,9 +29,10 @@ use crate::session::{ClientInfo, Session, flag};
 /// Read buffer size per read: Valkey's `PROTO_IOBUF_LEN`.
 const READ_CHUNK: usize = 16 * 1024;
 
-/// Serves a client until it disconnects, is killed, or the server shuts down. `tls` is the
-/// session of a connection to the TLS port; its handshake runs inside the first reads.
-pub async fn serve(srv: Arc<Server>, stream: TcpStream, info: Arc<ClientInfo>, tls: Option<TlsSession>) {
+/// Serves a client until it disconnects, is killed, or the server shuts down: a TCP or
+/// unix-socket connection, all alike past this point. `tls` is the session of a connection
+/// to the TLS port; its handshake runs inside the first reads.
+pub async fn serve(srv: Arc<Server>, stream: socket2::Socket, info: Arc<ClientInfo>, tls: Option<TlsSession>) {
     let mut sock = match Socket::new(stream, tls, info.id) {
         Ok(s) => s,
         Err(e) => {

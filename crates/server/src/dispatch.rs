@@ -724,7 +724,7 @@ fn record_slow(b: &Batch<'_>, sess: &Session, cmd: &Command, args: &Args<'_>, na
 /// Sends `+<time> [<db> <addr>] "arg" ...` to MONITOR clients.
 fn feed_monitors(srv: &Server, sess: &Session, args: &Args<'_>) {
     let us = unix_us();
-    let mut line = format!("{}.{:06} [{} {}]", us / 1_000_000, us % 1_000_000, sess.db, sess.info.addr);
+    let mut line = format!("{}.{:06} [{} {}]", us / 1_000_000, us % 1_000_000, sess.db, sess.info.addr.monitor_text());
     for a in args.iter() {
         line.push(' ');
         repr(&mut line, a);

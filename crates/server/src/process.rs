@@ -95,7 +95,8 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
     let tls_port = settings.int(table::TLS_PORT) as u16;
     let backlog = settings.int(table::TCP_BACKLOG) as i32;
     let bind = settings.list(table::BIND).to_vec();
-    if port == 0 && tls_port == 0 {
+    let unixsocket = settings.str(table::UNIXSOCKET).to_string();
+    if port == 0 && tls_port == 0 && unixsocket.is_empty() {
         warn!("Configured to not listen anywhere, exiting.");
         return 1;
     }
@@ -117,6 +118,11 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
         None => return 1,
     };
     let tls_listeners = match bind_port(&bind, tls_port, backlog, "tls") {
+        Some(l) => l,
+        None => return 1,
+    };
+    // After the TCP ports, so a port already in use leaves no socket file behind.
+    let unix_listener = match bind_unix(&settings, &unixsocket, backlog) {
         Some(l) => l,
         None => return 1,
     };
@@ -154,6 +160,15 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
             }
         }
     }
+    if let Some(l) = unix_listener {
+        match listener::start_unix(&srv, l, &unixsocket) {
+            Ok(h) => srv.listeners.lock().push(h),
+            Err(e) => {
+                warn!("Failed opening Unix socket: {e}");
+                return 1;
+            }
+        }
+    }
     info!("Server initialized");
     let loader = srv.clone();
     let loaded = tokio::task::spawn_blocking(move || crate::aof::wire::load_at_start(&loader)).await;
@@ -167,8 +182,12 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
     srv.startup_memory.store(startup, std::sync::atomic::Ordering::Relaxed);
     let cron = crate::cron::spawn(srv.clone());
     let tls_task = tokio::spawn(srv.tls.clone().run_background());
+    // One line per listener kind, in Valkey's order of connection types.
     if port != 0 {
         info!("Ready to accept connections tcp");
+    }
+    if !unixsocket.is_empty() {
+        info!("Ready to accept connections unix");
     }
     if tls_port != 0 {
         info!("Ready to accept connections tls");
@@ -190,6 +209,12 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
         let _ = std::fs::remove_file(p);
     }
     listener::stop_blocking(std::mem::take(&mut *srv.listeners.lock()));
+    if !unixsocket.is_empty() {
+        info!("Removing the unix socket file.");
+        if let Err(e) = std::fs::remove_file(&unixsocket) {
+            warn!("Error removing the unix socket file: {}", listener::os_text(&e));
+        }
+    }
     tls_task.abort();
     let _ = cron.join();
     // No client writes any more: what the AOF holds is final.
@@ -216,6 +241,22 @@ fn bind_port(bind: &[String], port: u16, backlog: i32, kind: &str) -> Option<Vec
         Err(e) => {
             warn!("{e}");
             warn!("Failed listening on port {port} ({kind}), aborting.");
+            None
+        }
+    }
+}
+
+/// Opens the `unixsocket` socket (None inside when it is not configured), or logs Valkey's
+/// line and returns `None`.
+fn bind_unix(settings: &Settings, path: &str, backlog: i32) -> Option<Option<std::os::unix::net::UnixListener>> {
+    if path.is_empty() {
+        return Some(None);
+    }
+    let perm = settings.int(table::UNIXSOCKETPERM) as u32;
+    match listener::bind_unix(path, perm, settings.str(table::UNIXSOCKETGROUP), backlog) {
+        Ok(l) => Some(Some(l)),
+        Err(e) => {
+            warn!("Failed opening Unix socket: {e}");
             None
         }
     }

@@ -2,7 +2,8 @@
 //! other clients may read or act on through CLIENT LIST/KILL ([`ClientInfo`]).
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
@@ -33,6 +34,8 @@ pub mod flag {
     pub const MASTER: u32 = 1 << 8;
     /// `S`: a replica attached to this node.
     pub const REPLICA: u32 = 1 << 9;
+    /// `U`: connected through the unix socket (`unixsocket`).
+    pub const UNIX_SOCKET: u32 = 1 << 10;
 }
 
 /// What CLIENT REPLY asked for.
@@ -159,9 +162,9 @@ impl Session {
     /// dual-stack socket (an IPv4-mapped peer address) counts as IPv4: it is one, and might
     /// not reach an IPv6 address.
     pub fn ipv6(&self) -> bool {
-        match self.info.addr {
-            std::net::SocketAddr::V6(a) => a.ip().to_ipv4_mapped().is_none(),
-            std::net::SocketAddr::V4(_) => false,
+        match &self.info.addr {
+            ClientAddr::Tcp(SocketAddr::V6(a)) => a.ip().to_ipv4_mapped().is_none(),
+            ClientAddr::Tcp(SocketAddr::V4(_)) | ClientAddr::Unix(_) => false,
         }
     }
 
@@ -217,9 +220,9 @@ pub struct ClientInfo {
     /// Unique, increasing client id.
     pub id: u64,
     /// Peer address.
-    pub addr: SocketAddr,
+    pub addr: ClientAddr,
     /// Local address.
-    pub laddr: SocketAddr,
+    pub laddr: ClientAddr,
     /// Socket descriptor.
     pub fd: i32,
     /// Creation time.
@@ -270,11 +273,11 @@ pub struct ClientInfo {
 
 impl ClientInfo {
     /// A new client record.
-    pub fn new(id: u64, addr: SocketAddr, laddr: SocketAddr, fd: i32, now_ms: i64) -> ClientInfo {
+    pub fn new(id: u64, addr: impl Into<ClientAddr>, laddr: impl Into<ClientAddr>, fd: i32, now_ms: i64) -> ClientInfo {
         ClientInfo {
             id,
-            addr,
-            laddr,
+            addr: addr.into(),
+            laddr: laddr.into(),
             fd,
             created: Instant::now(),
             last_interaction: AtomicI64::new(now_ms),
@@ -326,6 +329,7 @@ impl ClientInfo {
             (flag::MULTI, 'x'),
             (flag::BLOCKED, 'b'),
             (flag::CLOSE_AFTER_REPLY, 'c'),
+            (flag::UNIX_SOCKET, 'U'),
             (flag::NO_EVICT, 'e'),
             (flag::NO_TOUCH, 'T'),
         ] {
@@ -337,6 +341,70 @@ impl ClientInfo {
             s.push('N');
         }
         s
+    }
+}
+
+/// Where a client is connected, as Valkey names it: `ip:port` (`[ip]:port` for IPv6), or for
+/// a client of the unix socket the socket's configured path with port 0 (`/tmp/x.sock:0`,
+/// Valkey's `genClientAddrString`), for both ends of the connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientAddr {
+    /// A TCP connection (plain or TLS).
+    Tcp(SocketAddr),
+    /// A connection to the unix socket at this path.
+    Unix(Arc<str>),
+}
+
+impl ClientAddr {
+    /// Whether the client is on this machine: a loopback address (an IPv4-mapped one too) or
+    /// the unix socket (Valkey's `connIsLocal`). Protected mode, `enable-debug-command local`
+    /// and `enable-protected-configs local` ask this.
+    pub fn is_local(&self) -> bool {
+        match self {
+            ClientAddr::Tcp(a) => is_loopback(a.ip()),
+            ClientAddr::Unix(_) => true,
+        }
+    }
+
+    /// The IP address as text, for a replica's announced address; a unix-socket peer is
+    /// `/unixsocket`, the name Valkey's `anetFdToString` gives it.
+    pub fn ip_text(&self) -> String {
+        match self {
+            ClientAddr::Tcp(a) => a.ip().to_string(),
+            ClientAddr::Unix(_) => "/unixsocket".to_string(),
+        }
+    }
+
+    /// The address in a MONITOR line: `ip:port`, or `unix:<path>` for the unix socket
+    /// (Valkey's `replicationFeedMonitors`).
+    pub fn monitor_text(&self) -> String {
+        match self {
+            ClientAddr::Tcp(a) => a.to_string(),
+            ClientAddr::Unix(path) => format!("unix:{path}"),
+        }
+    }
+}
+
+impl From<SocketAddr> for ClientAddr {
+    fn from(a: SocketAddr) -> ClientAddr {
+        ClientAddr::Tcp(a)
+    }
+}
+
+impl fmt::Display for ClientAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientAddr::Tcp(a) => a.fmt(f),
+            ClientAddr::Unix(path) => write!(f, "{path}:0"),
+        }
+    }
+}
+
+/// Whether `ip` is a loopback address, an IPv4-mapped IPv6 one included.
+pub fn is_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
     }
 }
 
@@ -386,5 +454,36 @@ impl Clients {
     /// One client (not a killed one).
     pub fn get(&self, id: u64) -> Option<Arc<ClientInfo>> {
         self.map.lock().get(&id).filter(|c| !c.is_killed()).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_addresses_read_as_valkey_writes_them() {
+        let v4 = ClientAddr::from("127.0.0.1:5000".parse::<SocketAddr>().unwrap());
+        let v6 = ClientAddr::from("[::1]:5000".parse::<SocketAddr>().unwrap());
+        let unix = ClientAddr::Unix("/tmp/hotkv.sock".into());
+        assert_eq!(v4.to_string(), "127.0.0.1:5000");
+        assert_eq!(v6.to_string(), "[::1]:5000");
+        assert_eq!(unix.to_string(), "/tmp/hotkv.sock:0");
+        assert_eq!(unix.monitor_text(), "unix:/tmp/hotkv.sock");
+        assert_eq!(v4.monitor_text(), "127.0.0.1:5000");
+        assert_eq!(unix.ip_text(), "/unixsocket");
+        assert!(v4.is_local() && v6.is_local() && unix.is_local());
+        let mapped = ClientAddr::from("[::ffff:127.0.0.1]:1".parse::<SocketAddr>().unwrap());
+        assert!(mapped.is_local());
+        assert!(!ClientAddr::from("10.0.0.1:1".parse::<SocketAddr>().unwrap()).is_local());
+    }
+
+    #[test]
+    fn a_unix_client_has_the_u_flag_in_valkey_order() {
+        let unix = ClientAddr::Unix("/tmp/s".into());
+        let info = ClientInfo::new(1, unix.clone(), unix, 3, 0);
+        assert_eq!(info.flag_letters(), "N");
+        info.flags.fetch_or(flag::UNIX_SOCKET | flag::CLOSE_AFTER_REPLY | flag::NO_EVICT, Ordering::Relaxed);
+        assert_eq!(info.flag_letters(), "cUe");
     }
 }

@@ -39,7 +39,8 @@ pub use client::RawClient;
 pub use ports::free_port;
 pub use process::{ProcessGuard, raise_fd_limit, signal};
 pub use proxy::{Fault, FaultProxy, MAX_LINKS};
-pub use resp::Frame;
+/// RESP framing for clients over other transports than [`RawClient`]'s TCP (a unix socket).
+pub use resp::{Frame, encode_command, read_frame};
 pub use server::{Builder, ConfigFormat, Exited, TestServer};
 
 /// How long a server may take to answer its first PING.

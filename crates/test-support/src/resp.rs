@@ -190,7 +190,7 @@ impl fmt::Display for Frame {
 
 /// Reads one complete frame. An EOF before the first byte is `UnexpectedEof`; malformed
 /// input is `InvalidData` naming what was wrong.
-pub(crate) fn read_frame(r: &mut impl BufRead) -> io::Result<Frame> {
+pub fn read_frame(r: &mut impl BufRead) -> io::Result<Frame> {
     let line = read_line(r)?;
     let (&kind, rest) = line.split_first().ok_or_else(|| bad("empty reply line"))?;
     let text = || String::from_utf8_lossy(rest).into_owned();
@@ -289,7 +289,7 @@ fn bad(msg: &str) -> io::Error {
 }
 
 /// Encodes a command as a RESP multibulk request.
-pub(crate) fn encode_command<A: AsRef<[u8]>>(args: &[A]) -> Vec<u8> {
+pub fn encode_command<A: AsRef<[u8]>>(args: &[A]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", args.len()).into_bytes();
     for a in args {
         let a = a.as_ref();

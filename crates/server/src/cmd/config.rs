@@ -101,7 +101,7 @@ fn set(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
     // Serialise CONFIG SETs so a concurrent one cannot interleave its hooks with ours.
     let _guard = srv.config_lock.lock();
     let old = srv.settings.load_full();
-    let local = sess.info.addr.ip().is_loopback();
+    let local = sess.info.addr.is_local();
     let outcome = runtime::set_as(&old, &pairs, local).map_err(set_error)?;
     srv.install_settings(outcome.settings.clone());
     for run in &outcome.hooks {

@@ -42,7 +42,7 @@ pub fn debug_allowed(setting: &str, peer_is_loopback: bool) -> bool {
 
 fn debug(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
     let setting = str_of(&srv.settings.load(), "enable-debug-command", "no");
-    if !debug_allowed(&setting, sess.info.addr.ip().is_loopback()) {
+    if !debug_allowed(&setting, sess.info.addr.is_local()) {
         return Err(CommandError::err(
             "DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run it from a \
              local connection, otherwise you need to set this option in the configuration file, and then restart the \

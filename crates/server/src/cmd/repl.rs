@@ -182,7 +182,7 @@ fn psync(srv: &Server, sess: &mut Session, args: Args<'_>, _: &mut ReplyBuf) -> 
     }
     let req = SyncRequest::parse(args.iter()).ok_or(CommandError::Syntax)?;
     let hs = sess.handshake.take().map(|h| *h).unwrap_or_default();
-    let peer = format!("{}:{}", sess.info.addr.ip(), hs.listening_port);
+    let peer = format!("{}:{}", sess.info.addr.ip_text(), hs.listening_port);
     let session = srv.repl.primary.accept_sync(&req, &hs, sess.id, &peer);
     sess.set_flag(flag::REPLICA, true);
     Ok(Flow::Replica(Box::new(SyncStart { session })))

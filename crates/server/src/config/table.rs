@@ -276,12 +276,12 @@ directives! {
         "Listen backlog.";
     TCP_KEEPALIVE = "tcp-keepalive" [] "network.tcp_keepalive": int(0, INT), "300", M | U, H,
         "TCP keepalive interval in seconds for client sockets (0 = off).";
-    UNIXSOCKET = "unixsocket" [] "network.unixsocket": O, "", I | NE, H,
-        "Unix socket to listen on.";
-    UNIXSOCKETPERM = "unixsocketperm" [] "network.unixsocketperm": Ty::Octal { max: 0o777 }, "0", I | NE, H,
-        "Permissions of the unix socket (octal).";
-    UNIXSOCKETGROUP = "unixsocketgroup" [] "network.unixsocketgroup": O, "", I | NE, H,
-        "Group of the unix socket.";
+    UNIXSOCKET = "unixsocket" [] "network.unixsocket": O, "", I, H,
+        "Unix socket to listen on too (plain text, no TLS); unlinked first, removed at shutdown.";
+    UNIXSOCKETPERM = "unixsocketperm" [] "network.unixsocketperm": Ty::Octal { max: 0o777 }, "0", I, H,
+        "Permissions of the unix socket (octal; 0 keeps what the umask gives).";
+    UNIXSOCKETGROUP = "unixsocketgroup" [] "network.unixsocketgroup": O, "", I, H,
+        "Group given to the unix socket, by name or number.";
     SOCKET_MARK_ID = "socket-mark-id" [] "network.socket_mark_id": int(0, UINT), "0", I | NE, H,
         "Mark (SO_MARK) set on listening sockets.";
     MAX_NEW_CONNECTIONS_PER_CYCLE = "max-new-connections-per-cycle" [] "network.max_new_connections_per_cycle":
