@@ -284,8 +284,10 @@ fn fill_base(srv: &Server, base: &mut BaseWriter, at_cut: Option<CutHook>) -> io
         std::thread::sleep(Duration::from_millis(20));
         Instant::now() < deadline
     };
+    // `rdb-key-save-delay` slows rewrites too, as Valkey's (tests use it to catch one running).
+    let key_delay = Duration::from_micros(srv.settings.load().int(t::RDB_KEY_SAVE_DELAY).max(0) as u64);
     if base.is_rdb() {
-        let opts = StreamOptions { at_cut, ..StreamOptions::default() };
+        let opts = StreamOptions { at_cut, key_delay, ..StreamOptions::default() };
         let mut error = None;
         let ship = |b: Bytes| match base.write(&b) {
             Ok(()) => true,
@@ -301,6 +303,7 @@ fn fill_base(srv: &Server, base: &mut BaseWriter, at_cut: Option<CutHook>) -> io
         };
     }
     let ready: Arc<Mutex<Vec<DbChunk>>> = Arc::default();
+    let keys = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let snap = loop {
         let r = ready.clone();
         let sink = Box::new(move |c: Chunk| {
@@ -309,7 +312,12 @@ fn fill_base(srv: &Server, base: &mut BaseWriter, at_cut: Option<CutHook>) -> io
             }
         });
         let hook = at_cut.clone();
-        let begun = srv.ks.begin_snapshot(Box::new(super::rewrite::write_table_commands), sink, move || {
+        let counted = keys.clone();
+        let write = Box::new(move |db: usize, table: &hotkv_engine::table::Table, out: &mut Vec<u8>| {
+            counted.fetch_add(table.len() as u64, Ordering::Relaxed);
+            super::rewrite::write_table_commands(db, table, out);
+        });
+        let begun = srv.ks.begin_snapshot(write, sink, move || {
             if let Some(h) = hook {
                 (h.0)();
             }
@@ -328,8 +336,14 @@ fn fill_base(srv: &Server, base: &mut BaseWriter, at_cut: Option<CutHook>) -> io
             }
         }
     };
+    let mut paced = 0;
     srv.ks.drive_snapshot(&snap, || {
         drain(base);
+        if !key_delay.is_zero() {
+            let done = keys.load(Ordering::Relaxed);
+            std::thread::sleep(key_delay * (done - paced).min(u64::from(u32::MAX)) as u32);
+            paced = done;
+        }
         true
     });
     drain(base);
@@ -569,6 +583,14 @@ fn stop(srv: &Server) {
         warn!("Fail to fsync the AOF file: {e}");
     }
     *aof.files.lock() = None;
+}
+
+/// What a rewrite running now means to a shutdown: `None` when none runs, `Some(true)` when it
+/// writes the first base after `appendonly yes` at runtime (Valkey's `AOF_WAIT_REWRITE`: until
+/// it is done the data set is in no AOF, so a shutdown refuses to exit without FORCE).
+pub fn rewrite_in_progress(srv: &Server) -> Option<bool> {
+    let aof = &srv.aof;
+    aof.running.load(Ordering::Acquire).then(|| aof.needs_base.load(Ordering::Acquire))
 }
 
 /// At shutdown: writes and syncs everything appended (Valkey's `prepareForShutdown`).

@@ -226,11 +226,11 @@ directives! {
         "Enable expensive assertions (tests).";
     DEBUG_CONTEXT = "debug-context" [] "general.debug_context": S, "", M | HID | NE, H,
         "Free text included in crash reports.";
-    SHUTDOWN_TIMEOUT = "shutdown-timeout" [] "general.shutdown_timeout": int(0, INT), "10", M | NE, H,
+    SHUTDOWN_TIMEOUT = "shutdown-timeout" [] "general.shutdown_timeout": int(0, INT), "10", M | U, H,
         "Seconds to wait for replicas to catch up on shutdown.";
-    SHUTDOWN_ON_SIGINT = "shutdown-on-sigint" [] "general.shutdown_on_sigint": SHUTDOWN, "default", M | NE, H,
+    SHUTDOWN_ON_SIGINT = "shutdown-on-sigint" [] "general.shutdown_on_sigint": SHUTDOWN, "default", M | U, H,
         "SHUTDOWN flags used on SIGINT.";
-    SHUTDOWN_ON_SIGTERM = "shutdown-on-sigterm" [] "general.shutdown_on_sigterm": SHUTDOWN, "default", M | NE, H,
+    SHUTDOWN_ON_SIGTERM = "shutdown-on-sigterm" [] "general.shutdown_on_sigterm": SHUTDOWN, "default", M | U, H,
         "SHUTDOWN flags used on SIGTERM.";
     IO_THREADS = "io-threads" [] "general.io_threads": int(1, 128), "1", I | NE, H,
         "Valkey I/O threads; hotkv sizes its pool with worker-threads.";

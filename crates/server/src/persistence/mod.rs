@@ -437,12 +437,10 @@ const BGSAVE_RETRY_DELAY_S: i64 = 5;
 /// How long a final save waits for the keyspace's snapshot to be free.
 const FINAL_SAVE_WAIT: Duration = Duration::from_secs(60);
 
-/// What SHUTDOWN (or SIGTERM/SIGINT, with no modifiers) does before the process exits:
-/// saves when `save` has rules and NOSAVE was not given, or when SAVE was (Valkey's
-/// `finishShutdown`). `Err` when the save failed and FORCE was not given: the server then
-/// keeps running, as Valkey's does.
-pub async fn prepare_shutdown(srv: &Arc<Server>, nosave: bool, save: bool, force: bool) -> Result<(), ()> {
-    info!("User requested shutdown...");
+/// The final save of a shutdown (Valkey's `finishShutdown`, its RDB part): saves when `save`
+/// has rules and NOSAVE was not given, or when SAVE was. `Err` when the save failed and FORCE
+/// was not given: the server then keeps running, as Valkey's does.
+pub async fn final_save(srv: &Arc<Server>, nosave: bool, save: bool, force: bool) -> Result<(), ()> {
     let rules = !srv.settings.load().ints(t::SAVE).is_empty();
     if !((rules && !nosave) || save) {
         return Ok(());
@@ -461,7 +459,6 @@ pub async fn prepare_shutdown(srv: &Arc<Server>, nosave: bool, save: bool, force
         }
         Err(_) => {
             warn!("Error trying to save the DB, can't exit.");
-            warn!("Errors trying to shut down the server. Check the logs for more information.");
             Err(())
         }
     }
