@@ -2,7 +2,7 @@
 //! `appendfsync always` under kill -9, torn tails with `aof-load-truncated` yes and no,
 //! BGREWRITEAOF under writers, the manifest's layout, the automatic rewrite, MISCONF while
 //! the file cannot be written, `appendonly` turned on at runtime, the first base made from
-//! dump.rdb, and WAITAOF.
+//! dump.rdb, WAITAOF, and DEBUG LOADAOF.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -423,4 +423,60 @@ fn appendfsync_and_timestamps_change_on_the_running_writer() {
     let incr = std::fs::read_to_string(srv.dir().join("appendonlydir/appendonly.aof.1.incr.aof")).unwrap();
     assert!(incr.starts_with("#TS:"), "{incr:?}");
     assert!(incr.ends_with("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"), "{incr:?}");
+}
+
+/// The size of a file in the AOF directory.
+fn aof_file_len(dir: &Path, name: &str) -> u64 {
+    std::fs::metadata(dir.join("appendonlydir").join(name)).map(|m| m.len()).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+#[test]
+fn debug_loadaof_reloads_the_files_without_appending_them_again() {
+    let primary = node(None, &[("appendfsync", "always"), ("repl-ping-replica-period", "3600")]);
+    let replica = node(None, &[("replicaof", &format!("127.0.0.1 {}", primary.port()))]);
+    let mut c = primary.client();
+    build_on_redis(&mut c, wall_ms());
+    assert_eq!(c.cmd(&["SET", "plain", "1"]), Frame::ok());
+    let want = redis_dataset(&mut c);
+    let digest = c.cmd(&["DEBUG", "DIGEST"]);
+    let offset = |c: &mut RawClient| info_num(&info(c, "replication"), "master_repl_offset");
+    let mut r = replica.client();
+    let before = offset(&mut c);
+    assert!(
+        wait_for(|| offset(&mut r) == before, WAIT),
+        "the replica did not catch up:
+{}",
+        replica.log()
+    );
+    let incr = "appendonly.aof.1.incr.aof";
+    let len = aof_file_len(primary.dir(), incr);
+    assert_eq!(c.cmd(&["DEBUG", "LOADAOF"]), Frame::ok());
+    assert!(primary.log().contains("Append Only File loaded by DEBUG LOADAOF"), "{}", primary.log());
+    assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), digest);
+    assert_same(&redis_dataset(&mut c), &want);
+    // What it replayed reached neither the AOF nor the replicas.
+    assert_eq!(aof_file_len(primary.dir(), incr), len);
+    assert_eq!(offset(&mut c), before);
+    // Writes after it are appended and replicated as before.
+    assert_eq!(c.cmd(&["SET", "after", "load"]), Frame::ok());
+    assert!(aof_file_len(primary.dir(), incr) > len);
+    assert!(wait_for(|| r.cmd(&["GET", "after"]) == Frame::bulk("load"), WAIT));
+    assert_eq!(c.cmd(&["DEBUG", "LOADAOF"]), Frame::ok());
+    assert_eq!(c.cmd(&["GET", "after"]), Frame::bulk("load"));
+}
+
+#[test]
+fn debug_loadaof_reports_a_file_it_cannot_load() {
+    let srv = node(None, &[("appendfsync", "always")]);
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["SET", "k", "v"]), Frame::ok());
+    let path = srv.dir().join("appendonlydir/appendonly.aof.1.incr.aof");
+    let mut bytes = std::fs::read(&path).expect("incr file");
+    bytes.extend_from_slice(b"not a command\r\n");
+    std::fs::write(&path, bytes).expect("write");
+    assert_err(&c.cmd(&["DEBUG", "LOADAOF"]), "ERR Error trying to load the AOF files, check server logs.");
+    assert!(srv.log().contains("Bad file format"), "{}", srv.log());
+    // A server without an AOF has nothing to load.
+    let plain = builder().config("enable-debug-command", "yes").config("save", "\"\"").spawn();
+    assert_err(&plain.cmd(&["DEBUG", "LOADAOF"]), "ERR Error trying to load the AOF files, check server logs.");
 }

@@ -173,6 +173,12 @@ impl AofFiles {
         Ok(Published { base: name.display_name(), base_size: base.size })
     }
 
+    /// Reads the manifest again from disk (DEBUG LOADAOF, Valkey's `aofLoadManifestFromDisk`).
+    pub fn reload_manifest(&mut self) -> Result<(), super::manifest::ManifestError> {
+        self.manifest = self.paths.read_manifest()?;
+        Ok(())
+    }
+
     /// Removes a rewrite's temp base after a failure.
     pub fn abort_rewrite(&self, base: &Path) {
         if let Err(e) = fs::remove_file(base)

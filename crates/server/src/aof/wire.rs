@@ -107,10 +107,13 @@ struct FanOut {
 
 impl WriteSink for FanOut {
     fn active(&self) -> bool {
-        self.repl.active() || self.aof.writer.load().is_some()
+        !LOADING_HERE.get() && (self.repl.active() || self.aof.writer.load().is_some())
     }
 
     fn append(&self, effects: &Effects) {
+        if LOADING_HERE.get() {
+            return;
+        }
         self.repl.append(effects);
         // PUBLISH rides the stream for standalone replicas only: Valkey propagates it with
         // PROPAGATE_REPL, never to the AOF, so a load does not publish old messages again.
@@ -119,6 +122,29 @@ impl WriteSink for FanOut {
         {
             WriteSink::append(&**w, effects);
         }
+    }
+}
+
+thread_local! {
+    /// Set while this thread replays AOF files: what it loads is already in the AOF, and
+    /// replicas and the AOF must not get it again (Valkey propagates nothing while loading).
+    /// Per thread, so a write another client runs meanwhile still reaches both.
+    static LOADING_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Mutes the fan-out sink for the calls this thread makes until it is dropped.
+struct MuteHere;
+
+impl MuteHere {
+    fn new() -> MuteHere {
+        LOADING_HERE.set(true);
+        MuteHere
+    }
+}
+
+impl Drop for MuteHere {
+    fn drop(&mut self) {
+        LOADING_HERE.set(false);
     }
 }
 
@@ -201,9 +227,68 @@ fn load_files(srv: &Arc<Server>, paths: &AofPaths, manifest: &super::manifest::M
         crate::persistence::LoadProgress { start_time: unix_ms() / 1000, total_bytes: total, loaded_bytes: 0 };
     p.set_loading(true);
     let mut client = FakeClient::new(srv);
+    let muted = MuteHere::new();
     let result = load::load_all(paths, manifest, &opts, &target, |db, argv| client.run(db, argv));
+    drop(muted);
     p.set_loading(false);
     result.map_err(|e| e.to_string())
+}
+
+/// DEBUG LOADAOF: writes out what the AOF writer holds, empties the keyspace and loads the
+/// AOF files the manifest on disk lists (after deleting its history files), as Valkey's. The
+/// load does not reach the AOF again nor the replicas. The error is the reply.
+pub fn debug_loadaof(srv: &Arc<Server>) -> Result<(), &'static str> {
+    const FAILED: &str = "ERR Error trying to load the AOF files, check server logs.";
+    if let Some(w) = srv.aof.writer()
+        && let Err(e) = w.flush_and_sync()
+    {
+        warn!("Fail to fsync the AOF file: {e}");
+    }
+    crate::persistence::flush_all(srv);
+    let paths = paths(&srv.settings.load());
+    let manifest = {
+        let mut open = srv.aof.files.lock();
+        let mut off = None;
+        let files = match open.as_mut() {
+            Some(f) => f,
+            // `appendonly no`: the files of an earlier AOF load all the same, as in Valkey.
+            None => off.insert(AofFiles::new(paths.clone(), Default::default())),
+        };
+        if let Err(e) = files.reload_manifest() {
+            warn!("{e} ({})", paths.manifest_path().display());
+            return Err(FAILED);
+        }
+        gc_history(srv, files);
+        files.manifest().clone()
+    };
+    let start = Instant::now();
+    match load_files(srv, &paths, &manifest) {
+        Ok(Outcome::Loaded(stats)) => {
+            if let Some(w) = srv.aof.writer() {
+                w.set_sizes(stats.total_size, stats.base_size);
+            }
+        }
+        Ok(Outcome::Empty) => {}
+        // Valkey's AOF_NOT_EXIST: a manifest that lists nothing is an error here.
+        Ok(Outcome::NotExist) => {
+            warn!("The AOF manifest lists no file to load");
+            return Err(FAILED);
+        }
+        Err(e) => {
+            warn!("{e}");
+            return Err(FAILED);
+        }
+    }
+    info!("DB loaded from append only file: {:.3} seconds", start.elapsed().as_secs_f64());
+    info!("Append Only File loaded by DEBUG LOADAOF");
+    Ok(())
+}
+
+/// Deletes the history files the manifest lists (Valkey's `aofDelHistoryFiles`).
+fn gc_history(_srv: &Server, files: &mut AofFiles) {
+    if let Err(e) = files.delete_history() {
+        warn!("can't delete the AOF history files: {e}");
+    }
 }
 
 /// Valkey's fake AOF client: a session with the MASTER flag (no routing, no pause, no
@@ -728,6 +813,28 @@ mod tests {
         wait_synced(&srv);
         let text = std::fs::read(dir.join("incr.aof")).unwrap();
         assert_eq!(text, b"*2\r\n$6\r\nSELECT\r\n$1\r\n0\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_thread_replaying_the_aof_feeds_neither_the_writer_nor_replicas() {
+        let (srv, dir) = server_with_writer("wire-mute");
+        let sink = fan_out(&srv);
+        let w = srv.aof.writer().unwrap();
+        let muted = MuteHere::new();
+        assert!(!sink.active(), "calls skip recording while muted");
+        sink.append(&effects(&[b"SET", b"k", b"v"]));
+        assert_eq!(w.appended_offset(), 0);
+        // Another thread (another client) is not muted.
+        std::thread::scope(|s| {
+            s.spawn(|| sink.append(&effects(&[b"SET", b"other", b"v"])));
+        });
+        let other = w.appended_offset();
+        assert!(other > 0);
+        drop(muted);
+        assert!(sink.active());
+        sink.append(&effects(&[b"SET", b"k", b"v"]));
+        assert!(w.appended_offset() > other);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
