@@ -75,13 +75,13 @@ impl Aof {
             let w = self.writer.load();
             let Some(w) = w.as_ref().filter(|w| w.replies_wait()) else { return };
             let upto = w.appended_offset();
-            if w.durable_offset() >= upto {
+            if w.released_offset() >= upto {
                 return;
             }
             upto
         };
         if let Some(w) = self.writer.load_full() {
-            w.wait_durable(upto).await;
+            w.wait_released(upto).await;
         }
     }
 
@@ -258,7 +258,7 @@ pub fn debug_loadaof(srv: &Arc<Server>) -> Result<(), &'static str> {
             warn!("{e} ({})", paths.manifest_path().display());
             return Err(FAILED);
         }
-        gc_history(srv, files);
+        gc_history(srv.settings.load().bool(t::AOF_DISABLE_AUTO_GC), files);
         files.manifest().clone()
     };
     let start = Instant::now();
@@ -284,8 +284,12 @@ pub fn debug_loadaof(srv: &Arc<Server>) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Deletes the history files the manifest lists (Valkey's `aofDelHistoryFiles`).
-fn gc_history(_srv: &Server, files: &mut AofFiles) {
+/// Deletes the history files the manifest lists unless `aof-disable-auto-gc` keeps them
+/// (Valkey's `aofDelHistoryFiles`).
+fn gc_history(disabled: bool, files: &mut AofFiles) {
+    if disabled {
+        return;
+    }
     if let Err(e) = files.delete_history() {
         warn!("can't delete the AOF history files: {e}");
     }
@@ -341,10 +345,13 @@ fn open_at_start(
     // With no AOF yet (`fresh`) this writes the base from what was just loaded.
     let opened = files.open_on_start(preamble, ts, |base| fill_base(srv, base, None))?;
     debug_assert!(fresh || !files.manifest().is_empty());
+    // History a crash or `aof-disable-auto-gc` left, as Valkey deletes at start.
+    gc_history(s.bool(t::AOF_DISABLE_AUTO_GC), &mut files);
     let (base, current) = files.sizes();
     let writer = start_writer(s, opened.file, opened.size, current, base)?;
     *srv.aof.files.lock() = Some(files);
     srv.aof.writer.store(Some(Arc::new(writer)));
+    refresh_fsync_hold(srv);
     Ok(())
 }
 
@@ -369,8 +376,12 @@ fn fill_base(srv: &Server, base: &mut BaseWriter, at_cut: Option<CutHook>) -> io
         std::thread::sleep(Duration::from_millis(20));
         Instant::now() < deadline
     };
+    let settings = srv.settings.load();
     // `rdb-key-save-delay` slows rewrites too, as Valkey's (tests use it to catch one running).
-    let key_delay = Duration::from_micros(srv.settings.load().int(t::RDB_KEY_SAVE_DELAY).max(0) as u64);
+    let key_delay = Duration::from_micros(settings.int(t::RDB_KEY_SAVE_DELAY).max(0) as u64);
+    let incremental = settings.bool(t::AOF_REWRITE_INCREMENTAL_FSYNC);
+    base.set_sync_every(if incremental { crate::persistence::file::INCREMENTAL_FSYNC_BYTES } else { 0 });
+    drop(settings);
     if base.is_rdb() {
         let opts = StreamOptions { at_cut, key_delay, ..StreamOptions::default() };
         let mut error = None;
@@ -516,6 +527,7 @@ fn start_rewrite(srv: &Arc<Server>) -> Result<(), String> {
         }
     };
     aof.stats.lock().started(unix_ms() as u64 / 1000);
+    refresh_fsync_hold(srv);
     info!("Background append only file rewriting started");
     let s = srv.clone();
     let spawned = std::thread::Builder::new().name("hotkv-aof-rewrite".into()).spawn(move || {
@@ -531,6 +543,7 @@ fn start_rewrite(srv: &Arc<Server>) -> Result<(), String> {
         };
         s.aof.stats.lock().finished(ok, unix_ms() as u64 / 1000);
         s.aof.running.store(false, Ordering::Release);
+        refresh_fsync_hold(&s);
     });
     if let Err(e) = spawned {
         aof.running.store(false, Ordering::Release);
@@ -560,7 +573,11 @@ fn rewrite(srv: &Arc<Server>, incr: File, incr_size: u64) -> io::Result<()> {
                 Some(w) => w.begin_switch(Arc::new(file)),
                 // Turning the AOF on: from this call on, every write goes to the new file.
                 None if aof.enabled.load(Ordering::Acquire) => match start_writer(&s, file, incr_size, 0, 0) {
-                    Ok(w) => aof.writer.store(Some(Arc::new(w))),
+                    Ok(w) => {
+                        // This rewrite runs: the hold applies from the first write.
+                        w.set_fsync_held(s.bool(t::NO_APPENDFSYNC_ON_REWRITE));
+                        aof.writer.store(Some(Arc::new(w)));
+                    }
                     Err(e) => *failed.lock() = Some(e),
                 },
                 None => {}
@@ -586,7 +603,7 @@ fn rewrite(srv: &Arc<Server>, incr: File, incr_size: u64) -> io::Result<()> {
         files.abort_rewrite(&done.path);
         return Err(e);
     }
-    let published = files.finish_rewrite(done, 1)?;
+    let published = files.finish_rewrite(done, 1, !s.bool(t::AOF_DISABLE_AUTO_GC))?;
     if let Some(w) = srv.aof.writer.load_full() {
         w.set_sizes(published.base_size + w.incr_size(), published.base_size);
     }
@@ -596,6 +613,7 @@ fn rewrite(srv: &Arc<Server>, incr: File, incr_size: u64) -> io::Result<()> {
 /// The AOF's part of the once-a-second cron: a scheduled rewrite once nothing else runs, and
 /// the automatic rewrite (`auto-aof-rewrite-percentage`, `auto-aof-rewrite-min-size`).
 pub fn cron(srv: &Arc<Server>) {
+    refresh_fsync_hold(srv);
     let aof = &srv.aof;
     if aof.running.load(Ordering::Acquire) || srv.persist.in_progress() || srv.is_shutting_down() {
         return;
@@ -632,6 +650,11 @@ pub fn apply_config(srv: &Server, new: &Settings) -> Result<(), String> {
     if let Some(w) = aof.writer() {
         w.set_policy(FsyncPolicy::parse(new.str(t::APPENDFSYNC)).unwrap_or(FsyncPolicy::Everysec));
         w.set_timestamps(new.bool(t::AOF_TIMESTAMP_ENABLED));
+    }
+    hold_fsync(srv, new.bool(t::NO_APPENDFSYNC_ON_REWRITE));
+    // `aof-disable-auto-gc no` deletes the history kept meanwhile (`updateAofAutoGCEnabled`).
+    if let Some(files) = aof.files.lock().as_mut() {
+        gc_history(new.bool(t::AOF_DISABLE_AUTO_GC), files);
     }
     let want = new.bool(t::APPENDONLY);
     if want == aof.enabled.load(Ordering::Acquire) {
@@ -676,6 +699,19 @@ fn stop(srv: &Server) {
 pub fn rewrite_in_progress(srv: &Server) -> Option<bool> {
     let aof = &srv.aof;
     aof.running.load(Ordering::Acquire).then(|| aof.needs_base.load(Ordering::Acquire))
+}
+
+/// `no-appendfsync-on-rewrite`: holds the writer's fsyncs back while a rewrite or a save
+/// runs (Valkey's "no fsync while a child does I/O"). Called where either starts or ends, on
+/// CONFIG SET, and by the cron as a safety net.
+pub fn refresh_fsync_hold(srv: &Server) {
+    hold_fsync(srv, srv.settings.load().bool(t::NO_APPENDFSYNC_ON_REWRITE));
+}
+
+fn hold_fsync(srv: &Server, no_fsync_on_rewrite: bool) {
+    let Some(w) = srv.aof.writer() else { return };
+    let busy = srv.aof.running.load(Ordering::Acquire) || srv.persist.in_progress();
+    w.set_fsync_held(no_fsync_on_rewrite && busy);
 }
 
 /// At shutdown: writes and syncs everything appended (Valkey's `prepareForShutdown`).

@@ -226,6 +226,7 @@ pub fn start(srv: &Arc<Server>, kind: SaveKind) -> Result<oneshot::Receiver<Save
             progress: progress.clone(),
         });
     }
+    crate::aof::wire::refresh_fsync_hold(srv);
     p.abort.store(false, Ordering::Release);
     if kind == SaveKind::Background {
         p.last_try.store(unix_ms() / 1000, Ordering::Relaxed);
@@ -238,6 +239,7 @@ pub fn start(srv: &Arc<Server>, kind: SaveKind) -> Result<oneshot::Receiver<Save
         let result = match outcome {
             file::Outcome::Busy => {
                 *s.persist.running.lock() = None;
+                crate::aof::wire::refresh_fsync_hold(&s);
                 let _ = cut_tx.send(Err(StartError::Busy));
                 return;
             }
@@ -249,6 +251,7 @@ pub fn start(srv: &Arc<Server>, kind: SaveKind) -> Result<oneshot::Receiver<Save
     });
     if let Err(e) = spawned {
         *p.running.lock() = None;
+        crate::aof::wire::refresh_fsync_hold(srv);
         warn!(cause = %e, "Can't save in background: {e}");
         return Err(StartError::Busy);
     }
@@ -293,6 +296,7 @@ pub(crate) fn aborted(srv: &Server) -> bool {
 fn finish(srv: &Server, kind: SaveKind, result: Result<u64, String>) -> SaveResult {
     let p = &srv.persist;
     let run = p.running.lock().take();
+    crate::aof::wire::refresh_fsync_hold(srv);
     let took = run.as_ref().map_or(0, |r| r.started.elapsed().as_secs() as i64);
     // Abandoned on purpose (SHUTDOWN, FLUSHALL): not a disk error, so no MISCONF, as Valkey
     // ignores a child it killed itself.
