@@ -118,7 +118,7 @@ pub fn request(
 /// `false` when there is none (a shutdown that is already saving cannot be called back).
 pub fn abort(srv: &Server) -> bool {
     let mut st = srv.shutdown_wait.state.lock();
-    if !st.as_ref().is_some_and(|p| p.deadline_ms.is_some()) {
+    if st.as_ref().is_none_or(|p| p.deadline_ms.is_none()) {
         return false;
     }
     let pending = st.take();
@@ -169,7 +169,7 @@ async fn drive(srv: Arc<Server>, id: u64, mut opts: Opts, client: Option<String>
     }
     let ok = finish(&srv, opts).await;
     let mut st = srv.shutdown_wait.state.lock();
-    if !st.as_ref().is_some_and(|p| p.id == id) {
+    if st.as_ref().is_none_or(|p| p.id != id) {
         return;
     }
     if ok {
