@@ -450,7 +450,8 @@ struct Inner {
     appended: AtomicU64,
     written: AtomicU64,
     durable: watch::Sender<u64>,
-    /// What replies may acknowledge (`always`): `durable`, or `written` while fsyncs are held.
+    /// What replies may acknowledge: under `always` `durable`, or `written` while fsyncs are
+    /// held; under the other policies `written`.
     released: watch::Sender<u64>,
     /// `no-appendfsync-on-rewrite` and a rewrite or save runs: write, do not fsync.
     hold_fsync: AtomicBool,
@@ -580,8 +581,13 @@ impl Inner {
             }
             self.over_limit.store(false, Ordering::Relaxed);
             let held = self.hold_fsync.load(Ordering::Relaxed);
+            // Replies wait for the fsync only under `always` when fsyncs are not held (a
+            // reply waiting while the policy changed away from `always` is released here).
+            if policy != FsyncPolicy::Always || held {
+                self.publish(&self.released, upto);
+            }
             match policy {
-                FsyncPolicy::Always if held => self.publish(&self.released, upto),
+                FsyncPolicy::Always if held => {}
                 FsyncPolicy::Always => match cur.file.sync() {
                     Ok(()) => {
                         cur.last_fsync = Instant::now();
@@ -952,6 +958,19 @@ mod tests {
             w.set_fsync_held(false);
             wait("the fsync after the hold", || w.durable_offset() == end);
             assert!(fake.syncs.load(Ordering::Relaxed) >= 1);
+        }
+    }
+
+    #[test]
+    fn outside_always_replies_are_released_once_written() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        for policy in [FsyncPolicy::Everysec, FsyncPolicy::No] {
+            let fake = Arc::new(Fake::default());
+            let w = AofWriter::start(fake.clone(), cfg(policy)).unwrap();
+            let end = w.append(&effects(&[(0, &["SET", "k", "v"])]));
+            // A reply that started waiting under `always` is not left hanging by the change.
+            rt.block_on(w.wait_released(end));
+            assert!(w.written_offset() >= end, "{policy:?}");
         }
     }
 
