@@ -2,7 +2,8 @@
 //! `appendfsync always` under kill -9, torn tails with `aof-load-truncated` yes and no,
 //! BGREWRITEAOF under writers, the manifest's layout, the automatic rewrite, MISCONF while
 //! the file cannot be written, `appendonly` turned on at runtime, the first base made from
-//! dump.rdb, and WAITAOF.
+//! dump.rdb, WAITAOF, DEBUG LOADAOF, and the directives `no-appendfsync-on-rewrite`,
+//! `aof-disable-auto-gc`, `aof-rewrite-incremental-fsync` and `rdb-save-incremental-fsync`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -437,4 +438,183 @@ fn appendfsync_and_timestamps_change_on_the_running_writer() {
     let incr = std::fs::read_to_string(srv.dir().join("appendonlydir/appendonly.aof.1.incr.aof")).unwrap();
     assert!(incr.starts_with("#TS:"), "{incr:?}");
     assert!(incr.ends_with("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"), "{incr:?}");
+}
+
+/// The size of a file in the AOF directory.
+fn aof_file_len(dir: &Path, name: &str) -> u64 {
+    std::fs::metadata(dir.join("appendonlydir").join(name)).map(|m| m.len()).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+#[test]
+fn debug_loadaof_reloads_the_files_without_appending_them_again() {
+    let primary = node(None, &[("appendfsync", "always"), ("repl-ping-replica-period", "3600")]);
+    let replica = node(None, &[("replicaof", &format!("127.0.0.1 {}", primary.port()))]);
+    let mut c = primary.client();
+    build_on_redis(&mut c, wall_ms());
+    assert_eq!(c.cmd(&["SET", "plain", "1"]), Frame::ok());
+    let want = redis_dataset(&mut c);
+    let digest = c.cmd(&["DEBUG", "DIGEST"]);
+    let offset = |c: &mut RawClient| info_num(&info(c, "replication"), "master_repl_offset");
+    let mut r = replica.client();
+    let before = offset(&mut c);
+    assert!(
+        wait_for(|| offset(&mut r) == before, WAIT),
+        "the replica did not catch up:
+{}",
+        replica.log()
+    );
+    let incr = "appendonly.aof.1.incr.aof";
+    let len = aof_file_len(primary.dir(), incr);
+    assert_eq!(c.cmd(&["DEBUG", "LOADAOF"]), Frame::ok());
+    assert!(primary.log().contains("Append Only File loaded by DEBUG LOADAOF"), "{}", primary.log());
+    assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), digest);
+    assert_same(&redis_dataset(&mut c), &want);
+    // What it replayed reached neither the AOF nor the replicas.
+    assert_eq!(aof_file_len(primary.dir(), incr), len);
+    assert_eq!(offset(&mut c), before);
+    // Writes after it are appended and replicated as before.
+    assert_eq!(c.cmd(&["SET", "after", "load"]), Frame::ok());
+    assert!(aof_file_len(primary.dir(), incr) > len);
+    assert!(wait_for(|| r.cmd(&["GET", "after"]) == Frame::bulk("load"), WAIT));
+    assert_eq!(c.cmd(&["DEBUG", "LOADAOF"]), Frame::ok());
+    assert_eq!(c.cmd(&["GET", "after"]), Frame::bulk("load"));
+}
+
+#[test]
+fn debug_loadaof_reports_a_file_it_cannot_load() {
+    let srv = node(None, &[("appendfsync", "always")]);
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["SET", "k", "v"]), Frame::ok());
+    let path = srv.dir().join("appendonlydir/appendonly.aof.1.incr.aof");
+    let mut bytes = std::fs::read(&path).expect("incr file");
+    bytes.extend_from_slice(b"not a command\r\n");
+    std::fs::write(&path, bytes).expect("write");
+    assert_err(&c.cmd(&["DEBUG", "LOADAOF"]), "ERR Error trying to load the AOF files, check server logs.");
+    assert!(srv.log().contains("Bad file format"), "{}", srv.log());
+    // A server without an AOF has nothing to load.
+    let plain = builder().config("enable-debug-command", "yes").config("save", "\"\"").spawn();
+    assert_err(&plain.cmd(&["DEBUG", "LOADAOF"]), "ERR Error trying to load the AOF files, check server logs.");
+}
+
+/// WAITAOF 1 0 `ms`: whether this node's AOF was fsynced past the caller's writes in time.
+fn local_fsynced(c: &mut RawClient, ms: &str) -> bool {
+    match c.cmd(&["WAITAOF", "1", "0", ms]) {
+        Frame::Array(v) => v.first() == Some(&Frame::Integer(1)),
+        other => panic!("WAITAOF: {other}"),
+    }
+}
+
+#[test]
+fn no_appendfsync_on_rewrite_holds_fsyncs_while_a_rewrite_or_save_runs() {
+    // 100 keys at 50 ms each: the rewrite (and the save) outlast the test's steps by far.
+    let srv = node(None, &[("appendfsync", "always"), ("no-appendfsync-on-rewrite", "yes")]);
+    let mut c = srv.client();
+    for i in 0..100 {
+        assert_eq!(c.cmd(&["SET", &format!("k{i}"), "v"]), Frame::ok());
+    }
+    assert!(local_fsynced(&mut c, "0"), "synced before any rewrite");
+    assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "50000"]), Frame::ok());
+    for job in ["BGREWRITEAOF", "BGSAVE"] {
+        assert!(!c.cmd(&[job]).is_error());
+        // The reply comes although `always` cannot fsync now. A rewrite fsyncs the old incr
+        // file once at its cut (as Valkey closes it), so look past the cut: a write that
+        // reached the new incr file.
+        assert_eq!(c.cmd(&["SET", "during", job]), Frame::ok());
+        if job == "BGREWRITEAOF" {
+            let past_cut = wait_for(
+                || {
+                    assert_eq!(c.cmd(&["SET", "during", job]), Frame::ok());
+                    aof_file_len(srv.dir(), "appendonly.aof.2.incr.aof") > 0
+                },
+                WAIT,
+            );
+            assert!(past_cut, "no write reached the rewrite's new incr file");
+        }
+        assert!(!local_fsynced(&mut c, "300"), "{job}: fsynced while held");
+        let text = info(&mut c, "persistence");
+        let running = if job == "BGSAVE" { "rdb_bgsave_in_progress" } else { "aof_rewrite_in_progress" };
+        assert_eq!(info_field(&text, running).as_deref(), Some("1"), "{job} ended too soon:\n{text}");
+        // Turned off at runtime: the held data is fsynced at once.
+        assert_eq!(c.cmd(&["CONFIG", "SET", "no-appendfsync-on-rewrite", "no"]), Frame::ok());
+        assert!(local_fsynced(&mut c, "10000"), "{job}: not fsynced after the hold");
+        assert_eq!(c.cmd(&["CONFIG", "SET", "no-appendfsync-on-rewrite", "yes"]), Frame::ok());
+        assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"]), Frame::ok());
+        wait_rewritten(&mut c);
+        assert!(wait_for(
+            || info_field(&info(&mut c, "persistence"), "rdb_bgsave_in_progress").as_deref() == Some("0"),
+            WAIT
+        ));
+        assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "50000"]), Frame::ok());
+    }
+    // With no rewrite or save running nothing is held.
+    assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"]), Frame::ok());
+    assert_eq!(c.cmd(&["SET", "after", "1"]), Frame::ok());
+    assert!(local_fsynced(&mut c, "10000"));
+}
+
+#[test]
+fn aof_disable_auto_gc_keeps_history_until_turned_off() {
+    let srv = node(None, &[("aof-disable-auto-gc", "yes")]);
+    let mut c = srv.client();
+    for round in 0..2 {
+        assert_eq!(c.cmd(&["SET", "k", &round.to_string()]), Frame::ok());
+        assert_eq!(c.cmd(&["BGREWRITEAOF"]), Frame::simple("Background append only file rewriting started"));
+        wait_rewritten(&mut c);
+    }
+    let kept = [
+        "file appendonly.aof.3.base.rdb seq 3 type b",
+        "file appendonly.aof.2.incr.aof seq 2 type h",
+        "file appendonly.aof.2.base.rdb seq 2 type h",
+        "file appendonly.aof.1.incr.aof seq 1 type h",
+        "file appendonly.aof.1.base.rdb seq 1 type h",
+        "file appendonly.aof.3.incr.aof seq 3 type i",
+    ];
+    assert_eq!(manifest(srv.dir()), kept);
+    let dir = srv.dir().join("appendonlydir");
+    for f in [
+        "appendonly.aof.1.base.rdb",
+        "appendonly.aof.1.incr.aof",
+        "appendonly.aof.2.base.rdb",
+        "appendonly.aof.2.incr.aof",
+    ] {
+        assert!(dir.join(f).exists(), "{f} was deleted");
+    }
+    // DEBUG LOADAOF keeps them too while auto gc is off, and loads only what the manifest uses.
+    assert_eq!(c.cmd(&["DEBUG", "LOADAOF"]), Frame::ok());
+    assert_eq!(manifest(srv.dir()), kept);
+    assert_eq!(c.cmd(&["GET", "k"]), Frame::bulk("1"));
+    // Turned back on, the history goes at once, as Valkey's config hook does.
+    assert_eq!(c.cmd(&["CONFIG", "SET", "aof-disable-auto-gc", "no"]), Frame::ok());
+    assert_eq!(manifest(srv.dir()), [kept[0], kept[5]]);
+    for f in [
+        "appendonly.aof.1.base.rdb",
+        "appendonly.aof.1.incr.aof",
+        "appendonly.aof.2.base.rdb",
+        "appendonly.aof.2.incr.aof",
+    ] {
+        assert!(!dir.join(f).exists(), "{f} was kept");
+    }
+}
+
+#[test]
+fn rewrites_and_saves_larger_than_the_fsync_step_are_whole_with_incremental_fsync_on_and_off() {
+    // 12 MB of values: three 4 MB fsync steps with the directives on.
+    let srv = node(None, &[]);
+    let mut c = srv.client();
+    let value = "x".repeat(64 * 1024);
+    for i in 0..192 {
+        assert_eq!(c.cmd(&["SET", &format!("big{i}"), &value]), Frame::ok());
+    }
+    let digest = c.cmd(&["DEBUG", "DIGEST"]);
+    for on in ["yes", "no"] {
+        assert_eq!(c.cmd(&["CONFIG", "SET", "aof-rewrite-incremental-fsync", on]), Frame::ok());
+        assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-save-incremental-fsync", on]), Frame::ok());
+        assert!(!c.cmd(&["BGREWRITEAOF"]).is_error());
+        wait_rewritten(&mut c);
+        assert_eq!(c.cmd(&["SAVE"]), Frame::ok());
+        assert_eq!(c.cmd(&["DEBUG", "LOADAOF"]), Frame::ok(), "incremental {on}");
+        assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), digest, "the base, incremental {on}");
+        assert_eq!(c.cmd(&["DEBUG", "RELOAD", "NOSAVE"]), Frame::ok());
+        assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), digest, "the RDB file, incremental {on}");
+    }
 }

@@ -220,3 +220,23 @@ fn bus_protection_without_tls_refuses_to_start_with_the_docs_words() {
         ]
     );
 }
+
+#[test]
+fn the_shutdown_and_fsync_directives_refuse_bad_values_from_files_and_config_set() {
+    let cases = [
+        ("shutdown-timeout", "soon", "argument couldn't be parsed into an integer"),
+        ("shutdown-timeout", "-1", "argument must be between 0 and 2147483647 inclusive"),
+        ("no-appendfsync-on-rewrite", "maybe", "argument must be 'yes' or 'no'"),
+        ("aof-disable-auto-gc", "2", "argument must be 'yes' or 'no'"),
+        ("aof-rewrite-incremental-fsync", "on", "argument must be 'yes' or 'no'"),
+        ("rdb-save-incremental-fsync", "", "argument must be 'yes' or 'no'"),
+    ];
+    let srv = crate::server();
+    let mut c = srv.client();
+    for (name, value, reason) in cases {
+        let line = format!("{name} \"{value}\"");
+        assert_fatal(&run_with_bad_line(&line), Some((2, &line)), reason);
+        let reply = c.cmd(&["CONFIG", "SET", name, value]);
+        assert_err(&reply, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {reason}"));
+    }
+}

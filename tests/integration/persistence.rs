@@ -1,7 +1,8 @@
 //! RDB persistence with the real binary: SAVE/BGSAVE and restarts with every type and TTL,
 //! point-in-time images under concurrent writers, the save rules, SHUTDOWN SAVE/NOSAVE and
 //! SIGTERM, bad files at startup, a failing disk (MISCONF) and its recovery, kill -9 in the
-//! middle of a BGSAVE, DEBUG RELOAD, and files exchanged with redis-server 7.0 both ways.
+//! middle of a BGSAVE, DEBUG RELOAD, files exchanged with redis-server 7.0 both ways, and a
+//! shutdown that waits for a lagging replica (`shutdown-timeout`, SHUTDOWN NOW and ABORT).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use hotkv_engine::ctx::EngineConfig;
 use hotkv_engine::entry::ValueRef;
 use hotkv_engine::keyspace::Keyspace;
 use hotkv_engine::rdb;
-use hotkv_test_support::{Frame, RawClient, SIGKILL, SIGTERM, TestServer, tools, wait_for};
+use hotkv_test_support::{Frame, RawClient, SIGCONT, SIGKILL, SIGSTOP, SIGTERM, TestServer, tools, wait_for};
 
 use crate::dump_restore::redis_tool;
 use crate::rdb_file::{assert_same, build_on_redis, engine_dataset, redis_dataset, wall_ms};
@@ -612,4 +613,102 @@ fn a_restarted_replica_continues_from_its_own_file() {
         assert_eq!(b.cmd(&["GET", &format!("c{i}")]), Frame::bulk("11"), "{}", back.log());
     }
     assert!(back.log().contains("Successful partial resynchronization with primary."), "{}", back.log());
+}
+
+/// A primary with `extra` and a replica of it that has caught up, then stopped (SIGSTOP), and
+/// one write on the primary the replica has not acknowledged: the primary's replica lags.
+fn primary_with_stopped_replica(extra: &[(&str, &str)]) -> (TestServer, TestServer) {
+    let primary = node(None, &[&[("save", "\"\"")][..], extra].concat());
+    let replica = node(None, &[("save", "\"\""), ("replicaof", &format!("127.0.0.1 {}", primary.port()))]);
+    let mut p = primary.client();
+    assert_eq!(p.cmd(&["SET", "k", "1"]), Frame::ok());
+    let offset = |c: &mut RawClient| info_num(&info(c, "replication"), "master_repl_offset");
+    let want = offset(&mut p);
+    assert!(wait_for(|| offset(&mut replica.client()) == want, WAIT), "the replica did not catch up");
+    // The primary's view: the replica's last ACK (`slave0:...,offset=N,...`).
+    let acked = |c: &mut RawClient| {
+        let text = info(c, "replication");
+        let line = text.lines().find(|l| l.starts_with("slave0:")).unwrap_or_default().to_string();
+        let field = line.split(',').find_map(|f| f.strip_prefix("offset=")).and_then(|v| v.parse::<i64>().ok());
+        field.is_some_and(|o| o >= want)
+    };
+    assert!(wait_for(|| acked(&mut p), WAIT), "the replica never acknowledged:\n{}", info(&mut p, "replication"));
+    replica.signal(SIGSTOP);
+    assert_eq!(p.cmd(&["INCR", "k"]), Frame::Integer(2));
+    (primary, replica)
+}
+
+/// INFO's `shutdown_in_milliseconds`, while a shutdown waits for replicas.
+fn shutdown_in_ms(c: &mut RawClient) -> Option<i64> {
+    info_field(&info(c, "server"), "shutdown_in_milliseconds").and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn shutdown_waits_for_a_lagging_replica_to_catch_up() {
+    for by_signal in [false, true] {
+        let (mut primary, replica) = primary_with_stopped_replica(&[("shutdown-timeout", "300")]);
+        let mut asker = primary.client();
+        if by_signal {
+            primary.signal(SIGTERM);
+        } else {
+            asker.send(&["SHUTDOWN"]);
+        }
+        let mut c = primary.client();
+        assert!(wait_for(|| shutdown_in_ms(&mut c).is_some_and(|ms| ms > 0), WAIT), "{}", primary.log());
+        if !by_signal {
+            assert_eq!(info_num(&info(&mut c, "clients"), "blocked_clients"), 1);
+        }
+        assert!(primary.is_running(), "exited before its replica caught up");
+        // The replica wakes up, takes the INCR, acknowledges it: then the primary exits.
+        replica.signal(SIGCONT);
+        assert!(primary.wait_exit(WAIT).is_some_and(|s| s.success()), "{}", primary.log());
+        assert_eq!(replica.cmd(&["GET", "k"]), Frame::bulk("2"));
+        let log = primary.log();
+        assert!(log.contains("Waiting for replicas before shutting down."), "{log}");
+        assert!(log.contains("1 of 1 replicas are in sync when shutting down."), "{log}");
+        assert!(!log.contains("Lagging replica"), "{log}");
+    }
+}
+
+#[test]
+fn shutdown_gives_up_on_a_stopped_replica_after_shutdown_timeout() {
+    let (mut primary, replica) = primary_with_stopped_replica(&[("shutdown-timeout", "1")]);
+    primary.signal(SIGTERM);
+    assert!(primary.wait_exit(WAIT).is_some_and(|s| s.success()), "{}", primary.log());
+    let log = primary.log();
+    assert!(log.contains("Lagging replica 127.0.0.1:"), "{log}");
+    assert!(log.contains("0 of 1 replicas are in sync when shutting down."), "{log}");
+    replica.signal(SIGCONT);
+    // The INCR never left the primary's buffers (or never got acknowledged); either way the
+    // replica is alive and answers.
+    assert!(matches!(replica.cmd(&["GET", "k"]), Frame::Bulk(_)));
+}
+
+#[test]
+fn shutdown_abort_answers_every_waiter_and_lets_writes_through() {
+    let (mut primary, replica) = primary_with_stopped_replica(&[("shutdown-timeout", "300")]);
+    let (mut a, mut b) = (primary.client(), primary.client());
+    a.send(&["SHUTDOWN"]);
+    b.send(&["SHUTDOWN", "NOSAVE"]);
+    let mut c = primary.client();
+    assert!(wait_for(|| info_num(&info(&mut c, "clients"), "blocked_clients") == 2, WAIT));
+    assert!(shutdown_in_ms(&mut c).is_some_and(|ms| ms > 0));
+    // Writes wait while the shutdown does; reads do not.
+    let mut writer = primary.client();
+    writer.send(&["SET", "during", "wait"]);
+    assert_eq!(c.cmd(&["GET", "k"]), Frame::bulk("2"));
+    assert_eq!(c.cmd(&["SHUTDOWN", "ABORT"]), Frame::ok());
+    for w in [&mut a, &mut b] {
+        assert_err(&w.read_frame(), "ERR Errors trying to SHUTDOWN. Check logs.");
+    }
+    assert_eq!(writer.read_frame(), Frame::ok(), "the paused write ran after the abort");
+    assert_eq!(shutdown_in_ms(&mut c), None);
+    assert_err(&c.cmd(&["SHUTDOWN", "ABORT"]), "ERR No shutdown in progress.");
+    assert!(primary.is_running());
+    assert!(primary.log().contains("Shutdown manually aborted."), "{}", primary.log());
+    // NOW does not wait for the replica, which is still stopped (300 s of timeout otherwise).
+    let _ = c.try_cmd(&["SHUTDOWN", "NOW"]);
+    assert!(primary.wait_exit(WAIT).is_some_and(|s| s.success()), "{}", primary.log());
+    assert!(primary.log().contains("0 of 1 replicas are in sync when shutting down."));
+    replica.signal(SIGCONT);
 }

@@ -166,8 +166,9 @@ impl Keyspace {
     }
 
     /// Writes out every slot of `snap` that no client got to first, one slot lock at a time.
-    /// `pace` is called between slots: it may wait (the consumer is behind) and returns false
-    /// to abandon the snapshot. Ends with [`Chunk::End`] or [`Chunk::Aborted`] sent to the
+    /// `pace` is called before each slot and once after the last (so a pace that delays per
+    /// key written also covers the last slot's keys): it may wait (the consumer is behind)
+    /// and returns false to abandon the snapshot. Ends with [`Chunk::End`] or [`Chunk::Aborted`] sent to the
     /// sink, and the keyspace free for the next snapshot.
     pub fn drive_snapshot(&self, snap: &Arc<Snapshot>, mut pace: impl FnMut() -> bool) {
         let total = snap.pending.len() * 64;
@@ -198,6 +199,9 @@ impl Keyspace {
             let table = slot.lock();
             snap.settle(id, &table);
             drop(table);
+        }
+        if !aborted && !pace() {
+            aborted = true;
         }
         self.snap.active.store(false, Ordering::Release);
         self.snap.current.store(None);

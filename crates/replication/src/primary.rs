@@ -151,6 +151,13 @@ pub struct ReplicaSummary {
     pub lag: u64,
 }
 
+impl ReplicaSummary {
+    /// `ip:port` as Valkey's `replicationGetReplicaName` prints it in the log.
+    pub fn name(&self) -> String {
+        replica_name(&self.ip, self.port)
+    }
+}
+
 /// The node's replication state as a primary. Shared by the dispatch path (as the engine's
 /// [`WriteSink`]), the replica senders, the replica link, INFO and the cron.
 pub struct Primary {

@@ -217,6 +217,8 @@ impl Conn {
                     Flow::Await(reply) => {
                         self.flush(stream, sess).await?;
                         let bytes = reply.await;
+                        // A handler that counts its wait as blocked (SHUTDOWN) set the flag.
+                        sess.set_flag(flag::BLOCKED, false);
                         self.out.raw(&bytes);
                         Some(Flow::Continue)
                     }

@@ -33,6 +33,7 @@ pub mod replication;
 pub mod routing;
 pub mod server;
 pub mod session;
+pub mod shutdown;
 pub mod slowlog;
 pub mod snapshot;
 pub mod stats;

@@ -4,9 +4,10 @@
 //! evicted, so the dataset stays exactly as it was: what a failover or a resharding step
 //! needs to copy a primary consistently.
 //!
-//! Two purposes may pause at once, each with its own mode and end, as Valkey's pause purposes:
-//! CLIENT PAUSE, and a cluster manual failover (the primary holds writes while its replica
-//! catches up). The stricter one is in force; ending one leaves the other.
+//! Several purposes may pause at once, each with its own mode and end, as Valkey's pause
+//! purposes: CLIENT PAUSE, a manual failover (the primary holds writes while its replica
+//! catches up) and a shutdown waiting for its replicas. The strictest one is in force; ending
+//! one leaves the others.
 //!
 //! The command path pays one relaxed load when no pause is on. Paused clients wait on a
 //! [`Notify`] (no thread, no polling) and run their command again when the pause ends or
@@ -58,6 +59,14 @@ struct Purposes {
     client: Option<(Mode, i64)>,
     /// A cluster manual failover on this primary.
     failover: Option<(Mode, i64)>,
+    /// A shutdown waiting for replicas (`PAUSE_DURING_SHUTDOWN`).
+    shutdown: Option<(Mode, i64)>,
+}
+
+impl Purposes {
+    fn all(&self) -> [Option<(Mode, i64)>; 3] {
+        [self.client, self.failover, self.shutdown]
+    }
 }
 
 impl Pause {
@@ -74,14 +83,14 @@ impl Pause {
     /// Drops the purposes past their end and puts the strictest remaining one in force;
     /// returns its mode. The caller holds `change`.
     fn recompute(&self, p: &mut Purposes, now_ms: i64) -> Mode {
-        for slot in [&mut p.client, &mut p.failover] {
+        for slot in [&mut p.client, &mut p.failover, &mut p.shutdown] {
             if slot.is_some_and(|(_, end)| now_ms >= end) {
                 *slot = None;
             }
         }
-        let mode = [p.client, p.failover].iter().flatten().map(|(m, _)| *m).max().unwrap_or(Mode::None);
+        let mode = p.all().iter().flatten().map(|(m, _)| *m).max().unwrap_or(Mode::None);
         // In force until the last purpose of that mode ends.
-        let end = [p.client, p.failover].iter().flatten().filter(|(m, _)| *m == mode).map(|(_, e)| *e).max();
+        let end = p.all().iter().flatten().filter(|(m, _)| *m == mode).map(|(_, e)| *e).max();
         self.set(mode, end.unwrap_or(0));
         mode
     }
@@ -128,6 +137,21 @@ impl Pause {
     pub fn end_failover_pause(&self, now_ms: i64) {
         let mut p = self.change.lock();
         p.failover = None;
+        self.recompute(&mut p, now_ms);
+    }
+
+    /// A shutdown waits for its replicas: writes wait until it ends (Valkey pauses writes
+    /// with no end, `PAUSE_DURING_SHUTDOWN`).
+    pub fn pause_for_shutdown(&self, now_ms: i64) {
+        let mut p = self.change.lock();
+        p.shutdown = Some((Mode::Write, i64::MAX));
+        self.recompute(&mut p, now_ms);
+    }
+
+    /// The shutdown failed or was aborted: its pause ends (the others stay).
+    pub fn end_shutdown_pause(&self, now_ms: i64) {
+        let mut p = self.change.lock();
+        p.shutdown = None;
         self.recompute(&mut p, now_ms);
     }
 
@@ -217,6 +241,18 @@ mod tests {
         assert_eq!((p.mode(400), p.end_ms()), (Mode::Write, 5000));
         p.unpause();
         assert_eq!(p.mode(400), Mode::None);
+    }
+
+    #[test]
+    fn a_shutdown_pause_holds_writes_until_it_ends() {
+        let p = Pause::default();
+        p.pause_for_shutdown(0);
+        assert_eq!(p.mode(1_000_000), Mode::Write, "no end of its own");
+        p.pause(Mode::All, 100, 10);
+        p.unpause();
+        assert_eq!(p.mode(200), Mode::Write, "CLIENT UNPAUSE leaves it");
+        p.end_shutdown_pause(300);
+        assert_eq!(p.mode(300), Mode::None);
     }
 
     #[tokio::test]

@@ -192,15 +192,12 @@ pub async fn serve(srv: Arc<Server>, no_effect: Vec<&'static str>, warnings: Vec
     if tls_port != 0 {
         info!("Ready to accept connections tls");
     }
+    let mut signals = Signals::new();
     loop {
-        match wait_for_shutdown(&srv).await {
-            // SHUTDOWN already saved (or was told not to) before asking.
+        match wait_for_shutdown(&srv, &mut signals).await {
+            // A shutdown finished its wait and its save (crate::shutdown), or nothing asked.
             Trigger::Command => break,
-            Trigger::Signal => {
-                if crate::persistence::prepare_shutdown(&srv, false, false, false).await.is_ok() {
-                    break;
-                }
-            }
+            Trigger::Signal(sigint) => on_signal(&srv, sigint),
         }
     }
     srv.request_shutdown();
@@ -273,27 +270,53 @@ fn pidfile_path(settings: &Settings, port: u16) -> Option<PathBuf> {
 
 /// What ended the wait for shutdown.
 enum Trigger {
-    /// SHUTDOWN, which has done its saving.
+    /// A shutdown is done with its wait and save, or something else asked to stop.
     Command,
-    /// SIGTERM or SIGINT: shut down as SHUTDOWN without modifiers would.
-    Signal,
+    /// SIGINT (`true`) or SIGTERM (`false`).
+    Signal(bool),
 }
 
-async fn wait_for_shutdown(srv: &Server) -> Trigger {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        srv.shutdown.notified().await;
-        return Trigger::Command;
-    };
+/// The SIGTERM and SIGINT streams, made once so that no signal falls between two waits.
+struct Signals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn new() -> Signals {
+        use tokio::signal::unix::{SignalKind, signal};
+        Signals { term: signal(SignalKind::terminate()).ok(), int: signal(SignalKind::interrupt()).ok() }
+    }
+}
+
+async fn wait_for_shutdown(srv: &Server, signals: &mut Signals) -> Trigger {
+    async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+        match s {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
     tokio::select! {
-        _ = term.recv() => {
-            warn!("Received SIGTERM scheduling shutdown...");
-            Trigger::Signal
-        }
-        _ = int.recv() => {
-            warn!("Received SIGINT scheduling shutdown...");
-            Trigger::Signal
-        }
+        _ = next(&mut signals.term) => Trigger::Signal(false),
+        _ = next(&mut signals.int) => Trigger::Signal(true),
         _ = srv.shutdown.notified() => Trigger::Command,
     }
+}
+
+/// SIGTERM or SIGINT: a shutdown with the `shutdown-on-sigterm` / `-sigint` flags, whose task
+/// asks the process to stop once it is done (Valkey's `shutdown_asap`). A second SIGINT while
+/// one is in progress exits at once, as Valkey's "You insist".
+fn on_signal(srv: &Arc<Server>, sigint: bool) {
+    if sigint && srv.shutdown_wait.in_progress() {
+        warn!("You insist... exiting now.");
+        std::process::exit(1);
+    }
+    let name = if sigint { "SIGINT" } else { "SIGTERM" };
+    warn!("Received {name} scheduling shutdown...");
+    let settings = srv.settings.load();
+    let flags = settings.str(if sigint { table::SHUTDOWN_ON_SIGINT } else { table::SHUTDOWN_ON_SIGTERM });
+    // The shutdown runs on its own task; a failure leaves the server running.
+    drop(crate::shutdown::request(srv, crate::shutdown::Opts::from_config(flags), None));
 }

@@ -202,6 +202,8 @@ pub struct Server {
     pub shutdown: Notify,
     /// Set once shutdown started.
     pub shutting_down: AtomicBool,
+    /// A shutdown waiting for replicas or saving, before the process exits.
+    pub shutdown_wait: crate::shutdown::Coordinator,
     /// Unix seconds of the last successful save (the start time until one succeeds, as
     /// Valkey).
     pub lastsave: AtomicI64,
@@ -283,6 +285,7 @@ impl Server {
             executable: std::env::current_exe().unwrap_or_default(),
             shutdown: Notify::new(),
             shutting_down: AtomicBool::new(false),
+            shutdown_wait: Default::default(),
             lastsave: AtomicI64::new(unix_ms() / 1000),
             persist: Default::default(),
             aof: Default::default(),

@@ -18,7 +18,7 @@
 //!    the history files. [`AofFiles::abort_rewrite`] removes the temp file instead.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use hotkv_engine::entry::ValueRef;
@@ -28,6 +28,7 @@ use hotkv_engine::table::Table;
 
 use super::AofPaths;
 use super::manifest::{AofFile, Manifest, TEMP_PREFIX};
+use crate::persistence::file::SyncedFile;
 
 /// The manifest and the directory it describes. The server keeps one, behind a lock, for the
 /// life of the process.
@@ -142,9 +143,10 @@ impl AofFiles {
 
     /// Valkey's `backgroundRewriteDoneHandler` on success: publishes `base` as the new base,
     /// retires the old base and every incr file but the last `keep_incr` (1 while the AOF is
-    /// on: the file being written), persists the manifest and deletes the history files. On
-    /// failure the old manifest stays in force and the new base is removed.
-    pub fn finish_rewrite(&mut self, base: FinishedBase, keep_incr: usize) -> io::Result<Published> {
+    /// on: the file being written), persists the manifest and, with `auto_gc` (not
+    /// `aof-disable-auto-gc`), deletes the history files. On failure the old manifest stays in
+    /// force and the new base is removed.
+    pub fn finish_rewrite(&mut self, base: FinishedBase, keep_incr: usize, auto_gc: bool) -> io::Result<Published> {
         let dir = self.paths.aof_dir();
         let mut next = self.manifest.clone();
         let name = next.new_base(&self.paths.filename, base.rdb);
@@ -166,11 +168,17 @@ impl AofFiles {
         }
         self.manifest = next;
         // The rewrite succeeded; a history file left behind costs only disk.
-        if let Err(e) = self.delete_history() {
+        if auto_gc && let Err(e) = self.delete_history() {
             tracing::warn!("can't delete the AOF history files: {e}");
         }
         tracing::info!("Background AOF rewrite finished successfully");
         Ok(Published { base: name.display_name(), base_size: base.size })
+    }
+
+    /// Reads the manifest again from disk (DEBUG LOADAOF, Valkey's `aofLoadManifestFromDisk`).
+    pub fn reload_manifest(&mut self) -> Result<(), super::manifest::ManifestError> {
+        self.manifest = self.paths.read_manifest()?;
+        Ok(())
     }
 
     /// Removes a rewrite's temp base after a failure.
@@ -216,7 +224,7 @@ impl AofFiles {
 /// A new base being written under a temp name: RDB bytes as they come, or commands grouped
 /// by database.
 pub struct BaseWriter {
-    out: BufWriter<File>,
+    out: SyncedFile,
     path: PathBuf,
     rdb: bool,
     seldb: Option<usize>,
@@ -241,12 +249,23 @@ impl BaseWriter {
         let file = OpenOptions::new().write(true).create(true).truncate(true).open(&path).inspect_err(|e| {
             tracing::warn!("Opening the temp file for AOF rewrite in rewriteAppendOnlyFile(): {e}");
         })?;
-        let mut w = BaseWriter { out: BufWriter::with_capacity(1 << 16, file), path, rdb, seldb: None, size: 0 };
+        let mut w = BaseWriter { out: SyncedFile::new(file, 1 << 16, 0), path, rdb, seldb: None, size: 0 };
         // A command base starts with the time it was made (`rewriteAppendOnlyFileRio`).
         if timestamps && !rdb {
             w.write(format!("#TS:{}\r\n", super::writer::unix_secs()).as_bytes())?;
         }
         Ok(w)
+    }
+
+    /// `aof-rewrite-incremental-fsync`: fsyncs every `bytes` while writing (0: only at the
+    /// end).
+    pub fn set_sync_every(&mut self, bytes: usize) {
+        self.out.set_sync_every(bytes);
+    }
+
+    /// The incremental fsyncs done so far.
+    pub fn syncs(&self) -> u64 {
+        self.out.syncs()
     }
 
     /// Whether this base is an RDB file: the caller then writes the snapshot's RDB bytes.
@@ -256,7 +275,7 @@ impl BaseWriter {
 
     /// Appends bytes as they are (RDB data).
     pub fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.out.write_all(bytes)?;
+        self.out.write(bytes)?;
         self.size += bytes.len() as u64;
         Ok(())
     }
@@ -279,8 +298,7 @@ impl BaseWriter {
     /// Flushes and syncs the file (`rewriteAppendOnlyFile`'s fflush and fsync).
     pub fn finish(self) -> io::Result<FinishedBase> {
         let BaseWriter { out, path, rdb, size, .. } = self;
-        let result = out.into_inner().map_err(|e| e.into_error()).and_then(|f| f.sync_all());
-        if let Err(e) = result {
+        if let Err((_, e)) = out.finish() {
             tracing::warn!("Write error writing append only file on disk: {e}");
             let _ = fs::remove_file(&path);
             return Err(e);
@@ -497,6 +515,7 @@ const LIMIT_MAX_MINUTES: u64 = 60;
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write;
     use std::sync::Arc;
 
     use hotkv_engine::ctx::EngineConfig;
@@ -733,7 +752,7 @@ mod tests {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(writer.wait_durable(end));
             let done = base.finish().unwrap();
-            let published = files.finish_rewrite(done, 1).unwrap();
+            let published = files.finish_rewrite(done, 1, true).unwrap();
             assert_eq!(published.base, format!("appendonly.aof.2.base.{suffix}"));
             assert_eq!(
                 String::from_utf8(files.manifest().render()).unwrap(),
@@ -766,6 +785,56 @@ mod tests {
     }
 
     #[test]
+    fn a_base_is_fsynced_every_so_many_bytes_with_incremental_fsync() {
+        let p = paths("incremental");
+        let files = AofFiles::new(p.clone(), Manifest::default());
+        fs::create_dir_all(p.aof_dir()).unwrap();
+        for (every, want) in [(0, 0), (1000, 3)] {
+            let mut base = files.base_writer(true, false).unwrap();
+            base.set_sync_every(every);
+            for _ in 0..7 {
+                base.write(&[b'x'; 500]).unwrap();
+            }
+            assert_eq!(base.syncs(), want, "every {every}");
+            let done = base.finish().unwrap();
+            assert_eq!(fs::metadata(&done.path).unwrap().len(), 3500, "every byte reaches the file");
+            files.abort_rewrite(&done.path);
+        }
+        fs::remove_dir_all(&p.dir).unwrap();
+    }
+
+    #[test]
+    fn history_stays_with_auto_gc_off_and_goes_when_it_is_on_again() {
+        let p = paths("autogc");
+        let mut files = AofFiles::new(p.clone(), Manifest::default());
+        files.open_on_start(true, false, |_| Ok(())).unwrap();
+        for _ in 0..2 {
+            files.start_rewrite().unwrap();
+            let base = files.base_writer(true, false).unwrap().finish().unwrap();
+            files.finish_rewrite(base, 1, false).unwrap();
+        }
+        // Valkey's layout: the base, the history newest first, then the incr file written.
+        let want = [
+            "file appendonly.aof.3.base.rdb seq 3 type b",
+            "file appendonly.aof.2.incr.aof seq 2 type h",
+            "file appendonly.aof.2.base.rdb seq 2 type h",
+            "file appendonly.aof.1.incr.aof seq 1 type h",
+            "file appendonly.aof.1.base.rdb seq 1 type h",
+            "file appendonly.aof.3.incr.aof seq 3 type i",
+        ];
+        let on_disk = fs::read_to_string(p.manifest_path()).unwrap();
+        assert_eq!(on_disk.lines().collect::<Vec<_>>(), want);
+        for name in ["appendonly.aof.1.base.rdb", "appendonly.aof.1.incr.aof", "appendonly.aof.2.base.rdb"] {
+            assert!(p.aof_dir().join(name).exists(), "{name} kept");
+        }
+        files.delete_history().unwrap();
+        let on_disk = fs::read_to_string(p.manifest_path()).unwrap();
+        assert_eq!(on_disk.lines().collect::<Vec<_>>(), [want[0], want[5]]);
+        assert!(!p.aof_dir().join("appendonly.aof.1.base.rdb").exists());
+        fs::remove_dir_all(&p.dir).unwrap();
+    }
+
+    #[test]
     fn a_failed_publish_keeps_the_old_manifest_and_removes_the_temp_base() {
         let p = paths("fail");
         let mut files = AofFiles::new(p.clone(), Manifest::default());
@@ -774,7 +843,7 @@ mod tests {
         let base = files.base_writer(false, false).unwrap().finish().unwrap();
         let tmp = base.path.clone();
         fs::remove_file(&tmp).unwrap();
-        assert!(files.finish_rewrite(base, 1).is_err());
+        assert!(files.finish_rewrite(base, 1, true).is_err());
         assert_eq!(*files.manifest(), before);
         assert_eq!(p.read_manifest().unwrap(), before);
         let base = files.base_writer(false, false).unwrap().finish().unwrap();

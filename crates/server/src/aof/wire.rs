@@ -80,13 +80,13 @@ impl Aof {
                 return;
             }
             let upto = w.appended_offset();
-            if w.durable_offset() >= upto {
+            if w.released_offset() >= upto {
                 return;
             }
             upto
         };
         if let Some(w) = self.writer.load_full() {
-            w.wait_durable(upto).await;
+            w.wait_released(upto).await;
         }
     }
 
@@ -112,10 +112,13 @@ struct FanOut {
 
 impl WriteSink for FanOut {
     fn active(&self) -> bool {
-        self.repl.active() || self.aof.writer.load().is_some()
+        !LOADING_HERE.get() && (self.repl.active() || self.aof.writer.load().is_some())
     }
 
     fn append(&self, effects: &Effects) {
+        if LOADING_HERE.get() {
+            return;
+        }
         self.repl.append(effects);
         // PUBLISH rides the stream for standalone replicas only: Valkey propagates it with
         // PROPAGATE_REPL, never to the AOF, so a load does not publish old messages again.
@@ -124,6 +127,29 @@ impl WriteSink for FanOut {
         {
             WriteSink::append(&**w, effects);
         }
+    }
+}
+
+thread_local! {
+    /// Set while this thread replays AOF files: what it loads is already in the AOF, and
+    /// replicas and the AOF must not get it again (Valkey propagates nothing while loading).
+    /// Per thread, so a write another client runs meanwhile still reaches both.
+    static LOADING_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Mutes the fan-out sink for the calls this thread makes until it is dropped.
+struct MuteHere;
+
+impl MuteHere {
+    fn new() -> MuteHere {
+        LOADING_HERE.set(true);
+        MuteHere
+    }
+}
+
+impl Drop for MuteHere {
+    fn drop(&mut self) {
+        LOADING_HERE.set(false);
     }
 }
 
@@ -206,9 +232,72 @@ fn load_files(srv: &Arc<Server>, paths: &AofPaths, manifest: &super::manifest::M
         crate::persistence::LoadProgress { start_time: unix_ms() / 1000, total_bytes: total, loaded_bytes: 0 };
     p.set_loading(true);
     let mut client = FakeClient::new(srv);
+    let muted = MuteHere::new();
     let result = load::load_all(paths, manifest, &opts, &target, |db, argv| client.run(db, argv));
+    drop(muted);
     p.set_loading(false);
     result.map_err(|e| e.to_string())
+}
+
+/// DEBUG LOADAOF: writes out what the AOF writer holds, empties the keyspace and loads the
+/// AOF files the manifest on disk lists (after deleting its history files), as Valkey's. The
+/// load does not reach the AOF again nor the replicas. The error is the reply.
+pub fn debug_loadaof(srv: &Arc<Server>) -> Result<(), &'static str> {
+    const FAILED: &str = "ERR Error trying to load the AOF files, check server logs.";
+    if let Some(w) = srv.aof.writer()
+        && let Err(e) = w.flush_and_sync()
+    {
+        warn!("Fail to fsync the AOF file: {e}");
+    }
+    crate::persistence::flush_all(srv);
+    let paths = paths(&srv.settings.load());
+    let manifest = {
+        let mut open = srv.aof.files.lock();
+        let mut off = None;
+        let files = match open.as_mut() {
+            Some(f) => f,
+            // `appendonly no`: the files of an earlier AOF load all the same, as in Valkey.
+            None => off.insert(AofFiles::new(paths.clone(), Default::default())),
+        };
+        if let Err(e) = files.reload_manifest() {
+            warn!("{e} ({})", paths.manifest_path().display());
+            return Err(FAILED);
+        }
+        gc_history(srv.settings.load().bool(t::AOF_DISABLE_AUTO_GC), files);
+        files.manifest().clone()
+    };
+    let start = Instant::now();
+    match load_files(srv, &paths, &manifest) {
+        Ok(Outcome::Loaded(stats)) => {
+            if let Some(w) = srv.aof.writer() {
+                w.set_sizes(stats.total_size, stats.base_size);
+            }
+        }
+        Ok(Outcome::Empty) => {}
+        // Valkey's AOF_NOT_EXIST: a manifest that lists nothing is an error here.
+        Ok(Outcome::NotExist) => {
+            warn!("The AOF manifest lists no file to load");
+            return Err(FAILED);
+        }
+        Err(e) => {
+            warn!("{e}");
+            return Err(FAILED);
+        }
+    }
+    info!("DB loaded from append only file: {:.3} seconds", start.elapsed().as_secs_f64());
+    info!("Append Only File loaded by DEBUG LOADAOF");
+    Ok(())
+}
+
+/// Deletes the history files the manifest lists unless `aof-disable-auto-gc` keeps them
+/// (Valkey's `aofDelHistoryFiles`).
+fn gc_history(disabled: bool, files: &mut AofFiles) {
+    if disabled {
+        return;
+    }
+    if let Err(e) = files.delete_history() {
+        warn!("can't delete the AOF history files: {e}");
+    }
 }
 
 /// Valkey's fake AOF client: a session with the MASTER flag (no routing, no pause, no
@@ -261,10 +350,13 @@ fn open_at_start(
     // With no AOF yet (`fresh`) this writes the base from what was just loaded.
     let opened = files.open_on_start(preamble, ts, |base| fill_base(srv, base, None))?;
     debug_assert!(fresh || !files.manifest().is_empty());
+    // History a crash or `aof-disable-auto-gc` left, as Valkey deletes at start.
+    gc_history(s.bool(t::AOF_DISABLE_AUTO_GC), &mut files);
     let (base, current) = files.sizes();
     let writer = start_writer(s, opened.file, opened.size, current, base)?;
     *srv.aof.files.lock() = Some(files);
     srv.aof.writer.store(Some(Arc::new(writer)));
+    refresh_fsync_hold(srv);
     Ok(())
 }
 
@@ -289,8 +381,14 @@ fn fill_base(srv: &Server, base: &mut BaseWriter, at_cut: Option<CutHook>) -> io
         std::thread::sleep(Duration::from_millis(20));
         Instant::now() < deadline
     };
+    let settings = srv.settings.load();
+    // `rdb-key-save-delay` slows rewrites too, as Valkey's (tests use it to catch one running).
+    let key_delay = Duration::from_micros(settings.int(t::RDB_KEY_SAVE_DELAY).max(0) as u64);
+    let incremental = settings.bool(t::AOF_REWRITE_INCREMENTAL_FSYNC);
+    base.set_sync_every(if incremental { crate::persistence::file::INCREMENTAL_FSYNC_BYTES } else { 0 });
+    drop(settings);
     if base.is_rdb() {
-        let opts = StreamOptions { at_cut, ..StreamOptions::default() };
+        let opts = StreamOptions { at_cut, key_delay, ..StreamOptions::default() };
         let mut error = None;
         let ship = |b: Bytes| match base.write(&b) {
             Ok(()) => true,
@@ -306,6 +404,7 @@ fn fill_base(srv: &Server, base: &mut BaseWriter, at_cut: Option<CutHook>) -> io
         };
     }
     let ready: Arc<Mutex<Vec<DbChunk>>> = Arc::default();
+    let keys = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let snap = loop {
         let r = ready.clone();
         let sink = Box::new(move |c: Chunk| {
@@ -314,7 +413,12 @@ fn fill_base(srv: &Server, base: &mut BaseWriter, at_cut: Option<CutHook>) -> io
             }
         });
         let hook = at_cut.clone();
-        let begun = srv.ks.begin_snapshot(Box::new(super::rewrite::write_table_commands), sink, move || {
+        let counted = keys.clone();
+        let write = Box::new(move |db: usize, table: &hotkv_engine::table::Table, out: &mut Vec<u8>| {
+            counted.fetch_add(table.len() as u64, Ordering::Relaxed);
+            super::rewrite::write_table_commands(db, table, out);
+        });
+        let begun = srv.ks.begin_snapshot(write, sink, move || {
             if let Some(h) = hook {
                 (h.0)();
             }
@@ -333,8 +437,14 @@ fn fill_base(srv: &Server, base: &mut BaseWriter, at_cut: Option<CutHook>) -> io
             }
         }
     };
+    let mut paced = 0;
     srv.ks.drive_snapshot(&snap, || {
         drain(base);
+        if !key_delay.is_zero() {
+            let done = keys.load(Ordering::Relaxed);
+            std::thread::sleep(key_delay * (done - paced).min(u64::from(u32::MAX)) as u32);
+            paced = done;
+        }
         true
     });
     drain(base);
@@ -422,6 +532,7 @@ fn start_rewrite(srv: &Arc<Server>) -> Result<(), String> {
         }
     };
     aof.stats.lock().started(unix_ms() as u64 / 1000);
+    refresh_fsync_hold(srv);
     info!("Background append only file rewriting started");
     let s = srv.clone();
     let spawned = std::thread::Builder::new().name("hotkv-aof-rewrite".into()).spawn(move || {
@@ -437,6 +548,7 @@ fn start_rewrite(srv: &Arc<Server>) -> Result<(), String> {
         };
         s.aof.stats.lock().finished(ok, unix_ms() as u64 / 1000);
         s.aof.running.store(false, Ordering::Release);
+        refresh_fsync_hold(&s);
     });
     if let Err(e) = spawned {
         aof.running.store(false, Ordering::Release);
@@ -466,7 +578,11 @@ fn rewrite(srv: &Arc<Server>, incr: File, incr_size: u64) -> io::Result<()> {
                 Some(w) => w.begin_switch(Arc::new(file)),
                 // Turning the AOF on: from this call on, every write goes to the new file.
                 None if aof.enabled.load(Ordering::Acquire) => match start_writer(&s, file, incr_size, 0, 0) {
-                    Ok(w) => aof.writer.store(Some(Arc::new(w))),
+                    Ok(w) => {
+                        // This rewrite runs: the hold applies from the first write.
+                        w.set_fsync_held(s.bool(t::NO_APPENDFSYNC_ON_REWRITE));
+                        aof.writer.store(Some(Arc::new(w)));
+                    }
                     Err(e) => *failed.lock() = Some(e),
                 },
                 None => {}
@@ -492,7 +608,7 @@ fn rewrite(srv: &Arc<Server>, incr: File, incr_size: u64) -> io::Result<()> {
         files.abort_rewrite(&done.path);
         return Err(e);
     }
-    let published = files.finish_rewrite(done, 1)?;
+    let published = files.finish_rewrite(done, 1, !s.bool(t::AOF_DISABLE_AUTO_GC))?;
     if let Some(w) = srv.aof.writer.load_full() {
         w.set_sizes(published.base_size + w.incr_size(), published.base_size);
     }
@@ -502,6 +618,7 @@ fn rewrite(srv: &Arc<Server>, incr: File, incr_size: u64) -> io::Result<()> {
 /// The AOF's part of the once-a-second cron: a scheduled rewrite once nothing else runs, and
 /// the automatic rewrite (`auto-aof-rewrite-percentage`, `auto-aof-rewrite-min-size`).
 pub fn cron(srv: &Arc<Server>) {
+    refresh_fsync_hold(srv);
     let aof = &srv.aof;
     if aof.running.load(Ordering::Acquire) || srv.persist.in_progress() || srv.is_shutting_down() {
         return;
@@ -539,6 +656,11 @@ pub fn apply_config(srv: &Server, new: &Settings) -> Result<(), String> {
         w.set_policy(FsyncPolicy::parse(new.str(t::APPENDFSYNC)).unwrap_or(FsyncPolicy::Everysec));
         w.set_timestamps(new.bool(t::AOF_TIMESTAMP_ENABLED));
     }
+    hold_fsync(srv, new.bool(t::NO_APPENDFSYNC_ON_REWRITE));
+    // `aof-disable-auto-gc no` deletes the history kept meanwhile (`updateAofAutoGCEnabled`).
+    if let Some(files) = aof.files.lock().as_mut() {
+        gc_history(new.bool(t::AOF_DISABLE_AUTO_GC), files);
+    }
     let want = new.bool(t::APPENDONLY);
     if want == aof.enabled.load(Ordering::Acquire) {
         return Ok(());
@@ -574,6 +696,27 @@ fn stop(srv: &Server) {
         warn!("Fail to fsync the AOF file: {e}");
     }
     *aof.files.lock() = None;
+}
+
+/// What a rewrite running now means to a shutdown: `None` when none runs, `Some(true)` when it
+/// writes the first base after `appendonly yes` at runtime (Valkey's `AOF_WAIT_REWRITE`: until
+/// it is done the data set is in no AOF, so a shutdown refuses to exit without FORCE).
+pub fn rewrite_in_progress(srv: &Server) -> Option<bool> {
+    let aof = &srv.aof;
+    aof.running.load(Ordering::Acquire).then(|| aof.needs_base.load(Ordering::Acquire))
+}
+
+/// `no-appendfsync-on-rewrite`: holds the writer's fsyncs back while a rewrite or a save
+/// runs (Valkey's "no fsync while a child does I/O"). Called where either starts or ends, on
+/// CONFIG SET, and by the cron as a safety net.
+pub fn refresh_fsync_hold(srv: &Server) {
+    hold_fsync(srv, srv.settings.load().bool(t::NO_APPENDFSYNC_ON_REWRITE));
+}
+
+fn hold_fsync(srv: &Server, no_fsync_on_rewrite: bool) {
+    let Some(w) = srv.aof.writer() else { return };
+    let busy = srv.aof.running.load(Ordering::Acquire) || srv.persist.in_progress();
+    w.set_fsync_held(no_fsync_on_rewrite && busy);
 }
 
 /// At shutdown: writes and syncs everything appended (Valkey's `prepareForShutdown`).
@@ -711,6 +854,28 @@ mod tests {
         wait_synced(&srv);
         let text = std::fs::read(dir.join("incr.aof")).unwrap();
         assert_eq!(text, b"*2\r\n$6\r\nSELECT\r\n$1\r\n0\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_thread_replaying_the_aof_feeds_neither_the_writer_nor_replicas() {
+        let (srv, dir) = server_with_writer("wire-mute");
+        let sink = fan_out(&srv);
+        let w = srv.aof.writer().unwrap();
+        let muted = MuteHere::new();
+        assert!(!sink.active(), "calls skip recording while muted");
+        sink.append(&effects(&[b"SET", b"k", b"v"]));
+        assert_eq!(w.appended_offset(), 0);
+        // Another thread (another client) is not muted.
+        std::thread::scope(|s| {
+            s.spawn(|| sink.append(&effects(&[b"SET", b"other", b"v"])));
+        });
+        let other = w.appended_offset();
+        assert!(other > 0);
+        drop(muted);
+        assert!(sink.active());
+        sink.append(&effects(&[b"SET", b"k", b"v"]));
+        assert!(w.appended_offset() > other);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

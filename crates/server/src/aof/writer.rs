@@ -17,6 +17,11 @@
 //! - `no`: written as under `everysec`; the kernel flushes when it likes, and the durable
 //!   offset stays put.
 //!
+//! While [`AofWriter::set_fsync_held`] says so (`no-appendfsync-on-rewrite yes` and a rewrite
+//! or a save runs, Valkey's `aof_no_fsync_on_rewrite && hasActiveChildProcess()`), the flusher
+//! writes but does not fsync: under `always` replies are released once the data is written,
+//! and the durable offset (WAITAOF) waits for the first fsync after the hold.
+//!
 //! Write errors follow Valkey's `flushAppendOnlyFile`: a short write is undone with
 //! `ftruncate` when possible, the data stays buffered and is retried, the state shows in
 //! `aof_last_write_status:err`, and [`AofWriter::write_error`] gives the `-MISCONF` text the
@@ -163,6 +168,7 @@ impl AofWriter {
     /// Starts appending to `file` (the current incr file, opened for append).
     pub fn start(file: Arc<dyn IncrFile>, cfg: WriterConfig) -> io::Result<AofWriter> {
         let (durable_tx, _) = watch::channel(0u64);
+        let (released_tx, _) = watch::channel(0u64);
         let (bio_tx, bio_rx) = mpsc::channel::<FsyncJob>();
         let inner = Arc::new(Inner {
             pending: Mutex::new(Pending { buf: Vec::new(), seldb: None, last_ts: 0 }),
@@ -176,6 +182,8 @@ impl AofWriter {
             appended: AtomicU64::new(0),
             written: AtomicU64::new(0),
             durable: durable_tx,
+            released: released_tx,
+            hold_fsync: AtomicBool::new(false),
             carry_len: AtomicUsize::new(0),
             pending_len: AtomicUsize::new(0),
             write_errno: AtomicI32::new(0),
@@ -298,13 +306,38 @@ impl AofWriter {
         self.inner.durable.subscribe()
     }
 
-    /// Waits until the file is synced up to `offset`. Under `appendfsync always` the server
-    /// awaits this with the offset [`AofWriter::append`] returned (or
-    /// [`AofWriter::appended_offset`] read after the call) before writing the call's reply.
+    /// Waits until the file is synced up to `offset`.
     pub async fn wait_durable(&self, offset: u64) {
         let mut rx = self.subscribe();
         // The sender lives as long as `self`; an error cannot happen while we borrow it.
         let _ = rx.wait_for(|&d| d >= offset).await;
+    }
+
+    /// The stream offset up to which replies may acknowledge writes under `appendfsync
+    /// always`: the durable offset, or the written one while fsyncs are held.
+    pub fn released_offset(&self) -> u64 {
+        *self.inner.released.borrow()
+    }
+
+    /// Waits until replies may acknowledge everything up to `offset`. Under `appendfsync
+    /// always` the server awaits this with the offset [`AofWriter::append`] returned (or
+    /// [`AofWriter::appended_offset`] read after the call) before writing the call's reply.
+    pub async fn wait_released(&self, offset: u64) {
+        let mut rx = self.inner.released.subscribe();
+        // The sender lives as long as `self`; an error cannot happen while we borrow it.
+        let _ = rx.wait_for(|&d| d >= offset).await;
+    }
+
+    /// Holds fsyncs back (`true`) or lets them happen again; see the module docs.
+    pub fn set_fsync_held(&self, held: bool) {
+        if self.inner.hold_fsync.swap(held, Ordering::Relaxed) && !held {
+            self.inner.wake.notify_one();
+        }
+    }
+
+    /// Whether fsyncs are held back.
+    pub fn fsync_held(&self) -> bool {
+        self.inner.hold_fsync.load(Ordering::Relaxed)
     }
 
     /// Whether replies must wait for [`AofWriter::wait_durable`] (`appendfsync always`).
@@ -466,6 +499,11 @@ struct Inner {
     appended: AtomicU64,
     written: AtomicU64,
     durable: watch::Sender<u64>,
+    /// What replies may acknowledge: under `always` `durable`, or `written` while fsyncs are
+    /// held; under the other policies `written`.
+    released: watch::Sender<u64>,
+    /// `no-appendfsync-on-rewrite` and a rewrite or save runs: write, do not fsync.
+    hold_fsync: AtomicBool,
     /// Bytes taken from the buffer and not written yet (a failed write keeps them).
     carry: Mutex<Vec<u8>>,
     carry_len: AtomicUsize,
@@ -591,7 +629,14 @@ impl Inner {
                 Ok(()) => {}
             }
             self.over_limit.store(false, Ordering::Relaxed);
+            let held = self.hold_fsync.load(Ordering::Relaxed);
+            // Replies wait for the fsync only under `always` when fsyncs are not held (a
+            // reply waiting while the policy changed away from `always` is released here).
+            if policy != FsyncPolicy::Always || held {
+                self.publish(&self.released, upto);
+            }
             match policy {
+                FsyncPolicy::Always if held => {}
                 FsyncPolicy::Always => match cur.file.sync() {
                     Ok(()) => {
                         cur.last_fsync = Instant::now();
@@ -606,7 +651,8 @@ impl Inner {
                     }
                 },
                 FsyncPolicy::Everysec => {
-                    if cur.last_fsync.elapsed() >= Duration::from_secs(1)
+                    if !held
+                        && cur.last_fsync.elapsed() >= Duration::from_secs(1)
                         && self.durable_value() < upto
                         && self.bio_pending.load(Ordering::Acquire) == 0
                     {
@@ -754,7 +800,13 @@ impl Inner {
     }
 
     fn publish_durable(&self, upto: u64) {
-        self.durable.send_if_modified(|d| {
+        self.publish(&self.durable, upto);
+        self.publish(&self.released, upto);
+    }
+
+    /// Moves an offset forward (never back).
+    fn publish(&self, offset: &watch::Sender<u64>, upto: u64) {
+        offset.send_if_modified(|d| {
             let advance = upto > *d;
             if advance {
                 *d = upto;
@@ -932,6 +984,43 @@ mod tests {
         std::thread::sleep(TICK * 2);
         assert_eq!(w.durable_offset(), 0);
         assert_eq!(fake.syncs.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn held_fsyncs_release_replies_but_sync_only_after_the_hold() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        for policy in [FsyncPolicy::Always, FsyncPolicy::Everysec] {
+            let fake = Arc::new(Fake::default());
+            let w = AofWriter::start(fake.clone(), cfg(policy)).unwrap();
+            w.set_fsync_held(true);
+            assert!(w.fsync_held());
+            let end = w.append(&effects(&[(0, &["SET", "k", "v"])]));
+            // Under `always` the reply goes once the data is written, without an fsync
+            // (under `everysec` replies never wait).
+            if policy == FsyncPolicy::Always {
+                rt.block_on(w.wait_released(end));
+            }
+            wait("the write", || w.written_offset() == end);
+            // Longer than everysec's second and many flusher ticks: no fsync covers the write.
+            std::thread::sleep(Duration::from_millis(1300));
+            assert_eq!(w.durable_offset(), 0, "{policy:?}: synced while held");
+            w.set_fsync_held(false);
+            wait("the fsync after the hold", || w.durable_offset() == end);
+            assert!(fake.syncs.load(Ordering::Relaxed) >= 1);
+        }
+    }
+
+    #[test]
+    fn outside_always_replies_are_released_once_written() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        for policy in [FsyncPolicy::Everysec, FsyncPolicy::No] {
+            let fake = Arc::new(Fake::default());
+            let w = AofWriter::start(fake.clone(), cfg(policy)).unwrap();
+            let end = w.append(&effects(&[(0, &["SET", "k", "v"])]));
+            // A reply that started waiting under `always` is not left hanging by the change.
+            rt.block_on(w.wait_released(end));
+            assert!(w.written_offset() >= end, "{policy:?}");
+        }
     }
 
     static CLOCK: AtomicU64 = AtomicU64::new(1_700_000_000);

@@ -43,7 +43,7 @@ static SUBCOMMANDS: &[ServerSpec] = &[
     row(
         "set",
         -4,
-        ADMIN_FLAGS | f::MAY_REPLICATE,
+        ADMIN_FLAGS,
         0,
         &[],
         "server",

@@ -214,6 +214,22 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
                 }
             })));
         }
+        ("loadaof", 2) => {
+            if sess.in_exec {
+                return Err(CommandError::err("DEBUG LOADAOF is not allowed inside a transaction"));
+            }
+            let Some(srv) = srv.arc() else { return Err(CommandError::err("server is not running")) };
+            // The load runs off the worker threads; other clients get -LOADING meanwhile
+            // (Valkey blocks them instead).
+            return Ok(Flow::Await(Box::pin(async move {
+                let loaded = tokio::task::spawn_blocking(move || crate::aof::wire::debug_loadaof(&srv)).await;
+                match loaded {
+                    Ok(Ok(())) => b"+OK\r\n".to_vec(),
+                    Ok(Err(e)) => format!("-{e}\r\n").into_bytes(),
+                    Err(_) => b"-ERR Error trying to load the AOF files, check server logs.\r\n".to_vec(),
+                }
+            })));
+        }
         // hotkv only: proves a bug in one command costs only its connection (the boundary in
         // connection::serve), not the server as Valkey's DEBUG PANIC does.
         ("client-panic", 2) => panic!("DEBUG CLIENT-PANIC"),
@@ -406,6 +422,8 @@ fn help(args: &Args<'_>, out: &mut ReplyBuf) {
             "    it is used instead of the 'key' prefix. These are not propagated to",
             "    replicas. Cluster slots are not respected so keys not belonging to the",
             "    current node can be created in cluster mode.",
+            "LOADAOF",
+            "    Flush the AOF buffers on disk and reload the AOF in memory.",
             "LOG <message>",
             "    Write <message> to the server log.",
             "OBJECT <key> [fast]",
@@ -508,7 +526,7 @@ mod tests {
             debug(&srv, &mut c, &["debug", "nosuch"]),
             "-ERR unknown subcommand or wrong number of arguments for 'nosuch'. Try DEBUG HELP.\r\n"
         );
-        assert!(debug(&srv, &mut c, &["debug", "help"]).starts_with("*45\r\n+DEBUG <subcommand>"));
+        assert!(debug(&srv, &mut c, &["debug", "help"]).starts_with("*47\r\n+DEBUG <subcommand>"));
     }
 
     #[test]

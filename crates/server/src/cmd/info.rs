@@ -210,9 +210,26 @@ fn server(srv: &Server, o: &mut String) {
         "io_threads_active" => 0,
         "availability_zone" => "",
     );
+    if let Some(ms) = srv.shutdown_wait.remaining_ms(crate::server::unix_ms()) {
+        let _ = write!(o, "shutdown_in_milliseconds:{ms}\r\n");
+    }
     if port != 0 {
         let binds: String = settings.list(BIND).iter().map(|b| format!(",bind={b}")).collect();
         let _ = write!(o, "listener0:name=tcp{binds},port={port}\r\n");
+    }
+}
+
+/// `(mem_total_replication_buffers, mem_replication_backlog, mem_clients_slaves)`: the backlog
+/// and the replicas share one buffer, and what exceeds `repl-backlog-size` while replicas are
+/// attached is theirs (Valkey's `getMemoryOverheadData`).
+fn replication_buffers(srv: &Server) -> (u64, u64, u64) {
+    let primary = &srv.repl.primary;
+    let total = primary.buffer_memory() as u64;
+    let backlog_size = srv.settings.load().int(crate::config::table::REPL_BACKLOG_SIZE).max(0) as u64;
+    if total > backlog_size && !primary.replicas().is_empty() {
+        (total, backlog_size, total - backlog_size)
+    } else {
+        (total, total, 0)
     }
 }
 
@@ -223,7 +240,8 @@ fn clients(srv: &Server, o: &mut String) {
     let max_out = all.iter().map(|c| c.obl.load(Ordering::Relaxed)).max().unwrap_or(0);
     let watching = count(flag::WATCHING);
     fields!(o,
-        "connected_clients" => all.len(),
+        // Replicas are not clients here, as Valkey counts (`clients - replicas`).
+        "connected_clients" => all.len() - count(flag::REPLICA),
         "cluster_connections" => 0,
         "maxclients" => srv.rt.load().maxclients,
         "client_recent_max_input_buffer" => max_in,
@@ -264,6 +282,7 @@ fn memory(srv: &Server, o: &mut String) {
     let total = total_system_memory();
     let engine = srv.engine.load();
     let signed = |a: u64, b: u64| a as i64 - b as i64;
+    let (repl_total, repl_backlog, repl_replicas) = replication_buffers(srv);
     fields!(o,
         "used_memory" => used,
         "used_memory_human" => human(used),
@@ -307,9 +326,9 @@ fn memory(srv: &Server, o: &mut String) {
         "mem_fragmentation_ratio" => ratio(rss, used),
         "mem_fragmentation_bytes" => signed(rss, used),
         "mem_not_counted_for_evict" => 0,
-        "mem_replication_backlog" => 0,
-        "mem_total_replication_buffers" => 0,
-        "mem_clients_slaves" => 0,
+        "mem_replication_backlog" => repl_backlog,
+        "mem_total_replication_buffers" => repl_total,
+        "mem_clients_slaves" => repl_replicas,
         "mem_clients_normal" => clients_mem,
         "mem_cluster_links" => srv.cluster.as_ref().map_or(0, |c| c.bus.links_memory()),
         "mem_aof_buffer" => 0,

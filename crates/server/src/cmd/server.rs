@@ -87,23 +87,37 @@ impl ShutdownArgs {
     }
 }
 
-fn shutdown(srv: &Server, _: &mut Session, args: Args<'_>, _: &mut ReplyBuf) -> Result<Flow, CommandError> {
+impl ShutdownArgs {
+    /// The modifiers that shape the shutdown (all but ABORT).
+    pub fn opts(&self) -> crate::shutdown::Opts {
+        crate::shutdown::Opts { nosave: self.nosave, save: self.save, now: self.now, force: self.force }
+    }
+}
+
+/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] | SHUTDOWN ABORT (see [`crate::shutdown`]). The caller
+/// waits, as a blocked client, until the server exits (no reply) or the shutdown fails or is
+/// aborted (an error).
+fn shutdown(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
     let s = ShutdownArgs::parse(args.iter().skip(1))?;
     if s.abort {
-        // Shutting down never waits for replicas, so nothing can be aborted.
-        return Err(CommandError::err("No shutdown in progress."));
+        if !crate::shutdown::abort(srv) {
+            return Err(CommandError::err("No shutdown in progress."));
+        }
+        out.ok();
+        return Ok(Flow::Continue);
     }
     let Some(srv) = srv.arc() else { return Ok(Flow::Shutdown) };
-    // The save runs with no lock held; on success the client gets no reply, as in Valkey,
-    // whose process exits before answering.
+    let cur = super::client::Current { id: sess.id, cmd: "shutdown", argv_mem: args.total_len() };
+    let client = super::client::client_line(&srv.registry, &sess.info, crate::server::unix_ms(), &cur);
+    let done = crate::shutdown::request(&srv, s.opts(), Some(client));
+    // Counted in `blocked_clients` until the reply, as Valkey's BLOCKED_SHUTDOWN.
+    sess.set_flag(flag::BLOCKED, true);
     Ok(Flow::Await(Box::pin(async move {
-        match crate::persistence::prepare_shutdown(&srv, s.nosave, s.save, s.force).await {
-            Ok(()) => {
-                srv.request_shutdown();
-                Vec::new()
-            }
-            Err(()) => b"-ERR Errors trying to SHUTDOWN. Check logs.\r\n".to_vec(),
+        if done.await {
+            // The process exits before answering, as Valkey's does.
+            std::future::pending::<()>().await;
         }
+        b"-ERR Errors trying to SHUTDOWN. Check logs.\r\n".to_vec()
     })))
 }
 

@@ -229,11 +229,11 @@ directives! {
         "Enable expensive assertions (tests).";
     DEBUG_CONTEXT = "debug-context" [] "general.debug_context": S, "", M | HID | NE, H,
         "Free text included in crash reports.";
-    SHUTDOWN_TIMEOUT = "shutdown-timeout" [] "general.shutdown_timeout": int(0, INT), "10", M | NE, H,
+    SHUTDOWN_TIMEOUT = "shutdown-timeout" [] "general.shutdown_timeout": int(0, INT), "10", M | U, H,
         "Seconds to wait for replicas to catch up on shutdown.";
-    SHUTDOWN_ON_SIGINT = "shutdown-on-sigint" [] "general.shutdown_on_sigint": SHUTDOWN, "default", M | NE, H,
+    SHUTDOWN_ON_SIGINT = "shutdown-on-sigint" [] "general.shutdown_on_sigint": SHUTDOWN, "default", M | U, H,
         "SHUTDOWN flags used on SIGINT.";
-    SHUTDOWN_ON_SIGTERM = "shutdown-on-sigterm" [] "general.shutdown_on_sigterm": SHUTDOWN, "default", M | NE, H,
+    SHUTDOWN_ON_SIGTERM = "shutdown-on-sigterm" [] "general.shutdown_on_sigterm": SHUTDOWN, "default", M | U, H,
         "SHUTDOWN flags used on SIGTERM.";
     IO_THREADS = "io-threads" [] "general.io_threads": int(1, 128), "1", I | NE, H,
         "Valkey I/O threads; hotkv sizes its pool with worker-threads.";
@@ -398,7 +398,7 @@ directives! {
     APPENDFSYNC = "appendfsync" [] "persistence.appendfsync": Ty::Enum(&["everysec", "always", "no"]), "everysec",
         M, AOF, "When to fsync the append-only file.";
     NO_APPENDFSYNC_ON_REWRITE = "no-appendfsync-on-rewrite" [] "persistence.no_appendfsync_on_rewrite": B, "no",
-        M | NE, H, "Skip fsync while a rewrite or snapshot runs.";
+        M, AOF, "Skip fsync while a rewrite or snapshot runs.";
     AUTO_AOF_REWRITE_PERCENTAGE = "auto-aof-rewrite-percentage" [] "persistence.auto_aof_rewrite_percentage":
         int(0, INT), "100", M | U, H, "Rewrite the append-only file when it grew by this percentage.";
     AUTO_AOF_REWRITE_MIN_SIZE = "auto-aof-rewrite-min-size" [] "persistence.auto_aof_rewrite_min_size": mem(0, LONG),
@@ -410,9 +410,9 @@ directives! {
     AOF_TIMESTAMP_ENABLED = "aof-timestamp-enabled" [] "persistence.aof_timestamp_enabled": B, "no", M, AOF,
         "Write timestamps into the append-only file.";
     AOF_REWRITE_INCREMENTAL_FSYNC = "aof-rewrite-incremental-fsync" [] "persistence.aof_rewrite_incremental_fsync":
-        B, "yes", M | NE, H, "Fsync every 4 MB while rewriting.";
-    AOF_DISABLE_AUTO_GC = "aof-disable-auto-gc" [] "persistence.aof_disable_auto_gc": B, "no", M | HID | NE, H,
-        "Keep old append-only files (tests).";
+        B, "yes", M | U, H, "Fsync every 4 MB while rewriting.";
+    AOF_DISABLE_AUTO_GC = "aof-disable-auto-gc" [] "persistence.aof_disable_auto_gc": B, "no", M | HID, AOF,
+        "Keep the history files a rewrite retires (marked `h` in the manifest) instead of deleting them.";
     RDB_KEY_SAVE_DELAY = "rdb-key-save-delay" [] "persistence.rdb_key_save_delay": int(IMIN, INT), "0", M | HID | U, H,
         "Delay per key while saving (tests).";
     KEY_LOAD_DELAY = "key-load-delay" [] "persistence.key_load_delay": int(IMIN, INT), "0", M | HID | U, H,

@@ -64,7 +64,7 @@ pub(crate) fn save(srv: &Server, cut: &SyncSender<Result<(), StartError>>) -> Ou
     let delay = Duration::from_micros(settings.int(t::RDB_KEY_SAVE_DELAY).max(0) as u64);
     let opts =
         StreamOptions { write: opts, key_delay: delay, progress: super::progress(srv), at_cut: None, aux_at_cut: None };
-    let mut out = SyncedFile { file: io::BufWriter::with_capacity(WRITE_BUFFER, file), unsynced: 0, sync_every };
+    let mut out = SyncedFile::new(file, WRITE_BUFFER, sync_every);
     let mut error: Option<io::Error> = None;
     let mut dirty_at_cut = 0;
     let started = |c: &crate::snapshot::Cut| {
@@ -118,28 +118,47 @@ pub(crate) fn save(srv: &Server, cut: &SyncSender<Result<(), StartError>>) -> Ou
     Outcome::Saved { dirty_at_cut }
 }
 
-/// The temp file, fsynced every `sync_every` bytes (0: only at the end), as Valkey's rio
-/// autosync does, so the kernel never holds a save's worth of dirty pages at once.
-struct SyncedFile {
+/// A temp file being written (an RDB save, an AOF rewrite's base), fsynced every
+/// `sync_every` bytes (0: only at the end), as Valkey's rio autosync does with
+/// `rdb-save-incremental-fsync` / `aof-rewrite-incremental-fsync`, so the kernel never holds a
+/// whole file's worth of dirty pages and the final fsync does not stall the disk.
+pub(crate) struct SyncedFile {
     file: io::BufWriter<File>,
     unsynced: usize,
     sync_every: usize,
+    syncs: u64,
 }
 
 impl SyncedFile {
-    fn write(&mut self, b: &[u8]) -> io::Result<()> {
+    /// Writes to `file` through a buffer of `buffer` bytes.
+    pub(crate) fn new(file: File, buffer: usize, sync_every: usize) -> SyncedFile {
+        SyncedFile { file: io::BufWriter::with_capacity(buffer, file), unsynced: 0, sync_every, syncs: 0 }
+    }
+
+    /// Fsyncs every `bytes` from now on (0: only at the end).
+    pub(crate) fn set_sync_every(&mut self, bytes: usize) {
+        self.sync_every = bytes;
+    }
+
+    /// The incremental fsyncs done so far.
+    pub(crate) fn syncs(&self) -> u64 {
+        self.syncs
+    }
+
+    pub(crate) fn write(&mut self, b: &[u8]) -> io::Result<()> {
         self.file.write_all(b)?;
         self.unsynced += b.len();
         if self.sync_every > 0 && self.unsynced >= self.sync_every {
             self.file.flush()?;
             self.file.get_ref().sync_data()?;
             self.unsynced = 0;
+            self.syncs += 1;
         }
         Ok(())
     }
 
     /// Flushes and fsyncs; the error names the step, as Valkey's log does.
-    fn finish(mut self) -> Result<(), (&'static str, io::Error)> {
+    pub(crate) fn finish(mut self) -> Result<(), (&'static str, io::Error)> {
         self.file.flush().map_err(|e| ("fflush", e))?;
         self.file.get_ref().sync_all().map_err(|e| ("fsync", e))
     }
@@ -161,7 +180,8 @@ pub(crate) fn os_text(e: &io::Error) -> String {
     crate::listener::os_text(e)
 }
 
-/// Valkey's REDIS_AUTOSYNC_BYTES.
-const INCREMENTAL_FSYNC_BYTES: usize = 4 * 1024 * 1024;
+/// Valkey's REDIS_AUTOSYNC_BYTES: the step of `rdb-save-incremental-fsync` and
+/// `aof-rewrite-incremental-fsync`.
+pub(crate) const INCREMENTAL_FSYNC_BYTES: usize = 4 * 1024 * 1024;
 /// Writes reach the file in blocks of this size.
 const WRITE_BUFFER: usize = 256 * 1024;

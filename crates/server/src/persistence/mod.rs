@@ -226,6 +226,7 @@ pub fn start(srv: &Arc<Server>, kind: SaveKind) -> Result<oneshot::Receiver<Save
             progress: progress.clone(),
         });
     }
+    crate::aof::wire::refresh_fsync_hold(srv);
     p.abort.store(false, Ordering::Release);
     if kind == SaveKind::Background {
         p.last_try.store(unix_ms() / 1000, Ordering::Relaxed);
@@ -238,6 +239,7 @@ pub fn start(srv: &Arc<Server>, kind: SaveKind) -> Result<oneshot::Receiver<Save
         let result = match outcome {
             file::Outcome::Busy => {
                 *s.persist.running.lock() = None;
+                crate::aof::wire::refresh_fsync_hold(&s);
                 let _ = cut_tx.send(Err(StartError::Busy));
                 return;
             }
@@ -249,6 +251,7 @@ pub fn start(srv: &Arc<Server>, kind: SaveKind) -> Result<oneshot::Receiver<Save
     });
     if let Err(e) = spawned {
         *p.running.lock() = None;
+        crate::aof::wire::refresh_fsync_hold(srv);
         warn!(cause = %e, "Can't save in background: {e}");
         return Err(StartError::Busy);
     }
@@ -293,6 +296,7 @@ pub(crate) fn aborted(srv: &Server) -> bool {
 fn finish(srv: &Server, kind: SaveKind, result: Result<u64, String>) -> SaveResult {
     let p = &srv.persist;
     let run = p.running.lock().take();
+    crate::aof::wire::refresh_fsync_hold(srv);
     let took = run.as_ref().map_or(0, |r| r.started.elapsed().as_secs() as i64);
     // Abandoned on purpose (SHUTDOWN, FLUSHALL): not a disk error, so no MISCONF, as Valkey
     // ignores a child it killed itself.
@@ -437,12 +441,10 @@ const BGSAVE_RETRY_DELAY_S: i64 = 5;
 /// How long a final save waits for the keyspace's snapshot to be free.
 const FINAL_SAVE_WAIT: Duration = Duration::from_secs(60);
 
-/// What SHUTDOWN (or SIGTERM/SIGINT, with no modifiers) does before the process exits:
-/// saves when `save` has rules and NOSAVE was not given, or when SAVE was (Valkey's
-/// `finishShutdown`). `Err` when the save failed and FORCE was not given: the server then
-/// keeps running, as Valkey's does.
-pub async fn prepare_shutdown(srv: &Arc<Server>, nosave: bool, save: bool, force: bool) -> Result<(), ()> {
-    info!("User requested shutdown...");
+/// The final save of a shutdown (Valkey's `finishShutdown`, its RDB part): saves when `save`
+/// has rules and NOSAVE was not given, or when SAVE was. `Err` when the save failed and FORCE
+/// was not given: the server then keeps running, as Valkey's does.
+pub async fn final_save(srv: &Arc<Server>, nosave: bool, save: bool, force: bool) -> Result<(), ()> {
     let rules = !srv.settings.load().ints(t::SAVE).is_empty();
     if !((rules && !nosave) || save) {
         return Ok(());
@@ -461,7 +463,6 @@ pub async fn prepare_shutdown(srv: &Arc<Server>, nosave: bool, save: bool, force
         }
         Err(_) => {
             warn!("Error trying to save the DB, can't exit.");
-            warn!("Errors trying to shut down the server. Check the logs for more information.");
             Err(())
         }
     }
