@@ -295,9 +295,10 @@ pub(crate) fn aborted(srv: &Server) -> bool {
 /// Ends the running save: state, figures, log lines.
 fn finish(srv: &Server, kind: SaveKind, result: Result<u64, String>) -> SaveResult {
     let p = &srv.persist;
-    let run = p.running.lock().take();
-    crate::aof::wire::refresh_fsync_hold(srv);
-    let took = run.as_ref().map_or(0, |r| r.started.elapsed().as_secs() as i64);
+    let took = p.running.lock().as_ref().map_or(0, |r| r.started.elapsed().as_secs() as i64);
+    // The save shows as running until its figures are in: INFO must not show it done with
+    // the changes it wrote still counted as unsaved.
+    let _done = SaveDone(srv);
     // Abandoned on purpose (SHUTDOWN, FLUSHALL): not a disk error, so no MISCONF, as Valkey
     // ignores a child it killed itself.
     if result.is_err() && p.abort.load(Ordering::Acquire) {
@@ -324,6 +325,16 @@ fn finish(srv: &Server, kind: SaveKind, result: Result<u64, String>) -> SaveResu
             }
             Err(why)
         }
+    }
+}
+
+/// Clears the running save when dropped: at the end of [`finish`], after its figures.
+struct SaveDone<'a>(&'a Server);
+
+impl Drop for SaveDone<'_> {
+    fn drop(&mut self) {
+        self.0.persist.running.lock().take();
+        crate::aof::wire::refresh_fsync_hold(self.0);
     }
 }
 
