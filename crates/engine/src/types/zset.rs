@@ -74,7 +74,12 @@ impl ZSet {
             return false;
         }
         let bytes_cmp = |a: &Value<'_>, b: &Value<'_>| a.with_bytes(|x| b.with_bytes(|y| x.cmp(y)));
-        let mut members = Vec::with_capacity(lp.len() / 2);
+        // Repeated members, found with an open-addressing table of member indexes (at most
+        // half full): sorting the members instead cost more than the rest of the load.
+        let pairs = lp.len() / 2;
+        let slots = (pairs * 2).next_power_of_two();
+        let mut seen = vec![u32::MAX; slots];
+        let mut members = Vec::with_capacity(pairs);
         let mut prev: Option<(Value<'_>, f64)> = None;
         let mut it = lp.iter();
         while let (Some(m), Some(s)) = (it.next(), it.next()) {
@@ -96,10 +101,17 @@ impl ZSet {
                 return false;
             }
             prev = Some((m, score));
+            let mut at = m.with_bytes(crate::hash::key_hash) as usize & (slots - 1);
+            while let Some(&i) = seen.get(at).filter(|&&i| i != u32::MAX) {
+                if bytes_cmp(&members[i as usize], &m).is_eq() {
+                    return false;
+                }
+                at = (at + 1) & (slots - 1);
+            }
+            seen[at] = members.len() as u32;
             members.push(m);
         }
-        members.sort_unstable_by(bytes_cmp);
-        !members.windows(2).any(|w| bytes_cmp(&w[0], &w[1]).is_eq())
+        true
     }
 
     /// A sorted set from a listpack [`ZSet::listpack_in_order`] accepted, kept as it is when
