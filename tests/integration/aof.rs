@@ -618,3 +618,24 @@ fn rewrites_and_saves_larger_than_the_fsync_step_are_whole_with_incremental_fsyn
         assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), digest, "the RDB file, incremental {on}");
     }
 }
+
+/// The RDB preamble of an AOF base is a file like dump.rdb: compressed and checksummed by
+/// `rdbcompression` and `rdbchecksum`, as Valkey writes it.
+#[test]
+fn the_rdb_preamble_follows_rdbcompression() {
+    for (compression, small) in [("yes", true), ("no", false)] {
+        let srv = node(None, &[("rdbcompression", compression)]);
+        let mut c = srv.client();
+        assert_eq!(c.cmd(&["SET", "big", &"a".repeat(20_000)]), Frame::ok());
+        assert!(matches!(c.cmd(&["BGREWRITEAOF"]), Frame::Simple(_)));
+        wait_rewritten(&mut c);
+        let base = manifest(srv.dir())
+            .iter()
+            .find_map(|l| l.split(' ').nth(1).filter(|_| l.ends_with("type b")).map(str::to_string))
+            .expect("a base in the manifest");
+        let size = std::fs::metadata(srv.dir().join("appendonlydir").join(&base)).unwrap().len();
+        assert_eq!(size < 2_000, small, "rdbcompression {compression}: base {base} is {size} bytes");
+        assert_eq!(c.cmd(&["DEBUG", "RELOAD"]), Frame::ok());
+        assert_eq!(c.cmd(&["STRLEN", "big"]), Frame::Integer(20_000));
+    }
+}

@@ -386,9 +386,12 @@ fn fill_base(srv: &Server, base: &mut BaseWriter, at_cut: Option<CutHook>) -> io
     let key_delay = Duration::from_micros(settings.int(t::RDB_KEY_SAVE_DELAY).max(0) as u64);
     let incremental = settings.bool(t::AOF_REWRITE_INCREMENTAL_FSYNC);
     base.set_sync_every(if incremental { crate::persistence::file::INCREMENTAL_FSYNC_BYTES } else { 0 });
+    // The preamble is an RDB file on disk: compressed and checksummed as `dump.rdb` is (it was
+    // written uncompressed, 1.4x the size of dump.rdb for 1M small strings).
+    let write = crate::persistence::file::file_write_options(&settings);
     drop(settings);
     if base.is_rdb() {
-        let opts = StreamOptions { at_cut, key_delay, ..StreamOptions::default() };
+        let opts = StreamOptions { at_cut, key_delay, write, ..StreamOptions::default() };
         let mut error = None;
         let ship = |b: Bytes| match base.write(&b) {
             Ok(()) => true,

@@ -59,7 +59,7 @@ pub(crate) fn save(srv: &Server, cut: &SyncSender<Result<(), StartError>>) -> Ou
             return Outcome::Failed(why);
         }
     };
-    let opts = WriteOptions { compress: settings.bool(t::RDBCOMPRESSION), checksum: settings.bool(t::RDBCHECKSUM) };
+    let opts = file_write_options(&settings);
     let sync_every = if settings.bool(t::RDB_SAVE_INCREMENTAL_FSYNC) { INCREMENTAL_FSYNC_BYTES } else { 0 };
     let delay = Duration::from_micros(settings.int(t::RDB_KEY_SAVE_DELAY).max(0) as u64);
     let opts =
@@ -185,3 +185,9 @@ pub(crate) fn os_text(e: &io::Error) -> String {
 pub(crate) const INCREMENTAL_FSYNC_BYTES: usize = 4 * 1024 * 1024;
 /// Writes reach the file in blocks of this size.
 const WRITE_BUFFER: usize = 256 * 1024;
+
+/// How RDB bytes bound for a file are written (`dump.rdb`, and an AOF base with the RDB
+/// preamble, as Valkey writes both): `rdbcompression` and `rdbchecksum`.
+pub(crate) fn file_write_options(settings: &crate::config::Settings) -> WriteOptions {
+    WriteOptions { compress: settings.bool(t::RDBCOMPRESSION), checksum: settings.bool(t::RDBCHECKSUM) }
+}
