@@ -273,12 +273,7 @@ impl AofWriter {
             inner.pending_len.store(0, Ordering::Relaxed);
             (std::mem::take(&mut p.buf), inner.appended.load(Ordering::Acquire))
         };
-        let mut carry = inner.take_carry();
-        if carry.is_empty() {
-            carry = buf;
-        } else {
-            carry.extend_from_slice(&buf);
-        }
+        let mut carry = inner.behind_carry(buf);
         // A failure keeps the bytes as carry and shows in `write_error`; the flusher retries.
         if inner.write_out(&mut cur, &mut carry, upto).is_ok() {
             inner.over_limit.store(false, Ordering::Relaxed);
@@ -603,12 +598,7 @@ impl Inner {
                 self.pending_len.store(0, Ordering::Relaxed);
                 (std::mem::take(&mut p.buf), self.appended.load(Ordering::Acquire))
             };
-            let mut carry = self.take_carry();
-            if carry.is_empty() {
-                carry = buf;
-            } else {
-                carry.extend_from_slice(&buf);
-            }
+            let mut carry = self.behind_carry(buf);
             let result = self.write_out(&mut cur, &mut carry, upto);
             let policy = FsyncPolicy::from_code(self.policy.load(Ordering::Relaxed));
             match result {
@@ -778,6 +768,16 @@ impl Inner {
         }
         self.store_carry(std::mem::take(buf));
         Err(err)
+    }
+
+    /// `buf` behind what an earlier failed write left, as one buffer to write.
+    fn behind_carry(&self, buf: Vec<u8>) -> Vec<u8> {
+        let mut carry = self.take_carry();
+        if carry.is_empty() {
+            return buf;
+        }
+        carry.extend_from_slice(&buf);
+        carry
     }
 
     fn take_carry(&self) -> Vec<u8> {
