@@ -539,7 +539,11 @@ impl Primary {
         // start, as Valkey's cron loops count, not at the first tick a replica sees (a replica
         // attached in the first second would get one at once, and a primary with an idle
         // stream would not stay at offset 0).
-        if st.ticks.checked_rem(period) == Some(0) && !st.replicas.is_empty() && st.backlog.is_some() {
+        // A replica never pings its own replicas: its stream is its primary's, byte for byte,
+        // PINGs included, and one of its own would put its offsets ahead of its primary's
+        // (Valkey's replicationFeedReplicas returns on a replica).
+        let replica = self.upstream.load(Ordering::Acquire);
+        if !replica && st.ticks.checked_rem(period) == Some(0) && !st.replicas.is_empty() && st.backlog.is_some() {
             // No SELECT: PING is not about a database (Valkey propagates it with dictid -1).
             st.append_raw(PING);
             self.stream.send_replace(st.offset);
