@@ -501,11 +501,8 @@ impl Bus {
                 (self.on_change)(&st);
             }
             let lost = st.take_dirty_slots();
-            // Only a primary has dirty slots: its shard is named by itself.
-            let lost = (!lost.is_empty()).then(|| {
-                let me = st.myself();
-                (lost, me.id, me.human_nodename.clone(), me.id, st.replication())
-            });
+            let lost = (!lost.is_empty())
+                .then(|| (lost, st.myself().id, st.myself().human_nodename.clone(), st.replication()));
             (st.take_dirty(), st.take_pause_change().map(|p| (p, st.replication())), lost)
         };
         if dirty && let Err(e) = self.save_now() {
@@ -515,10 +512,11 @@ impl Bus {
         // no longer serves the slots, and clients asking for keys of a lost slot already get
         // MOVED while its keys are deleted.
         apply_pause(&self.state, pause);
-        if let Some((slots, me, name, shard, hooks)) = lost {
+        if let Some((slots, me, name, hooks)) = lost {
             for slot in slots {
                 if hooks.keys_in_slot(slot) > 0 {
-                    info!("Deleting keys in dirty slot {slot} on node {me} ({name}) in shard {shard}");
+                    // Only a primary has dirty slots: its shard is named by itself.
+                    info!("Deleting keys in dirty slot {slot} on node {me} ({name}) in shard {me}");
                     hooks.delete_keys_in_slot(slot);
                 }
             }
