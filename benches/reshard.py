@@ -37,6 +37,10 @@ benches/results/latest-reshard.md).
 Usage: benches/run.sh reshard [--quick] [--no-tls] [--no-pin] [--keys N] [--rounds N]
                               [--pipeline N] [--probe-rate R] [--value-size B] [--out DIR]
                               [--perf DIR | --strace DIR] [--logs DIR] [--kind K] [--tls-only]
+                              [--steps N]
+
+--steps N replaces redis-cli with the same per-slot sequence sent by hand on N slots, each
+command timed, and prints the median time of each step per kind (which step costs what).
 """
 
 import argparse
@@ -125,6 +129,17 @@ def pipe_load(node, path):
 # probe
 
 
+def connect(port, pki):
+    """A client connection to a node, over TLS with the node certificate when `pki` is set."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if pki:
+        ctx = ssl.create_default_context(cafile=str(pki.d / "ca.crt"))
+        ctx.load_cert_chain(str(pki.d / "node.crt"), str(pki.d / "node.key"))
+        sock = ctx.wrap_socket(sock, server_hostname="127.0.0.1")
+    return sock
+
+
 class Probe(threading.Thread):
     """One connection to the source that sends GET and SET alternately at a fixed rate, one
     request at a time, and records each latency from its scheduled send time (so a stall delays
@@ -133,12 +148,7 @@ class Probe(threading.Thread):
 
     def __init__(self, port, pki, keys, rate, value):
         super().__init__(daemon=True)
-        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if pki:
-            ctx = ssl.create_default_context(cafile=str(pki.d / "ca.crt"))
-            ctx.load_cert_chain(str(pki.d / "node.crt"), str(pki.d / "node.key"))
-            sock = ctx.wrap_socket(sock, server_hostname="127.0.0.1")
+        sock = connect(port, pki)
         self.sock, self.keys, self.interval, self.value = sock, keys, 1.0 / rate, value
         self.samples = []     # (scheduled time, latency from schedule s, service time s)
         self.errors = []
@@ -379,6 +389,96 @@ def one_run(args, workdir, pki, kind, load_files, probe_list, results):
 
 
 # ---------------------------------------------------------------------------------------------
+# steps: redis-cli's per-slot sequence sent by hand, each command timed
+
+
+class Conn:
+    """A blocking RESP connection that times one command at a time."""
+
+    def __init__(self, port, pki):
+        sock = connect(port, pki)
+        self.sock, self.buf = sock, b""
+
+    def call(self, *parts):
+        t = time.monotonic()
+        self.sock.sendall(resp(*[p if isinstance(p, bytes) else str(p).encode() for p in parts]))
+        reply = self.read()
+        return reply, time.monotonic() - t
+
+    def line(self):
+        while b"\r\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise OSError("connection closed")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def read(self):
+        line = self.line()
+        if line[:1] == b"-":
+            raise RuntimeError(line.decode(errors="replace"))
+        if line[:1] == b"$" and line != b"$-1":
+            need = int(line[1:]) + 2
+            while len(self.buf) < need:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    raise OSError("connection closed")
+                self.buf += chunk
+            body, self.buf = self.buf[:need - 2], self.buf[need:]
+            return body
+        if line[:1] == b"*":
+            return [self.read() for _ in range(int(line[1:]))]
+        return line
+
+
+STEPS = ("importing", "migrating", "getkeysinslot", "migrate", "node target", "node source", "node other")
+
+
+def steps_run(args, workdir, pki, kind, load_files, results):
+    """Moves args.steps slots the way redis-cli does, timing every command: which step of the
+    per-slot sequence costs what on each kind."""
+    tag = "tls" if pki else "plain"
+    c = Cluster(kind, pki, 0)
+    LIVE.append(c)
+    try:
+        c.start(args.binaries[kind], workdir, args.node_timeout, 3, None if args.no_pin else "0")
+        c.create()
+        c.wait_formed()
+        ids = node_ids(c)
+        src_idx = ids.index(slot_owner(c, 0))
+        dst_idx, other_idx = (src_idx + 1) % 3, (src_idx + 2) % 3
+        for f in load_files:
+            pipe_load(c.nodes[src_idx], f)
+        src, dst, other = (Conn(c.nodes[i].client_port, pki) for i in (src_idx, dst_idx, other_idx))
+        dst_port = c.nodes[dst_idx].client_port
+        times = {s: [] for s in STEPS}
+        t0 = time.monotonic()
+        for slot in list(MOVED_SLOTS)[:args.steps]:
+            times["importing"].append(dst.call("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[src_idx])[1])
+            times["migrating"].append(src.call("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[dst_idx])[1])
+            while True:
+                keys, dt = src.call("CLUSTER", "GETKEYSINSLOT", slot, args.pipeline)
+                times["getkeysinslot"].append(dt)
+                if not keys:
+                    break
+                times["migrate"].append(src.call("MIGRATE", "127.0.0.1", dst_port, "", 0, 60000,
+                                                 "KEYS", *keys)[1])
+            for who, conn in (("node target", dst), ("node source", src), ("node other", other)):
+                times[who].append(conn.call("CLUSTER", "SETSLOT", slot, "NODE", ids[dst_idx])[1])
+        wall = time.monotonic() - t0
+        row = {"kind": kind, "bus": tag, "slots": args.steps, "wall_s": wall,
+               "per_slot_ms": wall / args.steps * 1e3,
+               "p50_ms": {s: median([x * 1e3 for x in v]) for s, v in times.items() if v}}
+        results["steps"].append(row)
+        print(f"[steps] {tag} {kind}: {row['per_slot_ms']:.2f} ms per slot; p50 ms "
+              + ", ".join(f"{s} {v:.3f}" for s, v in row["p50_ms"].items()), file=sys.stderr)
+    finally:
+        c.stop()
+        LIVE.remove(c)
+
+
+# ---------------------------------------------------------------------------------------------
 # report
 
 
@@ -450,6 +550,8 @@ def main():
     ap.add_argument("--perf", metavar="DIR", help="perf record the source of each reshard into DIR")
     ap.add_argument("--strace", metavar="DIR", help="strace the source's file syscalls into DIR")
     ap.add_argument("--logs", metavar="DIR", help="keep the source's and target's logs in DIR")
+    ap.add_argument("--steps", type=int, metavar="N",
+                    help="instead of redis-cli, move N slots by hand and time each command")
     args = ap.parse_args()
     if args.quick:
         args.keys = 100_000
@@ -458,7 +560,7 @@ def main():
     if args.keys % len(MOVED_SLOTS):
         ap.error(f"--keys must be a multiple of {len(MOVED_SLOTS)}")
     results = begin(args, "redis-cli")
-    results.update({"runs": [], "failures": []})
+    results.update({"runs": [], "failures": [], "steps": []})
     status = 0
     with tempfile.TemporaryDirectory(prefix="bench-reshard-") as workdir:
         try:
@@ -478,6 +580,9 @@ def main():
                         if args.kind and kind != args.kind:
                             continue
                         try:
+                            if args.steps:
+                                steps_run(args, workdir, p, kind, [moved_file], results)
+                                continue
                             one_run(args, workdir, p, kind, [moved_file, probe_file], plist, results)
                         except (RuntimeError, subprocess.TimeoutExpired) as e:
                             # One kind failing (a reshard that errs or hangs) must not cost

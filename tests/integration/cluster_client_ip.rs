@@ -93,9 +93,13 @@ fn announced_client_ips_reach_slots_shards_nodes_and_redirects_per_family() {
     assert!(text.starts_with("MOVED 12182 cafe:1234::") && text.rsplit_once(':').is_some(), "{text}");
     assert!(v4.iter_mut().all(|c| all_told(c, "111.222.111.")), "{:?}", told(&mut v4[0]));
 
-    // A peer saves them in nodes.conf as Valkey's aux fields, and comes back with them.
-    let conf = std::fs::read_to_string(ns[1].dir().join("nodes.conf")).unwrap();
-    assert!(conf.contains(",client-ipv4=111.222.111.0,client-ipv6=cafe:1234::0 "), "{conf}");
+    // A peer saves them in nodes.conf as Valkey's aux fields (a moment after it learns them),
+    // and comes back with them.
+    let path = ns[1].dir().join("nodes.conf");
+    let conf = || std::fs::read_to_string(&path).unwrap_or_default();
+    let saved =
+        wait_for(|| conf().contains(",client-ipv4=111.222.111.0,client-ipv6=cafe:1234::0 "), Duration::from_secs(10));
+    assert!(saved, "{}", conf());
     let id = ns[1].cmd(&["CLUSTER", "MYID"]).text();
     ns[1].signal(SIGKILL);
     let back = builder()

@@ -434,7 +434,12 @@ fn kill_mid_migration(
     let frozen_open = wait_for(
         || {
             let _ = hotkv_test_support::signal(pid, hotkv_test_support::SIGSTOP);
-            if !open(&ns[victim]).is_empty() {
+            // Open, and staying open while redis-cli is stopped: once the target has taken
+            // the slot (SETSLOT NODE reached it), its claim clears the source's migrating
+            // state by gossip, as in Valkey, so the kill would find the slot closed.
+            let slots = open(&ns[victim]);
+            let taken = owners(&ns[to]);
+            if !slots.is_empty() && slots.iter().all(|&s| taken[usize::from(s)] != ns[to].port()) {
                 return true;
             }
             let _ = hotkv_test_support::signal(pid, hotkv_test_support::SIGCONT);

@@ -186,6 +186,10 @@ impl Link {
     }
 }
 
+/// How long a change to the node table may wait before `nodes.conf` is written (unless an
+/// epoch moved: see [`Bus::changed`]), so that a burst of changes costs one save.
+const SAVE_DELAY_MS: i64 = 50;
+
 /// The fixed memory of one link (see [`Link::memory`]).
 const LINK_OVERHEAD: u64 = 4096 + std::mem::size_of::<Link>() as u64;
 
@@ -324,11 +328,14 @@ impl Bus {
     ///
     /// The save is made before this returns (so before the command replies) only when an
     /// epoch moved, which must be durable before anyone hears of it (a lost epoch or vote
-    /// could let two nodes win one election). Any other change is saved by the bus thread on
-    /// the turn this wakes, a millisecond later, off the client's path: a new temp file and a
-    /// rename per SETSLOT were most of what a reshard waited for at a few keys per slot. A node
-    /// killed inside that window restarts with its previous slot table, which gossip and
-    /// UPDATE repair (ownership) and `--cluster fix` finishes (open slots).
+    /// could let two nodes win one election). Any other change is saved by the bus thread
+    /// [`SAVE_DELAY_MS`] later, off the client's path, together with whatever else changed
+    /// meanwhile: redis-cli's reshard sends three SETSLOTs per slot to each of two nodes, and
+    /// the PONG that spreads the new owner changes every other node's table too, so a save
+    /// per change (a new temp file and a rename, each) was most of what a reshard waited for
+    /// at a few keys per slot. A node killed inside that window restarts with its previous
+    /// slot table, which gossip and UPDATE repair (ownership) and `--cluster fix` finishes
+    /// (open slots).
     pub fn changed(&self) {
         let pause = {
             let mut st = self.state.lock();
@@ -347,7 +354,7 @@ impl Bus {
     fn save_if_epochs_moved(&self) {
         let epochs = epochs_of(&self.state.lock());
         if *self.saving.lock() != epochs
-            && self.state.lock().take_dirty()
+            && self.state.lock().is_dirty()
             && let Err(e) = self.save_now()
         {
             warn!(cause = %e, "could not save the cluster config file");
@@ -368,6 +375,7 @@ impl Bus {
     /// bus thread may not have had its turn yet).
     pub fn flush(&self) {
         self.after_change(false);
+        self.save_if_due(true);
     }
 
     /// Installs what stops the bus while the server is stopped (Valkey's DEBUG SLEEP stops its
@@ -393,6 +401,7 @@ impl Bus {
         }
         tokio::spawn(self.clone().cron());
         self.after_change(true);
+        self.save_if_due(true);
         Ok(())
     }
 
@@ -488,14 +497,15 @@ impl Bus {
         self.next_serial.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Saves `nodes.conf` when the table changed, and tells the server when what routing
-    /// depends on changed. This runs after every frame and every tick, so it does nothing
-    /// when nothing changed: the server's rebuild walks all 16384 slots, and an fsync per
-    /// frame or a rebuild after every PING kept the bus thread busy enough, in a loaded debug
-    /// build, to answer PINGs a second late (and get healthy nodes flagged fail?). `publish`
-    /// forces the rebuild: a CLUSTER command may change what the table does not track.
+    /// Saves `nodes.conf` when the table changed (once the change is [`SAVE_DELAY_MS`] old),
+    /// and tells the server when what routing depends on changed. This runs after every frame
+    /// and every tick, so it does nothing when nothing changed: the server's rebuild walks all
+    /// 16384 slots, and an fsync per frame or a rebuild after every PING kept the bus thread
+    /// busy enough, in a loaded debug build, to answer PINGs a second late (and get healthy
+    /// nodes flagged fail?). `publish` forces the rebuild: a CLUSTER command may change what
+    /// the table does not track.
     fn after_change(&self, publish: bool) {
-        let (dirty, pause, lost) = {
+        let (pause, lost) = {
             let mut st = self.state.lock();
             if st.take_view_changed() || publish {
                 (self.on_change)(&st);
@@ -503,11 +513,9 @@ impl Bus {
             let lost = st.take_dirty_slots();
             let lost = (!lost.is_empty())
                 .then(|| (lost, st.myself().id, st.myself().human_nodename.clone(), st.replication()));
-            (st.take_dirty(), st.take_pause_change().map(|p| (p, st.replication())), lost)
+            (st.take_pause_change().map(|p| (p, st.replication())), lost)
         };
-        if dirty && let Err(e) = self.save_now() {
-            warn!(cause = %e, "could not save the cluster config file");
-        }
+        self.save_if_due(false);
         // After the routing snapshot: writes a failover's end releases must see that this node
         // no longer serves the slots, and clients asking for keys of a lost slot already get
         // MOVED while its keys are deleted.
@@ -523,6 +531,28 @@ impl Bus {
         }
     }
 
+    /// Saves `nodes.conf` if the table has changes older than [`SAVE_DELAY_MS`], or any
+    /// changes at all when `now`; starts the delay at a change seen for the first time.
+    fn save_if_due(&self, now: bool) {
+        let Some((age, first_seen)) = self.state.lock().unsaved_for(now_ms()) else { return };
+        if !now && age < SAVE_DELAY_MS {
+            if first_seen {
+                // The cron may be asleep for up to a second: it must wake for the save.
+                self.wake.notify_one();
+            }
+            return;
+        }
+        if let Err(e) = self.save_now() {
+            warn!(cause = %e, "could not save the cluster config file");
+        }
+    }
+
+    /// How long the cron may sleep before a delayed save is due, if one is waiting.
+    fn save_due_in(&self, now: i64) -> Option<Duration> {
+        let age = self.state.lock().unsaved_age(now)?;
+        Some(Duration::from_millis((SAVE_DELAY_MS - age).max(0) as u64))
+    }
+
     /// Writes `nodes.conf` now (CLUSTER SAVECONFIG, and every change). Saves are serialised
     /// and each takes the table as it is once its turn comes: the bus thread and a CLUSTER
     /// command on a worker may save at once, and they share the temp file, so unserialised
@@ -535,7 +565,9 @@ impl Bus {
     pub fn save_now(&self) -> Result<(), nodes_conf::ConfError> {
         let mut synced = self.saving.lock();
         let (saved, epochs) = {
-            let st = self.state.lock();
+            let mut st = self.state.lock();
+            // What is rendered here is saved: a change after this marks the table again.
+            st.take_dirty();
             (st.saved(), epochs_of(&st))
         };
         let fsync = epochs != *synced;
@@ -565,6 +597,7 @@ impl Bus {
                 let pings = st.tick(now);
                 let outgoing = st.take_outgoing(now);
                 wait = Duration::from_millis(st.next_tick_in(now) as u64);
+
                 (pings, outgoing, st.link_targets(), st.silent_links(now), st.settings().node_timeout_ms)
             };
             self.save_if_epochs_moved();
@@ -579,6 +612,9 @@ impl Bus {
                 self.dial_if_needed(id, &ip, port, now);
             }
             self.after_change(false);
+            if let Some(due) = self.save_due_in(now_ms()) {
+                wait = wait.min(due);
+            }
         }
     }
 

@@ -177,8 +177,15 @@ pub struct ClusterState {
     last_vote_epoch: u64,
     ok: bool,
     cfg: Settings,
-    /// The node table changed since the last save.
+    /// The node table changed since [`ClusterState::take_view_changed`] last looked.
     dirty: bool,
+    /// The node table changed since the last save ([`ClusterState::take_dirty`]): the bus
+    /// saves a moment after a change, not at once, and routing must not be rebuilt on every
+    /// turn until then.
+    unsaved: bool,
+    /// When the bus first saw the oldest change not yet saved (ms; 0 for none), so that it
+    /// saves a moment later (see [`ClusterState::unsaved_for`]).
+    unsaved_since: i64,
     /// Something the routing snapshot is built from changed that the saved table does not
     /// show (cluster_state), or a slot changed owner (see [`ClusterState::take_view_changed`]).
     view_changed: bool,
@@ -268,6 +275,8 @@ impl ClusterState {
             ok: false,
             cfg,
             dirty: false,
+            unsaved: false,
+            unsaved_since: 0,
             view_changed: true,
             sent: [0; 10],
             received: [0; 10],
@@ -406,7 +415,34 @@ impl ClusterState {
 
     /// Whether the table changed since [`ClusterState::take_dirty`] was last called.
     pub fn take_dirty(&mut self) -> bool {
-        std::mem::take(&mut self.dirty)
+        self.unsaved_since = 0;
+        std::mem::take(&mut self.dirty) | std::mem::take(&mut self.unsaved)
+    }
+
+    /// How long (ms) the table has had changes not yet saved, counted from the first call
+    /// that saw them (the second value says this call was it); `None` when there are none.
+    pub fn unsaved_for(&mut self, now: i64) -> Option<(i64, bool)> {
+        if !self.is_dirty() {
+            self.unsaved_since = 0;
+            return None;
+        }
+        let first = self.unsaved_since == 0;
+        if first {
+            self.unsaved_since = now;
+        }
+        Some((now - self.unsaved_since, first))
+    }
+
+    /// How long (ms) the oldest unsaved change has waited, once [`ClusterState::unsaved_for`]
+    /// has seen it.
+    pub fn unsaved_age(&self, now: i64) -> Option<i64> {
+        (self.unsaved_since != 0).then(|| now - self.unsaved_since)
+    }
+
+    /// Whether the table changed since [`ClusterState::take_dirty`] was last called, without
+    /// taking it.
+    pub fn is_dirty(&self) -> bool {
+        self.dirty || self.unsaved
     }
 
     /// Whether what the command path's routing snapshot is built from (slot owners, their
@@ -415,7 +451,9 @@ impl ClusterState {
     /// table counts. Rebuilding the snapshot walks all 16384 slots, so the bus does it only
     /// then, not after every PING and PONG.
     pub fn take_view_changed(&mut self) -> bool {
-        std::mem::take(&mut self.view_changed) || self.dirty
+        let changed = std::mem::take(&mut self.dirty);
+        self.unsaved |= changed;
+        std::mem::take(&mut self.view_changed) || changed
     }
 
     /// What `nodes.conf` should hold now.

@@ -574,6 +574,18 @@ fn pings_and_pongs_leave_the_routing_view_alone_and_changes_do_not() {
         net.step();
         assert_eq!(drain(&mut net), [false; 3], "a steady cluster rebuilds nothing");
     }
+    net.nodes[0].del_slots(&[1]).unwrap();
+    // The bus saves a moment after a change: until then the change stays unsaved, but the
+    // routing view is rebuilt once, not on every turn in between.
+    assert!(net.nodes[0].take_view_changed(), "a slot given up");
+    assert!(!net.nodes[0].take_view_changed(), "seen once");
+    assert!(net.nodes[0].is_dirty(), "still to be saved");
+    // The save waits a moment, counted from when the bus first saw the change.
+    assert_eq!(net.nodes[0].unsaved_for(1000), Some((0, true)));
+    assert_eq!(net.nodes[0].unsaved_for(1030), Some((30, false)));
+    assert_eq!(net.nodes[0].unsaved_age(1040), Some(40));
+    assert!(net.nodes[0].take_dirty() && !net.nodes[0].is_dirty(), "saved");
+    assert_eq!((net.nodes[0].unsaved_for(1050), net.nodes[0].unsaved_age(1050)), (None, None));
     net.nodes[0].del_slots(&[0]).unwrap();
     assert!(drain(&mut net)[0], "a slot given up");
     // DELSLOTS is not propagated (Valkey): the others keep their view, and rebuild nothing.

@@ -112,13 +112,14 @@ pub fn raw_fd() -> i32 {
 
 /// The start of a warning line: `pid:role timestamp # `.
 pub fn prefix() -> String {
-    format!(
-        "{}:{} {} {} ",
-        std::process::id(),
-        ROLE.load(Ordering::Relaxed) as char,
-        timestamp(),
-        LogLevel::Warning.mark()
-    )
+    format!("{}:{} {} {} ", pid(), ROLE.load(Ordering::Relaxed) as char, timestamp(), LogLevel::Warning.mark())
+}
+
+/// This process's id, asked of the kernel once: glibc does not cache `getpid`, and a busy
+/// node (a reshard logs a line per SETSLOT) paid a system call per line. hotkv never forks.
+fn pid() -> u32 {
+    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *PID.get_or_init(std::process::id)
 }
 
 /// The role letter of log lines (`M` or `S`).
@@ -151,7 +152,7 @@ impl<S: Subscriber> Layer<S> for ValkeyFormat {
         event.record(&mut v);
         let line = format!(
             "{}:{} {} {} {}{}",
-            std::process::id(),
+            pid(),
             ROLE.load(Ordering::Relaxed) as char,
             timestamp(),
             level.mark(),
