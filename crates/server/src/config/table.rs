@@ -379,8 +379,8 @@ directives! {
         "Snapshot after <seconds> if at least <changes> writes; `\"\"` for none.";
     DBFILENAME = "dbfilename" [] "persistence.dbfilename": Ty::Str(Check::FileName), "dump.rdb", M | PROTECTED | U, H,
         "Snapshot file name.";
-    RDBCOMPRESSION = "rdbcompression" [] "persistence.rdbcompression": B, "yes", M | U, H,
-        "Compress strings in snapshots.";
+    RDBCOMPRESSION = "rdbcompression" [] "persistence.rdbcompression": B, "yes", M, ENGINE,
+        "Compress strings in snapshots and DUMP payloads.";
     RDBCHECKSUM = "rdbchecksum" [] "persistence.rdbchecksum": B, "yes", I, H,
         "Checksum snapshots.";
     RDB_DEL_SYNC_FILES = "rdb-del-sync-files" [] "persistence.rdb_del_sync_files": B, "no", M | NE, H,
