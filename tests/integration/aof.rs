@@ -553,6 +553,48 @@ fn no_appendfsync_on_rewrite_holds_fsyncs_while_a_rewrite_or_save_runs() {
 }
 
 #[test]
+fn no_appendfsync_on_rewrite_holds_fsyncs_while_a_full_sync_snapshot_runs() {
+    // Valkey holds fsyncs while any child runs, the one that feeds a replica included. A
+    // replica that asks for a full sync and never reads keeps hotkv's snapshot for it going:
+    // 36 MB of RDB fill the socket buffers and the snapshot's queue, and its pass waits.
+    let srv = node(None, &[("appendfsync", "always"), ("no-appendfsync-on-rewrite", "yes")]);
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["DEBUG", "POPULATE", "300000", "key", "100"]), Frame::ok());
+    assert!(local_fsynced(&mut c, "0"), "synced before the full sync");
+    let mut replica = srv.client();
+    assert_eq!(replica.cmd(&["REPLCONF", "capa", "eof", "capa", "psync2"]), Frame::ok());
+    replica.send(&["PSYNC", "?", "-1"]);
+    let syncing = wait_for(|| info_num(&info(&mut c, "replication"), "connected_slaves") == 1, WAIT);
+    assert!(syncing, "{}", info(&mut c, "replication"));
+    // The snapshot's thread starts a moment after the replica is listed: wait for the hold.
+    let held = wait_for(
+        || {
+            assert_eq!(c.cmd(&["SET", "during", "sync"]), Frame::ok());
+            !local_fsynced(&mut c, "100")
+        },
+        WAIT,
+    );
+    assert!(held, "fsyncs not held during the full sync:\n{}", srv.log());
+    assert_eq!(c.cmd(&["SET", "during", "again"]), Frame::ok());
+    assert!(!local_fsynced(&mut c, "300"), "fsynced while a full sync was being produced");
+    let text = info(&mut c, "persistence");
+    for idle in ["rdb_bgsave_in_progress", "aof_rewrite_in_progress"] {
+        assert_eq!(info_field(&text, idle).as_deref(), Some("0"), "only the full sync may hold:\n{text}");
+    }
+    // The replica goes away: its snapshot is abandoned and the held data fsynced.
+    drop(replica);
+    assert!(local_fsynced(&mut c, "10000"), "not fsynced after the full sync ended");
+    // And with the directive off, a full sync holds nothing.
+    assert_eq!(c.cmd(&["CONFIG", "SET", "no-appendfsync-on-rewrite", "no"]), Frame::ok());
+    let mut replica = srv.client();
+    assert_eq!(replica.cmd(&["REPLCONF", "capa", "eof"]), Frame::ok());
+    replica.send(&["PSYNC", "?", "-1"]);
+    assert!(wait_for(|| info_num(&info(&mut c, "replication"), "connected_slaves") == 1, WAIT));
+    assert_eq!(c.cmd(&["SET", "during", "second"]), Frame::ok());
+    assert!(local_fsynced(&mut c, "10000"), "held without the directive");
+}
+
+#[test]
 fn aof_disable_auto_gc_keeps_history_until_turned_off() {
     let srv = node(None, &[("aof-disable-auto-gc", "yes")]);
     let mut c = srv.client();
