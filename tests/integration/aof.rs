@@ -553,6 +553,48 @@ fn no_appendfsync_on_rewrite_holds_fsyncs_while_a_rewrite_or_save_runs() {
 }
 
 #[test]
+fn no_appendfsync_on_rewrite_holds_fsyncs_while_a_full_sync_snapshot_runs() {
+    // Valkey holds fsyncs while any child runs, the one that feeds a replica included. A
+    // replica that asks for a full sync and never reads keeps hotkv's snapshot for it going:
+    // 36 MB of RDB fill the socket buffers and the snapshot's queue, and its pass waits.
+    let srv = node(None, &[("appendfsync", "always"), ("no-appendfsync-on-rewrite", "yes")]);
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["DEBUG", "POPULATE", "300000", "key", "100"]), Frame::ok());
+    assert!(local_fsynced(&mut c, "0"), "synced before the full sync");
+    let mut replica = srv.client();
+    assert_eq!(replica.cmd(&["REPLCONF", "capa", "eof", "capa", "psync2"]), Frame::ok());
+    replica.send(&["PSYNC", "?", "-1"]);
+    let syncing = wait_for(|| info_num(&info(&mut c, "replication"), "connected_slaves") == 1, WAIT);
+    assert!(syncing, "{}", info(&mut c, "replication"));
+    // The snapshot's thread starts a moment after the replica is listed: wait for the hold.
+    let held = wait_for(
+        || {
+            assert_eq!(c.cmd(&["SET", "during", "sync"]), Frame::ok());
+            !local_fsynced(&mut c, "100")
+        },
+        WAIT,
+    );
+    assert!(held, "fsyncs not held during the full sync:\n{}", srv.log());
+    assert_eq!(c.cmd(&["SET", "during", "again"]), Frame::ok());
+    assert!(!local_fsynced(&mut c, "300"), "fsynced while a full sync was being produced");
+    let text = info(&mut c, "persistence");
+    for idle in ["rdb_bgsave_in_progress", "aof_rewrite_in_progress"] {
+        assert_eq!(info_field(&text, idle).as_deref(), Some("0"), "only the full sync may hold:\n{text}");
+    }
+    // The replica goes away: its snapshot is abandoned and the held data fsynced.
+    drop(replica);
+    assert!(local_fsynced(&mut c, "10000"), "not fsynced after the full sync ended");
+    // And with the directive off, a full sync holds nothing.
+    assert_eq!(c.cmd(&["CONFIG", "SET", "no-appendfsync-on-rewrite", "no"]), Frame::ok());
+    let mut replica = srv.client();
+    assert_eq!(replica.cmd(&["REPLCONF", "capa", "eof"]), Frame::ok());
+    replica.send(&["PSYNC", "?", "-1"]);
+    assert!(wait_for(|| info_num(&info(&mut c, "replication"), "connected_slaves") == 1, WAIT));
+    assert_eq!(c.cmd(&["SET", "during", "second"]), Frame::ok());
+    assert!(local_fsynced(&mut c, "10000"), "held without the directive");
+}
+
+#[test]
 fn aof_disable_auto_gc_keeps_history_until_turned_off() {
     let srv = node(None, &[("aof-disable-auto-gc", "yes")]);
     let mut c = srv.client();
@@ -638,4 +680,259 @@ fn the_rdb_preamble_follows_rdbcompression() {
         assert_eq!(c.cmd(&["DEBUG", "RELOAD"]), Frame::ok());
         assert_eq!(c.cmd(&["STRLEN", "big"]), Frame::Integer(20_000));
     }
+}
+
+/// A directory of its own for hand-made AOF files, removed when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let n = SEQ.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("hotkv-check-aof-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("appendonlydir")).expect("scratch dir");
+        Scratch(dir)
+    }
+
+    fn aof(&self, name: &str) -> std::path::PathBuf {
+        self.0.join("appendonlydir").join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs the `hotkv` binary through a link named `tool` (its `argv[0]` picks the checker) with
+/// `args` and `stdin`; returns the exit code and stdout.
+fn check_aof(tool: &str, args: &[&str], stdin: &str) -> (i32, String) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let links = std::env::temp_dir().join(format!("hotkv-check-aof-bin-{}", std::process::id()));
+    std::fs::create_dir_all(&links).expect("link dir");
+    let link = links.join(tool);
+    if !link.exists() {
+        // Another test may have made it meanwhile.
+        let _ = std::os::unix::fs::symlink(crate::BIN, &link);
+    }
+    let mut child = Command::new(&link)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the checker");
+    child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("write stdin");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = rx.recv_timeout(WAIT).expect("the checker did not finish").expect("checker output");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A command as the AOF holds it.
+fn resp(argv: &[&str]) -> String {
+    let mut s = format!("*{}\r\n", argv.len());
+    for a in argv {
+        s.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    s
+}
+
+/// Whether `text` holds each of `parts` in order (Tcl's `assert_match "*a*b*"`).
+#[track_caller]
+fn assert_in_order(text: &str, parts: &[&str]) {
+    let mut rest = text;
+    for p in parts {
+        match rest.find(p) {
+            Some(i) => rest = &rest[i + p.len()..],
+            None => panic!("{p:?} missing (in order) from:\n{text}"),
+        }
+    }
+}
+
+#[test]
+fn check_aof_passes_what_a_server_wrote_with_an_rdb_base() {
+    let mut srv = node(None, &[("aof-timestamp-enabled", "yes")]);
+    let mut c = srv.client();
+    for i in 0..50 {
+        assert_eq!(c.cmd(&["SET", &format!("k{i}"), "v"]), Frame::ok());
+    }
+    assert!(!c.cmd(&["BGREWRITEAOF"]).is_error());
+    wait_rewritten(&mut c);
+    assert_eq!(c.cmd(&["MULTI"]), Frame::ok());
+    c.cmd(&["INCR", "n"]);
+    c.cmd(&["SET", "after", "rewrite"]);
+    assert!(matches!(c.cmd(&["EXEC"]), Frame::Array(_)));
+    let dir = srv.dir().to_path_buf();
+    kill_9(&mut srv);
+    let manifest = dir.join("appendonlydir/appendonly.aof.manifest");
+    let (code, out) = check_aof("hotkv-check-aof", &[manifest.to_str().unwrap()], "");
+    assert_eq!(code, 0, "{out}");
+    assert_in_order(
+        &out,
+        &[
+            "Start checking Multi Part AOF",
+            "Start to check BASE AOF (RDB format).",
+            "[offset 0] Checking RDB file",
+            "\\o/ RDB looks OK! \\o/",
+            "[info] 50 keys read",
+            "RDB preamble is OK, proceeding with AOF tail...",
+            "BASE AOF appendonly.aof.2.base.rdb is valid",
+            "Start to check INCR files.",
+            "INCR AOF appendonly.aof.2.incr.aof is valid",
+            "All AOF files and manifest are valid",
+        ],
+    );
+    // The same tool under Valkey's and Redis's names, and its version.
+    for tool in ["valkey-check-aof", "redis-check-aof"] {
+        let (code, again) = check_aof(tool, &[manifest.to_str().unwrap()], "");
+        assert_eq!((code, &again), (0, &out), "{tool}");
+    }
+    let (code, version) = check_aof("valkey-check-aof", &["--version"], "");
+    assert_eq!(code, 0);
+    assert!(version.starts_with("valkey-check-aof "), "{version}");
+    let (code, usage) = check_aof("hotkv-check-aof", &[], "");
+    assert_eq!(code, 1);
+    assert!(usage.starts_with("Usage: ") && usage.contains("[--fix|--truncate-to-timestamp $timestamp]"), "{usage}");
+}
+
+#[test]
+fn check_aof_finds_a_torn_tail_and_fixes_it_after_a_yes() {
+    let s = Scratch::new("torn");
+    let manifest = s.aof("appendonly.aof.manifest");
+    std::fs::write(
+        &manifest,
+        "file appendonly.aof.1.base.aof seq 1 type b\nfile appendonly.aof.1.incr.aof seq 1 type i\n",
+    )
+    .unwrap();
+    std::fs::write(s.aof("appendonly.aof.1.base.aof"), resp(&["SET", "base", "1"])).unwrap();
+    let whole = resp(&["SET", "foo", "hello"]);
+    std::fs::write(s.aof("appendonly.aof.1.incr.aof"), format!("{whole}!!!")).unwrap();
+    let m = manifest.to_str().unwrap();
+    let (code, out) = check_aof("hotkv-check-aof", &[m], "");
+    assert_eq!(code, 1, "{out}");
+    // Valkey's line count goes on across files: 7 lines of base, 7 of incr, from line 1.
+    assert_in_order(
+        &out,
+        &[
+            "Start to check BASE AOF (RESP format).",
+            "BASE AOF appendonly.aof.1.base.aof is valid",
+            "AOF appendonly.aof.1.incr.aof format error",
+            &format!("ok_up_to={}, ok_up_to_line=15, diff=3", whole.len()),
+            "AOF appendonly.aof.1.incr.aof is not valid. Use the --fix option to try fixing it.",
+        ],
+    );
+    // Without a yes nothing is cut.
+    let (code, out) = check_aof("hotkv-check-aof", &["--fix", m], "n\n");
+    assert_eq!(code, 1);
+    assert_in_order(&out, &["This will shrink the AOF appendonly.aof.1.incr.aof from", "Continue? [y/N]: Aborting..."]);
+    let (code, out) = check_aof("hotkv-check-aof", &["--fix", m], "y\n");
+    assert_eq!(code, 0, "{out}");
+    assert_in_order(
+        &out,
+        &["Successfully truncated AOF appendonly.aof.1.incr.aof", "All AOF files and manifest are valid"],
+    );
+    assert_eq!(std::fs::read(s.aof("appendonly.aof.1.incr.aof")).unwrap(), whole.as_bytes());
+    // A server loads the fixed files with aof-load-truncated off.
+    let srv = node(Some(&s.0), &[("aof-load-truncated", "no")]);
+    assert_eq!(srv.cmd(&["GET", "foo"]), Frame::bulk("hello"));
+    assert_eq!(srv.cmd(&["GET", "base"]), Frame::bulk("1"));
+}
+
+#[test]
+fn check_aof_cuts_only_the_last_file() {
+    let s = Scratch::new("notlast");
+    let manifest = s.aof("appendonly.aof.manifest");
+    std::fs::write(
+        &manifest,
+        "file appendonly.aof.1.base.aof seq 1 type b\nfile appendonly.aof.1.incr.aof seq 1 type i\n",
+    )
+    .unwrap();
+    let incr = resp(&["SET", "foo", "hello"]);
+    std::fs::write(s.aof("appendonly.aof.1.incr.aof"), &incr).unwrap();
+    let m = manifest.to_str().unwrap();
+    // An open MULTI at the end of the base.
+    let base = format!("{}{}{}", resp(&["SET", "foo", "hello"]), resp(&["MULTI"]), resp(&["SET", "bar", "world"]));
+    std::fs::write(s.aof("appendonly.aof.1.base.aof"), &base).unwrap();
+    let (code, out) = check_aof("hotkv-check-aof", &[m], "");
+    assert_eq!(code, 1);
+    assert_in_order(&out, &["Reached EOF before reading EXEC for MULTI", "not valid"]);
+    let (code, out) = check_aof("hotkv-check-aof", &["--fix", m], "y\n");
+    assert_eq!(code, 1);
+    assert_in_order(&out, &["Failed to truncate AOF appendonly.aof.1.base.aof because it is not the last file"]);
+    // Timestamps past the cut in a file before the last.
+    let stamped =
+        format!("#TS:1628217470\r\n{}#TS:1628217474\r\n{}", resp(&["SET", "a", "1"]), resp(&["SET", "b", "2"]));
+    std::fs::write(s.aof("appendonly.aof.1.base.aof"), &stamped).unwrap();
+    let (code, out) = check_aof("hotkv-check-aof", &["--truncate-to-timestamp", "1628217473", m], "");
+    assert_eq!(code, 1);
+    assert_in_order(&out, &["Failed to truncate AOF", "to timestamp 1628217473", "because it is not the last file."]);
+    // A manifest line that is not one.
+    std::fs::write(&manifest, "file appendonly.aof.1.base.aof seq 1 type b\n!!!\n").unwrap();
+    let (code, out) = check_aof("hotkv-check-aof", &[m], "");
+    assert_eq!(code, 1);
+    assert_in_order(&out, &["Start checking Multi Part AOF", "Invalid AOF manifest file format"]);
+    assert_eq!(std::fs::read(s.aof("appendonly.aof.1.incr.aof")).unwrap(), incr.as_bytes(), "nothing cut");
+}
+
+#[test]
+fn check_aof_truncates_to_a_timestamp() {
+    let s = Scratch::new("ts");
+    let manifest = s.aof("appendonly.aof.manifest");
+    std::fs::write(&manifest, "file appendonly.aof.1.incr.aof seq 1 type i\n").unwrap();
+    let part = |ts: u64, k: &str| format!("#TS:{ts}\r\n{}", resp(&["SET", k, "v"]));
+    let file = s.aof("appendonly.aof.1.incr.aof");
+    std::fs::write(&file, [part(1628217470, "a"), part(1628217471, "b"), part(1628217473, "c")].concat()).unwrap();
+    let m = manifest.to_str().unwrap();
+    let (code, out) = check_aof("hotkv-check-aof", &["--truncate-to-timestamp", "1628217473", m], "");
+    assert_eq!(code, 0, "{out}");
+    assert_in_order(&out, &["Truncate nothing in AOF appendonly.aof.1.incr.aof to timestamp 1628217473", "is valid"]);
+    let (code, out) = check_aof("hotkv-check-aof", &["--truncate-to-timestamp", "1628217471", m], "");
+    assert_eq!(code, 0, "{out}");
+    assert_in_order(&out, &["Successfully truncated AOF appendonly.aof.1.incr.aof to timestamp 1628217471"]);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), [part(1628217470, "a"), part(1628217471, "b")].concat());
+    let (code, out) = check_aof("hotkv-check-aof", &["--truncate-to-timestamp", "1628217469", m], "");
+    assert_eq!(code, 1);
+    assert!(out.contains("has nothing before timestamp 1628217469, aborting..."), "{out}");
+    let (code, out) = check_aof("hotkv-check-aof", &["--truncate-to-timestamp", "soon", m], "");
+    assert_eq!((code, out.as_str()), (1, "Invalid timestamp, aborting...\n"));
+}
+
+#[test]
+fn check_aof_reads_old_single_files_with_and_without_a_preamble() {
+    let s = Scratch::new("old");
+    let plain = s.0.join("appendonly.aof");
+    // Commands that look like manifest lines are still commands.
+    let text = format!("{}{}", resp(&["SET", "file", "file"]), resp(&["SET", "file a seq 2 type b", "x"]));
+    std::fs::write(&plain, &text).unwrap();
+    let (code, out) = check_aof("hotkv-check-aof", &[plain.to_str().unwrap()], "");
+    assert_eq!(code, 0, "{out}");
+    assert_in_order(&out, &["Start checking Old-Style AOF", &format!("AOF {} is valid", plain.display())]);
+    // An RDB preamble from a server's own rewrite, then commands.
+    let srv = node(None, &[]);
+    assert_eq!(srv.cmd(&["SET", "k", "v"]), Frame::ok());
+    assert!(!srv.cmd(&["BGREWRITEAOF"]).is_error());
+    wait_rewritten(&mut srv.client());
+    let base = std::fs::read(srv.dir().join("appendonlydir/appendonly.aof.2.base.rdb")).expect("base");
+    let pre = s.0.join("preamble.aof");
+    std::fs::write(&pre, [base.clone(), text.into_bytes()].concat()).unwrap();
+    let (code, out) = check_aof("hotkv-check-aof", &[pre.to_str().unwrap()], "");
+    assert_eq!(code, 0, "{out}");
+    assert_in_order(
+        &out,
+        &["Start checking Old-Style AOF", "RDB preamble is OK, proceeding with AOF tail...", "is valid"],
+    );
+    // A damaged preamble.
+    let mut bad = base;
+    let mid = bad.len() / 2;
+    bad[mid] ^= 0xFF;
+    std::fs::write(&pre, &bad).unwrap();
+    let (code, out) = check_aof("hotkv-check-aof", &[pre.to_str().unwrap()], "");
+    assert_eq!(code, 1, "{out}");
+    assert_in_order(&out, &["--- RDB ERROR DETECTED ---", "RDB preamble of AOF file is not sane, aborting."]);
 }

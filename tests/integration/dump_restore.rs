@@ -117,6 +117,52 @@ fn restore_inside_multi_and_with_options() {
     assert_eq!(h.cmd(&["OBJECT", "IDLETIME", "idle"]), r.cmd(&["OBJECT", "IDLETIME", "idle"]));
 }
 
+#[test]
+fn compressed_payloads_round_trip_both_ways() {
+    // Under `rdbcompression yes` (both defaults) redis-server LZF-compresses strings and
+    // blobs longer than 20 bytes in its DUMP payloads, and so does hotkv now: each side's
+    // compressed payloads must load on the other.
+    let Some(redis) = redis_server() else { return };
+    let hotkv = crate::server();
+    let (mut r, mut h) = (redis.client(), hotkv.client());
+    let text = "hotkv:compressible:".repeat(300);
+    let builds: Vec<Vec<Vec<u8>>> = vec![
+        argv(&["SET", "s", &text]),
+        argv(&["HSET", "h", "f", &text, "g", "v"]),
+        argv(&["RPUSH", "l", &text[..200], &text[..300], "x"]),
+        argv(&["ZADD", "z", "1", &text[..100], "2", "b"]),
+        argv(&["SADD", "set", &text[..90], &text[..95], "c"]),
+    ];
+    for (c, who) in [(&mut r, "redis"), (&mut h, "hotkv")] {
+        for b in &builds {
+            assert!(!c.cmd(b).is_error(), "{who}: {b:?}");
+        }
+    }
+    let theirs = dump(&mut r, b"s");
+    let ours = dump(&mut h, b"s");
+    for (who, p) in [("redis", &theirs), ("hotkv", &ours)] {
+        assert!(p.len() < text.len() / 4, "{who}: a {}-byte payload for {} bytes", p.len(), text.len());
+        assert_eq!(p[1], 0xC3, "{who}: RDB_ENC_LZF after the type byte");
+    }
+    for key in ["s", "h", "l", "z", "set"] {
+        let k = key.as_bytes();
+        let original = contents(&mut r, k);
+        let back = [b"back:", k].concat();
+        let (theirs, ours) = (dump(&mut r, k), dump(&mut h, k));
+        assert_eq!(h.cmd(&[&b"RESTORE"[..], &back, b"0", &theirs]), Frame::ok(), "{key}: redis -> hotkv");
+        assert_eq!(contents(&mut h, &back), original, "{key}: redis -> hotkv");
+        assert_eq!(r.cmd(&[&b"RESTORE"[..], &back, b"0", &ours]), Frame::ok(), "{key}: hotkv -> redis");
+        assert_eq!(contents(&mut r, &back), original, "{key}: hotkv -> redis");
+    }
+    // `rdbcompression no` on both: the string goes out as it is, byte for byte as Redis's.
+    for c in [&mut r, &mut h] {
+        assert_eq!(c.cmd(&["CONFIG", "SET", "rdbcompression", "no"]), Frame::ok());
+    }
+    let plain = dump(&mut h, b"s");
+    assert_eq!(plain, dump(&mut r, b"s"));
+    assert!(plain.len() > text.len());
+}
+
 /// The redis-server to compare with, started; `None` (after saying why) when there is none.
 fn redis_server() -> Option<TestServer> {
     let bin = redis_tool("redis-server", "compare DUMP payloads with")?;

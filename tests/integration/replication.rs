@@ -107,6 +107,45 @@ fn fill(c: &mut RawClient, n: usize, tag: &str) {
 }
 
 #[test]
+fn persistence_less_nodes_keep_no_rdb_file_from_a_full_sync() {
+    // `rdb-del-sync-files yes` on nodes without save rules or AOF: Valkey deletes the RDB a
+    // disk-based full sync wrote (the primary's BGSAVE, the replica's received file). hotkv's
+    // full syncs stream on both ends, even with the directives that make Valkey use files, so
+    // no RDB file may appear in either directory at any point.
+    let conf = [
+        ("save", "\"\""),
+        ("appendonly", "no"),
+        ("rdb-del-sync-files", "yes"),
+        ("repl-diskless-sync", "no"),
+        ("repl-diskless-load", "disabled"),
+    ];
+    let (primary, replica) = (server_with(&conf), server_with(&conf));
+    let mut p = primary.client();
+    fill(&mut p, 300, "k");
+    replicaof(&replica, primary.port());
+    let rdb_files = || {
+        [primary.dir(), replica.dir()]
+            .iter()
+            .flat_map(|d| std::fs::read_dir(d).expect("dir"))
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .filter(|n| n.ends_with(".rdb"))
+            .collect::<Vec<_>>()
+    };
+    let mut seen = Vec::new();
+    let synced = wait_for(
+        || {
+            seen.extend(rdb_files());
+            info_field(&mut replica.client(), "master_link_status").as_deref() == Some("up")
+        },
+        LINK_WAIT,
+    );
+    assert!(synced, "link never came up; replica log:\n{}", replica.log());
+    wait_same(&primary, &replica);
+    seen.extend(rdb_files());
+    assert!(seen.is_empty(), "RDB files during or after the full sync: {seen:?}");
+}
+
+#[test]
 fn a_replica_gets_the_dataset_then_the_stream_and_refuses_writes() {
     let primary = server();
     let replica = server();

@@ -64,6 +64,8 @@ pub struct EngineConfig {
     pub set_max_listpack_entries: usize,
     /// `set-max-listpack-value`: longest member of a compact set.
     pub set_max_listpack_value: usize,
+    /// `rdbcompression`: DUMP payloads (and so MIGRATE) LZF-compress long strings, as files do.
+    pub rdb_compression: bool,
 }
 
 impl Default for EngineConfig {
@@ -91,6 +93,7 @@ impl Default for EngineConfig {
             set_max_intset_entries: 512,
             set_max_listpack_entries: 128,
             set_max_listpack_value: 64,
+            rdb_compression: true,
         }
     }
 }

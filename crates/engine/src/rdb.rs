@@ -262,6 +262,23 @@ pub fn dump_string(value: &[u8]) -> Vec<u8> {
     finish(out)
 }
 
+/// Serialises any value as a DUMP payload (DUMP, MIGRATE), its strings and blobs written as
+/// `c` says: Valkey's `createDumpPayload` compresses them under `rdbcompression yes`, as its
+/// files do.
+pub fn dump_value(value: ValueRef<'_>, c: Strings) -> Vec<u8> {
+    let hint = match value {
+        ValueRef::Str(s) => s.len() + 16,
+        ValueRef::Obj(Object::Str(s)) => s.len() + 16,
+        ValueRef::Obj(Object::List(l)) => l.nodes().map(|n| n.bytes() + 8).sum::<usize>() + 16,
+        ValueRef::Obj(Object::ZSet(z)) => z.len() * 24 + 16,
+        ValueRef::Obj(Object::Hash(h)) => h.len() * 16 + 16,
+        ValueRef::Obj(Object::Set(s)) => s.len() * 8 + 16,
+    };
+    let mut out = Vec::with_capacity(hint);
+    encode_value_with(&mut out, None, value, c);
+    finish(out)
+}
+
 /// Serialises a list as `LIST_QUICKLIST_2`: its listpack nodes verbatim, which Redis 7.0+
 /// and Valkey load without re-encoding.
 pub fn dump_list(list: &List) -> Vec<u8> {
@@ -355,11 +372,30 @@ fn put_blob(out: &mut Vec<u8>, blob: &[u8], c: Strings) {
 /// Appends `s` LZF-compressed (`0xC3`, compressed length, original length, data) if Redis
 /// would compress it; false when it stays as it is.
 fn put_lzf(out: &mut Vec<u8>, s: &[u8]) -> bool {
-    let Some(packed) = lzf::compress_string(s) else { return false };
-    out.push(0xC0 | ENC_LZF);
-    write_len(out, packed.len() as u64);
-    write_len(out, s.len() as u64);
-    out.extend_from_slice(&packed);
+    if s.len() <= lzf::COMPRESS_ABOVE {
+        return false;
+    }
+    // The data goes straight into `out` behind room for the longest header it can need (the
+    // compressed length is at most `s.len() - 4`); the header is written in front afterwards
+    // and the data moved down when it came out shorter. No buffer per string.
+    let start = out.len();
+    let room = 1 + len_size((s.len() - 4) as u64) + len_size(s.len() as u64);
+    out.resize(start + room, 0);
+    if !lzf::compress_string_into(out, s) {
+        out.truncate(start);
+        return false;
+    }
+    let packed = out.len() - start - room;
+    let (plen, plen_n) = len_bytes(packed as u64);
+    let (slen, slen_n) = len_bytes(s.len() as u64);
+    let used = 1 + plen_n + slen_n;
+    out[start] = 0xC0 | ENC_LZF;
+    out[start + 1..start + 1 + plen_n].copy_from_slice(&plen[..plen_n]);
+    out[start + 1 + plen_n..start + used].copy_from_slice(&slen[..slen_n]);
+    if used < room {
+        out.copy_within(start + room.., start + used);
+        out.truncate(out.len() - (room - used));
+    }
     true
 }
 
@@ -385,9 +421,10 @@ fn encode_hash(out: &mut Vec<u8>, key: Option<&[u8]>, h: &Hash, c: Strings) {
         if blob <= LISTPACK_MAX_SAFETY_SIZE {
             type_and_key(out, TYPE_HASH_LISTPACK, key, c);
             if c == Strings::Lzf {
-                let mut lp = Vec::with_capacity(blob);
-                p.write_listpack(&mut lp);
-                put_blob(out, &lp, c);
+                with_scratch(|lp| {
+                    p.write_listpack(lp);
+                    put_blob(out, lp, c);
+                });
                 return;
             }
             out.reserve(blob + 9);
@@ -426,9 +463,10 @@ fn encode_set(out: &mut Vec<u8>, key: Option<&[u8]>, s: &Set, c: Strings) {
     if let Set::Ints(i) = s {
         type_and_key(out, TYPE_SET_INTSET, key, c);
         if c == Strings::Lzf {
-            let mut blob = Vec::with_capacity(i.blob_bytes());
-            i.write_blob(&mut blob);
-            put_blob(out, &blob, c);
+            with_scratch(|blob| {
+                i.write_blob(blob);
+                put_blob(out, blob, c);
+            });
             return;
         }
         out.reserve(i.blob_bytes() + 9);
@@ -442,6 +480,28 @@ fn encode_set(out: &mut Vec<u8>, key: Option<&[u8]>, s: &Set, c: Strings) {
         m.with_bytes(|b| put_string(out, b, c));
     }
 }
+
+/// Runs `f` with an empty buffer this thread keeps: a blob that must be built before it can be
+/// compressed (a hash's listpack, an intset) needs no allocation of its own per value.
+fn with_scratch<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    SCRATCH.with(|cell| {
+        // Taken out rather than borrowed, so a nested use cannot fail: it gets a new buffer.
+        let mut buf = std::mem::take(&mut *cell.borrow_mut());
+        buf.clear();
+        let r = f(&mut buf);
+        // Kept for the next value unless an unusually large blob grew it.
+        if buf.capacity() <= SCRATCH_KEEP {
+            *cell.borrow_mut() = buf;
+        }
+        r
+    })
+}
+
+/// Largest scratch buffer a thread keeps between values.
+const SCRATCH_KEEP: usize = 1 << 20;
 
 /// Appends the version and checksum to an encoded object.
 pub fn finish(mut out: Vec<u8>) -> Vec<u8> {
@@ -540,18 +600,34 @@ fn read_hash(r: &mut Reader<'_>) -> Result<Hash, RdbError> {
 
 /// Writes an RDB length.
 pub fn write_len(out: &mut Vec<u8>, n: u64) {
+    let (b, used) = len_bytes(n);
+    out.extend_from_slice(&b[..used]);
+}
+
+/// An RDB length's bytes: the buffer and how many of its bytes are used.
+fn len_bytes(n: u64) -> ([u8; 9], usize) {
+    let mut b = [0u8; 9];
     if n < 1 << 6 {
-        out.push(n as u8);
+        b[0] = n as u8;
+        (b, 1)
     } else if n < 1 << 14 {
-        out.push(0x40 | (n >> 8) as u8);
-        out.push(n as u8);
+        b[0] = 0x40 | (n >> 8) as u8;
+        b[1] = n as u8;
+        (b, 2)
     } else if n <= u64::from(u32::MAX) {
-        out.push(0x80);
-        out.extend_from_slice(&(n as u32).to_be_bytes());
+        b[0] = 0x80;
+        b[1..5].copy_from_slice(&(n as u32).to_be_bytes());
+        (b, 5)
     } else {
-        out.push(0x81);
-        out.extend_from_slice(&n.to_be_bytes());
+        b[0] = 0x81;
+        b[1..9].copy_from_slice(&n.to_be_bytes());
+        (b, 9)
     }
+}
+
+/// How many bytes [`write_len`] writes for `n`.
+fn len_size(n: u64) -> usize {
+    len_bytes(n).1
 }
 
 /// Writes a string, using the integer encodings for short decimal integers as Redis does.

@@ -50,6 +50,12 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Runs the server with the process arguments; returns the exit code.
 pub fn main() -> i32 {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // Started as `hotkv-check-aof` (or Valkey's and Redis's names for it, through a link):
+    // the AOF checker, as redis-server runs its tools by the name it was started under.
+    let argv0 = std::env::args().next().unwrap_or_default();
+    if aof::check::invoked_as_checker(&argv0) {
+        return aof::check::main(&argv0, &args);
+    }
     let loaded = match process::load_config(&args) {
         Ok(process::Loaded::Run(l)) => l,
         Ok(process::Loaded::Exit(code)) => return code,

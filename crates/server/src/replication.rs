@@ -524,6 +524,7 @@ fn write_snapshot(
     tx: mpsc::Sender<io::Result<Bytes>>,
     point_tx: tokio::sync::oneshot::Sender<hotkv_replication::SyncPoint>,
 ) {
+    let _running = crate::persistence::SyncSnapshot::begin(srv);
     // A BGSAVE may hold the keyspace's one snapshot: the replica waits for it, as a Valkey
     // replica waits for the next BGSAVE when the running one cannot serve it.
     let retry = || {

@@ -11,7 +11,10 @@
 
 use hotkv_protocol::{Args, ReplyBuf};
 
-use super::{EngineCmd, LockPlan, Spec, dump::payload};
+use super::{
+    EngineCmd, LockPlan, Spec,
+    dump::{payload, payload_strings},
+};
 use crate::command::{BeginSearch, CommandSpec, FindKeys, KeySpec, acl, flags, key_flags as kf};
 use crate::ctx::{Ctx, LookupFlags};
 use crate::error::{CmdResult, CommandError};
@@ -161,6 +164,7 @@ fn migrate(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
 /// The RESTORE that recreates `key` as it is now, or None when it is missing or expired.
 fn restore_op(ctx: &mut Ctx<'_>, key: &[u8], replace: bool) -> Result<Option<MigrateOp>, CommandError> {
     let now = ctx.now_ms;
+    let strings = payload_strings(ctx.cfg);
     let Some(k) = ctx.read_with(key, NO_TOUCH)? else { return Ok(None) };
     let expire = k.entry().expire();
     let ttl_ms = match expire {
@@ -168,7 +172,7 @@ fn restore_op(ctx: &mut Ctx<'_>, key: &[u8], replace: bool) -> Result<Option<Mig
         Some(at) if at < now => return Ok(None),
         Some(at) => (at - now).max(1),
     };
-    Ok(Some(MigrateOp::Restore { key: key.to_vec(), ttl_ms, payload: payload(k.value())?, expire, replace }))
+    Ok(Some(MigrateOp::Restore { key: key.to_vec(), ttl_ms, payload: payload(k.value(), strings), expire, replace }))
 }
 
 /// The second turn: delete what the target acknowledged and still holds what was sent, send
@@ -193,8 +197,10 @@ fn finish(
         if !ok || opts.copy {
             continue;
         }
+        // Encoded as it was sent: the compressor's output depends on the value alone.
+        let strings = payload_strings(ctx.cfg);
         let unchanged = match ctx.read_with(key, NO_TOUCH)? {
-            Some(k) => k.entry().expire() == *expire && payload(k.value())? == *was,
+            Some(k) => k.entry().expire() == *expire && payload(k.value(), strings) == *was,
             None => {
                 // Deleted (or expired) here after it was sent: the target must not keep it.
                 again.push(MigrateOp::Delete { key: key.clone() });

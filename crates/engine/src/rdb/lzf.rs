@@ -6,71 +6,151 @@
 //! distance). Any compressor that emits it is valid; this one is the greedy single-probe hash
 //! search liblzf uses, so ratios land close to redis-server's.
 
-/// Compresses `input`; `None` when the result would be longer than `max_out` bytes (Redis
-/// keeps a string uncompressed unless it saves at least 4 bytes, see [`compress_string`]).
+/// Appends `input` compressed to `out`; false (and `out` as it was) when the result would be
+/// longer than `max_out` bytes (Redis keeps a string uncompressed unless it saves at least 4
+/// bytes, see [`compress_string_into`]). Allocates nothing beyond `out`'s growth.
+pub(crate) fn compress_into(out: &mut Vec<u8>, input: &[u8], max_out: usize) -> bool {
+    // The hash table is reused from string to string and cleared only when its position
+    // counter wraps: zeroing 64 KiB for every string of a save made a BGSAVE of a million
+    // small strings 34 times slower than redis-server's. Entries are positions past a
+    // per-thread base that grows by each string's length, so entries of earlier strings read
+    // as empty: the output depends on the input alone, which MIGRATE relies on when it
+    // compares a key's payload with the one it sent.
+    TABLE.with(|t| {
+        let mut t = t.borrow_mut();
+        let Some(base) = t.reserve(input.len()) else { return false };
+        let start = out.len();
+        let ok = compress_with(&mut t.slots, base, out, input, max_out);
+        if !ok {
+            out.truncate(start);
+        }
+        ok
+    })
+}
+
+/// [`compress_into`] into a new vector (tests and callers without a buffer of their own).
+#[cfg(test)]
 pub(crate) fn compress(input: &[u8], max_out: usize) -> Option<Vec<u8>> {
-    // The hash table is reused from string to string, never cleared: zeroing 64 KiB for
-    // every string of a save made a BGSAVE of a million small strings 34 times slower than
-    // redis-server's. An entry left by an earlier string is only a candidate: it is used
-    // only when it points before the current position and the bytes there really match,
-    // so a stale one costs a comparison, never a wrong reference.
-    TABLE.with(|t| compress_with(&mut t.borrow_mut(), input, max_out))
+    let mut out = Vec::new();
+    compress_into(&mut out, input, max_out).then_some(out)
+}
+
+/// Redis's rule (`rdbSaveRawString`, `rdbSaveLzfStringObject`): strings longer than 20 bytes
+/// are compressed when that saves at least 4 bytes. Appends the compressed bytes to `out` and
+/// returns true then.
+pub(crate) fn compress_string_into(out: &mut Vec<u8>, s: &[u8]) -> bool {
+    s.len() > COMPRESS_ABOVE && compress_into(out, s, s.len() - 4)
+}
+
+/// [`compress_string_into`] into a new vector.
+#[cfg(test)]
+pub(crate) fn compress_string(s: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    compress_string_into(&mut out, s).then_some(out)
 }
 
 thread_local! {
-    static TABLE: std::cell::RefCell<Box<[u32]>> = std::cell::RefCell::new(vec![0u32; 1 << HASH_BITS].into_boxed_slice());
+    static TABLE: std::cell::RefCell<Table> = std::cell::RefCell::new(Table {
+        slots: Box::new([0u32; 1 << HASH_BITS]),
+        base: 0,
+    });
 }
 
-fn compress_with(table: &mut [u32], input: &[u8], max_out: usize) -> Option<Vec<u8>> {
+/// A fixed size lets the compiler drop the bounds checks of the hash lookups.
+type Slots = [u32; 1 << HASH_BITS];
+
+/// The last position at which each 3-byte hash was seen, as `base + position + 1`.
+struct Table {
+    slots: Box<Slots>,
+    /// Every entry at or below it belongs to an earlier string.
+    base: u32,
+}
+
+impl Table {
+    /// The base for a string of `n` bytes, moving the next string's past it; `None` for a
+    /// string too long to index in 32 bits (over 4 GiB: kept uncompressed).
+    fn reserve(&mut self, n: usize) -> Option<u32> {
+        let n = u32::try_from(n).ok().filter(|&n| n < u32::MAX)?;
+        if self.base.checked_add(n + 1).is_none() {
+            self.slots.fill(0);
+            self.base = 0;
+        }
+        let base = self.base;
+        self.base += n + 1;
+        Some(base)
+    }
+}
+
+fn compress_with(table: &mut Slots, base: u32, out: &mut Vec<u8>, input: &[u8], max_out: usize) -> bool {
     let n = input.len();
-    let mut out = Vec::with_capacity(max_out.min(n + n / 32 + 1));
-    // Last position + 1 at which each 3-byte hash was seen; 0 = never (or another string's).
+    let start = out.len();
+    out.reserve(max_out.min(n + n / 32 + 1));
     let mut lit_start = 0;
     let mut ip = 0;
+    // The 3 bytes at `ip`, kept rolling so each step loads one new byte.
+    let mut v = if n >= MIN_MATCH { three(input, 0) >> 8 } else { 0 };
     while ip + MIN_MATCH <= n {
-        let h = hash(&input[ip..ip + MIN_MATCH]);
-        let seen = table[h] as usize;
-        table[h] = (ip + 1) as u32;
-        if seen != 0 && seen - 1 < ip {
-            let r = seen - 1;
+        v = ((v << 8) | u32::from(input[ip + 2])) & 0xFF_FFFF;
+        let h = hash(v);
+        let seen = table[h];
+        // `ip < n < u32::MAX - base` (see `Table::reserve`): no overflow.
+        table[h] = base + ip as u32 + 1;
+        if seen > base {
+            let r = (seen - base - 1) as usize;
             let dist = ip - r;
-            if dist <= MAX_DISTANCE && input[r..r + MIN_MATCH] == input[ip..ip + MIN_MATCH] {
-                let limit = MAX_MATCH.min(n - ip);
-                let mut len = MIN_MATCH;
-                while len < limit && input[r + len] == input[ip + len] {
-                    len += 1;
+            if dist <= MAX_DISTANCE && three(input, r) == v {
+                let len =
+                    MIN_MATCH + common_prefix(&input[r + MIN_MATCH..], &input[ip + MIN_MATCH..(ip + MAX_MATCH).min(n)]);
+                literals(out, &input[lit_start..ip]);
+                backref(out, len, dist - 1);
+                if out.len() - start > max_out {
+                    return false;
                 }
-                literals(&mut out, &input[lit_start..ip]);
-                backref(&mut out, len, dist - 1);
-                if out.len() > max_out {
-                    return None;
-                }
-                // Index the positions the match covered, so later data can refer to them.
-                for k in ip + 1..(ip + len).min(n.saturating_sub(MIN_MATCH - 1)) {
-                    table[hash(&input[k..k + MIN_MATCH])] = (k + 1) as u32;
+                // Index the last two positions the match covered, as liblzf's VERY_FAST
+                // build (Redis's) does: every position cost twice the time on text for a
+                // ratio a few percent better.
+                for k in (ip + len).saturating_sub(2).max(ip + 1)..(ip + len).min(n.saturating_sub(MIN_MATCH - 1)) {
+                    table[hash(three(input, k))] = base + k as u32 + 1;
                 }
                 ip += len;
                 lit_start = ip;
+                if ip + MIN_MATCH <= n {
+                    v = three(input, ip) >> 8;
+                }
                 continue;
             }
         }
         ip += 1;
     }
-    literals(&mut out, &input[lit_start..]);
-    (out.len() <= max_out).then_some(out)
+    literals(out, &input[lit_start..]);
+    out.len() - start <= max_out
 }
 
-/// Redis's rule (`rdbSaveRawString`, `rdbSaveLzfStringObject`): strings longer than 20 bytes
-/// are compressed when that saves more than 4 bytes. Returns the compressed bytes then.
-pub(crate) fn compress_string(s: &[u8]) -> Option<Vec<u8>> {
-    if s.len() <= COMPRESS_ABOVE {
-        return None;
+/// How many leading bytes `a` and `b` share (at most `b.len()`), eight at a time.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let limit = b.len().min(a.len());
+    let mut i = 0;
+    while i + 8 <= limit {
+        let x = u64::from_le_bytes(a[i..i + 8].try_into().unwrap_or_default());
+        let y = u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
+        let diff = x ^ y;
+        if diff != 0 {
+            return i + (diff.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
     }
-    compress(s, s.len() - 4)
+    while i < limit && a[i] == b[i] {
+        i += 1;
+    }
+    i
 }
 
-fn hash(b: &[u8]) -> usize {
-    let v = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+/// The 3 bytes at `i` as one number, first byte highest.
+fn three(b: &[u8], i: usize) -> u32 {
+    (u32::from(b[i]) << 16) | (u32::from(b[i + 1]) << 8) | u32::from(b[i + 2])
+}
+
+fn hash(v: u32) -> usize {
     (v.wrapping_mul(2_654_435_761) >> (32 - HASH_BITS)) as usize
 }
 
@@ -97,7 +177,7 @@ fn backref(out: &mut Vec<u8>, len: usize, off: usize) {
 }
 
 /// Redis compresses only strings longer than this.
-const COMPRESS_ABOVE: usize = 20;
+pub(crate) const COMPRESS_ABOVE: usize = 20;
 const HASH_BITS: u32 = 14;
 const MIN_MATCH: usize = 3;
 /// 2 + 7 + 255: the longest length a back reference can say.

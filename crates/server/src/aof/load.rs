@@ -454,7 +454,7 @@ where
 
 /// A window over a file read in blocks: the bytes read and not consumed, and where they sit
 /// in the file.
-struct Input {
+pub(crate) struct Input {
     buf: Vec<u8>,
     start: usize,
     /// File offset of `buf[0]`.
@@ -465,34 +465,34 @@ struct Input {
 }
 
 impl Input {
-    fn new(size: u64) -> Input {
+    pub(crate) fn new(size: u64) -> Input {
         Input { buf: Vec::new(), start: 0, base: 0, read: 0, size }
     }
 
-    fn window(&self) -> &[u8] {
+    pub(crate) fn window(&self) -> &[u8] {
         &self.buf[self.start..]
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.start == self.buf.len()
     }
 
     /// File offset of the window's first byte.
-    fn offset(&self) -> u64 {
+    pub(crate) fn offset(&self) -> u64 {
         self.base + self.start as u64
     }
 
     /// Bytes from the window's start to the end of the file.
-    fn left_in_file(&self) -> u64 {
+    pub(crate) fn left_in_file(&self) -> u64 {
         self.size.max(self.read) - self.offset()
     }
 
-    fn consume(&mut self, n: usize) {
+    pub(crate) fn consume(&mut self, n: usize) {
         self.start += n;
     }
 
     /// Puts `rest` back as the window, at file offset `at` (what followed the RDB data).
-    fn rewind_to(&mut self, at: u64, rest: &[u8]) {
+    pub(crate) fn rewind_to(&mut self, at: u64, rest: &[u8]) {
         self.buf.clear();
         self.buf.extend_from_slice(rest);
         self.start = 0;
@@ -500,7 +500,7 @@ impl Input {
     }
 
     /// Reads up to `want` more bytes (fewer at the end of the file).
-    fn fill(&mut self, file: &mut File, want: usize) -> io::Result<()> {
+    pub(crate) fn fill(&mut self, file: &mut File, want: usize) -> io::Result<()> {
         if self.start > 0 {
             self.buf.drain(..self.start);
             self.base += self.start as u64;
@@ -529,7 +529,7 @@ impl Input {
 }
 
 /// Cuts `path` at `len` and makes the cut durable.
-fn truncate(path: &Path, len: u64) -> io::Result<()> {
+pub(crate) fn truncate(path: &Path, len: u64) -> io::Result<()> {
     let f = OpenOptions::new().write(true).open(path)?;
     f.set_len(len)?;
     f.sync_all()
@@ -577,7 +577,7 @@ pub fn upgrade_legacy(paths: &AofPaths, manifest: &mut Manifest) -> io::Result<(
 
 /// `REDIS`: the start of an RDB file, which Valkey looks for at the start of every AOF file.
 const RDB_MAGIC: &[u8] = b"REDIS";
-const READ_BLOCK: usize = 64 * 1024;
+pub(crate) const READ_BLOCK: usize = 64 * 1024;
 
 #[cfg(test)]
 mod tests {

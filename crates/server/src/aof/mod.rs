@@ -13,6 +13,7 @@
 //! - [`rewrite`]: [`rewrite::AofFiles`] (open at start, new incr files, publish a rewritten
 //!   base), the command form of a base, the auto-rewrite rule, the rewrite counters.
 //! - [`info`]: the AOF lines of INFO persistence.
+//! - [`check`]: `hotkv-check-aof`, Valkey's `valkey-check-aof` over the same parser and manifest.
 //!
 //! How the server calls them:
 //!
@@ -36,6 +37,7 @@
 //!    [`rewrite::RewriteStats`] counts. The cron checks [`rewrite::auto_rewrite_due`].
 //! 4. **Shutdown / `appendonly no`**: [`writer::AofWriter::flush_and_sync`], then drop it.
 
+pub mod check;
 #[cfg(test)]
 mod fuzz;
 pub mod info;

@@ -709,16 +709,18 @@ pub fn rewrite_in_progress(srv: &Server) -> Option<bool> {
     aof.running.load(Ordering::Acquire).then(|| aof.needs_base.load(Ordering::Acquire))
 }
 
-/// `no-appendfsync-on-rewrite`: holds the writer's fsyncs back while a rewrite or a save
-/// runs (Valkey's "no fsync while a child does I/O"). Called where either starts or ends, on
-/// CONFIG SET, and by the cron as a safety net.
+/// `no-appendfsync-on-rewrite`: holds the writer's fsyncs back while a rewrite, a save or a
+/// replica's full-sync snapshot runs (Valkey's "no fsync while a child does I/O": any child,
+/// the replication one included). Called where any of them starts or ends, on CONFIG SET, and
+/// by the cron as a safety net.
 pub fn refresh_fsync_hold(srv: &Server) {
     hold_fsync(srv, srv.settings.load().bool(t::NO_APPENDFSYNC_ON_REWRITE));
 }
 
 fn hold_fsync(srv: &Server, no_fsync_on_rewrite: bool) {
     let Some(w) = srv.aof.writer() else { return };
-    let busy = srv.aof.running.load(Ordering::Acquire) || srv.persist.in_progress();
+    let busy =
+        srv.aof.running.load(Ordering::Acquire) || srv.persist.in_progress() || srv.persist.sync_snapshot_running();
     w.set_fsync_held(no_fsync_on_rewrite && busy);
 }
 

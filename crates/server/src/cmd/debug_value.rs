@@ -65,7 +65,8 @@ pub(crate) fn rdb_string_len(b: &[u8]) -> usize {
 
 /// `serializedlength`: the bytes the value takes in hotkv's own serialisation (the DUMP
 /// payload without its type byte, version and checksum), which is Valkey's
-/// `rdbSavedObjectLen` up to the container format and LZF compression hotkv does not do.
+/// `rdbSavedObjectLen` up to the container format, and uncompressed whatever `rdbcompression`
+/// says.
 fn serialized_len(v: &ValueRef<'_>) -> usize {
     let payload = match *v {
         ValueRef::Str(b) => return rdb_string_len(b),

@@ -150,6 +150,7 @@ impl Settings {
             set_max_intset_entries: usize::try_from(self.int(table::SET_MAX_INTSET_ENTRIES)).unwrap_or(usize::MAX),
             set_max_listpack_entries: usize::try_from(self.int(table::SET_MAX_LISTPACK_ENTRIES)).unwrap_or(usize::MAX),
             set_max_listpack_value: usize::try_from(self.int(table::SET_MAX_LISTPACK_VALUE)).unwrap_or(usize::MAX),
+            rdb_compression: self.bool(table::RDBCOMPRESSION),
         }
     }
 }

@@ -379,12 +379,14 @@ directives! {
         "Snapshot after <seconds> if at least <changes> writes; `\"\"` for none.";
     DBFILENAME = "dbfilename" [] "persistence.dbfilename": Ty::Str(Check::FileName), "dump.rdb", M | PROTECTED | U, H,
         "Snapshot file name.";
-    RDBCOMPRESSION = "rdbcompression" [] "persistence.rdbcompression": B, "yes", M | U, H,
-        "Compress strings in snapshots.";
+    RDBCOMPRESSION = "rdbcompression" [] "persistence.rdbcompression": B, "yes", M, ENGINE,
+        "Compress strings in snapshots and DUMP payloads.";
     RDBCHECKSUM = "rdbchecksum" [] "persistence.rdbchecksum": B, "yes", I, H,
         "Checksum snapshots.";
-    RDB_DEL_SYNC_FILES = "rdb-del-sync-files" [] "persistence.rdb_del_sync_files": B, "no", M | NE, H,
-        "Delete snapshot files made only for replication.";
+    // Valkey deletes the RDB a disk-based full sync wrote when persistence is off; hotkv's full
+    // syncs write no file on either end (docs/persistence.md), so there is nothing to read it.
+    RDB_DEL_SYNC_FILES = "rdb-del-sync-files" [] "persistence.rdb_del_sync_files": B, "no", M | U, H,
+        "Delete snapshot files made only for replication (hotkv's full syncs write none).";
     RDB_SAVE_INCREMENTAL_FSYNC = "rdb-save-incremental-fsync" [] "persistence.rdb_save_incremental_fsync": B, "yes",
         M | U, H, "Fsync snapshots every 4 MB while writing.";
     STOP_WRITES_ON_BGSAVE_ERROR = "stop-writes-on-bgsave-error" [] "persistence.stop_writes_on_bgsave_error": B,

@@ -13,7 +13,7 @@ pub mod file;
 pub mod startup;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -73,6 +73,9 @@ pub struct Persistence {
     pub(crate) load: Mutex<LoadProgress>,
     /// `rdb_last_load_keys_loaded`, `rdb_last_load_keys_expired`.
     last_load: Mutex<(u64, u64)>,
+    /// Full-sync snapshots streaming to replicas (Valkey's replication child): they count as
+    /// "a child runs" for `no-appendfsync-on-rewrite`.
+    sync_snapshots: AtomicUsize,
 }
 
 /// The save in progress.
@@ -111,6 +114,7 @@ impl Default for Persistence {
             starting: AtomicBool::new(false),
             load: Mutex::new(LoadProgress::default()),
             last_load: Mutex::new((0, 0)),
+            sync_snapshots: AtomicUsize::new(0),
         }
     }
 }
@@ -129,6 +133,11 @@ impl Persistence {
     /// Whether the last background save succeeded (`rdb_last_bgsave_status:ok`).
     pub fn last_ok(&self) -> bool {
         self.last_ok.load(Ordering::Acquire)
+    }
+
+    /// Whether a snapshot for a replica's full sync is being produced.
+    pub fn sync_snapshot_running(&self) -> bool {
+        self.sync_snapshots.load(Ordering::Acquire) > 0
     }
 
     /// Whether a save is running.
@@ -325,6 +334,27 @@ fn finish(srv: &Server, kind: SaveKind, result: Result<u64, String>) -> SaveResu
             }
             Err(why)
         }
+    }
+}
+
+/// Marks a full-sync snapshot as running for as long as it lives (from the wait for the
+/// keyspace's snapshot until the last byte is handed over or the replica went away), so the AOF
+/// holds its fsyncs meanwhile under `no-appendfsync-on-rewrite yes`.
+pub struct SyncSnapshot<'a>(&'a Server);
+
+impl<'a> SyncSnapshot<'a> {
+    /// Counts one more full-sync snapshot.
+    pub fn begin(srv: &'a Server) -> SyncSnapshot<'a> {
+        srv.persist.sync_snapshots.fetch_add(1, Ordering::AcqRel);
+        crate::aof::wire::refresh_fsync_hold(srv);
+        SyncSnapshot(srv)
+    }
+}
+
+impl Drop for SyncSnapshot<'_> {
+    fn drop(&mut self) {
+        self.0.persist.sync_snapshots.fetch_sub(1, Ordering::AcqRel);
+        crate::aof::wire::refresh_fsync_hold(self.0);
     }
 }
 
