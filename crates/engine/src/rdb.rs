@@ -34,7 +34,8 @@ use crate::object::Object;
 use crate::policy::{self, EvictionPolicy};
 use crate::types::hash::Hash;
 use crate::types::list::List;
-use crate::types::listpack::{Listpack, Value};
+use crate::types::listpack::Listpack;
+use crate::types::lpentry::Elem;
 use crate::types::set::Set;
 use crate::types::zset::{Limits as ZSetLimits, ZSet, lp_score};
 
@@ -748,8 +749,8 @@ fn checked_zset(items: Vec<(Vec<u8>, f64)>) -> Result<Vec<(Vec<u8>, f64)>, RdbEr
 
 /// A member and its score entry from a listpack or ziplist; a score string that is not a
 /// number is corrupt.
-fn scored(member: Value<'_>, score: Value<'_>) -> Result<(Vec<u8>, f64), RdbError> {
-    if let Value::Str(b) = score
+fn scored(member: Elem<'_>, score: Elem<'_>) -> Result<(Vec<u8>, f64), RdbError> {
+    if let Elem::Str(b) = score
         && hotkv_protocol::parse_double(b).is_none()
         && !matches!(b, b"inf" | b"-inf")
     {

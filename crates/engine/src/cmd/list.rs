@@ -14,7 +14,7 @@ use crate::entry::NewValue;
 use crate::error::{CmdResult, CommandError};
 use crate::object::Object;
 use crate::types::list::{End, List};
-use crate::types::listpack::Value;
+use crate::types::lpentry::Elem;
 
 /// Single-list command rows.
 pub static COMMANDS: &[Spec] = &[
@@ -194,10 +194,10 @@ pub(super) fn fill(ctx: &Ctx<'_>) -> i64 {
 }
 
 /// Writes one list element as a bulk string.
-pub(super) fn bulk_value(out: &mut ReplyBuf, v: &Value<'_>) {
+pub(super) fn bulk_value(out: &mut ReplyBuf, v: &Elem<'_>) {
     match *v {
-        Value::Str(s) => out.bulk(s),
-        Value::Int(i) => out.bulk_int(i),
+        Elem::Str(s) => out.bulk(s),
+        Elem::Int(i) => out.bulk_int(i),
     }
 }
 
@@ -533,7 +533,7 @@ fn lpos(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let limit = if opts.maxlen == 0 { len } else { opts.maxlen.min(len) };
     let mut found = Vec::new();
     let mut matches = 0usize;
-    let iter: Box<dyn Iterator<Item = (usize, Value<'_>)>> = if from_tail {
+    let iter: Box<dyn Iterator<Item = (usize, Elem<'_>)>> = if from_tail {
         Box::new(l.iter().rev().enumerate().map(|(i, v)| (len - 1 - i, v)))
     } else {
         Box::new(l.iter().enumerate())

@@ -9,7 +9,8 @@
 
 use std::collections::VecDeque;
 
-use super::listpack::{Listpack, Value, encoded_size};
+use super::listpack::{Listpack, encoded_size};
+use super::lpentry::Elem;
 
 /// A list value.
 #[derive(Debug, Clone, PartialEq)]
@@ -154,14 +155,14 @@ impl List {
     }
 
     /// The element at `index` (negative counts from the tail).
-    pub fn get(&self, index: i64) -> Option<Value<'_>> {
+    pub fn get(&self, index: i64) -> Option<Elem<'_>> {
         let i = self.absolute(index)?;
         let (node, p) = self.locate(i);
         Some(node.get(p))
     }
 
     /// Elements `start..start + n` in order, or from `start` backwards when `rev`.
-    pub fn range(&self, start: usize, n: usize, rev: bool) -> Vec<Value<'_>> {
+    pub fn range(&self, start: usize, n: usize, rev: bool) -> Vec<Elem<'_>> {
         let mut out = Vec::with_capacity(n.min(1 << 16));
         if n == 0 || start >= self.len() {
             return out;
@@ -205,7 +206,7 @@ impl List {
     }
 
     /// Every element, front to back.
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = Value<'_>> + '_ {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = Elem<'_>> + '_ {
         let nodes: Vec<&Listpack> = self.nodes().collect();
         nodes.into_iter().flat_map(|n| n.iter())
     }
@@ -308,8 +309,8 @@ impl List {
             End::Head => self.range(0, n, false),
             End::Tail => self.range(self.len() - 1, n, true),
         }
-        .iter()
-        .map(Value::to_vec)
+        .into_iter()
+        .map(Elem::to_vec)
         .collect();
         self.drop_end(end, n);
         self.try_shrink(fill);
@@ -611,7 +612,7 @@ mod tests {
         assert_eq!(strs(&l), Vec::from(model.clone()));
         assert_eq!(l.get(1500).unwrap().to_vec(), model[1500].as_bytes());
         assert_eq!(l.get(-1).unwrap().to_vec(), model[2999].as_bytes());
-        let r: Vec<Vec<u8>> = l.range(2990, 20, true).iter().map(Value::to_vec).collect();
+        let r: Vec<Vec<u8>> = l.range(2990, 20, true).into_iter().map(Elem::to_vec).collect();
         assert_eq!(r.len(), 20);
         assert_eq!(r[19], model[2971].as_bytes());
         assert!(l.set(1000, &[b'z'; 9000], -2));
