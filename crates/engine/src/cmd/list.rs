@@ -193,14 +193,6 @@ pub(super) fn fill(ctx: &Ctx<'_>) -> i64 {
     ctx.cfg.list_max_listpack_size
 }
 
-/// Writes one list element as a bulk string.
-pub(super) fn bulk_value(out: &mut ReplyBuf, v: &Elem<'_>) {
-    match *v {
-        Elem::Str(s) => out.bulk(s),
-        Elem::Int(i) => out.bulk_int(i),
-    }
-}
-
 /// Stores a new list at `key` (which does not exist).
 pub(super) fn create(ctx: &mut Ctx<'_>, key: &[u8], list: List) -> CmdResult {
     ctx.set(key, NewValue::Object(Object::List(list)), Ttl::Clear)
@@ -373,7 +365,7 @@ fn lrange(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     };
     out.array(n);
     for v in l.range(first, n, false) {
-        bulk_value(out, &v);
+        v.reply(out);
     }
     Ok(())
 }
@@ -385,7 +377,7 @@ fn lindex(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     };
     let l = k.list()?;
     match l.get(int_arg(args.get(2))?) {
-        Some(v) => bulk_value(out, &v),
+        Some(v) => v.reply(out),
         None => out.null(),
     }
     Ok(())

@@ -5,7 +5,6 @@
 
 use hotkv_protocol::{Args, ReplyBuf};
 
-use super::list::bulk_value;
 use super::{EngineCmd, LockPlan, Spec, float_arg, int_arg};
 use crate::command::{CommandSpec, KeySpec, acl, flags, key_flags as kf};
 use crate::ctx::{Ctx, Ttl};
@@ -197,7 +196,7 @@ pub(super) fn reply_members(out: &mut ReplyBuf, items: &[(Elem<'_>, f64)], withs
         if pairs {
             out.array(2);
         }
-        bulk_value(out, m);
+        m.reply(out);
         if withscores {
             out.double(*s);
         }
