@@ -102,8 +102,7 @@ impl Listpack {
 
     /// The entry after the one at `p`.
     pub fn next(&self, p: usize) -> Option<usize> {
-        let n = p + self.entry_size(p);
-        (self.buf[n] != EOF).then_some(n)
+        self.entry(p).1
     }
 
     /// The entry before the one at `p` (or before the terminator).
@@ -140,9 +139,7 @@ impl Listpack {
 
     /// The element at `p`.
     pub fn get(&self, p: usize) -> Elem<'_> {
-        // Invariant: the buffer was built by `encode` or checked by `from_bytes`, and `p` is
-        // the offset of an entry.
-        decode(&self.buf, p).expect("listpack holds well-formed entries").0
+        self.entry(p).0
     }
 
     /// All elements, front to back.
@@ -152,10 +149,14 @@ impl Listpack {
 
     /// Inserts `value` before the entry at `p` (at [`Listpack::end`] to append).
     pub fn insert(&mut self, p: usize, value: &[u8]) {
-        let mut enc = Vec::with_capacity(value.len() + 10);
-        encode(value, &mut enc);
-        self.grow(enc.len());
-        self.buf.splice(p..p, enc);
+        let enc = Encoded::of(Elem::of(value));
+        self.grow(enc.len() + backlen_size(enc.len()));
+        // Written past the terminator, then rotated into place: no buffer of its own for the
+        // entry, and for an append the rotation moves only the terminator.
+        let end = self.buf.len();
+        write_entry(enc, &mut self.buf);
+        let added = self.buf.len() - end;
+        self.buf[p..].rotate_right(added);
         self.bump(1);
     }
 
@@ -219,12 +220,26 @@ impl Listpack {
         self.buf.shrink_to_fit();
     }
 
+    /// The element at `p` and the entry after it: one decode for both, as a forward walk
+    /// needs both.
+    fn entry(&self, p: usize) -> (Elem<'_>, Option<usize>) {
+        let (e, size) = self.decode_entry(p);
+        let n = p + size;
+        (e, (self.buf[n] != EOF).then_some(n))
+    }
+
     /// Size of the whole entry at `p`: encoding, data and backlen.
     fn entry_size(&self, p: usize) -> usize {
-        // Invariant as in `get`.
-        let (_, end) = decode(&self.buf, p).expect("listpack holds well-formed entries");
+        self.decode_entry(p).1
+    }
+
+    /// The element at `p` and the size of its whole entry.
+    fn decode_entry(&self, p: usize) -> (Elem<'_>, usize) {
+        // Invariant: the buffer was built by `encode` or checked by `from_bytes`, and `p` is
+        // the offset of an entry.
+        let (e, end) = decode(&self.buf, p).expect("listpack holds well-formed entries");
         let payload = end - p;
-        payload + backlen_size(payload)
+        (e, payload + backlen_size(payload))
     }
 
     /// Makes room for `extra` bytes without the doubling growth of `Vec`: a listpack is
@@ -282,13 +297,14 @@ impl<'a> Iterator for Iter<'a> {
 
     fn next(&mut self) -> Option<Elem<'a>> {
         let p = self.front?;
+        let (e, next) = self.lp.entry(p);
         if Some(p) == self.back {
             self.front = None;
             self.back = None;
         } else {
-            self.front = self.lp.next(p);
+            self.front = next;
         }
-        Some(self.lp.get(p))
+        Some(e)
     }
 }
 
@@ -308,15 +324,19 @@ impl DoubleEndedIterator for Iter<'_> {
 /// Encodes `value` as one entry (encoding, data, backlen), as an integer when it is a
 /// canonical decimal integer (Valkey's `lpStringToInt64`).
 pub fn encode(value: &[u8], out: &mut Vec<u8>) {
-    let enc = Encoded::of(Elem::of(value));
-    enc.write(out);
-    write_backlen(enc.len(), out);
+    write_entry(Encoded::of(Elem::of(value)), out);
 }
 
 /// The bytes one element takes in a listpack.
 pub fn encoded_size(value: &[u8]) -> usize {
     let payload = Encoded::of(Elem::of(value)).len();
     payload + backlen_size(payload)
+}
+
+/// Appends `enc` and its back-length.
+fn write_entry(enc: Encoded<'_>, out: &mut Vec<u8>) {
+    enc.write(out);
+    write_backlen(enc.len(), out);
 }
 
 /// Checks a listpack from outside (a RESTORE payload, an RDB file) from header to
@@ -362,10 +382,12 @@ pub fn framed_size(entry_sizes: impl Iterator<Item = usize>) -> usize {
 /// it: the entries are copied as they are, with the header, a back-length after each and
 /// the terminator added around them.
 pub fn write_framed<'e>(entries: impl Iterator<Item = &'e [u8]> + Clone, out: &mut Vec<u8>) {
-    let total = framed_size(entries.clone().map(<[u8]>::len));
+    let (total, count) = entries.clone().fold((framed_size(std::iter::empty()), 0), |(total, count), e| {
+        (total + e.len() + backlen_size(e.len()), count + 1)
+    });
     out.reserve(total);
     out.extend_from_slice(&(total as u32).to_le_bytes());
-    out.extend_from_slice(&header_count(entries.clone().count()).to_le_bytes());
+    out.extend_from_slice(&header_count(count).to_le_bytes());
     for e in entries {
         out.extend_from_slice(e);
         write_backlen(e.len(), out);
