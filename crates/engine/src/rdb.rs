@@ -34,7 +34,8 @@ use crate::object::Object;
 use crate::policy::{self, EvictionPolicy};
 use crate::types::hash::Hash;
 use crate::types::list::List;
-use crate::types::listpack::{Listpack, Value};
+use crate::types::listpack::Listpack;
+use crate::types::lpentry::Elem;
 use crate::types::set::Set;
 use crate::types::zset::{Limits as ZSetLimits, ZSet, lp_score};
 
@@ -194,6 +195,10 @@ pub enum Loaded {
     Object(Object),
     /// A list's elements, front to back; the caller picks the encoding.
     List(Vec<Vec<u8>>),
+    /// A list that came as one listpack (a one-node `LIST_QUICKLIST_2`, how Redis 7 and
+    /// Valkey write every small list): kept as it is when that is the listpack its elements
+    /// would be built into ([`List::from_listpack`]).
+    ListListpack(Listpack),
     /// A sorted set's members with their scores, in no particular order, without
     /// duplicates; the caller picks the encoding.
     ZSet(Vec<(Vec<u8>, f64)>),
@@ -226,6 +231,9 @@ impl Loaded {
                 items.iter().map(Vec::as_slice),
                 cfg.list_max_listpack_size,
             ))),
+            Loaded::ListListpack(lp) => {
+                Restored::Obj(Object::List(List::from_listpack(lp, cfg.list_max_listpack_size)))
+            }
             Loaded::ZSet(mut items) => {
                 items.sort_by(|(am, a), (bm, b)| a.total_cmp(b).then_with(|| am.cmp(bm)));
                 let limits =
@@ -544,7 +552,7 @@ pub fn read_object(r: &mut Reader<'_>, ty: u8) -> Result<Loaded, RdbError> {
     Ok(match ty {
         TYPE_STRING => Loaded::Str(r.string()?),
         TYPE_LIST => Loaded::List(read_list(r)?),
-        TYPE_LIST_QUICKLIST_2 => Loaded::List(read_quicklist(r)?),
+        TYPE_LIST_QUICKLIST_2 => read_quicklist(r)?,
         TYPE_ZSET_LISTPACK => {
             let lp = Listpack::from_bytes(r.string()?).map_err(|_| RdbError::BadFormat)?;
             if ZSet::listpack_in_order(&lp) {
@@ -750,8 +758,8 @@ fn read_list(r: &mut Reader<'_>) -> Result<Vec<Vec<u8>>, RdbError> {
 }
 
 /// `LIST_QUICKLIST_2`: a node count, then per node a container kind and a blob. Empty
-/// listpack nodes are skipped, as Valkey does.
-fn read_quicklist(r: &mut Reader<'_>) -> Result<Vec<Vec<u8>>, RdbError> {
+/// listpack nodes are skipped, as Valkey does. A list of one listpack node keeps that node.
+fn read_quicklist(r: &mut Reader<'_>) -> Result<Loaded, RdbError> {
     let n = count(r)?;
     let mut items = Vec::new();
     for _ in 0..n {
@@ -761,12 +769,15 @@ fn read_quicklist(r: &mut Reader<'_>) -> Result<Vec<Vec<u8>>, RdbError> {
             CONTAINER_PLAIN => items.push(blob),
             CONTAINER_PACKED => {
                 let lp = Listpack::from_bytes(blob).map_err(|_| RdbError::BadFormat)?;
+                if n == 1 && !lp.is_empty() {
+                    return Ok(Loaded::ListListpack(lp));
+                }
                 items.extend(lp.iter().map(|v| v.to_vec()));
             }
             _ => return Err(RdbError::BadFormat),
         }
     }
-    non_empty(items)
+    Ok(Loaded::List(non_empty(items)?))
 }
 
 /// `ZSET` (ASCII scores), `ZSET_2` (binary scores), `ZSET_LISTPACK` or `ZSET_ZIPLIST`.
@@ -824,8 +835,8 @@ fn checked_zset(items: Vec<(Vec<u8>, f64)>) -> Result<Vec<(Vec<u8>, f64)>, RdbEr
 
 /// A member and its score entry from a listpack or ziplist; a score string that is not a
 /// number is corrupt.
-fn scored(member: Value<'_>, score: Value<'_>) -> Result<(Vec<u8>, f64), RdbError> {
-    if let Value::Str(b) = score
+fn scored(member: Elem<'_>, score: Elem<'_>) -> Result<(Vec<u8>, f64), RdbError> {
+    if let Elem::Str(b) = score
         && hotkv_protocol::parse_double(b).is_none()
         && !matches!(b, b"inf" | b"-inf")
     {

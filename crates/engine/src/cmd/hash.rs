@@ -15,7 +15,7 @@ use crate::entry::NewValue;
 use crate::error::{CmdResult, CommandError};
 use crate::object::Object;
 use crate::types::hash::{Hash, HashLimits};
-use crate::types::packed::Elem;
+use crate::types::lpentry::Elem;
 
 /// Hash command rows.
 pub static COMMANDS: &[Spec] = &[

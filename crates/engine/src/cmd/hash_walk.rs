@@ -11,7 +11,7 @@ use super::{EngineCmd, LockPlan, MAX_REPEATED_PICKS, Spec, push_bulk, random_cou
 use crate::command::{CommandSpec, KeySpec, acl, flags, key_flags as kf};
 use crate::ctx::Ctx;
 use crate::error::{CmdResult, CommandError};
-use crate::types::packed::Elem;
+use crate::types::lpentry::Elem;
 use crate::types::sample;
 
 /// Whole-hash command rows.

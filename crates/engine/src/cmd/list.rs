@@ -14,7 +14,7 @@ use crate::entry::NewValue;
 use crate::error::{CmdResult, CommandError};
 use crate::object::Object;
 use crate::types::list::{End, List};
-use crate::types::listpack::Value;
+use crate::types::lpentry::Elem;
 
 /// Single-list command rows.
 pub static COMMANDS: &[Spec] = &[
@@ -193,14 +193,6 @@ pub(super) fn fill(ctx: &Ctx<'_>) -> i64 {
     ctx.cfg.list_max_listpack_size
 }
 
-/// Writes one list element as a bulk string.
-pub(super) fn bulk_value(out: &mut ReplyBuf, v: &Value<'_>) {
-    match *v {
-        Value::Str(s) => out.bulk(s),
-        Value::Int(i) => out.bulk_int(i),
-    }
-}
-
 /// Stores a new list at `key` (which does not exist).
 pub(super) fn create(ctx: &mut Ctx<'_>, key: &[u8], list: List) -> CmdResult {
     ctx.set(key, NewValue::Object(Object::List(list)), Ttl::Clear)
@@ -373,7 +365,7 @@ fn lrange(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     };
     out.array(n);
     for v in l.range(first, n, false) {
-        bulk_value(out, &v);
+        v.reply(out);
     }
     Ok(())
 }
@@ -385,7 +377,7 @@ fn lindex(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     };
     let l = k.list()?;
     match l.get(int_arg(args.get(2))?) {
-        Some(v) => bulk_value(out, &v),
+        Some(v) => v.reply(out),
         None => out.null(),
     }
     Ok(())
@@ -533,7 +525,7 @@ fn lpos(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let limit = if opts.maxlen == 0 { len } else { opts.maxlen.min(len) };
     let mut found = Vec::new();
     let mut matches = 0usize;
-    let iter: Box<dyn Iterator<Item = (usize, Value<'_>)>> = if from_tail {
+    let iter: Box<dyn Iterator<Item = (usize, Elem<'_>)>> = if from_tail {
         Box::new(l.iter().rev().enumerate().map(|(i, v)| (len - 1 - i, v)))
     } else {
         Box::new(l.iter().enumerate())

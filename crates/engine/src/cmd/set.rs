@@ -13,7 +13,7 @@ use crate::ctx::{Ctx, EngineConfig, Ttl};
 use crate::entry::NewValue;
 use crate::error::{CmdResult, CommandError};
 use crate::object::Object;
-use crate::types::packed::Elem;
+use crate::types::lpentry::Elem;
 use crate::types::sample;
 use crate::types::set::{Set, SetLimits};
 

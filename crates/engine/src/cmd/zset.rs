@@ -5,14 +5,13 @@
 
 use hotkv_protocol::{Args, ReplyBuf};
 
-use super::list::bulk_value;
 use super::{EngineCmd, LockPlan, Spec, float_arg, int_arg};
 use crate::command::{CommandSpec, KeySpec, acl, flags, key_flags as kf};
 use crate::ctx::{Ctx, Ttl};
 use crate::entry::NewValue;
 use crate::error::{CmdResult, CommandError};
 use crate::object::Object;
-use crate::types::listpack::Value;
+use crate::types::lpentry::Elem;
 use crate::types::zset::{Limits, ZSet};
 
 /// Single-member and counting sorted set command rows.
@@ -190,14 +189,14 @@ pub(super) fn store(ctx: &mut Ctx<'_>, key: &[u8], z: ZSet) -> CmdResult {
 
 /// Writes members, with scores when asked: a flat array in RESP2, `[member, score]` pairs
 /// in RESP3 (Valkey's `zrangeResultEmit*`).
-pub(super) fn reply_members(out: &mut ReplyBuf, items: &[(Value<'_>, f64)], withscores: bool) {
+pub(super) fn reply_members(out: &mut ReplyBuf, items: &[(Elem<'_>, f64)], withscores: bool) {
     let pairs = withscores && out.is_resp3();
     out.array(if withscores && !pairs { items.len() * 2 } else { items.len() });
     for (m, s) in items {
         if pairs {
             out.array(2);
         }
-        bulk_value(out, m);
+        m.reply(out);
         if withscores {
             out.double(*s);
         }

@@ -7,13 +7,12 @@
 
 use hotkv_protocol::{Args, ReplyBuf};
 
-use super::list::{bulk_value, positive_arg};
+use super::list::positive_arg;
 use super::list_block::parse_mpop;
 use super::{EngineCmd, LockPlan, Spec, parse_timeout};
 use crate::command::{BeginSearch, CommandSpec, FindKeys, KeySpec, acl, flags, key_flags as kf};
 use crate::ctx::{BlockMode, Ctx};
 use crate::error::{CmdResult, CommandError};
-use crate::types::listpack::Value;
 
 /// Pop command rows.
 pub static COMMANDS: &[Spec] = &[
@@ -151,7 +150,7 @@ fn pop_at(
         if shape.nested {
             out.array(2);
         }
-        bulk_value(out, &Value::Str(m));
+        out.bulk(m);
         out.double(*s);
     }
     ctx.changed(key, 'z', if max { "zpopmax" } else { "zpopmin" }, deleted);

@@ -2,7 +2,7 @@
 
 use hotkv_protocol::{Args, ReplyBuf};
 
-use super::list::{bulk_value, range_arg};
+use super::list::range_arg;
 use super::{EngineCmd, LockPlan, Spec, int_arg, push_bulk};
 use crate::command::{CommandSpec, KeySpec, acl, flags, key_flags as kf};
 use crate::ctx::Ctx;
@@ -35,7 +35,7 @@ fn zrandmember(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResu
         };
         let z = k.zset()?;
         let pick = random_u64() as usize % z.len();
-        bulk_value(out, &z.range(pick, 1, false)[0].0);
+        z.range(pick, 1, false)[0].0.reply(out);
         return Ok(());
     };
     let count = range_arg(count, -i64::MAX, i64::MAX, None)?;
@@ -60,7 +60,7 @@ fn zrandmember(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResu
         if pairs {
             out.array(2);
         }
-        bulk_value(out, &m);
+        m.reply(out);
         if withscores {
             out.double(s);
         }

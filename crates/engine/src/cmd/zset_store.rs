@@ -15,7 +15,7 @@ use crate::ctx::Ctx;
 use crate::entry::ValueRef;
 use crate::error::{CmdResult, CommandError};
 use crate::object::Object;
-use crate::types::listpack::Value;
+use crate::types::lpentry::Elem;
 
 /// Set algebra command rows.
 pub static COMMANDS: &[Spec] = &[
@@ -305,7 +305,7 @@ fn generic(
         }
         Output::Reply => {
             result.sort_by(|(am, a), (bm, b)| a.total_cmp(b).then_with(|| am.cmp(bm)));
-            let items: Vec<(Value<'_>, f64)> = result.iter().map(|(m, s)| (Value::Str(m), *s)).collect();
+            let items: Vec<(Elem<'_>, f64)> = result.iter().map(|(m, s)| (Elem::Str(m), *s)).collect();
             reply_members(out, &items, withscores);
         }
     }

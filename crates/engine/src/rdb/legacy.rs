@@ -9,7 +9,7 @@
 //! walk reaches real entries, so a short blob claiming huge lengths costs nothing.
 
 use super::RdbError;
-use crate::types::listpack::Value;
+use crate::types::lpentry::Elem;
 
 /// Calls `f` with every entry of a ziplist, after checking the whole layout: header byte
 /// count equals the blob size, each entry's previous-length field equals the size of the
@@ -19,7 +19,7 @@ use crate::types::listpack::Value;
 /// Layout: `[zlbytes: u32 LE][zltail: u32 LE][zllen: u16 LE][entries...][0xFF]`.
 pub(super) fn ziplist_for_each(
     blob: &[u8],
-    mut f: impl FnMut(Value<'_>) -> Result<(), RdbError>,
+    mut f: impl FnMut(Elem<'_>) -> Result<(), RdbError>,
 ) -> Result<(), RdbError> {
     if blob.len() < ZL_HEADER + 1 {
         return Err(RdbError::BadFormat);
@@ -93,7 +93,7 @@ pub(super) fn zipmap_for_each(
 
 /// Decodes the entry whose encoding byte is at `at`: its value and the size of encoding plus
 /// data. Nothing past `end` (the terminator's offset) may belong to it.
-fn entry(blob: &[u8], at: usize, end: usize) -> Result<(Value<'_>, usize), RdbError> {
+fn entry(blob: &[u8], at: usize, end: usize) -> Result<(Elem<'_>, usize), RdbError> {
     let enc = *blob.get(at).filter(|_| at < end).ok_or(RdbError::BadFormat)?;
     let int = |n: usize| -> Result<i64, RdbError> {
         let b = slice(blob, at + 1, n, end)?;
@@ -106,26 +106,26 @@ fn entry(blob: &[u8], at: usize, end: usize) -> Result<(Value<'_>, usize), RdbEr
     Ok(match enc {
         0x00..=0x3F => {
             let n = usize::from(enc & 0x3F);
-            (Value::Str(slice(blob, at + 1, n, end)?), 1 + n)
+            (Elem::Str(slice(blob, at + 1, n, end)?), 1 + n)
         }
         0x40..=0x7F => {
             let low = *blob.get(at + 1).filter(|_| at + 1 < end).ok_or(RdbError::BadFormat)?;
             let n = (usize::from(enc & 0x3F) << 8) | usize::from(low);
-            (Value::Str(slice(blob, at + 2, n, end)?), 2 + n)
+            (Elem::Str(slice(blob, at + 2, n, end)?), 2 + n)
         }
         // Any 10xxxxxx byte is the 32-bit length form; its low bits are ignored, as in Valkey.
         0x80..=0xBF => {
             let b = slice(blob, at + 1, 4, end)?;
             let n = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
-            (Value::Str(slice(blob, at + 5, n, end)?), 5 + n)
+            (Elem::Str(slice(blob, at + 5, n, end)?), 5 + n)
         }
-        ZL_INT16 => (Value::Int(int(2)?), 3),
-        ZL_INT32 => (Value::Int(int(4)?), 5),
-        ZL_INT64 => (Value::Int(int(8)?), 9),
-        ZL_INT24 => (Value::Int(int(3)?), 4),
-        ZL_INT8 => (Value::Int(int(1)?), 2),
+        ZL_INT16 => (Elem::Int(int(2)?), 3),
+        ZL_INT32 => (Elem::Int(int(4)?), 5),
+        ZL_INT64 => (Elem::Int(int(8)?), 9),
+        ZL_INT24 => (Elem::Int(int(3)?), 4),
+        ZL_INT8 => (Elem::Int(int(1)?), 2),
         // 4-bit immediates 0001..1101 hold 0..12.
-        0xF1..=0xFD => (Value::Int(i64::from(enc & 0x0F) - 1), 1),
+        0xF1..=0xFD => (Elem::Int(i64::from(enc & 0x0F) - 1), 1),
         _ => return Err(RdbError::BadFormat),
     })
 }

@@ -497,6 +497,7 @@ mod tests {
     use super::*;
     use crate::rdb::fixture::{self, REDIS_LIST_FILE, REDIS_STRING_FILE, unhex};
     use crate::rdb::{AuxValue, RdbWriter, snapshot, write_len, write_string};
+    use crate::types::listpack::Listpack;
 
     /// Feeds `file` in pieces of the sizes `sizes` yields (cycling), collecting every item.
     fn read_in(file: &[u8], mut sizes: impl FnMut() -> usize) -> Result<Vec<Item>, RdbError> {
@@ -545,6 +546,12 @@ mod tests {
         Item::Entry { key: key.to_vec(), value: Loaded::Str(value.to_vec()), expire_ms: None, idle_s: None, freq: None }
     }
 
+    fn list_listpack(items: &[&[u8]]) -> Listpack {
+        let mut lp = Listpack::new();
+        items.iter().for_each(|i| lp.push_back(i));
+        lp
+    }
+
     #[test]
     fn reads_files_redis_7_wrote() {
         let items = read(&unhex(REDIS_STRING_FILE)).unwrap();
@@ -559,7 +566,8 @@ mod tests {
             items[7],
             Item::Entry {
                 key: b"l".to_vec(),
-                value: Loaded::List(vec![b"a".to_vec(), b"1".to_vec()]),
+                // Redis 7's one-node quicklist: its listpack, kept.
+                value: Loaded::ListListpack(list_listpack(&[b"a", b"1"])),
                 expire_ms: Some(4_102_444_800_000),
                 idle_s: None,
                 freq: None,

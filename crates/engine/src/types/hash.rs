@@ -8,7 +8,8 @@
 use std::collections::HashSet;
 
 use super::dict::{Dict, Keyed};
-use super::packed::{Elem, Packed};
+use super::lpentry::Elem;
+use super::packed::Packed;
 use super::sample;
 use crate::object::size_class;
 

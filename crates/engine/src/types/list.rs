@@ -9,7 +9,8 @@
 
 use std::collections::VecDeque;
 
-use super::listpack::{Listpack, Value, encoded_size};
+use super::listpack::{Listpack, encoded_size, walk};
+use super::lpentry::{Elem, backlen_size, is_canonical};
 
 /// A list value.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,6 +60,20 @@ fn exceeds_limit(fill: i64, bytes: usize, count: usize) -> bool {
     if size != usize::MAX { bytes > size } else { bytes > SIZE_SAFETY_LIMIT || count > max_count }
 }
 
+/// Whether pushing `lp`'s elements onto an empty list builds `lp` itself: each entry is in
+/// the form a push writes ([`is_canonical`]), and no push converts the list to a quicklist
+/// (the check of [`List::grow_for`], replayed).
+fn builds_as_is(lp: &Listpack, fill: i64) -> bool {
+    let (mut bytes, mut count) = (Listpack::new().bytes(), 0);
+    let mut as_is = true;
+    let walked = walk(lp.as_bytes(), |entry, e| {
+        as_is &= is_canonical(entry, e) && !exceeds_limit(fill, bytes + e.str_len(), count + 1);
+        bytes += entry.len() + backlen_size(entry.len());
+        count += 1;
+    });
+    walked.is_ok() && as_is
+}
+
 impl Default for List {
     fn default() -> Self {
         List::Packed(Listpack::new())
@@ -78,6 +93,18 @@ impl List {
             l.push(&[it], End::Tail, fill);
         }
         l
+    }
+
+    /// A list from a listpack read from outside (a one-node `LIST_QUICKLIST_2`): that
+    /// listpack, not copied, when it is byte for byte what [`List::from_elements`] would build
+    /// from its elements — the usual case, as Redis 7 and Valkey write small lists with the
+    /// same encoding and limits; otherwise built from its elements.
+    pub fn from_listpack(lp: Listpack, fill: i64) -> List {
+        if builds_as_is(&lp, fill) {
+            return List::Packed(lp);
+        }
+        let items: Vec<Vec<u8>> = lp.iter().map(Elem::to_vec).collect();
+        List::from_elements(items.iter().map(Vec::as_slice), fill)
     }
 
     /// Number of elements.
@@ -154,14 +181,14 @@ impl List {
     }
 
     /// The element at `index` (negative counts from the tail).
-    pub fn get(&self, index: i64) -> Option<Value<'_>> {
+    pub fn get(&self, index: i64) -> Option<Elem<'_>> {
         let i = self.absolute(index)?;
         let (node, p) = self.locate(i);
         Some(node.get(p))
     }
 
     /// Elements `start..start + n` in order, or from `start` backwards when `rev`.
-    pub fn range(&self, start: usize, n: usize, rev: bool) -> Vec<Value<'_>> {
+    pub fn range(&self, start: usize, n: usize, rev: bool) -> Vec<Elem<'_>> {
         let mut out = Vec::with_capacity(n.min(1 << 16));
         if n == 0 || start >= self.len() {
             return out;
@@ -205,7 +232,7 @@ impl List {
     }
 
     /// Every element, front to back.
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = Value<'_>> + '_ {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = Elem<'_>> + '_ {
         let nodes: Vec<&Listpack> = self.nodes().collect();
         nodes.into_iter().flat_map(|n| n.iter())
     }
@@ -308,8 +335,8 @@ impl List {
             End::Head => self.range(0, n, false),
             End::Tail => self.range(self.len() - 1, n, true),
         }
-        .iter()
-        .map(Value::to_vec)
+        .into_iter()
+        .map(Elem::to_vec)
         .collect();
         self.drop_end(end, n);
         self.try_shrink(fill);
@@ -543,9 +570,30 @@ impl Quicklist {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::listpack;
 
     fn strs(l: &List) -> Vec<String> {
         l.iter().map(|v| String::from_utf8(v.to_vec()).unwrap()).collect()
+    }
+
+    #[test]
+    fn from_listpack_keeps_what_pushes_would_build() {
+        let items: [&[u8]; 6] = [b"a", b"b", b"c", b"1", b"200", b"-5000"];
+        let built = List::from_elements(items, -2);
+        let List::Packed(lp) = &built else { panic!("small") };
+        let kept = List::from_listpack(lp.clone(), -2);
+        let List::Packed(k) = &kept else { panic!("kept as a listpack") };
+        assert_eq!((k.as_bytes(), k.capacity()), (lp.as_bytes(), lp.capacity()));
+        // Over a count limit of 4 pushes would have made a quicklist: so does this.
+        assert_eq!(List::from_listpack(lp.clone(), 4), List::from_elements(items, 4));
+        assert_eq!(List::from_listpack(lp.clone(), 4).encoding(), "quicklist");
+        // "12" as a string entry, which a push stores as an integer: rebuilt.
+        let mut odd = Vec::new();
+        listpack::write_framed([&[0x82, b'1', b'2'][..], &[0x81, b'x']].into_iter(), &mut odd);
+        let l = List::from_listpack(Listpack::from_bytes(odd).unwrap(), -2);
+        assert_eq!(l, List::from_elements([&b"12"[..], b"x"], -2));
+        let List::Packed(lp) = &l else { panic!("small") };
+        assert_eq!(lp.get(lp.first().unwrap()), Elem::Int(12));
     }
 
     #[test]
@@ -611,7 +659,7 @@ mod tests {
         assert_eq!(strs(&l), Vec::from(model.clone()));
         assert_eq!(l.get(1500).unwrap().to_vec(), model[1500].as_bytes());
         assert_eq!(l.get(-1).unwrap().to_vec(), model[2999].as_bytes());
-        let r: Vec<Vec<u8>> = l.range(2990, 20, true).iter().map(Value::to_vec).collect();
+        let r: Vec<Vec<u8>> = l.range(2990, 20, true).into_iter().map(Elem::to_vec).collect();
         assert_eq!(r.len(), 20);
         assert_eq!(r[19], model[2971].as_bytes());
         assert!(l.set(1000, &[b'z'; 9000], -2));

@@ -9,9 +9,17 @@
 //! An entry is `[encoding + data][backlen]`, where backlen is the size of encoding + data in
 //! 1-5 bytes read from the end, so the list can be walked both ways.
 //!
+//! This module is the framing only. The entries' encoding + data is [`crate::types::lpentry`],
+//! the one codec it shares with [`crate::types::packed`], which keeps the same entries without
+//! this framing (no header, back-lengths or terminator) for small hashes and sets.
+//! [`walk`] and [`write_framed`] convert between the two framings: they check or add the
+//! header, back-lengths and terminator around entries that are copied as they are.
+//!
 //! Positions are byte offsets of entries; the offset of the terminator marks "past the end".
 
 use std::fmt;
+
+use super::lpentry::{Elem, Encoded, backlen_size, decode, decode_backlen, write_backlen};
 
 /// Bytes before the first entry.
 pub const HEADER: usize = 6;
@@ -19,46 +27,6 @@ pub const HEADER: usize = 6;
 const EOF: u8 = 0xFF;
 /// Header count meaning "too many to count here: walk the entries".
 const COUNT_UNKNOWN: usize = 65535;
-
-/// One element, borrowed from the listpack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Value<'a> {
-    /// Bytes stored as a string.
-    Str(&'a [u8]),
-    /// A string that was a canonical decimal integer, stored as that integer.
-    Int(i64),
-}
-
-impl Value<'_> {
-    /// Whether the element equals `other` as a string.
-    pub fn eq_bytes(&self, other: &[u8]) -> bool {
-        match *self {
-            Value::Str(s) => s == other,
-            Value::Int(v) => itoa::Buffer::new().format(v).as_bytes() == other,
-        }
-    }
-
-    /// The element as owned bytes.
-    pub fn to_vec(&self) -> Vec<u8> {
-        match *self {
-            Value::Str(s) => s.to_vec(),
-            Value::Int(v) => itoa::Buffer::new().format(v).as_bytes().to_vec(),
-        }
-    }
-
-    /// Calls `f` with the element's bytes, formatting an integer on the stack.
-    pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
-        match *self {
-            Value::Str(s) => f(s),
-            Value::Int(v) => f(itoa::Buffer::new().format(v).as_bytes()),
-        }
-    }
-
-    /// The string length of the element.
-    pub fn str_len(&self) -> usize {
-        self.with_bytes(|b| b.len())
-    }
-}
 
 /// A listpack.
 #[derive(Clone, PartialEq, Eq)]
@@ -74,37 +42,14 @@ impl Listpack {
     /// An empty listpack (7 bytes, as Valkey's `lpNew`).
     pub fn new() -> Listpack {
         let mut buf = Vec::with_capacity(HEADER + 1);
-        buf.extend_from_slice(&((HEADER + 1) as u32).to_le_bytes());
-        buf.extend_from_slice(&0u16.to_le_bytes());
-        buf.push(EOF);
+        write_framed(std::iter::empty(), &mut buf);
         Listpack { buf }
     }
 
     /// Takes a listpack from a DUMP payload, checking every entry so later reads cannot go
     /// out of bounds.
     pub fn from_bytes(buf: Vec<u8>) -> Result<Listpack, Corrupt> {
-        if buf.len() < HEADER + 1 || read_u32(&buf, 0) as usize != buf.len() || buf[buf.len() - 1] != EOF {
-            return Err(Corrupt);
-        }
-        let mut n = 0usize;
-        let mut p = HEADER;
-        while buf[p] != EOF {
-            let (payload, _) = decode_header(&buf, p).ok_or(Corrupt)?;
-            let back = backlen_size(payload);
-            let end = p.checked_add(payload + back).filter(|&e| e < buf.len()).ok_or(Corrupt)?;
-            if decode_backlen(&buf, end - 1) != Some(payload) {
-                return Err(Corrupt);
-            }
-            p = end;
-            n += 1;
-        }
-        if p != buf.len() - 1 {
-            return Err(Corrupt);
-        }
-        let header = usize::from(u16::from_le_bytes([buf[4], buf[5]]));
-        if header != COUNT_UNKNOWN && header != n {
-            return Err(Corrupt);
-        }
+        let n = walk(&buf, |_, _| {})?;
         let mut lp = Listpack { buf };
         lp.set_count(n);
         lp.buf.shrink_to_fit();
@@ -157,8 +102,7 @@ impl Listpack {
 
     /// The entry after the one at `p`.
     pub fn next(&self, p: usize) -> Option<usize> {
-        let n = p + self.entry_size(p);
-        (self.buf[n] != EOF).then_some(n)
+        self.entry(p).1
     }
 
     /// The entry before the one at `p` (or before the terminator).
@@ -194,8 +138,8 @@ impl Listpack {
     }
 
     /// The element at `p`.
-    pub fn get(&self, p: usize) -> Value<'_> {
-        decode_value(&self.buf, p)
+    pub fn get(&self, p: usize) -> Elem<'_> {
+        self.entry(p).0
     }
 
     /// All elements, front to back.
@@ -205,10 +149,14 @@ impl Listpack {
 
     /// Inserts `value` before the entry at `p` (at [`Listpack::end`] to append).
     pub fn insert(&mut self, p: usize, value: &[u8]) {
-        let mut enc = Vec::with_capacity(value.len() + 10);
-        encode(value, &mut enc);
-        self.grow(enc.len());
-        self.buf.splice(p..p, enc);
+        let enc = Encoded::of(Elem::of(value));
+        self.grow(enc.len() + backlen_size(enc.len()));
+        // Written past the terminator, then rotated into place: no buffer of its own for the
+        // entry, and for an append the rotation moves only the terminator.
+        let end = self.buf.len();
+        write_entry(enc, &mut self.buf);
+        let added = self.buf.len() - end;
+        self.buf[p..].rotate_right(added);
         self.bump(1);
     }
 
@@ -272,10 +220,26 @@ impl Listpack {
         self.buf.shrink_to_fit();
     }
 
+    /// The element at `p` and the entry after it: one decode for both, as a forward walk
+    /// needs both.
+    fn entry(&self, p: usize) -> (Elem<'_>, Option<usize>) {
+        let (e, size) = self.decode_entry(p);
+        let n = p + size;
+        (e, (self.buf[n] != EOF).then_some(n))
+    }
+
     /// Size of the whole entry at `p`: encoding, data and backlen.
     fn entry_size(&self, p: usize) -> usize {
-        let (payload, _) = decode_header(&self.buf, p).unwrap_or((1, 0));
-        payload + backlen_size(payload)
+        self.decode_entry(p).1
+    }
+
+    /// The element at `p` and the size of its whole entry.
+    fn decode_entry(&self, p: usize) -> (Elem<'_>, usize) {
+        // Invariant: the buffer was built by `encode` or checked by `from_bytes`, and `p` is
+        // the offset of an entry.
+        let (e, end) = decode(&self.buf, p).expect("listpack holds well-formed entries");
+        let payload = end - p;
+        (e, payload + backlen_size(payload))
     }
 
     /// Makes room for `extra` bytes without the doubling growth of `Vec`: a listpack is
@@ -305,8 +269,7 @@ impl Listpack {
     }
 
     fn set_count(&mut self, n: usize) {
-        let stored = if n >= COUNT_UNKNOWN { COUNT_UNKNOWN as u16 } else { n as u16 };
-        self.buf[4..6].copy_from_slice(&stored.to_le_bytes());
+        self.buf[4..6].copy_from_slice(&header_count(n).to_le_bytes());
     }
 }
 
@@ -330,17 +293,18 @@ pub struct Iter<'a> {
 }
 
 impl<'a> Iterator for Iter<'a> {
-    type Item = Value<'a>;
+    type Item = Elem<'a>;
 
-    fn next(&mut self) -> Option<Value<'a>> {
+    fn next(&mut self) -> Option<Elem<'a>> {
         let p = self.front?;
+        let (e, next) = self.lp.entry(p);
         if Some(p) == self.back {
             self.front = None;
             self.back = None;
         } else {
-            self.front = self.lp.next(p);
+            self.front = next;
         }
-        Some(self.lp.get(p))
+        Some(e)
     }
 }
 
@@ -360,160 +324,81 @@ impl DoubleEndedIterator for Iter<'_> {
 /// Encodes `value` as one entry (encoding, data, backlen), as an integer when it is a
 /// canonical decimal integer (Valkey's `lpStringToInt64`).
 pub fn encode(value: &[u8], out: &mut Vec<u8>) {
-    let start = out.len();
-    match hotkv_protocol::parse_i64(value) {
-        Some(v) => encode_int(v, out),
-        None => encode_str(value, out),
-    }
-    let payload = out.len() - start;
-    write_backlen(payload, out);
+    write_entry(Encoded::of(Elem::of(value)), out);
 }
 
 /// The bytes one element takes in a listpack.
 pub fn encoded_size(value: &[u8]) -> usize {
-    let payload = match hotkv_protocol::parse_i64(value) {
-        Some(v) if (0..=127).contains(&v) => 1,
-        Some(v) if (-4096..=4095).contains(&v) => 2,
-        Some(v) if i16::try_from(v).is_ok() => 3,
-        Some(v) if (-(1 << 23)..(1 << 23)).contains(&v) => 4,
-        Some(v) if i32::try_from(v).is_ok() => 5,
-        Some(_) => 9,
-        None if value.len() < 64 => 1 + value.len(),
-        None if value.len() < 4096 => 2 + value.len(),
-        None => 5 + value.len(),
-    };
+    let payload = Encoded::of(Elem::of(value)).len();
     payload + backlen_size(payload)
 }
 
-fn encode_int(v: i64, out: &mut Vec<u8>) {
-    if (0..=127).contains(&v) {
-        out.push(v as u8);
-    } else if (-4096..=4095).contains(&v) {
-        let u = if v < 0 { (1 << 13) + v } else { v } as u16;
-        out.extend_from_slice(&[0xC0 | (u >> 8) as u8, u as u8]);
-    } else if let Ok(v) = i16::try_from(v) {
-        out.push(0xF1);
-        out.extend_from_slice(&v.to_le_bytes());
-    } else if (-(1 << 23)..(1 << 23)).contains(&v) {
-        out.push(0xF2);
-        out.extend_from_slice(&(v as i32).to_le_bytes()[..3]);
-    } else if let Ok(v) = i32::try_from(v) {
-        out.push(0xF3);
-        out.extend_from_slice(&v.to_le_bytes());
-    } else {
-        out.push(0xF4);
-        out.extend_from_slice(&v.to_le_bytes());
-    }
+/// Appends `enc` and its back-length.
+fn write_entry(enc: Encoded<'_>, out: &mut Vec<u8>) {
+    enc.write(out);
+    write_backlen(enc.len(), out);
 }
 
-fn encode_str(s: &[u8], out: &mut Vec<u8>) {
-    let n = s.len();
-    if n < 64 {
-        out.push(0x80 | n as u8);
-    } else if n < 4096 {
-        out.extend_from_slice(&[0xE0 | (n >> 8) as u8, n as u8]);
-    } else {
-        out.push(0xF0);
-        out.extend_from_slice(&(n as u32).to_le_bytes());
+/// Checks a listpack from outside (a RESTORE payload, an RDB file) from header to
+/// terminator, every entry and back-length against the bytes, and calls `f` with each
+/// entry's encoding + data (without its back-length) and its element, in order. Returns the
+/// number of entries.
+pub fn walk<'a>(blob: &'a [u8], mut f: impl FnMut(&'a [u8], Elem<'a>)) -> Result<usize, Corrupt> {
+    let total = blob.get(..4).ok_or(Corrupt)?;
+    if blob.len() < HEADER + 1
+        || u32::from_le_bytes([total[0], total[1], total[2], total[3]]) as usize != blob.len()
+        || blob[blob.len() - 1] != EOF
+    {
+        return Err(Corrupt);
     }
-    out.extend_from_slice(s);
-}
-
-/// Bytes of the back-length written after an entry of `l` bytes (encoding and data).
-pub(crate) fn backlen_size(l: usize) -> usize {
-    match l {
-        0..=127 => 1,
-        128..16383 => 2,
-        16383..2097151 => 3,
-        2097151..268435455 => 4,
-        _ => 5,
-    }
-}
-
-/// Appends the back-length of an entry of `l` bytes.
-pub(crate) fn write_backlen(l: usize, out: &mut Vec<u8>) {
-    let n = backlen_size(l);
-    // Most significant group first; every byte but the first carries the continuation bit,
-    // so a reader walking backwards knows where the number ends.
-    for i in (0..n).rev() {
-        let group = ((l >> (7 * i)) & 127) as u8;
-        out.push(if i == n - 1 { group } else { group | 128 });
-    }
-}
-
-/// Reads a backlen whose last byte is at `p`.
-fn decode_backlen(buf: &[u8], mut p: usize) -> Option<usize> {
-    let mut val = 0usize;
-    let mut shift = 0;
-    loop {
-        let b = *buf.get(p)?;
-        val |= usize::from(b & 127) << shift;
-        if b & 128 == 0 {
-            return Some(val);
+    let last = blob.len() - 1;
+    let mut n = 0usize;
+    let mut p = HEADER;
+    while p < last {
+        // Entries end before the terminator: a string claiming its byte is corrupt too.
+        let (e, data_end) = decode(&blob[..last], p).ok_or(Corrupt)?;
+        let payload = data_end - p;
+        let end = data_end.checked_add(backlen_size(payload)).filter(|&e| e <= last).ok_or(Corrupt)?;
+        if decode_backlen(blob, end - 1) != Some(payload) {
+            return Err(Corrupt);
         }
-        shift += 7;
-        if shift > 28 || p == 0 {
-            return None;
-        }
-        p -= 1;
+        f(&blob[p..data_end], e);
+        p = end;
+        n += 1;
     }
+    let header = usize::from(u16::from_le_bytes([blob[4], blob[5]]));
+    if header != COUNT_UNKNOWN && header != n {
+        return Err(Corrupt);
+    }
+    Ok(n)
 }
 
-/// The size of encoding + data of the entry at `p`, and where its string data starts
-/// (0 for an integer). `None` when it runs past the buffer.
-fn decode_header(buf: &[u8], p: usize) -> Option<(usize, usize)> {
-    let b = *buf.get(p)?;
-    let (size, data) = if b & 0x80 == 0 {
-        (1, 0)
-    } else if b & 0xC0 == 0x80 {
-        (1 + usize::from(b & 0x3F), p + 1)
-    } else if b & 0xE0 == 0xC0 {
-        (2, 0)
-    } else if b & 0xF0 == 0xE0 {
-        (2 + ((usize::from(b & 0x0F) << 8) | usize::from(*buf.get(p + 1)?)), p + 2)
-    } else {
-        match b {
-            0xF0 => (5 + read_u32(buf.get(p + 1..p + 5)?, 0) as usize, p + 5),
-            0xF1 => (3, 0),
-            0xF2 => (4, 0),
-            0xF3 => (5, 0),
-            0xF4 => (9, 0),
-            _ => return None,
-        }
-    };
-    (p.checked_add(size)? <= buf.len()).then_some((size, data))
+/// Size of the listpack [`write_framed`] writes around entries of these sizes.
+pub fn framed_size(entry_sizes: impl Iterator<Item = usize>) -> usize {
+    HEADER + entry_sizes.map(|l| l + backlen_size(l)).sum::<usize>() + 1
 }
 
-fn decode_value(buf: &[u8], p: usize) -> Value<'_> {
-    let b = buf[p];
-    let le = |n: usize| {
-        let mut v = [0u8; 8];
-        v[..n].copy_from_slice(&buf[p + 1..p + 1 + n]);
-        // Sign-extend from n bytes.
-        let shift = 64 - 8 * n as u32;
-        (i64::from_le_bytes(v) << shift) >> shift
-    };
-    if b & 0x80 == 0 {
-        return Value::Int(i64::from(b));
+/// Appends a listpack of `entries`, each an encoding + data as [`Encoded::write`] writes
+/// it: the entries are copied as they are, with the header, a back-length after each and
+/// the terminator added around them.
+pub fn write_framed<'e>(entries: impl Iterator<Item = &'e [u8]> + Clone, out: &mut Vec<u8>) {
+    let (total, count) = entries.clone().fold((framed_size(std::iter::empty()), 0), |(total, count), e| {
+        (total + e.len() + backlen_size(e.len()), count + 1)
+    });
+    out.reserve(total);
+    out.extend_from_slice(&(total as u32).to_le_bytes());
+    out.extend_from_slice(&header_count(count).to_le_bytes());
+    for e in entries {
+        out.extend_from_slice(e);
+        write_backlen(e.len(), out);
     }
-    if b & 0xE0 == 0xC0 {
-        let u = (i64::from(b & 0x1F) << 8) | i64::from(buf[p + 1]);
-        return Value::Int(if u >= 1 << 12 { u - (1 << 13) } else { u });
-    }
-    match b {
-        0xF1 => Value::Int(le(2)),
-        0xF2 => Value::Int(le(3)),
-        0xF3 => Value::Int(le(4)),
-        0xF4 => Value::Int(le(8)),
-        _ => {
-            let (size, data) = decode_header(buf, p).unwrap_or((1, p + 1));
-            Value::Str(&buf[data..p + size])
-        }
-    }
+    out.push(EOF);
 }
 
-fn read_u32(buf: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
+/// The header's count for `n` entries: 65535 itself means "unknown, walk the entries", as
+/// for any count above it.
+fn header_count(n: usize) -> u16 {
+    u16::try_from(n).unwrap_or(COUNT_UNKNOWN as u16)
 }
 
 #[cfg(test)]
@@ -538,34 +423,11 @@ mod tests {
 
     #[test]
     fn integers_round_trip_in_every_width() {
-        let vals: Vec<String> = [
-            0i64,
-            1,
-            127,
-            128,
-            -1,
-            -4096,
-            4095,
-            4096,
-            -4097,
-            32767,
-            -32768,
-            32768,
-            8388607,
-            -8388608,
-            8388608,
-            i32::MAX as i64,
-            i32::MIN as i64,
-            i64::MAX,
-            i64::MIN,
-        ]
-        .iter()
-        .map(|v| v.to_string())
-        .collect();
+        let vals: Vec<String> = crate::types::lpentry::width_boundaries().iter().map(i64::to_string).collect();
         let mut l = Listpack::new();
         for v in &vals {
             l.push_back(v.as_bytes());
-            assert!(matches!(l.get(l.last().unwrap()), Value::Int(_)), "{v}");
+            assert!(matches!(l.get(l.last().unwrap()), Elem::Int(_)), "{v}");
         }
         let back: Vec<String> = l.iter().map(|v| String::from_utf8(v.to_vec()).unwrap()).collect();
         assert_eq!(back, vals);

@@ -6,6 +6,7 @@ pub mod hash;
 pub mod intset;
 pub mod list;
 pub mod listpack;
+pub mod lpentry;
 pub mod packed;
 pub mod sample;
 pub mod set;

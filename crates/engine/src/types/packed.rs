@@ -2,85 +2,30 @@
 //!
 //! All elements live back to back in one allocation of exactly their size, so a hash of ten
 //! short fields costs one small allocation instead of twenty strings and a table. Each element
-//! uses listpack's element encodings — a canonical decimal integer is stored as a 1-9 byte
-//! integer, a string as a 1, 2 or 5 byte length then its bytes — but without listpack's
-//! back-length byte, because nothing here walks backwards.
+//! is a listpack entry ([`crate::types::lpentry`], the codec [`crate::types::listpack`] uses
+//! too) — a canonical decimal integer as a 1-9 byte integer, a string as a 1, 2 or 5 byte
+//! length then its bytes — framed differently: no header, no terminator and no back-length
+//! after each entry, because nothing here walks backwards.
 //!
-//! The encoding is canonical: a given string always encodes to the same bytes (an integer
-//! exactly when [`parse_i64`] accepts it, the shortest header otherwise). Looking an element up
-//! is therefore a byte comparison of encoded forms, with no decoding of the candidates.
+//! The encoding is canonical ([`Elem::of`], [`Encoded::of`]), so looking an element up is a
+//! byte comparison of encoded forms, with no decoding of the candidates.
 //!
 //! Operations are O(N) in the number of elements, as a listpack's are; the thresholds that
 //! convert a collection to its table encoding keep N small.
 //!
-//! Why not store hashes and sets as real listpacks ([`crate::types::listpack`]), as lists and
-//! sorted sets are? Header, terminator and back-lengths cost 7 + N bytes, which crosses a
-//! jemalloc size class for most small values: measured with MEMORY USAGE, 9–44% more per
-//! small hash or set (a 2-field hash 80 → 96 bytes, 10 fields 176 → 224, a 10-member set
-//! 176 → 192). DUMP does not need it either: [`Packed::write_listpack`] adds the missing
-//! bytes while copying, so a packed hash still dumps as `HASH_LISTPACK` without re-encoding.
-
-use hotkv_protocol::{ReplyBuf, parse_i64};
+//! Why not store hashes and sets in the listpack framing, as lists and sorted sets are?
+//! Header, terminator and back-lengths cost 7 + N bytes, which crosses a jemalloc size class
+//! for most small values: measured with MEMORY USAGE, 9–44% more per small hash or set (a
+//! 2-field hash 80 → 96 bytes, 10 fields 176 → 224, a 10-member set 176 → 192). DUMP and
+//! RESTORE do not need it either, since the entries are the same bytes in both framings:
+//! [`Packed::write_listpack`] copies them and adds the framing, so a packed hash dumps as
+//! `HASH_LISTPACK` without re-encoding, and [`Packed::from_listpack`] copies them out of a
+//! checked blob, re-encoding only entries Valkey would not have written (an integer spelled
+//! as a string, a longer header than needed).
 
 use crate::object::size_class;
-use crate::types::listpack::{backlen_size, write_backlen};
-
-/// One element of a collection, borrowed: a string, or an integer stored in binary form
-/// (which stands for its decimal string).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Elem<'a> {
-    /// String bytes.
-    Str(&'a [u8]),
-    /// A canonical decimal integer.
-    Int(i64),
-}
-
-impl<'a> Elem<'a> {
-    /// The element for `bytes`: an integer when the bytes are a canonical decimal integer.
-    pub fn of(bytes: &'a [u8]) -> Elem<'a> {
-        match parse_i64(bytes) {
-            Some(n) => Elem::Int(n),
-            None => Elem::Str(bytes),
-        }
-    }
-
-    /// Writes the element as a bulk string.
-    pub fn reply(self, out: &mut ReplyBuf) {
-        match self {
-            Elem::Str(b) => out.bulk(b),
-            Elem::Int(n) => out.bulk_int(n),
-        }
-    }
-
-    /// Calls `f` with the element's string form.
-    pub fn with_bytes<R>(self, f: impl FnOnce(&[u8]) -> R) -> R {
-        match self {
-            Elem::Str(b) => f(b),
-            Elem::Int(n) => f(itoa::Buffer::new().format(n).as_bytes()),
-        }
-    }
-
-    /// The element's string form, owned.
-    pub fn to_vec(self) -> Vec<u8> {
-        self.with_bytes(<[u8]>::to_vec)
-    }
-
-    /// Length of the string form (HSTRLEN).
-    pub fn str_len(self) -> usize {
-        match self {
-            Elem::Str(b) => b.len(),
-            Elem::Int(n) => itoa::Buffer::new().format(n).len(),
-        }
-    }
-
-    /// The integer the element stands for, if it is one.
-    pub fn as_int(self) -> Option<i64> {
-        match self {
-            Elem::Int(n) => Some(n),
-            Elem::Str(b) => parse_i64(b),
-        }
-    }
-}
+use crate::types::listpack;
+use crate::types::lpentry::{Elem, Encoded, decode, is_canonical};
 
 /// A sequence of elements in one exactly-sized allocation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -159,15 +104,11 @@ impl Packed {
     /// 2*stride, ... (stride 2 searches the fields of a hash and skips its values).
     pub fn find(&self, needle: &[u8], stride: usize) -> Option<usize> {
         let enc = Encoded::of(Elem::of(needle));
-        let head = enc.head();
         let mut at = 0;
         let mut i = 0;
         while at < self.buf.len() {
-            if i % stride == 0 {
-                let rest = &self.buf[at..];
-                if rest.starts_with(head) && rest[head.len()..].starts_with(enc.body) {
-                    return Some(at);
-                }
+            if i % stride == 0 && enc.is_prefix_of(&self.buf[at..]) {
+                return Some(at);
             }
             at = self.at(at).1;
             i += 1;
@@ -211,67 +152,45 @@ impl Packed {
         self.len -= n as u32;
     }
 
-    /// Decodes a listpack blob from an RDB payload (Valkey's `HASH_LISTPACK`/`SET_LISTPACK`),
-    /// checking every length against the blob. Elements are re-encoded canonically.
+    /// Takes the elements of a listpack blob from an RDB payload (Valkey's
+    /// `HASH_LISTPACK`/`SET_LISTPACK`), checked from header to terminator. Entries are copied
+    /// as they are; only one in a form [`Encoded::of`] does not write is re-encoded, so that
+    /// lookups by encoded bytes find it.
     pub fn from_listpack(blob: &[u8]) -> Option<Packed> {
-        let total = u32::from_le_bytes(blob.get(0..4)?.try_into().ok()?) as usize;
-        let count = u16::from_le_bytes(blob.get(4..6)?.try_into().ok()?);
-        if total != blob.len() || blob.last() != Some(&LP_END) {
-            return None;
-        }
-        let body = &blob[..blob.len() - 1];
-        let mut elems = Vec::new();
-        let mut at = 6;
-        while at < body.len() {
-            let (e, next) = decode(body, at)?;
-            // The back-length that follows each listpack entry: the entry's size in 7-bit
-            // groups.
-            let back = backlen_size(next - at);
-            at = next.checked_add(back).filter(|&n| n <= body.len())?;
-            elems.push(match e {
-                Elem::Str(b) => Elem::of(b),
-                e => e,
-            });
-        }
-        if count != LP_COUNT_UNKNOWN && usize::from(count) != elems.len() {
-            return None;
-        }
-        Some(Packed::from_elems(elems))
+        // The entries are the blob less its framing: never more bytes than the blob.
+        let mut buf = Vec::with_capacity(blob.len());
+        let n = listpack::walk(blob, |entry, e| {
+            if is_canonical(entry, e) {
+                buf.extend_from_slice(entry);
+            } else {
+                Encoded::of(e.canonical()).write(&mut buf);
+            }
+        })
+        .ok()?;
+        Some(Packed { buf: buf.into_boxed_slice(), len: u32::try_from(n).ok()? })
     }
 
     /// Size of this sequence written as a listpack by [`Packed::write_listpack`].
     pub fn listpack_bytes(&self) -> usize {
-        LP_HEADER + self.spans().map(|l| l + backlen_size(l)).sum::<usize>() + 1
+        listpack::framed_size(self.entries().map(<[u8]>::len))
     }
 
     /// Appends this sequence as a listpack blob (RDB `HASH_LISTPACK`). Every element is
-    /// already encoded as a listpack entry is, so this copies each one and adds what the
-    /// packed form leaves out: the header, a back-length per entry and the terminator. Nothing
-    /// is decoded or re-encoded.
+    /// already a listpack entry, so this copies each one and adds what the packed form leaves
+    /// out: the header, a back-length per entry and the terminator. Nothing is decoded or
+    /// re-encoded.
     pub fn write_listpack(&self, out: &mut Vec<u8>) {
-        let total = self.listpack_bytes();
-        out.reserve(total);
-        out.extend_from_slice(&(total as u32).to_le_bytes());
-        // 65535 itself means "unknown, walk the entries", as for any count above it.
-        let count = u16::try_from(self.len).unwrap_or(LP_COUNT_UNKNOWN);
-        out.extend_from_slice(&count.to_le_bytes());
-        let mut at = 0;
-        for l in self.spans() {
-            out.extend_from_slice(&self.buf[at..at + l]);
-            write_backlen(l, out);
-            at += l;
-        }
-        out.push(LP_END);
+        listpack::write_framed(self.entries(), out);
     }
 
-    /// The encoded size of each element, in order.
-    fn spans(&self) -> impl Iterator<Item = usize> + '_ {
+    /// Each element's entry bytes, in order.
+    fn entries(&self) -> impl Iterator<Item = &[u8]> + Clone + '_ {
         let mut at = 0;
         std::iter::from_fn(move || {
             let (_, next) = decode(&self.buf, at)?;
-            let l = next - at;
+            let entry = &self.buf[at..next];
             at = next;
-            Some(l)
+            Some(entry)
         })
     }
 
@@ -303,126 +222,6 @@ impl<'a> Iterator for Iter<'a> {
     }
 }
 
-/// An element's encoding: a header (which holds all of an integer) and a string's bytes.
-struct Encoded<'a> {
-    head: [u8; 9],
-    head_len: u8,
-    body: &'a [u8],
-}
-
-impl<'a> Encoded<'a> {
-    fn of(e: Elem<'a>) -> Encoded<'a> {
-        let mut head = [0u8; 9];
-        let (head_len, body): (usize, &[u8]) = match e {
-            Elem::Int(n) if (0..=127).contains(&n) => {
-                head[0] = n as u8;
-                (1, &[])
-            }
-            Elem::Int(n) if (-4096..=4095).contains(&n) => {
-                let raw = (n as u16) & 0x1FFF;
-                head[0] = INT13 | (raw >> 8) as u8;
-                head[1] = raw as u8;
-                (2, &[])
-            }
-            Elem::Int(n) => {
-                let (tag, width) = if i16::try_from(n).is_ok() {
-                    (INT16, 2)
-                } else if (-(1 << 23)..(1 << 23)).contains(&n) {
-                    (INT24, 3)
-                } else if i32::try_from(n).is_ok() {
-                    (INT32, 4)
-                } else {
-                    (INT64, 8)
-                };
-                head[0] = tag;
-                head[1..=width].copy_from_slice(&n.to_le_bytes()[..width]);
-                (1 + width, &[])
-            }
-            Elem::Str(b) if b.len() < 64 => {
-                head[0] = STR6 | b.len() as u8;
-                (1, b)
-            }
-            Elem::Str(b) if b.len() < 4096 => {
-                head[0] = STR12 | (b.len() >> 8) as u8;
-                head[1] = b.len() as u8;
-                (2, b)
-            }
-            Elem::Str(b) => {
-                head[0] = STR32;
-                // Strings are limited by proto-max-bulk-len, far below 4 GiB.
-                head[1..5].copy_from_slice(&(b.len() as u32).to_le_bytes());
-                (5, b)
-            }
-        };
-        Encoded { head, head_len: head_len as u8, body }
-    }
-
-    fn head(&self) -> &[u8] {
-        &self.head[..usize::from(self.head_len)]
-    }
-
-    fn len(&self) -> usize {
-        usize::from(self.head_len) + self.body.len()
-    }
-
-    fn write(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(self.head());
-        out.extend_from_slice(self.body);
-    }
-}
-
-/// Decodes the element at `at`, checking bounds; returns it and the offset after it.
-fn decode(buf: &[u8], at: usize) -> Option<(Elem<'_>, usize)> {
-    let b = *buf.get(at)?;
-    let bytes = |from: usize, n: usize| buf.get(from..from.checked_add(n)?);
-    let int = |from: usize, n: usize| -> Option<i64> {
-        let raw = bytes(from, n)?;
-        let mut le = [0u8; 8];
-        le[..n].copy_from_slice(raw);
-        // Sign-extend from n bytes.
-        let shift = 64 - 8 * n as u32;
-        Some((i64::from_le_bytes(le) << shift) >> shift)
-    };
-    Some(match b {
-        0x00..=0x7F => (Elem::Int(i64::from(b)), at + 1),
-        0x80..=0xBF => {
-            let n = usize::from(b & 0x3F);
-            (Elem::Str(bytes(at + 1, n)?), at + 1 + n)
-        }
-        0xC0..=0xDF => {
-            let raw = (u16::from(b & 0x1F) << 8) | u16::from(*buf.get(at + 1)?);
-            // Sign-extend from 13 bits.
-            (Elem::Int(i64::from(((raw << 3) as i16) >> 3)), at + 2)
-        }
-        0xE0..=0xEF => {
-            let n = (usize::from(b & 0x0F) << 8) | usize::from(*buf.get(at + 1)?);
-            (Elem::Str(bytes(at + 2, n)?), at + 2 + n)
-        }
-        STR32 => {
-            let n = u32::from_le_bytes(bytes(at + 1, 4)?.try_into().ok()?) as usize;
-            (Elem::Str(bytes(at + 5, n)?), at + 5 + n)
-        }
-        INT16 => (Elem::Int(int(at + 1, 2)?), at + 3),
-        INT24 => (Elem::Int(int(at + 1, 3)?), at + 4),
-        INT32 => (Elem::Int(int(at + 1, 4)?), at + 5),
-        INT64 => (Elem::Int(int(at + 1, 8)?), at + 9),
-        _ => return None,
-    })
-}
-
-const STR6: u8 = 0x80;
-const INT13: u8 = 0xC0;
-const STR12: u8 = 0xE0;
-const STR32: u8 = 0xF0;
-const INT16: u8 = 0xF1;
-const INT24: u8 = 0xF2;
-const INT32: u8 = 0xF3;
-const INT64: u8 = 0xF4;
-const LP_END: u8 = 0xFF;
-/// A listpack's header: total bytes (u32 LE) and count (u16 LE).
-const LP_HEADER: usize = 6;
-const LP_COUNT_UNKNOWN: u16 = u16::MAX;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -450,28 +249,7 @@ mod tests {
 
     #[test]
     fn integers_round_trip_at_every_width_boundary() {
-        let values: Vec<i64> = vec![
-            0,
-            1,
-            127,
-            128,
-            -1,
-            -4096,
-            4095,
-            4096,
-            -4097,
-            32767,
-            -32768,
-            32768,
-            (1 << 23) - 1,
-            -(1 << 23),
-            1 << 23,
-            i32::MAX as i64,
-            i32::MIN as i64,
-            i32::MAX as i64 + 1,
-            i64::MAX,
-            i64::MIN,
-        ];
+        let values = crate::types::lpentry::width_boundaries();
         let texts: Vec<String> = values.iter().map(i64::to_string).collect();
         let p = Packed::from_elems(texts.iter().map(|t| Elem::of(t.as_bytes())));
         assert_eq!(p.len(), values.len());
@@ -563,11 +341,53 @@ mod tests {
     }
 
     #[test]
-    fn elem_helpers() {
-        assert_eq!(Elem::Int(-120).str_len(), 4);
-        assert_eq!(Elem::Str(b"abc").str_len(), 3);
-        assert_eq!(Elem::Int(42).to_vec(), b"42");
-        assert_eq!(Elem::Str(b"12").as_int(), Some(12));
-        assert_eq!(Elem::Str(b"x").as_int(), None);
+    fn reads_entries_valkey_writes_as_they_are_and_canonicalises_the_rest() {
+        let p = Packed::from_elems([b"f".as_slice(), b"-5000", b"a string", b"7"].map(Elem::of));
+        let mut blob = Vec::new();
+        p.write_listpack(&mut blob);
+        let q = Packed::from_listpack(&blob).unwrap();
+        assert_eq!(q.buf, p.buf, "the entries, copied");
+        assert_eq!(q.len(), 4);
+        // "12" as a string entry, 5 as an int13, "x" behind a 12-bit length: a listpack Valkey
+        // reads but would not write. Each is stored in the form lookups expect.
+        let odd: [&[u8]; 3] = [&[0x82, b'1', b'2'], &[0xC0, 0x05], &[0xE0, 0x01, b'x']];
+        let mut blob = Vec::new();
+        listpack::write_framed(odd.into_iter(), &mut blob);
+        let q = Packed::from_listpack(&blob).unwrap();
+        assert_eq!(q.iter().collect::<Vec<_>>(), [Elem::Int(12), Elem::Int(5), Elem::Str(b"x")]);
+        assert_eq!(q, Packed::from_elems([b"12".as_slice(), b"5", b"x"].map(Elem::of)));
+        assert!(q.find(b"12", 1).is_some() && q.find(b"5", 1).is_some());
+    }
+
+    #[test]
+    fn refuses_a_wrong_back_length() {
+        let blob = [0x0d, 0, 0, 0, 0x02, 0x00, 0x81, b'f', 0x03, 0x81, b'v', 0x02, 0xff];
+        assert!(Packed::from_listpack(&blob).is_none());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn reading_arbitrary_or_damaged_listpacks_never_panics(
+            junk in proptest::collection::vec(proptest::num::u8::ANY, 0..64),
+            flips in proptest::collection::vec((0usize..256, proptest::num::u8::ANY), 1..4),
+        ) {
+            let _ = Packed::from_listpack(&junk);
+            let good = Packed::from_elems([b"field".as_slice(), b"300", b"-1", &[b'z'; 70], b""].map(Elem::of));
+            let mut blob = Vec::new();
+            good.write_listpack(&mut blob);
+            for (at, x) in flips {
+                let i = at % blob.len();
+                blob[i] ^= x;
+            }
+            if let Some(p) = Packed::from_listpack(&blob) {
+                // Whatever was accepted is well formed: it walks, and it dumps as a listpack
+                // that reads back the same.
+                let elems: Vec<Vec<u8>> = strs(&p);
+                proptest::prop_assert_eq!(elems.len(), p.len());
+                let mut again = Vec::new();
+                p.write_listpack(&mut again);
+                proptest::prop_assert_eq!(Packed::from_listpack(&again), Some(p));
+            }
+        }
     }
 }

@@ -11,7 +11,8 @@ use std::collections::HashSet;
 
 use super::dict::Dict;
 use super::intset::IntSet;
-use super::packed::{Elem, Packed};
+use super::lpentry::Elem;
+use super::packed::Packed;
 use super::sample;
 
 /// The compact-encoding limits of sets.

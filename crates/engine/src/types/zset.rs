@@ -6,7 +6,8 @@
 //! before it" ([`ZSet::count_before`], O(log N) in the skip list), and ranges are read and
 //! removed by rank. Commands therefore never care which encoding they face.
 
-use super::listpack::{Listpack, Value};
+use super::listpack::Listpack;
+use super::lpentry::Elem;
 use super::skiplist::SkipList;
 
 /// A sorted set value.
@@ -73,21 +74,21 @@ impl ZSet {
         if !lp.len().is_multiple_of(2) || lp.is_empty() {
             return false;
         }
-        let bytes_cmp = |a: &Value<'_>, b: &Value<'_>| a.with_bytes(|x| b.with_bytes(|y| x.cmp(y)));
+        let bytes_cmp = |a: &Elem<'_>, b: &Elem<'_>| a.with_bytes(|x| b.with_bytes(|y| x.cmp(y)));
         // Repeated members, found with an open-addressing table of member indexes (at most
         // half full): sorting the members instead cost more than the rest of the load.
         let pairs = lp.len() / 2;
         let slots = (pairs * 2).next_power_of_two();
         let mut seen = vec![u32::MAX; slots];
         let mut members = Vec::with_capacity(pairs);
-        let mut prev: Option<(Value<'_>, f64)> = None;
+        let mut prev: Option<(Elem<'_>, f64)> = None;
         let mut it = lp.iter();
         while let (Some(m), Some(s)) = (it.next(), it.next()) {
             let score = match s {
-                Value::Int(i) => i as f64,
-                Value::Str(b"inf") => f64::INFINITY,
-                Value::Str(b"-inf") => f64::NEG_INFINITY,
-                Value::Str(b) => match hotkv_protocol::parse_double(b) {
+                Elem::Int(i) => i as f64,
+                Elem::Str(b"inf") => f64::INFINITY,
+                Elem::Str(b"-inf") => f64::NEG_INFINITY,
+                Elem::Str(b) => match hotkv_protocol::parse_double(b) {
                     Some(d) => d,
                     None => return false,
                 },
@@ -259,7 +260,7 @@ impl ZSet {
 
     /// Up to `n` members from 0-based rank `start`, ascending, or descending from `start`
     /// when `rev`.
-    pub fn range(&self, start: usize, n: usize, rev: bool) -> Vec<(Value<'_>, f64)> {
+    pub fn range(&self, start: usize, n: usize, rev: bool) -> Vec<(Elem<'_>, f64)> {
         let mut out = Vec::with_capacity(n.min(self.len()));
         if start >= self.len() {
             return out;
@@ -276,13 +277,13 @@ impl ZSet {
                     p = if rev { lp.prev(m).and_then(|s| lp.prev(s)) } else { lp.next(sp) };
                 }
             }
-            ZSet::Skip(s) => out.extend(s.range(start, n, rev).into_iter().map(|(m, sc)| (Value::Str(m), sc))),
+            ZSet::Skip(s) => out.extend(s.range(start, n, rev).into_iter().map(|(m, sc)| (Elem::Str(m), sc))),
         }
         out
     }
 
     /// Every member in order, with its score.
-    pub fn iter(&self) -> Vec<(Value<'_>, f64)> {
+    pub fn iter(&self) -> Vec<(Elem<'_>, f64)> {
         self.range(0, self.len(), false)
     }
 
@@ -338,10 +339,10 @@ impl ZSet {
 }
 
 /// Reads a score entry: an integer, or a string in `d2string` form (`zzlGetScore`).
-pub fn lp_score(v: Value<'_>) -> f64 {
+pub fn lp_score(v: Elem<'_>) -> f64 {
     match v {
-        Value::Int(i) => i as f64,
-        Value::Str(s) => std::str::from_utf8(s).ok().and_then(|t| t.parse().ok()).unwrap_or(0.0),
+        Elem::Int(i) => i as f64,
+        Elem::Str(s) => std::str::from_utf8(s).ok().and_then(|t| t.parse().ok()).unwrap_or(0.0),
     }
 }
 
@@ -459,10 +460,10 @@ mod tests {
         z.insert(b"b", 1.5, LIMITS);
         z.insert(b"c", f64::INFINITY, LIMITS);
         let ZSet::Packed(lp) = &z else { panic!() };
-        let raw: Vec<Value<'_>> = lp.iter().collect();
-        assert_eq!(raw[1], Value::Int(1));
-        assert_eq!(raw[3], Value::Str(b"1.5"));
-        assert_eq!(raw[5], Value::Str(b"inf"));
+        let raw: Vec<Elem<'_>> = lp.iter().collect();
+        assert_eq!(raw[1], Elem::Int(1));
+        assert_eq!(raw[3], Elem::Str(b"1.5"));
+        assert_eq!(raw[5], Elem::Str(b"inf"));
         assert_eq!(z.score(b"c"), Some(f64::INFINITY));
     }
 }
