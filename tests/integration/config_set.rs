@@ -150,7 +150,10 @@ fn config_resetstat_clears_counters() {
     let mut c = srv.client();
     ok(&mut c, &["SET", "k", "v"]);
     assert_err_prefix(&c.cmd(&["NOSUCHCOMMAND"]), "ERR unknown command");
+    ok(&mut c, &["SAVE"]);
+    assert_eq!(crate::info_num(&crate::info(&mut c, "persistence"), "rdb_saves"), 1);
     ok(&mut c, &["CONFIG", "RESETSTAT"]);
+    assert_eq!(crate::info_num(&crate::info(&mut c, "persistence"), "rdb_saves"), 0);
     let stats = crate::info(&mut c, "stats");
     assert!(crate::info_num(&stats, "total_commands_processed") <= 2, "{stats}");
     assert_eq!(crate::info_num(&stats, "total_error_replies"), 0);

@@ -261,6 +261,11 @@ fn a_cut_link_resumes_with_a_partial_resync() {
     let log = primary.log();
     assert_eq!(log.matches("Starting BGSAVE for SYNC").count(), 1, "one full sync only:\n{log}");
     assert!(log.contains("Partial resynchronization request from"), "{log}");
+    // INFO's sync counters say the same, and CONFIG RESETSTAT clears them (Valkey's
+    // psync2-master-restart resets them and then expects exactly one partial sync).
+    assert_eq!((info_stat(&mut p, "sync_full"), info_stat(&mut p, "sync_partial_ok")), (Some(1), Some(1)));
+    assert_eq!(p.cmd(&["CONFIG", "RESETSTAT"]), Frame::ok());
+    assert_eq!((info_stat(&mut p, "sync_full"), info_stat(&mut p, "sync_partial_ok")), (Some(0), Some(0)));
 }
 
 #[test]

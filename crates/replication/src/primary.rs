@@ -324,6 +324,13 @@ impl Primary {
         st.second_offset = -1;
     }
 
+    /// CONFIG RESETSTAT: the sync counters start again from zero.
+    pub fn reset_sync_counts(&self) {
+        for c in &self.syncs {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// What PSYNC/SYNC requests got so far.
     pub fn sync_counts(&self) -> SyncCounts {
         let at = |i: usize| self.syncs[i].load(Ordering::Relaxed);

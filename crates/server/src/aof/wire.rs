@@ -59,6 +59,18 @@ struct Fack {
 }
 
 impl Aof {
+    /// CONFIG RESETSTAT: `aof_rewrites`, `aof_rewrites_consecutive_failures` and
+    /// `aof_delayed_fsync` start again from zero, as Valkey's `resetServerStats` has them.
+    pub fn reset_stats(&self) {
+        let mut st = self.stats.lock();
+        st.rewrites = 0;
+        st.consecutive_failures = 0;
+        drop(st);
+        if let Some(w) = self.writer() {
+            w.reset_delayed_fsync();
+        }
+    }
+
     /// The writer, while the AOF is on.
     pub fn writer(&self) -> Option<Arc<AofWriter>> {
         self.writer.load_full()

@@ -374,6 +374,11 @@ impl AofWriter {
             .then(|| "Errors writing to the AOF file: the AOF buffer is full (the disk is too slow)".to_string())
     }
 
+    /// CONFIG RESETSTAT: `aof_delayed_fsync` starts again from zero.
+    pub fn reset_delayed_fsync(&self) {
+        self.inner.delayed_fsync.store(0, Ordering::Relaxed);
+    }
+
     /// What INFO persistence shows of the writer.
     pub fn stats(&self) -> WriterStats {
         let i = &self.inner;

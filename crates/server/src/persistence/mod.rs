@@ -120,6 +120,11 @@ impl Default for Persistence {
 }
 
 impl Persistence {
+    /// CONFIG RESETSTAT: `rdb_saves` starts again from zero.
+    pub fn reset_stats(&self) {
+        self.saves.store(0, Ordering::Relaxed);
+    }
+
     /// Marks the start-up load (see `starting`).
     pub fn set_starting(&self, on: bool) {
         self.starting.store(on, Ordering::Release);
