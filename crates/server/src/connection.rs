@@ -176,8 +176,12 @@ impl Conn {
             }
             info.net_in.fetch_add(n as u64, Ordering::Relaxed);
             sess.pending_in += n as u64;
-            let rt = srv.rt.load();
-            if self.rbuf.len() > rt.query_buffer_limit {
+            // A value, not the guard: an arc_swap guard held across this loop's awaits pins
+            // one of the worker thread's few fast slots per idle connection, and once they
+            // are taken every load on the thread (the AOF writer's, per write) falls to the
+            // slow path: 5% of a pipelined SET's CPU.
+            let query_buffer_limit = srv.rt.load().query_buffer_limit;
+            if self.rbuf.len() > query_buffer_limit {
                 tracing::warn!(
                     "Closing client that reached max query buffer length: id={} addr={} (qbuf initial bytes: {:?})",
                     info.id,

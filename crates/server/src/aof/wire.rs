@@ -32,8 +32,14 @@ use crate::snapshot::{CutHook, StreamEnd, StreamOptions, stream_rdb};
 /// first rewrite when turned on at runtime, as Valkey's `AOF_WAIT_REWRITE`).
 #[derive(Default)]
 pub struct Aof {
-    /// Appends the write stream; `None` while the AOF is off.
+    /// Appends the write stream; `None` while the AOF is off. Set only through
+    /// [`Aof::set_writer`], which keeps `has_writer` in step.
     writer: ArcSwapOption<AofWriter>,
+    /// Whether `writer` is set: every write asks, and a relaxed load of a flag costs a tenth
+    /// of an arc_swap load (which showed as 2.4% of a pipelined SET's CPU with no AOF).
+    has_writer: AtomicBool,
+    /// Serialises [`Aof::set_writer`].
+    setting: Mutex<()>,
     /// The manifest and the directory, once the AOF was opened.
     files: Mutex<Option<AofFiles>>,
     /// Rewrite counters and the retry limiter.
@@ -71,6 +77,23 @@ impl Aof {
         }
     }
 
+    /// Installs or removes the writer, returning the previous one.
+    fn set_writer(&self, w: Option<Arc<AofWriter>>) -> Option<Arc<AofWriter>> {
+        // Flag first when installing, last when removing: a write that sees the flag set
+        // and then finds no writer only skips (the flag is a hint, the load decides). The
+        // lock keeps an install and a removal from interleaving their two steps.
+        let _one_at_a_time = self.setting.lock();
+        let on = w.is_some();
+        if on {
+            self.has_writer.store(true, Ordering::Release);
+        }
+        let old = self.writer.swap(w);
+        if !on {
+            self.has_writer.store(false, Ordering::Release);
+        }
+        old
+    }
+
     /// The writer, while the AOF is on.
     pub fn writer(&self) -> Option<Arc<AofWriter>> {
         self.writer.load_full()
@@ -84,6 +107,9 @@ impl Aof {
     pub async fn wait_replies(&self) {
         // Every connection asks once per batch: a guard, not a clone of the writer's Arc,
         // so the common case (no AOF, or not `always`) bumps no shared count.
+        if !self.has_writer.load(Ordering::Relaxed) {
+            return;
+        }
         let upto = {
             let w = self.writer.load();
             let Some(w) = w.as_ref() else { return };
@@ -124,7 +150,7 @@ struct FanOut {
 
 impl WriteSink for FanOut {
     fn active(&self) -> bool {
-        !LOADING_HERE.get() && (self.repl.active() || self.aof.writer.load().is_some())
+        !LOADING_HERE.get() && (self.repl.active() || self.aof.has_writer.load(Ordering::Relaxed))
     }
 
     fn append(&self, effects: &Effects) {
@@ -134,7 +160,8 @@ impl WriteSink for FanOut {
         self.repl.append(effects);
         // PUBLISH rides the stream for standalone replicas only: Valkey propagates it with
         // PROPAGATE_REPL, never to the AOF, so a load does not publish old messages again.
-        if let Some(w) = self.aof.writer.load().as_ref()
+        if self.aof.has_writer.load(Ordering::Relaxed)
+            && let Some(w) = self.aof.writer.load().as_ref()
             && !effects.iter().all(|(_, bytes)| bytes.starts_with(PUBLISH))
         {
             WriteSink::append(&**w, effects);
@@ -367,7 +394,7 @@ fn open_at_start(
     let (base, current) = files.sizes();
     let writer = start_writer(s, opened.file, opened.size, current, base)?;
     *srv.aof.files.lock() = Some(files);
-    srv.aof.writer.store(Some(Arc::new(writer)));
+    srv.aof.set_writer(Some(Arc::new(writer)));
     refresh_fsync_hold(srv);
     Ok(())
 }
@@ -596,7 +623,7 @@ fn rewrite(srv: &Arc<Server>, incr: File, incr_size: u64) -> io::Result<()> {
                     Ok(w) => {
                         // This rewrite runs: the hold applies from the first write.
                         w.set_fsync_held(s.bool(t::NO_APPENDFSYNC_ON_REWRITE));
-                        aof.writer.store(Some(Arc::new(w)));
+                        aof.set_writer(Some(Arc::new(w)));
                     }
                     Err(e) => *failed.lock() = Some(e),
                 },
@@ -705,7 +732,7 @@ fn stop(srv: &Server) {
     let aof = &srv.aof;
     aof.enabled.store(false, Ordering::Release);
     aof.needs_base.store(false, Ordering::Release);
-    if let Some(w) = aof.writer.swap(None)
+    if let Some(w) = aof.set_writer(None)
         && let Err(e) = w.flush_and_sync()
     {
         warn!("Fail to fsync the AOF file: {e}");
@@ -837,7 +864,7 @@ mod tests {
         let file = File::create(dir.join("incr.aof")).unwrap();
         let writer = start_writer(&s, file, 0, 0, 0).unwrap();
         let srv = Server::new(s, None, Registry::new(crate::cmd::commands())).into_arc();
-        srv.aof.writer.store(Some(Arc::new(writer)));
+        srv.aof.set_writer(Some(Arc::new(writer)));
         (srv, dir)
     }
 
@@ -912,7 +939,7 @@ mod tests {
         let _ = replica_fsynced(&srv, 40);
         assert_eq!(replica_fsynced(&srv, 40), Some(40));
         // Without an AOF: no FACK.
-        srv.aof.writer.store(None);
+        srv.aof.set_writer(None);
         assert_eq!(replica_fsynced(&srv, 40), None);
         let _ = std::fs::remove_dir_all(&dir);
     }
