@@ -66,6 +66,13 @@ pub struct EngineConfig {
     pub set_max_listpack_value: usize,
     /// `rdbcompression`: DUMP payloads (and so MIGRATE) LZF-compress long strings, as files do.
     pub rdb_compression: bool,
+    /// `lazyfree-lazy-expire`: an expired key goes to the stream as UNLINK rather than DEL.
+    pub lazy_expire: bool,
+    /// `lazyfree-lazy-eviction`: an evicted key goes to the stream as UNLINK.
+    pub lazy_eviction: bool,
+    /// `lazyfree-lazy-server-del`: a key the server deletes on its own account (RESTORE over
+    /// an expired time, SPOP of a whole set, a dirty slot's keys) goes out as UNLINK.
+    pub lazy_server_del: bool,
 }
 
 impl Default for EngineConfig {
@@ -94,6 +101,9 @@ impl Default for EngineConfig {
             set_max_listpack_entries: 128,
             set_max_listpack_value: 64,
             rdb_compression: true,
+            lazy_expire: true,
+            lazy_eviction: true,
+            lazy_server_del: true,
         }
     }
 }
@@ -631,7 +641,7 @@ impl<'a> Ctx<'a> {
             if !replica || !read {
                 table.remove_at(idx);
                 slot.sync(table);
-                self.effects.push(db, &[b"DEL".as_slice(), key]);
+                self.effects.push(db, &[crate::propagate::del_verb(self.cfg.lazy_expire), key]);
                 self.stats.expired += 1;
                 events.notify('x', "expired", key, db);
                 events.key_replaced(db, key, KeyState::Stale, KeyState::Missing);

@@ -54,7 +54,7 @@ pub fn evict(
         slot.sync(&table);
         // Recorded before the slot is unlocked: a replica must see the eviction before any
         // later write of the same key.
-        crate::propagate::record_del(ks, best.db, &[&best.key]);
+        crate::propagate::record_del(ks, best.db, &[&best.key], cfg.lazy_eviction);
         drop(table);
         done.keys += 1;
         done.bytes += entry_bytes(&entry) as u64;

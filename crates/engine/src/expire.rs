@@ -58,6 +58,7 @@ pub fn active_expire_cycle(
     now_ms: i64,
     deadline: Instant,
     replica: bool,
+    lazy: bool,
     events: &dyn Events,
 ) -> CycleStats {
     let mut st = CycleStats::default();
@@ -122,7 +123,7 @@ pub fn active_expire_cycle(
         slot.sync(&table);
         // Recorded before the slot is unlocked: a replica must see the expiry before any later
         // write of the same key.
-        crate::propagate::record_del(ks, db, &expired_keys);
+        crate::propagate::record_del(ks, db, &expired_keys, lazy);
         drop(table);
         for key in &expired_keys {
             events.notify('x', "expired", key, db);
@@ -141,6 +142,7 @@ pub fn expire_replica_keys(
     ks: &Keyspace,
     keys: Vec<(usize, Vec<u8>)>,
     now_ms: i64,
+    lazy: bool,
     events: &dyn Events,
 ) -> (u64, Vec<(usize, Vec<u8>)>) {
     let mut expired = 0;
@@ -156,7 +158,7 @@ pub fn expire_replica_keys(
             Some(when) if now_ms > when => {
                 table.remove_at(i);
                 ks.db(db).slot(s).sync(&table);
-                crate::propagate::record_del(ks, db, &[&key]);
+                crate::propagate::record_del(ks, db, &[&key], lazy);
                 drop(table);
                 events.notify('x', "expired", &key, db);
                 events.key_replaced(db, &key, KeyState::Stale, KeyState::Missing);
@@ -187,11 +189,11 @@ mod tests {
         t.now_ms += 50;
         let mut cursor = ExpireCursor::default();
         let deadline = Instant::now() + Duration::from_secs(10);
-        let st = active_expire_cycle(&t.ks, &mut cursor, t.now_ms, deadline, false, &NoEvents);
+        let st = active_expire_cycle(&t.ks, &mut cursor, t.now_ms, deadline, false, false, &NoEvents);
         assert_eq!(st.expired, 1000);
         assert_eq!(t.ks.total_keys(), 1000);
         assert_eq!(t.ks.db(0).volatile(), 1000);
-        let st = active_expire_cycle(&t.ks, &mut cursor, t.now_ms, deadline, true, &NoEvents);
+        let st = active_expire_cycle(&t.ks, &mut cursor, t.now_ms, deadline, true, false, &NoEvents);
         assert_eq!(st.expired, 0);
     }
 
@@ -204,7 +206,7 @@ mod tests {
         // Other tests in this process set TTLs, which moves the global epoch and may wake the
         // cycle: it must fall asleep again within a few passes.
         for _ in 0..50 {
-            active_expire_cycle(&t.ks, &mut cursor, t.now_ms, deadline, false, &NoEvents);
+            active_expire_cycle(&t.ks, &mut cursor, t.now_ms, deadline, false, false, &NoEvents);
             if cursor.idle_since.is_some() {
                 break;
             }
@@ -214,7 +216,7 @@ mod tests {
         t.now_ms += 50;
         let mut expired = 0;
         for _ in 0..3 {
-            expired += active_expire_cycle(&t.ks, &mut cursor, t.now_ms, deadline, false, &NoEvents).expired;
+            expired += active_expire_cycle(&t.ks, &mut cursor, t.now_ms, deadline, false, false, &NoEvents).expired;
         }
         assert_eq!(expired, 1);
         assert_eq!(t.ks.total_keys(), 1);
@@ -231,7 +233,7 @@ mod tests {
         // Other tests in this process set TTLs, which moves the global epoch and may wake the
         // cycle: it must fall asleep again within a few passes.
         for _ in 0..50 {
-            active_expire_cycle(&t.ks, &mut cursor, t.now_ms, deadline, false, &NoEvents);
+            active_expire_cycle(&t.ks, &mut cursor, t.now_ms, deadline, false, false, &NoEvents);
             if cursor.idle_since.is_some() {
                 break;
             }

@@ -233,7 +233,7 @@ impl Keyspace {
     /// one still held keys in it). WATCHes of the keys see the change; no keyspace
     /// notification goes out, as in Valkey (the keys moved rather than went away). Returns how
     /// many keys it deleted.
-    pub fn delete_slot_keys(&self, db: usize, s: u16, events: &dyn crate::ctx::Events) -> usize {
+    pub fn delete_slot_keys(&self, db: usize, s: u16, lazy: bool, events: &dyn crate::ctx::Events) -> usize {
         if db >= self.databases() || self.db_if_used(db).is_none() {
             return 0;
         }
@@ -244,7 +244,7 @@ impl Keyspace {
         let old = table.take_all();
         self.db(db).slot(s).sync(&table);
         let keys: Vec<&[u8]> = old.iter().map(|(_, e)| e.key()).collect();
-        crate::propagate::record_del(self, db, &keys);
+        crate::propagate::record_del(self, db, &keys, lazy);
         drop(table);
         for k in &keys {
             events.key_replaced(db, k, crate::ctx::KeyState::Live, crate::ctx::KeyState::Missing);

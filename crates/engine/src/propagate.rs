@@ -162,9 +162,18 @@ impl Effects {
     }
 }
 
+/// The command that carries a deletion the server made itself, as Valkey's
+/// `propagateDeletion`: UNLINK when the matching `lazyfree-lazy-*` setting is on (Valkey 8's
+/// default), DEL otherwise. A replica applies either the same way; tools that read the stream
+/// (and Valkey's tests) see the difference.
+pub fn del_verb(lazy: bool) -> &'static [u8] {
+    if lazy { b"UNLINK" } else { b"DEL" }
+}
+
 /// Records the deletion of `keys` of `db` by the server itself (active expiry, eviction), one
-/// `DEL` per key as Valkey sends them. Call it with the keys' slot lock held.
-pub fn record_del<K: AsRef<[u8]>>(ks: &crate::Keyspace, db: usize, keys: &[K]) {
+/// command per key as Valkey sends them ([`del_verb`] of `lazy`). Call it with the keys' slot
+/// lock held.
+pub fn record_del<K: AsRef<[u8]>>(ks: &crate::Keyspace, db: usize, keys: &[K], lazy: bool) {
     let sink = ks.sink();
     if keys.is_empty() || !sink.active() {
         return;
@@ -172,7 +181,7 @@ pub fn record_del<K: AsRef<[u8]>>(ks: &crate::Keyspace, db: usize, keys: &[K]) {
     let mut e = Effects::default();
     e.begin(true);
     for k in keys {
-        e.push(db, &[b"DEL".as_slice(), k.as_ref()]);
+        e.push(db, &[del_verb(lazy), k.as_ref()]);
     }
     sink.append(&e);
 }
@@ -277,9 +286,13 @@ mod tests {
         assert_eq!(run(&mut t, &["EXPIREAT", "k", &(at / 1000).to_string()]), [format!("0: PEXPIREAT k {at}")]);
         assert_eq!(run(&mut t, &["GETEX", "k", "PX", "10000"]), [format!("0: PEXPIREAT k {at}")]);
         assert_eq!(run(&mut t, &["GETEX", "k", "PERSIST"]), ["0: PERSIST k"]);
-        assert_eq!(run(&mut t, &["EXPIRE", "k", "-1"]), ["0: DEL k"], "a past time deletes");
+        // A past time deletes, as UNLINK under Valkey 8's default lazyfree-lazy-expire yes.
+        assert_eq!(run(&mut t, &["EXPIRE", "k", "-1"]), ["0: UNLINK k"]);
         t.run(&["SET", "k", "v"]);
-        assert_eq!(run(&mut t, &["SET", "k", "v", "PXAT", "1"]), ["0: DEL k"]);
+        assert_eq!(run(&mut t, &["SET", "k", "v", "PXAT", "1"]), ["0: UNLINK k"]);
+        t.cfg.lazy_expire = false;
+        t.run(&["SET", "k", "v"]);
+        assert_eq!(run(&mut t, &["GETEX", "k", "PXAT", "1"]), ["0: DEL k"]);
     }
 
     #[test]
@@ -291,6 +304,9 @@ mod tests {
         let popped = run(&mut t, &["SPOP", "s", "2"]);
         assert_eq!(popped.len(), 1);
         assert!(popped[0].starts_with("0: SREM s "), "{popped:?}");
+        assert_eq!(run(&mut t, &["SPOP", "s", "5"]), ["0: UNLINK s"], "lazyfree-lazy-server-del yes");
+        t.cfg.lazy_server_del = false;
+        t.run(&["SADD", "s", "a"]);
         assert_eq!(run(&mut t, &["SPOP", "s", "5"]), ["0: DEL s"]);
         assert_eq!(run(&mut t, &["INCRBYFLOAT", "f", "1.5"]), ["0: SET f 1.5 KEEPTTL"]);
         assert_eq!(run(&mut t, &["HINCRBYFLOAT", "h", "x", "2.5"]), ["0: HSET h x 2.5"]);
@@ -316,9 +332,10 @@ mod tests {
         let mut t = TestKit::default();
         t.run(&["SET", "k", "v", "PX", "10"]);
         t.now_ms += 100;
-        assert_eq!(run(&mut t, &["GET", "k"]), ["0: DEL k"]);
+        assert_eq!(run(&mut t, &["GET", "k"]), ["0: UNLINK k"]);
         t.run(&["SET", "k", "v", "PX", "10"]);
         t.now_ms += 100;
+        t.cfg.lazy_expire = false;
         assert_eq!(run(&mut t, &["APPEND", "k", "x"]), ["0: MULTI", "0: DEL k", "0: APPEND k x", "0: EXEC"]);
     }
 
@@ -357,7 +374,7 @@ mod tests {
         t.sink.set_active(true);
         let mut cursor = crate::expire::ExpireCursor::default();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        crate::expire::active_expire_cycle(&t.ks, &mut cursor, t.now_ms, deadline, false, &crate::NoEvents);
+        crate::expire::active_expire_cycle(&t.ks, &mut cursor, t.now_ms, deadline, false, false, &crate::NoEvents);
         assert_eq!(t.sink.take(), ["0: DEL a"]);
     }
 
@@ -371,13 +388,13 @@ mod tests {
         t.run(&["SADD", "{t}s", "m"]);
         let slot = crate::slot::key_slot(b"{t}a");
         t.sink.set_active(true);
-        assert_eq!(t.ks.delete_slot_keys(0, slot, &crate::NoEvents), 3);
+        assert_eq!(t.ks.delete_slot_keys(0, slot, false, &crate::NoEvents), 3);
         let mut dels = t.sink.take();
         dels.sort();
         assert_eq!(dels, ["0: DEL {t}a", "0: DEL {t}b", "0: DEL {t}s"]);
         assert_eq!(t.ks.db(0).slot(slot).keys(), 0);
         assert_eq!(t.run(&["EXISTS", "{t}a", "{t}s", "other"]), ":1\r\n");
-        assert_eq!(t.ks.delete_slot_keys(0, slot, &crate::NoEvents), 0, "nothing left");
+        assert_eq!(t.ks.delete_slot_keys(0, slot, false, &crate::NoEvents), 0, "nothing left");
         assert!(t.sink.take().is_empty());
     }
 }

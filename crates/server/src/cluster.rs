@@ -197,7 +197,7 @@ impl ReplicationHooks for ReplicationView {
     fn delete_keys_in_slot(&self, slot: u16) {
         if let Some(srv) = self.srv.upgrade() {
             let events = crate::events::CmdEvents::new(&srv, srv.rt.load().notify);
-            srv.ks.delete_slot_keys(0, slot, &events);
+            srv.ks.delete_slot_keys(0, slot, srv.engine.load().lazy_server_del, &events);
         }
     }
 }

@@ -71,12 +71,13 @@ fn expire(srv: &Server, cursor: &mut ExpireCursor, period: Duration) {
     let start = Instant::now();
     // Expired keys announce themselves, abort WATCHes and may make blocked clients' keys ready.
     let events = crate::events::CmdEvents::new(srv, srv.rt.load().notify);
-    let st = active_expire_cycle(&srv.ks, cursor, unix_ms(), start + budget, cfg.replica, &events);
+    let st = active_expire_cycle(&srv.ks, cursor, unix_ms(), start + budget, cfg.replica, cfg.lazy_expire, &events);
     srv.stats.active_expired.fetch_add(st.expired, Ordering::Relaxed);
     if cfg.replica {
         let own = srv.repl.take_own_keys();
         if !own.is_empty() {
-            let (n, keep) = hotkv_engine::expire::expire_replica_keys(&srv.ks, own, unix_ms(), &events);
+            let (n, keep) =
+                hotkv_engine::expire::expire_replica_keys(&srv.ks, own, unix_ms(), cfg.lazy_expire, &events);
             srv.stats.active_expired.fetch_add(n, Ordering::Relaxed);
             srv.repl.keep_own_keys(keep);
         }

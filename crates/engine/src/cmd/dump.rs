@@ -145,7 +145,7 @@ fn restore(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         && when <= ctx.now_ms
     {
         if deleted {
-            ctx.propagate_as(&[b"DEL".as_slice(), key]);
+            ctx.propagate_as(&[crate::propagate::del_verb(ctx.cfg.lazy_server_del), key]);
             ctx.events.notify('g', "del", key, ctx.db);
         }
         out.ok();

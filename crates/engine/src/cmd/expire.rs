@@ -214,7 +214,7 @@ fn expire_generic(ctx: &mut Ctx<'_>, args: Args<'_>, form: Form, out: &mut Reply
     // A replica keeps a key with a past expire time and waits for its primary's DEL.
     let event = if when <= now && !replica {
         drop(k.delete());
-        ctx.propagate_as(&[b"DEL".as_slice(), key]);
+        ctx.propagate_as(&[crate::propagate::del_verb(ctx.cfg.lazy_expire), key]);
         "del"
     } else {
         k.set_expire(Some(when));

@@ -323,7 +323,7 @@ fn spop(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     // The pick is random: the stream names the members that went (Valkey: SREM, or DEL of a
     // set popped whole).
     if take_all {
-        ctx.propagate_as(&[b"DEL".as_slice(), key]);
+        ctx.propagate_as(&[crate::propagate::del_verb(ctx.cfg.lazy_server_del), key]);
     } else if ctx.propagating() {
         let argv: Vec<&[u8]> = [b"SREM".as_slice(), key].into_iter().chain(removed.iter().map(|m| &m[..])).collect();
         ctx.propagate_as(&argv);

@@ -223,7 +223,7 @@ fn getex(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         // Only an absolute time can be in the past; a replica keeps the key for its primary.
         Some((Unit::ExAt | Unit::PxAt, t)) if t <= now && !replica => {
             drop(k.delete());
-            ctx.propagate_as(&[b"DEL".as_slice(), key]);
+            ctx.propagate_as(&[crate::propagate::del_verb(ctx.cfg.lazy_expire), key]);
             "del"
         }
         Some((_, t)) => {
@@ -358,7 +358,7 @@ fn set_generic(
         Some(t) if t <= ctx.now_ms && !ctx.cfg.replica => {
             if found {
                 ctx.delete(key)?;
-                ctx.propagate_as(&[b"DEL".as_slice(), key]);
+                ctx.propagate_as(&[crate::propagate::del_verb(ctx.cfg.lazy_expire), key]);
                 ctx.events.notify('g', "del", key, ctx.db);
             }
             if !opts.get {

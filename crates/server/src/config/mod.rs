@@ -151,6 +151,9 @@ impl Settings {
             set_max_listpack_entries: usize::try_from(self.int(table::SET_MAX_LISTPACK_ENTRIES)).unwrap_or(usize::MAX),
             set_max_listpack_value: usize::try_from(self.int(table::SET_MAX_LISTPACK_VALUE)).unwrap_or(usize::MAX),
             rdb_compression: self.bool(table::RDBCOMPRESSION),
+            lazy_expire: self.bool(table::LAZYFREE_LAZY_EXPIRE),
+            lazy_eviction: self.bool(table::LAZYFREE_LAZY_EVICTION),
+            lazy_server_del: self.bool(table::LAZYFREE_LAZY_SERVER_DEL),
         }
     }
 }

@@ -344,12 +344,12 @@ directives! {
         "Minutes for the LFU counter to decay by one.";
     ACTIVE_EXPIRE_EFFORT = "active-expire-effort" [] "memory.active_expire_effort": int(1, 10), "1", M, ENGINE,
         "Effort of the active expire cycle.";
-    LAZYFREE_LAZY_EVICTION = "lazyfree-lazy-eviction" [] "memory.lazyfree_lazy_eviction": B, "yes", M | NE, H,
-        "Free evicted values in the background.";
-    LAZYFREE_LAZY_EXPIRE = "lazyfree-lazy-expire" [] "memory.lazyfree_lazy_expire": B, "yes", M | NE, H,
-        "Free expired values in the background.";
-    LAZYFREE_LAZY_SERVER_DEL = "lazyfree-lazy-server-del" [] "memory.lazyfree_lazy_server_del": B, "yes", M | NE, H,
-        "Free values the server deletes implicitly in the background.";
+    LAZYFREE_LAZY_EVICTION = "lazyfree-lazy-eviction" [] "memory.lazyfree_lazy_eviction": B, "yes", M, ENGINE,
+        "Replicate evictions as UNLINK (values are always freed at once).";
+    LAZYFREE_LAZY_EXPIRE = "lazyfree-lazy-expire" [] "memory.lazyfree_lazy_expire": B, "yes", M, ENGINE,
+        "Replicate expirations as UNLINK (values are always freed at once).";
+    LAZYFREE_LAZY_SERVER_DEL = "lazyfree-lazy-server-del" [] "memory.lazyfree_lazy_server_del": B, "yes", M, ENGINE,
+        "Replicate the server's own deletions as UNLINK (values are always freed at once).";
     LAZYFREE_LAZY_USER_DEL = "lazyfree-lazy-user-del" [] "memory.lazyfree_lazy_user_del": B, "yes", M | NE, H,
         "Make DEL behave like UNLINK.";
     LAZYFREE_LAZY_USER_FLUSH = "lazyfree-lazy-user-flush" [] "memory.lazyfree_lazy_user_flush": B, "yes", M | NE, H,

@@ -205,8 +205,9 @@ fn restore_replication(srv: &Server, stats: &LoadStats) {
     if !stats.expired_keys.is_empty() {
         let mut dels = hotkv_engine::propagate::Effects::default();
         dels.begin(true);
+        let verb = hotkv_engine::propagate::del_verb(srv.engine.load().lazy_expire);
         for (db, key) in &stats.expired_keys {
-            dels.push(*db, &[b"DEL".as_slice(), key]);
+            dels.push(*db, &[verb, key]);
         }
         hotkv_engine::propagate::WriteSink::append(&*srv.repl.primary, &dels);
     }
