@@ -280,6 +280,11 @@ mod tests {
         let mut t = TestKit::default();
         let at = t.now_ms + 10_000;
         assert_eq!(run(&mut t, &["SET", "k", "v", "EX", "10"]), [format!("0: SET k v PXAT {at}")]);
+        // PXAT is already absolute: the command goes as sent, as Valkey leaves it.
+        assert_eq!(
+            run(&mut t, &["SET", "k", "v", "pxat", &at.to_string(), "GET"]),
+            [format!("0: SET k v pxat {at} GET")]
+        );
         assert_eq!(run(&mut t, &["SETEX", "k", "10", "v"]), [format!("0: SET k v PXAT {at}")]);
         assert_eq!(run(&mut t, &["PSETEX", "k", "10000", "v"]), [format!("0: SET k v PXAT {at}")]);
         assert_eq!(run(&mut t, &["EXPIRE", "k", "10"]), [format!("0: PEXPIREAT k {at}")]);
@@ -337,6 +342,30 @@ mod tests {
         t.now_ms += 100;
         t.cfg.lazy_expire = false;
         assert_eq!(run(&mut t, &["APPEND", "k", "x"]), ["0: MULTI", "0: DEL k", "0: APPEND k x", "0: EXEC"]);
+    }
+
+    #[test]
+    fn scan_and_randomkey_send_the_expired_keys_they_delete_unwrapped() {
+        let mut t = TestKit::default();
+        t.run(&["SET", "a", "v", "PX", "10"]);
+        t.run(&["SET", "b", "v", "PX", "10"]);
+        t.now_ms += 100;
+        let mut got = Vec::new();
+        let mut cursor = "0".to_string();
+        t.record = true;
+        loop {
+            let reply = t.run(&["SCAN", &cursor, "COUNT", "1000"]);
+            got.append(&mut t.stream);
+            cursor = reply.split("\r\n").nth(2).unwrap_or("0").to_string();
+            if cursor == "0" {
+                break;
+            }
+        }
+        got.sort();
+        assert_eq!(got, ["0: UNLINK a", "0: UNLINK b"]);
+        t.run(&["SET", "c", "v", "PX", "10"]);
+        t.now_ms += 100;
+        assert_eq!(run(&mut t, &["RANDOMKEY"]), ["0: UNLINK c"]);
     }
 
     #[test]

@@ -228,7 +228,7 @@ fn scan_step(
     }
     let next = {
         let (replica, dbi, now) = (ctx.cfg.replica, ctx.db, ctx.now_ms);
-        let (stats, events) = (&mut *ctx.stats, ctx.events);
+        let (stats, events, ks, lazy) = (&mut *ctx.stats, ctx.events, ctx.ks, ctx.cfg.lazy_expire);
         let mut table = ctx.locks.slot_ref(ctx.ks, dbi, slot);
         let mut stale: Vec<Vec<u8>> = Vec::new();
         let next = table.scan(inner, |e| {
@@ -247,7 +247,7 @@ fn scan_step(
             }
         });
         for key in stale {
-            expire_now(replica, stats, events, dbi, &mut table, &key);
+            expire_now(Expiring { ks, replica, lazy, stats, events, db: dbi }, &mut table, &key);
         }
         next
     };
@@ -264,16 +264,26 @@ fn scan_step(
     }
 }
 
+/// What [`expire_now`] needs of the command's context, whose slot lock the caller holds.
+struct Expiring<'a, 'k> {
+    ks: &'k crate::Keyspace,
+    replica: bool,
+    /// `lazyfree-lazy-expire`: UNLINK rather than DEL in the stream.
+    lazy: bool,
+    stats: &'a mut LocalStats,
+    events: &'a dyn Events,
+    db: usize,
+}
+
 /// Deletes a logically expired key met while walking a locked table, with the side effects
 /// of a lazy expiry on lookup. A replica leaves it for its primary's DEL.
-fn expire_now(
-    replica: bool,
-    stats: &mut LocalStats,
-    events: &dyn Events,
-    db: usize,
-    table: &mut SlotRef<'_, '_>,
-    key: &[u8],
-) {
+///
+/// The deletion goes to the stream at once, under the slot lock, and on its own: SCAN and
+/// RANDOMKEY write nothing else, and Valkey sends these unwrapped (its "Lazy-expire should
+/// not be wrapped in MULTI/EXEC" tests). Before, nothing was sent at all, so a replica kept
+/// every key that a SCAN found expired on its primary.
+fn expire_now(x: Expiring<'_, '_>, table: &mut SlotRef<'_, '_>, key: &[u8]) {
+    let Expiring { ks, replica, lazy, stats, events, db } = x;
     if replica {
         return;
     }
@@ -281,6 +291,7 @@ fn expire_now(
     let Some(i) = table.find(key, hash) else { return };
     drop(table.remove_at(i));
     table.sync();
+    crate::propagate::record_del(ks, db, &[key], lazy);
     stats.expired += 1;
     events.notify('x', "expired", key, db);
     events.key_touched(db, key);
@@ -308,7 +319,7 @@ fn randomkey(ctx: &mut Ctx<'_>, _: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
             continue;
         };
         let (replica, dbi) = (ctx.cfg.replica, ctx.db);
-        let (stats, events) = (&mut *ctx.stats, ctx.events);
+        let (stats, events, ks, lazy) = (&mut *ctx.stats, ctx.events, ctx.ks, ctx.cfg.lazy_expire);
         let mut table = ctx.locks.slot_ref(ctx.ks, dbi, s);
         let Some(i) = table.occupied_from(random_u64() as usize) else {
             stale_counts += 1;
@@ -325,7 +336,7 @@ fn randomkey(ctx: &mut Ctx<'_>, _: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
                 }
             } else {
                 let key = e.key().to_vec();
-                expire_now(replica, stats, events, dbi, &mut table, &key);
+                expire_now(Expiring { ks, replica, lazy, stats, events, db: dbi }, &mut table, &key);
                 continue;
             }
         }

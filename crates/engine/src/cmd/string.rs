@@ -164,7 +164,8 @@ fn set(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         Some((unit, arg)) => Some(expire_at(unit, arg, ctx.now_ms, "set")?),
         None => None,
     };
-    let set = SetOpts { nx: opts.nx, xx: opts.xx, get: opts.get, keepttl: opts.keepttl, expire };
+    let verbatim = matches!(opts.expire, Some((Unit::PxAt, _)));
+    let set = SetOpts { nx: opts.nx, xx: opts.xx, get: opts.get, keepttl: opts.keepttl, expire, verbatim };
     set_generic(ctx, out, args.get(1), args.get(2), set, Replies::OK)
 }
 
@@ -311,6 +312,9 @@ struct SetOpts {
     keepttl: bool,
     /// Absolute expire time in unix milliseconds.
     expire: Option<i64>,
+    /// The time was given as PXAT: already what a replica needs, so the command goes to the
+    /// stream as the client sent it (Valkey rewrites only EX, PX and EXAT).
+    verbatim: bool,
 }
 
 /// The replies for "done" and "not done because of NX/XX".
@@ -374,6 +378,7 @@ fn set_generic(
     // A relative TTL replays to another time on a replica or from the AOF: the stream gets
     // the absolute one.
     if let Some(t) = opts.expire
+        && !opts.verbatim
         && ctx.propagating()
     {
         let at = itoa::Buffer::new().format(t).as_bytes().to_vec();
