@@ -367,6 +367,24 @@ fn waitaof_counts_the_local_fsync() {
 }
 
 #[test]
+fn debug_aof_flush_sleep_holds_replies_behind_the_slowed_write() {
+    let srv = node(None, &[("appendfsync", "always")]);
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["DEBUG", "AOF-FLUSH-SLEEP", "300000"]), Frame::ok());
+    let start = Instant::now();
+    assert_eq!(c.cmd(&["INCR", "n"]), Frame::Integer(1));
+    assert!(start.elapsed() >= Duration::from_millis(300), "{:?}", start.elapsed());
+    // A read appends nothing, so nothing is written and nothing sleeps.
+    let start = Instant::now();
+    assert_eq!(c.cmd(&["GET", "n"]), Frame::bulk("1"));
+    assert!(start.elapsed() < Duration::from_millis(250), "{:?}", start.elapsed());
+    assert_eq!(c.cmd(&["DEBUG", "AOF-FLUSH-SLEEP", "0"]), Frame::ok());
+    let start = Instant::now();
+    assert_eq!(c.cmd(&["INCR", "n"]), Frame::Integer(2));
+    assert!(start.elapsed() < Duration::from_millis(250), "{:?}", start.elapsed());
+}
+
+#[test]
 fn a_replica_with_an_aof_acknowledges_its_fsync_and_keeps_the_synced_data() {
     let primary = node(None, &[("appendfsync", "always")]);
     let mut p = primary.client();

@@ -6,7 +6,7 @@
 use std::fs::File;
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
@@ -54,6 +54,9 @@ pub struct Aof {
     /// `appendonly yes` at runtime and no rewrite has succeeded since: until one does, the
     /// manifest may still list the files of an earlier AOF, so the cron tries again.
     needs_base: AtomicBool,
+    /// `DEBUG AOF-FLUSH-SLEEP`, in microseconds: kept here, since the AOF may be off when it
+    /// is set, and handed to every writer.
+    flush_sleep: Arc<AtomicU64>,
 }
 
 /// A replica's map from its AOF stream to its primary's: `(AOF offset, replication offset)`
@@ -126,6 +129,12 @@ impl Aof {
         if let Some(w) = self.writer.load_full() {
             w.wait_released(upto).await;
         }
+    }
+
+    /// `DEBUG AOF-FLUSH-SLEEP <microseconds>`: every later write of the AOF buffer sleeps
+    /// this long first (0: never), as Valkey's `server.aof_flush_sleep`.
+    pub fn set_flush_sleep(&self, micros: u64) {
+        self.flush_sleep.store(micros, Ordering::Relaxed);
     }
 
     /// The `-MISCONF` reply while the writer reports a write or fsync error (Valkey's
@@ -392,20 +401,21 @@ fn open_at_start(
     // History a crash or `aof-disable-auto-gc` left, as Valkey deletes at start.
     gc_history(s.bool(t::AOF_DISABLE_AUTO_GC), &mut files);
     let (base, current) = files.sizes();
-    let writer = start_writer(s, opened.file, opened.size, current, base)?;
+    let writer = start_writer(s, &srv.aof, opened.file, opened.size, current, base)?;
     *srv.aof.files.lock() = Some(files);
     srv.aof.set_writer(Some(Arc::new(writer)));
     refresh_fsync_hold(srv);
     Ok(())
 }
 
-fn start_writer(s: &Settings, file: File, incr_size: u64, current: u64, base: u64) -> io::Result<AofWriter> {
+fn start_writer(s: &Settings, aof: &Aof, file: File, incr_size: u64, current: u64, base: u64) -> io::Result<AofWriter> {
     let policy = FsyncPolicy::parse(s.str(t::APPENDFSYNC)).unwrap_or(FsyncPolicy::Everysec);
     let cfg = WriterConfig {
         timestamps: s.bool(t::AOF_TIMESTAMP_ENABLED),
         incr_size,
         current_size: current,
         base_size: base,
+        flush_sleep: aof.flush_sleep.clone(),
         ..WriterConfig::new(policy)
     };
     AofWriter::start(Arc::new(file), cfg)
@@ -619,7 +629,7 @@ fn rewrite(srv: &Arc<Server>, incr: File, incr_size: u64) -> io::Result<()> {
             match aof.writer.load_full() {
                 Some(w) => w.begin_switch(Arc::new(file)),
                 // Turning the AOF on: from this call on, every write goes to the new file.
-                None if aof.enabled.load(Ordering::Acquire) => match start_writer(&s, file, incr_size, 0, 0) {
+                None if aof.enabled.load(Ordering::Acquire) => match start_writer(&s, &aof, file, incr_size, 0, 0) {
                     Ok(w) => {
                         // This rewrite runs: the hold applies from the first write.
                         w.set_fsync_held(s.bool(t::NO_APPENDFSYNC_ON_REWRITE));
@@ -862,8 +872,8 @@ mod tests {
         s.set(t::DIR, Value::Str(dir.display().to_string()));
         s.set(t::APPENDFSYNC, Value::Str("always".into()));
         let file = File::create(dir.join("incr.aof")).unwrap();
-        let writer = start_writer(&s, file, 0, 0, 0).unwrap();
-        let srv = Server::new(s, None, Registry::new(crate::cmd::commands())).into_arc();
+        let srv = Server::new(s.clone(), None, Registry::new(crate::cmd::commands())).into_arc();
+        let writer = start_writer(&s, &srv.aof, file, 0, 0, 0).unwrap();
         srv.aof.set_writer(Some(Arc::new(writer)));
         (srv, dir)
     }
