@@ -385,6 +385,32 @@ fn debug_aof_flush_sleep_holds_replies_behind_the_slowed_write() {
 }
 
 #[test]
+fn a_load_replays_commands_on_keys_whose_ttl_passed_and_expires_them_after() {
+    // Valkey's integration/aof "AOF+EXPIRE": nothing expires while the file loads.
+    let s = Scratch::new("expire-load");
+    std::fs::write(s.aof("appendonly.aof.manifest"), "file appendonly.aof.1.incr.aof seq 1 type i\n").unwrap();
+    let cmds: [&[&str]; 8] = [
+        &["RPUSH", "list", "foo"],
+        &["PEXPIREAT", "list", "1000"],
+        &["RPUSH", "list", "bar"],
+        &["RPUSH", "kept", "a"],
+        &["PEXPIREAT", "kept", "1000"],
+        &["PERSIST", "kept"],
+        &["RPUSH", "kept", "b"],
+        &["SET", "s", "v", "PXAT", "1000"],
+    ];
+    let incr: String = cmds.iter().map(|argv| resp(argv)).collect();
+    std::fs::write(s.aof("appendonly.aof.1.incr.aof"), incr).unwrap();
+    let srv = node(Some(&s.0), &[("aof-load-truncated", "no")]);
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["LLEN", "list"]), Frame::Integer(0));
+    assert_eq!(c.cmd(&["LRANGE", "kept", "0", "-1"]), Frame::Array(vec![Frame::bulk("a"), Frame::bulk("b")]));
+    assert_eq!(c.cmd(&["TTL", "kept"]), Frame::Integer(-1));
+    assert!(c.cmd(&["GET", "s"]).is_null());
+    assert_eq!(c.cmd(&["DBSIZE"]), Frame::Integer(1));
+}
+
+#[test]
 fn a_replica_with_an_aof_acknowledges_its_fsync_and_keeps_the_synced_data() {
     let primary = node(None, &[("appendfsync", "always")]);
     let mut p = primary.client();

@@ -207,7 +207,7 @@ fn getdel(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
 fn getex(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let opts = parse_ext(&args, Syntax::Get)?;
     let key = args.get(1);
-    let (now, replica) = (ctx.now_ms, ctx.cfg.replica);
+    let (now, keep_past) = (ctx.now_ms, ctx.cfg.keeps_past_ttls());
     let Some(mut k) = ctx.read(key)? else {
         out.null();
         return Ok(());
@@ -220,8 +220,9 @@ fn getex(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     };
     out.bulk(value);
     let event = match when {
-        // Only an absolute time can be in the past; a replica keeps the key for its primary.
-        Some((Unit::ExAt | Unit::PxAt, t)) if t <= now && !replica => {
+        // Only an absolute time can be in the past; a replica keeps the key for its primary
+        // (Valkey's checkAlreadyExpired, as EXPIRE).
+        Some((Unit::ExAt | Unit::PxAt, t)) if t <= now && !keep_past => {
             drop(k.delete());
             ctx.propagate_as(&[b"DEL".as_slice(), key]);
             "del"
@@ -354,8 +355,9 @@ fn set_generic(
     }
     let ttl = match opts.expire {
         // Already in the past: storing it would only have it deleted at once. A replica
-        // stores it anyway and waits for its primary's DEL.
-        Some(t) if t <= ctx.now_ms && !ctx.cfg.replica => {
+        // stores it anyway and waits for its primary's DEL, and an AOF load replays it as
+        // written (Valkey's checkAlreadyExpired).
+        Some(t) if ctx.already_expired(t) => {
             if found {
                 ctx.delete(key)?;
                 ctx.propagate_as(&[b"DEL".as_slice(), key]);
