@@ -432,7 +432,7 @@ fn fill_base(srv: &Server, base: &mut BaseWriter, at_cut: Option<CutHook>) -> io
     };
     let settings = srv.settings.load();
     // `rdb-key-save-delay` slows rewrites too, as Valkey's (tests use it to catch one running).
-    let key_delay = Duration::from_micros(settings.int(t::RDB_KEY_SAVE_DELAY).max(0) as u64);
+    let key_delay = crate::persistence::file::key_save_delay(&settings);
     let incremental = settings.bool(t::AOF_REWRITE_INCREMENTAL_FSYNC);
     base.set_sync_every(if incremental { crate::persistence::file::INCREMENTAL_FSYNC_BYTES } else { 0 });
     // The preamble is an RDB file on disk: compressed and checksummed as `dump.rdb` is (it was
