@@ -335,6 +335,42 @@ fn appendonly_turned_on_at_runtime_starts_with_a_rewrite() {
 }
 
 #[test]
+fn appendonly_toggled_while_its_rewrite_runs_ends_with_one_whole_aof() {
+    // Valkey's integration/aof "Turning appendonly on and off within a transaction": it kills
+    // the rewrite of an `appendonly yes` undone by `no`, and a rewrite running at the next
+    // `yes`, then starts another. Here a slowed-down BGREWRITEAOF still runs at the `yes`.
+    let mut first = builder().config("save", "\"\"").config("enable-debug-command", "yes").spawn();
+    let mut c = first.client();
+    assert_eq!(c.cmd(&["DEBUG", "POPULATE", "50"]), Frame::ok());
+    assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "100000"]), Frame::ok());
+    assert_eq!(c.cmd(&["BGREWRITEAOF"]), Frame::simple("Background append only file rewriting started"));
+    assert_eq!(info_field(&info(&mut c, "persistence"), "aof_rewrite_in_progress").as_deref(), Some("1"));
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "yes"]), Frame::ok());
+    assert!(first.wait_for_log("Stopping background AOF and starting a rewrite now.", WAIT), "{}", first.log());
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "no"]), Frame::ok());
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "yes"]), Frame::ok());
+    assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"]), Frame::ok());
+    // And the transaction of Valkey's test, both ways round.
+    for (a, b) in [("no", "yes"), ("yes", "no"), ("no", "yes")] {
+        assert_eq!(c.cmd(&["MULTI"]), Frame::ok());
+        for v in [a, b] {
+            assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", v]), Frame::simple("QUEUED"));
+        }
+        assert_eq!(c.cmd(&["EXEC"]), Frame::Array(vec![Frame::ok(), Frame::ok()]));
+    }
+    let text = wait_rewritten(&mut c);
+    assert_eq!(info_field(&text, "aof_enabled").as_deref(), Some("1"), "{text}");
+    assert_eq!(info_field(&text, "aof_last_bgrewrite_status").as_deref(), Some("ok"), "{text}");
+    assert_eq!(c.cmd(&["SET", "after", "1"]), Frame::ok());
+    assert_eq!(c.cmd(&["WAITAOF", "1", "0", "0"]), Frame::Array(vec![Frame::Integer(1), Frame::Integer(0)]));
+    kill_9(&mut first);
+    let second = node(Some(first.dir()), &[]);
+    let mut c = second.client();
+    assert_eq!(c.cmd(&["DBSIZE"]), Frame::Integer(51));
+    assert_eq!(manifest(first.dir()).len(), 2, "{:?}", manifest(first.dir()));
+}
+
+#[test]
 fn with_no_aof_yet_dump_rdb_is_loaded_and_becomes_the_base() {
     let mut first = builder().config("save", "\"\"").spawn();
     let mut c = first.client();

@@ -470,6 +470,13 @@ impl RewriteStats {
         }
     }
 
+    /// The running rewrite gave up at `now` because `appendonly` changed: its time counts,
+    /// its end is no failure (Valkey's rewrite child killed with SIGUSR1).
+    pub fn abandoned(&mut self, now: u64) {
+        let start = self.started_at.take().unwrap_or(now);
+        self.last_time_sec = i64::try_from(now.saturating_sub(start)).unwrap_or(i64::MAX);
+    }
+
     /// A rewrite could not even start (no directory, no incr file).
     pub fn failed_to_start(&mut self) {
         self.last_ok = false;

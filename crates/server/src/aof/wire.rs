@@ -54,6 +54,10 @@ pub struct Aof {
     /// `appendonly yes` at runtime and no rewrite has succeeded since: until one does, the
     /// manifest may still list the files of an earlier AOF, so the cron tries again.
     needs_base: AtomicBool,
+    /// Bumped when `appendonly` changes: a rewrite started under another value gives up
+    /// (Valkey kills its child, `killAppendOnlyChild`), touching neither the writer nor the
+    /// manifest. Changed with `files` locked, where the rewrite checks it before publishing.
+    epoch: AtomicU64,
     /// `DEBUG AOF-FLUSH-SLEEP`, in microseconds: kept here, since the AOF may be off when it
     /// is set, and handed to every writer.
     flush_sleep: Arc<AtomicU64>,
@@ -396,7 +400,7 @@ fn open_at_start(
     let mut files = AofFiles::new(paths, manifest);
     let (preamble, ts) = (s.bool(t::AOF_USE_RDB_PREAMBLE), s.bool(t::AOF_TIMESTAMP_ENABLED));
     // With no AOF yet (`fresh`) this writes the base from what was just loaded.
-    let opened = files.open_on_start(preamble, ts, |base| fill_base(srv, base, None))?;
+    let opened = files.open_on_start(preamble, ts, |base| fill_base(srv, base, None, &|| false))?;
     debug_assert!(fresh || !files.manifest().is_empty());
     // History a crash or `aof-disable-auto-gc` left, as Valkey deletes at start.
     gc_history(s.bool(t::AOF_DISABLE_AUTO_GC), &mut files);
@@ -424,11 +428,17 @@ fn start_writer(s: &Settings, aof: &Aof, file: File, incr_size: u64, current: u6
 /// Writes the keyspace into `base` from a snapshot: RDB bytes through `stream_rdb`, or the
 /// commands of `write_table_commands` with `aof-use-rdb-preamble no`. `at_cut` runs at the
 /// snapshot's cut. A snapshot another job holds is waited for, up to [`SNAPSHOT_WAIT`].
-fn fill_base(srv: &Server, base: &mut BaseWriter, at_cut: Option<CutHook>) -> io::Result<()> {
+/// Once `stopped` says so, the RDB form ends early with an error.
+fn fill_base(
+    srv: &Server,
+    base: &mut BaseWriter,
+    at_cut: Option<CutHook>,
+    stopped: &dyn Fn() -> bool,
+) -> io::Result<()> {
     let deadline = Instant::now() + SNAPSHOT_WAIT;
     let retry = || {
         std::thread::sleep(Duration::from_millis(20));
-        Instant::now() < deadline
+        Instant::now() < deadline && !stopped()
     };
     let settings = srv.settings.load();
     // `rdb-key-save-delay` slows rewrites too, as Valkey's (tests use it to catch one running).
@@ -442,11 +452,17 @@ fn fill_base(srv: &Server, base: &mut BaseWriter, at_cut: Option<CutHook>) -> io
     if base.is_rdb() {
         let opts = StreamOptions { at_cut, key_delay, write, ..StreamOptions::default() };
         let mut error = None;
-        let ship = |b: Bytes| match base.write(&b) {
-            Ok(()) => true,
-            Err(e) => {
-                error = Some(e);
-                false
+        let ship = |b: Bytes| {
+            if stopped() {
+                error.get_or_insert_with(|| io::Error::other(ABANDONED));
+                return false;
+            }
+            match base.write(&b) {
+                Ok(()) => true,
+                Err(e) => {
+                    error = Some(e);
+                    false
+                }
             }
         };
         return match stream_rdb(srv, &opts, retry, |_| {}, ship) {
@@ -564,14 +580,15 @@ fn start_rewrite(srv: &Arc<Server>) -> Result<(), String> {
     if aof.running.swap(true, Ordering::AcqRel) {
         return Err("Background append only file rewriting already in progress".into());
     }
-    let opened = {
+    let (opened, epoch) = {
         let mut files = aof.files.lock();
+        let epoch = aof.epoch.load(Ordering::Acquire);
         let files = files.get_or_insert_with(|| {
             let paths = paths(&srv.settings.load());
             let manifest = paths.read_manifest().unwrap_or_default();
             AofFiles::new(paths, manifest)
         });
-        files.start_rewrite()
+        (files.start_rewrite(), epoch)
     };
     let opened = match opened {
         Ok(o) => o,
@@ -588,17 +605,24 @@ fn start_rewrite(srv: &Arc<Server>) -> Result<(), String> {
     info!("Background append only file rewriting started");
     let s = srv.clone();
     let spawned = std::thread::Builder::new().name("hotkv-aof-rewrite".into()).spawn(move || {
-        let ok = match rewrite(&s, opened.file, opened.size) {
+        let result = rewrite(&s, opened.file, opened.size, epoch);
+        let now = unix_ms() as u64 / 1000;
+        match result {
             Ok(()) => {
                 s.aof.needs_base.store(false, Ordering::Release);
-                true
+                s.aof.stats.lock().finished(true, now);
+            }
+            // Given up for a change of `appendonly`: not a failure, as Valkey does not count
+            // a child it killed with SIGUSR1.
+            Err(_) if s.aof.epoch.load(Ordering::Acquire) != epoch => {
+                info!("Background AOF rewrite stopped: appendonly changed while it ran");
+                s.aof.stats.lock().abandoned(now);
             }
             Err(e) => {
                 warn!("Background AOF rewrite failed: {e}");
-                false
+                s.aof.stats.lock().finished(false, now);
             }
-        };
-        s.aof.stats.lock().finished(ok, unix_ms() as u64 / 1000);
+        }
         s.aof.running.store(false, Ordering::Release);
         refresh_fsync_hold(&s);
     });
@@ -613,7 +637,7 @@ fn start_rewrite(srv: &Arc<Server>) -> Result<(), String> {
 /// The rewrite itself: the new incr file takes over at the snapshot's cut (or the writer
 /// starts on it, when the AOF is being turned on), the image becomes the new base, and the
 /// manifest is published.
-fn rewrite(srv: &Arc<Server>, incr: File, incr_size: u64) -> io::Result<()> {
+fn rewrite(srv: &Arc<Server>, incr: File, incr_size: u64, epoch: u64) -> io::Result<()> {
     let s = srv.settings.load_full();
     let (preamble, ts) = (s.bool(t::AOF_USE_RDB_PREAMBLE), s.bool(t::AOF_TIMESTAMP_ENABLED));
     let mut base = match srv.aof.files.lock().as_ref() {
@@ -626,6 +650,9 @@ fn rewrite(srv: &Arc<Server>, incr: File, incr_size: u64) -> io::Result<()> {
         let (aof, incr, failed, s) = (srv.aof.clone(), incr.clone(), failed_start.clone(), s.clone());
         CutHook(Arc::new(move || {
             let Some(file) = incr.lock().take() else { return };
+            if aof.epoch.load(Ordering::Acquire) != epoch {
+                return;
+            }
             match aof.writer.load_full() {
                 Some(w) => w.begin_switch(Arc::new(file)),
                 // Turning the AOF on: from this call on, every write goes to the new file.
@@ -641,16 +668,17 @@ fn rewrite(srv: &Arc<Server>, incr: File, incr_size: u64) -> io::Result<()> {
             }
         }))
     };
-    let filled = fill_base(srv, &mut base, Some(hook));
+    let stopped = || srv.aof.epoch.load(Ordering::Acquire) != epoch;
+    let filled = fill_base(srv, &mut base, Some(hook), &stopped);
     let done = match base.finish() {
         Ok(d) => d,
         Err(e) => return Err(filled.err().unwrap_or(e)),
     };
     let mut files = srv.aof.files.lock();
-    let Some(files) = files.as_mut() else {
-        // `appendonly no` came while the base was written.
+    let Some(files) = files.as_mut().filter(|_| !stopped()) else {
+        // `appendonly` changed while the base was written.
         let _ = std::fs::remove_file(&done.path);
-        return Err(io::Error::other("the AOF was turned off"));
+        return Err(io::Error::other(ABANDONED));
     };
     if let Some(e) = failed_start.lock().take() {
         files.abort_rewrite(&done.path);
@@ -722,13 +750,30 @@ pub fn apply_config(srv: &Server, new: &Settings) -> Result<(), String> {
         return Ok(());
     }
     let Some(arc) = srv.arc() else { return Err("server is not running".into()) };
-    if aof.running.load(Ordering::Acquire) {
-        return Err("Background AOF rewriting is already running".into());
-    }
-    aof.enabled.store(true, Ordering::Release);
     // Valkey's startAppendOnly: the AOF exists once a rewrite made its base.
-    *aof.files.lock() = None;
+    let running = {
+        let mut files = aof.files.lock();
+        let running = aof.running.load(Ordering::Acquire);
+        if running {
+            // A rewrite that started earlier (BGREWRITEAOF, or an `appendonly yes` undone
+            // since) does not accumulate what the new AOF needs: Valkey kills it and starts
+            // another. Ours cannot be cut short, so it gives up and the cron starts the new
+            // one once it is gone.
+            aof.epoch.fetch_add(1, Ordering::AcqRel);
+        }
+        *files = None;
+        running
+    };
+    aof.enabled.store(true, Ordering::Release);
     aof.needs_base.store(true, Ordering::Release);
+    if running {
+        info!(
+            "AOF was enabled but there is already an AOF rewriting in background. Stopping background AOF and \
+             starting a rewrite now."
+        );
+        aof.stats.lock().schedule();
+        return Ok(());
+    }
     if let Err(e) = start_rewrite(&arc) {
         aof.enabled.store(false, Ordering::Release);
         aof.needs_base.store(false, Ordering::Release);
@@ -747,7 +792,17 @@ fn stop(srv: &Server) {
     {
         warn!("Fail to fsync the AOF file: {e}");
     }
-    *aof.files.lock() = None;
+    {
+        let mut stats = aof.stats.lock();
+        if stats.scheduled {
+            stats.scheduled = false;
+            info!("AOF was disabled but there is a scheduled AOF background, cancel it.");
+        }
+    }
+    // A running rewrite gives up, as Valkey's killAppendOnlyChild ends it.
+    let mut files = aof.files.lock();
+    aof.epoch.fetch_add(1, Ordering::AcqRel);
+    *files = None;
 }
 
 /// What a rewrite running now means to a shutdown: `None` when none runs, `Some(true)` when it
@@ -854,6 +909,8 @@ type DbChunk = (usize, Vec<u8>);
 
 /// How long a rewrite waits for a snapshot another job (a save, a full sync) holds.
 const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
+/// Why a rewrite gave up: `appendonly` changed while it ran.
+const ABANDONED: &str = "appendonly changed while the AOF was rewritten";
 /// Samples a replica keeps for its FACK (one per ACK, a second apart).
 const FACK_SAMPLES: usize = 64;
 /// How often WAITAOF looks again at the offsets.
