@@ -371,6 +371,47 @@ fn appendonly_toggled_while_its_rewrite_runs_ends_with_one_whole_aof() {
 }
 
 #[test]
+fn bgrewriteaof_with_the_aof_off_makes_a_base_and_no_incr_file() {
+    // Valkey's aof-multi-part "AOF rewrite doesn't open new aof when AOF turn off".
+    let srv = node(None, &[]);
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["SET", "k", "v"]), Frame::ok());
+    assert_eq!(c.cmd(&["BGREWRITEAOF"]), Frame::simple("Background append only file rewriting started"));
+    wait_rewritten(&mut c);
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "no"]), Frame::ok());
+    assert_eq!(c.cmd(&["BGREWRITEAOF"]), Frame::simple("Background append only file rewriting started"));
+    let text = wait_rewritten(&mut c);
+    assert_eq!(info_field(&text, "aof_last_bgrewrite_status").as_deref(), Some("ok"), "{text}");
+    assert_eq!(manifest(srv.dir()), ["file appendonly.aof.3.base.rdb seq 3 type b"]);
+    let dir = srv.dir().join("appendonlydir");
+    let names = || {
+        let mut v: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    };
+    assert!(wait_for(|| names() == ["appendonly.aof.3.base.rdb", "appendonly.aof.manifest"], WAIT), "{:?}", names());
+    let digest = c.cmd(&["DEBUG", "DIGEST"]);
+    assert_eq!(c.cmd(&["DEBUG", "LOADAOF"]), Frame::ok());
+    assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), digest);
+    // Turned on again, the AOF goes on from that base with a first incr file.
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "yes"]), Frame::ok());
+    wait_rewritten(&mut c);
+    assert_eq!(
+        manifest(srv.dir()),
+        ["file appendonly.aof.4.base.rdb seq 4 type b", "file appendonly.aof.1.incr.aof seq 1 type i"]
+    );
+    assert!(
+        wait_for(
+            || names() == ["appendonly.aof.1.incr.aof", "appendonly.aof.4.base.rdb", "appendonly.aof.manifest"],
+            WAIT
+        ),
+        "{:?}",
+        names()
+    );
+}
+
+#[test]
 fn with_no_aof_yet_dump_rdb_is_loaded_and_becomes_the_base() {
     let mut first = builder().config("save", "\"\"").spawn();
     let mut c = first.client();

@@ -136,6 +136,11 @@ impl AofFiles {
         Ok(OpenedIncr { file, name: incr.display_name(), size: 0 })
     }
 
+    /// Prepares a rewrite with the AOF off, which opens no incr file: only the directory.
+    pub fn start_base_only(&self) -> io::Result<()> {
+        fs::create_dir_all(self.paths.aof_dir())
+    }
+
     /// A writer for the rewrite's new base, under a temp name in the AOF directory.
     pub fn base_writer(&self, rdb_preamble: bool, timestamps: bool) -> io::Result<BaseWriter> {
         BaseWriter::create(&self.paths.aof_dir(), "temp-rewriteaof-bg", rdb_preamble, timestamps)

@@ -574,7 +574,9 @@ pub fn bgrewriteaof(srv: &Arc<Server>) -> Result<&'static str, String> {
 }
 
 /// Starts a rewrite on a thread of its own; with the AOF waiting to be turned on, the writer
-/// starts at the cut on the new incr file. Valkey's `rewriteAppendOnlyFileBackground`.
+/// starts at the cut on the new incr file. With the AOF off (a BGREWRITEAOF) no incr file is
+/// opened, as Valkey's `openNewIncrAofForAppend` opens none then: the rewrite makes a base
+/// and retires every incr file. Valkey's `rewriteAppendOnlyFileBackground`.
 fn start_rewrite(srv: &Arc<Server>) -> Result<(), String> {
     let aof = &srv.aof;
     if aof.running.swap(true, Ordering::AcqRel) {
@@ -588,7 +590,11 @@ fn start_rewrite(srv: &Arc<Server>) -> Result<(), String> {
             let manifest = paths.read_manifest().unwrap_or_default();
             AofFiles::new(paths, manifest)
         });
-        (files.start_rewrite(), epoch)
+        let opened = match aof.enabled.load(Ordering::Acquire) {
+            true => files.start_rewrite().map(Some),
+            false => files.start_base_only().map(|()| None),
+        };
+        (opened, epoch)
     };
     let opened = match opened {
         Ok(o) => o,
@@ -605,7 +611,7 @@ fn start_rewrite(srv: &Arc<Server>) -> Result<(), String> {
     info!("Background append only file rewriting started");
     let s = srv.clone();
     let spawned = std::thread::Builder::new().name("hotkv-aof-rewrite".into()).spawn(move || {
-        let result = rewrite(&s, opened.file, opened.size, epoch);
+        let result = rewrite(&s, opened.map(|o| (o.file, o.size)), epoch);
         let now = unix_ms() as u64 / 1000;
         match result {
             Ok(()) => {
@@ -636,15 +642,19 @@ fn start_rewrite(srv: &Arc<Server>) -> Result<(), String> {
 
 /// The rewrite itself: the new incr file takes over at the snapshot's cut (or the writer
 /// starts on it, when the AOF is being turned on), the image becomes the new base, and the
-/// manifest is published.
-fn rewrite(srv: &Arc<Server>, incr: File, incr_size: u64, epoch: u64) -> io::Result<()> {
+/// manifest is published. Without an incr file (the AOF is off) only the base is made.
+fn rewrite(srv: &Arc<Server>, incr: Option<(File, u64)>, epoch: u64) -> io::Result<()> {
+    let (incr, incr_size) = match incr {
+        Some((file, size)) => (Some(file), size),
+        None => (None, 0),
+    };
     let s = srv.settings.load_full();
     let (preamble, ts) = (s.bool(t::AOF_USE_RDB_PREAMBLE), s.bool(t::AOF_TIMESTAMP_ENABLED));
     let mut base = match srv.aof.files.lock().as_ref() {
         Some(f) => f.base_writer(preamble, ts)?,
         None => return Err(io::Error::other("the AOF is not open")),
     };
-    let incr = Arc::new(Mutex::new(Some(incr)));
+    let incr = Arc::new(Mutex::new(incr));
     let failed_start = Arc::new(Mutex::new(None::<io::Error>));
     let hook = {
         let (aof, incr, failed, s) = (srv.aof.clone(), incr.clone(), failed_start.clone(), s.clone());
@@ -688,8 +698,12 @@ fn rewrite(srv: &Arc<Server>, incr: File, incr_size: u64, epoch: u64) -> io::Res
         files.abort_rewrite(&done.path);
         return Err(e);
     }
-    let published = files.finish_rewrite(done, 1, !s.bool(t::AOF_DISABLE_AUTO_GC))?;
-    if let Some(w) = srv.aof.writer.load_full() {
+    // The incr file being written stays; with the AOF off every incr file is history
+    // (Valkey's markRewrittenIncrAofAsHistory keeps the last one only while aof_fd is open).
+    let writer = srv.aof.writer.load_full();
+    let keep_incr = usize::from(writer.is_some());
+    let published = files.finish_rewrite(done, keep_incr, !s.bool(t::AOF_DISABLE_AUTO_GC))?;
+    if let Some(w) = writer {
         w.set_sizes(published.base_size + w.incr_size(), published.base_size);
     }
     Ok(())
