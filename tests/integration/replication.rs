@@ -841,3 +841,27 @@ fn a_full_sync_follows_rdbcompression_and_rdb_key_save_delay() {
     assert_eq!(data.len(), 10);
     assert_eq!(replica.client().cmd(&["STRLEN", "big"]), Frame::Integer(big.len() as i64));
 }
+
+#[test]
+fn clients_blocked_on_a_primary_turned_replica_are_unblocked_and_disconnected() {
+    // Valkey's integration/replication "BLPOP followed by role change, issue #2473": served
+    // by the new primary's stream, the BLPOP would pop on the replica alone.
+    let primary = server();
+    let node = server();
+    let mut blocked = node.client();
+    blocked.send(&["BLPOP", "foo", "0"]);
+    let mut c = node.client();
+    let stats = |c: &mut RawClient| c.cmd(&["INFO", "clients"]).text();
+    assert!(wait_for(|| stats(&mut c).contains("blocked_clients:1"), LINK_WAIT), "{}", stats(&mut c));
+    replicaof(&node, primary.port());
+    assert_err(
+        &blocked.read_frame(),
+        "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)",
+    );
+    assert!(blocked.closed_within(LINK_WAIT), "the blocked client's connection stays open");
+    wait_link_up(&node);
+    assert_eq!(primary.client().cmd(&["RPUSH", "foo", "a", "b", "c"]).int(), 3);
+    wait_same(&primary, &node);
+    let stats = c.cmd(&["INFO", "commandstats"]).text();
+    assert!(stats.contains("cmdstat_blpop:calls=1,") && stats.contains("rejected_calls=0,failed_calls=1"), "{stats}");
+}

@@ -233,6 +233,7 @@ fn follow_with(srv: &Arc<Server>, host: String, port: u16, failover: bool) {
         tokio::spawn(old.stop());
     }
     srv.repl.replica.store(true, Ordering::Release);
+    srv.blocked.disconnect_all();
     srv.repl.primary.set_upstream(true);
     set_replicaof(srv, vec![host.clone(), port.to_string()]);
     let settings = srv.settings.load();
