@@ -187,6 +187,10 @@ fn getset(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let key = args.get(1);
     reply_value(ctx, key, out)?;
     ctx.set(key, NewValue::Bytes(args.get(2)), Ttl::Clear)?;
+    // Valkey's getsetCommand propagates as SET.
+    if ctx.propagating() {
+        ctx.propagate_as(&[b"SET".as_slice(), key, args.get(2)]);
+    }
     ctx.events.notify('$', "set", key, ctx.db);
     Ok(())
 }
