@@ -241,7 +241,13 @@ fn a_corrupt_or_truncated_file_stops_the_start_naming_file_and_offset() {
     let mut flipped = good.clone();
     let mid = flipped.len() / 2;
     flipped[mid] ^= 0x5a;
-    for (what, bytes) in [("truncated", good[..good.len() / 2].to_vec()), ("corrupt", flipped)] {
+    // Valkey's integration/rdb "Server should not start if RDB is corrupted" writes this
+    // over the CRC.
+    let mut bad_crc = good.clone();
+    bad_crc.truncate(good.len() - 8);
+    bad_crc.extend_from_slice(b"foobar00");
+    let cases = [("truncated", good[..good.len() / 2].to_vec()), ("corrupt", flipped), ("bad crc", bad_crc)];
+    for (what, bytes) in cases {
         std::fs::write(&path, &bytes).expect("write");
         let out = builder().config("dir", &srv.dir().display().to_string()).run_to_exit(WAIT);
         assert_eq!(out.code(), Some(1), "{what}:\n{}", out.stdout);
@@ -251,6 +257,10 @@ fn a_corrupt_or_truncated_file_stops_the_start_naming_file_and_offset() {
         assert!(line.contains(&path.display().to_string()) && line.contains(" at offset "), "{what}: {line}");
         assert!(out.stdout.contains("Fatal error loading the DB, check server logs. Exiting."), "{what}");
         assert!(!out.stderr.contains("panicked"), "{what}: {}", out.stderr);
+        if what == "bad crc" {
+            assert!(line.ends_with(": RDB CRC error"), "{line}");
+            assert!(out.stdout.contains("Wrong RDB checksum expected: ("), "{}", out.stdout);
+        }
     }
 }
 
