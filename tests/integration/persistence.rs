@@ -265,6 +265,33 @@ fn a_corrupt_or_truncated_file_stops_the_start_naming_file_and_offset() {
 }
 
 #[test]
+fn flushall_abandons_a_running_bgsave_without_an_error() {
+    // Valkey's integration/rdb "Test FLUSHALL aborts bgsave": no save rules, so FLUSHALL
+    // writes no file of its own, yet the running BGSAVE (5 s at 1 ms a key) is stopped.
+    let srv = node(None, &[("save", "\"\""), ("rdb-key-save-delay", "1000")]);
+    let mut c = srv.client();
+    for i in 0..5000 {
+        c.send(&["SET", &format!("k{i}"), "v"]);
+    }
+    for _ in 0..5000 {
+        assert_eq!(c.read_frame(), Frame::ok());
+    }
+    assert_eq!(c.cmd(&["BGSAVE"]), Frame::simple("Background saving started"));
+    assert_eq!(info_field(&info(&mut c, "persistence"), "rdb_bgsave_in_progress").as_deref(), Some("1"));
+    assert_eq!(c.cmd(&["FLUSHALL"]), Frame::ok());
+    let stopped = wait_for(
+        || info_field(&info(&mut c, "persistence"), "rdb_bgsave_in_progress").as_deref() == Some("0"),
+        Duration::from_secs(2),
+    );
+    assert!(stopped, "the BGSAVE still runs:\n{}", info(&mut c, "persistence"));
+    let text = info(&mut c, "persistence");
+    assert!(info_num(&text, "rdb_changes_since_last_save") >= 999, "{text}");
+    assert_eq!(info_field(&text, "rdb_last_bgsave_status").as_deref(), Some("ok"), "{text}");
+    assert!(!srv.dir().join("dump.rdb").exists());
+    assert_eq!(c.cmd(&["SET", "x", "xx"]), Frame::ok());
+}
+
+#[test]
 fn a_failing_disk_answers_misconf_until_a_save_succeeds() {
     let srv = node(None, &[]);
     let mut c = srv.client();

@@ -26,7 +26,7 @@ use crate::config::table as t;
 use crate::dispatch::{Batch, Scratch, dispatch};
 use crate::server::{Server, unix_ms};
 use crate::session::{ClientInfo, Session, flag};
-use crate::snapshot::{CutHook, StreamEnd, StreamOptions, stream_rdb};
+use crate::snapshot::{CutHook, StopHook, StreamEnd, StreamOptions, stream_rdb};
 
 /// The node's AOF state. The writer is present while `appendonly yes` is in force (after the
 /// first rewrite when turned on at runtime, as Valkey's `AOF_WAIT_REWRITE`).
@@ -400,7 +400,7 @@ fn open_at_start(
     let mut files = AofFiles::new(paths, manifest);
     let (preamble, ts) = (s.bool(t::AOF_USE_RDB_PREAMBLE), s.bool(t::AOF_TIMESTAMP_ENABLED));
     // With no AOF yet (`fresh`) this writes the base from what was just loaded.
-    let opened = files.open_on_start(preamble, ts, |base| fill_base(srv, base, None, &|| false))?;
+    let opened = files.open_on_start(preamble, ts, |base| fill_base(srv, base, None, None))?;
     debug_assert!(fresh || !files.manifest().is_empty());
     // History a crash or `aof-disable-auto-gc` left, as Valkey deletes at start.
     gc_history(s.bool(t::AOF_DISABLE_AUTO_GC), &mut files);
@@ -428,13 +428,9 @@ fn start_writer(s: &Settings, aof: &Aof, file: File, incr_size: u64, current: u6
 /// Writes the keyspace into `base` from a snapshot: RDB bytes through `stream_rdb`, or the
 /// commands of `write_table_commands` with `aof-use-rdb-preamble no`. `at_cut` runs at the
 /// snapshot's cut. A snapshot another job holds is waited for, up to [`SNAPSHOT_WAIT`].
-/// Once `stopped` says so, the RDB form ends early with an error.
-fn fill_base(
-    srv: &Server,
-    base: &mut BaseWriter,
-    at_cut: Option<CutHook>,
-    stopped: &dyn Fn() -> bool,
-) -> io::Result<()> {
+/// Once `stop` says so, the RDB form ends early with an error.
+fn fill_base(srv: &Server, base: &mut BaseWriter, at_cut: Option<CutHook>, stop: Option<StopHook>) -> io::Result<()> {
+    let stopped = || stop.as_ref().is_some_and(|h| (h.0)());
     let deadline = Instant::now() + SNAPSHOT_WAIT;
     let retry = || {
         std::thread::sleep(Duration::from_millis(20));
@@ -450,7 +446,7 @@ fn fill_base(
     let write = crate::persistence::file::file_write_options(&settings);
     drop(settings);
     if base.is_rdb() {
-        let opts = StreamOptions { at_cut, key_delay, write, ..StreamOptions::default() };
+        let opts = StreamOptions { at_cut, key_delay, write, stop: stop.clone(), ..StreamOptions::default() };
         let mut error = None;
         let ship = |b: Bytes| {
             if stopped() {
@@ -679,7 +675,11 @@ fn rewrite(srv: &Arc<Server>, incr: Option<(File, u64)>, epoch: u64) -> io::Resu
         }))
     };
     let stopped = || srv.aof.epoch.load(Ordering::Acquire) != epoch;
-    let filled = fill_base(srv, &mut base, Some(hook), &stopped);
+    let stop = {
+        let aof = srv.aof.clone();
+        StopHook(Arc::new(move || aof.epoch.load(Ordering::Acquire) != epoch))
+    };
+    let filled = fill_base(srv, &mut base, Some(hook), Some(stop));
     let done = match base.finish() {
         Ok(d) => d,
         Err(e) => return Err(filled.err().unwrap_or(e)),

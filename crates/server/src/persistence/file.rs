@@ -7,6 +7,7 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::mpsc::SyncSender;
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use tracing::warn;
 use super::StartError;
 use crate::config::table as t;
 use crate::server::Server;
-use crate::snapshot::{StreamEnd, StreamOptions, stream_rdb};
+use crate::snapshot::{StopHook, StreamEnd, StreamOptions, stream_rdb};
 
 /// How a save to the file ended.
 pub(crate) enum Outcome {
@@ -67,6 +68,10 @@ pub(crate) fn save(srv: &Server, cut: &SyncSender<Result<(), StartError>>) -> Ou
         progress: super::progress(srv),
         at_cut: None,
         aux_at_cut: None,
+        stop: srv.arc().map(|s| {
+            let weak = Arc::downgrade(&s);
+            StopHook(Arc::new(move || weak.upgrade().is_none_or(|s| super::aborted(&s))))
+        }),
     };
     let mut out = SyncedFile::new(file, WRITE_BUFFER, sync_every);
     let mut error: Option<io::Error> = None;

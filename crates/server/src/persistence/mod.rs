@@ -316,7 +316,7 @@ fn finish(srv: &Server, kind: SaveKind, result: Result<u64, String>) -> SaveResu
     // Abandoned on purpose (SHUTDOWN, FLUSHALL): not a disk error, so no MISCONF, as Valkey
     // ignores a child it killed itself.
     if result.is_err() && p.abort.load(Ordering::Acquire) {
-        warn!("Background saving abandoned: a newer save replaces it");
+        warn!("Background saving abandoned: a FLUSHALL or a newer save replaced its data");
         return result.map(|_| ());
     }
     match result {
@@ -412,13 +412,20 @@ pub fn cron(srv: &Arc<Server>) {
 pub fn after_flushall(srv: &Server) {
     // A replica's full sync empties the keyspace with a FLUSHALL before loading the primary's
     // snapshot: that is not a user's flush (Valkey empties it directly), so nothing is saved.
-    if srv.settings.load().ints(t::SAVE).is_empty() || srv.repl.loading() || srv.persist.loading() {
+    if srv.repl.loading() || srv.persist.loading() {
+        return;
+    }
+    // A running BGSAVE writes data that no longer exists: Valkey kills its child whether or
+    // not save rules call for a new save (integration/rdb "Test FLUSHALL aborts bgsave"). A
+    // SAVE is left to finish, as Valkey's blocks FLUSHALL until it is done.
+    let background = srv.persist.running.lock().as_ref().is_some_and(|r| r.kind == SaveKind::Background);
+    if background {
+        srv.persist.abort.store(true, Ordering::Release);
+    }
+    if srv.settings.load().ints(t::SAVE).is_empty() {
         return;
     }
     let Some(srv) = srv.arc() else { return };
-    if srv.persist.in_progress() {
-        srv.persist.abort.store(true, Ordering::Release);
-    }
     let spawned = std::thread::Builder::new().name("hotkv-flush-save".into()).spawn(move || {
         let deadline = Instant::now() + FINAL_SAVE_WAIT;
         while Instant::now() < deadline && !srv.is_shutting_down() {
