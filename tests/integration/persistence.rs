@@ -292,6 +292,39 @@ fn flushall_abandons_a_running_bgsave_without_an_error() {
 }
 
 #[test]
+fn bgsave_cancel_stops_a_running_save_or_drops_a_scheduled_one() {
+    // Valkey 8.1's BGSAVE CANCEL (its integration/rdb "bgsave cancel aborts save", "bgsave cancel
+    // schedulled request").
+    let srv = node(None, &[("save", "\"\""), ("rdb-key-save-delay", "1000000")]);
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["DEBUG", "POPULATE", "100", "", "16"]), Frame::ok());
+    let nothing = "ERR Background saving is currently not in progress or scheduled";
+    assert_err(&c.cmd(&["BGSAVE", "CANCEL"]), nothing);
+    assert_eq!(c.cmd(&["BGSAVE"]), Frame::simple("Background saving started"));
+    assert_eq!(c.cmd(&["BGSAVE", "CANCEL"]), Frame::simple("Background saving cancelled"));
+    let text = wait_saved(&mut c);
+    assert_eq!(info_field(&text, "rdb_last_bgsave_status").as_deref(), Some("ok"), "{text}");
+    let temps: Vec<_> = std::fs::read_dir(srv.dir())
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| n.starts_with("temp-") || n == "dump.rdb")
+        .collect();
+    assert!(temps.is_empty(), "{temps:?}");
+    assert_err(&c.cmd(&["BGSAVE", "CANCEL"]), nothing);
+    // Behind a slow AOF rewrite a BGSAVE is refused as Valkey's, or scheduled, then dropped.
+    assert_eq!(c.cmd(&["BGREWRITEAOF"]), Frame::simple("Background append only file rewriting started"));
+    assert_err(
+        &c.cmd(&["BGSAVE"]),
+        "ERR Another child process is active (AOF?): can't BGSAVE right now. Use BGSAVE SCHEDULE in order to schedule \
+         a BGSAVE whenever possible.",
+    );
+    assert_eq!(c.cmd(&["BGSAVE", "SCHEDULE"]), Frame::simple("Background saving scheduled"));
+    assert_eq!(c.cmd(&["BGSAVE", "CANCEL"]), Frame::simple("Scheduled background saving cancelled"));
+    assert_err(&c.cmd(&["BGSAVE", "CANCEL"]), nothing);
+    assert_err(&c.cmd(&["BGSAVE", "NOW"]), "ERR syntax error");
+}
+
+#[test]
 fn a_failing_disk_answers_misconf_until_a_save_succeeds() {
     let srv = node(None, &[]);
     let mut c = srv.client();
