@@ -335,6 +335,83 @@ fn appendonly_turned_on_at_runtime_starts_with_a_rewrite() {
 }
 
 #[test]
+fn appendonly_toggled_while_its_rewrite_runs_ends_with_one_whole_aof() {
+    // Valkey's integration/aof "Turning appendonly on and off within a transaction": it kills
+    // the rewrite of an `appendonly yes` undone by `no`, and a rewrite running at the next
+    // `yes`, then starts another. Here a slowed-down BGREWRITEAOF still runs at the `yes`.
+    let mut first = builder().config("save", "\"\"").config("enable-debug-command", "yes").spawn();
+    let mut c = first.client();
+    assert_eq!(c.cmd(&["DEBUG", "POPULATE", "50"]), Frame::ok());
+    assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "100000"]), Frame::ok());
+    assert_eq!(c.cmd(&["BGREWRITEAOF"]), Frame::simple("Background append only file rewriting started"));
+    assert_eq!(info_field(&info(&mut c, "persistence"), "aof_rewrite_in_progress").as_deref(), Some("1"));
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "yes"]), Frame::ok());
+    assert!(first.wait_for_log("Stopping background AOF and starting a rewrite now.", WAIT), "{}", first.log());
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "no"]), Frame::ok());
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "yes"]), Frame::ok());
+    assert_eq!(c.cmd(&["CONFIG", "SET", "rdb-key-save-delay", "0"]), Frame::ok());
+    // And the transaction of Valkey's test, both ways round.
+    for (a, b) in [("no", "yes"), ("yes", "no"), ("no", "yes")] {
+        assert_eq!(c.cmd(&["MULTI"]), Frame::ok());
+        for v in [a, b] {
+            assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", v]), Frame::simple("QUEUED"));
+        }
+        assert_eq!(c.cmd(&["EXEC"]), Frame::Array(vec![Frame::ok(), Frame::ok()]));
+    }
+    let text = wait_rewritten(&mut c);
+    assert_eq!(info_field(&text, "aof_enabled").as_deref(), Some("1"), "{text}");
+    assert_eq!(info_field(&text, "aof_last_bgrewrite_status").as_deref(), Some("ok"), "{text}");
+    assert_eq!(c.cmd(&["SET", "after", "1"]), Frame::ok());
+    assert_eq!(c.cmd(&["WAITAOF", "1", "0", "0"]), Frame::Array(vec![Frame::Integer(1), Frame::Integer(0)]));
+    kill_9(&mut first);
+    let second = node(Some(first.dir()), &[]);
+    let mut c = second.client();
+    assert_eq!(c.cmd(&["DBSIZE"]), Frame::Integer(51));
+    assert_eq!(manifest(first.dir()).len(), 2, "{:?}", manifest(first.dir()));
+}
+
+#[test]
+fn bgrewriteaof_with_the_aof_off_makes_a_base_and_no_incr_file() {
+    // Valkey's aof-multi-part "AOF rewrite doesn't open new aof when AOF turn off".
+    let srv = node(None, &[]);
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["SET", "k", "v"]), Frame::ok());
+    assert_eq!(c.cmd(&["BGREWRITEAOF"]), Frame::simple("Background append only file rewriting started"));
+    wait_rewritten(&mut c);
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "no"]), Frame::ok());
+    assert_eq!(c.cmd(&["BGREWRITEAOF"]), Frame::simple("Background append only file rewriting started"));
+    let text = wait_rewritten(&mut c);
+    assert_eq!(info_field(&text, "aof_last_bgrewrite_status").as_deref(), Some("ok"), "{text}");
+    assert_eq!(manifest(srv.dir()), ["file appendonly.aof.3.base.rdb seq 3 type b"]);
+    let dir = srv.dir().join("appendonlydir");
+    let names = || {
+        let mut v: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    };
+    assert!(wait_for(|| names() == ["appendonly.aof.3.base.rdb", "appendonly.aof.manifest"], WAIT), "{:?}", names());
+    let digest = c.cmd(&["DEBUG", "DIGEST"]);
+    assert_eq!(c.cmd(&["DEBUG", "LOADAOF"]), Frame::ok());
+    assert_eq!(c.cmd(&["DEBUG", "DIGEST"]), digest);
+    // Turned on again, the AOF goes on from that base with a first incr file.
+    assert_eq!(c.cmd(&["CONFIG", "SET", "appendonly", "yes"]), Frame::ok());
+    wait_rewritten(&mut c);
+    assert_eq!(
+        manifest(srv.dir()),
+        ["file appendonly.aof.4.base.rdb seq 4 type b", "file appendonly.aof.1.incr.aof seq 1 type i"]
+    );
+    assert!(
+        wait_for(
+            || names() == ["appendonly.aof.1.incr.aof", "appendonly.aof.4.base.rdb", "appendonly.aof.manifest"],
+            WAIT
+        ),
+        "{:?}",
+        names()
+    );
+}
+
+#[test]
 fn with_no_aof_yet_dump_rdb_is_loaded_and_becomes_the_base() {
     let mut first = builder().config("save", "\"\"").spawn();
     let mut c = first.client();
@@ -364,6 +441,50 @@ fn waitaof_counts_the_local_fsync() {
     // No replica: the wait for one ends at the timeout with what there is.
     assert_eq!(c.cmd(&["WAITAOF", "0", "1", "50"]), Frame::Array(vec![Frame::Integer(1), Frame::Integer(0)]));
     assert_err_prefix(&c.cmd(&["WAITAOF", "-1", "0", "0"]), "ERR");
+}
+
+#[test]
+fn debug_aof_flush_sleep_holds_replies_behind_the_slowed_write() {
+    let srv = node(None, &[("appendfsync", "always")]);
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["DEBUG", "AOF-FLUSH-SLEEP", "300000"]), Frame::ok());
+    let start = Instant::now();
+    assert_eq!(c.cmd(&["INCR", "n"]), Frame::Integer(1));
+    assert!(start.elapsed() >= Duration::from_millis(300), "{:?}", start.elapsed());
+    // A read appends nothing, so nothing is written and nothing sleeps.
+    let start = Instant::now();
+    assert_eq!(c.cmd(&["GET", "n"]), Frame::bulk("1"));
+    assert!(start.elapsed() < Duration::from_millis(250), "{:?}", start.elapsed());
+    assert_eq!(c.cmd(&["DEBUG", "AOF-FLUSH-SLEEP", "0"]), Frame::ok());
+    let start = Instant::now();
+    assert_eq!(c.cmd(&["INCR", "n"]), Frame::Integer(2));
+    assert!(start.elapsed() < Duration::from_millis(250), "{:?}", start.elapsed());
+}
+
+#[test]
+fn a_load_replays_commands_on_keys_whose_ttl_passed_and_expires_them_after() {
+    // Valkey's integration/aof "AOF+EXPIRE": nothing expires while the file loads.
+    let s = Scratch::new("expire-load");
+    std::fs::write(s.aof("appendonly.aof.manifest"), "file appendonly.aof.1.incr.aof seq 1 type i\n").unwrap();
+    let cmds: [&[&str]; 8] = [
+        &["RPUSH", "list", "foo"],
+        &["PEXPIREAT", "list", "1000"],
+        &["RPUSH", "list", "bar"],
+        &["RPUSH", "kept", "a"],
+        &["PEXPIREAT", "kept", "1000"],
+        &["PERSIST", "kept"],
+        &["RPUSH", "kept", "b"],
+        &["SET", "s", "v", "PXAT", "1000"],
+    ];
+    let incr: String = cmds.iter().map(|argv| resp(argv)).collect();
+    std::fs::write(s.aof("appendonly.aof.1.incr.aof"), incr).unwrap();
+    let srv = node(Some(&s.0), &[("aof-load-truncated", "no")]);
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["LLEN", "list"]), Frame::Integer(0));
+    assert_eq!(c.cmd(&["LRANGE", "kept", "0", "-1"]), Frame::Array(vec![Frame::bulk("a"), Frame::bulk("b")]));
+    assert_eq!(c.cmd(&["TTL", "kept"]), Frame::Integer(-1));
+    assert!(c.cmd(&["GET", "s"]).is_null());
+    assert_eq!(c.cmd(&["DBSIZE"]), Frame::Integer(1));
 }
 
 #[test]

@@ -241,7 +241,13 @@ fn a_corrupt_or_truncated_file_stops_the_start_naming_file_and_offset() {
     let mut flipped = good.clone();
     let mid = flipped.len() / 2;
     flipped[mid] ^= 0x5a;
-    for (what, bytes) in [("truncated", good[..good.len() / 2].to_vec()), ("corrupt", flipped)] {
+    // Valkey's integration/rdb "Server should not start if RDB is corrupted" writes this
+    // over the CRC.
+    let mut bad_crc = good.clone();
+    bad_crc.truncate(good.len() - 8);
+    bad_crc.extend_from_slice(b"foobar00");
+    let cases = [("truncated", good[..good.len() / 2].to_vec()), ("corrupt", flipped), ("bad crc", bad_crc)];
+    for (what, bytes) in cases {
         std::fs::write(&path, &bytes).expect("write");
         let out = builder().config("dir", &srv.dir().display().to_string()).run_to_exit(WAIT);
         assert_eq!(out.code(), Some(1), "{what}:\n{}", out.stdout);
@@ -251,7 +257,71 @@ fn a_corrupt_or_truncated_file_stops_the_start_naming_file_and_offset() {
         assert!(line.contains(&path.display().to_string()) && line.contains(" at offset "), "{what}: {line}");
         assert!(out.stdout.contains("Fatal error loading the DB, check server logs. Exiting."), "{what}");
         assert!(!out.stderr.contains("panicked"), "{what}: {}", out.stderr);
+        if what == "bad crc" {
+            assert!(line.ends_with(": RDB CRC error"), "{line}");
+            assert!(out.stdout.contains("Wrong RDB checksum expected: ("), "{}", out.stdout);
+        }
     }
+}
+
+#[test]
+fn flushall_abandons_a_running_bgsave_without_an_error() {
+    // Valkey's integration/rdb "Test FLUSHALL aborts bgsave": no save rules, so FLUSHALL
+    // writes no file of its own, yet the running BGSAVE (5 s at 1 ms a key) is stopped.
+    let srv = node(None, &[("save", "\"\""), ("rdb-key-save-delay", "1000")]);
+    let mut c = srv.client();
+    for i in 0..5000 {
+        c.send(&["SET", &format!("k{i}"), "v"]);
+    }
+    for _ in 0..5000 {
+        assert_eq!(c.read_frame(), Frame::ok());
+    }
+    assert_eq!(c.cmd(&["BGSAVE"]), Frame::simple("Background saving started"));
+    assert_eq!(info_field(&info(&mut c, "persistence"), "rdb_bgsave_in_progress").as_deref(), Some("1"));
+    assert_eq!(c.cmd(&["FLUSHALL"]), Frame::ok());
+    let stopped = wait_for(
+        || info_field(&info(&mut c, "persistence"), "rdb_bgsave_in_progress").as_deref() == Some("0"),
+        Duration::from_secs(2),
+    );
+    assert!(stopped, "the BGSAVE still runs:\n{}", info(&mut c, "persistence"));
+    let text = info(&mut c, "persistence");
+    assert!(info_num(&text, "rdb_changes_since_last_save") >= 999, "{text}");
+    assert_eq!(info_field(&text, "rdb_last_bgsave_status").as_deref(), Some("ok"), "{text}");
+    assert!(!srv.dir().join("dump.rdb").exists());
+    assert_eq!(c.cmd(&["SET", "x", "xx"]), Frame::ok());
+}
+
+#[test]
+fn bgsave_cancel_stops_a_running_save_or_drops_a_scheduled_one() {
+    // Valkey 8.1's BGSAVE CANCEL (its integration/rdb "bgsave cancel aborts save", "bgsave cancel
+    // schedulled request").
+    let srv = node(None, &[("save", "\"\""), ("rdb-key-save-delay", "1000000")]);
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["DEBUG", "POPULATE", "100", "", "16"]), Frame::ok());
+    let nothing = "ERR Background saving is currently not in progress or scheduled";
+    assert_err(&c.cmd(&["BGSAVE", "CANCEL"]), nothing);
+    assert_eq!(c.cmd(&["BGSAVE"]), Frame::simple("Background saving started"));
+    assert_eq!(c.cmd(&["BGSAVE", "CANCEL"]), Frame::simple("Background saving cancelled"));
+    let text = wait_saved(&mut c);
+    assert_eq!(info_field(&text, "rdb_last_bgsave_status").as_deref(), Some("ok"), "{text}");
+    let temps: Vec<_> = std::fs::read_dir(srv.dir())
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| n.starts_with("temp-") || n == "dump.rdb")
+        .collect();
+    assert!(temps.is_empty(), "{temps:?}");
+    assert_err(&c.cmd(&["BGSAVE", "CANCEL"]), nothing);
+    // Behind a slow AOF rewrite a BGSAVE is refused as Valkey's, or scheduled, then dropped.
+    assert_eq!(c.cmd(&["BGREWRITEAOF"]), Frame::simple("Background append only file rewriting started"));
+    assert_err(
+        &c.cmd(&["BGSAVE"]),
+        "ERR Another child process is active (AOF?): can't BGSAVE right now. Use BGSAVE SCHEDULE in order to schedule \
+         a BGSAVE whenever possible.",
+    );
+    assert_eq!(c.cmd(&["BGSAVE", "SCHEDULE"]), Frame::simple("Background saving scheduled"));
+    assert_eq!(c.cmd(&["BGSAVE", "CANCEL"]), Frame::simple("Scheduled background saving cancelled"));
+    assert_err(&c.cmd(&["BGSAVE", "CANCEL"]), nothing);
+    assert_err(&c.cmd(&["BGSAVE", "NOW"]), "ERR syntax error");
 }
 
 #[test]

@@ -774,3 +774,94 @@ fn a_sleeping_replica_reconnects_only_when_it_wakes() {
     wait_same(&primary, &replica);
     assert!(wait_for(|| info_stat(&mut p, "sync_partial_ok") == Some(1), LINK_WAIT));
 }
+
+/// Acts as a replica asking for a full sync on a raw socket; returns the diskless RDB
+/// payload (between the `$EOF:` line and its 40-byte end mark) and how long it took from
+/// the PSYNC to its last byte.
+fn raw_full_sync(primary: &TestServer) -> (Vec<u8>, Duration) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", primary.port())).expect("connect");
+    s.set_read_timeout(Some(LINK_WAIT)).unwrap();
+    let start = std::time::Instant::now();
+    s.write_all(b"*5\r\n$8\r\nREPLCONF\r\n$4\r\ncapa\r\n$3\r\neof\r\n$4\r\ncapa\r\n$6\r\npsync2\r\n").unwrap();
+    s.write_all(b"*3\r\n$5\r\nPSYNC\r\n$1\r\n?\r\n$2\r\n-1\r\n").unwrap();
+    let deadline = start + LINK_WAIT;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut payload_at = None;
+    loop {
+        assert!(std::time::Instant::now() < deadline, "the full sync did not end");
+        let n = s.read(&mut buf).expect("read the full sync");
+        assert!(n > 0, "the primary closed the link");
+        got.extend_from_slice(&buf[..n]);
+        if payload_at.is_none()
+            && let Some(i) = got.windows(5).position(|w| w == b"$EOF:")
+            && got.len() >= i + 5 + 40 + 2
+        {
+            payload_at = Some(i + 5 + 40 + 2);
+        }
+        if let Some(at) = payload_at {
+            let mark = &got[at - 42..at - 2];
+            if got.len() >= at + 40 && got.ends_with(mark) {
+                return (got[at..got.len() - 40].to_vec(), start.elapsed());
+            }
+        }
+    }
+}
+
+#[test]
+fn a_full_sync_follows_rdbcompression_and_rdb_key_save_delay() {
+    // Valkey's replication child writes the RDB a save writes (rdbSaveRio): compressed under
+    // rdbcompression, slowed by rdb-key-save-delay, which its suites use to make a sync last.
+    let primary = server_with(&[("rdbcompression", "yes")]);
+    let mut p = primary.client();
+    let big = "abcdefgh".repeat(16 * 1024);
+    ok(&mut p, &["SET", "big", &big]);
+    assert!(p.cmd(&["RPUSH", "list", &big, &big]).int() == 2);
+    for i in 0..8 {
+        ok(&mut p, &["SET", &format!("k{i}"), &format!("v{i}")]);
+    }
+    let (compressed, _) = raw_full_sync(&primary);
+    assert!(compressed.starts_with(b"REDIS0010"), "{:?}", &compressed[..16.min(compressed.len())]);
+    assert!(compressed.len() < 20_000, "{} bytes with rdbcompression yes", compressed.len());
+    ok(&mut p, &["CONFIG", "SET", "rdbcompression", "no"]);
+    let (plain, _) = raw_full_sync(&primary);
+    assert!(plain.len() > 3 * big.len(), "{} bytes with rdbcompression no", plain.len());
+    // Ten keys at 100 ms each.
+    ok(&mut p, &["CONFIG", "SET", "rdbcompression", "yes"]);
+    ok(&mut p, &["CONFIG", "SET", "rdb-key-save-delay", "100000"]);
+    let (_, took) = raw_full_sync(&primary);
+    assert!(took >= Duration::from_millis(900), "a delayed full sync took {took:?}");
+    ok(&mut p, &["CONFIG", "SET", "rdb-key-save-delay", "0"]);
+    // A replica loads the compressed image.
+    let replica = server();
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    let data = wait_same(&primary, &replica);
+    assert_eq!(data.len(), 10);
+    assert_eq!(replica.client().cmd(&["STRLEN", "big"]), Frame::Integer(big.len() as i64));
+}
+
+#[test]
+fn clients_blocked_on_a_primary_turned_replica_are_unblocked_and_disconnected() {
+    // Valkey's integration/replication "BLPOP followed by role change, issue #2473": served
+    // by the new primary's stream, the BLPOP would pop on the replica alone.
+    let primary = server();
+    let node = server();
+    let mut blocked = node.client();
+    blocked.send(&["BLPOP", "foo", "0"]);
+    let mut c = node.client();
+    let stats = |c: &mut RawClient| c.cmd(&["INFO", "clients"]).text();
+    assert!(wait_for(|| stats(&mut c).contains("blocked_clients:1"), LINK_WAIT), "{}", stats(&mut c));
+    replicaof(&node, primary.port());
+    assert_err(
+        &blocked.read_frame(),
+        "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)",
+    );
+    assert!(blocked.closed_within(LINK_WAIT), "the blocked client's connection stays open");
+    wait_link_up(&node);
+    assert_eq!(primary.client().cmd(&["RPUSH", "foo", "a", "b", "c"]).int(), 3);
+    wait_same(&primary, &node);
+    let stats = c.cmd(&["INFO", "commandstats"]).text();
+    assert!(stats.contains("cmdstat_blpop:calls=1,") && stats.contains("rejected_calls=0,failed_calls=1"), "{stats}");
+}

@@ -38,9 +38,10 @@ pub struct EngineConfig {
     pub hz: u32,
     /// Whether this node is a replica (keys are not deleted on lazy expiry).
     pub replica: bool,
-    /// The call comes from this replica's primary: keys past their TTL still exist for it,
-    /// since the primary decides when they go (Valkey's master client sees them as valid),
-    /// so its DEL of an expired key deletes it.
+    /// The call comes from this replica's primary, or from the AOF being loaded (both run
+    /// as a client with the MASTER flag): keys past their TTL still exist for it, since the
+    /// primary decides when they go (Valkey's master client sees them as valid; while
+    /// loading Valkey expires nothing), so its DEL of an expired key deletes it.
     pub from_primary: bool,
     /// `cluster-enabled`: SELECT of any database but 0 is refused, as Valkey refuses it.
     pub cluster: bool,
@@ -73,6 +74,14 @@ pub struct EngineConfig {
     /// `lazyfree-lazy-server-del`: a key the server deletes on its own account (RESTORE over
     /// an expired time, SPOP of a whole set, a dirty slot's keys) goes out as UNLINK.
     pub lazy_server_del: bool,
+}
+
+impl EngineConfig {
+    /// Whether a command given an expire time already past keeps its key with that TTL
+    /// rather than deleting it: see [`Ctx::already_expired`].
+    pub fn keeps_past_ttls(&self) -> bool {
+        self.replica || self.from_primary
+    }
 }
 
 impl Default for EngineConfig {
@@ -598,6 +607,16 @@ impl<'a> Ctx<'a> {
         if deleted {
             self.events.notify('g', "del", key, self.db);
         }
+    }
+
+    /// Whether a command given the absolute expire time `when` deletes its key instead of
+    /// keeping it with that TTL (Valkey's `checkAlreadyExpired`: EXPIRE, SET, GETEX,
+    /// RESTORE). Never on a replica, which keeps the key until its primary's DEL, nor for a
+    /// call of the primary's stream or of an AOF being replayed: Valkey applies the file as
+    /// written while `server.loading`, so a later command of the file still finds the key
+    /// (an RPUSH appends to it), and the TTL removes it after the load.
+    pub fn already_expired(&self, when: i64) -> bool {
+        when <= self.now_ms && !self.cfg.keeps_past_ttls()
     }
 
     /// Whether an entry is logically expired at the command's time (Valkey: `now > when`).

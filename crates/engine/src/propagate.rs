@@ -315,6 +315,8 @@ mod tests {
         assert_eq!(run(&mut t, &["SPOP", "s", "5"]), ["0: DEL s"]);
         assert_eq!(run(&mut t, &["INCRBYFLOAT", "f", "1.5"]), ["0: SET f 1.5 KEEPTTL"]);
         assert_eq!(run(&mut t, &["HINCRBYFLOAT", "h", "x", "2.5"]), ["0: HSET h x 2.5"]);
+        // Valkey's getsetCommand: GETSET goes as SET.
+        assert_eq!(run(&mut t, &["GETSET", "f", "v"]), ["0: SET f v"]);
     }
 
     #[test]
@@ -330,6 +332,9 @@ mod tests {
         assert_eq!(run(&mut t, &["BZPOPMIN", "z", "0"]), ["0: ZPOPMIN z 1"]);
         assert_eq!(run(&mut t, &["BZMPOP", "0", "1", "z", "MAX", "COUNT", "3"]), ["0: ZPOPMAX z 3"]);
         assert_eq!(run(&mut t, &["BLPOP", "l", "0"]), Vec::<String>::new(), "blocked: nothing yet");
+        // Valkey's blmoveGenericCommand: BRPOPLPUSH goes as RPOPLPUSH, not as LMOVE.
+        t.run(&["RPUSH", "l", "z"]);
+        assert_eq!(run(&mut t, &["BRPOPLPUSH", "l", "m", "0"]), ["0: RPOPLPUSH l m"]);
     }
 
     #[test]

@@ -29,6 +29,9 @@ pub enum Wakeup {
     Timeout,
     /// `CLIENT UNBLOCK ... ERROR`.
     Error(String),
+    /// The node became a replica: this error, then the connection closes (Valkey's
+    /// `disconnectAllBlockedClients`).
+    Disconnect(String),
 }
 
 /// A client waiting on keys.
@@ -170,6 +173,18 @@ impl Blocked {
             return Vec::new();
         }
         self.clients.lock().values().cloned().collect()
+    }
+
+    /// Ends every wait with an error that closes its connection, when this node starts
+    /// following a primary: the keys they wait on would be filled by that primary's stream,
+    /// and serving them would pop on the replica alone (Valkey's `disconnectAllBlockedClients`,
+    /// from `replicationSetPrimary`).
+    pub fn disconnect_all(&self) {
+        for w in self.all() {
+            w.wake(Wakeup::Disconnect(
+                "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)".into(),
+            ));
+        }
     }
 
     /// The waiter of a client, for CLIENT UNBLOCK.

@@ -359,16 +359,18 @@ impl Conn {
                 crate::dispatch::account_client(&batch, sess, srv.registry.get(wait.waiter.cmd), &args, *nanos);
             }
             sess.set_flag(flag::BLOCKED, false);
+            let close = matches!(wakeup, Wakeup::Disconnect(_));
             let mode = match wakeup {
                 Wakeup::Reply(bytes, _) => {
                     self.out.raw(&bytes);
                     return Ok(Some(Flow::Continue));
                 }
-                Wakeup::Error(msg) => {
-                    // CLIENT UNBLOCK ... ERROR ends the call: a failed one in commandstats.
+                Wakeup::Error(msg) | Wakeup::Disconnect(msg) => {
+                    // CLIENT UNBLOCK ... ERROR, or the node turning replica, ends the call: a
+                    // failed one in commandstats.
                     srv.stats.call(wait.waiter.cmd, 0, true, srv.rt.load().latency_tracking);
                     crate::dispatch::reply_error(srv, &mut self.out, &hotkv_engine::CommandError::raw(msg));
-                    return Ok(Some(Flow::Continue));
+                    return Ok(Some(if close { Flow::Close } else { Flow::Continue }));
                 }
                 Wakeup::Retry => BlockMode::Normal,
                 Wakeup::Timeout => BlockMode::TimedOut,

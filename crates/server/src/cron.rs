@@ -32,8 +32,13 @@ fn run(srv: &Arc<Server>) {
         srv.memory.refresh();
         crate::cluster::redirect_blocked(srv, &mut routing_seen);
         // DEBUG SET-ACTIVE-EXPIRE 0 leaves expired keys to lazy expiry, as in Valkey.
-        // Neither does a CLIENT PAUSE, which holds the dataset still.
-        if srv.active_expire.load(Ordering::Relaxed) && !srv.pause.holds_dataset(crate::server::unix_ms()) {
+        // Neither does a CLIENT PAUSE, which holds the dataset still, nor a load from the
+        // files: Valkey's cron does not run then, and an AOF replays commands on keys whose
+        // TTL passed (an RPUSH after a past PEXPIREAT appends to the list).
+        if srv.active_expire.load(Ordering::Relaxed)
+            && !srv.pause.holds_dataset(crate::server::unix_ms())
+            && !srv.persist.loading()
+        {
             expire(srv, &mut cursor, period);
         }
         if last_sample.elapsed() >= Duration::from_millis(100) {

@@ -233,6 +233,7 @@ fn follow_with(srv: &Arc<Server>, host: String, port: u16, failover: bool) {
         tokio::spawn(old.stop());
     }
     srv.repl.replica.store(true, Ordering::Release);
+    srv.blocked.disconnect_all();
     srv.repl.primary.set_upstream(true);
     set_replicaof(srv, vec![host.clone(), port.to_string()]);
     let settings = srv.settings.load();
@@ -538,7 +539,16 @@ fn write_snapshot(
         let _ = point_tx.send(cut.point.clone());
     };
     let ship = |b: Bytes| tx.blocking_send(Ok(b)).is_ok();
-    let mut opts = crate::snapshot::StreamOptions::default();
+    // Valkey's replication child writes the same RDB as a save (rdbSaveRio): strings LZF-
+    // compressed under `rdbcompression`, the CRC under `rdbchecksum`, and slowed down by
+    // `rdb-key-save-delay`, which its replication tests use to make a full sync last.
+    let settings = srv.settings.load();
+    let mut opts = crate::snapshot::StreamOptions {
+        write: crate::persistence::file::file_write_options(&settings),
+        key_delay: crate::persistence::file::key_save_delay(&settings),
+        ..crate::snapshot::StreamOptions::default()
+    };
+    drop(settings);
     if srv.cluster.is_some() {
         let weak = Arc::downgrade(srv);
         opts.aux_at_cut = Some(crate::snapshot::AuxHook(Arc::new(move || {

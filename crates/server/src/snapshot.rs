@@ -59,6 +59,19 @@ pub struct StreamOptions {
     pub at_cut: Option<CutHook>,
     /// Extra AUX fields, computed at the cut (a full sync's `cluster-slot-states`).
     pub aux_at_cut: Option<AuxHook>,
+    /// Asked between slots and during `key_delay` sleeps: true abandons the stream (a save
+    /// that FLUSHALL or SHUTDOWN replaces, as Valkey kills its child).
+    pub stop: Option<StopHook>,
+}
+
+/// Whether a stream should be abandoned: must be cheap and must not take a slot lock.
+#[derive(Clone)]
+pub struct StopHook(pub Arc<dyn Fn() -> bool + Send + Sync>);
+
+impl std::fmt::Debug for StopHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StopHook")
+    }
 }
 
 /// AUX fields: name and value.
@@ -147,13 +160,24 @@ pub fn stream_rdb(
     };
     let mut alive = true;
     let mut paced = 0;
+    let stopped = || opts.stop.as_ref().is_some_and(|h| (h.0)());
     srv.ks.drive_snapshot(&snap, || {
         if !key_delay.is_zero() {
             let done = progress.load(Ordering::Relaxed);
-            std::thread::sleep(key_delay * (done - paced).min(u64::from(u32::MAX)) as u32);
+            let owed = key_delay * (done - paced).min(u64::from(u32::MAX)) as u32;
             paced = done;
+            // In steps: keys a writer serialised count too, so one slot's turn may owe
+            // seconds, and a stop must not wait for them.
+            let until = std::time::Instant::now() + owed;
+            while !stopped() {
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                std::thread::sleep(left.min(STOP_CHECK));
+            }
         }
-        alive = alive && ship_ready(&out);
+        alive = alive && !stopped() && ship_ready(&out);
         alive
     });
     if !alive {
@@ -172,6 +196,9 @@ pub fn stream_rdb(
     }
     StreamEnd::Done { keys: snap.keys() }
 }
+
+/// How often a paced stream looks at its stop hook while it sleeps.
+const STOP_CHECK: Duration = Duration::from_millis(10);
 
 /// The file being produced, behind one lock: chunks leave in the order the checksum saw
 /// them, whichever thread wrote each slot.

@@ -141,8 +141,10 @@ fn restore(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         (t, true) => Some(t),
         (t, false) => Some(t.saturating_add(ctx.now_ms)),
     };
+    // Valkey's restoreCommand asks checkAlreadyExpired too: a replica, or an AOF load,
+    // restores the key with its past TTL.
     if let Some(when) = when
-        && when <= ctx.now_ms
+        && ctx.already_expired(when)
     {
         if deleted {
             ctx.propagate_as(&[crate::propagate::del_verb(ctx.cfg.lazy_server_del), key]);
@@ -273,6 +275,28 @@ mod tests {
         assert_eq!(direct.run_bytes(&args), "+OK\r\n");
         assert_eq!(direct.run_bytes(&args), "-BUSYKEY Target key name already exists.\r\n");
         assert_eq!(direct.run(&["GET", "k"]), "$5\r\nhello\r\n");
+    }
+
+    #[test]
+    fn restore_with_a_past_ttl_keeps_the_key_on_a_replica_and_for_an_aof_load() {
+        let mut t = TestKit::default();
+        t.run(&["SET", "src", "hello"]);
+        let payload = bulk(&t.run_raw(&[b"DUMP".to_vec(), b"src".to_vec()]));
+        let restore = |t: &mut TestKit| {
+            let args = [&b"RESTORE"[..], b"k", b"1000", &payload, b"ABSTTL", b"REPLACE"];
+            t.run_bytes(&args.map(<[u8]>::to_vec))
+        };
+        assert_eq!(restore(&mut t), "+OK\r\n");
+        assert_eq!(t.ks.db(0).len(), 1, "a primary does not store a key already expired");
+        for (replica, from_primary) in [(true, false), (false, true)] {
+            t.cfg.replica = replica;
+            t.cfg.from_primary = from_primary;
+            assert_eq!(restore(&mut t), "+OK\r\n");
+            assert_eq!(t.ks.db(0).len(), 2, "replica {replica}, from the primary or an AOF {from_primary}");
+            t.cfg.replica = false;
+            t.cfg.from_primary = false;
+            assert_eq!(t.run(&["EXISTS", "k"]), ":0\r\n", "expired once read on a primary");
+        }
     }
 
     fn hex(s: &str) -> Vec<u8> {

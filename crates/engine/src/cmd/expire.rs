@@ -193,7 +193,7 @@ impl Cond {
 fn expire_generic(ctx: &mut Ctx<'_>, args: Args<'_>, form: Form, out: &mut ReplyBuf) -> CmdResult {
     let cond = Cond::parse(&args)?;
     let key = args.get(1);
-    let (now, replica) = (ctx.now_ms, ctx.cfg.replica);
+    let now = ctx.now_ms;
     let invalid = CommandError::InvalidExpire(form.name);
     let mut when = int_arg(args.get(2))?;
     // Negative times are allowed (they delete the key); only overflow is an error.
@@ -203,6 +203,8 @@ fn expire_generic(ctx: &mut Ctx<'_>, args: Args<'_>, form: Form, out: &mut Reply
     if form.relative {
         when = when.checked_add(now).ok_or(invalid)?;
     }
+    // A replica keeps a key with a past expire time and waits for its primary's DEL.
+    let past = ctx.already_expired(when);
     let Some(mut k) = ctx.write(key)? else {
         out.int(0);
         return Ok(());
@@ -211,8 +213,7 @@ fn expire_generic(ctx: &mut Ctx<'_>, args: Args<'_>, form: Form, out: &mut Reply
         out.int(0);
         return Ok(());
     }
-    // A replica keeps a key with a past expire time and waits for its primary's DEL.
-    let event = if when <= now && !replica {
+    let event = if past {
         drop(k.delete());
         ctx.propagate_as(&[crate::propagate::del_verb(ctx.cfg.lazy_expire), key]);
         "del"
@@ -321,6 +322,29 @@ mod tests {
         t.run(&["SET", "k", "v"]);
         assert_eq!(t.run(&["EXPIRE", "k", "-1"]), ":1\r\n");
         assert_eq!(t.ks.db(0).len(), 1, "a replica keeps it for its primary's DEL");
+    }
+
+    #[test]
+    fn an_aof_load_keeps_a_key_its_pexpireat_made_past_and_later_commands_find_it() {
+        // Valkey's integration/aof "AOF+EXPIRE": RPUSH, PEXPIREAT 1000, RPUSH while loading
+        // leaves one list of two elements with a past TTL, gone at the first read after.
+        let mut t = TestKit::default();
+        t.cfg.from_primary = true;
+        assert_eq!(t.run(&["RPUSH", "list", "foo"]), ":1\r\n");
+        assert_eq!(t.run(&["PEXPIREAT", "list", "1000"]), ":1\r\n");
+        assert_eq!(t.run(&["RPUSH", "list", "bar"]), ":2\r\n");
+        assert_eq!(t.run(&["RPUSH", "kept", "a"]), ":1\r\n");
+        assert_eq!(t.run(&["EXPIREAT", "kept", "1"]), ":1\r\n");
+        assert_eq!(t.run(&["PERSIST", "kept"]), ":1\r\n");
+        assert_eq!(t.run(&["SET", "s", "v", "PXAT", "1"]), "+OK\r\n");
+        assert_eq!(t.run(&["GETEX", "s", "EXAT", "1"]), "$1\r\nv\r\n");
+        assert_eq!(t.run(&["APPEND", "s", "w"]), ":2\r\n");
+        assert_eq!(t.ks.db(0).len(), 3);
+        t.cfg.from_primary = false;
+        assert_eq!(t.run(&["LLEN", "list"]), ":0\r\n");
+        assert_eq!(t.run(&["GET", "s"]), "$-1\r\n");
+        assert_eq!(t.run(&["LRANGE", "kept", "0", "-1"]), "*1\r\n$1\r\na\r\n");
+        assert_eq!(t.ks.db(0).len(), 1);
     }
 
     #[test]

@@ -299,12 +299,12 @@ fn rpoplpush(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult
 fn blmove(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let (from, to) = (parse_end(args.get(3))?, parse_end(args.get(4))?);
     let deadline = parse_timeout(args.get(5), ctx.now_ms)?;
-    bmove(ctx, out, args.get(1), args.get(2), from, to, deadline)
+    bmove(ctx, out, args.get(1), args.get(2), (from, to, false), deadline)
 }
 
 fn brpoplpush(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let deadline = parse_timeout(args.get(3), ctx.now_ms)?;
-    bmove(ctx, out, args.get(1), args.get(2), End::Tail, End::Head, deadline)
+    bmove(ctx, out, args.get(1), args.get(2), (End::Tail, End::Head, true), deadline)
 }
 
 fn bmove(
@@ -312,15 +312,19 @@ fn bmove(
     out: &mut ReplyBuf,
     src: &[u8],
     dst: &[u8],
-    from: End,
-    to: End,
+    (from, to, rpoplpush_form): (End, End, bool),
     deadline: Option<i64>,
 ) -> CmdResult {
     if move_generic(ctx, out, src, dst, from, to)? {
-        // As LMOVE, so a replica never blocks on it.
+        // As the non-blocking form, so a replica never blocks on it: BRPOPLPUSH as RPOPLPUSH,
+        // BLMOVE as LMOVE (Valkey's blmoveGenericCommand).
         if ctx.propagating() {
-            let side = |e: End| if e == End::Head { b"LEFT".as_slice() } else { b"RIGHT".as_slice() };
-            ctx.propagate_as(&[b"LMOVE".as_slice(), src, dst, side(from), side(to)]);
+            if rpoplpush_form {
+                ctx.propagate_as(&[b"RPOPLPUSH".as_slice(), src, dst]);
+            } else {
+                let side = |e: End| if e == End::Head { b"LEFT".as_slice() } else { b"RIGHT".as_slice() };
+                ctx.propagate_as(&[b"LMOVE".as_slice(), src, dst, side(from), side(to)]);
+            }
         }
     } else {
         if ctx.can_block() {

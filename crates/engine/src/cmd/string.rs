@@ -188,6 +188,10 @@ fn getset(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let key = args.get(1);
     reply_value(ctx, key, out)?;
     ctx.set(key, NewValue::Bytes(args.get(2)), Ttl::Clear)?;
+    // Valkey's getsetCommand propagates as SET.
+    if ctx.propagating() {
+        ctx.propagate_as(&[b"SET".as_slice(), key, args.get(2)]);
+    }
     ctx.events.notify('$', "set", key, ctx.db);
     Ok(())
 }
@@ -208,7 +212,7 @@ fn getdel(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
 fn getex(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let opts = parse_ext(&args, Syntax::Get)?;
     let key = args.get(1);
-    let (now, replica) = (ctx.now_ms, ctx.cfg.replica);
+    let (now, keep_past) = (ctx.now_ms, ctx.cfg.keeps_past_ttls());
     let Some(mut k) = ctx.read(key)? else {
         out.null();
         return Ok(());
@@ -221,8 +225,9 @@ fn getex(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     };
     out.bulk(value);
     let event = match when {
-        // Only an absolute time can be in the past; a replica keeps the key for its primary.
-        Some((Unit::ExAt | Unit::PxAt, t)) if t <= now && !replica => {
+        // Only an absolute time can be in the past; a replica keeps the key for its primary
+        // (Valkey's checkAlreadyExpired, as EXPIRE).
+        Some((Unit::ExAt | Unit::PxAt, t)) if t <= now && !keep_past => {
             drop(k.delete());
             ctx.propagate_as(&[crate::propagate::del_verb(ctx.cfg.lazy_expire), key]);
             "del"
@@ -358,8 +363,9 @@ fn set_generic(
     }
     let ttl = match opts.expire {
         // Already in the past: storing it would only have it deleted at once. A replica
-        // stores it anyway and waits for its primary's DEL.
-        Some(t) if t <= ctx.now_ms && !ctx.cfg.replica => {
+        // stores it anyway and waits for its primary's DEL, and an AOF load replays it as
+        // written (Valkey's checkAlreadyExpired).
+        Some(t) if ctx.already_expired(t) => {
             if found {
                 ctx.delete(key)?;
                 ctx.propagate_as(&[crate::propagate::del_verb(ctx.cfg.lazy_expire), key]);

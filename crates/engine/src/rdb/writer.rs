@@ -49,8 +49,8 @@ pub struct WriteOptions {
 }
 
 impl Default for WriteOptions {
-    /// What replication's full sync sends: checksummed, uncompressed (Redis's defaults
-    /// compress; a socket transfer to a replica on the same network gains little from it).
+    /// Checksummed, uncompressed. The server's saves, AOF bases and full syncs take both from
+    /// `rdbcompression` and `rdbchecksum` instead, as Valkey's `rdbSaveRio` does.
     fn default() -> WriteOptions {
         WriteOptions { compress: false, checksum: true }
     }

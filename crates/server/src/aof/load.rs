@@ -357,7 +357,10 @@ fn load_rdb(
     opts: &LoadOptions,
 ) -> Result<rdb::LoadStats, (u64, RdbError)> {
     let mut reader = RdbReader::new(opts.max_bulk_len);
-    let mut loader = Loader::new(target.ks, target.cfg, target.now_ms);
+    // Keys past their TTL stay, unlike in a primary's load of dump.rdb: the commands after
+    // the base may still touch them, and Valkey's rdbLoad keeps them for an AOF base
+    // (RDBFLAGS_AOF_PREAMBLE). Expiry removes them after the load.
+    let mut loader = Loader::new(target.ks, target.cfg, target.now_ms).keep_expired();
     let base = input.offset();
     reader.feed(input.window());
     input.consume(input.window().len());
@@ -815,6 +818,26 @@ mod tests {
         let m = setup(&p, &[("appendonly.aof.1.base.rdb", &base[..base.len() - 4])]);
         let e = run(&p, &m, true, &Keyspace::new(16)).unwrap_err();
         assert!(e.starts_with("Error reading the RDB base file appendonly.aof.1.base.rdb"), "{e}");
+        fs::remove_dir_all(&p.dir).unwrap();
+    }
+
+    #[test]
+    fn an_rdb_base_keeps_keys_past_their_ttl_for_the_commands_after_it() {
+        let mut t = TestKit::default();
+        t.cfg.from_primary = true;
+        t.run(&["RPUSH", "l", "a"]);
+        t.run(&["PEXPIREAT", "l", "1"]);
+        let p = paths("rdbexpired");
+        let mut incr = Vec::new();
+        cmd(&mut incr, &["RPUSH", "l", "b"]);
+        let base = rdb_of(&t);
+        let m = setup(&p, &[("appendonly.aof.1.base.rdb", &base), ("appendonly.aof.1.incr.aof", &incr)]);
+        let ks = Keyspace::new(16);
+        let (out, _) = run(&p, &m, false, &ks).unwrap();
+        assert_eq!(ks.total_keys(), 1);
+        let Outcome::Loaded(stats) = out else { panic!() };
+        let rdb = stats.rdb.as_ref().unwrap();
+        assert_eq!((rdb.loaded, rdb.expired), (1, 0));
         fs::remove_dir_all(&p.dir).unwrap();
     }
 

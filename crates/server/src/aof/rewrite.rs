@@ -136,6 +136,11 @@ impl AofFiles {
         Ok(OpenedIncr { file, name: incr.display_name(), size: 0 })
     }
 
+    /// Prepares a rewrite with the AOF off, which opens no incr file: only the directory.
+    pub fn start_base_only(&self) -> io::Result<()> {
+        fs::create_dir_all(self.paths.aof_dir())
+    }
+
     /// A writer for the rewrite's new base, under a temp name in the AOF directory.
     pub fn base_writer(&self, rdb_preamble: bool, timestamps: bool) -> io::Result<BaseWriter> {
         BaseWriter::create(&self.paths.aof_dir(), "temp-rewriteaof-bg", rdb_preamble, timestamps)
@@ -468,6 +473,13 @@ impl RewriteStats {
         } else {
             self.consecutive_failures += 1;
         }
+    }
+
+    /// The running rewrite gave up at `now` because `appendonly` changed: its time counts,
+    /// its end is no failure (Valkey's rewrite child killed with SIGUSR1).
+    pub fn abandoned(&mut self, now: u64) {
+        let start = self.started_at.take().unwrap_or(now);
+        self.last_time_sec = i64::try_from(now.saturating_sub(start)).unwrap_or(i64::MAX);
     }
 
     /// A rewrite could not even start (no directory, no incr file).

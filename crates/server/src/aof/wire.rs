@@ -6,7 +6,7 @@
 use std::fs::File;
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
@@ -26,7 +26,7 @@ use crate::config::table as t;
 use crate::dispatch::{Batch, Scratch, dispatch};
 use crate::server::{Server, unix_ms};
 use crate::session::{ClientInfo, Session, flag};
-use crate::snapshot::{CutHook, StreamEnd, StreamOptions, stream_rdb};
+use crate::snapshot::{CutHook, StopHook, StreamEnd, StreamOptions, stream_rdb};
 
 /// The node's AOF state. The writer is present while `appendonly yes` is in force (after the
 /// first rewrite when turned on at runtime, as Valkey's `AOF_WAIT_REWRITE`).
@@ -54,6 +54,13 @@ pub struct Aof {
     /// `appendonly yes` at runtime and no rewrite has succeeded since: until one does, the
     /// manifest may still list the files of an earlier AOF, so the cron tries again.
     needs_base: AtomicBool,
+    /// Bumped when `appendonly` changes: a rewrite started under another value gives up
+    /// (Valkey kills its child, `killAppendOnlyChild`), touching neither the writer nor the
+    /// manifest. Changed with `files` locked, where the rewrite checks it before publishing.
+    epoch: AtomicU64,
+    /// `DEBUG AOF-FLUSH-SLEEP`, in microseconds: kept here, since the AOF may be off when it
+    /// is set, and handed to every writer.
+    flush_sleep: Arc<AtomicU64>,
 }
 
 /// A replica's map from its AOF stream to its primary's: `(AOF offset, replication offset)`
@@ -126,6 +133,12 @@ impl Aof {
         if let Some(w) = self.writer.load_full() {
             w.wait_released(upto).await;
         }
+    }
+
+    /// `DEBUG AOF-FLUSH-SLEEP <microseconds>`: every later write of the AOF buffer sleeps
+    /// this long first (0: never), as Valkey's `server.aof_flush_sleep`.
+    pub fn set_flush_sleep(&self, micros: u64) {
+        self.flush_sleep.store(micros, Ordering::Relaxed);
     }
 
     /// The `-MISCONF` reply while the writer reports a write or fsync error (Valkey's
@@ -387,25 +400,26 @@ fn open_at_start(
     let mut files = AofFiles::new(paths, manifest);
     let (preamble, ts) = (s.bool(t::AOF_USE_RDB_PREAMBLE), s.bool(t::AOF_TIMESTAMP_ENABLED));
     // With no AOF yet (`fresh`) this writes the base from what was just loaded.
-    let opened = files.open_on_start(preamble, ts, |base| fill_base(srv, base, None))?;
+    let opened = files.open_on_start(preamble, ts, |base| fill_base(srv, base, None, None))?;
     debug_assert!(fresh || !files.manifest().is_empty());
     // History a crash or `aof-disable-auto-gc` left, as Valkey deletes at start.
     gc_history(s.bool(t::AOF_DISABLE_AUTO_GC), &mut files);
     let (base, current) = files.sizes();
-    let writer = start_writer(s, opened.file, opened.size, current, base)?;
+    let writer = start_writer(s, &srv.aof, opened.file, opened.size, current, base)?;
     *srv.aof.files.lock() = Some(files);
     srv.aof.set_writer(Some(Arc::new(writer)));
     refresh_fsync_hold(srv);
     Ok(())
 }
 
-fn start_writer(s: &Settings, file: File, incr_size: u64, current: u64, base: u64) -> io::Result<AofWriter> {
+fn start_writer(s: &Settings, aof: &Aof, file: File, incr_size: u64, current: u64, base: u64) -> io::Result<AofWriter> {
     let policy = FsyncPolicy::parse(s.str(t::APPENDFSYNC)).unwrap_or(FsyncPolicy::Everysec);
     let cfg = WriterConfig {
         timestamps: s.bool(t::AOF_TIMESTAMP_ENABLED),
         incr_size,
         current_size: current,
         base_size: base,
+        flush_sleep: aof.flush_sleep.clone(),
         ..WriterConfig::new(policy)
     };
     AofWriter::start(Arc::new(file), cfg)
@@ -414,15 +428,17 @@ fn start_writer(s: &Settings, file: File, incr_size: u64, current: u64, base: u6
 /// Writes the keyspace into `base` from a snapshot: RDB bytes through `stream_rdb`, or the
 /// commands of `write_table_commands` with `aof-use-rdb-preamble no`. `at_cut` runs at the
 /// snapshot's cut. A snapshot another job holds is waited for, up to [`SNAPSHOT_WAIT`].
-fn fill_base(srv: &Server, base: &mut BaseWriter, at_cut: Option<CutHook>) -> io::Result<()> {
+/// Once `stop` says so, the RDB form ends early with an error.
+fn fill_base(srv: &Server, base: &mut BaseWriter, at_cut: Option<CutHook>, stop: Option<StopHook>) -> io::Result<()> {
+    let stopped = || stop.as_ref().is_some_and(|h| (h.0)());
     let deadline = Instant::now() + SNAPSHOT_WAIT;
     let retry = || {
         std::thread::sleep(Duration::from_millis(20));
-        Instant::now() < deadline
+        Instant::now() < deadline && !stopped()
     };
     let settings = srv.settings.load();
     // `rdb-key-save-delay` slows rewrites too, as Valkey's (tests use it to catch one running).
-    let key_delay = Duration::from_micros(settings.int(t::RDB_KEY_SAVE_DELAY).max(0) as u64);
+    let key_delay = crate::persistence::file::key_save_delay(&settings);
     let incremental = settings.bool(t::AOF_REWRITE_INCREMENTAL_FSYNC);
     base.set_sync_every(if incremental { crate::persistence::file::INCREMENTAL_FSYNC_BYTES } else { 0 });
     // The preamble is an RDB file on disk: compressed and checksummed as `dump.rdb` is (it was
@@ -430,13 +446,19 @@ fn fill_base(srv: &Server, base: &mut BaseWriter, at_cut: Option<CutHook>) -> io
     let write = crate::persistence::file::file_write_options(&settings);
     drop(settings);
     if base.is_rdb() {
-        let opts = StreamOptions { at_cut, key_delay, write, ..StreamOptions::default() };
+        let opts = StreamOptions { at_cut, key_delay, write, stop: stop.clone(), ..StreamOptions::default() };
         let mut error = None;
-        let ship = |b: Bytes| match base.write(&b) {
-            Ok(()) => true,
-            Err(e) => {
-                error = Some(e);
-                false
+        let ship = |b: Bytes| {
+            if stopped() {
+                error.get_or_insert_with(|| io::Error::other(ABANDONED));
+                return false;
+            }
+            match base.write(&b) {
+                Ok(()) => true,
+                Err(e) => {
+                    error = Some(e);
+                    false
+                }
             }
         };
         return match stream_rdb(srv, &opts, retry, |_| {}, ship) {
@@ -548,20 +570,27 @@ pub fn bgrewriteaof(srv: &Arc<Server>) -> Result<&'static str, String> {
 }
 
 /// Starts a rewrite on a thread of its own; with the AOF waiting to be turned on, the writer
-/// starts at the cut on the new incr file. Valkey's `rewriteAppendOnlyFileBackground`.
+/// starts at the cut on the new incr file. With the AOF off (a BGREWRITEAOF) no incr file is
+/// opened, as Valkey's `openNewIncrAofForAppend` opens none then: the rewrite makes a base
+/// and retires every incr file. Valkey's `rewriteAppendOnlyFileBackground`.
 fn start_rewrite(srv: &Arc<Server>) -> Result<(), String> {
     let aof = &srv.aof;
     if aof.running.swap(true, Ordering::AcqRel) {
         return Err("Background append only file rewriting already in progress".into());
     }
-    let opened = {
+    let (opened, epoch) = {
         let mut files = aof.files.lock();
+        let epoch = aof.epoch.load(Ordering::Acquire);
         let files = files.get_or_insert_with(|| {
             let paths = paths(&srv.settings.load());
             let manifest = paths.read_manifest().unwrap_or_default();
             AofFiles::new(paths, manifest)
         });
-        files.start_rewrite()
+        let opened = match aof.enabled.load(Ordering::Acquire) {
+            true => files.start_rewrite().map(Some),
+            false => files.start_base_only().map(|()| None),
+        };
+        (opened, epoch)
     };
     let opened = match opened {
         Ok(o) => o,
@@ -578,17 +607,24 @@ fn start_rewrite(srv: &Arc<Server>) -> Result<(), String> {
     info!("Background append only file rewriting started");
     let s = srv.clone();
     let spawned = std::thread::Builder::new().name("hotkv-aof-rewrite".into()).spawn(move || {
-        let ok = match rewrite(&s, opened.file, opened.size) {
+        let result = rewrite(&s, opened.map(|o| (o.file, o.size)), epoch);
+        let now = unix_ms() as u64 / 1000;
+        match result {
             Ok(()) => {
                 s.aof.needs_base.store(false, Ordering::Release);
-                true
+                s.aof.stats.lock().finished(true, now);
+            }
+            // Given up for a change of `appendonly`: not a failure, as Valkey does not count
+            // a child it killed with SIGUSR1.
+            Err(_) if s.aof.epoch.load(Ordering::Acquire) != epoch => {
+                info!("Background AOF rewrite stopped: appendonly changed while it ran");
+                s.aof.stats.lock().abandoned(now);
             }
             Err(e) => {
                 warn!("Background AOF rewrite failed: {e}");
-                false
+                s.aof.stats.lock().finished(false, now);
             }
-        };
-        s.aof.stats.lock().finished(ok, unix_ms() as u64 / 1000);
+        }
         s.aof.running.store(false, Ordering::Release);
         refresh_fsync_hold(&s);
     });
@@ -602,24 +638,31 @@ fn start_rewrite(srv: &Arc<Server>) -> Result<(), String> {
 
 /// The rewrite itself: the new incr file takes over at the snapshot's cut (or the writer
 /// starts on it, when the AOF is being turned on), the image becomes the new base, and the
-/// manifest is published.
-fn rewrite(srv: &Arc<Server>, incr: File, incr_size: u64) -> io::Result<()> {
+/// manifest is published. Without an incr file (the AOF is off) only the base is made.
+fn rewrite(srv: &Arc<Server>, incr: Option<(File, u64)>, epoch: u64) -> io::Result<()> {
+    let (incr, incr_size) = match incr {
+        Some((file, size)) => (Some(file), size),
+        None => (None, 0),
+    };
     let s = srv.settings.load_full();
     let (preamble, ts) = (s.bool(t::AOF_USE_RDB_PREAMBLE), s.bool(t::AOF_TIMESTAMP_ENABLED));
     let mut base = match srv.aof.files.lock().as_ref() {
         Some(f) => f.base_writer(preamble, ts)?,
         None => return Err(io::Error::other("the AOF is not open")),
     };
-    let incr = Arc::new(Mutex::new(Some(incr)));
+    let incr = Arc::new(Mutex::new(incr));
     let failed_start = Arc::new(Mutex::new(None::<io::Error>));
     let hook = {
         let (aof, incr, failed, s) = (srv.aof.clone(), incr.clone(), failed_start.clone(), s.clone());
         CutHook(Arc::new(move || {
             let Some(file) = incr.lock().take() else { return };
+            if aof.epoch.load(Ordering::Acquire) != epoch {
+                return;
+            }
             match aof.writer.load_full() {
                 Some(w) => w.begin_switch(Arc::new(file)),
                 // Turning the AOF on: from this call on, every write goes to the new file.
-                None if aof.enabled.load(Ordering::Acquire) => match start_writer(&s, file, incr_size, 0, 0) {
+                None if aof.enabled.load(Ordering::Acquire) => match start_writer(&s, &aof, file, incr_size, 0, 0) {
                     Ok(w) => {
                         // This rewrite runs: the hold applies from the first write.
                         w.set_fsync_held(s.bool(t::NO_APPENDFSYNC_ON_REWRITE));
@@ -631,16 +674,21 @@ fn rewrite(srv: &Arc<Server>, incr: File, incr_size: u64) -> io::Result<()> {
             }
         }))
     };
-    let filled = fill_base(srv, &mut base, Some(hook));
+    let stopped = || srv.aof.epoch.load(Ordering::Acquire) != epoch;
+    let stop = {
+        let aof = srv.aof.clone();
+        StopHook(Arc::new(move || aof.epoch.load(Ordering::Acquire) != epoch))
+    };
+    let filled = fill_base(srv, &mut base, Some(hook), Some(stop));
     let done = match base.finish() {
         Ok(d) => d,
         Err(e) => return Err(filled.err().unwrap_or(e)),
     };
     let mut files = srv.aof.files.lock();
-    let Some(files) = files.as_mut() else {
-        // `appendonly no` came while the base was written.
+    let Some(files) = files.as_mut().filter(|_| !stopped()) else {
+        // `appendonly` changed while the base was written.
         let _ = std::fs::remove_file(&done.path);
-        return Err(io::Error::other("the AOF was turned off"));
+        return Err(io::Error::other(ABANDONED));
     };
     if let Some(e) = failed_start.lock().take() {
         files.abort_rewrite(&done.path);
@@ -650,8 +698,12 @@ fn rewrite(srv: &Arc<Server>, incr: File, incr_size: u64) -> io::Result<()> {
         files.abort_rewrite(&done.path);
         return Err(e);
     }
-    let published = files.finish_rewrite(done, 1, !s.bool(t::AOF_DISABLE_AUTO_GC))?;
-    if let Some(w) = srv.aof.writer.load_full() {
+    // The incr file being written stays; with the AOF off every incr file is history
+    // (Valkey's markRewrittenIncrAofAsHistory keeps the last one only while aof_fd is open).
+    let writer = srv.aof.writer.load_full();
+    let keep_incr = usize::from(writer.is_some());
+    let published = files.finish_rewrite(done, keep_incr, !s.bool(t::AOF_DISABLE_AUTO_GC))?;
+    if let Some(w) = writer {
         w.set_sizes(published.base_size + w.incr_size(), published.base_size);
     }
     Ok(())
@@ -712,13 +764,30 @@ pub fn apply_config(srv: &Server, new: &Settings) -> Result<(), String> {
         return Ok(());
     }
     let Some(arc) = srv.arc() else { return Err("server is not running".into()) };
-    if aof.running.load(Ordering::Acquire) {
-        return Err("Background AOF rewriting is already running".into());
-    }
-    aof.enabled.store(true, Ordering::Release);
     // Valkey's startAppendOnly: the AOF exists once a rewrite made its base.
-    *aof.files.lock() = None;
+    let running = {
+        let mut files = aof.files.lock();
+        let running = aof.running.load(Ordering::Acquire);
+        if running {
+            // A rewrite that started earlier (BGREWRITEAOF, or an `appendonly yes` undone
+            // since) does not accumulate what the new AOF needs: Valkey kills it and starts
+            // another. Ours cannot be cut short, so it gives up and the cron starts the new
+            // one once it is gone.
+            aof.epoch.fetch_add(1, Ordering::AcqRel);
+        }
+        *files = None;
+        running
+    };
+    aof.enabled.store(true, Ordering::Release);
     aof.needs_base.store(true, Ordering::Release);
+    if running {
+        info!(
+            "AOF was enabled but there is already an AOF rewriting in background. Stopping background AOF and \
+             starting a rewrite now."
+        );
+        aof.stats.lock().schedule();
+        return Ok(());
+    }
     if let Err(e) = start_rewrite(&arc) {
         aof.enabled.store(false, Ordering::Release);
         aof.needs_base.store(false, Ordering::Release);
@@ -737,7 +806,17 @@ fn stop(srv: &Server) {
     {
         warn!("Fail to fsync the AOF file: {e}");
     }
-    *aof.files.lock() = None;
+    {
+        let mut stats = aof.stats.lock();
+        if stats.scheduled {
+            stats.scheduled = false;
+            info!("AOF was disabled but there is a scheduled AOF background, cancel it.");
+        }
+    }
+    // A running rewrite gives up, as Valkey's killAppendOnlyChild ends it.
+    let mut files = aof.files.lock();
+    aof.epoch.fetch_add(1, Ordering::AcqRel);
+    *files = None;
 }
 
 /// What a rewrite running now means to a shutdown: `None` when none runs, `Some(true)` when it
@@ -844,6 +923,8 @@ type DbChunk = (usize, Vec<u8>);
 
 /// How long a rewrite waits for a snapshot another job (a save, a full sync) holds.
 const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
+/// Why a rewrite gave up: `appendonly` changed while it ran.
+const ABANDONED: &str = "appendonly changed while the AOF was rewritten";
 /// Samples a replica keeps for its FACK (one per ACK, a second apart).
 const FACK_SAMPLES: usize = 64;
 /// How often WAITAOF looks again at the offsets.
@@ -862,8 +943,8 @@ mod tests {
         s.set(t::DIR, Value::Str(dir.display().to_string()));
         s.set(t::APPENDFSYNC, Value::Str("always".into()));
         let file = File::create(dir.join("incr.aof")).unwrap();
-        let writer = start_writer(&s, file, 0, 0, 0).unwrap();
-        let srv = Server::new(s, None, Registry::new(crate::cmd::commands())).into_arc();
+        let srv = Server::new(s.clone(), None, Registry::new(crate::cmd::commands())).into_arc();
+        let writer = start_writer(&s, &srv.aof, file, 0, 0, 0).unwrap();
         srv.aof.set_writer(Some(Arc::new(writer)));
         (srv, dir)
     }

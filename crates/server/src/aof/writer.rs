@@ -121,6 +121,9 @@ pub struct WriterConfig {
     pub clock: fn() -> u64,
     /// Called, after logging, when a write or fsync fails under `always`: Valkey exits.
     pub on_fatal: Arc<dyn Fn() + Send + Sync>,
+    /// Microseconds to sleep before each write of buffered bytes (`DEBUG AOF-FLUSH-SLEEP`, a
+    /// test lever). Shared, so the node's setting reaches every writer it starts.
+    pub flush_sleep: Arc<AtomicU64>,
 }
 
 impl WriterConfig {
@@ -136,6 +139,7 @@ impl WriterConfig {
             base_size: 0,
             clock: unix_secs,
             on_fatal: Arc::new(|| std::process::exit(1)),
+            flush_sleep: Arc::new(AtomicU64::new(0)),
         }
     }
 }
@@ -179,6 +183,7 @@ impl AofWriter {
             max_buffer: cfg.max_buffer,
             clock: cfg.clock,
             on_fatal: cfg.on_fatal,
+            flush_sleep: cfg.flush_sleep,
             appended: AtomicU64::new(0),
             written: AtomicU64::new(0),
             durable: durable_tx,
@@ -495,6 +500,7 @@ struct Inner {
     max_buffer: usize,
     clock: fn() -> u64,
     on_fatal: Arc<dyn Fn() + Send + Sync>,
+    flush_sleep: Arc<AtomicU64>,
     /// Stream offsets: appended to the buffer, written to the file.
     appended: AtomicU64,
     written: AtomicU64,
@@ -720,6 +726,12 @@ impl Inner {
     fn write_out(&self, cur: &mut Current, buf: &mut Vec<u8>, upto: u64) -> io::Result<()> {
         if buf.is_empty() {
             return Ok(());
+        }
+        // Valkey's `flushAppendOnlyFile` sleeps here, only when there is something to write:
+        // tests use it to hold replies back behind a slow AOF under `appendfsync always`.
+        let sleep = self.flush_sleep.load(Ordering::Relaxed);
+        if sleep > 0 {
+            std::thread::sleep(Duration::from_micros(sleep));
         }
         let mut done = 0usize;
         let mut failure = None;
@@ -977,6 +989,30 @@ mod tests {
         }
         drop(w);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn flush_sleep_holds_back_writes_of_buffered_bytes_only() {
+        let fake = Arc::new(Fake::default());
+        let sleep = Arc::new(AtomicU64::new(0));
+        let w = AofWriter::start(fake.clone(), WriterConfig { flush_sleep: sleep.clone(), ..cfg(FsyncPolicy::Always) })
+            .unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        sleep.store(300_000, Ordering::Relaxed);
+        let t = Instant::now();
+        let end = w.append(&effects(&[(0, &["INCR", "n"])]));
+        rt.block_on(w.wait_released(end));
+        assert!(t.elapsed() >= Duration::from_millis(300), "released after {:?}", t.elapsed());
+        // Nothing buffered: an idle flusher, and a write-through of nothing, never sleep.
+        let t = Instant::now();
+        w.write_through();
+        rt.block_on(w.wait_released(end));
+        assert!(t.elapsed() < Duration::from_millis(250), "{:?}", t.elapsed());
+        sleep.store(0, Ordering::Relaxed);
+        let t = Instant::now();
+        let end = w.append(&effects(&[(0, &["INCR", "n"])]));
+        rt.block_on(w.wait_released(end));
+        assert!(t.elapsed() < Duration::from_millis(250), "{:?}", t.elapsed());
     }
 
     #[test]

@@ -162,6 +162,13 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
             std::panic::panic_any(crate::crash::Assertion { expr: "1 == 2", file: file!(), line: line!() })
         }
         ("protocol", 3) => protocol(&sub_arg(&args), out)?,
+        ("aof-flush-sleep", 3) => {
+            // atoi semantics, as Valkey: what does not parse is 0; a negative value, which
+            // usleep would take as huge, sleeps not at all here.
+            let micros = hotkv_protocol::parse_i64(args.get(2)).unwrap_or(0).max(0) as u64;
+            srv.aof.set_flush_sleep(micros);
+            out.ok();
+        }
         ("set-active-expire", 3) => {
             let on = hotkv_protocol::parse_i64(args.get(2)).unwrap_or(0) != 0;
             srv.active_expire.store(on, Ordering::Relaxed);
@@ -400,6 +407,8 @@ fn help(args: &Args<'_>, out: &mut ReplyBuf) {
         out,
         args,
         &[
+            "AOF-FLUSH-SLEEP <microsec>",
+            "    Server will sleep before flushing the AOF, this is used for testing.",
             "ASSERT",
             "    Crash by assertion failed.",
             "CHANGE-REPL-ID",
@@ -526,7 +535,7 @@ mod tests {
             debug(&srv, &mut c, &["debug", "nosuch"]),
             "-ERR unknown subcommand or wrong number of arguments for 'nosuch'. Try DEBUG HELP.\r\n"
         );
-        assert!(debug(&srv, &mut c, &["debug", "help"]).starts_with("*47\r\n+DEBUG <subcommand>"));
+        assert!(debug(&srv, &mut c, &["debug", "help"]).starts_with("*49\r\n+DEBUG <subcommand>"));
     }
 
     #[test]

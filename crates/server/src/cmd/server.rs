@@ -135,11 +135,15 @@ fn save(srv: &Server, _: &mut Session, _: Args<'_>, _: &mut ReplyBuf) -> Result<
     })))
 }
 
-/// BGSAVE [SCHEDULE].
+/// BGSAVE [SCHEDULE|CANCEL].
 fn bgsave(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
     let schedule = match args.len() {
         1 => false,
         2 if args.get(1).eq_ignore_ascii_case(b"schedule") => true,
+        2 if args.get(1).eq_ignore_ascii_case(b"cancel") => {
+            out.simple(crate::persistence::bgsave_cancel(srv).map_err(CommandError::err)?);
+            return Ok(Flow::Continue);
+        }
         _ => return Err(CommandError::Syntax),
     };
     let Some(srv) = srv.arc() else { return Err(CommandError::err("server is not running")) };

@@ -7,6 +7,7 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::mpsc::SyncSender;
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use tracing::warn;
 use super::StartError;
 use crate::config::table as t;
 use crate::server::Server;
-use crate::snapshot::{StreamEnd, StreamOptions, stream_rdb};
+use crate::snapshot::{StopHook, StreamEnd, StreamOptions, stream_rdb};
 
 /// How a save to the file ended.
 pub(crate) enum Outcome {
@@ -61,9 +62,17 @@ pub(crate) fn save(srv: &Server, cut: &SyncSender<Result<(), StartError>>) -> Ou
     };
     let opts = file_write_options(&settings);
     let sync_every = if settings.bool(t::RDB_SAVE_INCREMENTAL_FSYNC) { INCREMENTAL_FSYNC_BYTES } else { 0 };
-    let delay = Duration::from_micros(settings.int(t::RDB_KEY_SAVE_DELAY).max(0) as u64);
-    let opts =
-        StreamOptions { write: opts, key_delay: delay, progress: super::progress(srv), at_cut: None, aux_at_cut: None };
+    let opts = StreamOptions {
+        write: opts,
+        key_delay: key_save_delay(&settings),
+        progress: super::progress(srv),
+        at_cut: None,
+        aux_at_cut: None,
+        stop: srv.arc().map(|s| {
+            let weak = Arc::downgrade(&s);
+            StopHook(Arc::new(move || weak.upgrade().is_none_or(|s| super::aborted(&s))))
+        }),
+    };
     let mut out = SyncedFile::new(file, WRITE_BUFFER, sync_every);
     let mut error: Option<io::Error> = None;
     let mut dirty_at_cut = 0;
@@ -186,8 +195,16 @@ pub(crate) const INCREMENTAL_FSYNC_BYTES: usize = 4 * 1024 * 1024;
 /// Writes reach the file in blocks of this size.
 const WRITE_BUFFER: usize = 256 * 1024;
 
-/// How RDB bytes bound for a file are written (`dump.rdb`, and an AOF base with the RDB
-/// preamble, as Valkey writes both): `rdbcompression` and `rdbchecksum`.
+/// How RDB bytes are written (`dump.rdb`, an AOF base with the RDB preamble, and the
+/// snapshot of a full sync, as Valkey writes all three with `rdbSaveRio`): `rdbcompression`
+/// and `rdbchecksum`.
 pub(crate) fn file_write_options(settings: &crate::config::Settings) -> WriteOptions {
     WriteOptions { compress: settings.bool(t::RDBCOMPRESSION), checksum: settings.bool(t::RDBCHECKSUM) }
+}
+
+/// `rdb-key-save-delay` (a test lever): how long an RDB snapshot's own pass sleeps per key
+/// it writes. Valkey sleeps in `rdbSaveKeyValuePair`, so it slows every RDB it produces:
+/// saves, AOF rewrites with the preamble, and the snapshot a full sync streams.
+pub(crate) fn key_save_delay(settings: &crate::config::Settings) -> Duration {
+    Duration::from_micros(settings.int(t::RDB_KEY_SAVE_DELAY).max(0) as u64)
 }

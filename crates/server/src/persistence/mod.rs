@@ -316,7 +316,7 @@ fn finish(srv: &Server, kind: SaveKind, result: Result<u64, String>) -> SaveResu
     // Abandoned on purpose (SHUTDOWN, FLUSHALL): not a disk error, so no MISCONF, as Valkey
     // ignores a child it killed itself.
     if result.is_err() && p.abort.load(Ordering::Acquire) {
-        warn!("Background saving abandoned: a newer save replaces it");
+        warn!("Background saving abandoned: cancelled, or a FLUSHALL or a newer save replaced its data");
         return result.map(|_| ());
     }
     match result {
@@ -377,7 +377,9 @@ impl Drop for SaveDone<'_> {
 /// thread (Valkey's `serverCron`).
 pub fn cron(srv: &Arc<Server>) {
     let p = &srv.persist;
-    if p.in_progress() || p.loading() || srv.is_shutting_down() {
+    // Valkey's cron starts no save while any child runs, an AOF rewrite included.
+    let rewriting = crate::aof::wire::rewrite_in_progress(srv).is_some();
+    if p.in_progress() || rewriting || p.loading() || srv.is_shutting_down() {
         return;
     }
     let now = unix_ms() / 1000;
@@ -412,13 +414,20 @@ pub fn cron(srv: &Arc<Server>) {
 pub fn after_flushall(srv: &Server) {
     // A replica's full sync empties the keyspace with a FLUSHALL before loading the primary's
     // snapshot: that is not a user's flush (Valkey empties it directly), so nothing is saved.
-    if srv.settings.load().ints(t::SAVE).is_empty() || srv.repl.loading() || srv.persist.loading() {
+    if srv.repl.loading() || srv.persist.loading() {
+        return;
+    }
+    // A running BGSAVE writes data that no longer exists: Valkey kills its child whether or
+    // not save rules call for a new save (integration/rdb "Test FLUSHALL aborts bgsave"). A
+    // SAVE is left to finish, as Valkey's blocks FLUSHALL until it is done.
+    let background = srv.persist.running.lock().as_ref().is_some_and(|r| r.kind == SaveKind::Background);
+    if background {
+        srv.persist.abort.store(true, Ordering::Release);
+    }
+    if srv.settings.load().ints(t::SAVE).is_empty() {
         return;
     }
     let Some(srv) = srv.arc() else { return };
-    if srv.persist.in_progress() {
-        srv.persist.abort.store(true, Ordering::Release);
-    }
     let spawned = std::thread::Builder::new().name("hotkv-flush-save".into()).spawn(move || {
         let deadline = Instant::now() + FINAL_SAVE_WAIT;
         while Instant::now() < deadline && !srv.is_shutting_down() {
@@ -448,6 +457,17 @@ pub fn bgsave(srv: &Arc<Server>, schedule: bool, in_exec: bool) -> Result<&'stat
         p.scheduled.store(true, Ordering::Relaxed);
         return Ok("Background saving scheduled");
     }
+    // A running AOF rewrite is Valkey's other child: its snapshot may not be cut yet, so ask
+    // the AOF rather than the keyspace.
+    if crate::aof::wire::rewrite_in_progress(srv).is_some() {
+        if schedule {
+            p.scheduled.store(true, Ordering::Relaxed);
+            return Ok("Background saving scheduled");
+        }
+        return Err("Another child process is active (AOF?): can't BGSAVE right now. Use BGSAVE SCHEDULE in order to \
+                    schedule a BGSAVE whenever possible."
+            .into());
+    }
     match start(srv, SaveKind::Background) {
         Ok(_) => Ok("Background saving started"),
         Err(StartError::InProgress) => Err("Background save already in progress".into()),
@@ -458,6 +478,23 @@ pub fn bgsave(srv: &Arc<Server>, schedule: bool, in_exec: bool) -> Result<&'stat
         // A replica's full sync holds the snapshot: in Valkey that is an RDB child too.
         Err(StartError::Busy) => Err("Background save already in progress".into()),
     }
+}
+
+/// BGSAVE CANCEL (Valkey 8.1; 8.0 has none): the running background save gives up (no file, no error), or
+/// the scheduled one is dropped; the reply text, or the error.
+pub fn bgsave_cancel(srv: &Server) -> Result<&'static str, String> {
+    let p = &srv.persist;
+    let background = p.running.lock().as_ref().is_some_and(|r| r.kind == SaveKind::Background);
+    if background {
+        info!("Background saving will be aborted due to user request");
+        p.abort.store(true, Ordering::Release);
+        return Ok("Background saving cancelled");
+    }
+    if p.scheduled.swap(false, Ordering::Relaxed) {
+        info!("Scheduled background saving will be cancelled due to user request");
+        return Ok("Scheduled background saving cancelled");
+    }
+    Err("Background saving is currently not in progress or scheduled".into())
 }
 
 /// Saves now and waits for the end, for SHUTDOWN and the signals: a running save of ours is

@@ -108,6 +108,11 @@ fn read_into(srv: &Server, mut file: File, path: &Path) -> Result<LoadStats, Loa
         offset: reader.offset(),
         cause: match e {
             RdbError::Truncated => "Unexpected EOF reading RDB file (Short read or OOM loading DB)".to_string(),
+            // Valkey's lines: its rdbLoad logs the two sums, then reports "RDB CRC error".
+            RdbError::Checksum { stored, computed } => {
+                warn!("Wrong RDB checksum expected: ({computed:x}) but got ({stored:x}). Aborting now.");
+                "RDB CRC error".to_string()
+            }
             e => e.to_string(),
         },
     };
