@@ -538,7 +538,10 @@ fn write_snapshot(
         let _ = point_tx.send(cut.point.clone());
     };
     let ship = |b: Bytes| tx.blocking_send(Ok(b)).is_ok();
-    let mut opts = crate::snapshot::StreamOptions::default();
+    // `rdb-key-save-delay` slows a full sync's snapshot as it slows BGSAVE: Valkey's tests
+    // use it to hold a replica in its sync.
+    let key_delay = srv.settings.load().int(t::RDB_KEY_SAVE_DELAY).max(0) as u64;
+    let mut opts = crate::snapshot::StreamOptions { key_delay: Duration::from_micros(key_delay), ..Default::default() };
     if srv.cluster.is_some() {
         let weak = Arc::downgrade(srv);
         opts.aux_at_cut = Some(crate::snapshot::AuxHook(Arc::new(move || {
