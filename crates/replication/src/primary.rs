@@ -625,6 +625,9 @@ impl Primary {
             st.drop_replica(id, "full sync from primary");
         }
         st.backlog = None;
+        // Nothing of the new stream is processed until the snapshot is in (Valkey discards
+        // its cached primary on FULLRESYNC), however long the transfer takes.
+        st.history = false;
         self.active.store(false, Ordering::Release);
     }
 
