@@ -467,3 +467,52 @@ fn twenty_kills_of_a_primary_in_a_row_lose_no_write_that_wait_acknowledged() {
         &lost[..lost.len().min(10)]
     );
 }
+
+/// The replication offset CLUSTER SHARDS on `n` reports for node `id`.
+fn shard_offset(n: &TestServer, id: &str) -> Option<i64> {
+    fn find(f: &Frame, id: &str) -> Option<i64> {
+        let Frame::Array(items) = f else { return None };
+        let field = |name: &str| items.iter().position(|x| x.text_lossy() == name).and_then(|i| items.get(i + 1));
+        if field("id").map(Frame::text_lossy).as_deref() == Some(id) {
+            return field("replication-offset").map(Frame::int);
+        }
+        items.iter().find_map(|x| find(x, id))
+    }
+    find(&n.cmd(&["CLUSTER", "SHARDS"]), id)
+}
+
+/// A key that node `n` serves.
+fn key_served_by(n: &TestServer) -> String {
+    (0..).map(|i| format!("key{i}")).find(|k| !n.cmd(&["SET", k, "0"]).is_error()).expect("some key is served here")
+}
+
+#[test]
+fn a_replica_moved_to_another_shard_reports_offset_zero_until_its_full_sync_completes() {
+    let _alone = one_cluster_at_a_time();
+    let (ns, pairs) = six_nodes(&[]);
+    let ((p0, _), (p1, r1)) = (pairs[0], pairs[1]);
+    let (p0_id, p1_id, r1_id) = (myid(&ns[p0]), myid(&ns[p1]), myid(&ns[r1]));
+    // Shard 1's stream runs far ahead of shard 0's; its replica follows it.
+    let key = key_served_by(&ns[p1]);
+    for _ in 0..500 {
+        ns[p1].cmd(&["INCR", &key]);
+    }
+    let caught_up = || shard_offset(&ns[r1], &r1_id).is_some_and(|o| Some(o) == shard_offset(&ns[p1], &p1_id));
+    assert!(wait_for(caught_up, Duration::from_secs(20)));
+    assert!(shard_offset(&ns[r1], &r1_id) > Some(1000));
+    // Shard 0's primary holds one key and takes seconds to snapshot it (Valkey's
+    // replica-migration test holds its primary in the BGSAVE the same way).
+    key_served_by(&ns[p0]);
+    assert_eq!(ns[p0].cmd(&["CONFIG", "SET", "rdb-key-save-delay", "4000000"]), Frame::ok());
+    assert_eq!(ns[r1].cmd(&["CLUSTER", "REPLICATE", &p0_id]), Frame::ok());
+    // It has nothing of shard 0's stream yet: it says 0, to itself and to every other node, so
+    // it would rank behind shard 0's own replica in an election.
+    assert!(wait_for(|| shard_offset(&ns[r1], &r1_id) == Some(0), Duration::from_secs(2)));
+    assert!(wait_for(|| shard_offset(&ns[p0], &r1_id) == Some(0), Duration::from_secs(2)));
+    let text = ns[r1].cmd(&["INFO", "replication"]).text();
+    assert_eq!(info_field(&text, "master_link_status").as_deref(), Some("down"), "{text}");
+    // Once the sync completes, it holds shard 0's stream and its offset.
+    let synced = || link_up(&ns[r1]) && shard_offset(&ns[r1], &r1_id) == shard_offset(&ns[p0], &p0_id);
+    assert!(wait_for(synced, Duration::from_secs(30)), "{}", ns[r1].log());
+    assert!(shard_offset(&ns[r1], &r1_id) > Some(0));
+}

@@ -40,6 +40,13 @@ pub trait ReplicationHooks: Send + Sync {
         false
     }
 
+    /// This node was made a replica of a primary of another shard (a slot migration took its
+    /// shard's last slot, CLUSTER REPLICATE, a move to an orphaned primary): its data has no
+    /// part in the new primary's stream, so it must not try to continue it, and its offset is
+    /// 0 until a full sync from that primary completes (Valkey's `full_sync_required`). Called
+    /// with the node table locked, before the next header is built.
+    fn forget_history(&self) {}
+
     /// Ends the pause [`ReplicationHooks::pause_writes`] began (another pause, e.g. a CLIENT
     /// PAUSE, stays).
     fn unpause_writes(&self);
@@ -104,6 +111,15 @@ pub enum FailoverMode {
     Force,
     /// TAKEOVER: no vote: a new epoch of this node's own, and the slots.
     Takeover,
+}
+
+/// Whom a node that becomes a replica joins (Valkey's `clusterSetPrimary` flags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Join {
+    /// Its own shard's new primary, after a failover: slot states and history carry on.
+    SameShard,
+    /// Another shard's primary: open slots are closed and a full sync is needed.
+    OtherShard,
 }
 
 /// A replica's election (Valkey's `failover_auth_*`).
@@ -481,7 +497,7 @@ impl ClusterState {
         }
         let name = self.nodes.get(&target).map(|e| e.node.human_nodename.clone()).unwrap_or_default();
         info!(node_id = %target, "Migrating to orphaned primary {target} ({name}) in shard {target}");
-        self.set_primary(target, true);
+        self.set_primary(target, Join::OtherShard);
     }
 
     /// Replicas of `primary` not FAIL (nor PFAIL, with `also_pfail`).
@@ -495,9 +511,11 @@ impl ClusterState {
     }
 
     /// This node becomes a replica of `primary` (Valkey's `clusterSetPrimary`): after a
-    /// failover in its shard, or CLUSTER REPLICATE. `close_slots` drops migrating and importing
-    /// states (a new shard; a failover keeps them). The server's replication follows the table.
-    pub(super) fn set_primary(&mut self, primary: NodeId, close_slots: bool) {
+    /// failover in its shard, or CLUSTER REPLICATE. Joining another shard drops migrating and
+    /// importing states and this node's replication history (a failover keeps both). The
+    /// server's replication follows the table.
+    pub(super) fn set_primary(&mut self, primary: NodeId, join: Join) {
+        let close_slots = join == Join::OtherShard;
         let me = self.myself_mut();
         me.flags.set(NodeFlags::PRIMARY | NodeFlags::MIGRATE_TO, false);
         me.flags.set(NodeFlags::REPLICA, true);
@@ -508,6 +526,9 @@ impl ClusterState {
         if close_slots {
             self.migrating.clear();
             self.importing.clear();
+            // Before any header carries the old offset as if it counted the new stream: the
+            // replicas of the new primary rank themselves against it.
+            self.repl.forget_history();
         }
         self.reset_manual_failover();
         // An election scheduled for the old primary means nothing for the new one.

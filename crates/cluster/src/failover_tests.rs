@@ -41,6 +41,48 @@ impl Net {
         wire(self.nodes[r].message(Kind::FailoverAuthRequest, Body::AuthRequest { force }))
     }
 
+    /// Node `to` takes every slot of node `from` as `valkey-cli --cluster rebalance` moves
+    /// them: each imported by `to` and migrated by `from`, then SETSLOT NODE on `to`, whose
+    /// announcement tells every node (the source hears it before its own SETSLOT NODE).
+    fn reshard_all(&mut self, from: usize, to: usize) {
+        let slots: Vec<u16> = self.nodes[from].myself().slots.iter().collect();
+        self.move_slots(from, to, &slots);
+    }
+
+    /// [`Net::reshard_all`] for some of the slots.
+    fn move_slots(&mut self, from: usize, to: usize, slots: &[u16]) {
+        let (src, dst) = (self.id(from), self.id(to));
+        for &slot in slots {
+            self.nodes[to].set_slot(slot, SetSlot::Importing(src), 0).unwrap();
+            self.nodes[from].set_slot(slot, SetSlot::Migrating(dst), 0).unwrap();
+        }
+        for &slot in slots {
+            self.nodes[to].set_slot(slot, SetSlot::Node(dst), 0).unwrap();
+        }
+        self.flush();
+    }
+
+    /// A fourth primary (node 7), serving slots 16000-16383 taken from node 2: shard 0 keeps
+    /// a majority of voters once another shard is emptied.
+    fn add_fourth_primary(&mut self) {
+        assert_eq!(self.add_node(), 7);
+        let now = self.now;
+        for j in 0..7u16 {
+            self.nodes[7].meet("127.0.0.1", 7000 + j, 17000 + j, now).unwrap();
+        }
+        assert!(self.run_until(100, |n| n.nodes.iter().all(|s| s.nodes().len() == 8)), "node 7 did not join");
+        self.move_slots(2, 7, &(16000..=16383).collect::<Vec<u16>>());
+        assert!(self.run_until(50, |n| n.nodes.iter().all(|s| s.owner(16383).is_some_and(|o| o.id == n.id(7)))));
+    }
+
+    fn forgot_history(&self, i: usize) -> bool {
+        self.repl[i].forgot.load(Ordering::Relaxed)
+    }
+
+    fn allow_replica_migration(&mut self, i: usize, allow: bool) {
+        self.nodes[i].set_settings(Settings { allow_replica_migration: allow, ..settings(i) });
+    }
+
     /// Hands `msg` to node `to` and says whether it answered with a vote.
     fn votes(&mut self, to: usize, msg: Message) -> bool {
         let now = self.now;
@@ -378,4 +420,78 @@ fn a_spare_replica_migrates_to_a_primary_left_without_one() {
     net.down[5] = true;
     net.run(FAILOVER_STEPS * 2);
     assert!(net.follows(3, 0) && net.follows(6, 0));
+}
+
+#[test]
+fn a_primary_emptied_by_a_reshard_follows_the_taker_with_a_full_sync_and_never_wins_its_election() {
+    let mut net = Net::three_shards_and_a_sibling();
+    net.add_fourth_primary();
+    // Shard 1 has the most data; shard 0's replicas less.
+    for (i, offset) in [(1, 9000), (4, 9000), (3, 5000), (6, 4000)] {
+        net.set_offset(i, offset);
+    }
+    net.run(10);
+    net.reshard_all(1, 0);
+    // The announcement alone moves node 1 and its replica, as cluster-allow-replica-migration
+    // lets them: they join shard 0 with nothing of its stream yet.
+    assert!(net.run_until(20, |n| n.follows(1, 0) && n.follows(4, 0)), "{}", net.table(1));
+    assert!(net.forgot_history(1) && net.forgot_history(4));
+    assert!(net.nodes[1].migrating().is_empty());
+    // Every node hears both newcomers' roles and zero offsets.
+    net.run(20);
+    assert!(net.nodes.iter().all(|s| {
+        [1, 4].iter().all(|&r| s.node(&net.id(r)).is_some_and(|x| x.repl_offset == 0 && x.primary == Some(net.id(0))))
+    }));
+    // Shard 0's own replica with the best offset replaces it; the newcomers follow.
+    assert_eq!(net.nodes[3].election_rank_now(), 0);
+    assert_eq!(net.nodes[1].election_rank_now(), 2 + usize::from(net.id(4) < net.id(1)));
+    net.down[0] = true;
+    let done = |n: &Net| n.serves_first_range_everywhere(3) && [1, 4, 6].iter().all(|&r| n.follows(r, 3));
+    assert!(net.run_until(FAILOVER_STEPS, done), "{}", net.table(1));
+    assert!(net.serves_first_range_everywhere(3));
+}
+
+#[test]
+fn a_primary_that_may_not_migrate_stays_an_empty_primary_and_its_replica_moves() {
+    let mut net = Net::three_shards_and_a_sibling();
+    net.allow_replica_migration(1, false);
+    net.run(10);
+    net.reshard_all(1, 0);
+    assert!(net.run_until(20, |n| n.follows(4, 0)), "{}", net.table(4));
+    net.run(20);
+    let me = net.nodes[1].myself();
+    assert!(me.is_primary() && me.slots.is_empty(), "{}", net.table(1));
+    assert!(!net.forgot_history(1) && net.forgot_history(4));
+}
+
+#[test]
+fn a_sub_replica_follows_the_node_its_primary_now_replicates() {
+    let mut net = Net::three_shards_and_a_sibling();
+    net.allow_replica_migration(4, false);
+    net.run(10);
+    net.reshard_all(1, 0);
+    // Node 4 may not move on the claim; its primary does, and node 4 follows where it went
+    // once it hears so, rather than replicate a replica.
+    assert!(net.run_until(20, |n| n.follows(1, 0)), "{}", net.table(1));
+    assert!(net.run_until(20, |n| n.follows(4, 0)), "{}", net.table(4));
+    assert!(net.forgot_history(4));
+    assert!(
+        net.run_until(50, |n| n.nodes.iter().all(|s| s.node(&n.id(4)).is_some_and(|x| x.primary == Some(n.id(0)))))
+    );
+}
+
+#[test]
+fn cluster_replicate_of_another_shards_primary_drops_the_offset_so_the_newcomer_does_not_win() {
+    let mut net = Net::three_shards_and_a_sibling();
+    for (i, offset) in [(4, 9000), (3, 5000), (6, 4000)] {
+        net.set_offset(i, offset);
+    }
+    net.run(10);
+    let id = net.id(0);
+    net.nodes[4].replicate(&id).unwrap();
+    assert!(net.forgot_history(4));
+    assert!(net.run_until(20, |n| n.nodes[3].node(&n.id(4)).is_some_and(|x| x.repl_offset == 0)));
+    net.down[0] = true;
+    let done = |n: &Net| n.serves_first_range_everywhere(3) && n.follows(4, 3) && n.follows(6, 3);
+    assert!(net.run_until(FAILOVER_STEPS, done), "{}", net.table(1));
 }

@@ -18,7 +18,7 @@ use crate::wire::{Body, CertSummary, Ext, Extensions, Gossip, GossipSection, Hea
 #[path = "failover.rs"]
 mod failover;
 
-use failover::{Election, Manual};
+use failover::{Election, Join, Manual};
 pub use failover::{FailoverMode, NoReplication, PauseChange, ReplicationHooks, Target};
 
 /// Settings the cluster state acts on (the server fills them from its directives).
@@ -1076,11 +1076,15 @@ impl ClusterState {
         if replica {
             n.flags.set(NodeFlags::MIGRATE_TO, false);
         }
+        let new_primary = replica && n.primary != h.primary;
         if n.flags != was || n.primary != h.primary {
             n.primary = if replica { h.primary } else { None };
             self.dirty = true;
         }
         let sender = h.sender;
+        if new_primary {
+            self.leave_sub_replica();
+        }
         if replica {
             // Its primary has (had) a replica.
             if let Some(p) = h.primary.and_then(|p| self.nodes.get_mut(&p)) {
@@ -1132,6 +1136,26 @@ impl ClusterState {
         newer
     }
 
+    /// This replica's primary has become a replica itself (it lost its shard's last slot and
+    /// followed the node that took it, or it followed another replica of its shard after a
+    /// failover): this node follows the new primary directly, since nothing else would move it
+    /// once no slot is left to claim (Valkey's sub-replica safeguard in `clusterProcessPacket`).
+    fn leave_sub_replica(&mut self) {
+        let me = self.myself();
+        let Some(primary) = me.primary.filter(|_| !me.is_primary()) else { return };
+        let Some(grand) = self.nodes.get(&primary).filter(|e| !e.node.is_primary()).and_then(|e| e.node.primary) else {
+            return;
+        };
+        if grand == self.me || !self.nodes.contains_key(&grand) {
+            return;
+        }
+        info!(node_id = %grand, "I'm a sub-replica! Reconfiguring myself as a replica of {grand} from {primary}");
+        // A replica of our primary that won a failover, not yet known as a primary here, is
+        // still in this node's shard: its stream continues ours.
+        let join = if self.in_my_shard(&grand) { Join::SameShard } else { Join::OtherShard };
+        self.set_primary(grand, join);
+    }
+
     /// Whether `id` is in this node's shard as the table says now: this node's primary or one
     /// of its replicas, this node's replica, or a replica of the same primary.
     fn in_my_shard(&self, id: &NodeId) -> bool {
@@ -1149,13 +1173,13 @@ impl ClusterState {
     /// first node found holding a claimed slot with a newer epoch (the claim is stale).
     ///
     /// When the claim takes the last slots of this node's shard (this primary's, or its
-    /// primary's, for a replica), a failover happened and this node follows the sender as its
-    /// replica (Valkey's `clusterUpdateSlotsConfigWith`), if the sender is in the shard as the
-    /// table knows it, or (`cluster-allow-replica-migration`) no slot was being migrated to
-    /// it: the table may not know, as when this node was killed right after it won a failover
-    /// and comes back, before it heard its old primary turn into its replica. A primary whose
-    /// last slots were migrated away on purpose (a reshard) is left to SETSLOT NODE, which
-    /// makes it a replica of the taker when `cluster-allow-replica-migration` allows.
+    /// primary's, for a replica), this node follows the sender as its replica (Valkey's
+    /// `clusterUpdateSlotsConfigWith`) if the sender is in the shard as the table knows it (a
+    /// failover there), or whatever shard it is in under `cluster-allow-replica-migration`
+    /// (a reshard took the shard's last slot, or the table does not know the sender is in the
+    /// shard, as when this node was killed right after it won a failover and comes back
+    /// before it heard its old primary turn into its replica). A primary that may not move
+    /// says it is now an empty primary.
     fn claim_slots(&mut self, sender: NodeId, epoch: u64, slots: &SlotSet, same_shard: bool) -> Option<NodeId> {
         self.follow_migration_target(sender, epoch, slots);
         self.take_relinquished_imports(sender, slots);
@@ -1167,7 +1191,6 @@ impl ClusterState {
         let me = self.myself();
         let cur_primary = if me.is_primary() { Some(self.me) } else { me.primary };
         let mut lost_by_my_shard = false;
-        let mut migrated = false;
         let mut changed = false;
         let mut newer = None;
         let mut dirty = Vec::new();
@@ -1213,7 +1236,6 @@ impl ClusterState {
                         dirty.push(slot);
                     }
                     lost_by_my_shard |= owner.is_some() && owner == cur_primary;
-                    migrated |= self.migrating.get(&slot) == Some(&sender);
                     self.set_owner(slot, Some(sender));
                     // The node this one was moving the slot to owns it now: the move is over
                     // here too, even before anyone runs SETSLOT NODE on this node. So is a move
@@ -1239,15 +1261,21 @@ impl ClusterState {
             self.update_state();
         }
         let shard_emptied = cur_primary.and_then(|p| self.nodes.get(&p)).is_some_and(|p| p.node.slots.is_empty());
-        let follow = same_shard || (self.cfg.allow_replica_migration && !migrated);
-        if lost_by_my_shard && shard_emptied {
-            if follow && sender != self.me {
-                let name = self.nodes.get(&sender).map(|e| e.node.human_nodename.clone()).unwrap_or_default();
+        if lost_by_my_shard && shard_emptied && sender != self.me {
+            let (name, shard) = self.describe(&sender);
+            if same_shard || self.cfg.allow_replica_migration {
                 info!(
                     node_id = %sender,
-                    "Configuration change detected. Reconfiguring myself as a replica of node {sender} ({name}) in shard {sender}"
+                    "Configuration change detected. Reconfiguring myself as a replica of node {sender} ({name}) in shard {shard}"
                 );
-                self.set_primary(sender, false);
+                self.set_primary(sender, if same_shard { Join::SameShard } else { Join::OtherShard });
+            } else if self.myself().is_primary() {
+                // A reshard took the last slot (an operator's doing), and this node may not
+                // move: it stays, empty, as SETSLOT NODE would leave it.
+                info!(
+                    node_id = %sender,
+                    "My last slot was migrated to node {sender} ({name}) in shard {shard}. I am now an empty primary."
+                );
             }
         } else if !dirty.is_empty() {
             // Still a primary serving other slots: the keys of the slots taken from it would
@@ -1730,7 +1758,7 @@ impl ClusterState {
                         info!(
                             "Lost my last slot during slot migration. Reconfiguring myself as a replica of {to} ({name}) in shard {shard}"
                         );
-                        self.set_primary(to, true);
+                        self.set_primary(to, Join::OtherShard);
                     } else if self.myself().is_primary() {
                         info!(
                             "My last slot was migrated to node {to} ({name}) in shard {shard}. I am now an empty primary."
@@ -1785,7 +1813,7 @@ impl ClusterState {
         if self.myself().is_primary() && !self.myself().slots.is_empty() {
             return Err("To set a master the node must be empty and without assigned slots.".into());
         }
-        self.set_primary(*id, true);
+        self.set_primary(*id, Join::OtherShard);
         Ok(())
     }
 

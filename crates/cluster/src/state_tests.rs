@@ -2,7 +2,7 @@
 //! (each frame encoded and decoded, as on the wire), time advances 100 ms per step, and a
 //! node can be cut off to test failure detection.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 use super::*;
 use crate::wire::{decode, encode};
@@ -31,6 +31,8 @@ struct FakeRepl {
     data_age_ms: AtomicI64,
     /// Until when writes are paused (0: not paused).
     paused_until: AtomicI64,
+    /// Whether the cluster made the node drop its history (it joined another shard).
+    forgot: AtomicBool,
 }
 
 impl ReplicationHooks for FakeRepl {
@@ -48,6 +50,12 @@ impl ReplicationHooks for FakeRepl {
 
     fn unpause_writes(&self) {
         self.paused_until.store(0, Ordering::Relaxed);
+    }
+
+    fn forget_history(&self) {
+        // As the server does: nothing processed of the new primary's stream yet.
+        self.forgot.store(true, Ordering::Relaxed);
+        self.offset.store(0, Ordering::Relaxed);
     }
 }
 

@@ -212,6 +212,10 @@ struct State {
     /// The stream offset right after the last `REPLCONF GETACK *`, so waiters arriving with no
     /// write in between share one.
     last_getack: u64,
+    /// Whether this node's data continues its id and offset: false from when it was made a
+    /// replica of another shard's primary (see [`Primary::forget_history`]) until a full sync
+    /// from that primary completes.
+    history: bool,
 }
 
 struct Entry {
@@ -251,6 +255,7 @@ impl Primary {
                 no_replicas_since: Instant::now(),
                 ticks: 0,
                 last_getack: u64::MAX,
+                history: true,
             }),
             active: AtomicBool::new(false),
             upstream: AtomicBool::new(false),
@@ -361,6 +366,8 @@ impl Primary {
     /// replicas so they reconnect and learn the new id (`replicationUnsetPrimary`).
     pub fn promote(&self) {
         self.upstream.store(false, Ordering::Release);
+        // A primary's stream is its own history, whatever it followed before.
+        self.state.lock().history = true;
         self.shift_replid();
         self.disconnect_replicas("promoted to primary");
     }
@@ -598,7 +605,22 @@ impl Primary {
     /// own id and offset the same way (`replicationCachePrimaryUsingMyself`).
     pub fn psync_cursor(&self) -> Option<(String, u64)> {
         let st = self.state.lock();
-        st.backlog.as_ref().map(|_| (st.replid.clone(), st.offset))
+        st.backlog.as_ref().filter(|_| st.history).map(|_| (st.replid.clone(), st.offset))
+    }
+
+    /// This node now follows a primary whose stream its data has no part in (the cluster made
+    /// it a replica in another shard): it must not ask to continue its own id and offset, and
+    /// it has processed nothing of the new primary's stream until a full sync from it
+    /// completes. Valkey drops its cached primary for this (`full_sync_required` in
+    /// `replicationSetPrimary`), so that `replicationGetReplicaOffset` says 0.
+    pub fn forget_history(&self) {
+        self.state.lock().history = false;
+    }
+
+    /// Whether this node's offset counts data of the stream it follows (see
+    /// [`Primary::forget_history`]).
+    pub fn has_history(&self) -> bool {
+        self.state.lock().history
     }
 
     /// A full sync from our primary begins: our history is about to be replaced, so our own
@@ -610,6 +632,9 @@ impl Primary {
             st.drop_replica(id, "full sync from primary");
         }
         st.backlog = None;
+        // Nothing of the new stream is processed until the snapshot is in (Valkey discards
+        // its cached primary on FULLRESYNC), however long the transfer takes.
+        st.history = false;
         self.active.store(false, Ordering::Release);
     }
 
@@ -622,6 +647,7 @@ impl Primary {
         st.second_offset = -1;
         st.offset = point.offset;
         st.seldb = None;
+        st.history = true;
         st.backlog = Some(ReplBuffer::new(point.offset, st.settings.backlog_size));
         self.active.store(true, Ordering::Release);
         self.stream.send_replace(point.offset);

@@ -190,6 +190,12 @@ impl ReplicationHooks for ReplicationView {
         }
     }
 
+    fn forget_history(&self) {
+        if let Some(srv) = self.srv.upgrade() {
+            srv.repl.primary.forget_history();
+        }
+    }
+
     fn keys_in_slot(&self, slot: u16) -> usize {
         self.srv.upgrade().map_or(0, |srv| srv.ks.db(0).slot(slot).keys())
     }
@@ -400,7 +406,10 @@ impl Transport for TlsTransport {
 /// myself): 0 while a replica loads a full sync, which hides it from CLUSTER SLOTS and ranks
 /// it last in an election until it holds its primary's data.
 pub fn my_offset(srv: &Server) -> u64 {
-    if srv.repl.is_replica() && srv.repl.loading() { 0 } else { srv.repl.primary.offset() }
+    // Valkey's replicationGetReplicaOffset: nothing processed of the primary's stream while a
+    // full sync loads, or before one from a primary of another shard completes.
+    let none = (srv.repl.is_replica() && srv.repl.loading()) || !srv.repl.primary.has_history();
+    if none { 0 } else { srv.repl.primary.offset() }
 }
 
 /// The AUX field of a full sync's RDB that carries the primary's open slots (Valkey 8).

@@ -9,6 +9,9 @@
 //! - a replica's link to its primary, which neither reads, writes nor dials meanwhile;
 //! - the cron thread, which skips its ticks (no expiry, no timeouts, no replication cron).
 //!
+//! A replica holds one too while it loads each piece of a full sync's snapshot, so that no
+//! client sees the data half loaded, as in Valkey, which loads in its event loop.
+//!
 //! The check on those paths is one atomic load while no sleep is on. Waiting tasks register
 //! a waker and are woken when the last sleep ends; nothing polls.
 

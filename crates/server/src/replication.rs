@@ -337,6 +337,9 @@ struct MasterClient {
     reader: Option<RdbReader>,
     load: (usize, LoadStats),
     errors: u64,
+    /// A full sync began and none of its snapshot has arrived yet: the old data stays, and
+    /// keeps serving reads, until the first piece does.
+    sync_pending: bool,
 }
 
 impl MasterClient {
@@ -353,33 +356,12 @@ impl MasterClient {
             reader: None,
             load: (0, LoadStats::default()),
             errors: 0,
+            sync_pending: false,
         }
     }
 
-    fn run(&mut self, args: Args<'_>) {
-        let engine = self.srv.engine.load();
-        let rt = self.srv.rt.load();
-        let b = Batch { srv: &self.srv, engine: &engine, rt: &rt, now_ms: unix_ms() };
-        self.out.truncate(0);
-        let _ = dispatch(&b, &mut self.sess, args, &mut self.out, &mut self.scratch);
-        if self.out.as_bytes().first() == Some(&b'-') {
-            self.errors += 1;
-            // Valkey goes on (propagation-error-behavior ignore) and says so in the log.
-            if self.errors <= 10 || self.errors.is_power_of_two() {
-                let reply = String::from_utf8_lossy(self.out.as_bytes());
-                warn!(
-                    "== CRITICAL == This replica is sending an error to its primary: '{}' after processing the command '{}'",
-                    reply.trim_end().trim_start_matches('-'),
-                    String::from_utf8_lossy(args.get(0))
-                );
-            }
-        }
-        self.out.truncate(0);
-    }
-}
-
-impl Applier for MasterClient {
-    fn begin_full_sync(&mut self) -> Result<(), String> {
+    /// Drops the old data and starts the load of the snapshot now arriving.
+    fn start_load(&mut self) {
         info!("MASTER <-> REPLICA sync: Flushing old data");
         self.srv.repl.loading.store(true, Ordering::Release);
         announce_loading(&self.srv);
@@ -393,10 +375,10 @@ impl Applier for MasterClient {
         self.run(Args::from_parts(&flat, &spans));
         self.reader = Some(RdbReader::new(self.srv.rt.load().proto_max_bulk_len));
         self.load = (0, LoadStats::default());
-        Ok(())
     }
 
-    fn load_rdb(&mut self, chunk: &[u8]) -> Result<(), String> {
+    /// Loads the next piece of the snapshot into the keyspace.
+    fn feed(&mut self, chunk: &[u8]) -> Result<(), String> {
         let Some(reader) = self.reader.as_mut() else { return Err("no full sync in progress".into()) };
         reader.feed(chunk);
         let engine = self.srv.engine.load();
@@ -429,7 +411,8 @@ impl Applier for MasterClient {
         result
     }
 
-    fn end_full_sync(&mut self, ok: bool) -> Result<(), String> {
+    /// Ends the load (`ok`: the whole snapshot arrived) and applies what came with it.
+    fn finish_load(&mut self, ok: bool) -> Result<(), String> {
         let reader = self.reader.take();
         self.srv.repl.loading.store(false, Ordering::Release);
         announce_loading(&self.srv);
@@ -455,6 +438,60 @@ impl Applier for MasterClient {
             Some(r) => Err(r.finish().err().map_or_else(|| "snapshot incomplete".to_string(), |e| e.to_string())),
             None => Err("no full sync in progress".into()),
         }
+    }
+
+    fn run(&mut self, args: Args<'_>) {
+        let engine = self.srv.engine.load();
+        let rt = self.srv.rt.load();
+        let b = Batch { srv: &self.srv, engine: &engine, rt: &rt, now_ms: unix_ms() };
+        self.out.truncate(0);
+        let _ = dispatch(&b, &mut self.sess, args, &mut self.out, &mut self.scratch);
+        if self.out.as_bytes().first() == Some(&b'-') {
+            self.errors += 1;
+            // Valkey goes on (propagation-error-behavior ignore) and says so in the log.
+            if self.errors <= 10 || self.errors.is_power_of_two() {
+                let reply = String::from_utf8_lossy(self.out.as_bytes());
+                warn!(
+                    "== CRITICAL == This replica is sending an error to its primary: '{}' after processing the command '{}'",
+                    reply.trim_end().trim_start_matches('-'),
+                    String::from_utf8_lossy(args.get(0))
+                );
+            }
+        }
+        self.out.truncate(0);
+    }
+}
+
+impl Applier for MasterClient {
+    fn begin_full_sync(&mut self) -> Result<(), String> {
+        // The primary may take long to send its first byte (a slow or delayed snapshot): the
+        // old data is dropped only when the new one starts to arrive.
+        self.sync_pending = true;
+        Ok(())
+    }
+
+    fn load_rdb(&mut self, chunk: &[u8]) -> Result<(), String> {
+        // Valkey loads in its one thread, so no client sees a snapshot half loaded: each piece
+        // loads here with clients held (as DEBUG SLEEP holds them), and one that arrives
+        // whole is never answered -LOADING.
+        let srv = self.srv.clone();
+        let _held = srv.freeze.begin();
+        if std::mem::take(&mut self.sync_pending) {
+            self.start_load();
+        }
+        let result = self.feed(chunk);
+        if self.reader.as_ref().is_some_and(RdbReader::is_done) {
+            self.srv.repl.loading.store(false, Ordering::Release);
+        }
+        result
+    }
+
+    fn end_full_sync(&mut self, ok: bool) -> Result<(), String> {
+        if std::mem::take(&mut self.sync_pending) && !ok {
+            // Nothing arrived: the old data was never touched.
+            return Ok(());
+        }
+        self.finish_load(ok)
     }
 
     fn apply(&mut self, args: Args<'_>, _raw: &[u8]) {
@@ -597,4 +634,61 @@ pub(crate) fn key_load_delay(delay: i64) {
 pub struct SyncStart {
     /// The replica's session.
     pub session: hotkv_replication::ReplicaSession,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::testutil::{client, server};
+
+    /// The RDB a full sync from `srv` would send.
+    fn snapshot_of(srv: &Server) -> Vec<u8> {
+        let mut rdb = Vec::new();
+        let opts = crate::snapshot::StreamOptions::default();
+        let end = crate::snapshot::stream_rdb(
+            srv,
+            &opts,
+            || false,
+            |_| {},
+            |b| {
+                rdb.extend_from_slice(&b);
+                true
+            },
+        );
+        assert!(matches!(end, crate::snapshot::StreamEnd::Done { .. }));
+        rdb
+    }
+
+    #[test]
+    fn a_full_sync_keeps_the_old_data_until_its_snapshot_arrives_and_loads_a_whole_one_at_once() {
+        let primary = server();
+        client(&primary, 0).run(&primary, &["SET", "new", "1"]);
+        let rdb = snapshot_of(&primary);
+        let replica = server();
+        let mut c = client(&replica, 0);
+        c.run(&replica, &["SET", "old", "1"]);
+        let mut mc = MasterClient::new(&replica);
+        mc.begin_full_sync().unwrap();
+        // The primary has not sent a byte yet: the old data still serves reads.
+        assert!(!replica.repl.loading());
+        assert_eq!(c.run(&replica, &["GET", "old"]), "$1\r\n1\r\n");
+        // A snapshot that arrives in one piece is loaded before any client runs again.
+        mc.load_rdb(&rdb).unwrap();
+        assert!(!replica.repl.loading());
+        mc.end_full_sync(true).unwrap();
+        assert_eq!(c.run(&replica, &["GET", "new"]), "$1\r\n1\r\n");
+        assert_eq!(c.run(&replica, &["EXISTS", "old"]), ":0\r\n");
+    }
+
+    #[test]
+    fn a_full_sync_that_fails_before_its_snapshot_arrives_leaves_the_old_data() {
+        let replica = server();
+        let mut c = client(&replica, 0);
+        c.run(&replica, &["SET", "old", "1"]);
+        let mut mc = MasterClient::new(&replica);
+        mc.begin_full_sync().unwrap();
+        mc.end_full_sync(false).unwrap();
+        assert!(!replica.repl.loading());
+        assert_eq!(c.run(&replica, &["GET", "old"]), "$1\r\n1\r\n");
+    }
 }
