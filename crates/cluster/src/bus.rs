@@ -597,7 +597,6 @@ impl Bus {
                 let pings = st.tick(now);
                 let outgoing = st.take_outgoing(now);
                 wait = Duration::from_millis(st.next_tick_in(now) as u64);
-
                 (pings, outgoing, st.link_targets(), st.silent_links(now), st.settings().node_timeout_ms)
             };
             self.save_if_epochs_moved();
