@@ -832,13 +832,10 @@ impl Drop for Scratch {
 fn check_aof(tool: &str, args: &[&str], stdin: &str) -> (i32, String) {
     use std::io::Write;
     use std::process::{Command, Stdio};
-    let links = std::env::temp_dir().join(format!("hotkv-check-aof-bin-{}", std::process::id()));
-    std::fs::create_dir_all(&links).expect("link dir");
-    let link = links.join(tool);
-    if !link.exists() {
-        // Another test may have made it meanwhile.
-        let _ = std::os::unix::fs::symlink(crate::BIN, &link);
-    }
+    // A link of its own per call, in a directory removed when the call returns.
+    let links = Scratch::new("bin");
+    let link = links.0.join(tool);
+    std::os::unix::fs::symlink(crate::BIN, &link).expect("link the binary");
     let mut child = Command::new(&link)
         .args(args)
         .stdin(Stdio::piped())
