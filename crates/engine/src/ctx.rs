@@ -429,6 +429,14 @@ impl<'a> Ctx<'a> {
         self.effects.replace(db, argv);
     }
 
+    /// Records the deletion of `key` because the time the call gave it is already past, as
+    /// Valkey's `deleteExpiredKeyFromOverwriteAndPropagate`: UNLINK or DEL by
+    /// `lazyfree-lazy-expire`, in place of the call's arguments.
+    pub fn propagate_expired(&mut self, key: &[u8]) {
+        let verb = crate::propagate::del_verb(self.cfg.lazy_expire);
+        self.propagate_as(&[verb, key]);
+    }
+
     /// Hands what the call recorded so far, then `argv`, to the write stream at once, in place
     /// of the call's arguments. For a handler that locked more than its call's slots itself
     /// (a flush, a swap of databases): it must reach the stream before those locks go, or a

@@ -9,7 +9,7 @@ use hotkv_protocol::{Args, ReplyBuf};
 use super::{EngineCmd, LockPlan, Prepared, Spec, int_arg};
 use crate::command::{CommandSpec, KeySpec, acl, flags, key_flags as kf};
 use crate::ctx::{Ctx, EngineConfig, Ttl};
-use crate::entry::{NewValue, ValueRef};
+use crate::entry::NewValue;
 use crate::error::{CmdResult, CommandError};
 use crate::rdb::{self, Restored};
 
@@ -39,13 +39,8 @@ fn dump(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         out.null();
         return Ok(());
     };
-    out.bulk(&payload(k.value(), strings));
+    out.bulk(&rdb::dump_value(k.value(), strings));
     Ok(())
-}
-
-/// A value in DUMP format (DUMP, and what MIGRATE sends).
-pub(crate) fn payload(value: ValueRef<'_>, strings: rdb::Strings) -> Vec<u8> {
-    rdb::dump_value(value, strings)
 }
 
 /// How payloads write strings and blobs: those longer than 20 bytes LZF-compressed under
@@ -666,7 +661,7 @@ mod cost {
                 let start = Instant::now();
                 let mut bytes = 0;
                 for _ in 0..iters {
-                    let p = super::payload(ValueRef::Str(std::hint::black_box(&v)), strings);
+                    let p = crate::rdb::dump_value(ValueRef::Str(std::hint::black_box(&v)), strings);
                     bytes = std::hint::black_box(p).len();
                 }
                 let per = start.elapsed().as_nanos() as f64 / iters as f64;

@@ -215,7 +215,7 @@ fn expire_generic(ctx: &mut Ctx<'_>, args: Args<'_>, form: Form, out: &mut Reply
     }
     let event = if past {
         drop(k.delete());
-        ctx.propagate_as(&[crate::propagate::del_verb(ctx.cfg.lazy_expire), key]);
+        ctx.propagate_expired(key);
         "del"
     } else {
         k.set_expire(Some(when));

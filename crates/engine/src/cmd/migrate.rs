@@ -11,10 +11,7 @@
 
 use hotkv_protocol::{Args, ReplyBuf};
 
-use super::{
-    EngineCmd, LockPlan, Spec,
-    dump::{payload, payload_strings},
-};
+use super::{EngineCmd, LockPlan, Spec, dump::payload_strings};
 use crate::command::{BeginSearch, CommandSpec, FindKeys, KeySpec, acl, flags, key_flags as kf};
 use crate::ctx::{Ctx, LookupFlags};
 use crate::error::{CmdResult, CommandError};
@@ -172,7 +169,13 @@ fn restore_op(ctx: &mut Ctx<'_>, key: &[u8], replace: bool) -> Result<Option<Mig
         Some(at) if at < now => return Ok(None),
         Some(at) => (at - now).max(1),
     };
-    Ok(Some(MigrateOp::Restore { key: key.to_vec(), ttl_ms, payload: payload(k.value(), strings), expire, replace }))
+    Ok(Some(MigrateOp::Restore {
+        key: key.to_vec(),
+        ttl_ms,
+        payload: crate::rdb::dump_value(k.value(), strings),
+        expire,
+        replace,
+    }))
 }
 
 /// The second turn: delete what the target acknowledged and still holds what was sent, send
@@ -192,15 +195,15 @@ fn finish(
         }
     }
     let mut again = Vec::new();
+    // Each key is encoded as it was sent: the compressor's output depends on the value alone.
+    let strings = payload_strings(ctx.cfg);
     for (op, ok) in sent.ops.iter().zip(&reply.acked) {
         let MigrateOp::Restore { key, payload: was, expire, .. } = op else { continue };
         if !ok || opts.copy {
             continue;
         }
-        // Encoded as it was sent: the compressor's output depends on the value alone.
-        let strings = payload_strings(ctx.cfg);
         let unchanged = match ctx.read_with(key, NO_TOUCH)? {
-            Some(k) => k.entry().expire() == *expire && payload(k.value(), strings) == *was,
+            Some(k) => k.entry().expire() == *expire && crate::rdb::dump_value(k.value(), strings) == *was,
             None => {
                 // Deleted (or expired) here after it was sent: the target must not keep it.
                 again.push(MigrateOp::Delete { key: key.clone() });

@@ -229,7 +229,7 @@ fn getex(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         // (Valkey's checkAlreadyExpired, as EXPIRE).
         Some((Unit::ExAt | Unit::PxAt, t)) if t <= now && !keep_past => {
             drop(k.delete());
-            ctx.propagate_as(&[crate::propagate::del_verb(ctx.cfg.lazy_expire), key]);
+            ctx.propagate_expired(key);
             "del"
         }
         Some((_, t)) => {
@@ -368,7 +368,7 @@ fn set_generic(
         Some(t) if ctx.already_expired(t) => {
             if found {
                 ctx.delete(key)?;
-                ctx.propagate_as(&[crate::propagate::del_verb(ctx.cfg.lazy_expire), key]);
+                ctx.propagate_expired(key);
                 ctx.events.notify('g', "del", key, ctx.db);
             }
             if !opts.get {
