@@ -352,6 +352,17 @@ impl Keyspace {
     }
 }
 
+/// How [`LockSet::add`] went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddLock {
+    /// The set held it already.
+    Held,
+    /// Taken now.
+    Added,
+    /// Held by someone else, and waiting for it could deadlock.
+    Busy,
+}
+
 /// The slot locks a command holds while it runs, and the slot and table hash of the key it
 /// last located (a command usually looks the same key up two or three times: lock planning,
 /// lookup, write; CRC16 and the table hash are then computed once).
@@ -431,7 +442,7 @@ impl<'a> LockSet<'a> {
 
     /// Whether the set holds `id`.
     pub fn holds(&self, id: LockId) -> bool {
-        self.guards.iter().any(|g| g.0 == id)
+        self.guards.binary_search_by_key(&id, |g| g.0).is_ok()
     }
 
     /// Number of locked slots.
@@ -483,15 +494,92 @@ impl<'a> LockSet<'a> {
                 None => return false,
             }
         }
-        for a in added {
-            let at = self.guards.partition_point(|g| g.0 < a.0);
-            self.guards.insert(at, a);
+        for (id, slot, table) in added {
+            self.insert(id, slot, table);
         }
         true
+    }
+
+    /// Adds the lock of `id` to a set that already holds others, for a key the command did
+    /// not declare (a script's): waits for it only when that keeps the locking order (every
+    /// lock held is below `id`, so whoever holds `id` never waits for one of ours); otherwise
+    /// takes it only if it is free. [`AddLock::Busy`] leaves the choice to the caller: start
+    /// over with `id` among the locks taken in order, or wait a bounded time with
+    /// [`LockSet::add_within`].
+    pub fn add(&mut self, ks: &'a Keyspace, id: LockId) -> AddLock {
+        if self.holds(id) {
+            return AddLock::Held;
+        }
+        let slot = ks.slot_by_id(id);
+        let table = match slot.table.try_lock() {
+            Some(g) => g,
+            None if self.guards.last().is_none_or(|g| g.0 < id) => slot.table.lock(),
+            None => return AddLock::Busy,
+        };
+        ks.settle_snapshot(id, &table);
+        self.insert(id, slot, table);
+        AddLock::Added
+    }
+
+    /// Waits up to `limit` for the lock of `id`, out of order: whoever holds it may be waiting
+    /// for one of ours, and the limit is what breaks that cycle. False when it stayed busy.
+    pub fn add_within(&mut self, ks: &'a Keyspace, id: LockId, limit: std::time::Duration) -> bool {
+        if self.holds(id) {
+            return true;
+        }
+        let slot = ks.slot_by_id(id);
+        let Some(table) = slot.table.try_lock_for(limit) else { return false };
+        ks.settle_snapshot(id, &table);
+        self.insert(id, slot, table);
+        true
+    }
+
+    fn insert(&mut self, id: LockId, slot: &'a Slot, table: MutexGuard<'a, Table>) {
+        let at = self.guards.partition_point(|g| g.0 < id);
+        self.guards.insert(at, (id, slot, table));
+    }
+
+    /// The ids this set holds, in order.
+    pub fn ids(&self) -> impl Iterator<Item = LockId> + '_ {
+        self.guards.iter().map(|g| g.0)
     }
 
     /// The locked tables in lock order.
     pub fn tables_mut(&mut self) -> impl Iterator<Item = (LockId, &mut Table, &'a Slot)> {
         self.guards.iter_mut().map(|(id, slot, g)| (*id, &mut **g, *slot))
+    }
+}
+
+#[cfg(test)]
+mod lock_tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn an_undeclared_lock_is_waited_for_only_in_order() {
+        let ks = Keyspace::new(1);
+        let mut set = ks.lock(&[10]);
+        assert_eq!(set.add(&ks, 10), AddLock::Held);
+        assert_eq!(set.add(&ks, 3), AddLock::Added, "a free lock is taken whatever its place");
+        // Held elsewhere and below what we hold: waiting could deadlock, so the caller decides.
+        let other = ks.slot_by_id(5).lock();
+        assert_eq!(set.add(&ks, 5), AddLock::Busy);
+        assert!(!set.add_within(&ks, 5, Duration::from_millis(5)));
+        drop(other);
+        assert!(set.add_within(&ks, 5, Duration::from_millis(5)));
+        // Held elsewhere but above everything we hold: waiting keeps the order, so it waits.
+        std::thread::scope(|t| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let ks = &ks;
+            t.spawn(move || {
+                let g = ks.slot_by_id(20).lock();
+                tx.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+                drop(g);
+            });
+            rx.recv().unwrap();
+            assert_eq!(set.add(ks, 20), AddLock::Added);
+        });
+        assert_eq!(set.ids().collect::<Vec<_>>(), vec![3, 5, 10, 20]);
     }
 }

@@ -34,7 +34,7 @@ pub use ctx::{
     BlockMode, BlockRequest, Ctx, EngineConfig, Events, KeyMut, KeyState, LocalStats, LookupFlags, NoEvents, Ttl,
 };
 pub use error::{CmdResult, CommandError, DownReason};
-pub use keyspace::{Keyspace, LockSet};
+pub use keyspace::{AddLock, Keyspace, LockSet};
 pub use propagate::{Effects, NoSink, WriteSink};
 pub mod cmd;
 pub mod evict;
