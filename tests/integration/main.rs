@@ -55,6 +55,7 @@ mod replication;
 mod resharding;
 mod resp3;
 mod scan;
+mod scripting;
 mod strings;
 mod tls;
 mod transactions;

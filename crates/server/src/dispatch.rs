@@ -172,6 +172,11 @@ fn run_checked(
     if !master {
         check_replication(b, cmd, sess).map_err(|e| rejected(sess, e))?;
     }
+    if cmd.spec.flags() & flags::ALLOW_BUSY == 0
+        && let Some(function) = b.srv.script_runs.busy()
+    {
+        return Err(rejected(sess, crate::script::busy_error(function)));
+    }
     if sess.multi.is_some() && !b.srv.known.multi_immediate.contains(&id) {
         return queue(b, cmd, sess, args, out, &scratch.plan).map_err(|e| rejected(sess, e));
     }
@@ -189,7 +194,28 @@ fn run_checked(
         return r;
     }
     check_memory(b, cmd, sess, false).map_err(|e| rejected(sess, e))?;
+    if let Some(i) = b.srv.known.scripts.iter().position(|&s| s == id) {
+        let start = Instant::now();
+        let r = crate::script::run(b, sess, script_kind(i), script_read_only(i), args, out, scratch);
+        account(b, sess, cmd, &args, start.elapsed().as_nanos() as u64, r.is_err());
+        return r;
+    }
     Ok(execute(b, sess, cmd, args, out, scratch, mode))
+}
+
+/// Whether `known.scripts[i]` is one of the `_RO` forms.
+pub(crate) fn script_read_only(i: usize) -> bool {
+    matches!(i, 2 | 3 | 5)
+}
+
+/// Which script command `known.scripts[i]` is: EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, FCALL,
+/// FCALL_RO.
+pub(crate) fn script_kind(i: usize) -> crate::script::Kind {
+    match i {
+        0 | 2 => crate::script::Kind::Eval,
+        1 | 3 => crate::script::Kind::EvalSha,
+        _ => crate::script::Kind::Fcall,
+    }
 }
 
 /// The engine settings a command runs with: while CLIENT PAUSE holds the dataset still, a

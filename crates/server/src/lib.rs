@@ -31,6 +31,7 @@ pub mod pubsub;
 pub mod registry;
 pub mod replication;
 pub mod routing;
+pub mod script;
 pub mod server;
 pub mod session;
 pub mod shutdown;

@@ -67,6 +67,8 @@ pub struct Runtime {
     pub stop_writes_on_bgsave_error: bool,
     /// Whether `save` has rules (MISCONF applies only then).
     pub save_rules: bool,
+    /// `busy-reply-threshold` (`lua-time-limit`), milliseconds; 0 = never.
+    pub busy_reply_threshold: u64,
 }
 
 impl Runtime {
@@ -99,6 +101,7 @@ impl Runtime {
             min_replicas_to_write: s.int(t::MIN_REPLICAS_TO_WRITE).max(0) as usize,
             stop_writes_on_bgsave_error: s.bool(t::STOP_WRITES_ON_BGSAVE_ERROR),
             save_rules: !s.ints(t::SAVE).is_empty(),
+            busy_reply_threshold: s.int(t::BUSY_REPLY_THRESHOLD).max(0) as u64,
             obuf_normal: {
                 let l = s.ints(t::CLIENT_OUTPUT_BUFFER_LIMIT);
                 let at = |i: usize| l.get(i).copied().unwrap_or(0).max(0) as u64;
@@ -145,6 +148,8 @@ pub struct Known {
     pub ping: usize,
     /// FLUSHALL (saves the emptied dataset when save rules are set).
     pub flushall: usize,
+    /// EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, FCALL, FCALL_RO: run by `crate::script`.
+    pub scripts: [usize; 6],
 }
 
 impl Known {
@@ -168,6 +173,7 @@ impl Known {
             select: id("select"),
             ping: id("ping"),
             flushall: id("flushall"),
+            scripts: [id("eval"), id("evalsha"), id("eval_ro"), id("evalsha_ro"), id("fcall"), id("fcall_ro")],
         }
     }
 }
@@ -257,6 +263,10 @@ pub struct Server {
     pub repl: crate::replication::Replication,
     /// The append-only file (`appendonly`): its writer, files and rewrites.
     pub aof: Arc<crate::aof::wire::Aof>,
+    /// EVAL's script cache, shared by every thread's Lua VM.
+    pub scripts: hotkv_scripting::ScriptCache,
+    /// Scripts running long enough to be seen by SCRIPT KILL and to make others BUSY.
+    pub script_runs: Arc<crate::script::Runs>,
 }
 
 impl Server {
@@ -289,6 +299,8 @@ impl Server {
             lastsave: AtomicI64::new(unix_ms() / 1000),
             persist: Default::default(),
             aof: Default::default(),
+            scripts: Default::default(),
+            script_runs: Default::default(),
             slowlog: Mutex::new(SlowLog::default()),
             latency: Mutex::new(LatencyMonitor::default()),
             monitor_tx,

@@ -20,6 +20,7 @@ pub mod memory;
 pub mod multi;
 pub mod pubsub;
 pub mod repl;
+pub mod scripting;
 pub mod server;
 pub mod slowlog;
 
@@ -43,6 +44,7 @@ pub fn commands() -> impl Iterator<Item = &'static ServerSpec> {
         .chain(slowlog::COMMANDS.iter())
         .chain(debug::COMMANDS.iter())
         .chain(cluster::COMMANDS.iter())
+        .chain(scripting::COMMANDS.iter())
 }
 
 /// A server command row.

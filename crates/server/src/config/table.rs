@@ -328,7 +328,7 @@ directives! {
     CLIENT_QUERY_BUFFER_LIMIT = "client-query-buffer-limit" [] "limits.client_query_buffer_limit":
         mem(1024 * 1024, LONG), "1gb", M, CLIENTS, "Largest pending request data per client.";
     BUSY_REPLY_THRESHOLD = "busy-reply-threshold" ["lua-time-limit"] "limits.busy_reply_threshold": int(0, LONG),
-        "5000", M | NE, H, "Milliseconds a script may run before others get BUSY replies.";
+        "5000", M | U, H, "Milliseconds a script may run before others get BUSY replies.";
     // memory
     MAXMEMORY = "maxmemory" [] "memory.maxmemory": mem(0, ULONG), "0", M, Some(Hook::Maxmemory),
         "Memory limit for the dataset; 0 = none.";

@@ -1,0 +1,234 @@
+-- The redis.* API, the error handler and the sandbox of hotkv's Lua VM, run once when a VM is
+-- made, with the real global table. Everything here is reached by scripts only through the
+-- read-only proxies it returns; the host calls go through H.fn, which the VM sets for the
+-- length of one run (a scoped Rust function), so nothing outside a run can reach the server.
+local H, static = ...
+
+local G = _G
+local dbg = debug
+local type, error, select, unpack, tostring, next, pairs = type, error, select, unpack, tostring, next, pairs
+local rawget, rawset, setmetatable, getmetatable = rawget, rawset, setmetatable, getmetatable
+local xpcall, pcall, loadstring, load, setfenv, getfenv = xpcall, pcall, loadstring, load, setfenv, getfenv
+local tinsert, tremove, tsort = table.insert, table.remove, table.sort
+
+local API = '=api'
+
+local function host(...)
+  local fn = H.fn
+  if fn == nil then
+    error('This function can only be called from inside a script', 2)
+  end
+  return fn(...)
+end
+
+-- An error raised by redis.call (a Rust function, so that `return redis.call(...)` keeps the
+-- caller's frame for the error's line) arrives as mlua's wrapped error, its table left in
+-- H.pending.
+local function unwrap(err)
+  if type(err) == 'table' then return err end
+  local p = rawget(H, 'pending')
+  if p ~= nil then
+    rawset(H, 'pending', nil)
+    return p
+  end
+  return {err = 'ERR ' .. tostring(err)}
+end
+
+-- Valkey's __server__err__handler: errors become {err=...} tables carrying the source and
+-- line of the user's code that raised them (frames of C functions and of this API skipped).
+local function handler(err)
+  local level = 2
+  local i = dbg.getinfo(level, 'nSl')
+  while i and (i.what == 'C' or i.source == API) do
+    level = level + 1
+    i = dbg.getinfo(level, 'nSl')
+  end
+  err = unwrap(err)
+  if i then
+    err['source'] = i.source
+    err['line'] = i.currentline
+  end
+  return err
+end
+
+local redis = {}
+-- redis.call and redis.pcall are set by the VM for each run (scoped Rust functions).
+local function checked_host(op)
+  return function(...)
+    local r, failed = host(op, ...)
+    if failed then error(r) end
+    return r
+  end
+end
+redis.setresp = checked_host(2)
+redis.set_repl = checked_host(3)
+redis.log = checked_host(4)
+redis.acl_check_cmd = checked_host(5)
+redis.error_reply = static.error_reply
+redis.status_reply = function(...)
+  if select('#', ...) ~= 1 or type((...)) ~= 'string' then
+    return static.error_reply('-ERR wrong number or type of arguments')
+  end
+  return {ok = (...)}
+end
+redis.replicate_commands = function() return true end
+redis.breakpoint = function() return false end
+redis.debug = function() end
+redis.REPL_NONE = 0
+redis.REPL_AOF = 1
+redis.REPL_SLAVE = 2
+redis.REPL_REPLICA = 2
+redis.REPL_ALL = 3
+redis.LOG_DEBUG = 0
+redis.LOG_VERBOSE = 1
+redis.LOG_NOTICE = 2
+redis.LOG_WARNING = 3
+redis.REDIS_VERSION = static.version
+redis.REDIS_VERSION_NUM = static.version_num
+redis.VALKEY_VERSION = static.version
+redis.VALKEY_VERSION_NUM = static.version_num
+redis.SERVER_NAME = 'valkey'
+
+-- Read-only tables: an empty proxy whose reads go to the real table and whose writes fail,
+-- with a metatable that is itself read-only. `protected` lists every proxy so the functions
+-- that write raw (rawset, table.insert...) refuse them too, and so the VM can check after a run
+-- that none was tampered with.
+local protected = setmetatable({}, {__mode = 'k'})
+local function ro()
+  error('Attempt to modify a readonly table', 2)
+end
+local function readonly(t)
+  local shown = {}
+  setmetatable(shown, {__index = {__index = t}, __newindex = ro, __metatable = false})
+  local proxy = setmetatable({}, {__index = t, __newindex = ro, __metatable = shown})
+  protected[proxy] = true
+  protected[shown] = true
+  return proxy
+end
+local function refuse(t)
+  if protected[t] then error('Attempt to modify a readonly table', 3) end
+end
+
+G.setmetatable = function(t, mt)
+  refuse(t)
+  return setmetatable(t, mt)
+end
+G.rawset = function(t, k, v)
+  refuse(t)
+  return rawset(t, k, v)
+end
+table.insert = function(t, ...)
+  refuse(t)
+  return tinsert(t, ...)
+end
+table.remove = function(t, ...)
+  refuse(t)
+  return tremove(t, ...)
+end
+table.sort = function(t, ...)
+  refuse(t)
+  return tsort(t, ...)
+end
+
+-- Valkey's pcall: an {err=...} table caught from redis.call comes back as its text.
+G.pcall = function(f, ...)
+  local r = {pcall(f, ...)}
+  if not r[1] and rawget(H, 'pending') ~= nil then
+    r[2] = unwrap(r[2])
+  end
+  if not r[1] and type(r[2]) == 'table' and type(r[2].err) == 'string' then
+    return false, r[2].err
+  end
+  return unpack(r, 1, table.maxn(r))
+end
+
+-- No bytecode: a binary chunk could break the VM. Code loaded at run time gets the read-only
+-- globals, as the script itself has.
+local env
+G.loadstring = function(s, name)
+  if type(s) == 'string' and s:byte(1) == 27 then
+    return nil, 'attempt to load a binary chunk'
+  end
+  local f, e = loadstring(s, name)
+  if f then setfenv(f, env) end
+  return f, e
+end
+G.load = function(fn, name)
+  local f, e = load(function()
+    local piece = fn()
+    if type(piece) == 'string' and piece:byte(1) == 27 then
+      error('attempt to load a binary chunk')
+    end
+    return piece
+  end, name)
+  if f then setfenv(f, env) end
+  return f, e
+end
+G.setfenv = function(f, t)
+  if f == 0 then error('Attempt to modify a readonly table', 2) end
+  return setfenv(f, t)
+end
+
+-- Rust helpers answer (ok, value); a failure is raised here, at the caller's line.
+local function checked(f)
+  return function(...)
+    local ok, r = f(...)
+    if not ok then error(r, 2) end
+    return r
+  end
+end
+math.random = checked(static.random)
+math.randomseed = checked(static.randomseed)
+redis.sha1hex = checked(static.sha1hex)
+
+-- Only os.clock stays, as in Valkey.
+G.os = {clock = os.clock}
+
+G.redis = redis
+G.server = redis
+G.debug = nil
+G.print = nil
+G.dofile = nil
+G.loadfile = nil
+G.module = nil
+G.require = nil
+G.package = nil
+G.io = nil
+
+local redis_backing = redis
+for _, name in pairs({'redis', 'string', 'math', 'table', 'os', 'coroutine', 'cjson', 'cmsgpack', 'bit', 'struct'}) do
+  local lib = rawget(G, name)
+  if type(lib) == 'table' then
+    rawset(G, name, readonly(lib))
+  end
+end
+rawset(G, 'server', rawget(G, 'redis'))
+
+-- Strings' methods come from the read-only string table, and their metatable cannot be had.
+local smeta = getmetatable('')
+smeta.__index = rawget(G, 'string')
+smeta.__metatable = readonly({})
+
+-- Reading an undeclared global is an error; the globals seen by scripts are read-only.
+setmetatable(G, {__index = function(_, name)
+  error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
+end})
+env = readonly(G)
+rawset(G, '_G', env)
+
+local function run(f)
+  return xpcall(f, handler)
+end
+local function run_with(f, keys, args)
+  return xpcall(function() return f(keys, args) end, handler)
+end
+-- Whether every proxy is still empty: a script that managed to write into one anyway (through
+-- some raw write not covered above) makes the VM rebuild itself before the next run.
+local function intact()
+  for p in pairs(protected) do
+    if next(p) ~= nil then return false end
+  end
+  return true
+end
+
+return env, run, run_with, intact, readonly, redis_backing

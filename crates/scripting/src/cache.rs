@@ -1,0 +1,183 @@
+//! The script cache every thread shares: EVAL bodies by SHA, as Valkey's `lua_scripts` dict.
+//! Each thread's VM compiles a script on its first use there ([`crate::Vm::script`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::RwLock;
+
+use crate::body::{Sha, Shebang, eval_shebang, sha1_hex};
+
+/// Scripts added by EVAL (not SCRIPT LOAD) beyond this many are evicted oldest first, so a
+/// client generating a new script per call cannot grow the cache without bound (Valkey's
+/// LRU_LIST_LENGTH).
+pub const EVAL_SCRIPTS_KEPT: usize = 500;
+
+/// A cached script.
+#[derive(Debug)]
+pub struct Script {
+    /// Its SHA1.
+    pub sha: Sha,
+    /// The whole body, shebang included.
+    pub body: Box<[u8]>,
+    /// Its shebang.
+    pub shebang: Shebang,
+}
+
+impl Script {
+    /// The code the compiler sees: the body with its shebang line blanked (the newline kept).
+    pub fn code(&self) -> &[u8] {
+        &self.body[self.shebang.len..]
+    }
+
+    /// Valkey's name for the script's function, `f_<sha>`, used in error texts.
+    pub fn function_name(&self) -> String {
+        format!("f_{}", std::str::from_utf8(&self.sha).unwrap_or(""))
+    }
+}
+
+/// The shared cache.
+#[derive(Default)]
+pub struct ScriptCache {
+    inner: RwLock<Inner>,
+    /// Bumped by every flush, so each VM drops what it compiled.
+    generation: AtomicU64,
+    evicted: AtomicU64,
+}
+
+#[derive(Default)]
+struct Inner {
+    scripts: HashMap<Sha, Arc<Script>>,
+    /// EVAL-added scripts, oldest first; SCRIPT LOAD takes a script out of it for good.
+    evictable: VecDeque<Sha>,
+    memory: usize,
+}
+
+impl ScriptCache {
+    /// The script `sha` (any case), if cached.
+    pub fn get(&self, sha: &[u8]) -> Option<Arc<Script>> {
+        let key = lower_sha(sha)?;
+        self.inner.read().scripts.get(&key).cloned()
+    }
+
+    /// Adds `body` (EVAL: `evictable`; SCRIPT LOAD: kept until a flush). `check` validates
+    /// the code (the caller compiles it in its VM) before the script is cached. Returns the
+    /// cached script, or the error text (without its `ERR ` code).
+    pub fn add(
+        &self,
+        body: &[u8],
+        evictable: bool,
+        check: impl FnOnce(&Script) -> Result<(), String>,
+    ) -> Result<Arc<Script>, String> {
+        let sha = sha1_hex(body);
+        if let Some(s) = self.inner.read().scripts.get(&sha).cloned() {
+            if !evictable {
+                self.inner.write().evictable.retain(|x| *x != sha);
+            }
+            return Ok(s);
+        }
+        let shebang = eval_shebang(body)?;
+        let script = Arc::new(Script { sha, body: body.into(), shebang });
+        check(&script)?;
+        let mut inner = self.inner.write();
+        if let Some(s) = inner.scripts.get(&sha).cloned() {
+            return Ok(s);
+        }
+        if evictable {
+            while inner.evictable.len() >= EVAL_SCRIPTS_KEPT {
+                let Some(old) = inner.evictable.pop_front() else { break };
+                if let Some(s) = inner.scripts.remove(&old) {
+                    inner.memory -= s.body.len() + 40;
+                    self.evicted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            inner.evictable.push_back(sha);
+        }
+        inner.memory += script.body.len() + 40;
+        inner.scripts.insert(sha, script.clone());
+        Ok(script)
+    }
+
+    /// Marks an EVAL script as used now, so eviction takes older ones first.
+    pub fn touch(&self, sha: &Sha) {
+        let mut inner = self.inner.write();
+        if let Some(i) = inner.evictable.iter().position(|x| x == sha)
+            && i + 1 != inner.evictable.len()
+        {
+            inner.evictable.remove(i);
+            inner.evictable.push_back(*sha);
+        }
+    }
+
+    /// SCRIPT FLUSH: every script goes, and every VM drops what it compiled.
+    pub fn flush(&self) {
+        let mut inner = self.inner.write();
+        *inner = Inner::default();
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The flush generation a VM compares its compiled scripts with.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Number of cached scripts (INFO number_of_cached_scripts).
+    pub fn len(&self) -> usize {
+        self.inner.read().scripts.len()
+    }
+
+    /// Whether no script is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes the cached bodies take (INFO used_memory_scripts_eval).
+    pub fn memory(&self) -> usize {
+        self.inner.read().memory
+    }
+
+    /// Scripts evicted so far (INFO evicted_scripts).
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
+    }
+}
+
+/// `sha` lowercased, if it has the length of a SHA1 in hex.
+fn lower_sha(sha: &[u8]) -> Option<Sha> {
+    let mut out: Sha = sha.try_into().ok()?;
+    out.make_ascii_lowercase();
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eval_scripts_are_evicted_oldest_first_and_loaded_ones_kept() {
+        let cache = ScriptCache::default();
+        let kept = cache.add(b"return 'kept'", false, |_| Ok(())).unwrap();
+        for i in 0..EVAL_SCRIPTS_KEPT + 10 {
+            cache.add(format!("return {i}").as_bytes(), true, |_| Ok(())).unwrap();
+        }
+        assert_eq!(cache.evicted(), 10);
+        assert_eq!(cache.len(), EVAL_SCRIPTS_KEPT + 1);
+        assert!(cache.get(&kept.sha).is_some());
+        assert!(cache.get(&sha1_hex(b"return 0")).is_none());
+        let upper: Vec<u8> = kept.sha.to_ascii_uppercase();
+        assert!(cache.get(&upper).is_some(), "SHA lookups ignore case");
+        let g = cache.generation();
+        cache.flush();
+        assert!(cache.is_empty());
+        assert_ne!(cache.generation(), g);
+    }
+
+    #[test]
+    fn a_bad_script_is_not_cached() {
+        let cache = ScriptCache::default();
+        assert!(cache.add(b"#!lua flags=nope\nreturn 1", true, |_| Ok(())).is_err());
+        assert!(cache.add(b"return +", true, |_| Err("bad".into())).is_err());
+        assert!(cache.is_empty());
+    }
+}

@@ -1,0 +1,789 @@
+//! EVAL, EVALSHA, FCALL and their `_RO` forms: a script runs on the calling client's thread,
+//! under the slot locks of the keys it declared, taken once in order as EXEC takes its
+//! transaction's; other clients never see it half done. Each command the script calls is
+//! planned, checked (Valkey's `scriptCall`: arity, `noscript`, read-only scripts, OOM, cluster
+//! slots) and run against the same locked context, and the write stream gets the script's
+//! effects as one MULTI/EXEC, never the script.
+//!
+//! A key the script did not declare is locked when first used, without risking a deadlock:
+//! at once when free or when waiting keeps the locking order, else the run starts over with
+//! that slot among the locks taken up front if nothing was written yet, else waits a bounded
+//! time (see [`LockSet::add`]).
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use quanta::Instant;
+
+use hotkv_engine::command::flags;
+use hotkv_engine::keyspace::{LockId, lock_id};
+use hotkv_engine::plan::{KeyHint, LockScope, Plan};
+use hotkv_engine::route::{KeyPresence, Route};
+use hotkv_engine::slot::SLOTS;
+use hotkv_engine::{AddLock, BlockMode, CommandError, Ctx, DownReason};
+use hotkv_protocol::{Args, ReplyBuf};
+use hotkv_scripting::{Host, Interrupt, LogLevel, Outcome, Script, flag as sflag};
+
+use crate::dispatch::{Batch, Scratch, account, dataset_config, emit, reply_error, serve_blocked};
+use crate::events::CmdEvents;
+use crate::registry::{Command, Flow, Lookup, Spec};
+use crate::session::{Session, flag};
+
+/// How long a script that already wrote waits for the lock of a key it did not declare when
+/// taking it in order is impossible: whoever holds it may be waiting for one of the script's
+/// locks, and giving up is what breaks that cycle.
+const UNDECLARED_WAIT: Duration = Duration::from_millis(200);
+
+/// Runs that started over to take an undeclared key's lock up front before the script locks
+/// its whole database instead.
+const MAX_RESTARTS: usize = 8;
+
+/// Which script command is running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// EVAL / EVAL_RO.
+    Eval,
+    /// EVALSHA / EVALSHA_RO.
+    EvalSha,
+    /// FCALL / FCALL_RO.
+    Fcall,
+}
+
+/// The script about to run, found before any lock is taken.
+struct Target {
+    script: Arc<Script>,
+    flags: u32,
+    name: String,
+}
+
+/// EVAL, EVALSHA, FCALL and their `_RO` forms, dispatched outside a transaction.
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    b: &Batch<'_>,
+    sess: &mut Session,
+    kind: Kind,
+    ro: bool,
+    args: Args<'_>,
+    out: &mut ReplyBuf,
+    scratch: &mut Scratch,
+) -> Result<Flow, CommandError> {
+    let numkeys = numkeys(&args)?;
+    let target = find(b, kind, &args)?;
+    prepare(b, sess, &target, ro)?;
+    let mut held = None;
+    let cfg = dataset_config(b, &mut held, sess);
+    let events = CmdEvents::new(b.srv, b.rt.notify);
+    let mut extra: Vec<LockId> = Vec::new();
+    let mut whole = false;
+    let mut restarts = 0;
+    loop {
+        let ids = lock_ids(scratch.plan.locks(), &extra);
+        let mut locks = if whole { b.srv.ks.lock_all(&databases_of(b, &ids, sess.db)) } else { b.srv.ks.lock(&ids) };
+        if let Some(route) = scratch.pending.clone() {
+            let mut seen = KeyPresence::default();
+            seen.count(&b.srv.ks, &mut locks, sess.db, &args, &scratch.plan, b.now_ms);
+            crate::routing::route_locked(b, &scratch.plan, &route, &seen)?;
+        }
+        let no_touch = sess.has_flag(flag::NO_TOUCH);
+        let mut local = std::mem::take(&mut sess.local);
+        let mut ctx = Ctx::new(&b.srv.ks, sess.db, b.now_ms, cfg, &mut local, no_touch, &events, locks);
+        ctx.block_mode = BlockMode::Immediate;
+        ctx.effects = std::mem::take(&mut scratch.effects);
+        ctx.effects.begin(b.srv.ks.sink().active());
+        let mark = out.len();
+        let restart = run_in(b, sess, &target, ro, numkeys, &args, out, &mut ctx, restarts < MAX_RESTARTS);
+        // Whatever ran reaches the stream as one MULTI/EXEC before the locks go: a run that
+        // starts over wrote nothing but may have deleted keys found expired.
+        emit(&mut ctx);
+        serve_blocked(b, &mut ctx, &events);
+        scratch.effects = std::mem::take(&mut ctx.effects);
+        drop(ctx);
+        sess.local = local;
+        match restart {
+            None => break,
+            Some(Needs::Locks(ids)) => {
+                out.truncate(mark);
+                extra.extend(ids);
+                restarts += 1;
+            }
+            Some(Needs::Everything) => {
+                out.truncate(mark);
+                whole = true;
+                restarts = MAX_RESTARTS;
+            }
+        }
+    }
+    Ok(Flow::Continue)
+}
+
+/// A script queued in a transaction, run by EXEC under the transaction's locks: it cannot
+/// start over, so an undeclared key's busy lock is waited for a bounded time.
+pub fn run_queued<'b: 'c, 'c>(
+    b: &Batch<'b>,
+    sess: &mut Session,
+    kind: Kind,
+    ro: bool,
+    args: Args<'_>,
+    out: &mut ReplyBuf,
+    ctx: &mut Ctx<'c>,
+) -> Result<Flow, CommandError> {
+    let numkeys = numkeys(&args)?;
+    let target = find(b, kind, &args)?;
+    prepare(b, sess, &target, ro)?;
+    run_in(b, sess, &target, ro, numkeys, &args, out, ctx, false);
+    Ok(Flow::Continue)
+}
+
+/// What a run that gave up needs locked from the start.
+enum Needs {
+    /// These slots besides the declared ones.
+    Locks(Vec<LockId>),
+    /// Every slot of the databases involved.
+    Everything,
+}
+
+/// EVAL's numkeys, checked as Valkey checks it.
+fn numkeys(args: &Args<'_>) -> Result<usize, CommandError> {
+    let Some(n) = hotkv_protocol::parse_i64(args.get(2)) else {
+        return Err(CommandError::NotInteger);
+    };
+    if n > args.len() as i64 - 3 {
+        return Err(CommandError::err("Number of keys can't be greater than number of args"));
+    }
+    if n < 0 {
+        return Err(CommandError::err("Number of keys can't be negative"));
+    }
+    Ok(n as usize)
+}
+
+/// The script an EVAL names by body (caching it) or an EVALSHA by SHA, or a FCALL's function.
+fn find(b: &Batch<'_>, kind: Kind, args: &Args<'_>) -> Result<Target, CommandError> {
+    match kind {
+        Kind::Eval => {
+            let script = add_script(b.srv, args.get(1), true)?;
+            b.srv.scripts.touch(&script.sha);
+            Ok(Target { flags: script.shebang.flags, name: script.function_name(), script })
+        }
+        Kind::EvalSha => {
+            let script = b.srv.scripts.get(args.get(1)).ok_or_else(noscript)?;
+            Ok(Target { flags: script.shebang.flags, name: script.function_name(), script })
+        }
+        Kind::Fcall => Err(CommandError::err("Function not found")),
+    }
+}
+
+fn noscript() -> CommandError {
+    CommandError::raw("NOSCRIPT No matching script. Please use EVAL.")
+}
+
+/// Caches a script body after compiling it in this thread's VM (EVAL: evictable; SCRIPT
+/// LOAD: kept).
+pub(crate) fn add_script(
+    srv: &crate::server::Server,
+    body: &[u8],
+    evictable: bool,
+) -> Result<Arc<Script>, CommandError> {
+    let generation = srv.scripts.generation();
+    srv.scripts
+        .add(body, evictable, |s| {
+            hotkv_scripting::with_vm(|vm| vm.script(&s.sha, s.code(), generation).map(drop))
+                .unwrap_or_else(|| Err("Lua VM unavailable".into()))
+        })
+        .map_err(CommandError::err)
+}
+
+/// Valkey's `scriptPrepareForRun`: what the script's flags forbid here, checked before it
+/// runs.
+fn prepare(b: &Batch<'_>, sess: &Session, t: &Target, ro: bool) -> Result<(), CommandError> {
+    let f = t.flags;
+    if f & sflag::EVAL_COMPAT_MODE != 0 {
+        return Ok(());
+    }
+    if f & sflag::NO_CLUSTER != 0 && b.srv.cluster.is_some() {
+        return Err(CommandError::err("Can not run script on cluster, 'no-cluster' flag is set."));
+    }
+    let repl = &b.srv.repl;
+    let master = sess.has_flag(flag::MASTER);
+    if f & sflag::ALLOW_STALE == 0 && repl.is_replica() && !repl.link_up() && !b.rt.replica_serve_stale_data {
+        return Err(CommandError::raw(
+            "MASTERDOWN Link with MASTER is down, replica-serve-stale-data is set to 'no' and 'allow-stale' flag is not set on the script.",
+        ));
+    }
+    if f & sflag::NO_WRITES == 0 {
+        if repl.is_replica() && b.rt.replica_read_only && !master {
+            return Err(CommandError::raw("READONLY Can not run script with write flag on readonly replica"));
+        }
+        if crate::persistence::denies_writes(b.srv, b.rt) {
+            return Err(CommandError::raw(
+                "MISCONF Valkey is configured to save RDB snapshots, but it's currently unable to persist to disk. Writable scripts are blocked. Use 'no-writes' flag for read only scripts.",
+            ));
+        }
+        if let Some(aof) = b.srv.aof.misconf() {
+            let reason = aof.split_once("AOF error: ").map_or("", |(_, r)| r).to_string();
+            return Err(CommandError::raw(format!(
+                "MISCONF Valkey is configured to persist data to AOF, but it's currently unable to persist to disk. Writable scripts are blocked. Use 'no-writes' flag for read only scripts. AOF error: {reason}"
+            )));
+        }
+        if ro {
+            return Err(CommandError::err("Can not execute a script with write flag using *_ro command."));
+        }
+        if b.rt.min_replicas_to_write > 0 && !repl.is_replica() && !repl.primary.writes_allowed() {
+            return Err(CommandError::raw("NOREPLICAS Not enough good replicas to write."));
+        }
+        if f & sflag::ALLOW_OOM == 0 && over_memory(b) && !master {
+            return Err(CommandError::raw(
+                "OOM allow-oom flag is not set on the script, can not run it when used memory > 'maxmemory'",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the server is over `maxmemory` now (after trying to evict).
+fn over_memory(b: &Batch<'_>) -> bool {
+    b.engine.maxmemory > 0 && crate::evict::perform(b.srv, b.engine, b.now_ms)
+}
+
+/// The declared keys' locks and the ones an earlier run found it needed, sorted and unique.
+fn lock_ids(declared: &[LockId], extra: &[LockId]) -> Vec<LockId> {
+    let mut ids: Vec<LockId> = declared.iter().chain(extra).copied().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// The databases of `ids` and the client's, for a run that locks everything.
+fn databases_of(b: &Batch<'_>, ids: &[LockId], db: usize) -> Vec<usize> {
+    let mut dbs: Vec<usize> = ids.iter().map(|&id| id as usize / SLOTS).chain([db]).collect();
+    dbs.sort_unstable();
+    dbs.dedup();
+    dbs.retain(|&d| d < b.srv.ks.databases());
+    dbs
+}
+
+/// Runs the script with `ctx` holding its locks (also EXEC's path for a queued script). The
+/// reply goes to `out`. Returns what a run that gave up needs to start over with, when
+/// `may_restart` allowed giving up.
+#[allow(clippy::too_many_arguments)]
+fn run_in<'b: 'c, 'c>(
+    b: &Batch<'b>,
+    sess: &mut Session,
+    t: &Target,
+    ro: bool,
+    numkeys: usize,
+    args: &Args<'_>,
+    out: &mut ReplyBuf,
+    ctx: &mut Ctx<'c>,
+    may_restart: bool,
+) -> Option<Needs> {
+    let keys: Vec<&[u8]> = (0..numkeys).map(|i| args.get(3 + i)).collect();
+    let argv: Vec<&[u8]> = (3 + numkeys..args.len()).map(|i| args.get(i)).collect();
+    let mut host = ScriptHost {
+        b,
+        sess,
+        ctx,
+        flags: t.flags,
+        read_only: ro || t.flags & sflag::NO_WRITES != 0,
+        wrote: false,
+        may_restart,
+        restart: None,
+        slot: declared_slot(b, &keys),
+        repl: 3,
+        plan: Plan::default(),
+        flat: Vec::new(),
+        spans: Vec::new(),
+        started_over_memory: None,
+        state: None,
+    };
+    let state = Arc::new(RunState {
+        kill: AtomicBool::new(false),
+        wrote: AtomicBool::new(false),
+        busy: AtomicBool::new(false),
+        function: false,
+        from_master: host.sess.has_flag(flag::MASTER),
+    });
+    host.state = Some(state.clone());
+    let watch = Rc::new(Watch {
+        state,
+        runs: b.srv.script_runs.clone(),
+        started: std::time::Instant::now(),
+        threshold_ms: b.rt.busy_reply_threshold,
+        name: t.name.clone(),
+        registered: std::cell::Cell::new(false),
+    });
+    let generation = b.srv.scripts.generation();
+    let outcome = hotkv_scripting::with_vm(|vm| {
+        let f = match vm.script(&t.script.sha, t.script.code(), generation) {
+            Ok(f) => f,
+            Err(e) => {
+                out.error(&format!("ERR {e}"));
+                return Outcome::Failed { counted: true };
+            }
+        };
+        vm.eval(&f, &t.name, &keys, &argv, &mut host, Some(watch.clone() as Rc<dyn Interrupt>), out)
+    });
+    watch.finish();
+    let ScriptHost { restart, .. } = host;
+    match outcome {
+        None => {
+            out.error("ERR Lua VM unavailable");
+            b.srv.stats.error("ERR");
+        }
+        Some(Outcome::Failed { counted: true }) if restart.is_none() => {
+            let code = first_word(out);
+            b.srv.stats.error(&code);
+        }
+        _ => {}
+    }
+    restart
+}
+
+/// The code of the error reply at the end of `out` (for errorstats).
+fn first_word(out: &ReplyBuf) -> String {
+    let bytes = out.as_bytes();
+    let start = bytes.iter().rposition(|&c| c == b'-').map_or(0, |i| i + 1);
+    let rest = &bytes[start..];
+    let end = rest.iter().position(|&c| c == b' ' || c == b'\r').unwrap_or(rest.len());
+    String::from_utf8_lossy(&rest[..end]).into_owned()
+}
+
+/// The slot of the declared keys in cluster mode, which undeclared keys must share unless the
+/// script may cross slots.
+fn declared_slot(b: &Batch<'_>, keys: &[&[u8]]) -> Option<u16> {
+    if b.srv.cluster.is_none() {
+        return None;
+    }
+    keys.first().map(|k| hotkv_engine::slot::key_slot(k))
+}
+
+/// Scripts that ran long enough to be polled (100,000 Lua instructions): what SCRIPT KILL
+/// and FUNCTION KILL look at, and whether other clients get BUSY. A short script never
+/// touches it, so no lock is shared by every script call.
+#[derive(Default)]
+pub struct Runs {
+    slow: parking_lot::Mutex<Vec<Arc<RunState>>>,
+    /// Runs past `busy-reply-threshold`: other clients' commands get BUSY while non-zero.
+    busy: std::sync::atomic::AtomicUsize,
+}
+
+impl Runs {
+    /// Whether a script runs past `busy-reply-threshold` now, and whether it is a function.
+    pub fn busy(&self) -> Option<bool> {
+        if self.busy.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let slow = self.slow.lock();
+        slow.iter().find(|r| r.busy.load(Ordering::Relaxed)).map(|r| r.function)
+    }
+
+    /// SCRIPT KILL (`function` false) or FUNCTION KILL: stops the slow runs of that kind that
+    /// wrote nothing.
+    pub fn kill(&self, function: bool) -> Result<(), CommandError> {
+        let slow = self.slow.lock();
+        if slow.is_empty() {
+            return Err(CommandError::raw("NOTBUSY No scripts in execution right now."));
+        }
+        let mine: Vec<&Arc<RunState>> = slow.iter().filter(|r| r.function == function).collect();
+        if mine.is_empty() {
+            return Err(busy_error(!function));
+        }
+        if mine.iter().all(|r| r.from_master) {
+            return Err(CommandError::raw(
+                "UNKILLABLE The busy script was sent by a master instance in the context of replication and cannot be killed.",
+            ));
+        }
+        let killable: Vec<&&Arc<RunState>> = mine.iter().filter(|r| !r.wrote.load(Ordering::Relaxed)).collect();
+        if killable.is_empty() {
+            return Err(CommandError::raw(
+                "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.",
+            ));
+        }
+        for r in killable {
+            r.kill.store(true, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Stops every slow run (SHUTDOWN NOSAVE).
+    pub fn kill_all(&self) {
+        for r in self.slow.lock().iter() {
+            r.kill.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The BUSY error other clients get while a script (or function) runs long.
+pub fn busy_error(function: bool) -> CommandError {
+    CommandError::raw(if function {
+        "BUSY Valkey is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE."
+    } else {
+        "BUSY Valkey is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+    })
+}
+
+/// One run, as the interrupt hook and SCRIPT KILL share it.
+struct RunState {
+    kill: AtomicBool,
+    wrote: AtomicBool,
+    busy: AtomicBool,
+    function: bool,
+    from_master: bool,
+}
+
+/// The hook's view of a run: registers it among the slow runs on its first poll, marks it
+/// busy past the threshold, and says when it was killed.
+struct Watch {
+    state: Arc<RunState>,
+    runs: Arc<Runs>,
+    started: std::time::Instant,
+    threshold_ms: u64,
+    name: String,
+    registered: std::cell::Cell<bool>,
+}
+
+impl Interrupt for Watch {
+    fn poll(&self) -> Option<String> {
+        if !self.registered.replace(true) {
+            self.runs.slow.lock().push(self.state.clone());
+            // This worker is taken for a while, and while it runs nobody may be polling the
+            // I/O driver: the other workers can be parked on a condition variable until they
+            // are told of work. Two tasks pushed here (one fills the worker's LIFO slot, which
+            // cannot be stolen; the second goes to its queue) make tokio wake a parked worker
+            // to steal, and that worker then parks on the driver, so the other clients (SCRIPT
+            // KILL among them) are served meanwhile rather than after the script.
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                drop(rt.spawn(async {}));
+                drop(rt.spawn(async {}));
+            }
+        }
+        let elapsed = self.started.elapsed().as_millis() as u64;
+        if self.threshold_ms > 0 && elapsed >= self.threshold_ms && !self.state.busy.swap(true, Ordering::Relaxed) {
+            self.runs.busy.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                "Slow script detected: still in execution after {elapsed} milliseconds. You can try killing the script using the {} command. Script name is: {}.",
+                if self.state.function { "FUNCTION KILL" } else { "SCRIPT KILL" },
+                self.name
+            );
+        }
+        if self.state.kill.load(Ordering::Relaxed) {
+            let text = if self.state.function {
+                "Script killed by user with FUNCTION KILL."
+            } else {
+                "Script killed by user with SCRIPT KILL."
+            };
+            tracing::info!("{text}");
+            return Some(text.to_string());
+        }
+        None
+    }
+}
+
+impl Watch {
+    /// The run ended: it leaves the slow runs, and others stop getting BUSY for it.
+    fn finish(&self) {
+        if self.registered.replace(false) {
+            self.runs.slow.lock().retain(|r| !Arc::ptr_eq(r, &self.state));
+        }
+        if self.state.busy.swap(false, Ordering::Relaxed) {
+            self.runs.busy.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The server as one script run sees it.
+struct ScriptHost<'h, 'b, 'c> {
+    b: &'h Batch<'b>,
+    sess: &'h mut Session,
+    ctx: &'h mut Ctx<'c>,
+    flags: u32,
+    read_only: bool,
+    /// A write command ran: from now on the run cannot fail on the server's state, nor start
+    /// over.
+    wrote: bool,
+    may_restart: bool,
+    /// Set when the run gave up to start over with more locks.
+    restart: Option<Needs>,
+    /// The slot the script's keys are in (cluster mode), once known.
+    slot: Option<u16>,
+    /// `redis.set_repl` flags: 1 AOF, 2 replicas.
+    repl: u8,
+    plan: Plan,
+    flat: Vec<u8>,
+    spans: Vec<(usize, usize)>,
+    started_over_memory: Option<bool>,
+    /// What SCRIPT KILL sees of this run.
+    state: Option<Arc<RunState>>,
+}
+
+impl<'b: 'c, 'c> Host for ScriptHost<'_, 'b, 'c> {
+    fn call(&mut self, argv: &[&[u8]], reply: &mut ReplyBuf) {
+        if self.restart.is_some() {
+            reply.error("ERR script is starting over");
+            return;
+        }
+        self.flat.clear();
+        self.spans.clear();
+        for a in argv {
+            self.spans.push((self.flat.len(), self.flat.len() + a.len()));
+            self.flat.extend_from_slice(a);
+        }
+        let flat = std::mem::take(&mut self.flat);
+        let spans = std::mem::take(&mut self.spans);
+        let args = Args::from_parts(&flat, &spans);
+        if let Err(e) = self.call_args(args, reply) {
+            reply.truncate(0);
+            reply_error(self.b.srv, reply, &e);
+        }
+        self.flat = flat;
+        self.spans = spans;
+    }
+
+    fn acl_check(&mut self, argv: &[&[u8]]) -> Option<bool> {
+        let flat: Vec<u8> = argv.concat();
+        let mut at = 0;
+        let spans: Vec<(usize, usize)> = argv
+            .iter()
+            .map(|a| {
+                at += a.len();
+                (at - a.len(), at)
+            })
+            .collect();
+        match self.b.srv.registry.lookup(&Args::from_parts(&flat, &spans)) {
+            Lookup::Found(_) => Some(true),
+            _ => None,
+        }
+    }
+
+    fn log(&mut self, level: LogLevel, msg: &[u8]) {
+        let text = String::from_utf8_lossy(msg);
+        match level {
+            LogLevel::Debug => tracing::trace!(target: "hotkv::script", "{text}"),
+            LogLevel::Verbose => tracing::debug!(target: "hotkv::script", "{text}"),
+            LogLevel::Notice => tracing::info!(target: "hotkv::script", "{text}"),
+            LogLevel::Warning => tracing::warn!(target: "hotkv::script", "{text}"),
+        }
+    }
+
+    fn set_repl(&mut self, flags: u8) {
+        self.repl = flags;
+    }
+}
+
+impl<'b: 'c, 'c> ScriptHost<'_, 'b, 'c> {
+    /// Valkey's `scriptCall`, then the call itself.
+    fn call_args(&mut self, args: Args<'_>, reply: &mut ReplyBuf) -> Result<(), CommandError> {
+        let b = self.b;
+        let reg = &b.srv.registry;
+        let Lookup::Found(id) = reg.lookup(&args) else {
+            return Err(CommandError::err("Unknown command called from script"));
+        };
+        let cmd = reg.get(id);
+        let arity = cmd.spec.arity();
+        let argc = args.len() as i32;
+        if (arity > 0 && arity != argc) || argc < -arity {
+            return Err(CommandError::err("Wrong number of args calling command from script"));
+        }
+        let cflags = cmd.spec.flags();
+        let rejected = |e: CommandError| {
+            b.srv.stats.reject(Some(id));
+            e
+        };
+        if cflags & flags::NOSCRIPT != 0 {
+            return Err(rejected(CommandError::err("This Redis command is not allowed from script")));
+        }
+        let repl = &b.srv.repl;
+        let master = self.sess.has_flag(flag::MASTER);
+        if repl.is_replica() && !repl.link_up() && !b.rt.replica_serve_stale_data && cflags & flags::STALE == 0 {
+            return Err(rejected(CommandError::err("Can not execute the command on a stale replica")));
+        }
+        if self.read_only && cflags & (flags::WRITE | flags::MAY_REPLICATE) != 0 {
+            return Err(rejected(CommandError::err("Write commands are not allowed from read-only scripts.")));
+        }
+        if cflags & flags::WRITE != 0 && !self.wrote {
+            if repl.is_replica() && b.rt.replica_read_only && !master {
+                return Err(rejected(CommandError::raw("READONLY You can't write against a read only replica.")));
+            }
+            if crate::persistence::denies_writes(b.srv, b.rt) {
+                return Err(rejected(CommandError::raw(crate::persistence::MISCONF)));
+            }
+            if let Some(text) = b.srv.aof.misconf() {
+                return Err(rejected(CommandError::raw(text)));
+            }
+            if b.rt.min_replicas_to_write > 0 && !repl.is_replica() && !repl.primary.writes_allowed() {
+                return Err(rejected(CommandError::raw("NOREPLICAS Not enough good replicas to write.")));
+            }
+        }
+        if self.flags & sflag::ALLOW_OOM == 0 && !self.wrote && cflags & flags::DENYOOM != 0 && !master {
+            let over = *self.started_over_memory.get_or_insert_with(|| over_memory(b));
+            if over {
+                return Err(rejected(CommandError::OutOfMemory));
+            }
+        }
+        let dbs = b.srv.ks.databases();
+        match cmd.spec {
+            Spec::Engine(s) => {
+                let lock = s.handler.as_ref().map_or(hotkv_engine::cmd::LockPlan::Keys, |h| h.plan);
+                self.plan.compute(s, lock, &args, self.ctx.db, dbs, &KeyHint::default());
+            }
+            Spec::Server(s) => {
+                self.plan.compute(s, hotkv_engine::cmd::LockPlan::Keys, &args, self.ctx.db, dbs, &KeyHint::default())
+            }
+        }
+        if self.plan.keys_invalid() {
+            return Err(CommandError::Syntax);
+        }
+        self.check_cluster(cmd, &args)?;
+        self.lock(cmd)?;
+        if cflags & flags::WRITE != 0 {
+            self.wrote = true;
+            if let Some(s) = &self.state {
+                s.wrote.store(true, Ordering::Relaxed);
+            }
+        }
+        self.execute(cmd, args, reply)
+    }
+
+    /// Valkey's `scriptVerifyClusterState`: every key on this node, in one slot unless the
+    /// script may cross slots.
+    fn check_cluster(&mut self, cmd: &Command, args: &Args<'_>) -> Result<(), CommandError> {
+        let b = self.b;
+        if b.srv.cluster.is_none() || self.sess.has_flag(flag::MASTER) {
+            return Ok(());
+        }
+        let Some(slot) = self.plan.slot() else { return Ok(()) };
+        let rctx = hotkv_engine::route::RouteCtx {
+            tls: self.sess.tls,
+            ipv6: false,
+            asking: self.sess.asking,
+            readonly: self.sess.readonly,
+            write: cmd.spec.flags() & flags::WRITE != 0,
+        };
+        let route = match b.srv.router.route(&self.plan, &rctx) {
+            Route::CheckKeys => {
+                let mut seen = KeyPresence::default();
+                let held = self.plan.locks().iter().all(|&id| self.ctx.locks.holds(id));
+                if held {
+                    seen.count(&b.srv.ks, &mut self.ctx.locks, self.ctx.db, args, &self.plan, b.now_ms);
+                    b.srv.router.route_locked(&self.plan, &rctx, &seen)
+                } else {
+                    Route::TryAgain
+                }
+            }
+            r => r,
+        };
+        let name = &cmd.full_name;
+        match route {
+            Route::Ok | Route::CheckKeys => {}
+            Route::Down(DownReason::ReadOnly) => {
+                return Err(CommandError::err(
+                    "Script attempted to execute a write command while the cluster is down and readonly",
+                ));
+            }
+            Route::Down(DownReason::Unbound) => {
+                return Err(CommandError::err("Script attempted to access a slot not served"));
+            }
+            Route::Down(DownReason::Down) => {
+                return Err(CommandError::err("Script attempted to execute a command while the cluster is down"));
+            }
+            Route::CrossSlot => {
+                return Err(CommandError::err(format!(
+                    "Command '{name}' in script attempted to access keys that don't hash to the same slot"
+                )));
+            }
+            Route::TryAgain => {
+                return Err(CommandError::err(format!(
+                    "Unable to execute command '{name}' in script because undeclared keys were accessed during rehashing of the slot"
+                )));
+            }
+            Route::Moved { .. } | Route::Ask { .. } => {
+                return Err(CommandError::err("Script attempted to access a non local key in a cluster node"));
+            }
+        }
+        if self.flags & (sflag::ALLOW_CROSS_SLOT | sflag::EVAL_COMPAT_MODE) == 0 {
+            match self.slot {
+                None => self.slot = Some(slot),
+                Some(s) if s != slot => {
+                    return Err(CommandError::err("Script attempted to access keys that do not hash to the same slot"));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the locks the call needs that the run does not hold yet.
+    fn lock(&mut self, cmd: &Command) -> Result<(), CommandError> {
+        let ks = &self.b.srv.ks;
+        let ids: Vec<LockId> = match self.plan.lock_scope() {
+            LockScope::Keys => self.plan.locks().to_vec(),
+            LockScope::Database => (0..SLOTS as u16).map(|s| lock_id(self.ctx.db, s)).collect(),
+            LockScope::AllDatabases => {
+                let used = (0..ks.databases()).filter(|&d| ks.db_if_used(d).is_some());
+                used.flat_map(|d| (0..SLOTS as u16).map(move |s| lock_id(d, s))).collect()
+            }
+        };
+        let whole = self.plan.lock_scope() != LockScope::Keys;
+        for id in ids {
+            match self.ctx.locks.add(ks, id) {
+                AddLock::Held | AddLock::Added => continue,
+                AddLock::Busy => {}
+            }
+            if self.may_restart && !self.wrote {
+                self.restart = Some(if whole { Needs::Everything } else { Needs::Locks(self.plan.locks().to_vec()) });
+                return Err(CommandError::err("script is starting over"));
+            }
+            if !self.ctx.locks.add_within(ks, id, UNDECLARED_WAIT) {
+                return Err(CommandError::err(format!(
+                    "Command '{}' in script could not lock a key it did not declare while another client held it; declare every key the script uses",
+                    cmd.full_name
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the checked call against the locked context.
+    fn execute(&mut self, cmd: &Command, args: Args<'_>, reply: &mut ReplyBuf) -> Result<(), CommandError> {
+        let b = self.b;
+        let ctx = &mut *self.ctx;
+        let start = Instant::now();
+        let (db, dirty) = (ctx.db, ctx.stats.dirty);
+        let effects_mark = ctx.effects.len();
+        ctx.effects.next_call();
+        let result = match cmd.spec.engine() {
+            Some(ecmd) => {
+                ctx.prepared = ecmd.plan.prepare().map(|f| f(&args, ctx.cfg));
+                (ecmd.run)(ctx, args, reply).map(|()| Flow::Continue)
+            }
+            None => match cmd.spec.server() {
+                Some(f) => {
+                    self.sess.db = ctx.db;
+                    let r = f(b.srv, self.sess, args, reply);
+                    ctx.db = self.sess.db;
+                    r
+                }
+                None => Err(CommandError::err("internal error: command without handler")),
+            },
+        };
+        let mut result = result.map(|_| ());
+        if ctx.remote.take().is_some() && result.is_ok() {
+            result = Err(CommandError::err(format!("{} cannot wait on another node inside a script", cmd.full_name)));
+        }
+        ctx.block = None;
+        ctx.record_call(db, &args, dirty);
+        if self.repl & 3 != 3 && self.repl & 2 == 0 {
+            // redis.set_repl took this call off the stream.
+            ctx.effects.truncate(effects_mark);
+        }
+        let nanos = start.elapsed().as_nanos() as u64;
+        let failed = result.is_err();
+        if let Err(e) = &result {
+            reply.truncate(0);
+            reply_error(b.srv, reply, e);
+        }
+        account(b, self.sess, cmd, &args, nanos, failed);
+        Ok(())
+    }
+}

@@ -1,0 +1,270 @@
+//! EVAL / EVALSHA / SCRIPT: Lua scripts run atomically over their keys, with Valkey's
+//! conversion rules, sandbox and error texts; busy scripts get BUSY and SCRIPT KILL.
+
+use std::time::{Duration, Instant};
+
+use hotkv_test_support::{Frame, wait_for};
+
+use crate::{assert_err, assert_err_prefix, ok, server, server_with};
+
+#[test]
+fn eval_runs_commands_with_keys_and_args() {
+    let srv = server();
+    let mut c = srv.client();
+    assert_eq!(c.cmd(&["EVAL", "return redis.call('set', KEYS[1], ARGV[1])", "1", "k", "v"]), Frame::ok());
+    assert_eq!(c.cmd(&["EVAL", "return redis.call('get', KEYS[1])", "1", "k"]), Frame::bulk("v"));
+    assert_eq!(
+        c.cmd(&["EVAL", "return {1, 'two', {3.9, false}, nil, 'gone'}", "0"]),
+        Frame::Array(vec![
+            Frame::Integer(1),
+            Frame::bulk("two"),
+            Frame::Array(vec![Frame::Integer(3), Frame::NullBulk])
+        ])
+    );
+    assert_eq!(c.cmd(&["EVAL", "return redis.call('get', 'missing')", "0"]), Frame::NullBulk);
+    assert_eq!(c.cmd(&["EVAL", "return redis.call('incr', KEYS[1])", "1", "n"]), Frame::Integer(1));
+    assert_eq!(
+        c.cmd(&["EVAL", "return redis.pcall('incr', KEYS[1])", "1", "k"]).error_text().as_deref(),
+        Some("ERR value is not an integer or out of range")
+    );
+    assert_err(&c.cmd(&["EVAL", "return 1", "2", "a"]), "ERR Number of keys can't be greater than number of args");
+    assert_err(&c.cmd(&["EVAL", "return 1", "-1"]), "ERR Number of keys can't be negative");
+    assert_err(&c.cmd(&["EVAL", "return 1", "x"]), "ERR value is not an integer or out of range");
+}
+
+#[test]
+fn script_errors_name_the_script_and_line() {
+    let srv = server();
+    let mut c = srv.client();
+    let body = "local x = 1\nreturn redis.call('nosuch')";
+    let sha = sha1_hex(body);
+    assert_err(
+        &c.cmd(&["EVAL", body, "0"]),
+        &format!("ERR Unknown command called from script script: f_{sha}, on @user_script:2."),
+    );
+    assert_err_prefix(
+        &c.cmd(&["EVAL", "return a", "0"]),
+        "ERR user_script:1: Script attempted to access nonexistent global variable 'a'",
+    );
+    assert_err_prefix(&c.cmd(&["EVAL", "a = 1", "0"]), "ERR user_script:1: Attempt to modify a readonly table");
+    assert_err_prefix(&c.cmd(&["EVAL", "return +", "0"]), "ERR Error compiling script (new function): user_script:1:");
+    assert_err_prefix(
+        &c.cmd(&["EVAL", "return redis.call('multi')", "0"]),
+        "ERR This Redis command is not allowed from script",
+    );
+    assert_err_prefix(
+        &c.cmd(&["EVAL", "return redis.call('get')", "0"]),
+        "ERR Wrong number of args calling command from script",
+    );
+    assert_eq!(
+        c.cmd(&["EVAL", "return redis.error_reply('MY custom')", "0"]).error_text().as_deref(),
+        Some("MY custom")
+    );
+    assert_eq!(c.cmd(&["EVAL", "return redis.status_reply('FINE')", "0"]), Frame::simple("FINE"));
+    // The server is still fine after each of them.
+    assert_eq!(c.cmd(&["PING"]), Frame::simple("PONG"));
+}
+
+#[test]
+fn script_cache_load_exists_flush_and_evalsha() {
+    let srv = server();
+    let mut c = srv.client();
+    let body = "return 'cached'";
+    let sha = sha1_hex(body);
+    assert_eq!(c.cmd(&["SCRIPT", "LOAD", body]), Frame::bulk(&sha));
+    assert_eq!(c.cmd(&["EVALSHA", &sha, "0"]), Frame::bulk("cached"));
+    assert_eq!(c.cmd(&["EVALSHA", &sha.to_uppercase(), "0"]), Frame::bulk("cached"));
+    assert_eq!(
+        c.cmd(&["SCRIPT", "EXISTS", &sha, "ffffffffffffffffffffffffffffffffffffffff"]),
+        Frame::Array(vec![Frame::Integer(1), Frame::Integer(0)])
+    );
+    assert_eq!(c.cmd(&["SCRIPT", "SHOW", &sha]), Frame::bulk(body));
+    ok(&mut c, &["SCRIPT", "FLUSH"]);
+    assert_err(&c.cmd(&["EVALSHA", &sha, "0"]), "NOSCRIPT No matching script. Please use EVAL.");
+    assert_err(&c.cmd(&["EVALSHA", "short", "0"]), "NOSCRIPT No matching script. Please use EVAL.");
+    // EVAL caches what it runs.
+    assert_eq!(c.cmd(&["EVAL", body, "0"]), Frame::bulk("cached"));
+    assert_eq!(c.cmd(&["EVALSHA", &sha, "0"]), Frame::bulk("cached"));
+    assert_err(&c.cmd(&["SCRIPT", "FLUSH", "bogus"]), "ERR SCRIPT FLUSH only support SYNC|ASYNC option");
+    assert_err_prefix(&c.cmd(&["SCRIPT", "LOAD", "return +"]), "ERR Error compiling script");
+}
+
+#[test]
+fn shebang_flags_are_enforced() {
+    let srv = server();
+    let mut c = srv.client();
+    assert_err_prefix(
+        &c.cmd(&["EVAL", "#!lua flags=no-writes\nreturn redis.call('set','a','b')", "0"]),
+        "ERR Write commands are not allowed from read-only scripts.",
+    );
+    assert_err(
+        &c.cmd(&["EVAL_RO", "#!lua\nreturn 1", "0"]),
+        "ERR Can not execute a script with write flag using *_ro command.",
+    );
+    assert_eq!(c.cmd(&["EVAL_RO", "#!lua flags=no-writes\nreturn 1", "0"]), Frame::Integer(1));
+    assert_err_prefix(
+        &c.cmd(&["EVAL_RO", "return redis.call('del','a')", "0"]),
+        "ERR Write commands are not allowed from read-only scripts.",
+    );
+    assert_err(&c.cmd(&["EVAL", "#!lua flags=bogus\nreturn 1", "0"]), "ERR Unexpected flag in script shebang: bogus");
+    assert_err(&c.cmd(&["EVAL", "#!python\nreturn 1", "0"]), "ERR Unexpected engine in script shebang: #!python");
+    // Line numbers count the shebang line.
+    assert_err_prefix(&c.cmd(&["EVAL", "#!lua\nerror('x')", "0"]), "ERR user_script:2: x");
+}
+
+#[test]
+fn scripts_are_atomic_with_declared_and_undeclared_keys() {
+    let srv = server();
+    let (threads, rounds) = (4, 300);
+    let port = srv.port();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            s.spawn(move || {
+                let mut c = hotkv_test_support::RawClient::connect(port);
+                for i in 0..rounds {
+                    // Declared: read-modify-write of two keys in different slots.
+                    let r = c.cmd(&[
+                        "EVAL",
+                        "local v = tonumber(redis.call('get', KEYS[1]) or '0') redis.call('set', KEYS[1], v + 1) redis.call('set', KEYS[2], v + 1) return v",
+                        "2",
+                        "counter{a}",
+                        "mirror{b}",
+                    ]);
+                    assert!(matches!(r, Frame::Integer(_)), "{r}");
+                    // Undeclared keys: the script locks them as it goes.
+                    let r = c.cmd(&["EVAL", "local v = redis.call('incr', 'free{c}') redis.call('set', 'free{d}', v) return v", "0"]);
+                    assert!(matches!(r, Frame::Integer(_)), "{r}");
+                    // Plain commands on the same keys, in other orders, at the same time.
+                    if (t + i) % 3 == 0 {
+                        let r = c.cmd(&["MSET", "free{d}", "x", "mirror{b}", "y"]);
+                        assert_eq!(r, Frame::ok());
+                    }
+                }
+            });
+        }
+    });
+    let mut c = srv.client();
+    let total = (threads * rounds).to_string();
+    assert_eq!(c.cmd(&["GET", "counter{a}"]), Frame::bulk(&total));
+    assert_eq!(c.cmd(&["GET", "free{c}"]), Frame::bulk(&total));
+}
+
+#[test]
+fn eval_inside_multi_runs_at_exec() {
+    let srv = server();
+    let mut c = srv.client();
+    ok(&mut c, &["MULTI"]);
+    assert_eq!(c.cmd(&["EVAL", "return redis.call('incrby', KEYS[1], 5)", "1", "m"]), Frame::simple("QUEUED"));
+    assert_eq!(c.cmd(&["EVAL", "return redis.call('incr', 'undeclared')", "0"]), Frame::simple("QUEUED"));
+    assert_eq!(c.cmd(&["EXEC"]), Frame::Array(vec![Frame::Integer(5), Frame::Integer(1)]));
+}
+
+#[test]
+fn selects_inside_a_script_stay_inside_it() {
+    let srv = server();
+    let mut c = srv.client();
+    assert_eq!(
+        c.cmd(&["EVAL", "redis.call('select', 3) redis.call('set', 'in3', 'y') return redis.call('get', 'in3')", "0"]),
+        Frame::bulk("y")
+    );
+    assert_eq!(c.cmd(&["GET", "in3"]), Frame::NullBulk, "the client is still in database 0");
+    ok(&mut c, &["SELECT", "3"]);
+    assert_eq!(c.cmd(&["GET", "in3"]), Frame::bulk("y"));
+}
+
+#[test]
+fn whole_keyspace_commands_work_inside_scripts() {
+    let srv = server();
+    let mut c = srv.client();
+    ok(&mut c, &["MSET", "a", "1", "b", "2", "c", "3"]);
+    assert_eq!(c.cmd(&["EVAL", "return #redis.call('keys', '*')", "0"]), Frame::Integer(3));
+    assert_eq!(
+        c.cmd(&["EVAL", "redis.call('set', KEYS[1], 'x') return redis.call('dbsize')", "1", "d"]),
+        Frame::Integer(4)
+    );
+    ok(&mut c, &["EVAL", "return redis.call('flushdb')", "0"]);
+    assert_eq!(c.cmd(&["DBSIZE"]), Frame::Integer(0));
+}
+
+#[test]
+fn a_busy_script_makes_others_wait_and_script_kill_stops_it() {
+    let srv = server_with(&[("busy-reply-threshold", "100")]);
+    let mut runner = srv.client();
+    runner.set_timeout(Duration::from_secs(30));
+    runner.send(&["EVAL", "local i = 0 while true do i = i + 1 end", "0"]);
+    let mut other = srv.client();
+    assert!(
+        wait_for(|| other.cmd(&["PING"]).is_error(), Duration::from_secs(10)),
+        "PING gets BUSY while the script runs"
+    );
+    assert_err(
+        &other.cmd(&["GET", "x"]),
+        "BUSY Valkey is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+    );
+    ok(&mut other, &["SCRIPT", "KILL"]);
+    let reply = runner.read_frame();
+    assert_err_prefix(&reply, "ERR Script killed by user with SCRIPT KILL.");
+    assert_eq!(other.cmd(&["PING"]), Frame::simple("PONG"));
+    assert_err(&other.cmd(&["SCRIPT", "KILL"]), "NOTBUSY No scripts in execution right now.");
+}
+
+#[test]
+fn a_script_that_wrote_cannot_be_killed() {
+    let srv = server_with(&[("busy-reply-threshold", "100")]);
+    let mut runner = srv.client();
+    runner.set_timeout(Duration::from_secs(30));
+    // Writes, then spins until ARGV's deadline: bounded, so the test ends on its own.
+    runner.send(&[
+        "EVAL",
+        "redis.call('set', 'w', 1) local t = os.clock() while os.clock() - t < 1.5 do end return 'done'",
+        "0",
+    ]);
+    let mut other = srv.client();
+    let start = Instant::now();
+    assert!(wait_for(|| other.cmd(&["PING"]).is_error(), Duration::from_secs(10)), "BUSY while the script runs");
+    assert_err_prefix(&other.cmd(&["SCRIPT", "KILL"]), "UNKILLABLE Sorry the script already executed write commands");
+    assert_eq!(runner.read_frame(), Frame::bulk("done"));
+    assert!(start.elapsed() < Duration::from_secs(20));
+    assert_eq!(other.cmd(&["GET", "w"]), Frame::bulk("1"));
+}
+
+#[test]
+fn script_effects_reach_the_aof_as_a_transaction_not_as_the_script() {
+    let srv = server_with(&[("appendonly", "yes"), ("appendfsync", "always")]);
+    let mut c = srv.client();
+    assert_eq!(
+        c.cmd(&["EVAL", "redis.call('set', KEYS[1], 'a') redis.call('incr', KEYS[2]) return 1", "2", "e1", "e2"]),
+        Frame::Integer(1)
+    );
+    let dir = srv.dir().join("appendonlydir");
+    assert!(wait_for(|| aof_text(&dir).contains("e2"), Duration::from_secs(10)), "the script's effects are in the AOF");
+    let text = aof_text(&dir);
+    assert!(!text.to_ascii_lowercase().contains("eval"), "{text}");
+    let multi = text.find("MULTI").expect("MULTI in the AOF");
+    let exec = text.find("EXEC").expect("EXEC in the AOF");
+    let (set, incr) = (text.find("e1").unwrap(), text.find("e2").unwrap());
+    assert!(multi < set && set < incr && incr < exec, "{text}");
+}
+
+fn aof_text(dir: &std::path::Path) -> String {
+    let mut out = String::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.path().to_string_lossy().ends_with(".incr.aof") {
+            out.push_str(&String::from_utf8_lossy(&std::fs::read(e.path()).unwrap_or_default()));
+        }
+    }
+    out
+}
+
+/// SHA1 in hex, as the server names scripts (computed with the system's sha1sum).
+fn sha1_hex(body: &str) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("sha1sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("sha1sum");
+    child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap().to_string()
+}
