@@ -4,3 +4,4 @@
 //! The crate knows nothing of the keyspace: a script reaches the server through the
 //! [`Host`]-style seam the server implements, so the engine's slot locks and write stream stay
 //! where they are.
+pub mod libs;
