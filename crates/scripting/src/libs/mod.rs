@@ -79,6 +79,7 @@ pub(crate) fn raise<T>(msg: impl Into<String>) -> LibResult<T> {
 }
 
 /// The Lua-side adapters that turn a returned failure into `error(msg, 0)`.
+#[derive(Clone)]
 pub(crate) struct Wrappers {
     /// Wraps a callback returning `true, results...` or `false, msg`.
     plain: Function,
@@ -86,6 +87,9 @@ pub(crate) struct Wrappers {
     /// `false, msg`; used where a function can return thousands of values, which mlua could
     /// not hold as references at once.
     spread: Function,
+    /// The base library's `next` (raw `lua_next`), which lets an explicit-stack walk resume a
+    /// table's traversal from a key.
+    pub(crate) next: Function,
 }
 
 impl Wrappers {
@@ -93,9 +97,10 @@ impl Wrappers {
         let globals = lua.globals();
         let error: Function = globals.raw_get("error")?;
         let unpack: Function = globals.raw_get("unpack")?;
+        let next: Function = globals.raw_get("next")?;
         let plain = lua.load(WRAP_PLAIN).set_name("=libs").into_function()?.call::<Function>(error.clone())?;
         let spread = lua.load(WRAP_SPREAD).set_name("=libs").into_function()?.call::<Function>((error, unpack))?;
-        Ok(Wrappers { plain, spread })
+        Ok(Wrappers { plain, spread, next })
     }
 
     /// Sets `table[name]` to a Lua function running `body`; `body` returns its results.
@@ -150,6 +155,11 @@ pub(crate) struct Args<'a> {
 impl<'a> Args<'a> {
     fn new(lua: &'a Lua, values: MultiValue, name: &'static str) -> Self {
         Args { lua, values: values.into_vec(), name }
+    }
+
+    /// The state the function runs in.
+    pub(crate) fn lua(&self) -> &'a Lua {
+        self.lua
     }
 
     /// `lua_gettop`: how many arguments were passed, trailing nils included.
@@ -222,6 +232,23 @@ impl<'a> Args<'a> {
             },
             _ => self.type_error(i, "string"),
         }
+    }
+}
+
+/// Raw `lua_next` iteration over `t` (no `__pairs`), stopping at the first failure. Entries are
+/// visited one at a time so a huge table never holds more than two mlua references.
+pub(crate) fn for_each_entry(t: &Table, mut f: impl FnMut(Value, Value) -> LibResult<()>) -> LibResult<()> {
+    let mut failed = None;
+    let walked = t.for_each(|k: Value, v: Value| {
+        f(k, v).map_err(|e| {
+            failed = Some(e);
+            // Only stops the walk; `failed` carries the real error out.
+            mlua::Error::RuntimeError(String::new())
+        })
+    });
+    match failed {
+        Some(e) => Err(e),
+        None => walked.map_err(Fail::Lua),
     }
 }
 
