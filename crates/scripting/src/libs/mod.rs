@@ -278,7 +278,7 @@ pub(crate) fn as_number(v: &Value) -> Option<f64> {
 /// `(lua_Integer)d` on x86-64: truncation, and the "integer indefinite" value for NaN and
 /// out-of-range doubles (what `cvttsd2si` yields) instead of Rust's saturation.
 pub(crate) fn number_to_integer(d: f64) -> i64 {
-    if d.is_nan() || d >= 9_223_372_036_854_775_808.0 || d < -9_223_372_036_854_775_808.0 { i64::MIN } else { d as i64 }
+    if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&d) { d as i64 } else { i64::MIN }
 }
 
 /// Adapter for a callback returning `true, results...` or `false, msg`. A tail call keeps it
