@@ -162,6 +162,11 @@ impl<'a> Args<'a> {
         self.lua
     }
 
+    /// Appends a nil argument: for a C function that pushes one before reading its arguments.
+    pub(crate) fn push_nil(&mut self) {
+        self.values.push(Value::Nil);
+    }
+
     /// `lua_gettop`: how many arguments were passed, trailing nils included.
     pub(crate) fn len(&self) -> usize {
         self.values.len()
