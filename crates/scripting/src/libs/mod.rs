@@ -333,6 +333,25 @@ pub(crate) mod tests {
         out.into_iter().map(|v| tostring.call::<String>(v).expect("tostring")).collect::<Vec<_>>().join(" ")
     }
 
+    /// Runs `expr` (a Lua expression giving a string) and returns that string in hex.
+    pub(crate) fn hex(expr: &str) -> String {
+        eval(&format!(
+            "local s = {expr} local h = '' for i = 1, #s do h = h .. string.format('%02x', s:byte(i)) end return h"
+        ))
+    }
+
+    /// Whether the call `call` (Lua source, seeing the argument as `s`) returns or raises a
+    /// string error, never anything else. Results are counted inside the protected function:
+    /// mlua's `pcall` trips a Lua API assertion when a callee returns more than ~20 values.
+    pub(crate) fn fails_cleanly(call: &str, s: &[u8]) -> bool {
+        let lua = state();
+        let s = lua.create_string(s).expect("string");
+        let src = format!(
+            "local s = ... local ok, e = pcall(function() return select('#', {call}) end) return ok or type(e) == 'string'"
+        );
+        lua.load(src).into_function().and_then(|f| f.call::<bool>(s)).unwrap_or(false)
+    }
+
     /// Runs `src` expecting an error and returns the error value, which must be a string (what
     /// `pcall` hands a script).
     pub(crate) fn eval_err(src: &str) -> String {
