@@ -8,6 +8,7 @@
 pub mod body;
 pub mod cache;
 pub mod convert;
+pub mod libs;
 pub mod vm;
 
 pub use body::{Sha, flag, sha1_hex};

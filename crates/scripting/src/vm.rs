@@ -88,7 +88,7 @@ impl Vm {
     pub fn new() -> mlua::Result<Vm> {
         let lua = lua_with_debug();
         let globals = lua.globals();
-        // LIBS: crate::libs::register(&lua)?;
+        crate::libs::register(&lua)?;
         let host_slot = lua.create_table()?;
         let statics = statics(&lua)?;
         let api: Function = lua.load(include_str!("api.lua")).set_name("=api").into_function()?;

@@ -119,6 +119,10 @@ fn the_sandbox_holds() {
         ("return loadstring(string.dump(function() return 1 end))()", "attempt to call a nil value"),
         ("return debug.getinfo(1)", "Script attempted to access nonexistent global variable 'debug'"),
         ("loadstring('x = 1')()", "Attempt to modify a readonly table"),
+        ("cjson.encode = function() return 1 end", "Attempt to modify a readonly table"),
+        ("cmsgpack.pack = function() return 1 end", "Attempt to modify a readonly table"),
+        ("bit.lshift = function() return 1 end", "Attempt to modify a readonly table"),
+        ("struct.pack = nil", "Attempt to modify a readonly table"),
     ] {
         let e = eval(&mut vm, &mut h, code, &[], &[]);
         assert!(e.starts_with("-ERR ") && e.contains(want), "{code}: {e}");
@@ -168,4 +172,16 @@ fn compile_errors_say_so() {
     let e = eval(&mut vm, &mut h, "return +", &[], &[]);
     assert!(e.starts_with("-ERR Error compiling script (new function): user_script:1:"), "{e}");
     assert_eq!(h.calls, 0);
+}
+
+#[test]
+fn the_libraries_are_there() {
+    let (mut vm, mut h) = (Vm::new().unwrap(), Fake::default());
+    assert_eq!(eval(&mut vm, &mut h, "return cjson.encode({a=1})", &[], &[]), "$7\r\n{\"a\":1}\r\n");
+    assert_eq!(eval(&mut vm, &mut h, "return cjson.decode('[1,2]')[2]", &[], &[]), ":2\r\n");
+    assert_eq!(eval(&mut vm, &mut h, "return bit.tohex(65535, -2147483648)", &[], &[]), "$8\r\n0000FFFF\r\n");
+    assert_eq!(eval(&mut vm, &mut h, "return cmsgpack.unpack(cmsgpack.pack({1,2,3}))[3]", &[], &[]), ":3\r\n");
+    assert_eq!(eval(&mut vm, &mut h, "return struct.unpack('>I2', struct.pack('>I2', 258))", &[], &[]), ":258\r\n");
+    let e = eval(&mut vm, &mut h, "return cjson.decode('x')", &[], &[]);
+    assert!(e.starts_with("-ERR Expected value but found invalid token at character 1"), "{e}");
 }
