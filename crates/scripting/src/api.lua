@@ -131,15 +131,33 @@ table.sort = function(t, ...)
 end
 
 -- Valkey's pcall: an {err=...} table caught from redis.call comes back as its text.
+-- mlua's own pcall pushes its status onto a full stack when the callee returns many values,
+-- so the callee's results come back packed in one table and are unpacked here, where unpack
+-- checks the stack.
+local function pack(...)
+  return {n = select('#', ...), ...}
+end
 G.pcall = function(f, ...)
-  local r = {pcall(f, ...)}
-  if not r[1] and rawget(H, 'pending') ~= nil then
-    r[2] = unwrap(r[2])
+  local args = pack(...)
+  local ok, r = pcall(function() return pack(f(unpack(args, 1, args.n))) end)
+  if ok then
+    return true, unpack(r, 1, r.n)
   end
-  if not r[1] and type(r[2]) == 'table' and type(r[2].err) == 'string' then
-    return false, r[2].err
+  if rawget(H, 'pending') ~= nil then
+    r = unwrap(r)
   end
-  return unpack(r, 1, table.maxn(r))
+  if type(r) == 'table' and type(r.err) == 'string' then
+    return false, r.err
+  end
+  return false, r
+end
+
+G.xpcall = function(f, h)
+  local ok, r = xpcall(function() return pack(f()) end, h)
+  if ok then
+    return true, unpack(r, 1, r.n)
+  end
+  return false, r
 end
 
 -- No bytecode: a binary chunk could break the VM. Code loaded at run time gets the read-only
@@ -216,11 +234,13 @@ end})
 env = readonly(G)
 rawset(G, '_G', env)
 
+-- A script's reply is its first return value; the others are dropped inside the protected
+-- call (see pack above for why mlua's xpcall must not get many).
 local function run(f)
-  return xpcall(f, handler)
+  return xpcall(function() return (f()) end, handler)
 end
 local function run_with(f, keys, args)
-  return xpcall(function() return f(keys, args) end, handler)
+  return xpcall(function() return (f(keys, args)) end, handler)
 end
 -- Whether every proxy is still empty: a script that managed to write into one anyway (through
 -- some raw write not covered above) makes the VM rebuild itself before the next run.

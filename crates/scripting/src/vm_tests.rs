@@ -185,3 +185,16 @@ fn the_libraries_are_there() {
     let e = eval(&mut vm, &mut h, "return cjson.decode('x')", &[], &[]);
     assert!(e.starts_with("-ERR Expected value but found invalid token at character 1"), "{e}");
 }
+
+#[test]
+fn many_results_do_not_overflow_the_stack() {
+    let (mut vm, mut h) = (Vm::new().unwrap(), Fake::default());
+    let r = eval(&mut vm, &mut h, "local t = {pcall(string.byte, string.rep('a', 200), 1, 200)} return #t", &[], &[]);
+    assert_eq!(r, ":201\r\n");
+    let r = eval(&mut vm, &mut h, "return string.byte(string.rep('a', 200), 1, 200)", &[], &[]);
+    assert_eq!(r, ":97\r\n");
+    let r = eval(&mut vm, &mut h, "local t = {xpcall(function() return string.byte(string.rep('a', 200), 1, 200) end, tostring)} return #t", &[], &[]);
+    assert_eq!(r, ":201\r\n");
+    let r = eval(&mut vm, &mut h, "local ok, e = pcall(error, 'x', 0) return e", &[], &[]);
+    assert_eq!(r, "$1\r\nx\r\n");
+}
