@@ -268,3 +268,121 @@ fn sha1_hex(body: &str) -> String {
     let out = child.wait_with_output().unwrap();
     String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap().to_string()
 }
+
+const LIB: &str = "#!lua name=mylib\n\
+redis.register_function('setit', function(keys, args) return redis.call('set', keys[1], args[1]) end)\n\
+redis.register_function{function_name='getit', callback=function(keys) return redis.call('get', keys[1]) end, flags={'no-writes'}, description='reads a key'}";
+
+#[test]
+fn functions_load_call_list_and_delete() {
+    let srv = server();
+    let mut c = srv.client();
+    assert_eq!(
+        c.cmd(&["FUNCTION", "LIST"]),
+        Frame::Array(vec![]),
+        "an empty list, as redis-cli --cluster add-node expects"
+    );
+    assert_eq!(c.cmd(&["FUNCTION", "LOAD", LIB]), Frame::bulk("mylib"));
+    assert_eq!(c.cmd(&["FCALL", "setit", "1", "fk", "fv"]), Frame::ok());
+    assert_eq!(c.cmd(&["FCALL_RO", "getit", "1", "fk"]), Frame::bulk("fv"));
+    assert_err(
+        &c.cmd(&["FCALL_RO", "setit", "1", "fk", "x"]),
+        "ERR Can not execute a script with write flag using *_ro command.",
+    );
+    assert_err(&c.cmd(&["FCALL", "nosuch", "0"]), "ERR Function not found");
+    assert_err(&c.cmd(&["FCALL", "setit", "x"]), "ERR Bad number of keys provided");
+    assert_err(&c.cmd(&["FUNCTION", "LOAD", LIB]), "ERR Library 'mylib' already exists");
+    assert_eq!(c.cmd(&["FUNCTION", "LOAD", "REPLACE", LIB]), Frame::bulk("mylib"));
+    let list = c.cmd(&["FUNCTION", "LIST", "WITHCODE"]).to_string();
+    for want in ["library_name", "mylib", "LUA", "getit", "reads a key", "no-writes", "library_code"] {
+        assert!(list.contains(want), "{want} missing from {list}");
+    }
+    assert_eq!(c.cmd(&["FUNCTION", "LIST", "LIBRARYNAME", "nomatch*"]), Frame::Array(vec![]));
+    assert_err(&c.cmd(&["FUNCTION", "LOAD", "#!lua name=x\nreturn 1"]), "ERR No functions registered");
+    assert_err(&c.cmd(&["FUNCTION", "LOAD", "return 1"]), "ERR Missing library metadata");
+    assert_err_prefix(
+        &c.cmd(&["FUNCTION", "LOAD", "#!lua name=x\nredis.call('ping')"]),
+        "ERR Error registering functions: ERR user_function:2: Script attempted to access nonexistent global variable 'call'",
+    );
+    assert_err(
+        &c.cmd(&["FUNCTION", "LOAD", "#!lua name=x\nlocal a = 1 while true do a = a + 1 end"]),
+        "ERR Error registering functions: FUNCTION LOAD timeout",
+    );
+    ok(&mut c, &["FUNCTION", "DELETE", "mylib"]);
+    assert_err(&c.cmd(&["FUNCTION", "DELETE", "mylib"]), "ERR Library not found");
+    assert_err(&c.cmd(&["FCALL", "setit", "1", "fk", "x"]), "ERR Function not found");
+}
+
+#[test]
+fn function_dump_and_restore_move_libraries_between_servers() {
+    let (a, b) = (server(), server());
+    let (mut ca, mut cb) = (a.client(), b.client());
+    assert_eq!(ca.cmd(&["FUNCTION", "LOAD", LIB]), Frame::bulk("mylib"));
+    let Frame::Bulk(payload) = ca.cmd(&["FUNCTION", "DUMP"]) else { panic!("DUMP is not a bulk") };
+    let raw = |c: &mut hotkv_test_support::RawClient, args: &[&[u8]]| c.cmd(args);
+    assert_eq!(raw(&mut cb, &[b"FUNCTION", b"RESTORE", &payload]), Frame::ok());
+    assert_eq!(cb.cmd(&["FCALL", "setit", "1", "k", "restored"]), Frame::ok());
+    assert_err(&raw(&mut cb, &[b"FUNCTION", b"RESTORE", &payload]), "ERR Library mylib already exists");
+    assert_eq!(raw(&mut cb, &[b"FUNCTION", b"RESTORE", &payload, b"REPLACE"]), Frame::ok());
+    let mut broken = payload.clone();
+    broken[4] ^= 0xff;
+    assert_err(&raw(&mut cb, &[b"FUNCTION", b"RESTORE", &broken]), "ERR DUMP payload version or checksum are wrong");
+    assert_err(
+        &raw(&mut cb, &[b"FUNCTION", b"RESTORE", &payload, b"bogus"]),
+        "ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.",
+    );
+    ok(&mut cb, &["FUNCTION", "FLUSH"]);
+    assert_eq!(cb.cmd(&["FUNCTION", "LIST"]), Frame::Array(vec![]));
+}
+
+#[test]
+fn functions_survive_a_restart_through_the_rdb_file() {
+    let mut first = server_with(&[("save", "")]);
+    let mut c = first.client();
+    assert_eq!(c.cmd(&["FUNCTION", "LOAD", LIB]), Frame::bulk("mylib"));
+    ok(&mut c, &["SAVE"]);
+    drop(c);
+    first.stop();
+    // A second server in the first one's directory loads its dump.rdb.
+    let second = crate::builder().config("dir", &first.dir().display().to_string()).config("save", "").spawn();
+    let mut c = second.client();
+    assert_eq!(c.cmd(&["FCALL", "setit", "1", "after", "restart"]), Frame::ok());
+    assert_eq!(c.cmd(&["GET", "after"]), Frame::bulk("restart"));
+}
+
+#[test]
+fn functions_reach_a_replica_and_its_full_sync() {
+    let primary = server();
+    let mut p = primary.client();
+    // One library before the replica connects (full sync), one after (the stream).
+    assert_eq!(p.cmd(&["FUNCTION", "LOAD", LIB]), Frame::bulk("mylib"));
+    let replica = server();
+    let mut r = replica.client();
+    ok(&mut r, &["REPLICAOF", "127.0.0.1", &primary.port().to_string()]);
+    assert!(
+        wait_for(|| r.cmd(&["FCALL_RO", "getit", "1", "k"]) == Frame::NullBulk, Duration::from_secs(20)),
+        "the snapshot carried the library"
+    );
+    let two = "#!lua name=two\nredis.register_function{function_name='two', callback=function() return 2 end, flags={'no-writes'}}";
+    assert_eq!(p.cmd(&["FUNCTION", "LOAD", two]), Frame::bulk("two"));
+    assert!(
+        wait_for(|| r.cmd(&["FCALL_RO", "two", "0"]) == Frame::Integer(2), Duration::from_secs(20)),
+        "the stream carried the second library"
+    );
+    // A script with writes is refused on a read-only replica, as Valkey refuses it.
+    assert_err(
+        &r.cmd(&["FCALL", "setit", "1", "k", "v"]),
+        "READONLY Can not run script with write flag on readonly replica",
+    );
+    // A script's writes reach the replica as their effects.
+    assert_eq!(p.cmd(&["FCALL", "setit", "1", "k", "from-function"]), Frame::ok());
+    assert!(
+        wait_for(|| r.cmd(&["GET", "k"]) == Frame::bulk("from-function"), Duration::from_secs(20)),
+        "the effect was replicated"
+    );
+    ok(&mut p, &["FUNCTION", "DELETE", "two"]);
+    assert!(
+        wait_for(|| !r.cmd(&["FUNCTION", "LIST"]).to_string().contains("two"), Duration::from_secs(20)),
+        "the delete was replicated"
+    );
+}

@@ -519,6 +519,66 @@ pub fn finish(mut out: Vec<u8>) -> Vec<u8> {
     out
 }
 
+/// FUNCTION DUMP's payload: each library's code as a `FUNCTION2` record, then the version
+/// and checksum footer of a DUMP payload.
+pub fn dump_functions<'c>(codes: impl Iterator<Item = &'c [u8]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for code in codes {
+        out.push(OPCODE_FUNCTION2);
+        write_string(&mut out, code);
+    }
+    finish(out)
+}
+
+/// Why a FUNCTION RESTORE payload was refused, with Valkey's texts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FunctionsPayloadError {
+    /// `DUMP payload version or checksum are wrong`.
+    VersionOrChecksum,
+    /// A record that is not a library.
+    NotAFunction,
+    /// The release-candidate format (0xF6).
+    PreGa,
+    /// A record that does not parse.
+    Unreadable,
+}
+
+impl std::fmt::Display for FunctionsPayloadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FunctionsPayloadError::VersionOrChecksum => "DUMP payload version or checksum are wrong",
+            FunctionsPayloadError::NotAFunction => "given type is not a function",
+            FunctionsPayloadError::PreGa => "Pre-GA function format not supported",
+            FunctionsPayloadError::Unreadable => "can not read data type",
+        })
+    }
+}
+
+/// The libraries' codes in a FUNCTION DUMP payload, its footer checked first. `max_string`
+/// bounds each code.
+pub fn restore_functions(payload: &[u8], max_string: u64) -> Result<Vec<Vec<u8>>, FunctionsPayloadError> {
+    if payload.len() < 10 {
+        return Err(FunctionsPayloadError::VersionOrChecksum);
+    }
+    let (body, footer) = payload.split_at(payload.len() - 8);
+    let version = u16::from_le_bytes([body[body.len() - 2], body[body.len() - 1]]);
+    let crc = u64::from_le_bytes(footer.try_into().map_err(|_| FunctionsPayloadError::VersionOrChecksum)?);
+    if !(0..=11).contains(&version) && !(80..=81).contains(&version) || crc != crc64(0, body) {
+        return Err(FunctionsPayloadError::VersionOrChecksum);
+    }
+    let max_string = usize::try_from(max_string).unwrap_or(usize::MAX);
+    let mut r = Reader { buf: &body[..body.len() - 2], pos: 0, max_string };
+    let mut codes = Vec::new();
+    while r.remaining() > 0 {
+        match r.byte().map_err(|_| FunctionsPayloadError::Unreadable)? {
+            OPCODE_FUNCTION2 => codes.push(r.string().map_err(|_| FunctionsPayloadError::Unreadable)?),
+            OPCODE_FUNCTION_PRE_GA => return Err(FunctionsPayloadError::PreGa),
+            _ => return Err(FunctionsPayloadError::NotAFunction),
+        }
+    }
+    Ok(codes)
+}
+
 /// Checks version and checksum and decodes the object. `max_string` bounds every string the
 /// object may hold once decoded (the server passes `proto-max-bulk-len`): compressed strings
 /// can claim far more than the payload carries.
@@ -1090,6 +1150,24 @@ mod tests {
         assert_eq!(big.encoding(), "skiplist");
         let owned = |z: &ZSet| z.iter().into_iter().map(|(m, s)| (m.to_vec(), s)).collect::<Vec<_>>();
         assert_eq!(owned(&big), owned(&z));
+    }
+
+    #[test]
+    fn function_payloads_round_trip_and_bad_ones_are_refused() {
+        let p = dump_functions([&b"#!lua name=a\n"[..], b"#!lua name=b\n"].into_iter());
+        assert_eq!(
+            restore_functions(&p, 1 << 20).unwrap(),
+            vec![b"#!lua name=a\n".to_vec(), b"#!lua name=b\n".to_vec()]
+        );
+        let mut bad = p.clone();
+        bad[3] ^= 1;
+        assert_eq!(restore_functions(&bad, 1 << 20), Err(FunctionsPayloadError::VersionOrChecksum));
+        assert_eq!(restore_functions(b"x", 1 << 20), Err(FunctionsPayloadError::VersionOrChecksum));
+        assert_eq!(restore_functions(&dump_string(b"v"), 1 << 20), Err(FunctionsPayloadError::NotAFunction));
+        assert_eq!(
+            restore_functions(&finish(vec![OPCODE_FUNCTION2, 0x80]), 1 << 20),
+            Err(FunctionsPayloadError::Unreadable)
+        );
     }
 
     #[test]

@@ -97,10 +97,24 @@ local protected = setmetatable({}, {__mode = 'k'})
 local function ro()
   error('Attempt to modify a readonly table', 2)
 end
-local function readonly(t)
+local function missing(_, name)
+  error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
+end
+-- `strict`: reading a missing field is an error too (the library-loading API's tables).
+local function readonly(t, strict)
   local shown = {}
   setmetatable(shown, {__index = {__index = t}, __newindex = ro, __metatable = false})
-  local proxy = setmetatable({}, {__index = t, __newindex = ro, __metatable = shown})
+  local index = t
+  if strict then
+    index = function(_, k)
+      local v = rawget(t, k)
+      if v == nil then
+        error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+      end
+      return v
+    end
+  end
+  local proxy = setmetatable({}, {__index = index, __newindex = ro, __metatable = shown})
   protected[proxy] = true
   protected[shown] = true
   return proxy
@@ -228,11 +242,118 @@ smeta.__index = rawget(G, 'string')
 smeta.__metatable = readonly({})
 
 -- Reading an undeclared global is an error; the globals seen by scripts are read-only.
-setmetatable(G, {__index = function(_, name)
-  error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
-end})
+setmetatable(G, {__index = missing})
 env = readonly(G)
 rawset(G, '_G', env)
+
+-- FUNCTION libraries. Their code runs with `fenv` as its globals: while a library loads,
+-- those are only `redis`/`server` with register_function, log and the version (Valkey's
+-- library API); once loaded, its functions see the same globals as EVAL scripts.
+local registered = nil
+local function register_error(text)
+  error({err = 'ERR ' .. text})
+end
+local function register_function(...)
+  if registered == nil then
+    register_error('server.register_function can only be called on FUNCTION LOAD command')
+  end
+  local n = select('#', ...)
+  if n < 1 or n > 2 then
+    register_error('wrong number of arguments to server.register_function')
+  end
+  local def = {flags = {}}
+  if n == 2 then
+    local name, cb = ...
+    if type(name) ~= 'string' and type(name) ~= 'number' then
+      register_error('first argument to server.register_function must be a string')
+    end
+    if type(cb) ~= 'function' then
+      register_error('second argument to server.register_function must be a function')
+    end
+    def.name, def.callback = tostring(name), cb
+  else
+    local t = ...
+    if type(t) ~= 'table' then
+      register_error('calling server.register_function with a single argument is only applicable to Lua table (representing named arguments).')
+    end
+    for k, v in pairs(t) do
+      if type(k) ~= 'string' and type(k) ~= 'number' then
+        register_error('named argument key given to server.register_function is not a string')
+      end
+      local key = string.lower(tostring(k))
+      if key == 'function_name' then
+        if type(v) ~= 'string' and type(v) ~= 'number' then
+          register_error('function_name argument given to server.register_function must be a string')
+        end
+        def.name = tostring(v)
+      elseif key == 'description' then
+        if type(v) ~= 'string' and type(v) ~= 'number' then
+          register_error('description argument given to server.register_function must be a string')
+        end
+        def.description = tostring(v)
+      elseif key == 'callback' then
+        if type(v) ~= 'function' then
+          register_error('callback argument given to server.register_function must be a function')
+        end
+        def.callback = v
+      elseif key == 'flags' then
+        if type(v) ~= 'table' then
+          register_error('flags argument to server.register_function must be a table representing function flags')
+        end
+        local j = 1
+        while v[j] ~= nil do
+          if type(v[j]) ~= 'string' or not static.is_flag(v[j]) then
+            register_error('unknown flag given')
+          end
+          def.flags[#def.flags + 1] = string.lower(v[j])
+          j = j + 1
+        end
+      else
+        register_error('unknown argument given to server.register_function')
+      end
+    end
+    if def.name == nil then
+      register_error('server.register_function must get a function name argument')
+    end
+    if def.callback == nil then
+      register_error('server.register_function must get a callback argument')
+    end
+  end
+  local ok, why = static.check_function(def.name)
+  if not ok then register_error(why) end
+  for _, d in ipairs(registered) do
+    if d.name == def.name then register_error('Function already exists in the library') end
+  end
+  registered[#registered + 1] = def
+end
+
+local lib_api = {
+  register_function = register_function,
+  log = static.log,
+  LOG_DEBUG = 0, LOG_VERBOSE = 1, LOG_NOTICE = 2, LOG_WARNING = 3,
+  REDIS_VERSION = static.version, REDIS_VERSION_NUM = static.version_num,
+  VALKEY_VERSION = static.version, VALKEY_VERSION_NUM = static.version_num,
+  SERVER_NAME = 'valkey',
+}
+local lib_api_ro = readonly(lib_api, true)
+local lib_globals = readonly({redis = lib_api_ro, server = lib_api_ro}, true)
+local fmeta = {__index = G, __newindex = ro, __metatable = readonly({})}
+local fenv = setmetatable({}, fmeta)
+protected[fenv] = true
+
+-- Runs a library's compiled code to collect its functions; `deadline_check` raises when the
+-- load runs too long. Returns true and the definitions, or false and the error table.
+local function load_library(chunk)
+  setfenv(chunk, fenv)
+  registered = {}
+  fmeta.__index = lib_globals
+  local ok, err = xpcall(function() chunk() end, handler)
+  fmeta.__index = G
+  local list = registered
+  registered = nil
+  if not ok then return false, err end
+  return true, list
+end
 
 -- A script's reply is its first return value; the others are dropped inside the protected
 -- call (see pack above for why mlua's xpcall must not get many).
@@ -251,4 +372,4 @@ local function intact()
   return true
 end
 
-return env, run, run_with, intact, readonly, redis_backing
+return env, run, run_with, intact, load_library, redis_backing

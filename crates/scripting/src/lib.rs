@@ -8,11 +8,13 @@
 pub mod body;
 pub mod cache;
 pub mod convert;
+pub mod functions;
 pub mod libs;
 pub mod vm;
 
 pub use body::{Sha, flag, sha1_hex};
 pub use cache::{Script, ScriptCache};
+pub use functions::{FnDef, Functions, Library, RestorePolicy};
 pub use vm::{Host, Interrupt, LogLevel, Outcome, Vm, reset_vm, with_vm};
 
 #[cfg(test)]

@@ -9,8 +9,11 @@ use std::rc::Rc;
 use hotkv_protocol::{Protocol, ReplyBuf};
 use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
 
+use std::time::Duration;
+
 use crate::body::{Sha, sha1_hex};
 use crate::convert;
+use crate::functions::{FnDef, Functions, Metadata};
 
 /// Log levels of `redis.log`, Valkey's `LL_*`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,13 +72,14 @@ pub struct Vm {
     run: Function,
     run_with: Function,
     intact: Function,
-    readonly: Function,
+    load_library: Function,
     /// Compiled EVAL scripts by SHA, and the cache generation they belong to.
     scripts: HashMap<Sha, Function>,
     generation: u64,
-    /// Compiled FUNCTION libraries: function name -> Lua function, and their generation.
-    pub(crate) functions: HashMap<Vec<u8>, Function>,
-    pub(crate) functions_generation: u64,
+    /// Compiled FUNCTION libraries: function name -> Lua function, and the registry
+    /// generation they were compiled at.
+    functions: HashMap<String, Function>,
+    functions_generation: u64,
     killed: Rc<Cell<bool>>,
 }
 
@@ -92,7 +96,7 @@ impl Vm {
         let host_slot = lua.create_table()?;
         let statics = statics(&lua)?;
         let api: Function = lua.load(include_str!("api.lua")).set_name("=api").into_function()?;
-        let (env, run, run_with, intact, readonly, redis): (Table, Function, Function, Function, Function, Table) =
+        let (env, run, run_with, intact, load_library, redis): (Table, Function, Function, Function, Function, Table) =
             api.call((host_slot.clone(), statics))?;
         lua.set_globals(env)?;
         Ok(Vm {
@@ -103,7 +107,7 @@ impl Vm {
             run,
             run_with,
             intact,
-            readonly,
+            load_library,
             scripts: HashMap::new(),
             generation: 0,
             functions: HashMap::new(),
@@ -112,14 +116,75 @@ impl Vm {
         })
     }
 
-    /// The Lua state, for the function engine.
-    pub(crate) fn lua(&self) -> &Lua {
-        &self.lua
+    /// Runs a library's code to collect the functions it registers (FUNCTION LOAD and every
+    /// VM's recompilation). The load may run for `limit` at most, as Valkey's 500 ms.
+    pub fn load_library(
+        &mut self,
+        code: &[u8],
+        md: &Metadata,
+        limit: Duration,
+    ) -> Result<Vec<(FnDef, Function)>, String> {
+        // The metadata line is blanked, its newline kept, so line numbers stay the user's.
+        let body = &code[md.len..];
+        let chunk = self
+            .lua
+            .load(body)
+            .set_name("@user_function")
+            .set_mode(mlua::ChunkMode::Text)
+            .into_function()
+            .map_err(|e| format!("Error compiling function: {}", lua_message(&e)))?;
+        let started = std::time::Instant::now();
+        let timed_out = Rc::new(Cell::new(false));
+        let flag = timed_out.clone();
+        let _ = self.lua.set_hook(mlua::HookTriggers::new().every_nth_instruction(100_000), move |_, _| {
+            if started.elapsed() >= limit {
+                flag.set(true);
+                return Err(mlua::Error::runtime("FUNCTION LOAD timeout"));
+            }
+            Ok(mlua::VmState::Continue)
+        });
+        let result = self.load_library.call::<(bool, Value)>(chunk);
+        self.lua.remove_hook();
+        let (ok, v) = result.map_err(|e| format!("Error registering functions: {}", lua_message(&e)))?;
+        if timed_out.get() {
+            return Err("Error registering functions: FUNCTION LOAD timeout".into());
+        }
+        let Value::Table(t) = v else { return Err("Error registering functions: no result".into()) };
+        if !ok {
+            let msg = t.raw_get::<String>("err").unwrap_or_default();
+            return Err(format!("Error registering functions: {msg}"));
+        }
+        let mut out = Vec::new();
+        for def in t.sequence_values::<Table>() {
+            let def = def.map_err(|e| lua_message(&e))?;
+            let name: String = def.raw_get("name").map_err(|e| lua_message(&e))?;
+            let description: Option<String> = def.raw_get("description").map_err(|e| lua_message(&e))?;
+            let callback: Function = def.raw_get("callback").map_err(|e| lua_message(&e))?;
+            let mut flags = 0;
+            for f in def.raw_get::<Table>("flags").map_err(|e| lua_message(&e))?.sequence_values::<String>() {
+                flags |= f.ok().and_then(|f| crate::flag::by_name(f.as_bytes())).unwrap_or(0);
+            }
+            out.push((FnDef { name, description, flags }, callback));
+        }
+        Ok(out)
     }
 
-    /// A read-only proxy of `t`, as the sandbox makes them.
-    pub(crate) fn readonly(&self, t: Table) -> mlua::Result<Table> {
-        self.readonly.call(t)
+    /// The compiled function `name`, recompiling every library of `registry` first when it
+    /// changed since this VM last looked.
+    pub fn function(&mut self, name: &str, registry: &Functions) -> Option<Function> {
+        let generation = registry.generation();
+        if generation != self.functions_generation {
+            self.functions.clear();
+            for lib in registry.libraries() {
+                let Ok(md) = crate::functions::metadata(&lib.code) else { continue };
+                match self.load_library(&lib.code, &md, Duration::from_secs(5)) {
+                    Ok(fns) => self.functions.extend(fns.into_iter().map(|(d, f)| (d.name, f))),
+                    Err(e) => tracing::warn!("Library {} failed to load in a Lua VM: {e}", lib.name),
+                }
+            }
+            self.functions_generation = generation;
+        }
+        self.functions.get(name).cloned()
     }
 
     /// Compiles an EVAL script's code (the body after its shebang line, which is kept as an
@@ -577,6 +642,39 @@ fn statics(lua: &Lua) -> mlua::Result<Table> {
             };
             rng.set(rand48_seed(s as i64 as i32 as u64));
             Ok((true, Value::Nil))
+        })?,
+    )?;
+    t.raw_set(
+        "log",
+        lua.create_function(|_, args: MultiValue| {
+            // The library-loading API's redis.log: no host then, so straight to the log.
+            let mut it = args.iter();
+            let level = it.next().and_then(number).unwrap_or(-1.0) as i64;
+            let msg: Vec<Vec<u8>> = it.filter_map(lua_string).collect();
+            let text = String::from_utf8_lossy(&msg.join(&b' ')).into_owned();
+            match level {
+                0 => tracing::trace!(target: "hotkv::script", "{text}"),
+                1 => tracing::debug!(target: "hotkv::script", "{text}"),
+                2 => tracing::info!(target: "hotkv::script", "{text}"),
+                _ => tracing::warn!(target: "hotkv::script", "{text}"),
+            }
+            Ok(())
+        })?,
+    )?;
+    t.raw_set(
+        "is_flag",
+        lua.create_function(|_, name: mlua::String| {
+            Ok(crate::flag::by_name(&name.as_bytes().to_ascii_lowercase()).is_some())
+        })?,
+    )?;
+    t.raw_set(
+        "check_function",
+        lua.create_function(|_, name: String| {
+            Ok(if crate::functions::valid_name(&name) {
+                (true, None)
+            } else {
+                (false, Some(crate::functions::NAME_RULE))
+            })
         })?,
     )?;
     t.raw_set("version", VERSION)?;

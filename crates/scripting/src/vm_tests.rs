@@ -193,7 +193,13 @@ fn many_results_do_not_overflow_the_stack() {
     assert_eq!(r, ":201\r\n");
     let r = eval(&mut vm, &mut h, "return string.byte(string.rep('a', 200), 1, 200)", &[], &[]);
     assert_eq!(r, ":97\r\n");
-    let r = eval(&mut vm, &mut h, "local t = {xpcall(function() return string.byte(string.rep('a', 200), 1, 200) end, tostring)} return #t", &[], &[]);
+    let r = eval(
+        &mut vm,
+        &mut h,
+        "local t = {xpcall(function() return string.byte(string.rep('a', 200), 1, 200) end, tostring)} return #t",
+        &[],
+        &[],
+    );
     assert_eq!(r, ":201\r\n");
     let r = eval(&mut vm, &mut h, "local ok, e = pcall(error, 'x', 0) return e", &[], &[]);
     assert_eq!(r, "$1\r\nx\r\n");

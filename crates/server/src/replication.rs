@@ -425,6 +425,8 @@ impl MasterClient {
                     keys = self.load.1.loaded,
                     "MASTER <-> REPLICA sync: Finished with success ({} keys loaded)", self.load.1.loaded
                 );
+                // The primary's libraries replace ours, as its keys did.
+                crate::script::install_functions(&self.srv, &self.load.1.functions);
                 // The snapshot went straight into the keyspace, past the AOF.
                 crate::aof::wire::after_full_sync(&self.srv);
                 // The primary's open slots come with its data (Valkey's cluster-slot-states):

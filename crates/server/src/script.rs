@@ -53,9 +53,16 @@ pub enum Kind {
 
 /// The script about to run, found before any lock is taken.
 struct Target {
-    script: Arc<Script>,
+    code: Code,
     flags: u32,
+    /// What error texts and FUNCTION STATS call it: `f_<sha>` or the function's name.
     name: String,
+}
+
+/// An EVAL script or a library function.
+enum Code {
+    Script(Arc<Script>),
+    Function,
 }
 
 /// EVAL, EVALSHA, FCALL and their `_RO` forms, dispatched outside a transaction.
@@ -69,7 +76,7 @@ pub fn run(
     out: &mut ReplyBuf,
     scratch: &mut Scratch,
 ) -> Result<Flow, CommandError> {
-    let numkeys = numkeys(&args)?;
+    let numkeys = numkeys(kind, &args)?;
     let target = find(b, kind, &args)?;
     prepare(b, sess, &target, ro)?;
     let mut held = None;
@@ -129,7 +136,7 @@ pub fn run_queued<'b: 'c, 'c>(
     out: &mut ReplyBuf,
     ctx: &mut Ctx<'c>,
 ) -> Result<Flow, CommandError> {
-    let numkeys = numkeys(&args)?;
+    let numkeys = numkeys(kind, &args)?;
     let target = find(b, kind, &args)?;
     prepare(b, sess, &target, ro)?;
     run_in(b, sess, &target, ro, numkeys, &args, out, ctx, false);
@@ -145,9 +152,12 @@ enum Needs {
 }
 
 /// EVAL's numkeys, checked as Valkey checks it.
-fn numkeys(args: &Args<'_>) -> Result<usize, CommandError> {
+fn numkeys(kind: Kind, args: &Args<'_>) -> Result<usize, CommandError> {
     let Some(n) = hotkv_protocol::parse_i64(args.get(2)) else {
-        return Err(CommandError::NotInteger);
+        return Err(match kind {
+            Kind::Fcall => CommandError::err("Bad number of keys provided"),
+            _ => CommandError::NotInteger,
+        });
     };
     if n > args.len() as i64 - 3 {
         return Err(CommandError::err("Number of keys can't be greater than number of args"));
@@ -164,13 +174,16 @@ fn find(b: &Batch<'_>, kind: Kind, args: &Args<'_>) -> Result<Target, CommandErr
         Kind::Eval => {
             let script = add_script(b.srv, args.get(1), true)?;
             b.srv.scripts.touch(&script.sha);
-            Ok(Target { flags: script.shebang.flags, name: script.function_name(), script })
+            Ok(Target { flags: script.shebang.flags, name: script.function_name(), code: Code::Script(script) })
         }
         Kind::EvalSha => {
             let script = b.srv.scripts.get(args.get(1)).ok_or_else(noscript)?;
-            Ok(Target { flags: script.shebang.flags, name: script.function_name(), script })
+            Ok(Target { flags: script.shebang.flags, name: script.function_name(), code: Code::Script(script) })
         }
-        Kind::Fcall => Err(CommandError::err("Function not found")),
+        Kind::Fcall => {
+            let (_, def) = b.srv.functions.get(args.get(1)).ok_or_else(|| CommandError::err("Function not found"))?;
+            Ok(Target { flags: def.flags, name: def.name, code: Code::Function })
+        }
     }
 }
 
@@ -192,6 +205,32 @@ pub(crate) fn add_script(
                 .unwrap_or_else(|| Err("Lua VM unavailable".into()))
         })
         .map_err(CommandError::err)
+}
+
+/// Compiles a library in this thread's VM and says which functions it registers (FUNCTION
+/// LOAD, RESTORE, and libraries found in a loaded file).
+pub(crate) fn compile_library(
+    code: &[u8],
+    md: &hotkv_scripting::functions::Metadata,
+) -> Result<Vec<hotkv_scripting::FnDef>, String> {
+    hotkv_scripting::with_vm(|vm| {
+        vm.load_library(code, md, LIBRARY_LOAD_LIMIT).map(|fns| fns.into_iter().map(|(d, _)| d).collect())
+    })
+    .unwrap_or_else(|| Err("Lua VM unavailable".into()))
+}
+
+/// How long FUNCTION LOAD lets a library's top-level code run (Valkey's LOAD_TIMEOUT_MS).
+pub(crate) const LIBRARY_LOAD_LIMIT: Duration = Duration::from_millis(500);
+
+/// Replaces the libraries with the ones a loaded RDB file (or a full sync) carried, as Valkey
+/// replaces its function context. A library that does not load is logged and left out.
+pub fn install_functions(srv: &crate::server::Server, codes: &[Vec<u8>]) {
+    srv.functions.flush();
+    for code in codes {
+        if let Err(e) = srv.functions.load(code, true, compile_library) {
+            tracing::warn!("A function library in the loaded data was left out: {e}");
+        }
+    }
 }
 
 /// Valkey's `scriptPrepareForRun`: what the script's flags forbid here, checked before it
@@ -297,32 +336,45 @@ fn run_in<'b: 'c, 'c>(
         started_over_memory: None,
         state: None,
     };
+    let started = std::time::Instant::now();
     let state = Arc::new(RunState {
         kill: AtomicBool::new(false),
         wrote: AtomicBool::new(false),
         busy: AtomicBool::new(false),
-        function: false,
+        function: matches!(t.code, Code::Function),
         from_master: host.sess.has_flag(flag::MASTER),
+        name: t.name.clone(),
+        command: args.iter().map(<[u8]>::to_vec).collect(),
+        started,
     });
     host.state = Some(state.clone());
     let watch = Rc::new(Watch {
         state,
         runs: b.srv.script_runs.clone(),
-        started: std::time::Instant::now(),
+        started,
         threshold_ms: b.rt.busy_reply_threshold,
         name: t.name.clone(),
         registered: std::cell::Cell::new(false),
     });
     let generation = b.srv.scripts.generation();
     let outcome = hotkv_scripting::with_vm(|vm| {
-        let f = match vm.script(&t.script.sha, t.script.code(), generation) {
-            Ok(f) => f,
-            Err(e) => {
-                out.error(&format!("ERR {e}"));
-                return Outcome::Failed { counted: true };
-            }
-        };
-        vm.eval(&f, &t.name, &keys, &argv, &mut host, Some(watch.clone() as Rc<dyn Interrupt>), out)
+        let interrupt = Some(watch.clone() as Rc<dyn Interrupt>);
+        match &t.code {
+            Code::Script(script) => match vm.script(&script.sha, script.code(), generation) {
+                Ok(f) => vm.eval(&f, &t.name, &keys, &argv, &mut host, interrupt, out),
+                Err(e) => {
+                    out.error(&format!("ERR {e}"));
+                    Outcome::Failed { counted: true }
+                }
+            },
+            Code::Function => match vm.function(&t.name, &b.srv.functions) {
+                Some(f) => vm.fcall(&f, &t.name, &keys, &argv, &mut host, interrupt, out),
+                None => {
+                    out.error("ERR Function not found");
+                    Outcome::Failed { counted: true }
+                }
+            },
+        }
     });
     watch.finish();
     let ScriptHost { restart, .. } = host;
@@ -406,6 +458,12 @@ impl Runs {
         Ok(())
     }
 
+    /// The slow run FUNCTION STATS shows: name, command and milliseconds so far.
+    pub fn running(&self) -> Option<(String, Vec<Vec<u8>>, u64)> {
+        let slow = self.slow.lock();
+        slow.first().map(|r| (r.name.clone(), r.command.clone(), r.started.elapsed().as_millis() as u64))
+    }
+
     /// Stops every slow run (SHUTDOWN NOSAVE).
     pub fn kill_all(&self) {
         for r in self.slow.lock().iter() {
@@ -430,6 +488,10 @@ struct RunState {
     busy: AtomicBool,
     function: bool,
     from_master: bool,
+    /// The script's name and the command that runs it, for FUNCTION STATS.
+    name: String,
+    command: Vec<Vec<u8>>,
+    started: std::time::Instant,
 }
 
 /// The hook's view of a run: registers it among the slow runs on its first poll, marks it

@@ -265,6 +265,8 @@ pub struct Server {
     pub aof: Arc<crate::aof::wire::Aof>,
     /// EVAL's script cache, shared by every thread's Lua VM.
     pub scripts: hotkv_scripting::ScriptCache,
+    /// FUNCTION libraries, shared likewise.
+    pub functions: hotkv_scripting::Functions,
     /// Scripts running long enough to be seen by SCRIPT KILL and to make others BUSY.
     pub script_runs: Arc<crate::script::Runs>,
 }
@@ -300,6 +302,7 @@ impl Server {
             persist: Default::default(),
             aof: Default::default(),
             scripts: Default::default(),
+            functions: Default::default(),
             script_runs: Default::default(),
             slowlog: Mutex::new(SlowLog::default()),
             latency: Mutex::new(LatencyMonitor::default()),

@@ -137,8 +137,14 @@ pub fn stream_rdb(
                 ("aof-base", AuxValue::Int(0)),
             ];
             aux.extend(extra.iter().map(|(k, v)| (*k, AuxValue::Str(v))));
+            let mut writer = RdbWriter::with_options(&mut head, &aux, write_opts);
+            // Libraries at the cut too: FUNCTION LOAD goes through the write stream, so the
+            // image and the stream after it agree on them.
+            for lib in srv.functions.libraries() {
+                writer.function(&mut head, &lib.code);
+            }
             let mut o = o.lock();
-            o.writer = Some(RdbWriter::with_options(&mut head, &aux, write_opts));
+            o.writer = Some(writer);
             o.ready.push(Bytes::from(head));
             point = Some(p);
         });

@@ -83,6 +83,15 @@ impl RdbWriter {
         self.seal(out, start);
     }
 
+    /// Appends a function library's code (`FUNCTION2`), as Redis 7 writes each library before
+    /// the keys.
+    pub fn function(&mut self, out: &mut Vec<u8>, code: &[u8]) {
+        let start = out.len();
+        out.push(super::OPCODE_FUNCTION2);
+        crate::rdb::write_string(out, code);
+        self.seal(out, start);
+    }
+
     /// Appends `SELECTDB`: the keys that follow belong to database `db`. A file may select a
     /// database more than once; Redis's loader just switches again.
     pub fn select_db(&mut self, out: &mut Vec<u8>, db: usize) {

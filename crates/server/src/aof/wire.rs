@@ -253,6 +253,7 @@ pub fn load_at_start(srv: &Arc<Server>) -> Result<(), String> {
         Ok(Outcome::Loaded(stats)) => {
             if let Some(rdb) = &stats.rdb {
                 srv.persist.set_last_load(rdb.loaded, rdb.expired);
+                crate::script::install_functions(srv, &rdb.functions);
             }
             info!("DB loaded from append only file: {:.3} seconds", start.elapsed().as_secs_f64());
             false

@@ -131,12 +131,7 @@ fn read_into(srv: &Server, mut file: File, path: &Path) -> Result<LoadStats, Loa
                     match loader.apply(item) {
                         Ok(true) => {
                             let stats = loader.finish();
-                            if !stats.functions.is_empty() {
-                                warn!(
-                                    libraries = stats.functions.len(),
-                                    "The RDB file holds function libraries; hotkv runs no functions and left them out"
-                                );
-                            }
+                            crate::script::install_functions(srv, &stats.functions);
                             return Ok(stats);
                         }
                         Ok(false) => {}
