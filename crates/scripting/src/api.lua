@@ -94,6 +94,7 @@ redis.SERVER_NAME = 'valkey'
 -- that write raw (rawset, table.insert...) refuse them too, and so the VM can check after a run
 -- that none was tampered with.
 local protected = setmetatable({}, {__mode = 'k'})
+local backing = setmetatable({}, {__mode = 'k'})
 local function ro()
   error('Attempt to modify a readonly table', 2)
 end
@@ -117,7 +118,23 @@ local function readonly(t, strict)
   local proxy = setmetatable({}, {__index = index, __newindex = ro, __metatable = shown})
   protected[proxy] = true
   protected[shown] = true
+  backing[proxy] = t
   return proxy
+end
+
+-- Lua 5.1 has no __pairs: next, pairs and ipairs look through a proxy to its table, so
+-- `for k in pairs(os)` lists os's functions as it does in Valkey.
+local rawnext, rawpairs, rawipairs = next, pairs, ipairs
+G.next = function(t, k)
+  return rawnext(backing[t] or t, k)
+end
+G.pairs = function(t)
+  local b = backing[t]
+  if b then return rawnext, b, nil end
+  return rawpairs(t)
+end
+G.ipairs = function(t)
+  return rawipairs(backing[t] or t)
 end
 local function refuse(t)
   if protected[t] then error('Attempt to modify a readonly table', 3) end

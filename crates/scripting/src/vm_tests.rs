@@ -131,6 +131,11 @@ fn the_sandbox_holds() {
     assert_eq!(eval(&mut vm, &mut h, "return redis.call('ping')", &[], &[]), "+PONG\r\n");
     assert_eq!(eval(&mut vm, &mut h, "return ('abc'):upper()", &[], &[]), "$3\r\nABC\r\n");
     assert_eq!(eval(&mut vm, &mut h, "return os.clock() >= 0", &[], &[]), ":1\r\n");
+    // Library tables list their contents through pairs, as Valkey's do.
+    let r = eval(&mut vm, &mut h, "local n = {} for k in pairs(os) do n[#n+1] = k end return n", &[], &[]);
+    assert_eq!(r, "*1\r\n$5\r\nclock\r\n");
+    let r = eval(&mut vm, &mut h, "local n = 0 for k, v in pairs(redis) do n = n + 1 end return n > 10", &[], &[]);
+    assert_eq!(r, ":1\r\n");
     // KEYS and ARGV are per run, and local state does not survive a run.
     assert_eq!(eval(&mut vm, &mut h, "return #KEYS + #ARGV", &["a", "b"], &["c"]), ":3\r\n");
     assert_eq!(eval(&mut vm, &mut h, "return #KEYS", &[], &[]), ":0\r\n");

@@ -822,9 +822,16 @@ impl<'b: 'c, 'c> ScriptHost<'_, 'b, 'c> {
             None => match cmd.spec.server() {
                 Some(f) => {
                     self.sess.db = ctx.db;
+                    self.sess.in_script = true;
                     let r = f(b.srv, self.sess, args, reply);
+                    self.sess.in_script = false;
                     ctx.db = self.sess.db;
-                    r
+                    // Nothing a script calls may wait or hand the connection elsewhere.
+                    match r {
+                        Ok(Flow::Continue | Flow::Close) => Ok(Flow::Continue),
+                        Ok(_) => Err(CommandError::err(format!("{} cannot wait inside a script", cmd.full_name))),
+                        Err(e) => Err(e),
+                    }
                 }
                 None => Err(CommandError::err("internal error: command without handler")),
             },

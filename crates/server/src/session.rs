@@ -84,6 +84,9 @@ pub struct Session {
     /// EXEC is running the queued commands (with their slot locks held): a command that
     /// would take every slot lock (BGSAVE's cut) must not wait for them here.
     pub in_exec: bool,
+    /// A script is running a command for this client: nothing may wait (WAIT, WAITAOF answer
+    /// at once, as Valkey's script client is `deny_blocking`).
+    pub in_script: bool,
     /// WATCHed keys: (database, key, whether it is stale: it had expired, undeleted, when
     /// watched, and has not changed since; shared with the watch registry, which updates it).
     pub watched: Vec<(usize, Vec<u8>, std::sync::Arc<AtomicBool>)>,
@@ -146,6 +149,7 @@ impl Session {
             enter_monitor: false,
             multi: None,
             in_exec: false,
+            in_script: false,
             watched: Vec::new(),
             watch_dirty: std::sync::Arc::new(AtomicBool::new(false)),
             subs: None,

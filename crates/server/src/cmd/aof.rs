@@ -49,9 +49,10 @@ fn waitaof(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf)
     let timeout = (ms > 0).then(|| Duration::from_millis(ms as u64));
     let targets = crate::aof::wire::WaitTargets::now(srv);
     let (local, replicas) = targets.reached(srv);
-    // Inside a transaction WAITAOF cannot wait: it answers with what is synced now.
+    // Inside a transaction or a script WAITAOF cannot wait: it answers with what is synced
+    // now.
     let done = local >= numlocal as u64 && replicas >= numreplicas as usize;
-    if done || sess.multi.is_some() || sess.has_flag(flag::MULTI) {
+    if done || sess.multi.is_some() || sess.has_flag(flag::MULTI) || sess.in_script {
         out.array(2);
         out.int(local as i64);
         out.int(replicas as i64);

@@ -237,8 +237,9 @@ pub(crate) fn wait(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut R
     let offset = primary.offset();
     let want = usize::try_from(n).unwrap_or(0);
     let acked = primary.count_acked(offset);
-    // Inside a transaction WAIT cannot wait: it answers with what is acknowledged now.
-    if acked >= want || sess.multi.is_some() || sess.has_flag(flag::MULTI) {
+    // Inside a transaction or a script WAIT cannot wait: it answers with what is
+    // acknowledged now.
+    if acked >= want || sess.multi.is_some() || sess.has_flag(flag::MULTI) || sess.in_script {
         out.int(acked as i64);
         return Ok(Flow::Continue);
     }
