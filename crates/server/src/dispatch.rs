@@ -151,7 +151,8 @@ fn run_checked(
         return Err(rejected(sess, e));
     }
     plan_call(b, cmd, sess, &args, scratch, plan);
-    check_auth(cmd, sess).map_err(|e| rejected(sess, e))?;
+    check_auth(b, cmd, sess).map_err(|e| rejected(sess, e))?;
+    check_acl(b, cmd, sess, &args).map_err(|e| rejected(sess, e))?;
     // A command's second turn after waiting on another node was routed on its first: routing
     // it again could answer TRYAGAIN for keys its first turn moved away, and the keys the
     // target acknowledged would then stay here as well.
@@ -343,11 +344,21 @@ fn check_arity(cmd: &Command, args: &Args<'_>) -> Result<(), CommandError> {
     Ok(())
 }
 
-fn check_auth(cmd: &Command, sess: &Session) -> Result<(), CommandError> {
-    if !sess.authenticated && cmd.spec.flags() & flags::NO_AUTH == 0 {
+/// NOAUTH, while the default user has a password or is off (Valkey's `authRequired`, which
+/// follows the user: clearing `requirepass` lets waiting clients in).
+fn check_auth(b: &Batch<'_>, cmd: &Command, sess: &Session) -> Result<(), CommandError> {
+    if !sess.authenticated && cmd.spec.flags() & flags::NO_AUTH == 0 && b.srv.acl.auth_required() {
         return Err(CommandError::NoAuth);
     }
     Ok(())
+}
+
+/// The ACL check, before routing: a client is never told where keys it may not touch live.
+/// For a user who may run everything (the default user unless configured) this is one
+/// relaxed load; see [`crate::acl::Acl::check`].
+fn check_acl(b: &Batch<'_>, cmd: &Command, sess: &Session, args: &Args<'_>) -> Result<(), CommandError> {
+    let Some(user) = &sess.acl_user else { return Ok(()) };
+    b.srv.acl.check(user, cmd, args).map_err(|d| crate::acl::refuse(b.srv, sess, cmd, args, d))
 }
 
 /// A RESP2 client in subscribed mode may only (un)subscribe, ping, quit and reset; the

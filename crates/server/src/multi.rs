@@ -164,9 +164,12 @@ fn run(
         let start = Instant::now();
         let (db, dirty) = (ctx.db, ctx.stats.dirty);
         ctx.effects.next_call();
-        let mut result = match cmd.spec.engine() {
-            Some(ecmd) => (ecmd.run)(&mut ctx, args, out).map(|()| Flow::Continue),
-            None => run_server(b, sess, cmd, args, out, &mut ctx),
+        let mut result = match crate::acl::recheck_queued(b.srv, sess, cmd, &args) {
+            Err(e) => Err(e),
+            Ok(()) => match cmd.spec.engine() {
+                Some(ecmd) => (ecmd.run)(&mut ctx, args, out).map(|()| Flow::Continue),
+                None => run_server(b, sess, cmd, args, out, &mut ctx),
+            },
         };
         // A command that must wait on another node (MIGRATE) cannot do so while the
         // transaction holds every lock it needs: it fails, as a command that errors at run

@@ -257,6 +257,8 @@ pub struct Server {
     pub repl: crate::replication::Replication,
     /// The append-only file (`appendonly`): its writer, files and rewrites.
     pub aof: Arc<crate::aof::wire::Aof>,
+    /// ACL users, the ACL log.
+    pub acl: crate::acl::Acl,
 }
 
 impl Server {
@@ -269,6 +271,7 @@ impl Server {
         let (monitor_tx, _) = broadcast::channel(4096);
         let obuf = settings.ints(t::CLIENT_OUTPUT_BUFFER_LIMIT).to_vec();
         let repl = crate::replication::Replication::new(&settings);
+        let acl = crate::acl::Acl::new(&registry, &settings);
         let srv = Server {
             ks: Keyspace::new(rt.databases),
             engine: ArcSwap::from_pointee(engine),
@@ -310,6 +313,7 @@ impl Server {
             freeze: Default::default(),
             router: Arc::new(Standalone),
             cluster: None,
+            acl,
         };
         srv.pubsub.hard_limit.store(obuf.get(6).copied().unwrap_or(0).max(0) as usize, Ordering::Relaxed);
         srv

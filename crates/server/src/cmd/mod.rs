@@ -7,6 +7,7 @@ use hotkv_protocol::{Args, ReplyBuf};
 
 use crate::registry::{ServerFn, ServerSpec};
 
+pub mod acl;
 pub mod aof;
 pub mod client;
 pub mod cluster;
@@ -43,6 +44,7 @@ pub fn commands() -> impl Iterator<Item = &'static ServerSpec> {
         .chain(slowlog::COMMANDS.iter())
         .chain(debug::COMMANDS.iter())
         .chain(cluster::COMMANDS.iter())
+        .chain(acl::COMMANDS.iter())
 }
 
 /// A server command row.
