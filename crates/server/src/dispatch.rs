@@ -581,6 +581,9 @@ fn run_engine(
         // Registered before the locks are released, so no write can slip in unnoticed.
         let argv = args.iter().map(<[u8]>::to_vec).collect();
         let (waiter, rx) = Waiter::new(sess.id, ctx.db, cmd.id, argv, plan.clone(), out.protocol(), req.keys);
+        if let Some(u) = &sess.acl_user {
+            let _ = waiter.acl_user.set(u.clone());
+        }
         b.srv.blocked.register(waiter.clone());
         flow = Flow::Block(BlockWait { waiter, rx, deadline_ms: req.deadline_ms });
     }
@@ -623,6 +626,12 @@ pub(crate) fn serve_blocked(b: &Batch<'_>, ctx: &mut Ctx<'_>, events: &CmdEvents
             };
             let (flat, spans) = flatten(&w.args);
             let args = Args::from_parts(&flat, &spans);
+            // Refused now: its own connection runs it again, through dispatch's ACL check.
+            if w.acl_user.get().is_some_and(|u| b.srv.acl.check(u, cmd, &args).is_err()) {
+                b.srv.blocked.unregister(&w);
+                let _ = tx.send(Wakeup::Retry);
+                continue;
+            }
             // The plan it was blocked with: its keys are the same, and so is its database.
             let ks = ctx.ks;
             if !ctx.locks.try_extend(ks, w.plan.locks()) {

@@ -62,7 +62,6 @@ pub fn apply(srv: &Server, hook: Hook, old: &Settings, new: &Settings) -> Result
             if old.str(table::REQUIREPASS) != new.str(table::REQUIREPASS) {
                 srv.acl.apply_requirepass(&srv.registry, new);
             }
-            srv.acl.log.lock().trim(new.int(table::ACLLOG_MAX_LEN).max(0) as usize);
             Ok(())
         }
         Hook::Replication => {

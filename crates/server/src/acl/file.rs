@@ -3,10 +3,11 @@
 //! `ACLLoadConfiguredUsers`, `ACLSaveToFile`).
 
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::rules::{Env, RuleError, User, has_spaces, merge_selectors};
 use super::{Acl, UserCell};
+use crate::config::Settings;
 use crate::config::table as t;
 use crate::server::Server;
 
@@ -73,11 +74,19 @@ pub fn parse(text: &[u8], filename: &str, env: &Env<'_>) -> Result<Vec<User>, St
     Ok(users)
 }
 
-/// Reads and parses the ACL file.
-pub fn read(path: &str, env: &Env<'_>) -> Result<Vec<User>, String> {
-    let text = std::fs::read(path)
-        .map_err(|e| format!("Error loading ACLs, opening file '{path}': {}", crate::config::os_reason(&e)))?;
-    parse(&text, path, env)
+/// Reads and parses the ACL file `name` (as configured, relative to `dir`); errors name it as
+/// configured.
+pub fn read(settings: &Settings, name: &str, env: &Env<'_>) -> Result<Vec<User>, String> {
+    let text = std::fs::read(resolve(settings, name))
+        .map_err(|e| format!("Error loading ACLs, opening file '{name}': {}", crate::config::os_reason(&e)))?;
+    parse(&text, name, env)
+}
+
+/// Where the ACL file is: a relative `aclfile` is inside `dir`, where Valkey, which changes
+/// into `dir` while reading its configuration, finds it.
+pub fn resolve(settings: &Settings, name: &str) -> PathBuf {
+    let p = Path::new(name);
+    if p.is_absolute() { p.to_path_buf() } else { Path::new(settings.str(t::DIR)).join(p) }
 }
 
 /// The text ACL SAVE writes: one `user` line per user, by name.
@@ -87,15 +96,15 @@ pub fn render(acl: &Acl) -> String {
 
 /// Writes the ACL file through a temporary file renamed over it, so a crash leaves either
 /// the old file or the new one.
-pub fn save(acl: &Acl, path: &str) -> std::io::Result<()> {
+pub fn save(acl: &Acl, path: &Path) -> std::io::Result<()> {
     let text = render(acl);
-    let tmp = format!("{path}.tmp-{}-{}", std::process::id(), crate::server::unix_ms());
+    let tmp = format!("{}.tmp-{}-{}", path.display(), std::process::id(), crate::server::unix_ms());
     let result = (|| {
         let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
         f.write_all(text.as_bytes())?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
-        if let Some(dir) = Path::new(path).parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::File::open(dir)?.sync_all()?;
         }
         Ok(())
@@ -124,7 +133,7 @@ pub fn load_at_startup(srv: &Server) -> Result<(), String> {
         srv.acl.replace_all(users);
     }
     if !aclfile.is_empty() {
-        let users = read(aclfile, &env).map_err(|e| format!("Aborting Valkey startup because of ACL errors: {e}"))?;
+        let users = read(&settings, aclfile, &env).map_err(|e| format!("Aborting Valkey startup because of ACL errors: {e}"))?;
         srv.acl.replace_all(users);
     }
     Ok(())

@@ -77,11 +77,6 @@ impl AclLog {
         self.entries.clear();
     }
 
-    /// Shrinks to `max_len` (acllog-max-len lowered).
-    pub fn trim(&mut self, max_len: usize) {
-        self.entries.truncate(max_len);
-    }
-
     /// The newest `n` entries.
     pub fn newest(&self, n: usize) -> impl Iterator<Item = &Entry> {
         self.entries.iter().take(n)

@@ -7,7 +7,7 @@ use hotkv_engine::CommandError;
 use hotkv_engine::command::{CommandSpec, flags as f};
 use hotkv_protocol::{Args, ReplyBuf};
 
-use super::{int_arg, reply_help, row};
+use super::{int_arg, reply_help, row, subcommand_syntax_error};
 use crate::acl::{self, UserCell, rules};
 use crate::config::table as t;
 use crate::registry::{Flow, Lookup, ServerSpec};
@@ -292,7 +292,7 @@ fn load(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Re
     let path = aclfile(srv)?;
     let settings = srv.settings.load();
     let env = srv.acl.env(&srv.registry, &settings);
-    let users = acl::file::read(&path, &env).map_err(CommandError::err)?;
+    let users = acl::file::read(&settings, &path, &env).map_err(CommandError::err)?;
     let before: Vec<(Arc<UserCell>, Arc<acl::User>)> = srv.acl.users().into_iter().map(|c| (c.clone(), c.rules())).collect();
     let gone = srv.acl.replace_all(users);
     for (cell, old) in &before {
@@ -306,7 +306,8 @@ fn load(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Re
 
 fn save(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
     let path = aclfile(srv)?;
-    if let Err(e) = acl::file::save(&srv.acl, &path) {
+    let file = acl::file::resolve(&srv.settings.load(), &path);
+    if let Err(e) = acl::file::save(&srv.acl, &file) {
         tracing::warn!("Writing ACL file for ACL SAVE: {e}");
         return Err(CommandError::err(
             "There was an error trying to save the ACLs. Please check the server logs for more information",
@@ -317,6 +318,7 @@ fn save(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Resul
 }
 
 fn cat_cmd(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+    at_most(&args, 3)?;
     let Some(name) = args.opt(2) else {
         let names = hotkv_engine::command::acl::NAMES;
         out.array(names.len());
@@ -340,6 +342,7 @@ fn cat_cmd(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) ->
 }
 
 fn genpass(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+    at_most(&args, 3)?;
     const MAX_BITS: i64 = 4096;
     let bits = match args.opt(2) {
         Some(a) => int_arg(a, Some("value is not an integer or out of range"))?,
@@ -357,6 +360,7 @@ fn genpass(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> R
 }
 
 fn log(srv: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+    at_most(&args, 3)?;
     let mut count = 10;
     if let Some(a) = args.opt(2) {
         if a.eq_ignore_ascii_case(b"reset") {
@@ -453,6 +457,14 @@ fn help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Resu
         ],
     );
     Ok(Flow::Continue)
+}
+
+/// CAT, GENPASS and LOG take one optional argument; more is Valkey's subcommand syntax error.
+fn at_most(args: &Args<'_>, n: usize) -> Result<(), CommandError> {
+    if args.len() > n {
+        return Err(subcommand_syntax_error(args));
+    }
+    Ok(())
 }
 
 /// Closes the connections of removed users (Valkey's ACLFreeUserAndKillClients); the calling

@@ -61,8 +61,7 @@ pub enum Hook {
     Aof,
     /// Crash reports and the software watchdog (crash-log-enabled, watchdog-period...).
     Crash,
-    /// ACL state that follows a directive: the default user's password (requirepass), the
-    /// ACL log's length.
+    /// The default user's password follows requirepass.
     Acl,
 }
 
@@ -298,7 +297,7 @@ directives! {
         "Password of the default user.";
     ACLFILE = "aclfile" [] "security.aclfile": S, "", I, H,
         "File of ACL users.";
-    ACLLOG_MAX_LEN = "acllog-max-len" [] "security.acllog_max_len": int(0, LONG), "128", M, ACL,
+    ACLLOG_MAX_LEN = "acllog-max-len" [] "security.acllog_max_len": int(0, LONG), "128", M | U, H,
         "Entries kept by ACL LOG.";
     ACL_PUBSUB_DEFAULT = "acl-pubsub-default" [] "security.acl_pubsub_default":
         Ty::Enum(&["resetchannels", "allchannels"]), "resetchannels", M | U, H, "Channel permissions of new users.";
