@@ -69,17 +69,20 @@ impl Waiter {
         keys: Vec<Vec<u8>>,
     ) -> (Arc<Waiter>, oneshot::Receiver<Wakeup>) {
         let (tx, rx) = oneshot::channel();
-        (Arc::new(Waiter {
-            client,
-            db,
-            cmd,
-            args,
-            plan,
-            proto,
-            keys,
-            acl_user: std::sync::OnceLock::new(),
-            tx: Mutex::new(Some(tx)),
-        }), rx)
+        (
+            Arc::new(Waiter {
+                client,
+                db,
+                cmd,
+                args,
+                plan,
+                proto,
+                keys,
+                acl_user: std::sync::OnceLock::new(),
+                tx: Mutex::new(Some(tx)),
+            }),
+            rx,
+        )
     }
 
     /// Wakes the client; false if it was already woken (or gone).

@@ -133,7 +133,8 @@ pub fn load_at_startup(srv: &Server) -> Result<(), String> {
         srv.acl.replace_all(users);
     }
     if !aclfile.is_empty() {
-        let users = read(&settings, aclfile, &env).map_err(|e| format!("Aborting Valkey startup because of ACL errors: {e}"))?;
+        let users = read(&settings, aclfile, &env)
+            .map_err(|e| format!("Aborting Valkey startup because of ACL errors: {e}"))?;
         srv.acl.replace_all(users);
     }
     Ok(())

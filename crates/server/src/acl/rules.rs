@@ -246,9 +246,9 @@ impl User {
         })?;
         let mut staged = self.clone();
         for op in &merged {
-            staged.apply(op, env).map_err(|e| {
-                format!("Error in ACL SETUSER modifier '{}': {e}", String::from_utf8_lossy(op))
-            })?;
+            staged
+                .apply(op, env)
+                .map_err(|e| format!("Error in ACL SETUSER modifier '{}': {e}", String::from_utf8_lossy(op)))?;
         }
         *self = staged;
         Ok(())
@@ -445,8 +445,7 @@ impl Selector {
             let bit = category(&name).ok_or(RuleError::UnknownName)?;
             let allow = op[0] == b'+';
             self.update_rules(&format!("@{name}"), allow);
-            let ids: Vec<usize> =
-                env.reg.all().filter(|c| c.spec.effective_acl() & bit != 0).map(|c| c.id).collect();
+            let ids: Vec<usize> = env.reg.all().filter(|c| c.spec.effective_acl() & bit != 0).map(|c| c.id).collect();
             for id in ids {
                 self.change(env.reg, id, allow);
             }
@@ -665,9 +664,9 @@ impl Selector {
     }
 
     fn channel_matches(&self, channel: &[u8], pattern: bool) -> bool {
-        self.channels.iter().any(|p| {
-            if pattern { p.as_bytes() == channel } else { glob::matches(p.as_bytes(), channel, false) }
-        })
+        self.channels
+            .iter()
+            .any(|p| if pattern { p.as_bytes() == channel } else { glob::matches(p.as_bytes(), channel, false) })
     }
 }
 

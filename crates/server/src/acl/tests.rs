@@ -37,7 +37,9 @@ fn new_users_and_default_describe_as_valkey() {
     let hash = super::rules::hash_password(b"pw");
     assert_eq!(
         u.describe(),
-        format!("on sanitize-payload #{hash} ~obj:* %R~read:* resetchannels &chan -@all +set +config|get +select|0 (~x resetchannels -@all +del)")
+        format!(
+            "on sanitize-payload #{hash} ~obj:* %R~read:* resetchannels &chan -@all +set +config|get +select|0 (~x resetchannels -@all +del)"
+        )
     );
 }
 
@@ -96,12 +98,27 @@ fn bad_rules_are_refused_with_valkeys_words_and_change_nothing() {
         let ops: Vec<Vec<u8>> = rules.iter().map(|s| s.as_bytes().to_vec()).collect();
         u.apply_all(&ops, &e).unwrap_err()
     };
-    assert_eq!(err(&mut u, &["+set", "+nosuchcommand"]), "Error in ACL SETUSER modifier '+nosuchcommand': Unknown command or category name in ACL");
+    assert_eq!(
+        err(&mut u, &["+set", "+nosuchcommand"]),
+        "Error in ACL SETUSER modifier '+nosuchcommand': Unknown command or category name in ACL"
+    );
     assert_eq!(err(&mut u, &["bogus"]), "Error in ACL SETUSER modifier 'bogus': Syntax error");
-    assert_eq!(err(&mut u, &["+@nosuch"]), "Error in ACL SETUSER modifier '+@nosuch': Unknown command or category name in ACL");
-    assert_eq!(err(&mut u, &["#abc"]), "Error in ACL SETUSER modifier '#abc': The password hash must be exactly 64 characters and contain only lowercase hexadecimal characters");
-    assert_eq!(err(&mut u, &["<nope"]), "Error in ACL SETUSER modifier '<nope': The password you are trying to remove from the user does not exist");
-    assert_eq!(err(&mut u, &["+config|get|x"]), "Error in ACL SETUSER modifier '+config|get|x': Allowing first-arg of a subcommand is not supported");
+    assert_eq!(
+        err(&mut u, &["+@nosuch"]),
+        "Error in ACL SETUSER modifier '+@nosuch': Unknown command or category name in ACL"
+    );
+    assert_eq!(
+        err(&mut u, &["#abc"]),
+        "Error in ACL SETUSER modifier '#abc': The password hash must be exactly 64 characters and contain only lowercase hexadecimal characters"
+    );
+    assert_eq!(
+        err(&mut u, &["<nope"]),
+        "Error in ACL SETUSER modifier '<nope': The password you are trying to remove from the user does not exist"
+    );
+    assert_eq!(
+        err(&mut u, &["+config|get|x"]),
+        "Error in ACL SETUSER modifier '+config|get|x': Allowing first-arg of a subcommand is not supported"
+    );
     assert_eq!(err(&mut u, &["%X~x"]), "Error in ACL SETUSER modifier '%X~x': Syntax error");
     assert_eq!(err(&mut u, &["(+get", "~x"]), "Unmatched parenthesis in acl selector starting at '(+get'.");
     assert!(err(&mut u, &["allkeys", "~x"]).ends_with("Try 'resetkeys' to start with an empty list of patterns"));
@@ -125,7 +142,8 @@ fn acl_files_report_every_bad_line() {
     let e = env(&reg);
     let users = super::file::parse(b"user alice on >p ~* +@all\n\nuser bob off\n", "f.acl", &e).unwrap();
     assert_eq!(users.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(), ["alice", "bob", "default"]);
-    let err = super::file::parse(b"user a +nosuch\nnotuser x\nuser a on\nuser b bogus junk\n", "f.acl", &e).unwrap_err();
+    let err =
+        super::file::parse(b"user a +nosuch\nnotuser x\nuser a on\nuser b bogus junk\n", "f.acl", &e).unwrap_err();
     assert_eq!(
         err,
         "f.acl:1: Error in applying operation '+nosuch': Unknown command or category name in ACL. \

@@ -293,7 +293,8 @@ fn load(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Re
     let settings = srv.settings.load();
     let env = srv.acl.env(&srv.registry, &settings);
     let users = acl::file::read(&settings, &path, &env).map_err(CommandError::err)?;
-    let before: Vec<(Arc<UserCell>, Arc<acl::User>)> = srv.acl.users().into_iter().map(|c| (c.clone(), c.rules())).collect();
+    let before: Vec<(Arc<UserCell>, Arc<acl::User>)> =
+        srv.acl.users().into_iter().map(|c| (c.clone(), c.rules())).collect();
     let gone = srv.acl.replace_all(users);
     for (cell, old) in &before {
         if !cell.is_deleted() {
