@@ -196,6 +196,9 @@ def cells():
         Cell("get-16k", "get", ["-r", "1000", "-d", "16384", "-c", "50", "-P", "1"],
              setup=True),
         Cell("set-1000conns", "set", ["-r", "100000", "-d", "100", "-c", "1000", "-P", "1"]),
+        # The ACL check's cost for a restricted user: only SET on key:* (redis-benchmark's
+        # keys), logged in with --user/-a; both servers get the same user (ACL_USER).
+        Cell("acl-set-p16", "set", kv + ["-P", "16", "--user", "bench", "-a", "benchpw"], requires="acl"),
     ]
     for c in list(out):
         if c.name.startswith(("set-p", "get-p")):
@@ -238,6 +241,15 @@ def run_bench(argv, timeout):
     p50 = max(float(r[4]) for r in rows)
     p99 = max(float(r[6]) for r in rows)
     return rps, p50, p99
+
+
+# The restricted user of the acl-* cells: SET and what redis-benchmark asks at startup.
+ACL_USER = ["bench", "on", ">benchpw", "resetkeys", "~key:*", "-@all", "+set", "+ping", "+config|get"]
+
+
+def add_acl_user(server):
+    subprocess.run(["redis-cli", "-p", str(server.port), "ACL", "SETUSER"] + ACL_USER,
+                   capture_output=True, timeout=10)
 
 
 def knows(server, command):
@@ -298,6 +310,7 @@ def run_mode(mode, servers, pki, args, results):
     selected = [c for c in cells() if not args.cells or c.name in args.cells]
     for srv in servers:
         srv.start(pki, mode, server_cpus)
+        add_acl_user(srv)
     try:
         for cell in selected:
             usable = [s for s in servers if (not cell.tls or s.tls_ok) and (not cell.requires or knows(s, cell.requires))]

@@ -9,6 +9,7 @@
 //! Expected replies follow Valkey 8.0. Set `HOTKV_TEST_BIN=/path/to/valkey-server` to run the
 //! suite against a reference server and check an expectation.
 
+mod acl;
 mod aof;
 mod auth;
 mod benchmark;

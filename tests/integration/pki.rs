@@ -113,6 +113,22 @@ impl Ca {
     pub fn client(&self, cn: &str) -> Leaf {
         self.issue(cn, &[Eku::ClientAuth], -1, 365, None)
     }
+
+    /// A clientAuth certificate whose subject has no CN (only an organization).
+    pub fn client_without_cn(&self) -> Leaf {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::default();
+        p.distinguished_name = rcgen::DistinguishedName::new();
+        p.distinguished_name.push(DnType::OrganizationName, "no common name");
+        p.extended_key_usages = vec![Eku::ClientAuth];
+        p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        p.not_before = days(-1);
+        p.not_after = days(365);
+        let sn = serial();
+        p.serial_number = Some(sn.clone());
+        let cert = p.signed_by(&key, &Issuer::from_params(&self.params, &self.key)).unwrap();
+        Leaf { cert: cert.pem(), key: key.serialize_pem(), serial: hex_upper(sn.as_ref()) }
+    }
 }
 
 /// An issued certificate with its key.

@@ -51,6 +51,9 @@ pub struct Waiter {
     pub proto: Protocol,
     /// The keys it waits on.
     pub keys: Vec<Vec<u8>>,
+    /// Its client's ACL user: whoever serves it checks the call again first, since the rules
+    /// may have changed while it waited (Valkey reprocesses an unblocked command).
+    pub acl_user: std::sync::OnceLock<Arc<crate::acl::UserCell>>,
     tx: Mutex<Option<oneshot::Sender<Wakeup>>>,
 }
 
@@ -66,7 +69,20 @@ impl Waiter {
         keys: Vec<Vec<u8>>,
     ) -> (Arc<Waiter>, oneshot::Receiver<Wakeup>) {
         let (tx, rx) = oneshot::channel();
-        (Arc::new(Waiter { client, db, cmd, args, plan, proto, keys, tx: Mutex::new(Some(tx)) }), rx)
+        (
+            Arc::new(Waiter {
+                client,
+                db,
+                cmd,
+                args,
+                plan,
+                proto,
+                keys,
+                acl_user: std::sync::OnceLock::new(),
+                tx: Mutex::new(Some(tx)),
+            }),
+            rx,
+        )
     }
 
     /// Wakes the client; false if it was already woken (or gone).

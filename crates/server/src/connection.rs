@@ -41,8 +41,8 @@ pub async fn serve(srv: Arc<Server>, stream: socket2::Socket, info: Arc<ClientIn
         }
     };
     *info.sock.lock() = Some(sock.raw_fd());
-    let authenticated = srv.rt.load().requirepass.is_none();
-    let mut sess = Session::new(info.clone(), authenticated);
+    let mut sess = Session::new(info.clone(), !srv.acl.auth_required());
+    sess.acl_user = Some(srv.acl.default_user());
     sess.tls = sock.is_tls();
     srv.clients.add(info.clone());
     let mut conn = Conn {
@@ -55,6 +55,7 @@ pub async fn serve(srv: Arc<Server>, stream: socket2::Socket, info: Arc<ClientIn
         scratch: Scratch::default(),
         soft_since: None,
         aof: srv.aof.clone(),
+        cert_login_done: false,
     };
     // A panic is a bug in hotkv, never the client's doing, but it must cost only this
     // connection: caught here, the cleanup below still runs (no ghost in CLIENT LIST, no
@@ -132,6 +133,8 @@ struct Conn {
     scratch: Scratch,
     /// Since when pending output has been above the soft output limit.
     soft_since: Option<std::time::Instant>,
+    /// `tls-auth-clients-user` had its one look at the client's certificate.
+    cert_login_done: bool,
     /// The AOF, whose `appendfsync always` holds replies until their writes are on disk.
     aof: Arc<crate::aof::wire::Aof>,
 }
@@ -171,8 +174,8 @@ impl Conn {
             if n == 0 {
                 return Ok(());
             }
-            if !sess.authenticated && stream.is_tls() {
-                login_by_certificate(srv, stream, sess);
+            if !self.cert_login_done && stream.is_tls() {
+                self.cert_login_done = login_by_certificate(srv, stream, sess);
             }
             info.net_in.fetch_add(n as u64, Ordering::Relaxed);
             sess.pending_in += n as u64;
@@ -726,17 +729,28 @@ impl Conn {
     }
 }
 
-/// `tls-auth-clients-user`: a client whose certificate names a user is logged in as that user
-/// when its handshake completes (Valkey 9). hotkv's only user is `default`.
-fn login_by_certificate(srv: &Server, stream: &Socket, sess: &mut Session) {
+/// `tls-auth-clients-user`: a client whose certificate names an existing, enabled ACL user (its
+/// CN, or the first of its URI SANs that does) is logged in as that user once its handshake
+/// completes (Valkey 9); any other client stays `default`. Returns whether the look was made.
+fn login_by_certificate(srv: &Server, stream: &Socket, sess: &mut Session) -> bool {
     let mode = srv.rt.load().tls_cert_user;
     if mode == hotkv_tls::CertUser::Off {
-        return;
+        return true;
     }
-    let Some(tls) = stream.tls_session() else { return };
-    if tls.peer_certificate_names(mode).iter().any(|n| n == "default") {
-        sess.authenticated = true;
+    let Some(tls) = stream.tls_session() else { return false };
+    let names = tls.peer_certificate_names(mode);
+    let user = names.iter().find_map(|n| srv.acl.user(n.as_bytes()).filter(|u| u.rules().enabled()));
+    match user {
+        Some(user) => {
+            tracing::debug!(client = sess.id, user = user.name(), "logged in by client certificate");
+            sess.login(user);
+        }
+        None if !names.is_empty() => {
+            tracing::debug!(client = sess.id, "client certificate names no enabled user");
+        }
+        None => {}
     }
+    true
 }
 
 async fn recv_message(sess: &mut Session) -> Option<crate::pubsub::Message> {

@@ -151,7 +151,8 @@ fn run_checked(
         return Err(rejected(sess, e));
     }
     plan_call(b, cmd, sess, &args, scratch, plan);
-    check_auth(cmd, sess).map_err(|e| rejected(sess, e))?;
+    check_auth(b, cmd, sess).map_err(|e| rejected(sess, e))?;
+    check_acl(b, cmd, sess, &args).map_err(|e| rejected(sess, e))?;
     // A command's second turn after waiting on another node was routed on its first: routing
     // it again could answer TRYAGAIN for keys its first turn moved away, and the keys the
     // target acknowledged would then stay here as well.
@@ -369,11 +370,21 @@ fn check_arity(cmd: &Command, args: &Args<'_>) -> Result<(), CommandError> {
     Ok(())
 }
 
-fn check_auth(cmd: &Command, sess: &Session) -> Result<(), CommandError> {
-    if !sess.authenticated && cmd.spec.flags() & flags::NO_AUTH == 0 {
+/// NOAUTH, while the default user has a password or is off (Valkey's `authRequired`, which
+/// follows the user: clearing `requirepass` lets waiting clients in).
+fn check_auth(b: &Batch<'_>, cmd: &Command, sess: &Session) -> Result<(), CommandError> {
+    if !sess.authenticated && cmd.spec.flags() & flags::NO_AUTH == 0 && b.srv.acl.auth_required() {
         return Err(CommandError::NoAuth);
     }
     Ok(())
+}
+
+/// The ACL check, before routing: a client is never told where keys it may not touch live.
+/// For a user who may run everything (the default user unless configured) this is one
+/// relaxed load; see [`crate::acl::Acl::check`].
+fn check_acl(b: &Batch<'_>, cmd: &Command, sess: &Session, args: &Args<'_>) -> Result<(), CommandError> {
+    let Some(user) = &sess.acl_user else { return Ok(()) };
+    b.srv.acl.check(user, cmd, args).map_err(|d| crate::acl::refuse(b.srv, sess, cmd, args, d))
 }
 
 /// A RESP2 client in subscribed mode may only (un)subscribe, ping, quit and reset; the
@@ -596,6 +607,9 @@ fn run_engine(
         // Registered before the locks are released, so no write can slip in unnoticed.
         let argv = args.iter().map(<[u8]>::to_vec).collect();
         let (waiter, rx) = Waiter::new(sess.id, ctx.db, cmd.id, argv, plan.clone(), out.protocol(), req.keys);
+        if let Some(u) = &sess.acl_user {
+            let _ = waiter.acl_user.set(u.clone());
+        }
         b.srv.blocked.register(waiter.clone());
         flow = Flow::Block(BlockWait { waiter, rx, deadline_ms: req.deadline_ms });
     }
@@ -638,6 +652,12 @@ pub(crate) fn serve_blocked(b: &Batch<'_>, ctx: &mut Ctx<'_>, events: &CmdEvents
             };
             let (flat, spans) = flatten(&w.args);
             let args = Args::from_parts(&flat, &spans);
+            // Refused now: its own connection runs it again, through dispatch's ACL check.
+            if w.acl_user.get().is_some_and(|u| b.srv.acl.check(u, cmd, &args).is_err()) {
+                b.srv.blocked.unregister(&w);
+                let _ = tx.send(Wakeup::Retry);
+                continue;
+            }
             // The plan it was blocked with: its keys are the same, and so is its database.
             let ks = ctx.ks;
             if !ctx.locks.try_extend(ks, w.plan.locks()) {

@@ -58,6 +58,12 @@ pub fn apply(srv: &Server, hook: Hook, old: &Settings, new: &Settings) -> Result
             crate::crash::configure(new);
             Ok(())
         }
+        Hook::Acl => {
+            if old.str(table::REQUIREPASS) != new.str(table::REQUIREPASS) {
+                srv.acl.apply_requirepass(&srv.registry, new);
+            }
+            Ok(())
+        }
         Hook::Replication => {
             crate::replication::apply(srv, new);
             // A failover's data-age check allows for one repl-ping-replica-period.

@@ -4,6 +4,7 @@
 //! Depends on the protocol, engine and TLS crates (and, as their issues land, on the cluster
 //! and replication crates); nothing depends on it but the `hotkv` binary.
 
+pub mod acl;
 pub mod aof;
 pub mod blocking;
 pub mod cluster;
@@ -113,6 +114,11 @@ pub fn main() -> i32 {
         }
     };
     let mut srv = Server::new(settings, loaded.config_file, Registry::new(cmd::commands()));
+    if let Err(e) = acl::file::load_at_startup(&srv) {
+        tracing::warn!("{e}");
+        eprintln!("{e}");
+        return 1;
+    }
     if let Some(table) = table {
         let node = cluster::build(&srv.settings.load(), table, &srv.tls, srv.pubsub.clone());
         srv.router = node.router.clone();

@@ -304,7 +304,7 @@ async fn admit(srv: Arc<Server>, stream: TcpStream, peer: SocketAddr, tls: bool)
     };
     let refusal = if srv.clients.len() >= rt.maxclients {
         Some("-ERR max number of clients reached\r\n")
-    } else if rt.protected_mode && rt.requirepass.is_none() && !is_loopback(peer.ip()) {
+    } else if rt.protected_mode && srv.acl.default_user().rules().nopass() && !is_loopback(peer.ip()) {
         Some(DENIED)
     } else {
         None

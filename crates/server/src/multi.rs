@@ -165,13 +165,16 @@ fn run(
         let (db, dirty) = (ctx.db, ctx.stats.dirty);
         ctx.effects.next_call();
         let script = b.srv.known.scripts.iter().position(|&s| s == q.cmd);
-        let mut result = match (cmd.spec.engine(), script) {
-            (Some(ecmd), _) => (ecmd.run)(&mut ctx, args, out).map(|()| Flow::Continue),
-            (None, Some(i)) => {
-                let (kind, ro) = (crate::dispatch::script_kind(i), crate::dispatch::script_read_only(i));
-                crate::script::run_queued(b, sess, kind, ro, args, out, &mut ctx)
-            }
-            (None, None) => run_server(b, sess, cmd, args, out, &mut ctx),
+        let mut result = match crate::acl::recheck_queued(b.srv, sess, cmd, &args) {
+            Err(e) => Err(e),
+            Ok(()) => match (cmd.spec.engine(), script) {
+                (Some(ecmd), _) => (ecmd.run)(&mut ctx, args, out).map(|()| Flow::Continue),
+                (None, Some(i)) => {
+                    let (kind, ro) = (crate::dispatch::script_kind(i), crate::dispatch::script_read_only(i));
+                    crate::script::run_queued(b, sess, kind, ro, args, out, &mut ctx)
+                }
+                (None, None) => run_server(b, sess, cmd, args, out, &mut ctx),
+            },
         };
         // A command that must wait on another node (MIGRATE) cannot do so while the
         // transaction holds every lock it needs: it fails, as a command that errors at run

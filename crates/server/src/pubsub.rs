@@ -307,4 +307,25 @@ impl PubSub {
     pub fn numpat(&self) -> usize {
         self.npatterns.load(Ordering::Relaxed)
     }
+
+    /// What client `id` is subscribed to, read from the shared tables (the client's own list
+    /// belongs to its connection): for ACL changes that revoke channels. Walks every table.
+    pub fn subscriptions_of(&self, id: u64) -> Subscriptions {
+        let of = |kind| -> Vec<Vec<u8>> {
+            let t = self.table(kind).read();
+            t.iter().filter(|(_, subs)| subs.contains_key(&id)).map(|(name, _)| name.to_vec()).collect()
+        };
+        Subscriptions { channels: of(Kind::Channel), patterns: of(Kind::Pattern), shard: of(Kind::Shard) }
+    }
+}
+
+/// One client's subscriptions, by kind.
+#[derive(Debug, Default)]
+pub struct Subscriptions {
+    /// SUBSCRIBE channels.
+    pub channels: Vec<Vec<u8>>,
+    /// PSUBSCRIBE patterns.
+    pub patterns: Vec<Vec<u8>>,
+    /// SSUBSCRIBE channels.
+    pub shard: Vec<Vec<u8>>,
 }

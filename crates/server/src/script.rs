@@ -612,10 +612,13 @@ impl<'b: 'c, 'c> Host for ScriptHost<'_, 'b, 'c> {
                 (at - a.len(), at)
             })
             .collect();
-        match self.b.srv.registry.lookup(&Args::from_parts(&flat, &spans)) {
-            Lookup::Found(_) => Some(true),
-            _ => None,
-        }
+        let args = Args::from_parts(&flat, &spans);
+        let srv = self.b.srv;
+        let Lookup::Found(id) = srv.registry.lookup(&args) else { return None };
+        Some(match &self.sess.acl_user {
+            Some(user) => srv.acl.check(user, srv.registry.get(id), &args).is_ok(),
+            None => true,
+        })
     }
 
     fn log(&mut self, level: LogLevel, msg: &[u8]) {
@@ -659,6 +662,14 @@ impl<'b: 'c, 'c> ScriptHost<'_, 'b, 'c> {
         let master = self.sess.has_flag(flag::MASTER);
         if repl.is_replica() && !repl.link_up() && !b.rt.replica_serve_stale_data && cflags & flags::STALE == 0 {
             return Err(rejected(CommandError::err("Can not execute the command on a stale replica")));
+        }
+        if let Some(user) = &self.sess.acl_user
+            && let Err(d) = b.srv.acl.check(user, cmd, &args)
+        {
+            let object = crate::acl::denied_object(cmd, &args, d);
+            crate::acl::record_in(b.srv, self.sess, d.reason, crate::acl::Context::Lua, object, None);
+            let why = crate::acl::denied_message(&self.sess.user, cmd, &args, d, false);
+            return Err(rejected(CommandError::err(format!("ACL failure in script: {why}"))));
         }
         if self.read_only && cflags & (flags::WRITE | flags::MAY_REPLICATE) != 0 {
             return Err(rejected(CommandError::err("Write commands are not allowed from read-only scripts.")));

@@ -269,6 +269,8 @@ pub struct Server {
     pub functions: hotkv_scripting::Functions,
     /// Scripts running long enough to be seen by SCRIPT KILL and to make others BUSY.
     pub script_runs: Arc<crate::script::Runs>,
+    /// ACL users, the ACL log.
+    pub acl: crate::acl::Acl,
 }
 
 impl Server {
@@ -281,6 +283,7 @@ impl Server {
         let (monitor_tx, _) = broadcast::channel(4096);
         let obuf = settings.ints(t::CLIENT_OUTPUT_BUFFER_LIMIT).to_vec();
         let repl = crate::replication::Replication::new(&settings);
+        let acl = crate::acl::Acl::new(&registry, &settings);
         let srv = Server {
             ks: Keyspace::new(rt.databases),
             engine: ArcSwap::from_pointee(engine),
@@ -325,6 +328,7 @@ impl Server {
             freeze: Default::default(),
             router: Arc::new(Standalone),
             cluster: None,
+            acl,
         };
         srv.pubsub.hard_limit.store(obuf.get(6).copied().unwrap_or(0).max(0) as usize, Ordering::Relaxed);
         srv

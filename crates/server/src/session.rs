@@ -61,6 +61,9 @@ pub struct Session {
     pub authenticated: bool,
     /// Authenticated user name.
     pub user: String,
+    /// The ACL user whose rules apply; `None` for the server's own clients (our primary's
+    /// stream, the AOF loader), which may run anything, as in Valkey.
+    pub acl_user: Option<Arc<crate::acl::UserCell>>,
     /// CLIENT REPLY state.
     pub reply_mode: ReplyMode,
     /// Counters folded into the server's totals after each batch.
@@ -138,6 +141,7 @@ impl Session {
             db: 0,
             authenticated,
             user: "default".into(),
+            acl_user: None,
             reply_mode: ReplyMode::On,
             local: LocalStats::default(),
             info,
@@ -187,6 +191,14 @@ impl Session {
         c.ssub.store(ssub as u32, Ordering::Relaxed);
         c.watch.store(self.watched.len() as u32, Ordering::Relaxed);
         c.multi.store(self.multi.as_ref().map_or(0, |m| m.queue.len()) as u32, Ordering::Relaxed);
+    }
+
+    /// Logs the session in as `user` (AUTH, HELLO AUTH, a client certificate).
+    pub fn login(&mut self, user: Arc<crate::acl::UserCell>) {
+        self.authenticated = true;
+        self.user = user.name().to_string();
+        *self.info.user.lock() = self.user.clone();
+        self.acl_user = Some(user);
     }
 
     /// Whether a client flag is set.

@@ -334,10 +334,6 @@ impl KillFilter {
             } else if is("laddr") {
                 k.laddr = Some(text(val));
             } else if is("user") {
-                // `default` is the only user until ACLs exist.
-                if *val != b"default" {
-                    return Err(CommandError::err(format!("No such user '{}'", text(val))));
-                }
                 k.user = Some(text(val));
             } else if is("skipme") {
                 k.skipme = if val.eq_ignore_ascii_case(b"yes") {
@@ -370,6 +366,11 @@ impl KillFilter {
 fn kill(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
     let rest: Vec<&[u8]> = args.iter().skip(2).collect();
     let filter = KillFilter::parse(&rest)?;
+    if let Some(u) = &filter.user
+        && srv.acl.user(u.as_bytes()).is_none()
+    {
+        return Err(CommandError::err(format!("No such user '{u}'")));
+    }
     let mut killed = 0;
     let mut me = false;
     for c in srv.clients.snapshot() {
@@ -655,7 +656,8 @@ mod tests {
             assert_eq!(err(&["id", bad]), "ERR client-id should be greater than 0");
         }
         assert_eq!(err(&["type", "wrong_type"]), "ERR Unknown client type 'wrong_type'");
-        assert_eq!(err(&["user", "wrong_user"]), "ERR No such user 'wrong_user'");
+        // The user's existence is the ACL table's to say, when the command runs.
+        assert_eq!(parse(&["user", "wrong_user"]).unwrap().user.as_deref(), Some("wrong_user"));
         assert_eq!(err(&["skipme", "yes_or_no"]), "ERR syntax error");
         assert_eq!(err(&["maxage", "str"]), "ERR maxage is not an integer or out of range");
         assert_eq!(err(&["maxage", "9999999999999999999"]), "ERR maxage is not an integer or out of range");

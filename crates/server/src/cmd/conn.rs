@@ -135,8 +135,9 @@ fn reset(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> R
         sess.set_flag(flag::MONITOR, false);
         srv.monitors.fetch_sub(1, Ordering::Relaxed);
     }
-    sess.authenticated = srv.rt.load().requirepass.is_none();
-    sess.user = "default".into();
+    // Back to `default`, logged in only if it needs no password (Valkey's clientSetDefaultAuth).
+    sess.login(srv.acl.default_user());
+    sess.authenticated = !srv.acl.auth_required();
     sess.multi = None;
     sess.set_flag(flag::MULTI, false);
     crate::cmd::multi::forget_watches(srv, sess);
@@ -149,31 +150,33 @@ fn reset(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> R
     Ok(Flow::Continue)
 }
 
-/// Checks credentials of the only user, `default`: any password when none is required.
-fn check_credentials(srv: &Server, user: &[u8], pass: &[u8]) -> Result<(), CommandError> {
-    if user != b"default" {
-        return Err(CommandError::WrongPass);
+/// Logs the session in as `user` if the password fits; a failure is logged in ACL LOG under
+/// the name tried, with the command as typed as its object (Valkey's checkPasswordBasedAuth).
+fn check_credentials(
+    srv: &Server,
+    sess: &mut Session,
+    args: &Args<'_>,
+    user: &[u8],
+    pass: &[u8],
+) -> Result<(), CommandError> {
+    match srv.acl.authenticate(user, pass) {
+        Some(cell) => {
+            sess.login(cell);
+            Ok(())
+        }
+        None => {
+            let object = String::from_utf8_lossy(args.get(0)).into_owned();
+            let name = String::from_utf8_lossy(user).into_owned();
+            crate::acl::record(srv, sess, crate::acl::Reason::Auth, object, Some(name));
+            Err(CommandError::WrongPass)
+        }
     }
-    match &srv.rt.load().requirepass {
-        None => Ok(()),
-        Some(p) if constant_time_eq(p.as_bytes(), pass) => Ok(()),
-        Some(_) => Err(CommandError::WrongPass),
-    }
-}
-
-/// Compares without an early exit, so timing does not reveal how much of a password matched.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = a.len() ^ b.len();
-    for i in 0..a.len().max(b.len()) {
-        diff |= usize::from(a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0));
-    }
-    diff == 0
 }
 
 fn auth(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
     let (user, pass) = match args.len() {
         2 => {
-            if srv.rt.load().requirepass.is_none() {
+            if srv.acl.default_user().rules().nopass() {
                 return Err(CommandError::err(
                     "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
                 ));
@@ -183,8 +186,7 @@ fn auth(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) ->
         3 => (args.get(1), args.get(2)),
         _ => return Err(CommandError::Syntax),
     };
-    check_credentials(srv, user, pass)?;
-    sess.authenticated = true;
+    check_credentials(srv, sess, &args, user, pass)?;
     out.ok();
     Ok(Flow::Continue)
 }
@@ -230,8 +232,7 @@ fn hello(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -
         }
     }
     if let Some((user, pass)) = creds {
-        check_credentials(srv, user, pass)?;
-        sess.authenticated = true;
+        check_credentials(srv, sess, &args, user, pass)?;
     }
     if !sess.authenticated {
         return Err(CommandError::raw(

@@ -393,6 +393,7 @@ fn persistence(srv: &Server, o: &mut String) {
 
 fn stats(srv: &Server, o: &mut String) {
     let s = &srv.stats;
+    let acl_denied = srv.acl.denied_counts();
     let (ops, kin, kout, cycles_rate, cron_usec_rate) = {
         let samples = s.samples.lock();
         (samples.rate(0) as i64, samples.rate(1) as i64, samples.rate(2) as i64, samples.rate(3), samples.rate(4))
@@ -466,10 +467,10 @@ fn stats(srv: &Server, o: &mut String) {
         "eventloop_duration_cmd_sum" => s.command_usec(),
         "instantaneous_eventloop_cycles_per_sec" => cycles_rate.round() as i64,
         "instantaneous_eventloop_duration_usec" => cycle_usec,
-        "acl_access_denied_auth" => 0,
-        "acl_access_denied_cmd" => 0,
-        "acl_access_denied_key" => 0,
-        "acl_access_denied_channel" => 0,
+        "acl_access_denied_auth" => acl_denied[0],
+        "acl_access_denied_cmd" => acl_denied[1],
+        "acl_access_denied_key" => acl_denied[2],
+        "acl_access_denied_channel" => acl_denied[3],
     );
 }
 

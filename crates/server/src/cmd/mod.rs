@@ -7,6 +7,7 @@ use hotkv_protocol::{Args, ReplyBuf};
 
 use crate::registry::{ServerFn, ServerSpec};
 
+pub mod acl;
 pub mod aof;
 pub mod client;
 pub mod cluster;
@@ -45,6 +46,7 @@ pub fn commands() -> impl Iterator<Item = &'static ServerSpec> {
         .chain(debug::COMMANDS.iter())
         .chain(cluster::COMMANDS.iter())
         .chain(scripting::COMMANDS.iter())
+        .chain(acl::COMMANDS.iter())
 }
 
 /// A server command row.

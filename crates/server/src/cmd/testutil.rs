@@ -49,7 +49,9 @@ pub(crate) fn client(srv: &Server, port: u16) -> TestClient {
     let laddr: SocketAddr = "127.0.0.1:6379".parse().expect("valid test address");
     let info = Arc::new(ClientInfo::new(srv.clients.next_id(), addr, laddr, 8, unix_ms()));
     srv.clients.add(info.clone());
-    TestClient { sess: Session::new(info, true), out: ReplyBuf::new(), scratch: Scratch::default() }
+    let mut sess = Session::new(info, true);
+    sess.acl_user = Some(srv.acl.default_user());
+    TestClient { sess, out: ReplyBuf::new(), scratch: Scratch::default() }
 }
 
 impl TestClient {

@@ -61,6 +61,8 @@ pub enum Hook {
     Aof,
     /// Crash reports and the software watchdog (crash-log-enabled, watchdog-period...).
     Crash,
+    /// The default user's password follows requirepass.
+    Acl,
 }
 
 /// One directive.
@@ -173,6 +175,7 @@ const CLUSTER: Option<Hook> = Some(Hook::Cluster);
 const REPL: Option<Hook> = Some(Hook::Replication);
 const AOF: Option<Hook> = Some(Hook::Aof);
 const CRASH: Option<Hook> = Some(Hook::Crash);
+const ACL: Option<Hook> = Some(Hook::Acl);
 const POLICIES: &[&str] = &[
     "volatile-lru",
     "volatile-lfu",
@@ -290,14 +293,14 @@ directives! {
         "network.max_new_tls_connections_per_cycle": int(1, 1000), "1", M | NE, H,
         "TLS connections accepted per event-loop cycle.";
     // security
-    REQUIREPASS = "requirepass" [] "security.requirepass": O, "", M | SEN | U, H,
+    REQUIREPASS = "requirepass" [] "security.requirepass": O, "", M | SEN, ACL,
         "Password of the default user.";
-    ACLFILE = "aclfile" [] "security.aclfile": S, "", I | NE, H,
+    ACLFILE = "aclfile" [] "security.aclfile": S, "", I, H,
         "File of ACL users.";
-    ACLLOG_MAX_LEN = "acllog-max-len" [] "security.acllog_max_len": int(0, LONG), "128", M | NE, H,
+    ACLLOG_MAX_LEN = "acllog-max-len" [] "security.acllog_max_len": int(0, LONG), "128", M | U, H,
         "Entries kept by ACL LOG.";
     ACL_PUBSUB_DEFAULT = "acl-pubsub-default" [] "security.acl_pubsub_default":
-        Ty::Enum(&["resetchannels", "allchannels"]), "resetchannels", M | NE, H, "Channel permissions of new users.";
+        Ty::Enum(&["resetchannels", "allchannels"]), "resetchannels", M | U, H, "Channel permissions of new users.";
     ENABLE_PROTECTED_CONFIGS = "enable-protected-configs" [] "security.enable_protected_configs": PROTECTED_ACTION,
         "no", I, H, "Allow CONFIG SET of protected directives (dir, dbfilename): no, yes or local clients.";
     ENABLE_DEBUG_COMMAND = "enable-debug-command" [] "security.enable_debug_command": PROTECTED_ACTION, "no", I, H,
@@ -308,7 +311,7 @@ directives! {
         Ty::Enum(&["no", "yes", "clients"]), "no", M | NE, H, "Deep checks of RESTORE payloads.";
     RENAME_COMMAND = "rename-command" [] "security.rename_command": Ty::Lines { min: 2, max: 2 }, "",
         FILE_ONLY | APPEND | NE, H, "Rename a command (`rename-command CONFIG \"\"` removes it).";
-    USER = "user" [] "security.user": Ty::Lines { min: 1, max: usize::MAX }, "", FILE_ONLY | APPEND | NE, H,
+    USER = "user" [] "security.user": Ty::Lines { min: 1, max: usize::MAX }, "", FILE_ONLY | APPEND, H,
         "Declare an ACL user with its rules.";
     // clients
     MAXCLIENTS = "maxclients" [] "clients.maxclients": int(1, UINT), "10000", M, CLIENTS,
@@ -553,7 +556,7 @@ directives! {
     TLS_AUTH_CLIENTS = "tls-auth-clients" [] "tls.auth_clients": Ty::Enum(&["no", "yes", "optional"]), "yes",
         M | U, H, "Client certificates on the client port: required, optional or not asked for.";
     TLS_AUTH_CLIENTS_USER = "tls-auth-clients-user" [] "tls.auth_clients_user": Ty::Enum(&["off", "CN", "URI"]), "off",
-        M | U, H, "Valkey 9: log in as the ACL user named by the client certificate's CN or URI.";
+        M | U, H, "Valkey 9: log in as the enabled ACL user named by the client certificate's CN or URI SAN.";
     TLS_REPLICATION = "tls-replication" [] "tls.replication": B, "no", M, TLS,
         "Connect to the primary over TLS.";
     TLS_CLUSTER = "tls-cluster" [] "tls.cluster": B, "no", M, TLS,
