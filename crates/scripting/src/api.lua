@@ -174,6 +174,8 @@ G.pcall = function(f, ...)
   if ok then
     return true, unpack(r, 1, r.n)
   end
+  -- A killed script stops, whatever it catches (Valkey switches to a line hook for this).
+  if static.killed() then error(r, 0) end
   if rawget(H, 'pending') ~= nil then
     r = unwrap(r)
   end
@@ -188,6 +190,7 @@ G.xpcall = function(f, h)
   if ok then
     return true, unpack(r, 1, r.n)
   end
+  if static.killed() then error(r, 0) end
   return false, r
 end
 

@@ -71,7 +71,10 @@ impl ScriptCache {
         check: impl FnOnce(&Script) -> Result<(), String>,
     ) -> Result<Arc<Script>, String> {
         let sha = sha1_hex(body);
-        if let Some(s) = self.inner.read().scripts.get(&sha).cloned() {
+        // Bound first: a guard in an `if let` scrutinee would live through the body, and the
+        // write below would then wait for it forever.
+        let cached = self.inner.read().scripts.get(&sha).cloned();
+        if let Some(s) = cached {
             if !evictable {
                 self.inner.write().evictable.retain(|x| *x != sha);
             }
@@ -171,6 +174,17 @@ mod tests {
         cache.flush();
         assert!(cache.is_empty());
         assert_ne!(cache.generation(), g);
+    }
+
+    #[test]
+    fn script_load_of_a_script_eval_cached_keeps_it() {
+        let cache = ScriptCache::default();
+        let s = cache.add(b"return 1", true, |_| Ok(())).unwrap();
+        cache.add(b"return 1", false, |_| Ok(())).unwrap();
+        for i in 0..EVAL_SCRIPTS_KEPT {
+            cache.add(format!("return {i} + 1").as_bytes(), true, |_| Ok(())).unwrap();
+        }
+        assert!(cache.get(&s.sha).is_some(), "SCRIPT LOAD took it out of eviction");
     }
 
     #[test]

@@ -81,6 +81,23 @@ pub struct Vm {
     functions: HashMap<String, Function>,
     functions_generation: u64,
     killed: Rc<Cell<bool>>,
+    /// What this VM last added to [`lua_memory`].
+    reported: usize,
+}
+
+/// Bytes every thread's Lua VM holds together (INFO used_memory_lua): each VM adds the change
+/// in its own size after each run, so reading it takes no lock.
+static LUA_MEMORY: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Bytes all Lua VMs hold, as of each one's last run.
+pub fn lua_memory() -> usize {
+    LUA_MEMORY.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        LUA_MEMORY.fetch_sub(self.reported, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// The version scripts see in `redis.REDIS_VERSION` (and Valkey's names for it).
@@ -94,7 +111,8 @@ impl Vm {
         let globals = lua.globals();
         crate::libs::register(&lua)?;
         let host_slot = lua.create_table()?;
-        let statics = statics(&lua)?;
+        let killed = Rc::new(Cell::new(false));
+        let statics = statics(&lua, &killed)?;
         let api: Function = lua.load(include_str!("api.lua")).set_name("=api").into_function()?;
         let (env, run, run_with, intact, load_library, redis): (Table, Function, Function, Function, Function, Table) =
             api.call((host_slot.clone(), statics))?;
@@ -112,7 +130,8 @@ impl Vm {
             generation: 0,
             functions: HashMap::new(),
             functions_generation: u64::MAX,
-            killed: Rc::new(Cell::new(false)),
+            killed,
+            reported: 0,
         })
     }
 
@@ -183,6 +202,7 @@ impl Vm {
                 }
             }
             self.functions_generation = generation;
+            self.report_memory();
         }
         self.functions.get(name).cloned()
     }
@@ -340,6 +360,7 @@ impl Vm {
                 Outcome::Failed { counted: true }
             }
         };
+        self.report_memory();
         if !matches!(self.intact.call::<bool>(()), Ok(true)) {
             tracing::warn!("A script wrote into a read-only table of the Lua VM: the VM is rebuilt");
             if let Ok(fresh) = Vm::new() {
@@ -388,9 +409,21 @@ impl Vm {
         Outcome::Failed { counted }
     }
 
-    /// Memory the VM uses, for INFO's used_memory_lua.
+    /// Memory the VM uses.
     pub fn used_memory(&self) -> usize {
         self.lua.used_memory()
+    }
+
+    /// Brings [`lua_memory`] up to date with this VM's size.
+    fn report_memory(&mut self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = self.lua.used_memory();
+        if now >= self.reported {
+            LUA_MEMORY.fetch_add(now - self.reported, Relaxed);
+        } else {
+            LUA_MEMORY.fetch_sub(self.reported - now, Relaxed);
+        }
+        self.reported = now;
     }
 }
 
@@ -585,8 +618,10 @@ pub(crate) fn lua_message(e: &mlua::Error) -> String {
 }
 
 /// The Rust functions the API chunk installs once: they need no host.
-fn statics(lua: &Lua) -> mlua::Result<Table> {
+fn statics(lua: &Lua, killed: &Rc<Cell<bool>>) -> mlua::Result<Table> {
     let t = lua.create_table()?;
+    let k = killed.clone();
+    t.raw_set("killed", lua.create_function(move |_, ()| Ok(k.get()))?)?;
     t.raw_set(
         "sha1hex",
         lua.create_function(|lua, args: MultiValue| {

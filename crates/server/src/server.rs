@@ -150,6 +150,8 @@ pub struct Known {
     pub flushall: usize,
     /// EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, FCALL, FCALL_RO: run by `crate::script`.
     pub scripts: [usize; 6],
+    /// TIME (a script sees the time its run started, as Valkey's cached time).
+    pub time: usize,
 }
 
 impl Known {
@@ -174,6 +176,7 @@ impl Known {
             ping: id("ping"),
             flushall: id("flushall"),
             scripts: [id("eval"), id("evalsha"), id("eval_ro"), id("evalsha_ro"), id("fcall"), id("fcall_ro")],
+            time: id("time"),
         }
     }
 }

@@ -169,6 +169,11 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
             srv.aof.set_flush_sleep(micros);
             out.ok();
         }
+        ("set-disable-deny-scripts", 3) => {
+            let on = hotkv_protocol::parse_i64(args.get(2)).unwrap_or(0) != 0;
+            srv.script_runs.allow_noscript.store(on, Ordering::Relaxed);
+            out.ok();
+        }
         ("set-active-expire", 3) => {
             let on = hotkv_protocol::parse_i64(args.get(2)).unwrap_or(0) != 0;
             srv.active_expire.store(on, Ordering::Relaxed);
@@ -451,6 +456,8 @@ fn help(args: &Args<'_>, out: &mut ReplyBuf) {
             "    Setting it to 0 disables expiring keys in background when they are not",
             "    accessed (otherwise the behavior). Setting it to 1 reenables back the",
             "    default.",
+            "SET-DISABLE-DENY-SCRIPTS <0|1>",
+            "    Setting it to 1 lets scripts call commands flagged noscript (tests only).",
             "SLEEP <seconds>",
             "    Stop the server for <seconds>. Decimals allowed.",
         ],

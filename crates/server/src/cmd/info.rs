@@ -283,6 +283,10 @@ fn memory(srv: &Server, o: &mut String) {
     let engine = srv.engine.load();
     let signed = |a: u64, b: u64| a as i64 - b as i64;
     let (repl_total, repl_backlog, repl_replicas) = replication_buffers(srv);
+    let lua = hotkv_scripting::lua_memory() as u64;
+    let scripts_mem = srv.scripts.memory() as u64;
+    let (libraries, functions) = srv.functions.counts();
+    let functions_mem: u64 = srv.functions.libraries().iter().map(|l| l.code.len() as u64).sum();
     fields!(o,
         "used_memory" => used,
         "used_memory_human" => human(used),
@@ -301,19 +305,21 @@ fn memory(srv: &Server, o: &mut String) {
         "allocator_muzzy" => 0,
         "total_system_memory" => total,
         "total_system_memory_human" => human(total),
-        "used_memory_lua" => 0,
-        "used_memory_vm_eval" => 0,
-        "used_memory_lua_human" => human(0),
-        "used_memory_scripts_eval" => 0,
-        "number_of_cached_scripts" => 0,
-        "number_of_functions" => 0,
-        "number_of_libraries" => 0,
+        // One Lua VM per worker thread runs both EVAL scripts and functions: its memory is
+        // reported as the eval VM's, as Valkey's two VMs would split it.
+        "used_memory_lua" => lua,
+        "used_memory_vm_eval" => lua,
+        "used_memory_lua_human" => human(lua),
+        "used_memory_scripts_eval" => scripts_mem,
+        "number_of_cached_scripts" => srv.scripts.len(),
+        "number_of_functions" => functions,
+        "number_of_libraries" => libraries,
         "used_memory_vm_functions" => 0,
-        "used_memory_vm_total" => 0,
-        "used_memory_vm_total_human" => human(0),
-        "used_memory_functions" => 0,
-        "used_memory_scripts" => 0,
-        "used_memory_scripts_human" => human(0),
+        "used_memory_vm_total" => lua,
+        "used_memory_vm_total_human" => human(lua),
+        "used_memory_functions" => functions_mem,
+        "used_memory_scripts" => scripts_mem + functions_mem,
+        "used_memory_scripts_human" => human(scripts_mem + functions_mem),
         "maxmemory" => engine.maxmemory,
         "maxmemory_human" => human(engine.maxmemory),
         "maxmemory_policy" => engine.policy.name(),
@@ -426,7 +432,7 @@ fn stats(srv: &Server, o: &mut String) {
         "expire_cycle_cpu_milliseconds" => load(&s.expire_cycle_ms),
         "evicted_keys" => load(&s.evicted_keys),
         "evicted_clients" => load(&s.evicted_clients),
-        "evicted_scripts" => 0,
+        "evicted_scripts" => srv.scripts.evicted(),
         "total_eviction_exceeded_time" => 0,
         "current_eviction_exceeded_time" => 0,
         "keyspace_hits" => s.hits(),
