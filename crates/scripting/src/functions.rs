@@ -109,14 +109,15 @@ pub struct Functions {
 #[derive(Default, Clone)]
 struct Libs {
     libs: BTreeMap<String, Arc<Library>>,
-    /// Function name -> its library and definition.
+    /// Function name, lowercased (FCALL finds functions whatever the case, as Valkey's
+    /// dictionary does) -> its library and definition.
     fns: HashMap<String, (Arc<Library>, usize)>,
 }
 
 impl Libs {
     fn insert(&mut self, lib: Arc<Library>) {
         for (i, f) in lib.functions.iter().enumerate() {
-            self.fns.insert(f.name.clone(), (lib.clone(), i));
+            self.fns.insert(f.name.to_ascii_lowercase(), (lib.clone(), i));
         }
         self.libs.insert(lib.name.clone(), lib);
     }
@@ -124,7 +125,7 @@ impl Libs {
     fn remove(&mut self, name: &str) -> Option<Arc<Library>> {
         let lib = self.libs.remove(name)?;
         for f in &lib.functions {
-            self.fns.remove(&f.name);
+            self.fns.remove(&f.name.to_ascii_lowercase());
         }
         Some(lib)
     }
@@ -136,7 +137,7 @@ impl Libs {
             return Err(format!("Library '{}' already exists", lib.name));
         }
         for f in &lib.functions {
-            if let Some((other, _)) = self.fns.get(&f.name)
+            if let Some((other, _)) = self.fns.get(&f.name.to_ascii_lowercase())
                 && other.name != lib.name
             {
                 return Err(format!("Function {} already exists", f.name));
@@ -214,7 +215,7 @@ impl Functions {
             }
             if policy == RestorePolicy::Append {
                 for f in &lib.functions {
-                    if next.fns.contains_key(&f.name) {
+                    if next.fns.contains_key(&f.name.to_ascii_lowercase()) {
                         return Err(format!("Function {} already exists", f.name));
                     }
                 }
@@ -228,9 +229,9 @@ impl Functions {
 
     /// The function `name`: its library and definition.
     pub fn get(&self, name: &[u8]) -> Option<(Arc<Library>, FnDef)> {
-        let name = std::str::from_utf8(name).ok()?;
+        let name = std::str::from_utf8(name).ok()?.to_ascii_lowercase();
         let inner = self.inner.read();
-        inner.fns.get(name).map(|(lib, i)| (lib.clone(), lib.functions[*i].clone()))
+        inner.fns.get(&name).map(|(lib, i)| (lib.clone(), lib.functions[*i].clone()))
     }
 
     /// Every library, by name.
@@ -292,6 +293,7 @@ mod tests {
         f.load(b"#!lua name=l1\n", true, |_, _| Ok(vec![def("f3")])).unwrap();
         assert!(f.get(b"f1").is_none(), "replacing a library drops its old functions");
         assert_eq!(f.get(b"f3").unwrap().0.name, "l1");
+        assert_eq!(f.get(b"F3").unwrap().1.name, "f3", "names are found whatever their case");
         assert!(f.delete("l1"));
         assert!(!f.delete("l1"));
         assert_eq!(f.counts(), (0, 0));

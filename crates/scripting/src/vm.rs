@@ -117,6 +117,9 @@ impl Vm {
         let (env, run, run_with, intact, load_library, redis): (Table, Function, Function, Function, Function, Table) =
             api.call((host_slot.clone(), statics))?;
         lua.set_globals(env)?;
+        // What setting up left behind (the API chunk, library tables' temporaries) goes now,
+        // so a fresh VM reports what it keeps.
+        lua.gc_collect()?;
         Ok(Vm {
             lua,
             globals,

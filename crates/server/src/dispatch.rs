@@ -150,6 +150,8 @@ fn run_checked(
     if let Err(e) = check_arity(cmd, &args) {
         return Err(rejected(sess, e));
     }
+    // A script's declared flags stand for EVAL's and FCALL's own (Valkey's getCommandFlags).
+    let cflags = crate::script::command_flags(b, cmd, &args);
     plan_call(b, cmd, sess, &args, scratch, plan);
     check_auth(b, cmd, sess).map_err(|e| rejected(sess, e))?;
     check_acl(b, cmd, sess, &args).map_err(|e| rejected(sess, e))?;
@@ -167,11 +169,11 @@ fn run_checked(
     check_pubsub_context(b, cmd, sess, out).map_err(|e| rejected(sess, e))?;
     // A second turn is not held back either: its first turn passed the pause, and holding it
     // would run the command again from its start, its outcome lost.
-    if scratch.resume.is_none() && !master && paused(b, cmd, sess) {
+    if scratch.resume.is_none() && !master && paused(b, cmd, cflags, sess) {
         return Ok(Flow::Paused(args.iter().map(<[u8]>::to_vec).collect()));
     }
     if !master {
-        check_replication(b, cmd, sess).map_err(|e| rejected(sess, e))?;
+        check_replication(b, cmd, cflags, sess).map_err(|e| rejected(sess, e))?;
     }
     if cmd.spec.flags() & flags::ALLOW_BUSY == 0
         && let Some(function) = b.srv.script_runs.busy()
@@ -179,13 +181,13 @@ fn run_checked(
         return Err(rejected(sess, crate::script::busy_error(function)));
     }
     if sess.multi.is_some() && !b.srv.known.multi_immediate.contains(&id) {
-        return queue(b, cmd, sess, args, out, &scratch.plan).map_err(|e| rejected(sess, e));
+        return queue(b, cmd, cflags, sess, args, out, &scratch.plan).map_err(|e| rejected(sess, e));
     }
     if id == b.srv.known.exec {
         if let Some(m) = &sess.multi
-            && m.queue.iter().any(|q| b.srv.registry.get(q.cmd).spec.flags() & flags::DENYOOM != 0)
+            && m.queue.iter().any(|q| q.flags & flags::DENYOOM != 0)
         {
-            check_memory(b, cmd, sess, true).map_err(|e| rejected(sess, e))?;
+            check_memory(b, cflags, sess, true).map_err(|e| rejected(sess, e))?;
         }
         let start = Instant::now();
         let r = crate::multi::exec(b, sess, out, scratch);
@@ -194,7 +196,7 @@ fn run_checked(
         account(b, sess, cmd, &args, start.elapsed().as_nanos() as u64, r.is_err());
         return r;
     }
-    check_memory(b, cmd, sess, false).map_err(|e| rejected(sess, e))?;
+    check_memory(b, cflags, sess, false).map_err(|e| rejected(sess, e))?;
     if let Some(i) = b.srv.known.scripts.iter().position(|&s| s == id) {
         let start = Instant::now();
         let r = crate::script::run(b, sess, script_kind(i), script_read_only(i), args, out, scratch);
@@ -240,7 +242,7 @@ pub(crate) fn dataset_config<'a>(
 /// Whether CLIENT PAUSE holds this command back: every command under `ALL`; under `WRITE`,
 /// one that may write or replicate, or an EXEC with one queued (Valkey's processCommand,
 /// which checks before queueing, so a write is not even queued during a pause).
-fn paused(b: &Batch<'_>, cmd: &Command, sess: &Session) -> bool {
+fn paused(b: &Batch<'_>, cmd: &Command, cflags: u32, sess: &Session) -> bool {
     if cmd.id == b.srv.known.exec
         && let Some(m) = &sess.multi
     {
@@ -250,7 +252,7 @@ fn paused(b: &Batch<'_>, cmd: &Command, sess: &Session) -> bool {
     match b.srv.pause.mode(b.now_ms) {
         Mode::None => false,
         Mode::All => true,
-        Mode::Write => cmd.spec.flags() & (flags::WRITE | flags::MAY_REPLICATE) != 0,
+        Mode::Write => cflags & (flags::WRITE | flags::MAY_REPLICATE) != 0,
     }
 }
 
@@ -261,13 +263,13 @@ pub(crate) fn transaction_paused(b: &Batch<'_>, multi: &crate::session::MultiSta
     match b.srv.pause.mode(b.now_ms) {
         Mode::None => false,
         Mode::All => true,
-        Mode::Write => queues(b, multi, flags::WRITE | flags::MAY_REPLICATE),
+        Mode::Write => queues(multi, flags::WRITE | flags::MAY_REPLICATE),
     }
 }
 
 /// Whether `multi` has a queued command with one of `mask`'s flags.
-fn queues(b: &Batch<'_>, multi: &crate::session::MultiState, mask: u32) -> bool {
-    multi.queue.iter().any(|q| b.srv.registry.get(q.cmd).spec.flags() & mask != 0)
+fn queues(multi: &crate::session::MultiState, mask: u32) -> bool {
+    multi.queue.iter().any(|q| q.flags & mask != 0)
 }
 
 /// Cluster routing, before any slot lock: redirects and refusals are answered here. When the
@@ -345,16 +347,17 @@ fn plan_call(
 fn queue(
     b: &Batch<'_>,
     cmd: &Command,
+    cflags: u32,
     sess: &mut Session,
     args: Args<'_>,
     out: &mut ReplyBuf,
     plan: &Plan,
 ) -> Result<Flow, CommandError> {
     // Valkey refuses to queue a command that may grow memory while over the limit.
-    check_memory(b, cmd, sess, false)?;
+    check_memory(b, cflags, sess, false)?;
     let argv = args.iter().map(<[u8]>::to_vec).collect();
     if let Some(m) = &mut sess.multi {
-        m.queue.push(Queued { cmd: cmd.id, argv, plan: plan.clone() });
+        m.queue.push(Queued { cmd: cmd.id, flags: cflags, argv, plan: plan.clone() });
     }
     sess.sync_counts();
     out.simple("QUEUED");
@@ -408,9 +411,8 @@ fn check_pubsub_context(b: &Batch<'_>, cmd: &Command, sess: &Session, out: &Repl
 /// commands on a replica whose link is down when `replica-serve-stale-data` is off
 /// (MASTERDOWN), and anything but loading commands while a full sync loads (LOADING). An EXEC
 /// counts as a write when a write is queued.
-fn check_replication(b: &Batch<'_>, cmd: &Command, sess: &Session) -> Result<(), CommandError> {
+fn check_replication(b: &Batch<'_>, cmd: &Command, flags: u32, sess: &Session) -> Result<(), CommandError> {
     let repl = &b.srv.repl;
-    let flags = cmd.spec.flags();
     let replica = repl.is_replica();
     let loading = repl.loading() || b.srv.persist.loading();
     // Valkey's writeCommandsDeniedByDiskError: a failed background save first, then the AOF.
@@ -423,7 +425,7 @@ fn check_replication(b: &Batch<'_>, cmd: &Command, sess: &Session) -> Result<(),
         return Ok(());
     }
     let writes = flags & flags::WRITE != 0
-        || (cmd.id == b.srv.known.exec && sess.multi.as_ref().is_some_and(|m| queues(b, m, flags::WRITE)));
+        || (cmd.id == b.srv.known.exec && sess.multi.as_ref().is_some_and(|m| queues(m, flags::WRITE)));
     // Valkey refuses PING too, so a health check notices (processCommand's deny_write_type).
     if let Some(text) = misconf
         && (writes || cmd.id == b.srv.known.ping)
@@ -450,14 +452,14 @@ fn check_replication(b: &Batch<'_>, cmd: &Command, sess: &Session) -> Result<(),
 
 /// Over `maxmemory`, try to evict; a command that may grow memory is then refused with OOM
 /// if the server is still over the limit (Valkey's `performEvictions` + `CMD_DENYOOM`).
-fn check_memory(b: &Batch<'_>, cmd: &Command, sess: &Session, deny: bool) -> Result<(), CommandError> {
+fn check_memory(b: &Batch<'_>, cflags: u32, sess: &Session, deny: bool) -> Result<(), CommandError> {
     // A pause holds the dataset still: no eviction, so no OOM either (Valkey's
     // PAUSE_ACTION_EVICT).
     if b.engine.maxmemory == 0 || b.srv.pause.holds_dataset(b.now_ms) || sess.has_flag(crate::session::flag::MASTER) {
         return Ok(());
     }
     let over = evict::perform(b.srv, b.engine, b.now_ms);
-    let denyoom = deny || cmd.spec.flags() & flags::DENYOOM != 0;
+    let denyoom = deny || cflags & flags::DENYOOM != 0;
     if over && denyoom && !sess.has_flag(crate::session::flag::NO_EVICT) {
         return Err(CommandError::OutOfMemory);
     }
@@ -571,7 +573,10 @@ fn run_engine(
     let mut locks = b.srv.ks.lock(plan.locks());
     // The pause again, under the locks: a pause that began after the check above is waited
     // out here, before the call changes anything (see `Pause::drain_writes`).
-    if scratch.resume.is_none() && !sess.has_flag(crate::session::flag::MASTER) && paused(b, cmd, sess) {
+    if scratch.resume.is_none()
+        && !sess.has_flag(crate::session::flag::MASTER)
+        && paused(b, cmd, cmd.spec.flags(), sess)
+    {
         drop(locks);
         return Ok(Flow::Paused(args.iter().map(<[u8]>::to_vec).collect()));
     }

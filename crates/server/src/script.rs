@@ -233,6 +233,45 @@ pub fn install_functions(srv: &crate::server::Server, codes: &[Vec<u8>]) {
     }
 }
 
+/// Adds a loaded file's libraries to the ones loaded already (DEBUG RELOAD NOFLUSH): with
+/// `replace` the file's copy of a library wins, without it a library loaded already fails.
+pub fn add_functions(srv: &crate::server::Server, codes: &[Vec<u8>], replace: bool) -> Result<(), String> {
+    let policy = if replace { hotkv_scripting::RestorePolicy::Replace } else { hotkv_scripting::RestorePolicy::Append };
+    srv.functions.restore(codes, policy, compile_library)
+}
+
+/// The flags dispatch judges a call by: for EVAL and FCALL with declared flags (a shebang, or
+/// any function), Valkey's `scriptFlagsToCmdFlags` of the script's flags; otherwise the
+/// command's own.
+pub fn command_flags(b: &Batch<'_>, cmd: &Command, args: &Args<'_>) -> u32 {
+    let own = cmd.spec.flags();
+    let Some(i) = b.srv.known.scripts.iter().position(|&s| s == cmd.id) else { return own };
+    let script_flags = match crate::dispatch::script_kind(i) {
+        Kind::Eval => match b.srv.scripts.get(&hotkv_scripting::sha1_hex(args.get(1))) {
+            Some(s) => Some(s.shebang.flags),
+            None => hotkv_scripting::body::eval_shebang(args.get(1)).ok().map(|s| s.flags),
+        },
+        Kind::EvalSha => b.srv.scripts.get(args.get(1)).map(|s| s.shebang.flags),
+        Kind::Fcall => b.srv.functions.get(args.get(1)).map(|(_, d)| d.flags),
+    };
+    match script_flags {
+        Some(f) if f & sflag::EVAL_COMPAT_MODE == 0 => {
+            let mut flags = own & !(flags::STALE | flags::DENYOOM | flags::WRITE | flags::MAY_REPLICATE);
+            if f & (sflag::ALLOW_OOM | sflag::NO_WRITES) == 0 {
+                flags |= flags::DENYOOM;
+            }
+            if f & sflag::NO_WRITES == 0 {
+                flags |= flags::WRITE;
+            }
+            if f & sflag::ALLOW_STALE != 0 {
+                flags |= flags::STALE;
+            }
+            flags
+        }
+        _ => own,
+    }
+}
+
 /// Valkey's `scriptPrepareForRun`: what the script's flags forbid here, checked before it
 /// runs.
 fn prepare(b: &Batch<'_>, sess: &Session, t: &Target, ro: bool) -> Result<(), CommandError> {

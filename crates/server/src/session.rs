@@ -127,6 +127,8 @@ pub struct MultiState {
 pub struct Queued {
     /// Its registry index.
     pub cmd: usize,
+    /// Its command flags as dispatch judged them (a script's come from its shebang).
+    pub flags: u32,
     /// Its arguments.
     pub argv: Vec<Vec<u8>>,
     /// The plan dispatch made when it was queued: EXEC locks and routes their union.

@@ -214,13 +214,19 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
             }
             let has = |o: &[u8]| args.iter().skip(2).any(|a| a.eq_ignore_ascii_case(o));
             let (save, flush) = (!has(b"nosave"), !has(b"noflush") && !has(b"merge"));
+            use crate::persistence::startup::FunctionsFromFile;
+            let functions = match (flush, has(b"merge")) {
+                (true, _) => FunctionsFromFile::Replace,
+                (false, false) => FunctionsFromFile::Append,
+                (false, true) => FunctionsFromFile::Merge,
+            };
             // Inside EXEC the transaction's locks are held: the save's cut could never be taken.
             if sess.in_exec {
                 return Err(CommandError::err("DEBUG RELOAD is not allowed inside a transaction"));
             }
             let Some(srv) = srv.arc() else { return Err(CommandError::err("server is not running")) };
             return Ok(Flow::Await(Box::pin(async move {
-                match crate::persistence::debug_reload(&srv, save, flush).await {
+                match crate::persistence::debug_reload(&srv, save, flush, functions).await {
                     Ok(()) => b"+OK\r\n".to_vec(),
                     Err(e) => format!("-{e}\r\n").into_bytes(),
                 }

@@ -554,7 +554,12 @@ pub async fn final_save(srv: &Arc<Server>, nosave: bool, save: bool, force: bool
 /// DEBUG RELOAD: saves (unless NOSAVE), empties the keyspace (unless NOFLUSH) and loads the
 /// file back; the error is the reply. Other clients keep running and see -LOADING while
 /// the file loads (Valkey blocks them instead).
-pub async fn debug_reload(srv: &Arc<Server>, save: bool, flush: bool) -> Result<(), &'static str> {
+pub async fn debug_reload(
+    srv: &Arc<Server>,
+    save: bool,
+    flush: bool,
+    functions: startup::FunctionsFromFile,
+) -> Result<(), &'static str> {
     if save {
         let s = srv.clone();
         let done = tokio::task::spawn_blocking(move || start(&s, SaveKind::Foreground))
@@ -568,7 +573,7 @@ pub async fn debug_reload(srv: &Arc<Server>, save: bool, flush: bool) -> Result<
         if flush {
             flush_all(&s);
         }
-        startup::load_file(&s)
+        startup::load_file_with(&s, functions)
     })
     .await;
     match loaded {

@@ -38,6 +38,22 @@ impl std::fmt::Display for LoadError {
 /// Loads `dbfilename` from `dir` if it exists, with `loading` set meanwhile; `Ok(None)` when
 /// there is no file (a first start). Logs Valkey's lines.
 pub fn load_file(srv: &Server) -> Result<Option<LoadStats>, LoadError> {
+    load_file_with(srv, FunctionsFromFile::Replace)
+}
+
+/// What the libraries in a loaded file do to the ones loaded already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FunctionsFromFile {
+    /// They replace them all (a start, DEBUG RELOAD).
+    Replace,
+    /// They join them; a library loaded already fails the load (DEBUG RELOAD NOFLUSH).
+    Append,
+    /// They join them; the file's copy of a library wins (DEBUG RELOAD NOFLUSH MERGE).
+    Merge,
+}
+
+/// [`load_file`], with the file's libraries applied as `functions` says.
+pub fn load_file_with(srv: &Server, functions: FunctionsFromFile) -> Result<Option<LoadStats>, LoadError> {
     let path = super::file::rdb_path(srv);
     let file = match File::open(&path) {
         Ok(f) => f,
@@ -50,7 +66,7 @@ pub fn load_file(srv: &Server) -> Result<Option<LoadStats>, LoadError> {
     let p = &srv.persist;
     *p.load.lock() = super::LoadProgress { start_time: unix_ms() / 1000, total_bytes: total, loaded_bytes: 0 };
     p.set_loading(true);
-    let result = read_into(srv, file, &path);
+    let result = read_into(srv, file, &path, functions);
     p.set_loading(false);
     let stats = result?;
     p.set_last_load(stats.loaded, stats.expired);
@@ -84,7 +100,7 @@ pub fn load_at_start(srv: &Server) -> Result<(), String> {
     Ok(())
 }
 
-fn read_into(srv: &Server, mut file: File, path: &Path) -> Result<LoadStats, LoadError> {
+fn read_into(srv: &Server, mut file: File, path: &Path, functions: FunctionsFromFile) -> Result<LoadStats, LoadError> {
     let engine = srv.engine.load();
     let mut reader = RdbReader::new(srv.rt.load().proto_max_bulk_len);
     // A primary that continues its replication history sends its replicas a DEL for every
@@ -131,7 +147,21 @@ fn read_into(srv: &Server, mut file: File, path: &Path) -> Result<LoadStats, Loa
                     match loader.apply(item) {
                         Ok(true) => {
                             let stats = loader.finish();
-                            crate::script::install_functions(srv, &stats.functions);
+                            let installed = match functions {
+                                FunctionsFromFile::Replace => {
+                                    crate::script::install_functions(srv, &stats.functions);
+                                    Ok(())
+                                }
+                                FunctionsFromFile::Append => crate::script::add_functions(srv, &stats.functions, false),
+                                FunctionsFromFile::Merge => crate::script::add_functions(srv, &stats.functions, true),
+                            };
+                            if let Err(e) = installed {
+                                return Err(LoadError {
+                                    path: path.display().to_string(),
+                                    offset: reader.offset(),
+                                    cause: e,
+                                });
+                            }
                             return Ok(stats);
                         }
                         Ok(false) => {}
