@@ -439,12 +439,17 @@ def markdown(results):
     return "\n".join(lines) + "\n"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_common_args(ap):
+    """The options of every side-by-side run: the two servers' binaries, rounds, seconds per cell."""
     ap.add_argument("--hotkv", default=str(ROOT / "target" / "release" / "hotkv"))
     ap.add_argument("--redis", default=shutil.which("redis-server") or "redis-server")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=3.0)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(ap)
     ap.add_argument("--mode", choices=["percore", "allcores", "both"], default="percore")
     ap.add_argument("--cells", type=lambda s: s.split(","), default=None)
     ap.add_argument("--mem-keys", type=int, default=1000000)

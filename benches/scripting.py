@@ -28,15 +28,14 @@ Usage: benches/run.sh scripting [--quick] [--rounds N] [--seconds S] [--perf DIR
 import argparse
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.dont_write_bytecode = True  # importing must not leave a __pycache__ in benches/
-from harness import Cell, Server, bench_cmd, hotkv_argv, markdown, measure_cell, redis_argv, run_bench  # noqa: E402
+from harness import (Cell, Server, add_common_args, bench_cmd, hotkv_argv, markdown, measure_cell,  # noqa: E402
+                     redis_argv, run_bench)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -107,19 +106,14 @@ def perf_profile(srv, cell, out_dir, seconds):
     """One EVALSHA run against `srv` under `perf record -g`; writes <stem>.data and .txt."""
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     stem = Path(out_dir) / f"scripting-{cell.name}-{time.strftime('%H%M%S')}"
-    rec = subprocess.Popen(["perf", "record", "-F", "999", "-g", "-o", f"{stem}.data", "-p", str(srv.proc.pid)],
+    probe, _, _ = run_bench(bench_cmd(srv, cell, 20000, None, "1"), timeout=120)
+    # perf stops by itself after `seconds`, about the length of the run sized from the probe.
+    rec = subprocess.Popen(["perf", "record", "-F", "999", "-g", "-o", f"{stem}.data", "-p", str(srv.proc.pid),
+                            "--", "sleep", str(seconds)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     time.sleep(0.5)  # attached before the load starts
-    try:
-        probe, _, _ = run_bench(bench_cmd(srv, cell, 20000, None, "1"), timeout=120)
-        run_bench(bench_cmd(srv, cell, max(20000, int(probe * seconds)), None, "1"), timeout=300)
-    finally:
-        rec.send_signal(signal.SIGINT)
-        try:
-            rec.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(rec.pid, signal.SIGKILL)
-            rec.wait()
+    run_bench(bench_cmd(srv, cell, max(20000, int(probe * seconds)), None, "1"), timeout=300)
+    rec.wait(timeout=seconds + 60)
     for name, extra in (("txt", ["--no-children"]), ("children.txt", ["--children"])):
         with open(f"{stem}.{name}", "w") as f:
             subprocess.run(["perf", "report", "--stdio", "-i", f"{stem}.data", "--percent-limit", "0.5"] + extra,
@@ -129,10 +123,7 @@ def perf_profile(srv, cell, out_dir, seconds):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--hotkv", default=str(ROOT / "target" / "release" / "hotkv"))
-    ap.add_argument("--redis", default=shutil.which("redis-server") or "redis-server")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--seconds", type=float, default=3.0)
+    add_common_args(ap)
     ap.add_argument("--cells", type=lambda s: s.split(","), default=None)
     ap.add_argument("--perf", metavar="DIR", help="perf record hotkv during one extra evalsha-p16 run")
     ap.add_argument("--quick", action="store_true", help="3 rounds of 1 s")
