@@ -178,6 +178,7 @@ class Cell:
     tls: bool = False
     requires: str = ""        # a command the server must know, else the cell is skipped
     setup: bool = False       # populate the keys first (GET cells)
+    command: list = field(default_factory=list)  # a custom command line instead of -t tests
 
 
 def cells():
@@ -221,10 +222,13 @@ def with_pipeline(args, p):
 
 
 def bench_cmd(server, cell, n, pki, client_cpus):
-    a = ["redis-benchmark", "-p", str(server.tls_port if cell.tls else server.port), "-t", cell.tests,
-         "-n", str(n), "--csv"] + cell.args
+    a = ["redis-benchmark", "-p", str(server.tls_port if cell.tls else server.port)]
+    a += ["-t", cell.tests] if cell.tests else []
+    a += ["-n", str(n), "--csv"] + cell.args
     if cell.tls:
         a += pki.client_args()
+    # redis-benchmark reads a custom command from its trailing arguments.
+    a += cell.command
     if client_cpus is not None:
         a = ["taskset", "-c", client_cpus] + a
     return a
@@ -302,6 +306,66 @@ def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+def measure_cell(mode, cell, usable, skipped, pki, client_cpus, args):
+    """Runs `cell` on every usable server for --rounds rounds in rotated order; its result row:
+    median ops/s, latency and server CPU per request for each server, paired ratios."""
+    # Size the run so each measurement lasts about --seconds on redis.
+    ref = next(s for s in usable if s.name == "redis")
+    if cell.setup:
+        # Populate the keys the GET cells read, with the cell's key range and size.
+        fill = Cell("setup", "set", with_pipeline(cell.args, 16))
+        for s in usable:
+            run_bench(bench_cmd(s, fill, 200000, pki, client_cpus), timeout=300)
+    probe, _, _ = run_bench(bench_cmd(ref, cell, 20000, pki, client_cpus), timeout=300)
+    n = max(20000, int(probe * args.seconds))
+    per = {s.name: {"rps": [], "p50": [], "p99": [], "cpu_us": []} for s in usable}
+    ratios = {s.name: [] for s in usable if s.name != "redis"}
+    vs_valkey = []
+    commands = {}
+    for rnd in range(args.rounds):
+        order = usable[rnd % len(usable):] + usable[:rnd % len(usable)]
+        round_rps = {}
+        for s in order:
+            argv = bench_cmd(s, cell, n, pki, client_cpus)
+            commands[s.name] = " ".join(argv)
+            cpu0 = s.cpu_seconds()
+            rps, p50, p99 = run_bench(argv, timeout=max(120, args.seconds * 20))
+            # Server CPU per request: per-core efficiency even when the single-threaded
+            # client, not the server, limits throughput (pipeline 1 cells).
+            per[s.name]["cpu_us"].append((s.cpu_seconds() - cpu0) * 1e6 / n)
+            per[s.name]["rps"].append(rps)
+            per[s.name]["p50"].append(p50)
+            per[s.name]["p99"].append(p99)
+            round_rps[s.name] = rps
+        for name in ratios:
+            ratios[name].append(round_rps[name] / round_rps["redis"])
+        if "valkey" in round_rps:
+            vs_valkey.append(round_rps["hotkv"] / round_rps["valkey"])
+    row = {"mode": mode, "cell": cell.name, "requests": n, "rounds": args.rounds, "servers": {},
+           "commands": commands, "skipped": skipped}
+    for name, m in per.items():
+        med = median(m["rps"])
+        spread = (max(m["rps"]) - min(m["rps"])) / med if med else 0
+        row["servers"][name] = {
+            "rps_median": med, "rps_min": min(m["rps"]), "rps_max": max(m["rps"]),
+            "p50_ms": median(m["p50"]), "p99_ms": median(m["p99"]),
+            "cpu_us_per_op": median(m["cpu_us"]),
+            "noisy": spread > NOISY_SPREAD, "raw": m,
+        }
+        if name in ratios:
+            row["servers"][name]["ratio_vs_redis"] = median(ratios[name])
+            row["servers"][name]["ratios"] = ratios[name]
+    if vs_valkey:
+        row["servers"]["hotkv"]["ratio_vs_valkey"] = median(vs_valkey)
+        row["servers"]["hotkv"]["ratios_vs_valkey"] = vs_valkey
+    h = row["servers"]["hotkv"]
+    print(f"[{mode}] {cell.name}: hotkv {h['rps_median']:.0f} ops/s, redis "
+          f"{row['servers']['redis']['rps_median']:.0f} ops/s, ratio {h['ratio_vs_redis']:.2f}"
+          + (f", hotkv/valkey {h['ratio_vs_valkey']:.2f}" if "ratio_vs_valkey" in h else "")
+          + (" (noisy)" if h["noisy"] else ""), file=sys.stderr)
+    return row
+
+
 def run_mode(mode, servers, pki, args, results):
     server_cpus, client_cpus = ("0", "1") if mode == "percore" else (None, None)
     if mode == "allcores":
@@ -319,61 +383,8 @@ def run_mode(mode, servers, pki, args, results):
                 results["cells"].append({"mode": mode, "cell": cell.name, "skipped": skipped})
                 print(f"[{mode}] {cell.name}: skipped ({', '.join(skipped)} cannot run it)", file=sys.stderr)
                 continue
-            # Size the run so each measurement lasts about --seconds on redis.
-            ref = next(s for s in usable if s.name == "redis")
-            if cell.setup:
-                # Populate the keys the GET cells read, with the cell's key range and size.
-                fill = Cell("setup", "set", with_pipeline(cell.args, 16))
-                for s in usable:
-                    run_bench(bench_cmd(s, fill, 200000, pki, client_cpus), timeout=300)
-            probe, _, _ = run_bench(bench_cmd(ref, cell, 20000, pki, client_cpus), timeout=300)
-            n = max(20000, int(probe * args.seconds))
-            per = {s.name: {"rps": [], "p50": [], "p99": [], "cpu_us": []} for s in usable}
-            ratios = {s.name: [] for s in usable if s.name != "redis"}
-            vs_valkey = []
-            commands = {}
-            for rnd in range(args.rounds):
-                order = usable[rnd % len(usable):] + usable[:rnd % len(usable)]
-                round_rps = {}
-                for s in order:
-                    argv = bench_cmd(s, cell, n, pki, client_cpus)
-                    commands[s.name] = " ".join(argv)
-                    cpu0 = s.cpu_seconds()
-                    rps, p50, p99 = run_bench(argv, timeout=max(120, args.seconds * 20))
-                    # Server CPU per request: per-core efficiency even when the single-threaded
-                    # client, not the server, limits throughput (pipeline 1 cells).
-                    per[s.name]["cpu_us"].append((s.cpu_seconds() - cpu0) * 1e6 / n)
-                    per[s.name]["rps"].append(rps)
-                    per[s.name]["p50"].append(p50)
-                    per[s.name]["p99"].append(p99)
-                    round_rps[s.name] = rps
-                for name in ratios:
-                    ratios[name].append(round_rps[name] / round_rps["redis"])
-                if "valkey" in round_rps:
-                    vs_valkey.append(round_rps["hotkv"] / round_rps["valkey"])
-            row = {"mode": mode, "cell": cell.name, "requests": n, "rounds": args.rounds, "servers": {},
-                   "commands": commands, "skipped": skipped}
-            for name, m in per.items():
-                med = median(m["rps"])
-                spread = (max(m["rps"]) - min(m["rps"])) / med if med else 0
-                row["servers"][name] = {
-                    "rps_median": med, "rps_min": min(m["rps"]), "rps_max": max(m["rps"]),
-                    "p50_ms": median(m["p50"]), "p99_ms": median(m["p99"]),
-                    "cpu_us_per_op": median(m["cpu_us"]),
-                    "noisy": spread > NOISY_SPREAD, "raw": m,
-                }
-                if name in ratios:
-                    row["servers"][name]["ratio_vs_redis"] = median(ratios[name])
-                    row["servers"][name]["ratios"] = ratios[name]
-            if vs_valkey:
-                row["servers"]["hotkv"]["ratio_vs_valkey"] = median(vs_valkey)
-                row["servers"]["hotkv"]["ratios_vs_valkey"] = vs_valkey
+            row = measure_cell(mode, cell, usable, skipped, pki, client_cpus, args)
             results["cells"].append(row)
-            h = row["servers"]["hotkv"]
-            print(f"[{mode}] {cell.name}: hotkv {h['rps_median']:.0f} ops/s, redis "
-                  f"{row['servers']['redis']['rps_median']:.0f} ops/s, ratio {h['ratio_vs_redis']:.2f}"
-                  + (f", hotkv/valkey {h['ratio_vs_valkey']:.2f}" if "ratio_vs_valkey" in h else "")
-                  + (" (noisy)" if h["noisy"] else ""), file=sys.stderr)
         if mode == "percore" and not args.no_memory:
             for kind, count in [("string", args.mem_keys), ("hash10", 100000), ("set100", 20000), ("zset100", 20000)]:
                 row = {"mode": mode, "memory": kind, "items": count, "servers": {}}
@@ -428,12 +439,17 @@ def markdown(results):
     return "\n".join(lines) + "\n"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_common_args(ap):
+    """The options of every side-by-side run: the two servers' binaries, rounds, seconds per cell."""
     ap.add_argument("--hotkv", default=str(ROOT / "target" / "release" / "hotkv"))
     ap.add_argument("--redis", default=shutil.which("redis-server") or "redis-server")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=3.0)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(ap)
     ap.add_argument("--mode", choices=["percore", "allcores", "both"], default="percore")
     ap.add_argument("--cells", type=lambda s: s.split(","), default=None)
     ap.add_argument("--mem-keys", type=int, default=1000000)

@@ -4,7 +4,8 @@
 # `benches/run.sh reshard [options]` the resharding benchmark (benches/reshard.py),
 # `benches/run.sh replication [options]` the cost of a replica (benches/replication.py),
 # `benches/run.sh persistence [options]` BGSAVE, BGREWRITEAOF, loading and the AOF's cost
-# (benches/persistence.py).
+# (benches/persistence.py), `benches/run.sh scripting [options]` EVALSHA of a small script
+# against plain SET (benches/scripting.py).
 # Installs Debian's redis-server and redis-tools when missing, builds hotkv in release mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,5 +34,9 @@ fi
 if [ "${1:-}" = persistence ]; then
   shift
   exec python3 benches/persistence.py "$@"
+fi
+if [ "${1:-}" = scripting ]; then
+  shift
+  exec python3 benches/scripting.py "$@"
 fi
 exec python3 benches/harness.py "$@"

@@ -50,6 +50,7 @@ mod pki;
 mod protocol;
 mod pubsub;
 mod python;
+mod python_scripting;
 mod rdb_file;
 mod redis_cli;
 mod replication;
