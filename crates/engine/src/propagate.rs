@@ -45,6 +45,19 @@ pub struct Effects {
     /// Set when a handler recorded its own effects for the call's arguments: the call's
     /// argument vector is then not recorded.
     replaced: bool,
+    /// Per command, which consumers get it ([`target`] bits), once a script limited one with
+    /// `redis.set_repl`; empty while every command goes everywhere.
+    targets: Vec<u8>,
+}
+
+/// Consumers of the write stream a command may be limited to (Valkey's `PROPAGATE_*`).
+pub mod target {
+    /// The append-only file.
+    pub const AOF: u8 = 1;
+    /// Replicas.
+    pub const REPLICAS: u8 = 2;
+    /// Both.
+    pub const ALL: u8 = AOF | REPLICAS;
 }
 
 impl Effects {
@@ -54,6 +67,7 @@ impl Effects {
         self.buf.clear();
         self.cmds.clear();
         self.replaced = false;
+        self.targets.clear();
     }
 
     /// Whether this call records its effects.
@@ -130,12 +144,55 @@ impl Effects {
             let end = if n == 0 { 0 } else { self.cmds[n - 1].1 as usize };
             self.cmds.truncate(n);
             self.buf.truncate(end);
+            self.targets.truncate(n);
         }
+    }
+
+    /// Sends the commands recorded after the first `n` only to the consumers in `to`
+    /// ([`target`] bits; none drops them): a script's `redis.set_repl`.
+    pub fn limit_from(&mut self, n: usize, to: u8) {
+        if to & target::ALL == 0 {
+            self.truncate(n);
+            return;
+        }
+        if to & target::ALL == target::ALL || n >= self.cmds.len() {
+            return;
+        }
+        self.targets.resize(self.cmds.len(), target::ALL);
+        for t in &mut self.targets[n..] {
+            *t = to & target::ALL;
+        }
+    }
+
+    /// What consumer `to` gets, when some commands are limited to others: a copy without
+    /// them (and without a MULTI/EXEC left with nothing inside). `None` when every command
+    /// goes everywhere, which is the rule.
+    pub fn only_for(&self, to: u8) -> Option<Effects> {
+        if self.targets.iter().all(|&t| t & to != 0) {
+            return None;
+        }
+        let mut out = Effects { on: true, ..Effects::default() };
+        for (i, (db, bytes)) in self.iter().enumerate() {
+            if self.targets.get(i).is_none_or(|&t| t & to != 0) {
+                out.buf.extend_from_slice(bytes);
+                out.cmds.push((db as u32, out.buf.len() as u32));
+            }
+        }
+        let is = |e: &Effects, i: usize, name: &[u8]| e.iter().nth(i).is_some_and(|(_, b)| b.ends_with(name));
+        if out.cmds.len() == 2 && is(&out, 0, b"MULTI\r\n") && is(&out, 1, b"EXEC\r\n") {
+            out.buf.clear();
+            out.cmds.clear();
+        }
+        Some(out)
     }
 
     /// Moves `other`'s commands to the end of this buffer (EXEC gathers its calls).
     pub fn append(&mut self, other: &Effects) {
         let base = self.buf.len() as u32;
+        if !other.targets.is_empty() || !self.targets.is_empty() {
+            self.targets.resize(self.cmds.len(), target::ALL);
+            self.targets.extend((0..other.cmds.len()).map(|i| other.targets.get(i).copied().unwrap_or(target::ALL)));
+        }
         self.buf.extend_from_slice(&other.buf);
         self.cmds.extend(other.cmds.iter().map(|&(db, end)| (db, base + end)));
     }
@@ -159,6 +216,10 @@ impl Effects {
         cmds.push((last_db, wrapped.len() as u32));
         self.buf = wrapped;
         self.cmds = cmds;
+        if !self.targets.is_empty() {
+            self.targets.insert(0, target::ALL);
+            self.targets.push(target::ALL);
+        }
     }
 }
 
@@ -209,6 +270,34 @@ pub fn write_command<'p>(out: &mut Vec<u8>, parts: impl Iterator<Item = &'p [u8]
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn limited_commands_reach_only_their_consumers() {
+        let mut e = Effects::default();
+        e.begin(true);
+        e.push(0, &["SET", "a", "1"]);
+        e.push(0, &["SET", "b", "2"]);
+        e.limit_from(1, 0);
+        assert_eq!(e.len(), 1, "REPL_NONE drops the call's effects");
+        e.push(0, &["SET", "c", "3"]);
+        e.limit_from(1, target::AOF);
+        e.push(0, &["SET", "d", "4"]);
+        assert!(e.only_for(target::AOF).is_none(), "the AOF gets everything");
+        e.wrap_multi();
+        let repl = e.only_for(target::REPLICAS).expect("replicas miss c");
+        let keys: Vec<String> = repl.iter().map(|(_, b)| String::from_utf8_lossy(b).into_owned()).collect();
+        assert_eq!(keys.len(), 4, "{keys:?}");
+        assert!(keys.iter().all(|k| !k.contains("\r\nc\r\n")), "{keys:?}");
+        // Nothing left for a consumer but the MULTI/EXEC around it: nothing at all.
+        let mut only = Effects::default();
+        only.begin(true);
+        only.push(0, &["SET", "x", "1"]);
+        only.push(0, &["SET", "y", "1"]);
+        only.limit_from(0, target::AOF);
+        only.wrap_multi();
+        assert!(only.only_for(target::REPLICAS).unwrap().is_empty());
+    }
+
     use super::*;
 
     fn cmds(e: &Effects) -> Vec<(usize, String)> {

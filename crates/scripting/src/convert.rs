@@ -210,7 +210,7 @@ fn write_value(v: &Value, script_resp: u8, out: &mut ReplyBuf, depth: usize) {
                 out.boolean(*b);
             }
         }
-        Value::Integer(n) => out.int(*n as i64),
+        Value::Integer(n) => out.int(*n),
         Value::Number(n) => out.int(double_to_i64(*n)),
         Value::Table(t) => write_table(t, script_resp, out, depth),
         _ => out.null(),

@@ -243,6 +243,7 @@ impl Vm {
 
     /// Runs an EVAL script: KEYS and ARGV are set as globals, the script's reply goes to `out`
     /// in `out`'s protocol. `name` is the `f_<sha>` the error texts name.
+    #[allow(clippy::too_many_arguments)]
     pub fn eval(
         &mut self,
         f: &Function,
@@ -449,7 +450,7 @@ fn lua_with_debug() -> Lua {
 fn dispatch(lua: &Lua, host: &RefCell<&mut dyn Host>, resp: &Cell<u8>, args: MultiValue) -> mlua::Result<MultiValue> {
     let mut it = args.into_iter();
     let op = match it.next() {
-        Some(Value::Integer(n)) => n as i64,
+        Some(Value::Integer(n)) => n,
         Some(Value::Number(n)) => n as i64,
         _ => 0,
     };

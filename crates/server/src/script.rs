@@ -88,7 +88,7 @@ pub fn run(
     loop {
         let ids = lock_ids(scratch.plan.locks(), &extra);
         let mut locks = if whole { b.srv.ks.lock_all(&databases_of(b, &ids, sess.db)) } else { b.srv.ks.lock(&ids) };
-        if let Some(route) = scratch.pending.clone() {
+        if let Some(route) = scratch.pending {
             let mut seen = KeyPresence::default();
             seen.count(&b.srv.ks, &mut locks, sess.db, &args, &scratch.plan, b.now_ms);
             crate::routing::route_locked(b, &scratch.plan, &route, &seen)?;
@@ -444,9 +444,7 @@ fn first_word(out: &ReplyBuf) -> String {
 /// The slot of the declared keys in cluster mode, which undeclared keys must share unless the
 /// script may cross slots.
 fn declared_slot(b: &Batch<'_>, keys: &[&[u8]]) -> Option<u16> {
-    if b.srv.cluster.is_none() {
-        return None;
-    }
+    b.srv.cluster.as_ref()?;
     keys.first().map(|k| hotkv_engine::slot::key_slot(k))
 }
 
@@ -905,10 +903,8 @@ impl<'b: 'c, 'c> ScriptHost<'_, 'b, 'c> {
         }
         ctx.block = None;
         ctx.record_call(db, &args, dirty);
-        if self.repl & 3 != 3 && self.repl & 2 == 0 {
-            // redis.set_repl took this call off the stream.
-            ctx.effects.truncate(effects_mark);
-        }
+        // redis.set_repl: this call's effects reach only the consumers it names.
+        ctx.effects.limit_from(effects_mark, self.repl);
         let nanos = start.elapsed().as_nanos() as u64;
         let failed = result.is_err();
         if let Err(e) = &result {

@@ -170,14 +170,18 @@ impl WriteSink for FanOut {
         if LOADING_HERE.get() {
             return;
         }
-        self.repl.append(effects);
+        // A script's redis.set_repl may have kept some commands from one of the two.
+        use hotkv_engine::propagate::target;
+        let for_repl = effects.only_for(target::REPLICAS);
+        self.repl.append(for_repl.as_ref().unwrap_or(effects));
         // PUBLISH rides the stream for standalone replicas only: Valkey propagates it with
         // PROPAGATE_REPL, never to the AOF, so a load does not publish old messages again.
         if self.aof.has_writer.load(Ordering::Relaxed)
             && let Some(w) = self.aof.writer.load().as_ref()
             && !effects.iter().all(|(_, bytes)| bytes.starts_with(PUBLISH))
         {
-            WriteSink::append(&**w, effects);
+            let for_aof = effects.only_for(target::AOF);
+            WriteSink::append(&**w, for_aof.as_ref().unwrap_or(effects));
         }
     }
 }
