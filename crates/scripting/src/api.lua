@@ -13,13 +13,7 @@ local tinsert, tremove, tsort = table.insert, table.remove, table.sort
 
 local API = '=api'
 
-local function host(...)
-  local fn = H.fn
-  if fn == nil then
-    error('This function can only be called from inside a script', 2)
-  end
-  return fn(...)
-end
+local host = static.host
 
 -- An error raised by redis.call (a Rust function, so that `return redis.call(...)` keeps the
 -- caller's frame for the error's line) arrives as mlua's wrapped error, its table left in
@@ -52,7 +46,9 @@ local function handler(err)
 end
 
 local redis = {}
--- redis.call and redis.pcall are set by the VM for each run (scoped Rust functions).
+-- Rust functions, registered once: during a run they reach its host.
+redis.call = static.call
+redis.pcall = static.pcall
 local function checked_host(op)
   return function(...)
     local r, failed = host(op, ...)
@@ -375,13 +371,23 @@ local function load_library(chunk)
   return true, list
 end
 
--- A script's reply is its first return value; the others are dropped inside the protected
--- call (see pack above for why mlua's xpcall must not get many).
-local function run(f)
-  return xpcall(function() return (f()) end, handler)
+-- A script's runner, made once when it is compiled: its reply is its first return value,
+-- the others dropped inside the protected call (see pack above for why mlua's xpcall must
+-- not get many).
+local function make_runner(f)
+  local wrapped = function() return (f()) end
+  return function() return xpcall(wrapped, handler) end
 end
-local function run_with(f, keys, args)
-  return xpcall(function() return (f(keys, args)) end, handler)
+-- A library function's runner: KEYS and ARGV are its two arguments.
+local function make_fn_runner(f)
+  local k, a
+  local wrapped = function() return (f(k, a)) end
+  return function(keys, args)
+    k, a = keys, args
+    local ok, r = xpcall(wrapped, handler)
+    k, a = nil, nil
+    return ok, r
+  end
 end
 -- Whether every proxy is still empty: a script that managed to write into one anyway (through
 -- some raw write not covered above) makes the VM rebuild itself before the next run.
@@ -392,4 +398,4 @@ local function intact()
   return true
 end
 
-return env, run, run_with, intact, load_library, redis_backing
+return env, make_runner, make_fn_runner, intact, load_library

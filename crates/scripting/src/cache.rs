@@ -23,6 +23,8 @@ pub struct Script {
     pub body: Box<[u8]>,
     /// Its shebang.
     pub shebang: Shebang,
+    /// `f_<sha>`, Valkey's name for its function in error texts.
+    name: String,
 }
 
 impl Script {
@@ -32,8 +34,8 @@ impl Script {
     }
 
     /// Valkey's name for the script's function, `f_<sha>`, used in error texts.
-    pub fn function_name(&self) -> String {
-        format!("f_{}", std::str::from_utf8(&self.sha).unwrap_or(""))
+    pub fn function_name(&self) -> &str {
+        &self.name
     }
 }
 
@@ -81,7 +83,8 @@ impl ScriptCache {
             return Ok(s);
         }
         let shebang = eval_shebang(body)?;
-        let script = Arc::new(Script { sha, body: body.into(), shebang });
+        let name = format!("f_{}", std::str::from_utf8(&sha).unwrap_or(""));
+        let script = Arc::new(Script { sha, body: body.into(), shebang, name });
         check(&script)?;
         let mut inner = self.inner.write();
         if let Some(s) = inner.scripts.get(&sha).cloned() {

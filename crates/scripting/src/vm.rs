@@ -6,7 +6,9 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use hotkv_protocol::{Protocol, ReplyBuf};
+use std::ptr::NonNull;
+
+use hotkv_protocol::{Args, Protocol, ReplyBuf};
 use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
 
 use std::time::Duration;
@@ -30,22 +32,28 @@ pub enum LogLevel {
 
 /// What a script reaches of the server, for the length of one run.
 pub trait Host {
-    /// Runs `argv`, a command the script called; its reply, or the error that refused it, goes
+    /// Runs `args`, a command the script called; its reply, or the error that refused it, goes
     /// into `reply`, whose protocol the VM has set to the script's (`redis.setresp`).
-    fn call(&mut self, argv: &[&[u8]], reply: &mut ReplyBuf);
-    /// `redis.acl_check_cmd`: whether the calling user may run `argv`; `None` for an unknown
+    fn call(&mut self, args: Args<'_>, reply: &mut ReplyBuf);
+    /// `redis.acl_check_cmd`: whether the calling user may run `args`; `None` for an unknown
     /// command.
-    fn acl_check(&mut self, argv: &[&[u8]]) -> Option<bool>;
+    fn acl_check(&mut self, args: Args<'_>) -> Option<bool>;
     /// `redis.log`.
     fn log(&mut self, level: LogLevel, msg: &[u8]);
     /// `redis.set_repl`: which of the AOF (1) and replicas (2) the following calls reach.
     fn set_repl(&mut self, flags: u8);
+    /// Asked every 100,000 Lua instructions: `Some(text)` stops the script with that error
+    /// (SCRIPT KILL, FUNCTION KILL). A run that gets here is a long one.
+    fn poll(&mut self) -> Option<String>;
 }
 
-/// Why a run must stop, asked every 100,000 instructions.
-pub trait Interrupt {
-    /// `Some(text)` stops the script with that error (SCRIPT KILL, FUNCTION KILL, shutdown).
-    fn poll(&self) -> Option<String>;
+/// A script call's keys and arguments.
+#[derive(Clone, Copy)]
+pub struct Call<'a> {
+    /// KEYS.
+    pub keys: &'a [&'a [u8]],
+    /// ARGV.
+    pub args: &'a [&'a [u8]],
 }
 
 /// How a run ended.
@@ -65,24 +73,67 @@ pub struct Vm {
     lua: Lua,
     /// The real global table, where KEYS and ARGV are set (scripts see a read-only proxy).
     globals: Table,
-    /// The table whose `fn` field is the host dispatcher during a run.
-    host_slot: Table,
-    /// The real `redis` table, where each run's `call` and `pcall` are set.
-    redis: Table,
-    run: Function,
-    run_with: Function,
+    /// The run in progress: what the API functions, registered once, reach.
+    current: Rc<Current>,
+    make_runner: Function,
+    make_fn_runner: Function,
     intact: Function,
     load_library: Function,
-    /// Compiled EVAL scripts by SHA, and the cache generation they belong to.
+    /// EVAL scripts by SHA, each as its runner (see api.lua's make_runner), and the cache
+    /// generation they belong to.
     scripts: HashMap<Sha, Function>,
     generation: u64,
-    /// Compiled FUNCTION libraries: function name -> Lua function, and the registry
-    /// generation they were compiled at.
+    /// FUNCTION library functions by name, each as its runner, and the registry generation
+    /// they were compiled at.
     functions: HashMap<String, Function>,
     functions_generation: u64,
-    killed: Rc<Cell<bool>>,
+    /// Runs so far, to pace the sandbox check and the memory report.
+    runs: u64,
     /// What this VM last added to [`lua_memory`].
     reported: usize,
+}
+
+/// The run in progress on a VM, shared with the API functions and the instruction hook,
+/// which are registered once per VM: a run only swaps the host in and out.
+struct Current {
+    /// The run's host, its lifetime erased: set by [`Vm::invoke`] for the length of the run
+    /// and cleared before it returns (see [`HostGuard`]).
+    host: Cell<Option<NonNull<dyn Host + 'static>>>,
+    /// `redis.setresp`'s choice for this run.
+    resp: Cell<u8>,
+    /// The run was stopped (SCRIPT KILL): whatever the script catches, it stops.
+    killed: Cell<bool>,
+    /// The table whose `pending` field carries the error `redis.call` raises.
+    slot: Table,
+    /// Buffers reused from call to call: the argument vector and the reply.
+    flat: RefCell<Vec<u8>>,
+    spans: RefCell<Vec<(usize, usize)>>,
+    reply: RefCell<ReplyBuf>,
+}
+
+impl Current {
+    /// Runs `f` with the run's host; `None` outside a run (or from inside a host call).
+    fn with_host<R>(&self, f: impl FnOnce(&mut dyn Host) -> R) -> Option<R> {
+        let ptr = self.host.take()?;
+        #[allow(unsafe_code)]
+        // SAFETY: `ptr` comes from the `&mut dyn Host` that `Vm::invoke` holds, unused, for the
+        // whole run, and is cleared (by `HostGuard`) before invoke returns, so it points to a
+        // live host. It is out of the cell while `f` runs, so no second `&mut` can be made from
+        // it meanwhile: a call that came back here through Lua would find `None`.
+        let host = unsafe { &mut *ptr.as_ptr() };
+        let r = f(host);
+        self.host.set(Some(ptr));
+        Some(r)
+    }
+}
+
+/// Clears the run's host when the run ends, however it ends.
+struct HostGuard<'c>(&'c Current);
+
+impl Drop for HostGuard<'_> {
+    fn drop(&mut self) {
+        self.0.host.set(None);
+    }
 }
 
 /// Bytes every thread's Lua VM holds together (INFO used_memory_lua): each VM adds the change
@@ -110,32 +161,54 @@ impl Vm {
         let lua = lua_with_debug();
         let globals = lua.globals();
         crate::libs::register(&lua)?;
-        let host_slot = lua.create_table()?;
-        let killed = Rc::new(Cell::new(false));
-        let statics = statics(&lua, &killed)?;
+        let current = Rc::new(Current {
+            host: Cell::new(None),
+            resp: Cell::new(2),
+            killed: Cell::new(false),
+            slot: lua.create_table()?,
+            flat: RefCell::new(Vec::new()),
+            spans: RefCell::new(Vec::new()),
+            reply: RefCell::new(ReplyBuf::new()),
+        });
+        let statics = statics(&lua, &current)?;
         let api: Function = lua.load(include_str!("api.lua")).set_name("=api").into_function()?;
-        let (env, run, run_with, intact, load_library, redis): (Table, Function, Function, Function, Function, Table) =
-            api.call((host_slot.clone(), statics))?;
+        type Api = (Table, Function, Function, Function, Function);
+        let (env, make_runner, make_fn_runner, intact, load_library): Api =
+            api.call((current.slot.clone(), statics))?;
         lua.set_globals(env)?;
         // What setting up left behind (the API chunk, library tables' temporaries) goes now,
         // so a fresh VM reports what it keeps.
         lua.gc_collect()?;
-        Ok(Vm {
+        let vm = Vm {
             lua,
             globals,
-            host_slot,
-            redis,
-            run,
-            run_with,
+            current,
+            make_runner,
+            make_fn_runner,
             intact,
             load_library,
             scripts: HashMap::new(),
             generation: 0,
             functions: HashMap::new(),
             functions_generation: u64::MAX,
-            killed,
+            runs: 0,
             reported: 0,
-        })
+        };
+        vm.install_hook();
+        Ok(vm)
+    }
+
+    /// The hook every run has: every 100,000 instructions it asks the host whether to stop.
+    /// Outside a run there is no host and it does nothing.
+    fn install_hook(&self) {
+        let cur = self.current.clone();
+        let _ = self.lua.set_hook(mlua::HookTriggers::new().every_nth_instruction(100_000), move |_, _| {
+            if let Some(Some(text)) = cur.with_host(|h| h.poll()) {
+                cur.killed.set(true);
+                return Err(mlua::Error::runtime(text));
+            }
+            Ok(mlua::VmState::Continue)
+        });
     }
 
     /// Runs a library's code to collect the functions it registers (FUNCTION LOAD and every
@@ -166,7 +239,7 @@ impl Vm {
             Ok(mlua::VmState::Continue)
         });
         let result = self.load_library.call::<(bool, Value)>(chunk);
-        self.lua.remove_hook();
+        self.install_hook();
         let (ok, v) = result.map_err(|e| format!("Error registering functions: {}", lua_message(&e)))?;
         if timed_out.get() {
             return Err("Error registering functions: FUNCTION LOAD timeout".into());
@@ -182,6 +255,7 @@ impl Vm {
             let name: String = def.raw_get("name").map_err(|e| lua_message(&e))?;
             let description: Option<String> = def.raw_get("description").map_err(|e| lua_message(&e))?;
             let callback: Function = def.raw_get("callback").map_err(|e| lua_message(&e))?;
+            let callback: Function = self.make_fn_runner.call(callback).map_err(|e| lua_message(&e))?;
             let mut flags = 0;
             for f in def.raw_get::<Table>("flags").map_err(|e| lua_message(&e))?.sequence_values::<String>() {
                 flags |= f.ok().and_then(|f| crate::flag::by_name(f.as_bytes())).unwrap_or(0);
@@ -224,7 +298,7 @@ impl Vm {
             .map_err(|e| format!("Error compiling script (new function): {}", lua_message(&e)))
     }
 
-    /// The compiled function of the script `sha`, compiling `code` on first use in this VM.
+    /// The runner of the script `sha`, compiling `code` on first use in this VM.
     /// Compiled scripts are dropped when the cache `generation` moves on (SCRIPT FLUSH).
     pub fn script(&mut self, sha: &Sha, code: &[u8], generation: u64) -> Result<Function, String> {
         if generation != self.generation {
@@ -236,139 +310,107 @@ impl Vm {
         if let Some(f) = self.scripts.get(sha) {
             return Ok(f.clone());
         }
-        let f = self.compile(code)?;
+        let chunk = self.compile(code)?;
+        let f: Function = self.make_runner.call(chunk).map_err(|e| lua_message(&e))?;
         self.scripts.insert(*sha, f.clone());
         Ok(f)
     }
 
-    /// Runs an EVAL script: KEYS and ARGV are set as globals, the script's reply goes to `out`
-    /// in `out`'s protocol. `name` is the `f_<sha>` the error texts name.
-    #[allow(clippy::too_many_arguments)]
+    /// Runs an EVAL script (its runner, from [`Vm::script`]): KEYS and ARGV are set as
+    /// globals, the script's reply goes to `out` in `out`'s protocol. `name` is the
+    /// `f_<sha>` the error texts name.
     pub fn eval(
         &mut self,
         f: &Function,
         name: &str,
-        keys: &[&[u8]],
-        args: &[&[u8]],
+        call: Call<'_>,
         host: &mut dyn Host,
-        interrupt: Option<Rc<dyn Interrupt>>,
         out: &mut ReplyBuf,
     ) -> Outcome {
         let set = |name: &str, items: &[&[u8]]| -> mlua::Result<()> {
-            let t = self.lua.create_table_with_capacity(items.len(), 0)?;
-            for (i, it) in items.iter().enumerate() {
-                t.raw_set(i + 1, self.lua.create_string(it)?)?;
-            }
+            let t = self.list(items)?;
             self.globals.raw_set(name, t)
         };
-        if let Err(e) = set("KEYS", keys).and_then(|()| set("ARGV", args)) {
+        if let Err(e) = set("KEYS", call.keys).and_then(|()| set("ARGV", call.args)) {
             out.error(&format!("ERR {}", lua_message(&e)));
             return Outcome::Failed { counted: true };
         }
-        let runner = self.run.clone();
-        self.invoke(name, host, interrupt, out, |_| runner.call::<MultiValue>(f.clone()))
+        self.invoke(name, host, out, || f.call::<(bool, Value)>(()))
     }
 
-    /// Runs a library function for FCALL: it gets KEYS and ARGV as its two arguments.
-    #[allow(clippy::too_many_arguments)]
+    /// Runs a library function (its runner, from [`Vm::function`]) for FCALL: it gets KEYS
+    /// and ARGV as its two arguments.
     pub fn fcall(
         &mut self,
         f: &Function,
         name: &str,
-        keys: &[&[u8]],
-        args: &[&[u8]],
+        call: Call<'_>,
         host: &mut dyn Host,
-        interrupt: Option<Rc<dyn Interrupt>>,
         out: &mut ReplyBuf,
     ) -> Outcome {
-        let list = |items: &[&[u8]]| -> mlua::Result<Table> {
-            let t = self.lua.create_table_with_capacity(items.len(), 0)?;
-            for (i, it) in items.iter().enumerate() {
-                t.raw_set(i + 1, self.lua.create_string(it)?)?;
-            }
-            Ok(t)
-        };
-        let (k, a) = match (list(keys), list(args)) {
+        let (k, a) = match (self.list(call.keys), self.list(call.args)) {
             (Ok(k), Ok(a)) => (k, a),
             (Err(e), _) | (_, Err(e)) => {
                 out.error(&format!("ERR {}", lua_message(&e)));
                 return Outcome::Failed { counted: true };
             }
         };
-        let runner = self.run_with.clone();
-        self.invoke(name, host, interrupt, out, |_| runner.call::<MultiValue>((f.clone(), k.clone(), a.clone())))
+        self.invoke(name, host, out, || f.call::<(bool, Value)>((k, a)))
     }
 
-    /// The common part of a run: the host dispatcher in place for its length, the interrupt
-    /// hook, the conversion of the result or error, and the sandbox check after it.
+    /// A Lua array of strings.
+    fn list(&self, items: &[&[u8]]) -> mlua::Result<Table> {
+        let t = self.lua.create_table_with_capacity(items.len(), 0)?;
+        for (i, it) in items.iter().enumerate() {
+            t.raw_set(i + 1, self.lua.create_string(it)?)?;
+        }
+        Ok(t)
+    }
+
+    /// The common part of a run: the host in place for its length, the conversion of the
+    /// result or error, and, now and then, the sandbox check and the memory report.
     fn invoke(
         &mut self,
         name: &str,
         host: &mut dyn Host,
-        interrupt: Option<Rc<dyn Interrupt>>,
         out: &mut ReplyBuf,
-        go: impl FnOnce(&Lua) -> mlua::Result<MultiValue>,
+        go: impl FnOnce() -> mlua::Result<(bool, Value)>,
     ) -> Outcome {
-        let resp = Cell::new(2u8);
-        let host = RefCell::new(host);
-        let killed = self.killed.clone();
-        killed.set(false);
-        if let Some(int) = interrupt {
-            let killed = killed.clone();
-            let _ = self.lua.set_hook(mlua::HookTriggers::new().every_nth_instruction(100_000), move |_, _| {
-                if let Some(text) = int.poll() {
-                    killed.set(true);
-                    return Err(mlua::Error::runtime(text));
-                }
-                Ok(mlua::VmState::Continue)
-            });
-        }
-        let lua = &self.lua;
-        let (slot, redis) = (&self.host_slot, &self.redis);
-        let result = lua.scope(|scope| {
-            let dispatcher = scope.create_function(|lua, args: MultiValue| dispatch(lua, &host, &resp, args))?;
-            let call = scope.create_function(|lua, args: MultiValue| {
-                let (v, failed) = call_command(lua, &host, &resp, args)?;
-                if failed {
-                    slot.raw_set("pending", v)?;
-                    return Err(mlua::Error::runtime("redis.call failed"));
-                }
-                Ok(v)
-            })?;
-            let pcall = scope.create_function(|lua, args: MultiValue| Ok(call_command(lua, &host, &resp, args)?.0))?;
-            slot.raw_set("fn", dispatcher)?;
-            redis.raw_set("call", call)?;
-            redis.raw_set("pcall", pcall)?;
-            let r = go(lua);
-            slot.raw_set("fn", Value::Nil)?;
-            slot.raw_set("pending", Value::Nil)?;
-            redis.raw_set("call", Value::Nil)?;
-            redis.raw_set("pcall", Value::Nil)?;
-            r
-        });
-        self.lua.remove_hook();
+        let cur = &*self.current;
+        cur.resp.set(2);
+        cur.killed.set(false);
+        let ptr: NonNull<dyn Host + '_> = NonNull::from(host);
+        #[allow(unsafe_code)]
+        // SAFETY: only the lifetime is erased; `HostGuard` clears the pointer before this
+        // function returns, and `host` is not used otherwise until then (see `with_host`).
+        let ptr: NonNull<dyn Host + 'static> = unsafe { std::mem::transmute(ptr) };
+        cur.host.set(Some(ptr));
+        let guard = HostGuard(cur);
+        let result = go();
+        drop(guard);
+        let _ = cur.slot.raw_set("pending", Value::Nil);
         let outcome = match result {
-            Ok(values) => {
-                let mut it = values.into_iter();
-                let ok = matches!(it.next(), Some(Value::Boolean(true)));
-                let v = it.next().unwrap_or(Value::Nil);
-                if ok {
-                    convert::lua_to_reply(&v, resp.get(), out);
-                    Outcome::Done
-                } else {
-                    self.error_reply(name, &v, out)
-                }
+            Ok((true, v)) => {
+                convert::lua_to_reply(&v, self.current.resp.get(), out);
+                Outcome::Done
             }
+            Ok((false, v)) => self.error_reply(name, &v, out),
             Err(e) => {
                 out.error(&format!("ERR Error running script {name}, {}", lua_message(&e)));
                 Outcome::Failed { counted: true }
             }
         };
-        self.report_memory();
-        if !matches!(self.intact.call::<bool>(()), Ok(true)) {
-            tracing::warn!("A script wrote into a read-only table of the Lua VM: the VM is rebuilt");
-            if let Ok(fresh) = Vm::new() {
-                *self = fresh;
+        self.runs += 1;
+        // Every proxy was written through a refusing path unless something was missed: the
+        // check is defense in depth, cheap enough every 64 runs and after every failure
+        // (where a probing script would show itself).
+        if self.runs % 64 == 0 || matches!(outcome, Outcome::Failed { .. }) {
+            self.report_memory();
+            if !matches!(self.intact.call::<bool>(()), Ok(true)) {
+                tracing::warn!("A script wrote into a read-only table of the Lua VM: the VM is rebuilt");
+                if let Ok(fresh) = Vm::new() {
+                    *self = fresh;
+                }
             }
         }
         outcome
@@ -376,7 +418,7 @@ impl Vm {
 
     /// The error reply of a failed run (the end of Valkey's `luaCallFunction`).
     fn error_reply(&self, name: &str, err: &Value, out: &mut ReplyBuf) -> Outcome {
-        if self.killed.get() {
+        if self.current.killed.get() {
             // The hook's error reaches the handler as mlua's wrapped error: say it plainly.
             let text = match err {
                 Value::Table(t) => t.raw_get::<String>("err").unwrap_or_default(),
@@ -445,9 +487,10 @@ fn lua_with_debug() -> Lua {
     }
 }
 
-/// The host dispatcher behind `redis.call` & co (see api.lua): `op` 1 call, 2 setresp,
-/// 3 set_repl, 4 log, 5 acl_check_cmd. Returns the result and whether it is an error.
-fn dispatch(lua: &Lua, host: &RefCell<&mut dyn Host>, resp: &Cell<u8>, args: MultiValue) -> mlua::Result<MultiValue> {
+/// The host operations behind `redis.setresp`, `set_repl`, `log` and `acl_check_cmd` (see
+/// api.lua): `op` 2 setresp, 3 set_repl, 4 log, 5 acl_check_cmd. Returns the result and
+/// whether it is an error, which the Lua side raises.
+fn dispatch(lua: &Lua, cur: &Current, args: MultiValue) -> mlua::Result<MultiValue> {
     let mut it = args.into_iter();
     let op = match it.next() {
         Some(Value::Integer(n)) => n,
@@ -455,20 +498,17 @@ fn dispatch(lua: &Lua, host: &RefCell<&mut dyn Host>, resp: &Cell<u8>, args: Mul
         _ => 0,
     };
     let rest: Vec<Value> = it.collect();
-    let fail = |text: &str| -> mlua::Result<MultiValue> {
-        let t = convert::error_table(lua, text.as_bytes(), false).map_err(|_| mlua::Error::runtime("out of memory"))?;
-        Ok(MultiValue::from_iter([t, Value::Boolean(true)]))
-    };
+    let outside = || raise(lua, "This function can only be called from inside a script");
     match op {
         5 => {
-            let argv = match to_argv(&rest) {
-                Ok(a) => a,
-                Err(e) => return fail(e),
-            };
-            let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-            match host.borrow_mut().acl_check(&refs) {
-                Some(ok) => Ok(MultiValue::from_iter([Value::Boolean(ok), Value::Boolean(false)])),
-                None => fail("Invalid command passed to server.acl_check_cmd()"),
+            if let Err(e) = cur.set_argv(&rest) {
+                return raise(lua, e);
+            }
+            let (flat, spans) = (cur.flat.borrow(), cur.spans.borrow());
+            match cur.with_host(|h| h.acl_check(Args::from_parts(&flat, &spans))) {
+                Some(Some(ok)) => Ok(MultiValue::from_iter([Value::Boolean(ok), Value::Boolean(false)])),
+                Some(None) => raise(lua, "Invalid command passed to server.acl_check_cmd()"),
+                None => outside(),
             }
         }
         2 => {
@@ -477,7 +517,7 @@ fn dispatch(lua: &Lua, host: &RefCell<&mut dyn Host>, resp: &Cell<u8>, args: Mul
             }
             match number(&rest[0]) {
                 Some(n) if n == 2.0 || n == 3.0 => {
-                    resp.set(n as u8);
+                    cur.resp.set(n as u8);
                     Ok(MultiValue::new())
                 }
                 _ => raise(lua, "RESP version must be 2 or 3."),
@@ -491,8 +531,10 @@ fn dispatch(lua: &Lua, host: &RefCell<&mut dyn Host>, resp: &Cell<u8>, args: Mul
             if flags & !3 != 0 {
                 return raise(lua, "Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE.");
             }
-            host.borrow_mut().set_repl(flags as u8);
-            Ok(MultiValue::new())
+            match cur.with_host(|h| h.set_repl(flags as u8)) {
+                Some(()) => Ok(MultiValue::new()),
+                None => outside(),
+            }
         }
         4 => {
             if rest.len() < 2 {
@@ -517,37 +559,66 @@ fn dispatch(lua: &Lua, host: &RefCell<&mut dyn Host>, resp: &Cell<u8>, args: Mul
                     msg.extend_from_slice(&s);
                 }
             }
-            host.borrow_mut().log(level, &msg);
-            Ok(MultiValue::new())
+            match cur.with_host(|h| h.log(level, &msg)) {
+                Some(()) => Ok(MultiValue::new()),
+                None => outside(),
+            }
         }
         _ => raise(lua, "unknown host operation"),
     }
 }
 
-/// `redis.call` / `redis.pcall`: runs the command through the host and converts its reply;
-/// also says whether that reply is an error (which `redis.call` raises).
-fn call_command(
-    lua: &Lua,
-    host: &RefCell<&mut dyn Host>,
-    resp: &Cell<u8>,
-    args: MultiValue,
-) -> mlua::Result<(Value, bool)> {
-    let args: Vec<Value> = args.into_iter().collect();
-    let argv = match to_argv(&args) {
-        Ok(a) => a,
-        Err(e) => {
-            let t =
-                convert::error_table(lua, e.as_bytes(), false).map_err(|_| mlua::Error::runtime("out of memory"))?;
-            return Ok((t, true));
+impl Current {
+    /// The arguments of a call, into the reused argument buffers: strings as they are,
+    /// numbers as Valkey prints them (an integer when the double is one, else the shortest
+    /// round-trip form).
+    fn set_argv(&self, vals: &[Value]) -> Result<(), &'static str> {
+        if vals.is_empty() {
+            return Err("Please specify at least one argument for this call");
         }
-    };
-    let refs: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
-    let mut reply = ReplyBuf::new();
-    reply.set_protocol(if resp.get() == 3 { Protocol::Resp3 } else { Protocol::Resp2 });
-    host.borrow_mut().call(&refs, &mut reply);
-    let bytes = reply.as_bytes();
-    let failed = bytes.first() == Some(&b'-');
-    Ok((convert::reply_to_lua(lua, bytes)?, failed))
+        let (mut flat, mut spans) = (self.flat.borrow_mut(), self.spans.borrow_mut());
+        flat.clear();
+        spans.clear();
+        for v in vals {
+            let start = flat.len();
+            match v {
+                Value::String(s) => flat.extend_from_slice(&s.as_bytes()),
+                Value::Integer(n) => flat.extend_from_slice(itoa::Buffer::new().format(*n).as_bytes()),
+                Value::Number(n) => flat.extend_from_slice(number_arg(*n).as_bytes()),
+                _ => return Err("Command arguments must be strings or integers"),
+            }
+            spans.push((start, flat.len()));
+        }
+        Ok(())
+    }
+
+    /// `redis.call` / `redis.pcall`: runs the command through the host and converts its
+    /// reply; also says whether that reply is an error (which `redis.call` raises).
+    fn call(&self, lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
+        let fail = |text: &str| -> mlua::Result<(Value, bool)> {
+            let t =
+                convert::error_table(lua, text.as_bytes(), false).map_err(|_| mlua::Error::runtime("out of memory"))?;
+            Ok((t, true))
+        };
+        let vals: Vec<Value> = args.into_iter().collect();
+        if let Err(e) = self.set_argv(&vals) {
+            return fail(e);
+        }
+        drop(vals);
+        let mut reply = self.reply.borrow_mut();
+        reply.truncate(0);
+        reply.set_protocol(if self.resp.get() == 3 { Protocol::Resp3 } else { Protocol::Resp2 });
+        let ran = {
+            let (flat, spans) = (self.flat.borrow(), self.spans.borrow());
+            self.with_host(|h| h.call(Args::from_parts(&flat, &spans), &mut reply))
+        };
+        if ran.is_none() {
+            return fail("This function can only be called from inside a script");
+        }
+        let bytes = reply.as_bytes();
+        let failed = bytes.first() == Some(&b'-');
+        Ok((convert::reply_to_lua(lua, bytes)?, failed))
+    }
 }
 
 /// Raises a `{err="ERR text"}` error from a Rust function of the API.
@@ -574,22 +645,6 @@ fn lua_string(v: &Value) -> Option<Vec<u8>> {
         Value::Number(n) => Some(format_lua_number(*n).into_bytes()),
         _ => None,
     }
-}
-
-/// The arguments of `redis.call`: strings as they are, numbers as Valkey prints them (an
-/// integer when the double is one, else the shortest round-trip form).
-fn to_argv(vals: &[Value]) -> Result<Vec<Vec<u8>>, &'static str> {
-    if vals.is_empty() {
-        return Err("Please specify at least one argument for this call");
-    }
-    vals.iter()
-        .map(|v| match v {
-            Value::String(s) => Ok(s.as_bytes().to_vec()),
-            Value::Integer(n) => Ok(n.to_string().into_bytes()),
-            Value::Number(n) => Ok(number_arg(*n).into_bytes()),
-            _ => Err("Command arguments must be strings or integers"),
-        })
-        .collect()
 }
 
 fn number_arg(n: f64) -> String {
@@ -622,10 +677,28 @@ pub(crate) fn lua_message(e: &mlua::Error) -> String {
 }
 
 /// The Rust functions the API chunk installs once: they need no host.
-fn statics(lua: &Lua, killed: &Rc<Cell<bool>>) -> mlua::Result<Table> {
+fn statics(lua: &Lua, current: &Rc<Current>) -> mlua::Result<Table> {
     let t = lua.create_table()?;
-    let k = killed.clone();
-    t.raw_set("killed", lua.create_function(move |_, ()| Ok(k.get()))?)?;
+    let cur = current.clone();
+    t.raw_set("killed", lua.create_function(move |_, ()| Ok(cur.killed.get()))?)?;
+    let cur = current.clone();
+    t.raw_set(
+        "call",
+        lua.create_function(move |lua, args: MultiValue| {
+            let (v, failed) = cur.call(lua, args)?;
+            if failed {
+                // mlua raises a Rust error as its own userdata: the table goes by `pending`
+                // for the handler (api.lua's unwrap) to pick up.
+                cur.slot.raw_set("pending", v)?;
+                return Err(mlua::Error::runtime("redis.call failed"));
+            }
+            Ok(v)
+        })?,
+    )?;
+    let cur = current.clone();
+    t.raw_set("pcall", lua.create_function(move |lua, args: MultiValue| Ok(cur.call(lua, args)?.0))?)?;
+    let cur = current.clone();
+    t.raw_set("host", lua.create_function(move |lua, args: MultiValue| dispatch(lua, &cur, args))?)?;
     t.raw_set(
         "sha1hex",
         lua.create_function(|lua, args: MultiValue| {

@@ -2,9 +2,9 @@
 
 use std::collections::HashMap;
 
-use hotkv_protocol::ReplyBuf;
+use hotkv_protocol::{Args, ReplyBuf};
 
-use crate::vm::{Host, LogLevel, Outcome, Vm};
+use crate::vm::{Call, Host, LogLevel, Outcome, Vm};
 
 /// A host that knows GET, SET and PING, and records what the script logged.
 #[derive(Default)]
@@ -15,7 +15,8 @@ struct Fake {
 }
 
 impl Host for Fake {
-    fn call(&mut self, argv: &[&[u8]], reply: &mut ReplyBuf) {
+    fn call(&mut self, args: Args<'_>, reply: &mut ReplyBuf) {
+        let argv: Vec<&[u8]> = args.iter().collect();
         self.calls += 1;
         match argv[0].to_ascii_lowercase().as_slice() {
             b"get" => match self.data.get(argv[1]) {
@@ -35,8 +36,11 @@ impl Host for Fake {
             _ => reply.error("ERR Unknown command called from script"),
         }
     }
-    fn acl_check(&mut self, _: &[&[u8]]) -> Option<bool> {
+    fn acl_check(&mut self, _: Args<'_>) -> Option<bool> {
         Some(true)
+    }
+    fn poll(&mut self) -> Option<String> {
+        None
     }
     fn log(&mut self, level: LogLevel, msg: &[u8]) {
         self.logs.push((level, msg.to_vec()));
@@ -45,14 +49,15 @@ impl Host for Fake {
 }
 
 fn eval(vm: &mut Vm, host: &mut Fake, code: &str, keys: &[&str], args: &[&str]) -> String {
-    let f = match vm.compile(code.as_bytes()) {
+    let sha = crate::sha1_hex(code.as_bytes());
+    let f = match vm.script(&sha, code.as_bytes(), 0) {
         Ok(f) => f,
         Err(e) => return format!("-ERR {e}"),
     };
     let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
     let args: Vec<&[u8]> = args.iter().map(|k| k.as_bytes()).collect();
     let mut out = ReplyBuf::new();
-    let _: Outcome = vm.eval(&f, "f_test", &keys, &args, host, None, &mut out);
+    let _: Outcome = vm.eval(&f, "f_test", Call { keys: &keys, args: &args }, host, &mut out);
     String::from_utf8_lossy(out.as_bytes()).into_owned()
 }
 

@@ -10,7 +10,6 @@
 //! that slot among the locks taken up front if nothing was written yet, else waits a bounded
 //! time (see [`LockSet::add`]).
 
-use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -24,7 +23,7 @@ use hotkv_engine::route::{KeyPresence, Route};
 use hotkv_engine::slot::SLOTS;
 use hotkv_engine::{AddLock, BlockMode, CommandError, Ctx, DownReason};
 use hotkv_protocol::{Args, ReplyBuf};
-use hotkv_scripting::{Host, Interrupt, LogLevel, Outcome, Script, flag as sflag};
+use hotkv_scripting::{Call, Host, LogLevel, Outcome, Script, flag as sflag};
 
 use crate::dispatch::{Batch, Scratch, account, dataset_config, emit, reply_error, serve_blocked};
 use crate::events::CmdEvents;
@@ -174,11 +173,19 @@ fn find(b: &Batch<'_>, kind: Kind, args: &Args<'_>) -> Result<Target, CommandErr
         Kind::Eval => {
             let script = add_script(b.srv, args.get(1), true)?;
             b.srv.scripts.touch(&script.sha);
-            Ok(Target { flags: script.shebang.flags, name: script.function_name(), code: Code::Script(script) })
+            Ok(Target {
+                flags: script.shebang.flags,
+                name: script.function_name().to_string(),
+                code: Code::Script(script),
+            })
         }
         Kind::EvalSha => {
             let script = b.srv.scripts.get(args.get(1)).ok_or_else(noscript)?;
-            Ok(Target { flags: script.shebang.flags, name: script.function_name(), code: Code::Script(script) })
+            Ok(Target {
+                flags: script.shebang.flags,
+                name: script.function_name().to_string(),
+                code: Code::Script(script),
+            })
         }
         Kind::Fcall => {
             let (_, def) = b.srv.functions.get(args.get(1)).ok_or_else(|| CommandError::err("Function not found"))?;
@@ -370,53 +377,32 @@ fn run_in<'b: 'c, 'c>(
         slot: declared_slot(b, &keys),
         repl: 3,
         plan: Plan::default(),
-        flat: Vec::new(),
-        spans: Vec::new(),
         started_over_memory: None,
         state: None,
+        target: t,
+        args: *args,
+        started: std::time::Instant::now(),
         started_us: crate::server::unix_us(),
     };
-    let started = std::time::Instant::now();
-    let state = Arc::new(RunState {
-        kill: AtomicBool::new(false),
-        wrote: AtomicBool::new(false),
-        busy: AtomicBool::new(false),
-        function: matches!(t.code, Code::Function),
-        from_master: host.sess.has_flag(flag::MASTER),
-        name: t.name.clone(),
-        command: args.iter().map(<[u8]>::to_vec).collect(),
-        started,
-    });
-    host.state = Some(state.clone());
-    let watch = Rc::new(Watch {
-        state,
-        runs: b.srv.script_runs.clone(),
-        started,
-        threshold_ms: b.rt.busy_reply_threshold,
-        name: t.name.clone(),
-        registered: std::cell::Cell::new(false),
-    });
     let generation = b.srv.scripts.generation();
-    let outcome = hotkv_scripting::with_vm(|vm| {
-        let interrupt = Some(watch.clone() as Rc<dyn Interrupt>);
-        match &t.code {
-            Code::Script(script) => match vm.script(&script.sha, script.code(), generation) {
-                Ok(f) => vm.eval(&f, &t.name, &keys, &argv, &mut host, interrupt, out),
-                Err(e) => {
-                    out.error(&format!("ERR {e}"));
-                    Outcome::Failed { counted: true }
-                }
-            },
-            Code::Function => match vm.function(&t.name, &b.srv.functions) {
-                Some(f) => vm.fcall(&f, &t.name, &keys, &argv, &mut host, interrupt, out),
-                None => {
-                    out.error("ERR Function not found");
-                    Outcome::Failed { counted: true }
-                }
-            },
-        }
+    let call = Call { keys: &keys, args: &argv };
+    let outcome = hotkv_scripting::with_vm(|vm| match &t.code {
+        Code::Script(script) => match vm.script(&script.sha, script.code(), generation) {
+            Ok(f) => vm.eval(&f, &t.name, call, &mut host, out),
+            Err(e) => {
+                out.error(&format!("ERR {e}"));
+                Outcome::Failed { counted: true }
+            }
+        },
+        Code::Function => match vm.function(&t.name, &b.srv.functions) {
+            Some(f) => vm.fcall(&f, &t.name, call, &mut host, out),
+            None => {
+                out.error("ERR Function not found");
+                Outcome::Failed { counted: true }
+            }
+        },
     });
-    watch.finish();
+    host.finish();
     let ScriptHost { restart, .. } = host;
     match outcome {
         None => {
@@ -534,69 +520,13 @@ struct RunState {
     started: std::time::Instant,
 }
 
-/// The hook's view of a run: registers it among the slow runs on its first poll, marks it
-/// busy past the threshold, and says when it was killed.
-struct Watch {
-    state: Arc<RunState>,
-    runs: Arc<Runs>,
-    started: std::time::Instant,
-    threshold_ms: u64,
-    name: String,
-    registered: std::cell::Cell<bool>,
-}
-
-impl Interrupt for Watch {
-    fn poll(&self) -> Option<String> {
-        if !self.registered.replace(true) {
-            self.runs.slow.lock().push(self.state.clone());
-            // This worker is taken for a while, and while it runs nobody may be polling the
-            // I/O driver: the other workers can be parked on a condition variable until they
-            // are told of work. Two tasks pushed here (one fills the worker's LIFO slot, which
-            // cannot be stolen; the second goes to its queue) make tokio wake a parked worker
-            // to steal, and that worker then parks on the driver, so the other clients (SCRIPT
-            // KILL among them) are served meanwhile rather than after the script.
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                drop(rt.spawn(async {}));
-                drop(rt.spawn(async {}));
-            }
-        }
-        let elapsed = self.started.elapsed().as_millis() as u64;
-        if self.threshold_ms > 0 && elapsed >= self.threshold_ms && !self.state.busy.swap(true, Ordering::Relaxed) {
-            self.runs.busy.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                "Slow script detected: still in execution after {elapsed} milliseconds. You can try killing the script using the {} command. Script name is: {}.",
-                if self.state.function { "FUNCTION KILL" } else { "SCRIPT KILL" },
-                self.name
-            );
-        }
-        if self.state.kill.load(Ordering::Relaxed) {
-            let text = if self.state.function {
-                "Script killed by user with FUNCTION KILL."
-            } else {
-                "Script killed by user with SCRIPT KILL."
-            };
-            tracing::info!("{text}");
-            return Some(text.to_string());
-        }
-        None
-    }
-}
-
-impl Watch {
-    /// The run ended: it leaves the slow runs, and others stop getting BUSY for it.
-    fn finish(&self) {
-        if self.registered.replace(false) {
-            self.runs.slow.lock().retain(|r| !Arc::ptr_eq(r, &self.state));
-        }
-        if self.state.busy.swap(false, Ordering::Relaxed) {
-            self.runs.busy.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-}
-
 /// The server as one script run sees it.
 struct ScriptHost<'h, 'b, 'c> {
     b: &'h Batch<'b>,
+    /// The script and the command running it (FUNCTION STATS shows both).
+    target: &'h Target,
+    args: Args<'h>,
+    started: std::time::Instant,
     sess: &'h mut Session,
     ctx: &'h mut Ctx<'c>,
     flags: u32,
@@ -612,55 +542,86 @@ struct ScriptHost<'h, 'b, 'c> {
     /// `redis.set_repl` flags: 1 AOF, 2 replicas.
     repl: u8,
     plan: Plan,
-    flat: Vec<u8>,
-    spans: Vec<(usize, usize)>,
     started_over_memory: Option<bool>,
-    /// What SCRIPT KILL sees of this run.
+    /// What SCRIPT KILL sees of this run, once it ran long enough to be polled.
     state: Option<Arc<RunState>>,
     /// Unix microseconds when the run started: TIME inside it answers this.
     started_us: i64,
 }
 
 impl<'b: 'c, 'c> Host for ScriptHost<'_, 'b, 'c> {
-    fn call(&mut self, argv: &[&[u8]], reply: &mut ReplyBuf) {
+    fn call(&mut self, args: Args<'_>, reply: &mut ReplyBuf) {
         if self.restart.is_some() {
             reply.error("ERR script is starting over");
             return;
         }
-        self.flat.clear();
-        self.spans.clear();
-        for a in argv {
-            self.spans.push((self.flat.len(), self.flat.len() + a.len()));
-            self.flat.extend_from_slice(a);
-        }
-        let flat = std::mem::take(&mut self.flat);
-        let spans = std::mem::take(&mut self.spans);
-        let args = Args::from_parts(&flat, &spans);
         if let Err(e) = self.call_args(args, reply) {
             reply.truncate(0);
             reply_error(self.b.srv, reply, &e);
         }
-        self.flat = flat;
-        self.spans = spans;
     }
 
-    fn acl_check(&mut self, argv: &[&[u8]]) -> Option<bool> {
-        let flat: Vec<u8> = argv.concat();
-        let mut at = 0;
-        let spans: Vec<(usize, usize)> = argv
-            .iter()
-            .map(|a| {
-                at += a.len();
-                (at - a.len(), at)
-            })
-            .collect();
-        let args = Args::from_parts(&flat, &spans);
+    fn acl_check(&mut self, args: Args<'_>) -> Option<bool> {
         let srv = self.b.srv;
         let Lookup::Found(id) = srv.registry.lookup(&args) else { return None };
         Some(match &self.sess.acl_user {
             Some(user) => srv.acl.check(user, srv.registry.get(id), &args).is_ok(),
             None => true,
         })
+    }
+
+    fn poll(&mut self) -> Option<String> {
+        let runs = &self.b.srv.script_runs;
+        let state = match &self.state {
+            Some(s) => s.clone(),
+            None => {
+                // A long run: from now on SCRIPT KILL and FUNCTION STATS see it.
+                let s = Arc::new(RunState {
+                    kill: AtomicBool::new(false),
+                    wrote: AtomicBool::new(self.wrote),
+                    busy: AtomicBool::new(false),
+                    function: matches!(self.target.code, Code::Function),
+                    from_master: self.sess.has_flag(flag::MASTER),
+                    name: self.target.name.clone(),
+                    command: self.args.iter().map(<[u8]>::to_vec).collect(),
+                    started: self.started,
+                });
+                runs.slow.lock().push(s.clone());
+                // This worker is taken for a while, and while it runs nobody may be polling
+                // the I/O driver: the other workers can be parked on a condition variable
+                // until they are told of work. Two tasks pushed here (one fills the worker's
+                // LIFO slot, which cannot be stolen; the second goes to its queue) make tokio
+                // wake a parked worker to steal, and that worker then parks on the driver, so
+                // the other clients (SCRIPT KILL among them) are served meanwhile rather than
+                // after the script.
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    drop(rt.spawn(async {}));
+                    drop(rt.spawn(async {}));
+                }
+                self.state = Some(s.clone());
+                s
+            }
+        };
+        let elapsed = self.started.elapsed().as_millis() as u64;
+        let threshold = self.b.rt.busy_reply_threshold;
+        if threshold > 0 && elapsed >= threshold && !state.busy.swap(true, Ordering::Relaxed) {
+            runs.busy.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                "Slow script detected: still in execution after {elapsed} milliseconds. You can try killing the script using the {} command. Script name is: {}.",
+                if state.function { "FUNCTION KILL" } else { "SCRIPT KILL" },
+                state.name
+            );
+        }
+        if state.kill.load(Ordering::Relaxed) {
+            let text = if state.function {
+                "Script killed by user with FUNCTION KILL."
+            } else {
+                "Script killed by user with SCRIPT KILL."
+            };
+            tracing::info!("{text}");
+            return Some(text.to_string());
+        }
+        None
     }
 
     fn log(&mut self, level: LogLevel, msg: &[u8]) {
@@ -679,6 +640,16 @@ impl<'b: 'c, 'c> Host for ScriptHost<'_, 'b, 'c> {
 }
 
 impl<'b: 'c, 'c> ScriptHost<'_, 'b, 'c> {
+    /// The run ended: a long one leaves the slow runs, and others stop getting BUSY for it.
+    fn finish(&mut self) {
+        let Some(state) = self.state.take() else { return };
+        let runs = &self.b.srv.script_runs;
+        runs.slow.lock().retain(|r| !Arc::ptr_eq(r, &state));
+        if state.busy.swap(false, Ordering::Relaxed) {
+            runs.busy.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     /// Valkey's `scriptCall`, then the call itself.
     fn call_args(&mut self, args: Args<'_>, reply: &mut ReplyBuf) -> Result<(), CommandError> {
         let b = self.b;
