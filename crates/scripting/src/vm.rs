@@ -404,7 +404,7 @@ impl Vm {
         // Every proxy was written through a refusing path unless something was missed: the
         // check is defense in depth, cheap enough every 64 runs and after every failure
         // (where a probing script would show itself).
-        if self.runs % 64 == 0 || matches!(outcome, Outcome::Failed { .. }) {
+        if self.runs.is_multiple_of(64) || matches!(outcome, Outcome::Failed { .. }) {
             self.report_memory();
             if !matches!(self.intact.call::<bool>(()), Ok(true)) {
                 tracing::warn!("A script wrote into a read-only table of the Lua VM: the VM is rebuilt");
