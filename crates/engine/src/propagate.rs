@@ -199,16 +199,18 @@ impl Effects {
 
     /// Wraps the recorded commands in MULTI ... EXEC when there are several, so a replica
     /// applies them as one unit (a transaction, or a command that writes several effects).
+    /// MULTI and EXEC belong to no database ([`NO_DB`]): a SELECT the commands need goes
+    /// inside the transaction, where Valkey writes it.
     pub fn wrap_multi(&mut self) {
         if self.cmds.len() < 2 {
             return;
         }
-        let first_db = self.cmds[0].0;
+        let first_db = NO_DB as u32;
         let mut wrapped = Vec::with_capacity(self.buf.len() + 32);
         write_command(&mut wrapped, [&b"MULTI"[..]].into_iter(), 1);
         let shift = wrapped.len() as u32;
         wrapped.extend_from_slice(&self.buf);
-        let last_db = self.cmds.last().map_or(first_db, |c| c.0);
+        let last_db = NO_DB as u32;
         let mut cmds = Vec::with_capacity(self.cmds.len() + 2);
         cmds.push((first_db, shift));
         cmds.extend(self.cmds.iter().map(|&(db, end)| (db, end + shift)));
@@ -222,6 +224,10 @@ impl Effects {
         }
     }
 }
+
+/// The database of a command that needs none selected (MULTI, EXEC): sinks write no SELECT
+/// for it.
+pub const NO_DB: usize = u32::MAX as usize;
 
 /// The command that carries a deletion the server made itself, as Valkey's
 /// `propagateDeletion`: UNLINK when the matching `lazyfree-lazy-*` setting is on (Valkey 8's
@@ -330,11 +336,11 @@ mod tests {
         e.wrap_multi();
         let c = cmds(&e);
         assert_eq!(c.len(), 4);
-        assert_eq!(c[0], (0, "*1\r\n$5\r\nMULTI\r\n".into()));
+        assert_eq!(c[0], (NO_DB, "*1\r\n$5\r\nMULTI\r\n".into()), "SELECT goes inside the transaction");
         assert_eq!(c[2], (1, "*2\r\n$3\r\nDEL\r\n$1\r\nb\r\n".into()));
-        assert_eq!(c[3], (1, "*1\r\n$4\r\nEXEC\r\n".into()));
+        assert_eq!(c[3], (NO_DB, "*1\r\n$4\r\nEXEC\r\n".into()));
         e.truncate(1);
-        assert_eq!(cmds(&e), vec![(0, "*1\r\n$5\r\nMULTI\r\n".into())]);
+        assert_eq!(cmds(&e), vec![(NO_DB, "*1\r\n$5\r\nMULTI\r\n".into())]);
         let mut f = Effects::default();
         f.begin(true);
         f.push(2, &["DEL", "z"]);
@@ -435,7 +441,10 @@ mod tests {
         t.run(&["SET", "k", "v", "PX", "10"]);
         t.now_ms += 100;
         t.cfg.lazy_expire = false;
-        assert_eq!(run(&mut t, &["APPEND", "k", "x"]), ["0: MULTI", "0: DEL k", "0: APPEND k x", "0: EXEC"]);
+        assert_eq!(
+            run(&mut t, &["APPEND", "k", "x"]),
+            [format!("{NO_DB}: MULTI"), "0: DEL k".into(), "0: APPEND k x".into(), format!("{NO_DB}: EXEC")]
+        );
     }
 
     #[test]

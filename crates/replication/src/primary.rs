@@ -849,7 +849,7 @@ impl WriteSink for Primary {
         let State { backlog, seldb, offset, .. } = &mut *st;
         let Some(buf) = backlog.as_mut() else { return };
         for (db, bytes) in effects.iter() {
-            if *seldb != Some(db) {
+            if db != hotkv_engine::propagate::NO_DB && *seldb != Some(db) {
                 let mut select = Vec::with_capacity(32);
                 hotkv_engine::propagate::write_select(&mut select, db);
                 buf.append(&select);

@@ -436,7 +436,14 @@ fn check_replication(b: &Batch<'_>, cmd: &Command, flags: u32, sess: &Session) -
         if writes && b.rt.replica_read_only {
             return Err(CommandError::raw("READONLY You can't write against a read only replica."));
         }
-        if flags & flags::STALE == 0 && !b.rt.replica_serve_stale_data && !repl.link_up() {
+        // An EXEC is as stale-safe as the least of what it queued (Valkey checks the queued
+        // commands' flags at EXEC).
+        let stale_ok = if cmd.id == b.srv.known.exec {
+            sess.multi.as_ref().is_none_or(|m| m.queue.iter().all(|q| q.flags & flags::STALE != 0))
+        } else {
+            flags & flags::STALE != 0
+        };
+        if !stale_ok && !b.rt.replica_serve_stale_data && !repl.link_up() {
             return Err(CommandError::raw(
                 "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
             ));

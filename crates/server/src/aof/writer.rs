@@ -228,7 +228,7 @@ impl AofWriter {
             }
         }
         for (db, bytes) in effects.iter() {
-            if p.seldb != Some(db) {
+            if db != hotkv_engine::propagate::NO_DB && p.seldb != Some(db) {
                 write_select(&mut p.buf, db);
                 p.seldb = Some(db);
             }
