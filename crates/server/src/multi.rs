@@ -171,7 +171,11 @@ fn run(
                 (Some(ecmd), _) => (ecmd.run)(&mut ctx, args, out).map(|()| Flow::Continue),
                 (None, Some(i)) => {
                     let (kind, ro) = (crate::dispatch::script_kind(i), crate::dispatch::script_read_only(i));
-                    crate::script::run_queued(b, sess, kind, ro, args, out, &mut ctx)
+                    let r = crate::script::run_queued(b, sess, kind, ro, args, out, &mut ctx);
+                    // The script's calls recorded their effects; the script itself is not
+                    // replayed.
+                    ctx.effects.suppress();
+                    r
                 }
                 (None, None) => run_server(b, sess, cmd, args, out, &mut ctx),
             },

@@ -561,13 +561,14 @@ pub fn after_full_sync(srv: &Arc<Server>) {
 }
 
 /// What BGREWRITEAOF answers.
-pub fn bgrewriteaof(srv: &Arc<Server>) -> Result<&'static str, String> {
+pub fn bgrewriteaof(srv: &Arc<Server>, in_exec: bool) -> Result<&'static str, String> {
     let aof = &srv.aof;
     if aof.running.load(Ordering::Acquire) {
         return Err("Background append only file rewriting already in progress".into());
     }
-    // Valkey's "one child at a time": behind a running save, the rewrite waits for the cron.
-    if srv.persist.in_progress() {
+    // Valkey's "one child at a time": behind a running save, the rewrite waits for the cron;
+    // so it does inside EXEC, whose slot locks the rewrite's cut would wait for.
+    if srv.persist.in_progress() || in_exec {
         aof.stats.lock().schedule();
         return Ok("Background append only file rewriting scheduled");
     }

@@ -22,9 +22,9 @@ pub static COMMANDS: &[ServerSpec] = &[
 ];
 
 /// BGREWRITEAOF: started, scheduled behind a running save, or an error when one runs.
-fn bgrewriteaof(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+fn bgrewriteaof(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
     let Some(srv) = srv.arc() else { return Err(CommandError::err("server is not running")) };
-    let reply = crate::aof::wire::bgrewriteaof(&srv).map_err(CommandError::err)?;
+    let reply = crate::aof::wire::bgrewriteaof(&srv, sess.in_exec).map_err(CommandError::err)?;
     out.simple(reply);
     Ok(Flow::Continue)
 }
