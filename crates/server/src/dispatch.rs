@@ -161,7 +161,7 @@ fn run_checked(
     // Nor is what a primary sends its replica: it owns the slots its replica serves.
     let master = sess.has_flag(crate::session::flag::MASTER);
     if scratch.resume.is_none() && !master {
-        route(b, cmd, sess, &args, scratch).map_err(|e| redirected(b, sess, id, e))?;
+        route(b, cmd, cflags, sess, &args, scratch).map_err(|e| redirected(b, sess, id, e))?;
     }
     if sess.multi.is_some() && cmd.spec.flags() & flags::NO_MULTI != 0 {
         return Err(rejected(sess, CommandError::err("Command not allowed inside a transaction")));
@@ -279,11 +279,12 @@ fn queues(multi: &crate::session::MultiState, mask: u32) -> bool {
 fn route(
     b: &Batch<'_>,
     cmd: &Command,
+    cflags: u32,
     sess: &Session,
     args: &Args<'_>,
     scratch: &mut Scratch,
 ) -> Result<(), CommandError> {
-    let Some(ctx) = crate::routing::route(b, cmd, sess, &scratch.plan)? else { return Ok(()) };
+    let Some(ctx) = crate::routing::route(b, cmd, cflags, sess, &scratch.plan)? else { return Ok(()) };
     let queued = sess.multi.is_some() && !b.srv.known.multi_immediate.contains(&cmd.id);
     if cmd.id == b.srv.known.exec || (cmd.spec.engine().is_some() && !queued) {
         scratch.pending = Some(ctx);

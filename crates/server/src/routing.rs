@@ -30,13 +30,14 @@ use crate::session::Session;
 pub(crate) fn route(
     b: &Batch<'_>,
     cmd: &Command,
+    cflags: u32,
     sess: &Session,
     plan: &Plan,
 ) -> Result<Option<RouteCtx>, CommandError> {
     if plan.slot().is_none() {
         return Ok(None);
     }
-    let ctx = route_ctx(b, cmd, sess);
+    let ctx = route_ctx(b, cmd, cflags, sess);
     match b.srv.router.route(plan, &ctx) {
         Route::CheckKeys => Ok(Some(ctx)),
         other => other.into_error().map_or(Ok(None), Err),
@@ -61,15 +62,13 @@ pub(crate) fn check_keys_now(b: &Batch<'_>, args: &Args<'_>, plan: &Plan, ctx: &
 }
 
 /// What the router needs to know about the client and the command.
-fn route_ctx(b: &Batch<'_>, cmd: &Command, sess: &Session) -> RouteCtx {
-    let f = cmd.spec.flags();
+/// `cflags` are the call's flags as dispatch judged them (a script's from its shebang).
+fn route_ctx(b: &Batch<'_>, cmd: &Command, cflags: u32, sess: &Session) -> RouteCtx {
+    let f = cflags;
     // EXEC writes if any queued command may (Valkey's `mstate.cmd_flags`).
     let write = f & flags::WRITE != 0
         || (cmd.id == b.srv.known.exec
-            && sess
-                .multi
-                .as_ref()
-                .is_some_and(|m| m.queue.iter().any(|q| b.srv.registry.get(q.cmd).spec.flags() & flags::WRITE != 0)));
+            && sess.multi.as_ref().is_some_and(|m| m.queue.iter().any(|q| q.flags & flags::WRITE != 0)));
     RouteCtx {
         tls: sess.tls,
         ipv6: sess.ipv6(),
