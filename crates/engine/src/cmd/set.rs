@@ -325,13 +325,20 @@ fn spop(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     if take_all {
         ctx.propagate_as(&[crate::propagate::del_verb(ctx.cfg.lazy_server_del), key]);
     } else if ctx.propagating() {
-        let argv: Vec<&[u8]> = [b"SREM".as_slice(), key].into_iter().chain(removed.iter().map(|m| &m[..])).collect();
-        ctx.propagate_as(&argv);
+        // In SREMs of 1024 members at most, as Valkey's spopWithCountCommand batches them,
+        // so no single replicated command grows with the count.
+        for batch in removed.chunks(SPOP_BATCH) {
+            let argv: Vec<&[u8]> = [b"SREM".as_slice(), key].into_iter().chain(batch.iter().map(|m| &m[..])).collect();
+            ctx.propagate_as(&argv);
+        }
     }
     ctx.changed(key, 's', "spop", emptied);
     ctx.stats.dirty += changes - 1;
     Ok(())
 }
+
+/// Members per SREM that SPOP with a count replicates (Valkey's batch size).
+const SPOP_BATCH: usize = 1024;
 
 fn srandmember(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     if args.len() > 3 {

@@ -169,6 +169,17 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
             srv.aof.set_flush_sleep(micros);
             out.ok();
         }
+        ("replicate", n) if n >= 3 => {
+            // Straight into the write stream, as Valkey's DEBUG REPLICATE (tests feed
+            // replicas and the AOF a command the primary never ran).
+            if srv.ks.sink().active() {
+                let mut e = hotkv_engine::Effects::default();
+                e.begin(true);
+                e.push_parts(sess.db, args.iter().skip(2));
+                srv.ks.sink().append(&e);
+            }
+            out.ok();
+        }
         ("set-disable-deny-scripts", 3) => {
             let on = hotkv_protocol::parse_i64(args.get(2)).unwrap_or(0) != 0;
             srv.script_runs.allow_noscript.store(on, Ordering::Relaxed);
@@ -456,6 +467,8 @@ fn help(args: &Args<'_>, out: &mut ReplyBuf) {
             "    * NOFLUSH: the existing database will not be removed before load, but",
             "      conflicting keys will generate an exception and kill the server.",
             "    * NOSAVE: the database will be loaded from an existing RDB file.",
+            "REPLICATE <command> [<arg> ...]",
+            "    Propagate the given command to replicas and the AOF, without running it.",
             "SEGFAULT",
             "    Crash the server with sigsegv.",
             "SET-ACTIVE-EXPIRE <0|1>",
@@ -548,7 +561,7 @@ mod tests {
             debug(&srv, &mut c, &["debug", "nosuch"]),
             "-ERR unknown subcommand or wrong number of arguments for 'nosuch'. Try DEBUG HELP.\r\n"
         );
-        assert!(debug(&srv, &mut c, &["debug", "help"]).starts_with("*51\r\n+DEBUG <subcommand>"));
+        assert!(debug(&srv, &mut c, &["debug", "help"]).starts_with("*53\r\n+DEBUG <subcommand>"));
     }
 
     #[test]
