@@ -865,3 +865,18 @@ fn clients_blocked_on_a_primary_turned_replica_are_unblocked_and_disconnected() 
     let stats = c.cmd(&["INFO", "commandstats"]).text();
     assert!(stats.contains("cmdstat_blpop:calls=1,") && stats.contains("rejected_calls=0,failed_calls=1"), "{stats}");
 }
+
+#[test]
+fn config_set_repl_timeout_reaches_a_link_already_up() {
+    let (primary, replica) = (server(), server());
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    // The link came up under the default 60 s; a shorter value must apply to it now.
+    let mut r = replica.client();
+    ok(&mut r, &["CONFIG", "SET", "repl-timeout", "2"]);
+    primary.signal(SIGSTOP);
+    let noticed = replica.wait_for_log("PRIMARY timeout: no data nor PING received", Duration::from_secs(20));
+    primary.signal(SIGCONT);
+    assert!(noticed, "the frozen primary was not noticed within 20 s; replica log:\n{}", replica.log());
+    wait_link_up(&replica);
+}

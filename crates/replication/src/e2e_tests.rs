@@ -498,7 +498,10 @@ async fn hostile_primaries_are_dropped_and_retried() {
 #[tokio::test(start_paused = true)]
 async fn silent_primary_times_out() {
     let conn = TestConnector::new(Target::Script(scripted(format!("+FULLRESYNC {ID} 0\r\n$0\r\n").into_bytes(), None)));
-    let r = replica_of(conn.clone(), ReplicaConfig { timeout: Duration::from_secs(60), ..cfg() });
+    let r = replica_of(
+        conn.clone(),
+        ReplicaConfig { timeout: crate::replica::LiveDuration::new(Duration::from_secs(60)), ..cfg() },
+    );
     until("connected", 100, || r.link.status().state == LinkState::Connected).await;
     tokio::time::sleep(Duration::from_secs(61)).await;
     until("the timeout", 100, || conn.connects.load(Ordering::SeqCst) >= 2).await;
@@ -657,7 +660,11 @@ mod fuzz {
             let mut script = prefix.as_bytes().to_vec();
             script.extend_from_slice(&garbage);
             let conn = TestConnector::new(Target::Script(scripted_with(script, None, true)));
-            let config = ReplicaConfig { max_bulk_len: 64 * 1024, timeout: Duration::from_secs(2), ..cfg() };
+            let config = ReplicaConfig {
+                max_bulk_len: 64 * 1024,
+                timeout: crate::replica::LiveDuration::new(Duration::from_secs(2)),
+                ..cfg()
+            };
             let r = replica_of(conn.clone(), config);
             until("two connection attempts", 10, || conn.connects.load(Ordering::SeqCst) >= 2).await;
             assert_ne!(r.link.status().state, LinkState::Stopped);

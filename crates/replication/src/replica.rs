@@ -91,8 +91,8 @@ pub struct ReplicaConfig {
     pub listening_port: u16,
     /// `replica-announce-ip`, announced with `REPLCONF ip-address`.
     pub announce_ip: Option<String>,
-    /// `repl-timeout`.
-    pub timeout: Duration,
+    /// `repl-timeout`, shared with the server so CONFIG SET reaches a link already up.
+    pub timeout: LiveDuration,
     /// `proto-max-bulk-len`: the largest argument the stream may carry.
     pub max_bulk_len: u64,
     /// Delay before reconnecting after a failure (Valkey's cron: one second).
@@ -102,6 +102,28 @@ pub struct ReplicaConfig {
     /// A primary handing over to this replica-to-be (standalone FAILOVER): the first PSYNC
     /// carries `FAILOVER`, which makes the target promote itself before it answers.
     pub failover: bool,
+}
+
+/// A duration a running link reads each time it waits, so a new value (CONFIG SET
+/// repl-timeout) applies to the next wait of a link already up.
+#[derive(Debug, Clone)]
+pub struct LiveDuration(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl LiveDuration {
+    /// A value of `d`.
+    pub fn new(d: Duration) -> Self {
+        LiveDuration(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(d.as_millis() as u64)))
+    }
+
+    /// The value now.
+    pub fn get(&self) -> Duration {
+        Duration::from_millis(self.0.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Changes the value for every holder.
+    pub fn set(&self, d: Duration) {
+        self.0.store(d.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl ReplicaConfig {
@@ -114,7 +136,7 @@ impl ReplicaConfig {
             auth: None,
             listening_port,
             announce_ip: None,
-            timeout: Duration::from_secs(60),
+            timeout: LiveDuration::new(Duration::from_secs(60)),
             max_bulk_len: 512 * 1024 * 1024,
             retry_delay: Duration::from_secs(1),
             ack_period: Duration::from_secs(1),
@@ -290,7 +312,7 @@ impl ReplicaLink {
 
     /// One connection: dial, handshake, resync, stream. Returns only with an error.
     async fn session(&mut self) -> Result<(), Error> {
-        let stream = timeout(self.cfg.timeout, self.connector.connect(&self.cfg.host, self.cfg.port))
+        let stream = timeout(self.cfg.timeout.get(), self.connector.connect(&self.cfg.host, self.cfg.port))
             .await
             .map_err(|_| Error::Timeout("connecting to the primary"))??;
         let tls = self.connector.is_tls();
@@ -304,7 +326,7 @@ impl ReplicaLink {
             if tls { " over TLS" } else { "" }
         );
         self.set_state(LinkState::Handshake);
-        let mut conn = Conn { stream, buf: BytesMut::with_capacity(READ_CHUNK), timeout: self.cfg.timeout };
+        let mut conn = Conn { stream, buf: BytesMut::with_capacity(READ_CHUNK), timeout: self.cfg.timeout.clone() };
         self.handshake(&mut conn).await?;
         let offset = self.psync(&mut conn).await?;
         let killed = self.applier.stream_started(&format!("{}:{}", self.cfg.host, self.cfg.port));
@@ -578,7 +600,7 @@ impl ReplicaLink {
             }
             conn.buf.reserve(READ_CHUNK);
             tokio::select! {
-                r = timeout_at(last_io + self.cfg.timeout, conn.stream.read_buf(&mut conn.buf)) => {
+                r = timeout_at(last_io + self.cfg.timeout.get(), conn.stream.read_buf(&mut conn.buf)) => {
                     let n = match r {
                         Err(_) => {
                             warn!("PRIMARY timeout: no data nor PING received...");
@@ -680,7 +702,7 @@ const APPLY_SLICE: usize = 256;
 struct Conn {
     stream: Box<dyn AsyncStream>,
     buf: BytesMut,
-    timeout: Duration,
+    timeout: LiveDuration,
 }
 
 impl Conn {
@@ -691,7 +713,7 @@ impl Conn {
     }
 
     async fn write(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        let t = self.timeout;
+        let t = self.timeout.get();
         timeout(t, async {
             self.stream.write_all(bytes).await?;
             self.stream.flush().await
@@ -716,7 +738,7 @@ impl Conn {
                 return Err(ProtocolViolation::LineTooLong.into());
             }
             self.buf.reserve(1024);
-            let n = timeout(self.timeout, self.stream.read_buf(&mut self.buf)).await.map_err(|_| {
+            let n = timeout(self.timeout.get(), self.stream.read_buf(&mut self.buf)).await.map_err(|_| {
                 warn!("Timeout connecting to the PRIMARY...");
                 Error::Timeout("handshake")
             })??;
@@ -729,7 +751,7 @@ impl Conn {
     /// Reads more bytes into the buffer, within `repl-timeout`.
     async fn fill(&mut self, cfg: &ReplicaConfig, on_timeout: &'static str) -> Result<(), Error> {
         self.buf.reserve(READ_CHUNK);
-        let n = timeout(cfg.timeout, self.stream.read_buf(&mut self.buf)).await.map_err(|_| {
+        let n = timeout(cfg.timeout.get(), self.stream.read_buf(&mut self.buf)).await.map_err(|_| {
             warn!("{}", on_timeout);
             Error::Timeout("receiving the snapshot")
         })??;

@@ -44,6 +44,9 @@ pub struct Replication {
     /// their DELs, so the cron expires those with a TTL itself (Valkey's
     /// `replicaKeysWithExpire`). Keys without a TTL leave at the next look.
     own_keys: Mutex<std::collections::HashSet<(usize, Vec<u8>)>>,
+    /// `repl-timeout` as the link to our primary reads it: CONFIG SET changes a link that is
+    /// already up.
+    link_timeout: hotkv_replication::LiveDuration,
 }
 
 impl Replication {
@@ -56,6 +59,7 @@ impl Replication {
             link: Mutex::new(None),
             failover: Default::default(),
             own_keys: Default::default(),
+            link_timeout: hotkv_replication::LiveDuration::new(primary_settings(settings).timeout),
         }
     }
 
@@ -206,7 +210,9 @@ fn reconcile_cluster(srv: &Arc<Server>) {
 
 /// The settings changed (CONFIG SET of a replication directive).
 pub fn apply(srv: &Server, new: &Settings) {
-    srv.repl.primary.set_settings(primary_settings(new));
+    let settings = primary_settings(new);
+    srv.repl.link_timeout.set(settings.timeout);
+    srv.repl.primary.set_settings(settings);
 }
 
 /// Once a second, from the cron thread.
@@ -247,7 +253,8 @@ fn follow_with(srv: &Arc<Server>, host: String, port: u16, failover: bool) {
     cfg.auth = if auth.is_empty() { rt.requirepass.clone() } else { Some(auth.to_string()) };
     let ip = settings.str(t::REPLICA_ANNOUNCE_IP);
     cfg.announce_ip = (!ip.is_empty()).then(|| ip.to_string());
-    cfg.timeout = Duration::from_secs(settings.int(t::REPL_TIMEOUT).max(1) as u64);
+    cfg.timeout = srv.repl.link_timeout.clone();
+    cfg.timeout.set(Duration::from_secs(settings.int(t::REPL_TIMEOUT).max(1) as u64));
     cfg.max_bulk_len = rt.proto_max_bulk_len;
     cfg.failover = failover;
     let tls = settings.bool(t::TLS_REPLICATION);
