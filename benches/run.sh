@@ -5,7 +5,8 @@
 # `benches/run.sh replication [options]` the cost of a replica (benches/replication.py),
 # `benches/run.sh persistence [options]` BGSAVE, BGREWRITEAOF, loading and the AOF's cost
 # (benches/persistence.py), `benches/run.sh scripting [options]` EVALSHA of a small script
-# against plain SET (benches/scripting.py).
+# against plain SET (benches/scripting.py), `benches/run.sh expire [options]` what active expiry
+# costs with 100k idle TTL keys and how fast it reclaims 100k expired ones (benches/expire.py).
 # Installs Debian's redis-server and redis-tools when missing, builds hotkv in release mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,5 +39,9 @@ fi
 if [ "${1:-}" = scripting ]; then
   shift
   exec python3 benches/scripting.py "$@"
+fi
+if [ "${1:-}" = expire ]; then
+  shift
+  exec python3 benches/expire.py "$@"
 fi
 exec python3 benches/harness.py "$@"

@@ -505,8 +505,15 @@ mod tests {
         t.now_ms += 100;
         t.sink.set_active(true);
         let mut cursor = crate::expire::ExpireCursor::default();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        crate::expire::active_expire_cycle(&t.ks, &mut cursor, t.now_ms, deadline, false, false, &crate::NoEvents);
+        let cycle = crate::expire::Cycle {
+            kind: crate::expire::CycleKind::Slow,
+            now_ms: t.now_ms,
+            deadline: std::time::Instant::now() + std::time::Duration::from_secs(10),
+            effort: 1,
+            replica: false,
+            lazy: false,
+        };
+        crate::expire::active_expire_cycle(&t.ks, &mut cursor, &cycle, &crate::NoEvents);
         assert_eq!(t.sink.take(), ["0: DEL a"]);
     }
 

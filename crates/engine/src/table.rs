@@ -61,8 +61,19 @@ pub struct Table {
     one: Option<Entry>,
     len: u32,
     volatile: u32,
-    /// Where the active expire cycle resumes in this table (a group index).
+    /// Where the active expire cycle resumes in this table (a bucket index).
     expire_cursor: u32,
+}
+
+/// How far one [`Table::walk_volatile`] went.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Walked {
+    /// Keys with a TTL handed to the callback.
+    pub keys: usize,
+    /// Buckets passed (a bucket re-examined after a removal counts once).
+    pub buckets: usize,
+    /// Whether the walk reached the end of the table; the next one starts from the beginning.
+    pub done: bool,
 }
 
 impl Table {
@@ -301,44 +312,56 @@ impl Table {
         self.first_from(start, |c| c & VOLATILE != 0)
     }
 
-    /// Walks up to `budget` buckets from this table's expire cursor, calling `f` with the
-    /// index of each bucket that holds a key with a TTL. `f` returns true when it removed that
-    /// entry, so the walk re-examines the bucket (a later entry may have shifted into it).
-    /// Returns whether the walk wrapped around the whole table.
-    pub fn walk_volatile(&mut self, budget: usize, mut f: impl FnMut(&mut Table, usize) -> bool) -> bool {
-        if self.volatile == 0 || self.groups.is_empty() {
-            if self.volatile != 0 && budget > 0 {
+    /// Walks the keys with a TTL from this table's expire cursor, calling `f` with the index of
+    /// each; `f` returns true when it removed that entry, so the walk re-examines the bucket (a
+    /// later entry may have shifted into it). Stops after `max_keys` calls of `f` or `max_buckets`
+    /// buckets passed, or at the end of the table, where the cursor goes back to the start; the
+    /// next walk resumes where this one stopped.
+    pub fn walk_volatile(
+        &mut self,
+        max_buckets: usize,
+        max_keys: usize,
+        mut f: impl FnMut(&mut Table, usize) -> bool,
+    ) -> Walked {
+        let mut w = Walked::default();
+        let at = self.expire_cursor as usize;
+        let (mut g, mut s) = (at >> 3, at & 7);
+        while w.keys < max_keys && w.buckets < max_buckets {
+            if self.volatile == 0 {
+                w.done = true;
+                break;
+            }
+            if self.groups.is_empty() {
+                // One key, kept outside the groups (also when removals just left one).
+                w.keys += 1;
                 f(self, 0);
+                w.done = true;
+                break;
             }
-            self.expire_cursor = 0;
-            return true;
-        }
-        let mut g = self.expire_cursor as usize;
-        let mut s = 0;
-        let mut steps = 0;
-        while steps < budget {
             if g >= self.groups.len() {
-                self.expire_cursor = 0;
-                return true;
+                w.done = true;
+                break;
             }
-            steps += 1;
-            if self.groups[g].ctrl[s] & VOLATILE != 0 && f(self, Pos { g, s }.index()) {
-                if self.groups.is_empty() {
-                    // Down to one key, kept outside the groups: the walk ends with it.
-                    self.expire_cursor = 0;
-                    return true;
+            if self.groups[g].ctrl[s] & VOLATILE != 0 {
+                w.keys += 1;
+                let groups = self.groups.len();
+                if f(self, Pos { g, s }.index()) {
+                    if self.groups.len() != groups {
+                        // The table shrank and every key moved: start it again.
+                        (g, s) = (0, 0);
+                    }
+                    continue;
                 }
-                // The table may have shrunk: the loop re-checks g against its new size.
-                continue;
             }
+            w.buckets += 1;
             s += 1;
             if s == WIDTH {
                 s = 0;
                 g += 1;
             }
         }
-        self.expire_cursor = g as u32;
-        false
+        self.expire_cursor = if w.done || self.groups.is_empty() { 0 } else { Pos { g, s }.index() as u32 };
+        w
     }
 
     fn gmask(&self) -> usize {
@@ -512,7 +535,7 @@ mod tests {
             }
             assert_eq!((t.len(), t.volatile_len(), t.capacity(), t.groups_addr()), (0, 0, 0, (0, 0)), "round {round}");
             assert!(t.find(b"k1", hash_of(b"k1")).is_none());
-            assert!(t.walk_volatile(10, |_, _| unreachable!()));
+            assert!(t.walk_volatile(10, 10, |_, _| unreachable!()).done);
         }
     }
 
@@ -542,12 +565,56 @@ mod tests {
         let ia = t.find(b"a", hash_of(b"a")).unwrap();
         drop(t.remove_at(ia));
         let mut seen = Vec::new();
-        assert!(t.walk_volatile(10, |t, i| {
-            seen.push(t.at(i).key().to_vec());
-            drop(t.remove_at(i));
-            true
-        }));
+        assert!(
+            t.walk_volatile(10, 10, |t, i| {
+                seen.push(t.at(i).key().to_vec());
+                drop(t.remove_at(i));
+                true
+            })
+            .done
+        );
         assert_eq!((seen, t.len(), t.volatile_len()), (vec![b"c".to_vec()], 0, 0));
+    }
+
+    #[test]
+    fn the_expire_walk_stops_at_its_limits_and_resumes_where_it_stopped() {
+        let mut t = Table::new();
+        for i in 0..300u32 {
+            t.insert_new(entry(format!("k{i}").as_bytes(), (i % 3 != 0).then_some(5)));
+        }
+        // Twenty keys a walk, nothing removed: every key with a TTL is seen exactly once per
+        // pass, and only the last walk of the pass says it is done.
+        let mut seen = Vec::new();
+        let mut walks = 0;
+        loop {
+            let w = t.walk_volatile(usize::MAX, 20, |t, i| {
+                seen.push(t.at(i).key().to_vec());
+                false
+            });
+            walks += 1;
+            assert!(w.keys <= 20);
+            if w.done {
+                break;
+            }
+            assert_eq!(w.keys, 20);
+        }
+        assert_eq!((seen.len(), walks), (200, 11));
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 200);
+        // A bucket limit stops a walk too.
+        let w = t.walk_volatile(5, 100, |_, _| false);
+        assert_eq!((w.buckets, w.done), (5, false));
+        // Removing every key it sees, walks empty the table, the last key included.
+        let mut removed = 0;
+        while t.volatile_len() > 0 {
+            t.walk_volatile(usize::MAX, 20, |t, i| {
+                drop(t.remove_at(i));
+                removed += 1;
+                true
+            });
+        }
+        assert_eq!((removed, t.len()), (200, 100));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use hotkv_engine::expire::{ExpireCursor, active_expire_cycle};
+use hotkv_engine::expire::{Cycle, CycleKind, ExpireCursor, active_expire_cycle, fast_cycle_budget, slow_cycle_budget};
 
 use crate::server::{Server, unix_ms};
 
@@ -31,15 +31,13 @@ fn run(srv: &Arc<Server>) {
         let tick = Instant::now();
         srv.memory.refresh();
         crate::cluster::redirect_blocked(srv, &mut routing_seen);
-        // DEBUG SET-ACTIVE-EXPIRE 0 leaves expired keys to lazy expiry, as in Valkey.
-        // Neither does a CLIENT PAUSE, which holds the dataset still, nor a load from the
-        // files: Valkey's cron does not run then, and an AOF replays commands on keys whose
-        // TTL passed (an RPUSH after a past PEXPIREAT appends to the list).
-        if srv.active_expire.load(Ordering::Relaxed)
-            && !srv.pause.holds_dataset(crate::server::unix_ms())
-            && !srv.persist.loading()
-        {
-            expire(srv, &mut cursor, period);
+        if expiry_allowed(srv) {
+            expire(
+                srv,
+                &mut cursor,
+                CycleKind::Slow,
+                slow_cycle_budget(period, srv.engine.load().active_expire_effort),
+            );
         }
         if last_sample.elapsed() >= Duration::from_millis(100) {
             last_sample = Instant::now();
@@ -63,22 +61,55 @@ fn run(srv: &Arc<Server>) {
         let spent = tick.elapsed();
         srv.stats.cron_cycles.fetch_add(1, Ordering::Relaxed);
         srv.stats.cron_usec.fetch_add(spent.as_micros() as u64, Ordering::Relaxed);
-        std::thread::sleep(period.saturating_sub(spent).max(Duration::from_millis(1)));
+        wait_for_next_tick(srv, &mut cursor, tick + period.max(spent + Duration::from_millis(1)));
     }
 }
 
-/// Runs the active expire cycle for at most 25% (plus effort) of the cron period, as Valkey's
-/// `ACTIVE_EXPIRE_CYCLE_SLOW_TIME_PERC`.
-fn expire(srv: &Server, cursor: &mut ExpireCursor, period: Duration) {
+/// Sleeps until `next_tick`, running fast expire cycles meanwhile while the slow cycle cannot
+/// keep up, as Valkey's `beforeSleep` does between its cron ticks.
+fn wait_for_next_tick(srv: &Server, cursor: &mut ExpireCursor, next_tick: Instant) {
+    loop {
+        let effort = srv.engine.load().active_expire_effort;
+        let fast_at = cursor.fast_cycle_at(effort).filter(|&at| at < next_tick && expiry_allowed(srv));
+        let Some(at) = fast_at else {
+            std::thread::sleep(next_tick.saturating_duration_since(Instant::now()));
+            return;
+        };
+        std::thread::sleep(at.saturating_duration_since(Instant::now()));
+        if srv.is_shutting_down() {
+            return;
+        }
+        srv.freeze.wait_blocking();
+        expire(srv, cursor, CycleKind::Fast, fast_cycle_budget(effort));
+    }
+}
+
+/// Whether the active expire cycle may run now. DEBUG SET-ACTIVE-EXPIRE 0 leaves expired keys
+/// to lazy expiry, as in Valkey. Neither does a CLIENT PAUSE, which holds the dataset still,
+/// nor a load from the files: Valkey's cron does not run then, and an AOF replays commands on
+/// keys whose TTL passed (an RPUSH after a past PEXPIREAT appends to the list).
+fn expiry_allowed(srv: &Server) -> bool {
+    srv.active_expire.load(Ordering::Relaxed) && !srv.pause.holds_dataset(unix_ms()) && !srv.persist.loading()
+}
+
+/// Runs one active expire cycle of `kind` for at most `budget`, and the writable replica's
+/// own keys with a TTL after a slow one.
+fn expire(srv: &Server, cursor: &mut ExpireCursor, kind: CycleKind, budget: Duration) {
     let cfg = srv.engine.load();
-    let perc = 25 + 2 * cfg.active_expire_effort.saturating_sub(1);
-    let budget = period * perc / 100;
     let start = Instant::now();
     // Expired keys announce themselves, abort WATCHes and may make blocked clients' keys ready.
     let events = crate::events::CmdEvents::new(srv, srv.rt.load().notify);
-    let st = active_expire_cycle(&srv.ks, cursor, unix_ms(), start + budget, cfg.replica, cfg.lazy_expire, &events);
+    let cycle = Cycle {
+        kind,
+        now_ms: unix_ms(),
+        deadline: start + budget,
+        effort: cfg.active_expire_effort,
+        replica: cfg.replica,
+        lazy: cfg.lazy_expire,
+    };
+    let st = active_expire_cycle(&srv.ks, cursor, &cycle, &events);
     srv.stats.active_expired.fetch_add(st.expired, Ordering::Relaxed);
-    if cfg.replica {
+    if cfg.replica && kind == CycleKind::Slow {
         let own = srv.repl.take_own_keys();
         if !own.is_empty() {
             let (n, keep) =
@@ -90,8 +121,10 @@ fn expire(srv: &Server, cursor: &mut ExpireCursor, period: Duration) {
     if st.time_cap_reached {
         srv.stats.expire_cap_reached.fetch_add(1, Ordering::Relaxed);
     }
-    let ms = start.elapsed().as_millis() as u64;
-    srv.stats.expire_cycle_ms.fetch_add(ms, Ordering::Relaxed);
+    srv.stats.set_expired_stale_perc(cursor.stale_perc());
+    let elapsed = start.elapsed();
+    srv.stats.expire_cycle_us.fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
+    let ms = elapsed.as_millis() as u64;
     let threshold = srv.rt.load().latency_threshold;
     if threshold > 0 && ms >= threshold {
         srv.latency.lock().add("expire-cycle", unix_ms() / 1000, ms);

@@ -60,8 +60,10 @@ pub struct Stats {
     pub active_expired: AtomicU64,
     /// `expired_time_cap_reached_count`.
     pub expire_cap_reached: AtomicU64,
-    /// `expire_cycle_cpu_milliseconds`.
-    pub expire_cycle_ms: AtomicU64,
+    /// `expire_cycle_cpu_milliseconds`, in microseconds.
+    pub expire_cycle_us: AtomicU64,
+    /// `expired_stale_perc`, an `f64`'s bits.
+    expired_stale_perc: AtomicU64,
     /// `total_eviction_exceeded_time` etc are not tracked; `evicted_clients`.
     pub evicted_clients: AtomicU64,
     /// `client_query_buffer_limit_disconnections`.
@@ -151,7 +153,8 @@ impl Stats {
             evicted_keys: AtomicU64::new(0),
             active_expired: AtomicU64::new(0),
             expire_cap_reached: AtomicU64::new(0),
-            expire_cycle_ms: AtomicU64::new(0),
+            expire_cycle_us: AtomicU64::new(0),
+            expired_stale_perc: AtomicU64::new(0),
             evicted_clients: AtomicU64::new(0),
             qbuf_limit_disconnections: AtomicU64::new(0),
             obuf_limit_disconnections: AtomicU64::new(0),
@@ -247,6 +250,15 @@ impl Stats {
     /// `expired_keys`.
     pub fn expired(&self) -> u64 {
         self.sum(|s| &s.expired) + self.active_expired.load(Ordering::Relaxed)
+    }
+    /// `expired_stale_perc`: the expire cycle's estimate of the share of keys with a TTL that
+    /// had expired, in percent.
+    pub fn expired_stale_perc(&self) -> f64 {
+        f64::from_bits(self.expired_stale_perc.load(Ordering::Relaxed))
+    }
+    /// Publishes the expire cycle's estimate (see [`Stats::expired_stale_perc`]).
+    pub fn set_expired_stale_perc(&self, perc: f64) {
+        self.expired_stale_perc.store(perc.to_bits(), Ordering::Relaxed);
     }
     /// Changes since startup (`rdb_changes_since_last_save`).
     pub fn dirty(&self) -> u64 {
@@ -351,7 +363,8 @@ impl Stats {
             &self.evicted_keys,
             &self.active_expired,
             &self.expire_cap_reached,
-            &self.expire_cycle_ms,
+            &self.expire_cycle_us,
+            &self.expired_stale_perc,
             &self.evicted_clients,
             &self.qbuf_limit_disconnections,
             &self.obuf_limit_disconnections,
