@@ -1,7 +1,7 @@
 //! The script cache every thread shares: EVAL bodies by SHA, as Valkey's `lua_scripts` dict.
 //! Each thread's VM compiles a script on its first use there ([`crate::Vm::script`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -25,6 +25,9 @@ pub struct Script {
     pub shebang: Shebang,
     /// `f_<sha>`, Valkey's name for its function in error texts.
     name: String,
+    /// When an EVAL last ran it (nanoseconds since the cache was made): eviction takes the
+    /// least recent. A plain store, so running a cached script takes no lock.
+    used: AtomicU64,
 }
 
 impl Script {
@@ -40,19 +43,30 @@ impl Script {
 }
 
 /// The shared cache.
-#[derive(Default)]
 pub struct ScriptCache {
     inner: RwLock<Inner>,
+    epoch: std::time::Instant,
     /// Bumped by every flush, so each VM drops what it compiled.
     generation: AtomicU64,
     evicted: AtomicU64,
 }
 
+impl Default for ScriptCache {
+    fn default() -> Self {
+        ScriptCache {
+            inner: RwLock::default(),
+            epoch: std::time::Instant::now(),
+            generation: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     scripts: HashMap<Sha, Arc<Script>>,
-    /// EVAL-added scripts, oldest first; SCRIPT LOAD takes a script out of it for good.
-    evictable: VecDeque<Sha>,
+    /// EVAL-added scripts; SCRIPT LOAD takes a script out of it for good.
+    evictable: Vec<Sha>,
     memory: usize,
 }
 
@@ -84,7 +98,8 @@ impl ScriptCache {
         }
         let shebang = eval_shebang(body)?;
         let name = format!("f_{}", std::str::from_utf8(&sha).unwrap_or(""));
-        let script = Arc::new(Script { sha, body: body.into(), shebang, name });
+        let used = AtomicU64::new(self.now());
+        let script = Arc::new(Script { sha, body: body.into(), shebang, name, used });
         check(&script)?;
         let mut inner = self.inner.write();
         if let Some(s) = inner.scripts.get(&sha).cloned() {
@@ -92,13 +107,21 @@ impl ScriptCache {
         }
         if evictable {
             while inner.evictable.len() >= EVAL_SCRIPTS_KEPT {
-                let Some(old) = inner.evictable.pop_front() else { break };
+                // The least recently run (a scan of at most 500 stamps, only when a new EVAL
+                // script would pass the limit).
+                let oldest = {
+                    let Inner { scripts, evictable, .. } = &*inner;
+                    let used = |sha: &Sha| scripts.get(sha).map_or(0, |s| s.used.load(Ordering::Relaxed));
+                    (0..evictable.len()).min_by_key(|&i| used(&evictable[i]))
+                };
+                let Some(i) = oldest else { break };
+                let old = inner.evictable.swap_remove(i);
                 if let Some(s) = inner.scripts.remove(&old) {
                     inner.memory -= s.body.len() + 40;
                     self.evicted.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            inner.evictable.push_back(sha);
+            inner.evictable.push(sha);
         }
         inner.memory += script.body.len() + 40;
         inner.scripts.insert(sha, script.clone());
@@ -106,14 +129,12 @@ impl ScriptCache {
     }
 
     /// Marks an EVAL script as used now, so eviction takes older ones first.
-    pub fn touch(&self, sha: &Sha) {
-        let mut inner = self.inner.write();
-        if let Some(i) = inner.evictable.iter().position(|x| x == sha)
-            && i + 1 != inner.evictable.len()
-        {
-            inner.evictable.remove(i);
-            inner.evictable.push_back(*sha);
-        }
+    pub fn touch(&self, script: &Script) {
+        script.used.store(self.now(), Ordering::Relaxed);
+    }
+
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
     }
 
     /// SCRIPT FLUSH: every script goes, and every VM drops what it compiled.

@@ -47,6 +47,8 @@ pub struct Scratch {
     pub(crate) resume: Option<RemoteOutcome>,
     /// The write stream's buffer, lent to each call.
     pub(crate) effects: Effects,
+    /// The script an EVAL or EVALSHA names, found while judging its flags.
+    pub(crate) script: Option<std::sync::Arc<hotkv_scripting::Script>>,
 }
 
 /// A command waiting on another node: what to ask, and how to run its second turn.
@@ -94,6 +96,7 @@ pub fn dispatch_with(
     scratch.hint = KeyHint::default();
     scratch.pending = None;
     scratch.resume = None;
+    scratch.script = None;
     // ASKING holds for the next command only, or until EXEC inside a transaction (Valkey's
     // resetClient).
     if sess.asking && sess.multi.is_none() && !args.get(0).eq_ignore_ascii_case(b"asking") {
@@ -151,7 +154,7 @@ fn run_checked(
         return Err(rejected(sess, e));
     }
     // A script's declared flags stand for EVAL's and FCALL's own (Valkey's getCommandFlags).
-    let cflags = crate::script::command_flags(b, cmd, &args);
+    let cflags = crate::script::command_flags(b, cmd, &args, &mut scratch.script);
     plan_call(b, cmd, sess, &args, scratch, plan);
     check_auth(b, cmd, sess).map_err(|e| rejected(sess, e))?;
     check_acl(b, cmd, sess, &args).map_err(|e| rejected(sess, e))?;

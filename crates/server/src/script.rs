@@ -76,7 +76,7 @@ pub fn run(
     scratch: &mut Scratch,
 ) -> Result<Flow, CommandError> {
     let numkeys = numkeys(kind, &args)?;
-    let target = find(b, kind, &args)?;
+    let target = find(b, kind, &args, scratch.script.take())?;
     prepare(b, sess, &target, ro)?;
     let mut held = None;
     let cfg = dataset_config(b, &mut held, sess);
@@ -136,7 +136,7 @@ pub fn run_queued<'b: 'c, 'c>(
     ctx: &mut Ctx<'c>,
 ) -> Result<Flow, CommandError> {
     let numkeys = numkeys(kind, &args)?;
-    let target = find(b, kind, &args)?;
+    let target = find(b, kind, &args, None)?;
     prepare(b, sess, &target, ro)?;
     run_in(b, sess, &target, ro, numkeys, &args, out, ctx, false);
     Ok(Flow::Continue)
@@ -168,11 +168,21 @@ fn numkeys(kind: Kind, args: &Args<'_>) -> Result<usize, CommandError> {
 }
 
 /// The script an EVAL names by body (caching it) or an EVALSHA by SHA, or a FCALL's function.
-fn find(b: &Batch<'_>, kind: Kind, args: &Args<'_>) -> Result<Target, CommandError> {
+fn find(b: &Batch<'_>, kind: Kind, args: &Args<'_>, found: Option<Arc<Script>>) -> Result<Target, CommandError> {
+    if let (Kind::Eval | Kind::EvalSha, Some(script)) = (kind, found) {
+        if kind == Kind::Eval {
+            b.srv.scripts.touch(&script);
+        }
+        return Ok(Target {
+            flags: script.shebang.flags,
+            name: script.function_name().to_string(),
+            code: Code::Script(script),
+        });
+    }
     match kind {
         Kind::Eval => {
             let script = add_script(b.srv, args.get(1), true)?;
-            b.srv.scripts.touch(&script.sha);
+            b.srv.scripts.touch(&script);
             Ok(Target {
                 flags: script.shebang.flags,
                 name: script.function_name().to_string(),
@@ -250,15 +260,24 @@ pub fn add_functions(srv: &crate::server::Server, codes: &[Vec<u8>], replace: bo
 /// The flags dispatch judges a call by: for EVAL and FCALL with declared flags (a shebang, or
 /// any function), Valkey's `scriptFlagsToCmdFlags` of the script's flags; otherwise the
 /// command's own.
-pub fn command_flags(b: &Batch<'_>, cmd: &Command, args: &Args<'_>) -> u32 {
+/// The script found on the way is kept in `found`, so the run does not look it up again.
+pub fn command_flags(b: &Batch<'_>, cmd: &Command, args: &Args<'_>, found: &mut Option<Arc<Script>>) -> u32 {
     let own = cmd.spec.flags();
     let Some(i) = b.srv.known.scripts.iter().position(|&s| s == cmd.id) else { return own };
     let script_flags = match crate::dispatch::script_kind(i) {
         Kind::Eval => match b.srv.scripts.get(&hotkv_scripting::sha1_hex(args.get(1))) {
-            Some(s) => Some(s.shebang.flags),
+            Some(s) => {
+                let flags = s.shebang.flags;
+                *found = Some(s);
+                Some(flags)
+            }
             None => hotkv_scripting::body::eval_shebang(args.get(1)).ok().map(|s| s.flags),
         },
-        Kind::EvalSha => b.srv.scripts.get(args.get(1)).map(|s| s.shebang.flags),
+        Kind::EvalSha => b.srv.scripts.get(args.get(1)).map(|s| {
+            let flags = s.shebang.flags;
+            *found = Some(s);
+            flags
+        }),
         Kind::Fcall => b.srv.functions.get(args.get(1)).map(|(_, d)| d.flags),
     };
     match script_flags {
@@ -848,6 +867,8 @@ impl<'b: 'c, 'c> ScriptHost<'_, 'b, 'c> {
         ctx.effects.next_call();
         let result = match cmd.spec.engine() {
             Some(ecmd) => {
+                // The slot and hash the plan computed, so the handler's lookup does not.
+                self.plan.seed(&mut ctx.locks, &args);
                 ctx.prepared = ecmd.plan.prepare().map(|f| f(&args, ctx.cfg));
                 (ecmd.run)(ctx, args, reply).map(|()| Flow::Continue)
             }
