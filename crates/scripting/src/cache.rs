@@ -1,7 +1,7 @@
 //! The script cache every thread shares: EVAL bodies by SHA, as Valkey's `lua_scripts` dict.
 //! Each thread's VM compiles a script on its first use there ([`crate::Vm::script`]).
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 

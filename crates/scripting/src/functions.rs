@@ -3,7 +3,9 @@
 //! Each thread's VM compiles the libraries on its first FCALL after a change
 //! ([`crate::Vm::function`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use foldhash::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -2,8 +2,8 @@
 //! time. Each worker thread keeps its own ([`with_vm`]): a script runs on the thread of the
 //! client that called it, under the slot locks that client's command holds.
 
+use foldhash::HashMap;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::rc::Rc;
 
 use std::ptr::NonNull;
@@ -187,9 +187,9 @@ impl Vm {
             make_fn_runner,
             intact,
             load_library,
-            scripts: HashMap::new(),
+            scripts: HashMap::default(),
             generation: 0,
-            functions: HashMap::new(),
+            functions: HashMap::default(),
             functions_generation: u64::MAX,
             runs: 0,
             reported: 0,
