@@ -606,21 +606,31 @@ impl<'b: 'c, 'c> Host for ScriptHost<'_, 'b, 'c> {
                     started: self.started,
                 });
                 runs.slow.lock().push(s.clone());
-                // This worker is taken for a while, and while it runs nobody may be polling
-                // the I/O driver: the other workers can be parked on a condition variable
-                // until they are told of work. Two tasks pushed here (one fills the worker's
-                // LIFO slot, which cannot be stolen; the second goes to its queue) make tokio
-                // wake a parked worker to steal, and that worker then parks on the driver, so
-                // the other clients (SCRIPT KILL among them) are served meanwhile rather than
-                // after the script.
-                if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                    drop(rt.spawn(async {}));
-                    drop(rt.spawn(async {}));
-                }
                 self.state = Some(s.clone());
+                // A long run keeps this worker: its queue (clients whose turn came while the
+                // script ran, the one in its LIFO slot among them, which no other worker may
+                // steal) moves to a new worker thread, as `block_in_place` hands it over; the
+                // short wait lets that thread take it before this one would take it back.
+                if let Ok(rt) = tokio::runtime::Handle::try_current()
+                    && rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+                {
+                    tokio::task::block_in_place(|| std::thread::sleep(std::time::Duration::from_millis(2)));
+                }
                 s
             }
         };
+        // This worker is taken for a while, and while it runs nobody may be polling the I/O
+        // driver: the other workers can be parked on a condition variable until they are
+        // told of work. Two tasks pushed here (one fills the worker's LIFO slot, which cannot
+        // be stolen; the second goes to its queue) make tokio wake a parked worker to steal,
+        // and that worker then parks on the driver, so the other clients (SCRIPT KILL among
+        // them) are served meanwhile rather than after the script. At every poll (every
+        // 100k instructions), since a worker that served a client may park again where no
+        // one wakes it.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            drop(rt.spawn(async {}));
+            drop(rt.spawn(async {}));
+        }
         let elapsed = self.started.elapsed().as_millis() as u64;
         let threshold = self.b.rt.busy_reply_threshold;
         if threshold > 0 && elapsed >= threshold && !state.busy.swap(true, Ordering::Relaxed) {
