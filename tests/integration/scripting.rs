@@ -164,7 +164,11 @@ fn selects_inside_a_script_stay_inside_it() {
     let srv = server();
     let mut c = srv.client();
     assert_eq!(
-        c.cmd(&["EVAL", "redis.call('select', 3) redis.call('set', 'in3', 'y') return redis.call('get', 'in3')", "0"]),
+        c.cmd(&[
+            "EVAL",
+            "redis.call('select', 3) redis.call('set', 'in3', 'y') redis.call('ping') return redis.call('get', 'in3')",
+            "0"
+        ]),
         Frame::bulk("y")
     );
     assert_eq!(c.cmd(&["GET", "in3"]), Frame::NullBulk, "the client is still in database 0");

@@ -884,11 +884,13 @@ impl<'b: 'c, 'c> ScriptHost<'_, 'b, 'c> {
             }
             None => match cmd.spec.server() {
                 Some(f) => {
-                    self.sess.db = ctx.db;
+                    // The call sees the script's database; the caller keeps its own (a SELECT
+                    // inside a script stays there).
+                    let caller_db = std::mem::replace(&mut self.sess.db, ctx.db);
                     self.sess.in_script = true;
                     let r = f(b.srv, self.sess, args, reply);
                     self.sess.in_script = false;
-                    ctx.db = self.sess.db;
+                    ctx.db = std::mem::replace(&mut self.sess.db, caller_db);
                     // Nothing a script calls may wait or hand the connection elsewhere.
                     match r {
                         Ok(Flow::Continue | Flow::Close) => Ok(Flow::Continue),
