@@ -1453,6 +1453,24 @@ impl ClusterState {
             }
             match self.nodes.get_mut(&g.id) {
                 Some(e) => {
+                    // A node we cannot reach, which the sender reaches at another address (it
+                    // restarted on new ports while we were down): take that address, so our
+                    // next dial goes there (Valkey's clusterProcessGossipSection). Otherwise
+                    // two nodes that both moved would never find each other.
+                    let unreachable = e.node.flags.has(NodeFlags::PFAIL) || e.node.flags.has(NodeFlags::FAIL);
+                    let healthy = g.flags & (NodeFlags::PFAIL | NodeFlags::FAIL | NodeFlags::NOADDR) == 0;
+                    if unreachable
+                        && healthy
+                        && g.bus_port != 0
+                        && (e.node.ip != g.ip || e.node.port != g.port || e.node.bus_port != g.bus_port)
+                    {
+                        info!(node_id = %g.id, "Address updated for node {} from gossip of {sender}: {}:{}", g.id, g.ip, g.port);
+                        e.node.ip = g.ip.to_owned();
+                        e.node.port = g.port;
+                        e.node.tls_port = g.tls_port;
+                        e.node.bus_port = g.bus_port;
+                        self.dirty = true;
+                    }
                     if let Some(sender_name) = &voter {
                         let failing = g.flags & (NodeFlags::PFAIL | NodeFlags::FAIL) != 0;
                         let had = e.fail_reports.iter().position(|(r, _)| *r == sender);
