@@ -1,7 +1,7 @@
 -- The redis.* API, the error handler and the sandbox of hotkv's Lua VM, run once when a VM is
 -- made, with the real global table. Everything here is reached by scripts only through the
--- read-only proxies it returns; the host calls go through H.fn, which the VM sets for the
--- length of one run (a scoped Rust function), so nothing outside a run can reach the server.
+-- read-only proxies it returns. The host functions (static.call, static.pcall, static.host)
+-- reach a run's host only while the VM has one set for the run; outside a run they refuse.
 local H, static = ...
 
 local G = _G
@@ -243,7 +243,6 @@ G.require = nil
 G.package = nil
 G.io = nil
 
-local redis_backing = redis
 for _, name in pairs({'redis', 'string', 'math', 'table', 'os', 'coroutine', 'cjson', 'cmsgpack', 'bit', 'struct'}) do
   local lib = rawget(G, name)
   if type(lib) == 'table' then
