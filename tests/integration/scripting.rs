@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use hotkv_test_support::{Frame, wait_for};
 
-use crate::{assert_err, assert_err_prefix, ok, server, server_with};
+use crate::{assert_err, assert_err_prefix, info, ok, server, server_with};
 
 #[test]
 fn eval_runs_commands_with_keys_and_args() {
@@ -63,6 +63,11 @@ fn script_errors_name_the_script_and_line() {
     assert_eq!(c.cmd(&["EVAL", "return redis.status_reply('FINE')", "0"]), Frame::simple("FINE"));
     // The server is still fine after each of them.
     assert_eq!(c.cmd(&["PING"]), Frame::simple("PONG"));
+    // errorstats counts a script's own error by its code, whatever its message holds.
+    ok(&mut c, &["CONFIG", "RESETSTAT"]);
+    assert_err_prefix(&c.cmd(&["EVAL", "error('a-b')", "0"]), "ERR user_script:1: a-b");
+    let stats = info(&mut c, "errorstats");
+    assert!(stats.contains("errorstat_ERR:count=1") && !stats.contains("errorstat_b"), "{stats}");
 }
 
 #[test]

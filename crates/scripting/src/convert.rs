@@ -211,15 +211,11 @@ fn write_value(v: &Value, script_resp: u8, out: &mut ReplyBuf, depth: usize) {
             }
         }
         Value::Integer(n) => out.int(*n),
-        Value::Number(n) => out.int(double_to_i64(*n)),
+        // C's (long long) cast, saturating where C would be undefined.
+        Value::Number(n) => out.int(*n as i64),
         Value::Table(t) => write_table(t, script_resp, out, depth),
         _ => out.null(),
     }
-}
-
-/// C's `(long long)` cast of a double, saturating where C would be undefined.
-fn double_to_i64(n: f64) -> i64 {
-    n as i64
 }
 
 fn write_table(t: &Table, script_resp: u8, out: &mut ReplyBuf, depth: usize) {

@@ -15,7 +15,7 @@ pub mod vm;
 pub use body::{Sha, flag, sha1_hex};
 pub use cache::{Script, ScriptCache};
 pub use functions::{FnDef, Functions, Library, RestorePolicy};
-pub use vm::{Call, Host, LogLevel, Outcome, Vm, lua_memory, reset_vm, with_vm};
+pub use vm::{Call, Host, LogLevel, Outcome, Vm, lua_memory, with_vm};
 
 #[cfg(test)]
 mod vm_tests;

@@ -455,11 +455,6 @@ impl Vm {
         Outcome::Failed { counted }
     }
 
-    /// Memory the VM uses.
-    pub fn used_memory(&self) -> usize {
-        self.lua.used_memory()
-    }
-
     /// Brings [`lua_memory`] up to date with this VM's size.
     fn report_memory(&mut self) {
         use std::sync::atomic::Ordering::Relaxed;
@@ -552,7 +547,7 @@ fn dispatch(lua: &Lua, cur: &Current, args: MultiValue) -> mlua::Result<MultiVal
             };
             let mut msg = Vec::new();
             for (i, v) in rest[1..].iter().enumerate() {
-                if let Some(s) = lua_string(v) {
+                if let Some(s) = lua_string(lua, v) {
                     if i > 0 {
                         msg.push(b' ');
                     }
@@ -584,7 +579,9 @@ impl Current {
             match v {
                 Value::String(s) => flat.extend_from_slice(&s.as_bytes()),
                 Value::Integer(n) => flat.extend_from_slice(itoa::Buffer::new().format(*n).as_bytes()),
-                Value::Number(n) => flat.extend_from_slice(number_arg(*n).as_bytes()),
+                // Valkey: an integer when the double is one (double2ll), else fpconv_dtoa.
+                Value::Number(n) if *n == 0.0 => flat.push(b'0'),
+                Value::Number(n) => hotkv_protocol::format_double(*n, &mut flat),
                 _ => return Err("Command arguments must be strings or integers"),
             }
             spans.push((start, flat.len()));
@@ -638,32 +635,9 @@ fn number(v: &Value) -> Option<f64> {
     }
 }
 
-fn lua_string(v: &Value) -> Option<Vec<u8>> {
-    match v {
-        Value::String(s) => Some(s.as_bytes().to_vec()),
-        Value::Integer(n) => Some(n.to_string().into_bytes()),
-        Value::Number(n) => Some(format_lua_number(*n).into_bytes()),
-        _ => None,
-    }
-}
-
-fn number_arg(n: f64) -> String {
-    if n.fract() == 0.0 && n.abs() < 9.007_199_254_740_992e15 {
-        return (n as i64).to_string();
-    }
-    let s = format!("{n}");
-    if n.is_infinite() {
-        return if n > 0.0 { "inf".into() } else { "-inf".into() };
-    }
-    s
-}
-
-/// Lua's own `%.14g` printing of a number, for `redis.log` and `tostring`-like joins.
-fn format_lua_number(n: f64) -> String {
-    if n.fract() == 0.0 && n.abs() < 1e15 {
-        return (n as i64).to_string();
-    }
-    format!("{n}")
+/// A string or number as Lua itself turns it into a string (a number as `%.14g`).
+fn lua_string(lua: &Lua, v: &Value) -> Option<Vec<u8>> {
+    lua.coerce_string(v.clone()).ok().flatten().map(|s| s.as_bytes().to_vec())
 }
 
 /// The message of an mlua error, as Lua itself would print it.
@@ -705,7 +679,7 @@ fn statics(lua: &Lua, current: &Rc<Current>) -> mlua::Result<Table> {
             if args.len() != 1 {
                 return Ok((false, Value::String(lua.create_string("wrong number of arguments")?)));
             }
-            let s = lua_string(&args[0]).unwrap_or_default();
+            let s = lua_string(lua, &args[0]).unwrap_or_default();
             Ok((true, Value::String(lua.create_string(sha1_hex(&s))?)))
         })?,
     )?;
@@ -758,11 +732,11 @@ fn statics(lua: &Lua, current: &Rc<Current>) -> mlua::Result<Table> {
     )?;
     t.raw_set(
         "log",
-        lua.create_function(|_, args: MultiValue| {
+        lua.create_function(|lua, args: MultiValue| {
             // The library-loading API's redis.log: no host then, so straight to the log.
             let mut it = args.iter();
             let level = it.next().and_then(number).unwrap_or(-1.0) as i64;
-            let msg: Vec<Vec<u8>> = it.filter_map(lua_string).collect();
+            let msg: Vec<Vec<u8>> = it.filter_map(|v| lua_string(lua, v)).collect();
             let text = String::from_utf8_lossy(&msg.join(&b' ')).into_owned();
             match level {
                 0 => tracing::trace!(target: "hotkv::script", "{text}"),
@@ -829,13 +803,4 @@ pub fn with_vm<R>(f: impl FnOnce(&mut Vm) -> R) -> Option<R> {
         }
         slot.as_mut().map(f)
     })
-}
-
-/// Drops this thread's VM (SCRIPT FLUSH makes every thread's VM anew on its next use).
-pub fn reset_vm() {
-    VM.with(|cell| {
-        if let Ok(mut slot) = cell.try_borrow_mut() {
-            *slot = None;
-        }
-    });
 }

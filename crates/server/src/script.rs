@@ -405,6 +405,7 @@ fn run_in<'b: 'c, 'c>(
     };
     let generation = b.srv.scripts.generation();
     let call = Call { keys: &keys, args: &argv };
+    let mark = out.len();
     let outcome = hotkv_scripting::with_vm(|vm| match &t.code {
         Code::Script(script) => match vm.script(&script.sha, script.code(), generation) {
             Ok(f) => vm.eval(&f, &t.name, call, &mut host, out),
@@ -429,7 +430,7 @@ fn run_in<'b: 'c, 'c>(
             b.srv.stats.error("ERR");
         }
         Some(Outcome::Failed { counted: true }) if restart.is_none() => {
-            let code = first_word(out);
+            let code = error_code(&out.as_bytes()[mark..]);
             b.srv.stats.error(&code);
         }
         _ => {}
@@ -437,11 +438,9 @@ fn run_in<'b: 'c, 'c>(
     restart
 }
 
-/// The code of the error reply at the end of `out` (for errorstats).
-fn first_word(out: &ReplyBuf) -> String {
-    let bytes = out.as_bytes();
-    let start = bytes.iter().rposition(|&c| c == b'-').map_or(0, |i| i + 1);
-    let rest = &bytes[start..];
+/// The code of the error reply `reply` (`-CODE message`), for errorstats.
+fn error_code(reply: &[u8]) -> String {
+    let rest = reply.strip_prefix(b"-").unwrap_or(reply);
     let end = rest.iter().position(|&c| c == b' ' || c == b'\r').unwrap_or(rest.len());
     String::from_utf8_lossy(&rest[..end]).into_owned()
 }
@@ -507,13 +506,6 @@ impl Runs {
     pub fn running(&self) -> Option<(String, Vec<Vec<u8>>, u64)> {
         let slow = self.slow.lock();
         slow.first().map(|r| (r.name.clone(), r.command.clone(), r.started.elapsed().as_millis() as u64))
-    }
-
-    /// Stops every slow run (SHUTDOWN NOSAVE).
-    pub fn kill_all(&self) {
-        for r in self.slow.lock().iter() {
-            r.kill.store(true, Ordering::Relaxed);
-        }
     }
 }
 
