@@ -134,7 +134,7 @@ impl Libs {
 
     /// Adds `lib` as FUNCTION LOAD does: a library of the same name is replaced only with
     /// `replace`; a function name may not belong to another library.
-    fn add(&mut self, lib: Library, replace: bool) -> Result<(), String> {
+    fn add(&mut self, lib: Arc<Library>, replace: bool) -> Result<(), String> {
         if self.libs.contains_key(&lib.name) && !replace {
             return Err(format!("Library '{}' already exists", lib.name));
         }
@@ -146,7 +146,7 @@ impl Libs {
             }
         }
         self.remove(&lib.name);
-        self.insert(Arc::new(lib));
+        self.insert(lib);
         Ok(())
     }
 }
@@ -169,7 +169,7 @@ impl Functions {
             return Err("No functions registered".into());
         }
         let lib = Library { name: md.name.clone(), code: code.into(), functions };
-        self.inner.write().add(lib, replace)?;
+        self.inner.write().add(Arc::new(lib), replace)?;
         self.generation.fetch_add(1, Ordering::Release);
         Ok(md.name)
     }
@@ -204,14 +204,9 @@ impl Functions {
             if functions.is_empty() {
                 return Err("No functions registered".into());
             }
-            incoming.add(Library { name: md.name, code: code.as_slice().into(), functions }, false)?;
+            incoming.add(Arc::new(Library { name: md.name, code: code.as_slice().into(), functions }), false)?;
         }
         for lib in incoming.libs.into_values() {
-            let lib = Arc::try_unwrap(lib).unwrap_or_else(|l| Library {
-                name: l.name.clone(),
-                code: l.code.clone(),
-                functions: l.functions.clone(),
-            });
             if policy == RestorePolicy::Append && next.libs.contains_key(&lib.name) {
                 return Err(format!("Library {} already exists", lib.name));
             }
