@@ -145,48 +145,19 @@ impl ClusterRouter {
 
 impl SlotRouter for ClusterRouter {
     fn route(&self, plan: &Plan, ctx: &RouteCtx) -> Route {
-        if plan.is_cross_slot() {
-            return Route::CrossSlot;
-        }
-        let Some(slot) = plan.slot() else { return Route::Ok };
-        let map = self.map.load();
-        // Valkey's getNodeByQuery order: a slot nobody serves first, then the cluster's state.
-        let Some(owner) = map.endpoints.get(usize::from(map.owners[usize::from(slot)])) else {
-            return Route::Down(DownReason::Unbound);
-        };
-        // Sharded pub/sub (SSUBSCRIBE, SPUBLISH...) has its own rule while the cluster is down.
-        let shard_pubsub = plan.has_channels();
-        if !map.ok {
-            if shard_pubsub {
-                if !map.allow_pubsubshard_when_down {
-                    return Route::Down(DownReason::Down);
-                }
-            } else if !map.allow_reads_when_down {
-                return Route::Down(DownReason::Down);
-            } else if ctx.write {
-                return Route::Down(DownReason::ReadOnly);
-            }
-        }
-        if owner.id == map.me {
-            return if map.migrating.contains_key(&slot) { Route::CheckKeys } else { Route::Ok };
-        }
-        if map.importing.contains_key(&slot) && ctx.asking {
-            return Route::CheckKeys;
-        }
-        // A replica serves its primary's slots to clients that asked for READONLY reads, and
-        // its shard's channels to anyone: SSUBSCRIBE there hears SPUBLISH on the primary.
-        if (ctx.readonly || shard_pubsub) && !ctx.write && map.my_primary == Some(owner.id) {
-            // A replica knows its primary's migrations (SETSLOT is replicated): for keys it
-            // lacks it redirects as its primary would (ASK, TRYAGAIN), as Valkey 8.
-            let migrating = !shard_pubsub && map.migrating.contains_key(&slot);
-            return if migrating { Route::CheckKeys } else { Route::Ok };
-        }
-        Route::Moved { slot, addr: owner.addr(ctx) }
+        decide(&self.map.load(), plan, ctx)
     }
 
     fn route_locked(&self, plan: &Plan, ctx: &RouteCtx, keys: &KeyPresence) -> Route {
-        let Some(slot) = plan.slot() else { return Route::Ok };
+        // One look at the table for the whole decision: the slot may have finished moving
+        // (or started) since `route`, and a decision made on one table and finished on
+        // another served a GET here after its key had gone to the new owner.
         let map = self.map.load();
+        let route = decide(&map, plan, ctx);
+        if route != Route::CheckKeys {
+            return route;
+        }
+        let Some(slot) = plan.slot() else { return Route::Ok };
         // Valkey's getNodeByQuery: some keys here and some not, mid-migration: try again
         // later; none here on the source: ask the target; on the target, with ASKING, serve
         // unless a multi-key request is incomplete.
@@ -204,6 +175,51 @@ impl SlotRouter for ClusterRouter {
         }
         Route::Ok
     }
+
+    fn table_version(&self) -> Option<u64> {
+        Some(self.generation())
+    }
+}
+
+/// Where a call goes by `map` alone, before its keys are counted (Valkey's getNodeByQuery
+/// up to the key checks).
+fn decide(map: &SlotMap, plan: &Plan, ctx: &RouteCtx) -> Route {
+    if plan.is_cross_slot() {
+        return Route::CrossSlot;
+    }
+    let Some(slot) = plan.slot() else { return Route::Ok };
+    // Valkey's getNodeByQuery order: a slot nobody serves first, then the cluster's state.
+    let Some(owner) = map.endpoints.get(usize::from(map.owners[usize::from(slot)])) else {
+        return Route::Down(DownReason::Unbound);
+    };
+    // Sharded pub/sub (SSUBSCRIBE, SPUBLISH...) has its own rule while the cluster is down.
+    let shard_pubsub = plan.has_channels();
+    if !map.ok {
+        if shard_pubsub {
+            if !map.allow_pubsubshard_when_down {
+                return Route::Down(DownReason::Down);
+            }
+        } else if !map.allow_reads_when_down {
+            return Route::Down(DownReason::Down);
+        } else if ctx.write {
+            return Route::Down(DownReason::ReadOnly);
+        }
+    }
+    if owner.id == map.me {
+        return if map.migrating.contains_key(&slot) { Route::CheckKeys } else { Route::Ok };
+    }
+    if map.importing.contains_key(&slot) && ctx.asking {
+        return Route::CheckKeys;
+    }
+    // A replica serves its primary's slots to clients that asked for READONLY reads, and
+    // its shard's channels to anyone: SSUBSCRIBE there hears SPUBLISH on the primary.
+    if (ctx.readonly || shard_pubsub) && !ctx.write && map.my_primary == Some(owner.id) {
+        // A replica knows its primary's migrations (SETSLOT is replicated): for keys it
+        // lacks it redirects as its primary would (ASK, TRYAGAIN), as Valkey 8.
+        let migrating = !shard_pubsub && map.migrating.contains_key(&slot);
+        return if migrating { Route::CheckKeys } else { Route::Ok };
+    }
+    Route::Moved { slot, addr: owner.addr(ctx) }
 }
 
 #[cfg(test)]
@@ -353,6 +369,31 @@ mod tests {
         let write = RouteCtx { readonly: true, ..ctx(false, true) };
         assert!(matches!(r.route(&plan(&["SET", "bar", "1"]), &write), Route::Moved { .. }));
         assert!(st.node(&primary).is_some());
+    }
+
+    #[test]
+    fn the_decision_under_the_locks_is_made_again_on_the_table_as_it_is_then() {
+        let (mut st, other) = two_nodes(settings(), false);
+        let r = ClusterRouter::new(SlotMap::of(&st));
+        let get = plan(&["GET", "bar"]);
+        let slot = key_slot(b"bar");
+        let c = ctx(false, false);
+        let mut missing = KeyPresence::default();
+        missing.missing = 1;
+        let before = r.table_version();
+        assert_eq!(r.route(&get, &c), Route::Ok);
+        // The slot starts moving before the command has its lock, and the key leaves: the
+        // version tells dispatch to ask again, and the key is asked of the target.
+        st.set_slot(slot, crate::state::SetSlot::Migrating(other), 0).unwrap();
+        r.publish(SlotMap::of(&st));
+        assert_ne!(r.table_version(), before);
+        assert_eq!(r.route_locked(&get, &c, &missing), Route::Ask { slot, addr: "10.0.0.2:7001".into() });
+        assert_eq!(r.route(&get, &c), Route::CheckKeys);
+        // It finishes moving before the next command has its lock: the new owner is named,
+        // where a decision finished on the old `CheckKeys` served an empty slot here.
+        st.set_slot(slot, crate::state::SetSlot::Node(other), 0).unwrap();
+        r.publish(SlotMap::of(&st));
+        assert_eq!(r.route_locked(&get, &c, &missing), Route::Moved { slot, addr: "10.0.0.2:7001".into() });
     }
 }
 

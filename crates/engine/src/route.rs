@@ -7,12 +7,22 @@
 //! 1. [`SlotRouter::route`], before any slot lock is taken, from the plan's slots and the
 //!    router's view of slot ownership: Ok, MOVED, CROSSSLOT, CLUSTERDOWN, or "it depends on
 //!    which keys exist" ([`Route::CheckKeys`]) for a slot being migrated or imported.
-//! 2. Only after a `CheckKeys`, [`SlotRouter::route_locked`], under the command's slot locks,
-//!    with a count of the keys present ([`KeyPresence`]): Ok, ASK or TRYAGAIN. The locks make
-//!    the count true for as long as the command runs; no key can move in between.
+//! 2. Under the command's slot locks, [`SlotRouter::route_locked`], with a count of the keys
+//!    present ([`KeyPresence`]), after a `CheckKeys` or whenever the slot table changed since
+//!    step 1 ([`SlotRouter::table_version`]): the whole decision again, from the table as it
+//!    is now, so usually Ok, ASK or TRYAGAIN, but MOVED if the slot left meanwhile. The
+//!    locks make the answer true for as long as the command runs: a key moves only under its
+//!    slot's lock, and every MIGRATE of a slot is sent after the table that announced its
+//!    migration was published, so a command that gets the lock after a key left also sees
+//!    that table.
 //!
-//! A standalone server wires in [`Standalone`], which never answers `CheckKeys`, so step 2
-//! costs one branch on a local. A call without keys is never routed at all.
+//! Step 1's answer alone is not enough: between it and the locks, a slot can finish moving
+//! (a GET would then read this node's empty slot and answer nil for a key the new owner
+//! holds) or start moving and lose the key.
+//!
+//! A standalone server wires in [`Standalone`], which never answers `CheckKeys` and has no
+//! table version, so step 2 costs one branch on a local. A call without keys is never routed
+//! at all.
 //!
 //! The cluster crate implements the trait over an immutable snapshot of its slot table (see
 //! `docs/cluster.md`); nothing here knows about nodes, epochs or the bus.
@@ -33,11 +43,18 @@ pub trait SlotRouter: Send + Sync {
     /// answer [`Route::CheckKeys`] to get there.
     fn route(&self, plan: &Plan, ctx: &RouteCtx) -> Route;
 
-    /// Where a call goes once its keys have been counted under its slot locks; called only
-    /// after [`SlotRouter::route`] answered [`Route::CheckKeys`]. Usually Ok, ASK or TRYAGAIN,
-    /// but any answer is honoured (MOVED, if the slot finished moving since `route`);
-    /// answering `CheckKeys` again is taken as `Ok`.
+    /// Where a call goes once its keys have been counted under its slot locks: the whole of
+    /// [`SlotRouter::route`]'s decision again, from one look at the table as it is now, then
+    /// the key rules where that decision depends on them. Called after `route` answered
+    /// [`Route::CheckKeys`], or answered Ok with a [`SlotRouter::table_version`] that has
+    /// changed since. Answering `CheckKeys` is taken as `Ok`.
     fn route_locked(&self, plan: &Plan, ctx: &RouteCtx, keys: &KeyPresence) -> Route;
+
+    /// A number that changes whenever an answer of [`SlotRouter::route`] may have, read
+    /// before `route` and again under the slot locks; `None` for a table that never changes.
+    fn table_version(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// What routing needs to know about the client and the command besides the plan.

@@ -9,7 +9,6 @@ use hotkv_engine::cmd::{EngineCmd, LockPlan};
 use hotkv_engine::command::flags;
 use hotkv_engine::plan::{KeyHint, Plan};
 use hotkv_engine::remote::{RemoteOutcome, RemoteRequest};
-use hotkv_engine::route::{KeyPresence, RouteCtx};
 use hotkv_engine::{BlockMode, CommandError, Ctx, Effects, EngineConfig};
 use hotkv_protocol::{Args, ReplyBuf};
 
@@ -42,7 +41,7 @@ pub struct Scratch {
     hint: KeyHint,
     /// Set when the router asked to count the command's keys under its slot locks (a slot
     /// being migrated): the routing context to decide ASK or TRYAGAIN with, there.
-    pub(crate) pending: Option<RouteCtx>,
+    pub(crate) pending: Option<crate::routing::Pending>,
     /// The outcome of the request to another node the command being re-run made.
     pub(crate) resume: Option<RemoteOutcome>,
     /// The write stream's buffer, lent to each call.
@@ -287,13 +286,14 @@ fn route(
     args: &Args<'_>,
     scratch: &mut Scratch,
 ) -> Result<(), CommandError> {
-    let Some(ctx) = crate::routing::route(b, cmd, cflags, sess, &scratch.plan)? else { return Ok(()) };
+    let Some(pending) = crate::routing::route(b, cmd, cflags, sess, &scratch.plan)? else { return Ok(()) };
     let queued = sess.multi.is_some() && !b.srv.known.multi_immediate.contains(&cmd.id);
     if cmd.id == b.srv.known.exec || (cmd.spec.engine().is_some() && !queued) {
-        scratch.pending = Some(ctx);
+        scratch.pending = Some(pending);
         return Ok(());
     }
-    crate::routing::check_keys_now(b, args, &scratch.plan, &ctx)
+    // Queued commands are routed again by EXEC, under its locks; a server command has none.
+    if pending.needs_keys() { crate::routing::check_keys_now(b, args, &scratch.plan, &pending) } else { Ok(()) }
 }
 
 /// A call the router redirected or refused: a rejected call, whose error flags the
@@ -593,9 +593,9 @@ fn run_engine(
     }
     if let Some(route) = pending {
         // ASK or TRYAGAIN: which keys exist, seen under the locks the command will run with.
-        let mut seen = KeyPresence::default();
-        seen.count(&b.srv.ks, &mut locks, sess.db, &args, plan, b.now_ms);
-        crate::routing::route_locked(b, plan, &route, &seen)?;
+        crate::routing::confirm(b, plan, &route, |seen| {
+            seen.count(&b.srv.ks, &mut locks, sess.db, &args, plan, b.now_ms)
+        })?;
     }
     plan.seed(&mut locks, &args);
     let no_touch = sess.has_flag(crate::session::flag::NO_TOUCH);

@@ -11,7 +11,6 @@ use std::sync::atomic::Ordering;
 
 use hotkv_engine::cmd::Prepared;
 use hotkv_engine::plan::Plan;
-use hotkv_engine::route::KeyPresence;
 use hotkv_engine::slot::key_slot;
 use hotkv_engine::{BlockMode, CommandError, Ctx, EngineConfig};
 use hotkv_protocol::{Args, ReplyBuf};
@@ -141,12 +140,12 @@ fn run(
         return Ok(Some(multi));
     }
     if let Some(route) = scratch.pending.take() {
-        let mut seen = KeyPresence::default();
-        for (q, db) in with_databases(b, sess.db, &multi.queue) {
-            let (flat, spans) = flatten(&q.argv);
-            seen.count(&b.srv.ks, &mut locks, db, &Args::from_parts(&flat, &spans), &q.plan, b.now_ms);
-        }
-        crate::routing::route_locked(b, &scratch.plan, &route, &seen)?;
+        crate::routing::confirm(b, &scratch.plan, &route, |seen| {
+            for (q, db) in with_databases(b, sess.db, &multi.queue) {
+                let (flat, spans) = flatten(&q.argv);
+                seen.count(&b.srv.ks, &mut locks, db, &Args::from_parts(&flat, &spans), &q.plan, b.now_ms);
+            }
+        })?;
     }
     let no_touch = sess.has_flag(flag::NO_TOUCH);
     let mut local = std::mem::take(&mut sess.local);

@@ -24,41 +24,81 @@ use crate::dispatch::Batch;
 use crate::registry::Command;
 use crate::session::Session;
 
-/// Where a planned call goes, decided before any slot lock is taken. `Ok(Some(ctx))` means
-/// the router wants the keys counted under the slot locks: hand `ctx` to [`route_locked`]
-/// there.
+/// A routing decision that is finished under the call's slot locks ([`confirm`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pending {
+    ctx: RouteCtx,
+    /// The router answered `CheckKeys`: ASK or TRYAGAIN depend on which keys exist.
+    check_keys: bool,
+    /// The slot table [`route`] decided on: if it changed by the time the locks are held,
+    /// the decision is made again there.
+    version: Option<u64>,
+}
+
+impl Pending {
+    /// Whether only the code that takes the call's locks can finish the decision.
+    pub(crate) fn needs_keys(&self) -> bool {
+        self.check_keys
+    }
+}
+
+/// Where a planned call goes, decided before any slot lock is taken. `Ok(Some(p))` means the
+/// decision is finished under the slot locks: hand `p` to [`confirm`] there. A router whose
+/// table never changes (standalone) answers `Ok(None)` for everything it serves.
 pub(crate) fn route(
     b: &Batch<'_>,
     cmd: &Command,
     cflags: u32,
     sess: &Session,
     plan: &Plan,
-) -> Result<Option<RouteCtx>, CommandError> {
+) -> Result<Option<Pending>, CommandError> {
     if plan.slot().is_none() {
         return Ok(None);
     }
     let ctx = route_ctx(b, cmd, cflags, sess);
-    match b.srv.router.route(plan, &ctx) {
-        Route::CheckKeys => Ok(Some(ctx)),
+    let router = &b.srv.router;
+    // Read before the decision: a table published after this read is seen under the locks.
+    let version = router.table_version();
+    match router.route(plan, &ctx) {
+        Route::CheckKeys => Ok(Some(Pending { ctx, check_keys: true, version })),
+        Route::Ok => Ok(version.map(|_| Pending { ctx, check_keys: false, version })),
         other => other.into_error().map_or(Ok(None), Err),
     }
 }
 
+/// Finishes `pending` under the call's slot locks: when the router wants keys counted, or
+/// the slot table changed since [`route`], `count` counts them (under those locks) and the
+/// router decides again. Otherwise nothing is counted: the common case costs one atomic load.
+pub(crate) fn confirm(
+    b: &Batch<'_>,
+    plan: &Plan,
+    pending: &Pending,
+    count: impl FnOnce(&mut KeyPresence),
+) -> Result<(), CommandError> {
+    if !pending.check_keys && b.srv.router.table_version() == pending.version {
+        return Ok(());
+    }
+    let mut seen = KeyPresence::default();
+    count(&mut seen);
+    route_locked(b, plan, &pending.ctx, &seen)
+}
+
 /// Where a call goes once `keys` were counted under its slot locks.
-pub(crate) fn route_locked(b: &Batch<'_>, plan: &Plan, ctx: &RouteCtx, keys: &KeyPresence) -> Result<(), CommandError> {
+fn route_locked(b: &Batch<'_>, plan: &Plan, ctx: &RouteCtx, keys: &KeyPresence) -> Result<(), CommandError> {
     b.srv.router.route_locked(plan, ctx, keys).into_error().map_or(Ok(()), Err)
 }
 
-/// [`route_locked`] for a call that holds no slot locks of its own at this point: its plan's
+/// [`confirm`] for a call that holds no slot locks of its own at this point: its plan's
 /// locks are taken just to count its keys, so the count is one consistent view.
-pub(crate) fn check_keys_now(b: &Batch<'_>, args: &Args<'_>, plan: &Plan, ctx: &RouteCtx) -> Result<(), CommandError> {
+pub(crate) fn check_keys_now(
+    b: &Batch<'_>,
+    args: &Args<'_>,
+    plan: &Plan,
+    pending: &Pending,
+) -> Result<(), CommandError> {
     let ks = &b.srv.ks;
-    let mut seen = KeyPresence::default();
-    {
-        let mut locks = ks.lock(plan.locks());
-        seen.count(ks, &mut locks, plan.db(), args, plan, b.now_ms);
-    }
-    route_locked(b, plan, ctx, &seen)
+    let mut locks = ks.lock(plan.locks());
+    confirm(b, plan, pending, |seen| seen.count(ks, &mut locks, plan.db(), args, plan, b.now_ms))
 }
 
 /// What the router needs to know about the client and the command.
@@ -110,6 +150,10 @@ mod tests {
         moved: Mutex<Vec<u16>>,
         everything_moved: bool,
         migrating: Mutex<Vec<u16>>,
+        /// A slot that starts migrating right after the next `route` answered (a SETSLOT
+        /// that lands between the decision and the locks).
+        migrates_after_route: Mutex<Option<u16>>,
+        version: std::sync::atomic::AtomicU64,
         seen: Mutex<Vec<Seen>>,
         locked: Mutex<Vec<(KeyPresence, bool)>>,
         srv: OnceLock<Weak<Server>>,
@@ -143,7 +187,15 @@ mod tests {
             if self.migrating.lock().contains(&slot) {
                 return Route::CheckKeys;
             }
+            if let Some(slot) = self.migrates_after_route.lock().take() {
+                self.migrating.lock().push(slot);
+                self.version.fetch_add(1, std::sync::atomic::Ordering::Release);
+            }
             Route::Ok
+        }
+
+        fn table_version(&self) -> Option<u64> {
+            Some(self.version.load(std::sync::atomic::Ordering::Acquire))
         }
 
         fn route_locked(&self, plan: &Plan, _: &RouteCtx, keys: &KeyPresence) -> Route {
@@ -290,6 +342,23 @@ mod tests {
         assert_eq!(c.run(&srv, &["EXEC"]), "-ASK 15891 10.0.0.8:7000\r\n");
         assert_eq!(fake.locked.lock().last().map(|(k, held)| (k.missing, *held)), Some((1, true)));
         assert_eq!(c.run(&srv, &["EXEC"]), "-ERR EXEC without MULTI\r\n");
+    }
+
+    #[test]
+    fn a_slot_that_starts_moving_before_the_locks_are_taken_is_routed_again_under_them() {
+        let (srv, fake, mut c) = setup(Fake::default());
+        assert_eq!(c.run(&srv, &["SET", "{t}a", "1"]), "+OK\r\n");
+        assert!(fake.locked.lock().is_empty(), "an unchanged table costs no count");
+        // The key this GET wants has left with the slot's migration by the time it holds the
+        // lock: answered with ASK, not with the nil of the empty slot here.
+        *fake.migrates_after_route.lock() = Some(slot("t"));
+        assert_eq!(c.run(&srv, &["GET", "{t}b"]), "-ASK 15891 10.0.0.8:7000\r\n");
+        assert_eq!(fake.locked.lock().last().map(|(k, held)| (k.missing, *held)), Some((1, true)));
+        fake.migrating.lock().clear();
+        *fake.migrates_after_route.lock() = Some(slot("t"));
+        c.run(&srv, &["MULTI"]);
+        c.run(&srv, &["GET", "{t}b"]);
+        assert_eq!(c.run(&srv, &["EXEC"]), "-ASK 15891 10.0.0.8:7000\r\n", "EXEC too");
     }
 
     #[test]

@@ -88,9 +88,9 @@ pub fn run(
         let ids = lock_ids(scratch.plan.locks(), &extra);
         let mut locks = if whole { b.srv.ks.lock_all(&databases_of(b, &ids, sess.db)) } else { b.srv.ks.lock(&ids) };
         if let Some(route) = scratch.pending {
-            let mut seen = KeyPresence::default();
-            seen.count(&b.srv.ks, &mut locks, sess.db, &args, &scratch.plan, b.now_ms);
-            crate::routing::route_locked(b, &scratch.plan, &route, &seen)?;
+            crate::routing::confirm(b, &scratch.plan, &route, |seen| {
+                seen.count(&b.srv.ks, &mut locks, sess.db, &args, &scratch.plan, b.now_ms)
+            })?;
         }
         let no_touch = sess.has_flag(flag::NO_TOUCH);
         let mut local = std::mem::take(&mut sess.local);
