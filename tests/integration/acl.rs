@@ -166,6 +166,52 @@ fn users_come_from_the_conf_and_the_toml() {
 }
 
 #[test]
+fn config_rewrite_writes_the_users_as_they_are_now() {
+    let srv = builder()
+        .config_file("hotkv.conf", |port, dir| {
+            format!("port {port}\nbind 127.0.0.1\ndir {}\n# the team\nuser alice on >pw ~a:* +get\n", dir.display())
+        })
+        .spawn();
+    let mut c = srv.client();
+    ok(&mut c, &["ACL", "SETUSER", "bob", "on", ">secret", "~b:*", "+get", "(~c:*", "+set)"]);
+    assert_eq!(c.cmd(&["ACL", "DELUSER", "alice"]).int(), 1);
+    ok(&mut c, &["CONFIG", "REWRITE"]);
+    let text = std::fs::read_to_string(srv.dir().join("hotkv.conf")).unwrap();
+    let users: Vec<&str> = text.lines().filter(|l| l.starts_with("user ")).collect();
+    assert_eq!(users.len(), 2, "{text}");
+    assert!(
+        users[0].starts_with("user bob on sanitize-payload #")
+            && users[0].ends_with("~b:* resetchannels -@all +get (~c:* resetchannels -@all +set)"),
+        "{text}"
+    );
+    assert!(users[1].starts_with("user default on nopass"), "{text}");
+    assert!(text.contains("# the team\n"), "comments stay: {text}");
+    // The lines read back as the same users.
+    let lines = users.join("\n");
+    let again = builder()
+        .config_file("hotkv.conf", move |port, dir| {
+            format!("port {port}\nbind 127.0.0.1\ndir {}\n{lines}\n", dir.display())
+        })
+        .spawn();
+    let mut c2 = again.client();
+    assert_eq!(texts(&c2.cmd(&["ACL", "LIST"])), texts(&c.cmd(&["ACL", "LIST"])));
+    login(&mut c2, "bob", "secret");
+    ok(&mut c2, &["SET", "c:1", "x"]);
+    assert_err(&c2.cmd(&["SET", "b:1", "x"]), "NOPERM No permissions to access a key");
+    // With an aclfile, users stay out of the config file.
+    let filed = builder()
+        .config_file("hotkv.conf", |port, dir| {
+            std::fs::write(dir.join("users.acl"), "user dave on >pw ~* +@all\n").unwrap();
+            format!("port {port}\nbind 127.0.0.1\ndir {}\naclfile users.acl\n", dir.display())
+        })
+        .spawn();
+    let mut c3 = filed.client();
+    ok(&mut c3, &["CONFIG", "REWRITE"]);
+    let text = std::fs::read_to_string(filed.dir().join("hotkv.conf")).unwrap();
+    assert!(!text.contains("user "), "{text}");
+}
+
+#[test]
 fn the_acl_file_loads_saves_and_refuses_bad_lines_whole() {
     let srv = builder()
         .config("aclfile", "users.acl")

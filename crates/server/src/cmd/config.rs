@@ -9,7 +9,8 @@ use tracing::{info, warn};
 
 use super::row;
 use crate::config::runtime::{self, SetError};
-use crate::config::table::Hook;
+use crate::config::table::{self, Hook};
+use crate::config::value::Value;
 use crate::hooks;
 use crate::registry::{Flow, ServerSpec};
 use crate::server::Server;
@@ -148,7 +149,13 @@ fn rewrite(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Re
     let Some(path) = &srv.config_file else {
         return Err(CommandError::err("The server is running without a config file"));
     };
-    let settings: Arc<Settings> = srv.settings.load_full();
+    let mut settings: Arc<Settings> = srv.settings.load_full();
+    // Valkey's rewriteConfigUserOption: without an aclfile the users live in this file, so
+    // it gets them as they are now (ACL SETUSER and DELUSER included), not as loaded.
+    if settings.str(table::ACLFILE).is_empty() {
+        let users = srv.acl.users().iter().map(|c| user_line(c.name(), &c.rules().describe())).collect();
+        Arc::make_mut(&mut settings).set(table::USER, Value::Lines(users));
+    }
     match runtime::rewrite(&settings, path) {
         Ok(()) => {
             info!("CONFIG REWRITE executed with success.");
@@ -161,6 +168,12 @@ fn rewrite(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Re
             Err(CommandError::err(format!("Rewriting config file: {reason}")))
         }
     }
+}
+
+/// A `user` directive's arguments: the name, then the rules as ACL LIST words them, one
+/// argument per word (a selector's words are joined again when the file is read).
+fn user_line(name: &str, rules: &str) -> Vec<String> {
+    std::iter::once(name.to_string()).chain(rules.split(' ').filter(|w| !w.is_empty()).map(str::to_string)).collect()
 }
 
 fn help(_: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
