@@ -261,6 +261,31 @@ fn a_corrupt_nodes_conf_stops_the_node_naming_the_file_and_line() {
 }
 
 #[test]
+fn a_client_port_whose_bus_port_would_pass_65535_is_refused_at_start() {
+    // A free port above 55535: its bus port (+10000) does not exist. hotkv used to wrap it
+    // around to a low port; Valkey refuses to start, and so does hotkv now.
+    let high = (55536..65535u16)
+        .rev()
+        .step_by(97)
+        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .expect("a free port above 55535");
+    let run = builder()
+        .config_file("hotkv.conf", move |_, dir| {
+            format!("port {high}\nbind 127.0.0.1\ndir {}\ncluster-enabled yes\n", dir.display())
+        })
+        .run_to_exit(Duration::from_secs(10));
+    assert_eq!(run.code(), Some(1), "{}", run.stderr);
+    let text = format!("{}{}", run.stdout, run.stderr);
+    assert!(
+        text.contains(
+            "Valkey port number too high. Cluster communication port is 10,000 port numbers higher than your \
+             Valkey port. Your Valkey port number must be 55535 or less."
+        ),
+        "{text}"
+    );
+}
+
+#[test]
 fn announced_endpoints_reach_nodes_slots_and_redirects() {
     let ns = nodes(
         1,

@@ -63,9 +63,17 @@ pub fn bus_port(s: &Settings) -> u16 {
     if explicit != 0 {
         return explicit;
     }
+    // Out of range (a client port above 55535) leaves 0, which `start` refuses.
+    bus_base(s).checked_add(BUS_PORT_INCR).unwrap_or(0)
+}
+
+/// Valkey's `CLUSTER_PORT_INCR`.
+const BUS_PORT_INCR: u16 = 10000;
+
+/// The client port the bus port is derived from.
+fn bus_base(s: &Settings) -> u16 {
     let tls_port = s.int(table::TLS_PORT) as u16;
-    let base = if s.bool(table::TLS_CLUSTER) && tls_port != 0 { tls_port } else { s.int(table::PORT) as u16 };
-    base.wrapping_add(10000)
+    if s.bool(table::TLS_CLUSTER) && tls_port != 0 { tls_port } else { s.int(table::PORT) as u16 }
 }
 
 /// `cluster-link-sendbuf-limit`, for the bus.
@@ -270,6 +278,15 @@ pub fn start(srv: &Arc<Server>, s: &Settings) -> Result<(), String> {
         );
     }
     let port = bus_port(s);
+    if port == 0 {
+        // Valkey's port sanity check, word for word: it exits rather than bind a port that
+        // does not exist (hotkv used to wrap around to a low port).
+        return Err(format!(
+            "Valkey port number too high. Cluster communication port is 10,000 port numbers higher than your \
+             Valkey port. Your Valkey port number must be 55535 or less. (port {})",
+            bus_base(s)
+        ));
+    }
     let bind = s.list(table::BIND).to_vec();
     let listeners = crate::listener::bind_all(&bind, port, s.int(table::TCP_BACKLOG) as i32)
         .map_err(|e| format!("{e}; Failed listening on the cluster bus port {port}"))?;
