@@ -6,7 +6,9 @@
 # `benches/run.sh persistence [options]` BGSAVE, BGREWRITEAOF, loading and the AOF's cost
 # (benches/persistence.py), `benches/run.sh scripting [options]` EVALSHA of a small script
 # against plain SET (benches/scripting.py), `benches/run.sh expire [options]` what active expiry
-# costs with 100k idle TTL keys and how fast it reclaims 100k expired ones (benches/expire.py).
+# costs with 100k idle TTL keys and how fast it reclaims 100k expired ones (benches/expire.py),
+# `benches/run.sh failover [options]` how long a shard takes no writes after its primary is
+# killed (benches/failover.py).
 # Installs Debian's redis-server and redis-tools when missing, builds hotkv in release mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +41,10 @@ fi
 if [ "${1:-}" = scripting ]; then
   shift
   exec python3 benches/scripting.py "$@"
+fi
+if [ "${1:-}" = failover ]; then
+  shift
+  exec python3 benches/failover.py "$@"
 fi
 if [ "${1:-}" = expire ]; then
   shift

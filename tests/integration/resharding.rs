@@ -343,7 +343,11 @@ fn redis_cli_adds_rebalances_removes_fixes_and_imports() {
     assert_eq!(ns[0].cmd(&["MIGRATE", "127.0.0.1", &port1, &key, "0", "5000"]), Frame::ok());
     let check = redis_cli_output(ns[0].port(), &["--cluster", "check", &at], None).stdout;
     assert!(check.contains(&format!("[WARNING] The following slots are open: {slot}.")), "{check}");
-    tool(&["fix", &at]);
+    let fixed = tool(&["fix", &at]);
+    // Once (under a heavy machine) the slot was left migrating on the source here: if it
+    // happens again, the tool's account of what it did is in the failure.
+    let check = tool(&["check", &at]);
+    assert!(!check.contains("[WARNING]") && check.contains("[OK] 2000 keys in 3 masters."), "{check}\nfix:\n{fixed}");
     keys_in(3, 2000);
     assert_eq!(c.run(&["GET", &key]), Frame::bulk(&key[2..]));
     // import: the keys of a standalone server move into the cluster.
