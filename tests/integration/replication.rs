@@ -309,6 +309,32 @@ fn a_replica_without_its_primary_serves_stale_data_or_says_masterdown() {
 }
 
 #[test]
+fn a_replica_sent_to_a_new_primary_keeps_the_time_its_data_lost_the_old_one() {
+    // What a cluster replica's failover eligibility rests on (Valkey's repl_down_since): a
+    // replica told to follow a new primary that dies before the first sync must still know
+    // how old its data is. It used to start from "never up", so the second replica of a
+    // shard whose primary failed twice in a row could not stand for election (Valkey's
+    // unit/cluster/failover2).
+    let primary = server();
+    let replica = server();
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    let mut r = replica.client();
+    // Valkey shows the field only while the link is down.
+    assert_eq!(info_field(&mut r, "master_link_down_since_seconds"), None);
+    // A primary that accepts the connection and never answers the handshake.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    replicaof(&replica, silent.local_addr().unwrap().port());
+    let down: i64 = info_field(&mut r, "master_link_down_since_seconds").unwrap().parse().unwrap();
+    assert!((0..5).contains(&down), "down since the switch, not never: {down}");
+    assert_eq!(info_field(&mut r, "master_link_status").as_deref(), Some("down"));
+    // Back to a primary that answers: up, and the clock is cleared.
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    assert_eq!(info_field(&mut r, "master_link_down_since_seconds"), None);
+}
+
+#[test]
 fn min_replicas_to_write_refuses_writes_without_a_good_replica() {
     let primary = server_with(&[("min-replicas-to-write", "1"), ("min-replicas-max-lag", "10")]);
     let mut p = primary.client();

@@ -102,6 +102,11 @@ pub struct ReplicaConfig {
     /// A primary handing over to this replica-to-be (standalone FAILOVER): the first PSYNC
     /// carries `FAILOVER`, which makes the target promote itself before it answers.
     pub failover: bool,
+    /// Since when this node has had no link up to a primary, carried over from the link this
+    /// one replaces (Valkey's `repl_down_since` is the server's, not a link's): a replica
+    /// told to follow a new primary that dies before the first sync still knows how old its
+    /// data is, and can stand in a failover election.
+    pub down_since: Option<Instant>,
 }
 
 /// A duration a running link reads each time it waits, so a new value (CONFIG SET
@@ -141,6 +146,7 @@ impl ReplicaConfig {
             retry_delay: Duration::from_secs(1),
             ack_period: Duration::from_secs(1),
             failover: false,
+            down_since: None,
         }
     }
 }
@@ -248,7 +254,7 @@ impl ReplicaLink {
             port: cfg.port,
             state: LinkState::Connect,
             last_io: None,
-            down_since: None,
+            down_since: cfg.down_since,
             read_offset: 0,
             offset: None,
             transfer_size: 0,

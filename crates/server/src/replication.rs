@@ -235,6 +235,12 @@ pub fn follow_for_failover(srv: &Arc<Server>, host: String, port: u16) {
 
 fn follow_with(srv: &Arc<Server>, host: String, port: u16, failover: bool) {
     let old = srv.repl.link.lock().take();
+    // The link to the old primary is lost now if it was up; if it was not, this node's data
+    // has been without a primary since whenever the last one went.
+    let down_since = old.as_ref().and_then(|o| {
+        let st = o.status();
+        if st.state == LinkState::Connected { Some(tokio::time::Instant::now()) } else { st.down_since }
+    });
     if let Some(old) = old {
         tokio::spawn(old.stop());
     }
@@ -257,6 +263,7 @@ fn follow_with(srv: &Arc<Server>, host: String, port: u16, failover: bool) {
     cfg.timeout.set(Duration::from_secs(settings.int(t::REPL_TIMEOUT).max(1) as u64));
     cfg.max_bulk_len = rt.proto_max_bulk_len;
     cfg.failover = failover;
+    cfg.down_since = down_since;
     let tls = settings.bool(t::TLS_REPLICATION);
     let connector = Arc::new(Dialer { srv: Arc::downgrade(srv), tls });
     let applier = Box::new(MasterClient::new(srv));
