@@ -335,6 +335,23 @@ fn a_replica_sent_to_a_new_primary_keeps_the_time_its_data_lost_the_old_one() {
 }
 
 #[test]
+fn a_new_primaryauth_reaches_a_link_that_keeps_retrying() {
+    // Valkey reads primaryauth at every connection attempt; hotkv fixed the password when the
+    // link started, so fixing a wrong one needed another REPLICAOF. A binary password too.
+    let primary = server();
+    let replica = server();
+    let mut p = primary.client();
+    ok(&mut p, &["CONFIG", "SET", "requirepass", "abc\0def"]);
+    let mut r = replica.client();
+    ok(&mut r, &["CONFIG", "SET", "primaryauth", "abc"]);
+    replicaof(&replica, primary.port());
+    assert!(wait_for(|| replica.log().contains("Unable to AUTH to PRIMARY"), LINK_WAIT), "{}", replica.log());
+    assert_eq!(info_field(&mut r, "master_link_status").as_deref(), Some("down"));
+    ok(&mut r, &["CONFIG", "SET", "primaryauth", "abc\0def"]);
+    wait_link_up(&replica);
+}
+
+#[test]
 fn min_replicas_to_write_refuses_writes_without_a_good_replica() {
     let primary = server_with(&[("min-replicas-to-write", "1"), ("min-replicas-max-lag", "10")]);
     let mut p = primary.client();

@@ -44,7 +44,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use info::{InfoExtra, render_info};
 pub use primary::{Primary, PrimarySettings, ReplicaState, ReplicaSummary, SyncDecision, SyncPoint, SyncRequest};
-pub use replica::{Applier, Connector, LinkState, LinkStatus, LiveDuration, ReplicaConfig, ReplicaHandle, ReplicaLink};
+pub use replica::{
+    Applier, Connector, CredentialSource, LinkState, LinkStatus, LiveDuration, ReplicaConfig, ReplicaHandle,
+    ReplicaLink,
+};
 pub use reply::{BulkHeader, PsyncReply, parse_bulk_header, parse_psync_reply};
 pub use sender::{Handshake, ReplconfReply, ReplicaSession, Snapshot, SnapshotSource};
 

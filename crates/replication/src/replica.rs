@@ -107,6 +107,21 @@ pub struct ReplicaConfig {
     /// told to follow a new primary that dies before the first sync still knows how old its
     /// data is, and can stand in a failover election.
     pub down_since: Option<Instant>,
+    /// Where `AUTH`'s user and password come from at each connection, when set (instead of
+    /// `user` and `auth`): Valkey reads `primaryuser`/`primaryauth` at every attempt, so a
+    /// CONFIG SET reaches a link that is retrying after a refused AUTH.
+    pub credentials: Option<CredentialSource>,
+}
+
+/// (user, password) for the primary's `AUTH`, read when a connection is made.
+#[derive(Clone)]
+pub struct CredentialSource(pub Arc<dyn Fn() -> (Option<String>, Option<String>) + Send + Sync>);
+
+impl std::fmt::Debug for CredentialSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the password.
+        f.write_str("CredentialSource")
+    }
 }
 
 /// A duration a running link reads each time it waits, so a new value (CONFIG SET
@@ -147,6 +162,7 @@ impl ReplicaConfig {
             ack_period: Duration::from_secs(1),
             failover: false,
             down_since: None,
+            credentials: None,
         }
     }
 }
@@ -351,8 +367,12 @@ impl ReplicaLink {
         }
         info!("Primary replied to PING, replication can continue...");
         let mut out = Vec::new();
-        if let Some(pass) = &self.cfg.auth {
-            match &self.cfg.user {
+        let (user, auth) = match &self.cfg.credentials {
+            Some(read) => (read.0)(),
+            None => (self.cfg.user.clone(), self.cfg.auth.clone()),
+        };
+        if let Some(pass) = &auth {
+            match &user {
                 Some(user) => encode(&mut out, &[b"AUTH", user.as_bytes(), pass.as_bytes()]),
                 None => encode(&mut out, &[b"AUTH", pass.as_bytes()]),
             }
@@ -365,7 +385,7 @@ impl ReplicaLink {
         encode(&mut out, &[b"REPLCONF", b"capa", b"eof", b"capa", b"psync2"]);
         encode(&mut out, &[b"REPLCONF", b"version", VERSION.as_bytes()]);
         conn.write(&out).await?;
-        if self.cfg.auth.is_some() {
+        if auth.is_some() {
             let r = conn.line().await?;
             if r.first() == Some(&b'-') {
                 warn!("Unable to AUTH to PRIMARY: {}", String::from_utf8_lossy(&r));

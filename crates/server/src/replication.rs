@@ -12,8 +12,8 @@ use hotkv_engine::rdb::{LoadStats, Loader, RdbReader};
 use hotkv_engine::{Effects, WriteSink};
 use hotkv_protocol::{Args, ReplyBuf};
 use hotkv_replication::{
-    Applier, AsyncStream, BoxFuture, Connector, LinkState, LinkStatus, Primary, PrimarySettings, ReplicaConfig,
-    ReplicaHandle, ReplicaLink, Snapshot, SnapshotSource,
+    Applier, AsyncStream, BoxFuture, Connector, CredentialSource, LinkState, LinkStatus, Primary, PrimarySettings,
+    ReplicaConfig, ReplicaHandle, ReplicaLink, Snapshot, SnapshotSource,
 };
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
@@ -251,12 +251,13 @@ fn follow_with(srv: &Arc<Server>, host: String, port: u16, failover: bool) {
     let settings = srv.settings.load();
     let rt = srv.rt.load();
     let mut cfg = ReplicaConfig::new(host, port, announced_port(srv, &settings));
-    let user = settings.str(t::PRIMARYUSER);
-    let auth = settings.str(t::PRIMARYAUTH);
-    cfg.user = (!user.is_empty()).then(|| user.to_string());
-    // Without masterauth a replica logs in with the node's own requirepass: the nodes of one
-    // deployment share it (the product doc's cluster sets only requirepass).
-    cfg.auth = if auth.is_empty() { rt.requirepass.clone() } else { Some(auth.to_string()) };
+    // Read at every connection, as Valkey does: CONFIG SET primaryauth reaches a link that
+    // keeps retrying after a refused AUTH.
+    let weak = Arc::downgrade(srv);
+    cfg.credentials = Some(CredentialSource(Arc::new(move || match weak.upgrade() {
+        Some(srv) => credentials(&srv),
+        None => (None, None),
+    })));
     let ip = settings.str(t::REPLICA_ANNOUNCE_IP);
     cfg.announce_ip = (!ip.is_empty()).then(|| ip.to_string());
     cfg.timeout = srv.repl.link_timeout.clone();
@@ -269,6 +270,17 @@ fn follow_with(srv: &Arc<Server>, host: String, port: u16, failover: bool) {
     let applier = Box::new(MasterClient::new(srv));
     let handle = ReplicaLink::spawn(cfg, connector, applier, srv.repl.primary.clone());
     *srv.repl.link.lock() = Some(handle);
+}
+
+/// The user and password a replica logs in to its primary with.
+fn credentials(srv: &Server) -> (Option<String>, Option<String>) {
+    let settings = srv.settings.load();
+    let user = settings.str(t::PRIMARYUSER);
+    let auth = settings.str(t::PRIMARYAUTH);
+    // Without masterauth a replica logs in with the node's own requirepass: the nodes of one
+    // deployment share it (the product doc's cluster sets only requirepass).
+    let auth = if auth.is_empty() { srv.rt.load().requirepass.clone() } else { Some(auth.to_string()) };
+    ((!user.is_empty()).then(|| user.to_string()), auth)
 }
 
 /// REPLICAOF NO ONE (and a failover's end): this node stops following and becomes a primary
