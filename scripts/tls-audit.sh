@@ -82,6 +82,7 @@ tls-key-file $work/node.key
 tls-ca-cert-file $work/ca.crt
 tls-auth-clients optional
 logfile $work/$name/hotkv.log
+save ""
 $(printf '%s\n' "$@")
 EOF
     "$bin" "$name/hotkv.conf" >"$name/stdout" 2>&1 &

@@ -94,6 +94,15 @@ impl Effects {
         self.cmds.push((db as u32, self.buf.len() as u32));
     }
 
+    /// Records one command already in RESP form (see `Args::resp_frame`).
+    pub fn push_resp(&mut self, db: usize, resp: &[u8]) {
+        if !self.on {
+            return;
+        }
+        self.buf.extend_from_slice(resp);
+        self.cmds.push((db as u32, self.buf.len() as u32));
+    }
+
     /// Records one command given as parts.
     pub fn push_parts<'p>(&mut self, db: usize, parts: impl ExactSizeIterator<Item = &'p [u8]>) {
         if !self.on {

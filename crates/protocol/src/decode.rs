@@ -387,6 +387,41 @@ impl<'a> Args<'a> {
     pub fn total_len(&self) -> usize {
         self.spans.iter().map(|(s, e)| e - s).sum()
     }
+
+    /// The command as canonical RESP (`*N\r\n` then `$len\r\narg\r\n` per argument),
+    /// borrowed from the buffer, when the bytes around the arguments are exactly that: a
+    /// multibulk request as clients send it. It is then byte for byte what encoding the
+    /// arguments again would give, without the work (the write stream records most calls
+    /// this way). None for anything else: inline requests and stored commands, whose
+    /// arguments sit side by side, and requests the decoder tolerated but that are not
+    /// canonical (`$03`, or other bytes where a `\r\n` belongs after a payload).
+    pub fn resp_frame(&self) -> Option<&'a [u8]> {
+        let &(first, _) = self.spans.first()?;
+        let &(_, last) = self.spans.last()?;
+        let mut count = itoa::Buffer::new();
+        let count = count.format(self.spans.len()).as_bytes();
+        let mut first_len = itoa::Buffer::new();
+        let first_len = first_len.format(self.spans[0].1 - first).as_bytes();
+        let start = first.checked_sub(1 + count.len() + 2 + 1 + first_len.len() + 2)?;
+        let frame = self.buf.get(start..last.checked_add(2)?)?;
+        let at = |pos: usize, want: &[u8]| self.buf.get(pos..pos + want.len()) == Some(want);
+        if !(at(start, b"*") && at(start + 1, count) && at(start + 1 + count.len(), b"\r\n")) {
+            return None;
+        }
+        let mut pos = start + 1 + count.len() + 2;
+        let mut digits = itoa::Buffer::new();
+        for &(s, e) in self.spans {
+            let len = digits.format(e - s).as_bytes();
+            if !(at(pos, b"$") && at(pos + 1, len) && at(pos + 1 + len.len(), b"\r\n")) {
+                return None;
+            }
+            if pos + 1 + len.len() + 2 != s || !at(e, b"\r\n") {
+                return None;
+            }
+            pos = e + 2;
+        }
+        Some(frame)
+    }
 }
 
 impl fmt::Debug for Args<'_> {
@@ -398,6 +433,46 @@ impl fmt::Debug for Args<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_canonical_request_is_its_own_frame_and_nothing_else_is() {
+        let frame_of = |wire: &[u8]| {
+            let mut d = Decoder::new();
+            // A request the decoder refuses never reaches the stream.
+            if !matches!(d.next(wire, Limits::default()), Ok(Step::Command)) {
+                return None;
+            }
+            let args = d.args(wire);
+            let mut again = Vec::new();
+            again.push(b'*');
+            again.extend_from_slice(args.len().to_string().as_bytes());
+            again.extend_from_slice(b"\r\n");
+            for a in args.iter() {
+                again.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+                again.extend_from_slice(a);
+                again.extend_from_slice(b"\r\n");
+            }
+            args.resp_frame().map(|f| {
+                assert_eq!(f, &again[..], "a frame is what encoding gives");
+                f.to_vec()
+            })
+        };
+        let set = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n*1\r\n$4\r\nPING\r\n";
+        assert_eq!(frame_of(set).as_deref(), Some(&set[..26]));
+        // The second command of a buffer.
+        let mut d = Decoder::new();
+        d.next(set, Limits::default()).unwrap();
+        d.next(set, Limits::default()).unwrap();
+        assert_eq!(d.args(set).resp_frame(), Some(&set[26..]));
+        // Tolerated but not canonical: the decoder's view is not what the stream must carry.
+        assert_eq!(frame_of(b"*1\r\n$4\r\nPINGxx"), None);
+        assert_eq!(frame_of(b"*2\r\n$3\r\nGET\r\n$01\r\nk\r\n"), None);
+        assert_eq!(frame_of(b"*01\r\n$4\r\nPING\r\n"), None);
+        assert_eq!(frame_of(b"SET k v\r\n"), None, "inline");
+        let flat = b"SETkv";
+        let spans = [(0, 3), (3, 4), (4, 5)];
+        assert_eq!(Args::from_parts(flat, &spans).resp_frame(), None, "stored");
+    }
 
     fn decode_all(input: &[u8]) -> Result<Vec<Vec<Vec<u8>>>, ProtocolError> {
         let mut d = Decoder::new();
@@ -553,6 +628,40 @@ mod tests {
                 wire.extend(b"\r\n");
             }
             proptest::prop_assert_eq!(decode_all(&wire).unwrap(), vec![args]);
+            let mut d = Decoder::new();
+            proptest::prop_assert_eq!(d.next(&wire, Limits::default()).unwrap(), Step::Command);
+            proptest::prop_assert_eq!(d.args(&wire).resp_frame(), Some(&wire[..]));
+        }
+
+        /// Whatever the decoder accepts, a frame it vouches for is the canonical encoding.
+        #[test]
+        fn a_frame_is_always_the_canonical_encoding(
+            parts in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just(b"*2\r\n".to_vec()),
+                    proptest::strategy::Just(b"$1\r\n".to_vec()),
+                    proptest::strategy::Just(b"$01\r\n".to_vec()),
+                    proptest::strategy::Just(b"\r\n".to_vec()),
+                    proptest::strategy::Just(b"x\r\n".to_vec()),
+                    proptest::collection::vec(proptest::num::u8::ANY, 0..3),
+                ],
+                0..24,
+            )
+        ) {
+            let data: Vec<u8> = parts.concat();
+            let mut d = Decoder::new();
+            while let Ok(Step::Command) = d.next(&data, Limits::default()) {
+                let args = d.args(&data);
+                if let Some(frame) = args.resp_frame() {
+                    let mut again = format!("*{}\r\n", args.len()).into_bytes();
+                    for a in args.iter() {
+                        again.extend(format!("${}\r\n", a.len()).bytes());
+                        again.extend(a);
+                        again.extend(b"\r\n");
+                    }
+                    proptest::prop_assert_eq!(frame, &again[..]);
+                }
+            }
         }
     }
 }
