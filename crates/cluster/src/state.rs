@@ -242,6 +242,15 @@ pub enum SetSlot {
     Node(NodeId),
 }
 
+/// What [`ClusterState::claim_slots`] knows about a claim beyond its slots.
+#[derive(Clone, Copy)]
+struct Claim {
+    /// The sender was in this node's shard before this frame.
+    same_shard: bool,
+    /// The primary the sender was a replica of until this frame promoted it.
+    took_over: Option<NodeId>,
+}
+
 /// How long a forgotten node stays out of the table (Valkey's `cluster-blacklist-ttl`): the
 /// time an operator has to forget it on every node before gossip would bring it back.
 pub const FORGET_TTL_MS: i64 = 60_000;
@@ -981,17 +990,18 @@ impl ClusterState {
                 let newer = self.nodes.get(id).is_some_and(|e| e.node.config_epoch < *config_epoch);
                 if newer && *id != self.me {
                     let same_shard = self.in_my_shard(id);
+                    let mut took_over = None;
                     if let Some(e) = self.nodes.get_mut(id) {
                         e.node.config_epoch = *config_epoch;
                         // Only a primary holds slots: one we knew as a replica was promoted.
                         if !e.node.is_primary() {
                             e.node.flags.set(NodeFlags::REPLICA, false);
                             e.node.flags.set(NodeFlags::PRIMARY | NodeFlags::MIGRATE_TO, true);
-                            e.node.primary = None;
+                            took_over = e.node.primary.take();
                         }
                     }
                     info!(node_id = %id, "UPDATE from {} about {id}: its slots, epoch {config_epoch}", h.sender);
-                    self.claim_slots(*id, *config_epoch, slots, same_shard);
+                    self.claim_slots(*id, *config_epoch, slots, Claim { same_shard, took_over });
                     self.dirty = true;
                 }
             }
@@ -1065,6 +1075,8 @@ impl ClusterState {
         // Role.
         let replica = h.flags & NodeFlags::REPLICA != 0;
         let was = n.flags;
+        // A replica that claims slots now took them over from its primary (a failover).
+        let took_over = if !replica && was.has(NodeFlags::REPLICA) { n.primary } else { None };
         n.flags.set(NodeFlags::REPLICA, replica);
         n.flags.set(NodeFlags::PRIMARY, !replica);
         n.flags.set(NodeFlags::NOFAILOVER, h.flags & NodeFlags::NOFAILOVER != 0);
@@ -1097,6 +1109,7 @@ impl ClusterState {
                 && self.nodes.get(&p).is_some_and(|e| e.node.config_epoch < h.config_epoch)
             {
                 let same_shard = self.in_my_shard(&p);
+                let mut took_over = None;
                 if let Some(e) = self.nodes.get_mut(&p) {
                     e.node.config_epoch = h.config_epoch;
                     if !e.node.is_primary() {
@@ -1107,11 +1120,11 @@ impl ClusterState {
                         );
                         e.node.flags.set(NodeFlags::REPLICA, false);
                         e.node.flags.set(NodeFlags::PRIMARY | NodeFlags::MIGRATE_TO, true);
-                        e.node.primary = None;
+                        took_over = e.node.primary.take();
                     }
                 }
                 self.dirty = true;
-                self.claim_slots(p, h.config_epoch, &h.slots, same_shard);
+                self.claim_slots(p, h.config_epoch, &h.slots, Claim { same_shard, took_over });
             }
             // A replica's slots are its primary's; it owns none itself.
             if !self.nodes[&sender].node.slots.is_empty() {
@@ -1131,7 +1144,7 @@ impl ClusterState {
         if sender == me {
             return None;
         }
-        let newer = self.claim_slots(sender, h.config_epoch, &h.slots, same_shard);
+        let newer = self.claim_slots(sender, h.config_epoch, &h.slots, Claim { same_shard, took_over });
         self.handle_epoch_collision(sender, h.config_epoch);
         newer
     }
@@ -1180,7 +1193,8 @@ impl ClusterState {
     /// shard, as when this node was killed right after it won a failover and comes back
     /// before it heard its old primary turn into its replica). A primary that may not move
     /// says it is now an empty primary.
-    fn claim_slots(&mut self, sender: NodeId, epoch: u64, slots: &SlotSet, same_shard: bool) -> Option<NodeId> {
+    fn claim_slots(&mut self, sender: NodeId, epoch: u64, slots: &SlotSet, claim: Claim) -> Option<NodeId> {
+        let Claim { same_shard, took_over } = claim;
         self.follow_migration_target(sender, epoch, slots);
         self.take_relinquished_imports(sender, slots);
         // The usual PING or PONG claims what the sender holds here already: nothing to take,
@@ -1223,7 +1237,11 @@ impl ClusterState {
                     }
                 }
                 _ => {
+                    // A failover is not a migration: the slots stay in their shard (Valkey
+                    // keeps a persisted shard id across it; here a promoted replica's shard
+                    // was its primary's), so no line per slot.
                     if let Some(from) = owner
+                        && took_over != Some(from)
                         && !self.same_shard(&from, &sender)
                     {
                         let (from_name, from_shard) = self.describe(&from);
