@@ -142,6 +142,7 @@ impl ScriptCache {
         let mut inner = self.inner.write();
         *inner = Inner::default();
         self.generation.fetch_add(1, Ordering::Release);
+        crate::vm::reset_all();
     }
 
     /// The flush generation a VM compares its compiled scripts with.

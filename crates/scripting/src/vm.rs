@@ -91,6 +91,8 @@ pub struct Vm {
     runs: u64,
     /// What this VM last added to [`lua_memory`].
     reported: usize,
+    /// The generation it was made in (see [`reset_all`]).
+    epoch: u64,
 }
 
 /// The run in progress on a VM, shared with the API functions and the instruction hook,
@@ -136,18 +138,87 @@ impl Drop for HostGuard<'_> {
     }
 }
 
-/// Bytes every thread's Lua VM holds together (INFO used_memory_lua): each VM adds the change
-/// in its own size after each run, so reading it takes no lock.
-static LUA_MEMORY: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// INFO used_memory_lua and the VM generation in one word, so that a reset and a VM's report
+/// never cross: the top 16 bits count resets (SCRIPT FLUSH), the rest are the bytes held by
+/// the VMs of the current generation. Each VM adds the change in its own size now and then,
+/// so reading it takes no lock.
+static LUA_MEMORY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+const EPOCH_SHIFT: u32 = 48;
+const BYTES: u64 = (1 << EPOCH_SHIFT) - 1;
 
-/// Bytes all Lua VMs hold, as of each one's last run.
+/// Bytes the Lua VMs of the current generation hold, as of each one's last report.
 pub fn lua_memory() -> usize {
-    LUA_MEMORY.load(std::sync::atomic::Ordering::Relaxed)
+    (LUA_MEMORY.load(std::sync::atomic::Ordering::Relaxed) & BYTES) as usize
+}
+
+/// The current VM generation.
+fn vm_epoch() -> u64 {
+    LUA_MEMORY.load(std::sync::atomic::Ordering::Acquire) >> EPOCH_SHIFT
+}
+
+/// Adds `add` and removes `sub` bytes for a VM of generation `epoch`; false (nothing
+/// changed) when a reset came since: that VM's bytes no longer count.
+fn account(epoch: u64, add: usize, sub: usize) -> bool {
+    account_in(&LUA_MEMORY, epoch, add, sub)
+}
+
+fn account_in(word: &std::sync::atomic::AtomicU64, epoch: u64, add: usize, sub: usize) -> bool {
+    use std::sync::atomic::Ordering::{AcqRel, Acquire};
+    word.fetch_update(AcqRel, Acquire, |w| {
+        (w >> EPOCH_SHIFT == epoch).then(|| {
+            let bytes = ((w & BYTES) + add as u64).saturating_sub(sub as u64) & BYTES;
+            (w & !BYTES) | bytes
+        })
+    })
+    .is_ok()
+}
+
+/// SCRIPT FLUSH: Valkey starts a fresh Lua state. Every thread's VM is replaced before its
+/// next run, and the memory count starts over from the VMs made from now on (a VM left on
+/// a thread that runs no script stays allocated until it does, uncounted).
+pub fn reset_all() {
+    reset_in(&LUA_MEMORY);
+}
+
+fn reset_in(word: &std::sync::atomic::AtomicU64) {
+    use std::sync::atomic::Ordering::{AcqRel, Acquire};
+    let _ = word.fetch_update(AcqRel, Acquire, |w| {
+        Some((((w >> EPOCH_SHIFT) + 1) & ((1 << (64 - EPOCH_SHIFT)) - 1)) << EPOCH_SHIFT)
+    });
+}
+
+#[cfg(test)]
+mod accounting_tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::*;
+
+    #[test]
+    fn a_reset_starts_the_count_over_and_stale_vms_no_longer_count() {
+        let w = AtomicU64::new(0);
+        let bytes = |w: &AtomicU64| w.load(Ordering::Relaxed) & BYTES;
+        assert!(account_in(&w, 0, 80_000, 0));
+        assert!(account_in(&w, 0, 90_000, 80_000), "a VM reports its growth");
+        assert!(account_in(&w, 0, 70_000, 0), "a second VM");
+        assert_eq!(bytes(&w), 160_000);
+        reset_in(&w);
+        assert_eq!((bytes(&w), w.load(Ordering::Relaxed) >> EPOCH_SHIFT), (0, 1));
+        // The old VMs report and drop: nothing moves.
+        assert!(!account_in(&w, 0, 95_000, 90_000));
+        assert!(!account_in(&w, 0, 0, 70_000));
+        assert_eq!(bytes(&w), 0);
+        assert!(account_in(&w, 1, 80_000, 0), "a VM of the new generation");
+        assert_eq!(bytes(&w), 80_000);
+        // Generations wrap without touching the bytes.
+        w.store(((1 << (64 - EPOCH_SHIFT)) - 1) << EPOCH_SHIFT | 5, Ordering::Relaxed);
+        reset_in(&w);
+        assert_eq!(w.load(Ordering::Relaxed), 0);
+    }
 }
 
 impl Drop for Vm {
     fn drop(&mut self) {
-        LUA_MEMORY.fetch_sub(self.reported, std::sync::atomic::Ordering::Relaxed);
+        account(self.epoch, 0, self.reported);
     }
 }
 
@@ -179,7 +250,8 @@ impl Vm {
         // What setting up left behind (the API chunk, library tables' temporaries) goes now,
         // so a fresh VM reports what it keeps.
         lua.gc_collect()?;
-        let vm = Vm {
+        let epoch = vm_epoch();
+        let mut vm = Vm {
             lua,
             globals,
             current,
@@ -193,8 +265,10 @@ impl Vm {
             functions_generation: u64::MAX,
             runs: 0,
             reported: 0,
+            epoch,
         };
         vm.install_hook();
+        vm.report_memory();
         Ok(vm)
     }
 
@@ -401,10 +475,15 @@ impl Vm {
             }
         };
         self.runs += 1;
+        // Valkey's LUA_GC_CYCLE_PERIOD: a GC step of 50 every 50 runs keeps the garbage of
+        // short scripts from piling up to Lua's next full cycle, at a cost spread over runs.
+        if self.runs.is_multiple_of(50) {
+            let _ = self.lua.gc_step_kbytes(50);
+        }
         // Every proxy was written through a refusing path unless something was missed: the
         // check is defense in depth, cheap enough every 64 runs and after every failure
         // (where a probing script would show itself).
-        if self.runs.is_multiple_of(64) || matches!(outcome, Outcome::Failed { .. }) {
+        if self.runs.is_multiple_of(64) || self.runs < 4 || matches!(outcome, Outcome::Failed { .. }) {
             self.report_memory();
             if !matches!(self.intact.call::<bool>(()), Ok(true)) {
                 tracing::warn!("A script wrote into a read-only table of the Lua VM: the VM is rebuilt");
@@ -457,14 +536,10 @@ impl Vm {
 
     /// Brings [`lua_memory`] up to date with this VM's size.
     fn report_memory(&mut self) {
-        use std::sync::atomic::Ordering::Relaxed;
         let now = self.lua.used_memory();
-        if now >= self.reported {
-            LUA_MEMORY.fetch_add(now - self.reported, Relaxed);
-        } else {
-            LUA_MEMORY.fetch_sub(self.reported - now, Relaxed);
+        if account(self.epoch, now, self.reported) {
+            self.reported = now;
         }
-        self.reported = now;
     }
 }
 
@@ -798,6 +873,9 @@ thread_local! {
 pub fn with_vm<R>(f: impl FnOnce(&mut Vm) -> R) -> Option<R> {
     VM.with(|cell| {
         let mut slot = cell.try_borrow_mut().ok()?;
+        if slot.as_ref().is_some_and(|vm| vm.epoch != vm_epoch()) {
+            *slot = None;
+        }
         if slot.is_none() {
             *slot = Some(Vm::new().map_err(|e| tracing::warn!("Lua VM not created: {e}")).ok()?);
         }

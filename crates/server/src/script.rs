@@ -560,6 +560,10 @@ struct ScriptHost<'h, 'b, 'c> {
     started_us: i64,
 }
 
+/// How long a run lasts before it counts as long: SCRIPT KILL, FUNCTION STATS and the busy
+/// checks see it from then on.
+const LONG_RUN: std::time::Duration = std::time::Duration::from_millis(1);
+
 impl<'b: 'c, 'c> Host for ScriptHost<'_, 'b, 'c> {
     fn call(&mut self, args: Args<'_>, reply: &mut ReplyBuf) {
         if self.restart.is_some() {
@@ -585,6 +589,10 @@ impl<'b: 'c, 'c> Host for ScriptHost<'_, 'b, 'c> {
         let runs = &self.b.srv.script_runs;
         let state = match &self.state {
             Some(s) => s.clone(),
+            // The VM counts instructions across runs (Lua 5.1 keeps the hook's count), so a
+            // short run is polled now and then too: it is not a long run, and must not pay
+            // for one (the registration below hands the worker over and naps 2 ms).
+            None if self.started.elapsed() < LONG_RUN => return None,
             None => {
                 // A long run: from now on SCRIPT KILL and FUNCTION STATS see it.
                 let s = Arc::new(RunState {
