@@ -1585,6 +1585,9 @@ impl ClusterState {
             self.set_owner(s, Some(self.me));
         }
         self.dirty = true;
+        // The claim reaches every node now (redis-cli --cluster fix covers a slot with
+        // ADDSLOTS and BUMPEPOCH, then moves on to the next step at once).
+        self.announce = true;
         self.update_state();
         Ok(())
     }
@@ -1641,13 +1644,19 @@ impl ClusterState {
     /// unique. Returns whether it bumped, and the epoch.
     pub fn bump_epoch(&mut self) -> (bool, u64) {
         let mine = self.myself().config_epoch;
-        let max = self.nodes.values().map(|e| e.node.config_epoch).max().unwrap_or(0);
+        // Valkey's clusterGetMaxEpoch counts the current epoch too: a node's config epoch in
+        // this table may be stale, the current epoch has seen every header.
+        let max = self.nodes.values().map(|e| e.node.config_epoch).max().unwrap_or(0).max(self.current_epoch);
         let unique = self.nodes.values().filter(|e| e.node.config_epoch == mine).count() == 1;
         if mine == 0 || mine != max || !unique {
             self.current_epoch += 1;
             let e = self.current_epoch;
             self.myself_mut().config_epoch = e;
             self.dirty = true;
+            // Told now rather than at the next ping: a node that still believes this one's
+            // old epoch may take a slot from it with an epoch that is no longer the newest
+            // (an import finished there would then lose to this node's stale claim).
+            self.announce = true;
             return (true, e);
         }
         (false, mine)

@@ -853,3 +853,30 @@ fn announced_client_addresses_spread_by_ping_extension_and_clear_the_same_way() 
     assert!(net.run_until(50, |n| seen(n, "", "")));
     assert!(net.nodes[1].nodes_text(ClientKind::default()).contains(&format!("{me} 127.0.0.1:7000@17000 ")));
 }
+
+#[test]
+fn an_epoch_bump_counts_the_current_epoch_and_is_told_to_every_node_at_once() {
+    let mut net = Net::three_primaries();
+    let now = net.now;
+    for n in &mut net.nodes {
+        let _ = n.take_announcements(now);
+    }
+    // Node 0's own epoch made the highest of its table...
+    assert!((0..3).any(|_| !net.nodes[0].bump_epoch().0));
+    let _ = net.nodes[0].take_announcements(now);
+    let mine = net.nodes[0].myself().config_epoch;
+    assert_eq!(net.nodes[0].bump_epoch(), (false, mine), "the unique highest: nothing to do");
+    // ...but a header says the cluster's current epoch went past it (a node bumped and
+    // node 0 has not heard its new config epoch yet): as Valkey's clusterGetMaxEpoch, the
+    // current epoch counts, so an import finished here takes an epoch above it.
+    let mut ping =
+        net.nodes[1].message(Kind::Ping, Body::Gossip { entries: Default::default(), ext: Default::default() });
+    ping.header.current_epoch = mine + 5;
+    net.nodes[0].receive(wire(ping), None, "127.0.0.1", None, now);
+    assert_eq!(net.nodes[0].bump_epoch(), (true, mine + 6));
+    // And every node hears of it now, not at its next ping.
+    let told: Vec<NodeId> = net.nodes[0].take_announcements(now).into_iter().map(|(id, _)| id).collect();
+    for i in [1, 2] {
+        assert!(told.contains(&net.id(i)), "node {i} told");
+    }
+}
