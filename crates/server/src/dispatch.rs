@@ -39,8 +39,9 @@ pub struct Scratch {
     pub(crate) plan: Plan,
     /// What the connection already computed about the next command's key.
     hint: KeyHint,
-    /// Set when the router asked to count the command's keys under its slot locks (a slot
-    /// being migrated): the routing context to decide ASK or TRYAGAIN with, there.
+    /// A cluster routing decision to finish under the command's slot locks: ASK or TRYAGAIN
+    /// for a slot being migrated, or the whole decision again if the slot table changed
+    /// since it was made (see `routing::confirm`).
     pub(crate) pending: Option<crate::routing::Pending>,
     /// The outcome of the request to another node the command being re-run made.
     pub(crate) resume: Option<RemoteOutcome>,
