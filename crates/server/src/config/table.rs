@@ -312,7 +312,7 @@ directives! {
     RENAME_COMMAND = "rename-command" [] "security.rename_command": Ty::Lines { min: 2, max: 2 }, "",
         FILE_ONLY | APPEND | NE, H, "Rename a command (`rename-command CONFIG \"\"` removes it).";
     USER = "user" [] "security.user": Ty::Lines { min: 1, max: usize::MAX }, "", FILE_ONLY | APPEND, H,
-        "Declare an ACL user with its rules.";
+        "Declare an ACL user with its rules; without an aclfile, CONFIG REWRITE writes every current user here.";
     // clients
     MAXCLIENTS = "maxclients" [] "clients.maxclients": int(1, UINT), "10000", M, CLIENTS,
         "Maximum number of connected clients.";
