@@ -149,6 +149,12 @@ class Cluster:
         for _ in range(size):
             self.nodes.append(Node(self.kind, binary, workdir, self.pki, node_timeout, cpus))
 
+    def up(self, binary, workdir, node_timeout, size, cpus):
+        """Starts `size` nodes, makes them a cluster and waits until it has formed."""
+        self.start(binary, workdir, node_timeout, size, cpus)
+        self.create()
+        self.wait_formed()
+
     def wait_up(self, timeout=20):
         deadline = time.time() + timeout
         for n in self.nodes:

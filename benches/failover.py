@@ -67,9 +67,7 @@ def one_round(kind, args, workdir, pki):
     c = Cluster(kind, pki, 1)
     LIVE.append(c)
     try:
-        c.start(args.binaries[kind], workdir, args.node_timeout, 6, None)
-        c.create()
-        c.wait_formed()
+        c.up(args.binaries[kind], workdir, args.node_timeout, 6, None)
         ids = {n.cli("CLUSTER", "MYID").strip(): n for n in c.nodes}
         ranges = slot_ranges(c.nodes[0])
         primary_id = sorted(ranges)[0]

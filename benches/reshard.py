@@ -316,9 +316,7 @@ def one_run(args, workdir, pki, kind, load_files, probe_list, results):
     c = Cluster(kind, pki, 0)
     LIVE.append(c)
     try:
-        c.start(args.binaries[kind], workdir, args.node_timeout, 3, server_cpus)
-        c.create()
-        c.wait_formed()
+        c.up(args.binaries[kind], workdir, args.node_timeout, 3, server_cpus)
         ids = node_ids(c)
         src_idx = ids.index(slot_owner(c, 0))
         dst_idx = (src_idx + 1) % 3
@@ -442,9 +440,7 @@ def steps_run(args, workdir, pki, kind, load_files, results):
     c = Cluster(kind, pki, 0)
     LIVE.append(c)
     try:
-        c.start(args.binaries[kind], workdir, args.node_timeout, 3, None if args.no_pin else "0")
-        c.create()
-        c.wait_formed()
+        c.up(args.binaries[kind], workdir, args.node_timeout, 3, None if args.no_pin else "0")
         ids = node_ids(c)
         src_idx = ids.index(slot_owner(c, 0))
         dst_idx, other_idx = (src_idx + 1) % 3, (src_idx + 2) % 3
