@@ -279,8 +279,8 @@ pub fn start(srv: &Arc<Server>, s: &Settings) -> Result<(), String> {
     }
     let port = bus_port(s);
     if port == 0 {
-        // Valkey's port sanity check, word for word: it exits rather than bind a port that
-        // does not exist (hotkv used to wrap around to a low port).
+        // Valkey's port sanity check, in its words with the port added: it exits rather than
+        // bind a port that does not exist (hotkv used to wrap around to a low port).
         return Err(format!(
             "Valkey port number too high. Cluster communication port is 10,000 port numbers higher than your \
              Valkey port. Your Valkey port number must be 55535 or less. (port {})",
