@@ -46,19 +46,12 @@ impl Script {
 pub struct ScriptCache {
     inner: RwLock<Inner>,
     epoch: std::time::Instant,
-    /// Bumped by every flush, so each VM drops what it compiled.
-    generation: AtomicU64,
     evicted: AtomicU64,
 }
 
 impl Default for ScriptCache {
     fn default() -> Self {
-        ScriptCache {
-            inner: RwLock::default(),
-            epoch: std::time::Instant::now(),
-            generation: AtomicU64::new(0),
-            evicted: AtomicU64::new(0),
-        }
+        ScriptCache { inner: RwLock::default(), epoch: std::time::Instant::now(), evicted: AtomicU64::new(0) }
     }
 }
 
@@ -137,17 +130,11 @@ impl ScriptCache {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    /// SCRIPT FLUSH: every script goes, and every VM drops what it compiled.
+    /// SCRIPT FLUSH: every script goes, and every VM is replaced with what it compiled.
     pub fn flush(&self) {
         let mut inner = self.inner.write();
         *inner = Inner::default();
-        self.generation.fetch_add(1, Ordering::Release);
         crate::vm::reset_all();
-    }
-
-    /// The flush generation a VM compares its compiled scripts with.
-    pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
     }
 
     /// Number of cached scripts (INFO number_of_cached_scripts).
@@ -195,10 +182,8 @@ mod tests {
         assert!(cache.get(&sha1_hex(b"return 0")).is_none());
         let upper: Vec<u8> = kept.sha.to_ascii_uppercase();
         assert!(cache.get(&upper).is_some(), "SHA lookups ignore case");
-        let g = cache.generation();
         cache.flush();
         assert!(cache.is_empty());
-        assert_ne!(cache.generation(), g);
     }
 
     #[test]

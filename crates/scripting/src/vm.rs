@@ -79,10 +79,9 @@ pub struct Vm {
     make_fn_runner: Function,
     intact: Function,
     load_library: Function,
-    /// EVAL scripts by SHA, each as its runner (see api.lua's make_runner), and the cache
-    /// generation they belong to.
+    /// EVAL scripts by SHA, each as its runner (see api.lua's make_runner). SCRIPT FLUSH
+    /// replaces the whole VM (see [`reset_all`]), so they never outlive a flush.
     scripts: HashMap<Sha, Function>,
-    generation: u64,
     /// FUNCTION library functions by name, each as its runner, and the registry generation
     /// they were compiled at.
     functions: HashMap<String, Function>,
@@ -260,7 +259,6 @@ impl Vm {
             intact,
             load_library,
             scripts: HashMap::default(),
-            generation: 0,
             functions: HashMap::default(),
             functions_generation: u64::MAX,
             runs: 0,
@@ -373,14 +371,7 @@ impl Vm {
     }
 
     /// The runner of the script `sha`, compiling `code` on first use in this VM.
-    /// Compiled scripts are dropped when the cache `generation` moves on (SCRIPT FLUSH).
-    pub fn script(&mut self, sha: &Sha, code: &[u8], generation: u64) -> Result<Function, String> {
-        if generation != self.generation {
-            self.scripts.clear();
-            self.generation = generation;
-            // What the flushed scripts held goes now, as Valkey's new Lua state would.
-            let _ = self.lua.gc_collect();
-        }
+    pub fn script(&mut self, sha: &Sha, code: &[u8]) -> Result<Function, String> {
         if let Some(f) = self.scripts.get(sha) {
             return Ok(f.clone());
         }

@@ -50,7 +50,7 @@ impl Host for Fake {
 
 fn eval(vm: &mut Vm, host: &mut Fake, code: &str, keys: &[&str], args: &[&str]) -> String {
     let sha = crate::sha1_hex(code.as_bytes());
-    let f = match vm.script(&sha, code.as_bytes(), 0) {
+    let f = match vm.script(&sha, code.as_bytes()) {
         Ok(f) => f,
         Err(e) => return format!("-ERR {e}"),
     };

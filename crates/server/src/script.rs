@@ -215,10 +215,9 @@ pub(crate) fn add_script(
     body: &[u8],
     evictable: bool,
 ) -> Result<Arc<Script>, CommandError> {
-    let generation = srv.scripts.generation();
     srv.scripts
         .add(body, evictable, |s| {
-            hotkv_scripting::with_vm(|vm| vm.script(&s.sha, s.code(), generation).map(drop))
+            hotkv_scripting::with_vm(|vm| vm.script(&s.sha, s.code()).map(drop))
                 .unwrap_or_else(|| Err("Lua VM unavailable".into()))
         })
         .map_err(CommandError::err)
@@ -403,11 +402,10 @@ fn run_in<'b: 'c, 'c>(
         started: std::time::Instant::now(),
         started_us: crate::server::unix_us(),
     };
-    let generation = b.srv.scripts.generation();
     let call = Call { keys: &keys, args: &argv };
     let mark = out.len();
     let outcome = hotkv_scripting::with_vm(|vm| match &t.code {
-        Code::Script(script) => match vm.script(&script.sha, script.code(), generation) {
+        Code::Script(script) => match vm.script(&script.sha, script.code()) {
             Ok(f) => vm.eval(&f, &t.name, call, &mut host, out),
             Err(e) => {
                 out.error(&format!("ERR {e}"));
