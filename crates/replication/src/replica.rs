@@ -83,10 +83,6 @@ pub struct ReplicaConfig {
     pub host: String,
     /// The primary's port.
     pub port: u16,
-    /// `masteruser`.
-    pub user: Option<String>,
-    /// `masterauth`.
-    pub auth: Option<String>,
     /// Our port, announced with `REPLCONF listening-port` (`replica-announce-port` or `port`).
     pub listening_port: u16,
     /// `replica-announce-ip`, announced with `REPLCONF ip-address`.
@@ -107,9 +103,9 @@ pub struct ReplicaConfig {
     /// told to follow a new primary that dies before the first sync still knows how old its
     /// data is, and can stand in a failover election.
     pub down_since: Option<Instant>,
-    /// Where `AUTH`'s user and password come from at each connection, when set (instead of
-    /// `user` and `auth`): Valkey reads `primaryuser`/`primaryauth` at every attempt, so a
-    /// CONFIG SET reaches a link that is retrying after a refused AUTH.
+    /// Where `AUTH`'s user and password (`masteruser`, `masterauth`) come from, read at each
+    /// connection: Valkey reads them at every attempt, so a CONFIG SET reaches a link that is
+    /// retrying after a refused AUTH. None: no AUTH.
     pub credentials: Option<CredentialSource>,
 }
 
@@ -152,8 +148,6 @@ impl ReplicaConfig {
         ReplicaConfig {
             host: host.into(),
             port,
-            user: None,
-            auth: None,
             listening_port,
             announce_ip: None,
             timeout: LiveDuration::new(Duration::from_secs(60)),
@@ -367,10 +361,7 @@ impl ReplicaLink {
         }
         info!("Primary replied to PING, replication can continue...");
         let mut out = Vec::new();
-        let (user, auth) = match &self.cfg.credentials {
-            Some(read) => (read.0)(),
-            None => (self.cfg.user.clone(), self.cfg.auth.clone()),
-        };
+        let (user, auth) = self.cfg.credentials.as_ref().map_or((None, None), |read| (read.0)());
         if let Some(pass) = &auth {
             match &user {
                 Some(user) => encode(&mut out, &[b"AUTH", user.as_bytes(), pass.as_bytes()]),
