@@ -22,32 +22,12 @@ if ((${#need[@]})); then
   $sudo apt-get update -qq && $sudo apt-get install -y -qq "${need[@]}"
 fi
 cargo build --release -j"$(nproc)" --bin hotkv
-if [ "${1:-}" = cluster ]; then
-  shift
-  exec python3 benches/cluster.py "$@"
-fi
-if [ "${1:-}" = reshard ]; then
-  shift
-  exec python3 benches/reshard.py "$@"
-fi
-if [ "${1:-}" = replication ]; then
-  shift
-  exec python3 benches/replication.py "$@"
-fi
-if [ "${1:-}" = persistence ]; then
-  shift
-  exec python3 benches/persistence.py "$@"
-fi
-if [ "${1:-}" = scripting ]; then
-  shift
-  exec python3 benches/scripting.py "$@"
-fi
-if [ "${1:-}" = failover ]; then
-  shift
-  exec python3 benches/failover.py "$@"
-fi
-if [ "${1:-}" = expire ]; then
-  shift
-  exec python3 benches/expire.py "$@"
-fi
+# The first argument names a benchmark with its own script; anything else goes to harness.py.
+case "${1:-}" in
+  cluster | reshard | replication | persistence | scripting | failover | expire)
+    script=$1
+    shift
+    exec python3 "benches/$script.py" "$@"
+    ;;
+esac
 exec python3 benches/harness.py "$@"
