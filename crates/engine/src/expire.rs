@@ -519,9 +519,12 @@ mod tests {
     }
 
     /// Runs cycles until the cursor sleeps. Other tests in this process set TTLs, which moves
-    /// the global epoch and may wake the cycle: it must fall asleep again within a few passes.
+    /// the process-wide epoch and wakes the cycle again for as long as they run (on a loaded
+    /// two-core CI machine that outlasted 50 cycles): so this waits for a whole pass with the
+    /// epoch still, and only a cycle that never sleeps once the other tests are done fails.
     fn fall_asleep(t: &TestKit, cursor: &mut ExpireCursor) {
-        for _ in 0..50 {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
             run(t, cursor, slow(t.now_ms));
             if cursor.asleep(&t.ks, VOLATILE_EPOCH.load(Ordering::Acquire)) {
                 return;
