@@ -46,7 +46,7 @@ pub use info::{InfoExtra, render_info};
 pub use primary::{Primary, PrimarySettings, ReplicaState, ReplicaSummary, SyncDecision, SyncPoint, SyncRequest};
 pub use replica::{
     Applier, Connector, CredentialSource, LinkState, LinkStatus, LiveDuration, ReplicaConfig, ReplicaHandle,
-    ReplicaLink,
+    ReplicaLink, StreamBatch,
 };
 pub use reply::{BulkHeader, PsyncReply, parse_bulk_header, parse_psync_reply};
 pub use sender::{Handshake, ReplconfReply, ReplicaSession, Snapshot, SnapshotSource};

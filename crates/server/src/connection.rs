@@ -640,33 +640,16 @@ impl Conn {
         flow
     }
 
-    /// Prefetches, for every decoded command, the slot line, then the home group line, then
-    /// the entry lines of its second argument, which is the key of nearly every data command
-    /// (a wrong guess only costs a useless hint). Each pass runs over the whole batch before
-    /// the next, so the misses of one pass overlap.
+    /// Prefetches the lines of every decoded command's second argument, which is the key of
+    /// nearly every data command (a wrong guess only costs a useless hint).
     fn prefetch(&mut self, srv: &Server, db: usize) {
         self.hints.clear();
         if self.cmds.len() < 2 {
             return;
         }
-        let Some(d) = srv.ks.db_if_used(db) else { return };
-        for &(at, n, _) in &self.cmds {
-            if n < 2 {
-                self.hints.push(None);
-                continue;
-            }
-            let (s, e) = self.spans[at + 1];
-            let key = &self.rbuf[s..e];
-            let slot = hotkv_engine::slot::key_slot(key);
-            hotkv_engine::prefetch::read(d.slot(slot) as *const _ as usize);
-            self.hints.push(Some((slot, hotkv_engine::hash::key_hash(key))));
-        }
-        for &(slot, hash) in self.hints.iter().flatten() {
-            d.slot(slot).prefetch_home(hash);
-        }
-        for &(slot, hash) in self.hints.iter().flatten() {
-            d.slot(slot).prefetch_entry(hash);
-        }
+        let (rbuf, spans) = (&self.rbuf, &self.spans);
+        let keys = self.cmds.iter().map(|&(at, n, _)| (n >= 2).then(|| &rbuf[spans[at + 1].0..spans[at + 1].1]));
+        prefetch_keys(srv, db, keys, &mut self.hints);
     }
 
     /// `client-output-buffer-limit normal`: a client whose pending replies pass the hard limit,
@@ -777,5 +760,32 @@ async fn recv_monitor(rx: &mut Option<broadcast::Receiver<Arc<str>>>) -> Option<
             }
         },
         None => std::future::pending().await,
+    }
+}
+
+/// Prefetches, for each key, its slot's line, then its home group's line, then the lines of
+/// the entry its hash most likely names, and pushes its (slot, hash) to `hints` (`None` where
+/// there is no key). Each pass runs over all the keys before the next, so the misses of one
+/// pass overlap instead of following one another.
+pub(crate) fn prefetch_keys<'k>(
+    srv: &Server,
+    db: usize,
+    keys: impl Iterator<Item = Option<&'k [u8]>>,
+    hints: &mut Vec<Option<(u16, u32)>>,
+) {
+    let Some(d) = srv.ks.db_if_used(db) else { return };
+    for key in keys {
+        let hint = key.map(|key| {
+            let slot = hotkv_engine::slot::key_slot(key);
+            hotkv_engine::prefetch::read(d.slot(slot) as *const _ as usize);
+            (slot, hotkv_engine::hash::key_hash(key))
+        });
+        hints.push(hint);
+    }
+    for &(slot, hash) in hints.iter().flatten() {
+        d.slot(slot).prefetch_home(hash);
+    }
+    for &(slot, hash) in hints.iter().flatten() {
+        d.slot(slot).prefetch_entry(hash);
     }
 }

@@ -8,12 +8,13 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
+use hotkv_engine::plan::KeyHint;
 use hotkv_engine::rdb::{LoadStats, Loader, RdbReader};
 use hotkv_engine::{Effects, WriteSink};
 use hotkv_protocol::{Args, ReplyBuf};
 use hotkv_replication::{
     Applier, AsyncStream, BoxFuture, Connector, CredentialSource, LinkState, LinkStatus, Primary, PrimarySettings,
-    ReplicaConfig, ReplicaHandle, ReplicaLink, Snapshot, SnapshotSource,
+    ReplicaConfig, ReplicaHandle, ReplicaLink, Snapshot, SnapshotSource, StreamBatch,
 };
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
@@ -359,6 +360,8 @@ struct MasterClient {
     srv: Arc<Server>,
     sess: Session,
     scratch: Scratch,
+    /// Each batch command's key slot and hash, from the prefetch (see `apply_batch`).
+    hints: Vec<Option<(u16, u32)>>,
     out: ReplyBuf,
     reader: Option<RdbReader>,
     load: (usize, LoadStats),
@@ -378,6 +381,7 @@ impl MasterClient {
             srv: srv.clone(),
             sess,
             scratch: Scratch::default(),
+            hints: Vec::new(),
             out: ReplyBuf::new(),
             reader: None,
             load: (0, LoadStats::default()),
@@ -469,11 +473,17 @@ impl MasterClient {
     }
 
     fn run(&mut self, args: Args<'_>) {
-        let engine = self.srv.engine.load();
-        let rt = self.srv.rt.load();
-        let b = Batch { srv: &self.srv, engine: &engine, rt: &rt, now_ms: unix_ms() };
+        let srv = self.srv.clone();
+        let engine = srv.engine.load();
+        let rt = srv.rt.load();
+        let b = Batch { srv: &srv, engine: &engine, rt: &rt, now_ms: unix_ms() };
+        self.run_in(&b, args);
+    }
+
+    /// Runs one command of the stream in `b` and logs an error reply.
+    fn run_in(&mut self, b: &Batch<'_>, args: Args<'_>) {
         self.out.truncate(0);
-        let _ = dispatch(&b, &mut self.sess, args, &mut self.out, &mut self.scratch);
+        let _ = dispatch(b, &mut self.sess, args, &mut self.out, &mut self.scratch);
         if self.out.as_bytes().first() == Some(&b'-') {
             self.errors += 1;
             // Valkey goes on (propagation-error-behavior ignore) and says so in the log.
@@ -524,6 +534,31 @@ impl Applier for MasterClient {
 
     fn apply(&mut self, args: Args<'_>, _raw: &[u8]) {
         self.run(args);
+    }
+
+    /// As a client connection runs a pipelined batch: one clock read and one configuration
+    /// load for the batch, and the lines of every command's key warmed before the first runs.
+    fn apply_batch(&mut self, batch: &StreamBatch<'_>) {
+        let srv = self.srv.clone();
+        let engine = srv.engine.load();
+        let rt = srv.rt.load();
+        let b = Batch { srv: &srv, engine: &engine, rt: &rt, now_ms: unix_ms() };
+        self.hints.clear();
+        if batch.len() >= 2 {
+            let keys = (0..batch.len()).map(|i| {
+                let args = batch.args(i);
+                (args.len() >= 2).then(|| args.get(1))
+            });
+            crate::connection::prefetch_keys(&srv, self.sess.db, keys, &mut self.hints);
+        }
+        for i in 0..batch.len() {
+            let args = batch.args(i);
+            if let Some(Some((slot, hash))) = self.hints.get(i) {
+                let at = args.get(1).as_ptr() as usize;
+                self.scratch.set_hint(KeyHint { arg: 1, at, slot: *slot, hash: Some(*hash) });
+            }
+            self.run_in(&b, args);
+        }
     }
 
     fn aof_fsynced(&mut self, applied: u64) -> Option<u64> {
