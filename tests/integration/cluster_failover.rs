@@ -252,6 +252,12 @@ fn a_killed_primary_is_replaced_by_its_replica_and_no_acknowledged_write_is_lost
     let (ns, pairs) = six_nodes(&[]);
     let (victim, heir) = pairs[0];
     let heir_id = myid(&ns[heir]);
+    // A shard has one id, on its primary and its replica (CLUSTER MYSHARDID), unlike the others.
+    let shard = ns[victim].cmd(&["CLUSTER", "MYSHARDID"]).text();
+    assert_eq!(shard.len(), 40, "{shard}");
+    assert!(wait_for(|| ns[heir].cmd(&["CLUSTER", "MYSHARDID"]).text() == shard, Duration::from_secs(10)));
+    let (other, _) = pairs[1];
+    assert_ne!(ns[other].cmd(&["CLUSTER", "MYSHARDID"]).text(), shard);
     let all: Vec<&TestServer> = ns.iter().collect();
     let writers = Writers::start(4, &ports(&all), true);
     assert!(writers.wait_for_more(500, Duration::from_secs(30)), "writes are acknowledged");
@@ -290,6 +296,9 @@ fn a_killed_primary_is_replaced_by_its_replica_and_no_acknowledged_write_is_lost
     let heir_keys = ns[heir].cmd(&["DBSIZE"]).int();
     assert!(wait_for(|| back.cmd(&["DBSIZE"]).int() == heir_keys, Duration::from_secs(20)));
     assert!(back.log().contains("Configuration change detected. Reconfiguring myself as a replica of node"));
+    // The shard kept its id through the failover and the old primary's restart.
+    assert_eq!(ns[heir].cmd(&["CLUSTER", "MYSHARDID"]).text(), shard);
+    assert_eq!(back.cmd(&["CLUSTER", "MYSHARDID"]).text(), shard);
     // A failover keeps the slots in their shard: no node logs it slot by slot as a migration
     // (it used to write one line per slot, 5461 of them, on every node).
     for n in survivors.iter().copied().chain([&back]) {

@@ -523,6 +523,9 @@ impl ClusterState {
         if let Some(p) = self.nodes.get_mut(&primary) {
             p.node.flags.set(NodeFlags::MIGRATE_TO, true);
         }
+        if let Some(shard) = self.nodes.get(&primary).map(|p| p.node.shard_id) {
+            self.myself_mut().shard_id = shard;
+        }
         if close_slots {
             self.migrating.clear();
             self.importing.clear();

@@ -495,3 +495,36 @@ fn cluster_replicate_of_another_shards_primary_drops_the_offset_so_the_newcomer_
     let done = |n: &Net| n.serves_first_range_everywhere(3) && n.follows(4, 3) && n.follows(6, 3);
     assert!(net.run_until(FAILOVER_STEPS, done), "{}", net.table(1));
 }
+
+/// A shard keeps one id (CLUSTER MYSHARDID) through a failover and the old primary's return
+/// from its saved table, every node agrees on every node's shard, and shards differ.
+#[test]
+fn a_shard_keeps_its_id_through_a_failover_and_a_restart() {
+    let mut net = Net::three_shards_and_a_sibling();
+    let shard_of = |net: &Net, i: usize| net.nodes[i].myself().shard_id;
+    let agreed = |n: &Net| {
+        n.nodes.iter().enumerate().all(|(i, s)| {
+            n.down[i]
+                || (0..n.nodes.len()).all(|j| n.down[j] || s.node(&n.id(j)).map(|x| x.shard_id) == Some(shard_of(n, j)))
+        })
+    };
+    assert!(net.run_until(100, agreed), "{}", net.table(1));
+    let first = shard_of(&net, 0);
+    assert_eq!([shard_of(&net, 3), shard_of(&net, 6)], [first, first]);
+    let others = [shard_of(&net, 1), shard_of(&net, 2)];
+    assert!(others[0] != others[1] && !others.contains(&first));
+    assert_eq!(shard_of(&net, 4), others[0]);
+    net.set_offset(3, 10);
+    net.run(10);
+    net.down[0] = true;
+    assert!(net.run_until(FAILOVER_STEPS, |n| n.serves_first_range_everywhere(3)), "{}", net.table(1));
+    net.restart(0);
+    assert!(net.run_until(100, |n| n.follows(0, 3) && n.follows(6, 3)), "{}", net.table(0));
+    assert!(net.run_until(100, agreed), "{}", net.table(1));
+    assert_eq!([shard_of(&net, 0), shard_of(&net, 3), shard_of(&net, 6)], [first; 3]);
+    // A replica moved to another shard takes that shard's id.
+    let id = net.id(1);
+    net.nodes[6].replicate(&id).unwrap();
+    assert_eq!(shard_of(&net, 6), others[0]);
+    assert!(net.run_until(100, agreed), "{}", net.table(1));
+}

@@ -175,6 +175,10 @@ pub struct ClientKind {
 pub struct Node {
     /// Its id.
     pub id: NodeId,
+    /// The shard it belongs to (Valkey's `shard_id`): random for a new node, taken from its
+    /// primary by a replica, kept by a replica promoted in its shard, and saved in nodes.conf,
+    /// so CLUSTER MYSHARDID names a shard the same way across failovers and restarts.
+    pub shard_id: NodeId,
     /// The address other nodes and clients reach it at (may be empty before anyone told it).
     pub ip: String,
     /// Its plain client port (0: none).
@@ -218,6 +222,7 @@ impl Node {
     pub fn new(id: NodeId, flags: u16) -> Node {
         Node {
             id,
+            shard_id: NodeId::random(),
             ip: String::new(),
             port: 0,
             tls_port: 0,

@@ -143,6 +143,7 @@ pub fn render(cfg: &SavedConfig) -> String {
                 let _ = write!(out, ",{field}={value}");
             }
         }
+        let _ = write!(out, ",shard-id={}", n.shard_id);
         let mut rest = String::new();
         n.describe(&mut rest, ClientKind::default(), "");
         // The same fields as CLUSTER NODES from the flags on.
@@ -162,6 +163,8 @@ pub fn render(cfg: &SavedConfig) -> String {
 /// Parses the file's text; an error carries the 1-based line and the reason.
 pub fn parse(text: &str) -> Result<SavedConfig, (usize, String)> {
     let mut cfg = SavedConfig { nodes: Vec::new(), current_epoch: 0, last_vote_epoch: 0, open_slots: Vec::new() };
+    // Nodes whose line named no shard (a file written before shard ids were saved).
+    let mut unnamed = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let at = |reason: String| (i + 1, reason);
         let fields: Vec<&str> = line.split(' ').filter(|f| !f.is_empty()).collect();
@@ -172,7 +175,10 @@ pub fn parse(text: &str) -> Result<SavedConfig, (usize, String)> {
             parse_vars(&fields[1..], &mut cfg).map_err(at)?;
             continue;
         }
-        let node = parse_node(&fields).map_err(at)?;
+        let (node, named) = parse_node(&fields).map_err(at)?;
+        if !named {
+            unnamed.push(node.id);
+        }
         for tok in fields.iter().filter(|t| t.starts_with('[')) {
             cfg.open_slots.push(OpenSlot::parse(tok).ok_or_else(|| at(format!("bad open slot {tok}")))?);
         }
@@ -180,6 +186,16 @@ pub fn parse(text: &str) -> Result<SavedConfig, (usize, String)> {
             return Err(at(format!("node {} appears twice", node.id)));
         }
         cfg.nodes.push(node);
+    }
+    // A replica without a saved shard is in its primary's, as Valkey reads such a file; a
+    // primary keeps the fresh id it was given.
+    for id in unnamed {
+        let primary = cfg.nodes.iter().find(|n| n.id == id).and_then(|n| n.primary);
+        if let Some(shard) = primary.and_then(|p| cfg.nodes.iter().find(|n| n.id == p)).map(|p| p.shard_id)
+            && let Some(n) = cfg.nodes.iter_mut().find(|n| n.id == id)
+        {
+            n.shard_id = shard;
+        }
     }
     match cfg.nodes.iter().filter(|n| n.flags.has(NodeFlags::MYSELF)).count() {
         1 => Ok(cfg),
@@ -204,14 +220,15 @@ fn parse_vars(fields: &[&str], cfg: &mut SavedConfig) -> Result<(), String> {
     Ok(())
 }
 
-fn parse_node(f: &[&str]) -> Result<Node, String> {
+/// A node line, and whether it named the node's shard.
+fn parse_node(f: &[&str]) -> Result<(Node, bool), String> {
     if f.len() < 8 {
         return Err(format!("a node line has at least 8 fields, this one {}", f.len()));
     }
     let id = NodeId::parse(f[0].as_bytes()).ok_or_else(|| format!("bad node id {}", f[0]))?;
     let flags = NodeFlags::parse(f[2]).ok_or_else(|| format!("bad flags {}", f[2]))?;
     let mut node = Node::new(id, flags.0);
-    parse_address(f[1], &mut node)?;
+    let shard_id = parse_address(f[1], &mut node)?;
     node.primary = match f[3] {
         "-" => None,
         p => Some(NodeId::parse(p.as_bytes()).ok_or_else(|| format!("bad primary id {p}"))?),
@@ -237,11 +254,11 @@ fn parse_node(f: &[&str]) -> Result<Node, String> {
             _ => return Err(format!("bad slot range {tok}")),
         }
     }
-    Ok(node)
+    Ok((node, shard_id))
 }
 
-/// `ip:port@cport[,hostname][,key=value...]`.
-fn parse_address(field: &str, node: &mut Node) -> Result<(), String> {
+/// `ip:port@cport[,hostname][,key=value...]`; true when a `shard-id` was among the fields.
+fn parse_address(field: &str, node: &mut Node) -> Result<bool, String> {
     let bad = || format!("bad address {field}");
     let mut parts = field.split(',');
     let base = parts.next().ok_or_else(bad)?;
@@ -253,8 +270,13 @@ fn parse_address(field: &str, node: &mut Node) -> Result<(), String> {
     if let Some(host) = parts.next() {
         node.hostname = host.to_owned();
     }
+    let mut shard_id = false;
     for kv in parts {
         match kv.split_once('=') {
+            Some(("shard-id", v)) => {
+                node.shard_id = NodeId::parse(v.as_bytes()).ok_or_else(bad)?;
+                shard_id = true;
+            }
             Some(("tls-port", v)) => node.tls_port = v.parse().map_err(|_| bad())?,
             Some(("human-nodename", v)) => node.human_nodename = v.to_owned(),
             // Checked as Valkey's aux setters check them: a file never feeds clients garbage.
@@ -266,11 +288,11 @@ fn parse_address(field: &str, node: &mut Node) -> Result<(), String> {
                 v.parse::<Ipv6Addr>().map_err(|_| bad())?;
                 node.client_ipv6 = v.to_owned();
             }
-            // shard-id and future fields: not needed to rejoin.
+            // Fields a newer version writes: not needed to rejoin.
             _ => {}
         }
     }
-    Ok(())
+    Ok(shard_id)
 }
 
 #[cfg(test)]
@@ -296,6 +318,7 @@ mod tests {
         other.client_ipv4 = "192.0.2.2".into();
         other.client_ipv6 = "2001:db8::2".into();
         other.primary = Some(me.id);
+        other.shard_id = me.shard_id;
         other.pong_received_ms = 1_796_006_954_000;
         SavedConfig { nodes: vec![me, other], current_epoch: 6, last_vote_epoch: 2, open_slots: Vec::new() }
     }
@@ -308,12 +331,18 @@ mod tests {
         let cfg = sample();
         save(&path, &cfg, true).unwrap();
         let text = fs::read_to_string(&path).unwrap();
-        assert!(text.contains(" 127.0.0.1:30001@40001,,tls-port=0 myself,master - 0 0 3 connected 0-5460\n"), "{text}");
+        let shard = cfg.nodes[0].shard_id;
         assert!(
-            text.contains(
+            text.contains(&format!(
+                " 127.0.0.1:30001@40001,,tls-port=0,shard-id={shard} myself,master - 0 0 3 connected 0-5460\n"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
                 " 10.0.0.2:0@17001,node2,tls-port=7001,human-nodename=cache-b,client-ipv4=192.0.2.2,\
-                 client-ipv6=2001:db8::2 slave "
-            ),
+                 client-ipv6=2001:db8::2,shard-id={shard} slave "
+            )),
             "{text}"
         );
         assert!(text.ends_with("vars currentEpoch 6 lastVoteEpoch 2\n"));
@@ -323,6 +352,27 @@ mod tests {
         assert_eq!(back, cfg);
         fs::remove_dir_all(&dir).unwrap();
         assert!(load(&path).unwrap().is_none(), "a missing file is a first start");
+    }
+
+    /// A file written before shard ids were saved: a replica joins its primary's shard (even
+    /// when its line comes first), a primary keeps a fresh one.
+    #[test]
+    fn lines_without_a_shard_id_take_the_primarys() {
+        let cfg = sample();
+        let text = render(&cfg);
+        let old: String = text
+            .lines()
+            .rev()
+            .map(|l| format!("{}\n", l.replace(&format!(",shard-id={}", cfg.nodes[0].shard_id), "")))
+            .collect();
+        assert!(!old.contains("shard-id"));
+        let back = parse(&old).unwrap();
+        let primary = back.nodes.iter().find(|n| n.id == cfg.nodes[0].id).unwrap();
+        let replica = back.nodes.iter().find(|n| n.id == cfg.nodes[1].id).unwrap();
+        assert_ne!(primary.shard_id, cfg.nodes[0].shard_id, "a primary without one gets a new id");
+        assert_eq!(replica.shard_id, primary.shard_id);
+        let bad = text.replacen("shard-id=", "shard-id=zz", 1);
+        assert_eq!(parse(&bad).unwrap_err().0, 1);
     }
 
     #[test]

@@ -633,12 +633,13 @@ impl ClusterState {
         self.message(kind, Body::Gossip { entries, ext })
     }
 
-    /// The ping extensions this node sends: the client addresses it announces, then every
-    /// node it forgot and has not yet re-admitted, with the seconds left (Valkey's
+    /// The ping extensions this node sends: its shard, the client addresses it announces,
+    /// then every node it forgot and has not yet re-admitted, with the seconds left (Valkey's
     /// `writePingExtensions`).
     fn extensions(&self, now: i64) -> Extensions {
         let mut ext = Extensions::default();
         let me = self.myself();
+        ext.push(&Ext::ShardId(me.shard_id));
         if !me.client_ipv4.is_empty() {
             ext.push(&Ext::ClientIpv4(&me.client_ipv4));
         }
@@ -1417,14 +1418,34 @@ impl ClusterState {
         warn!(epoch = new, "WARNING: configEpoch collision with node {sender}. configEpoch set to {new}");
     }
 
-    /// What a PING, PONG or MEET's extensions say: the sender's client addresses (one it
-    /// does not send it no longer announces), and nodes the sender forgot, forgotten here too
-    /// for the time it has left unless one is this node or its primary (Valkey's
+    /// `node` is in `shard` (Valkey's `updateShardId`); so is this node when `node` is its
+    /// primary (they differ only until the first PING after a node is added or loaded).
+    fn update_shard_id(&mut self, node: NodeId, shard: NodeId) {
+        if let Some(e) = self.nodes.get_mut(&node)
+            && e.node.shard_id != shard
+        {
+            e.node.shard_id = shard;
+            self.dirty = true;
+        }
+        if node != self.me && self.myself().primary == Some(node) && self.myself().shard_id != shard {
+            self.myself_mut().shard_id = shard;
+            self.dirty = true;
+        }
+    }
+
+    /// What a PING, PONG or MEET's extensions say: the sender's shard and client addresses
+    /// (one it does not send it no longer announces), and nodes the sender forgot, forgotten
+    /// here too for the time it has left unless one is this node or its primary (Valkey's
     /// `clusterProcessPingExtensions`).
     fn process_extensions(&mut self, sender: NodeId, ext: &Extensions, now: i64) {
         let (mut ipv4, mut ipv6) = ("", "");
+        let mut shard = None;
         for e in ext.iter() {
             let (id, ttl_secs) = match e {
+                Ext::ShardId(id) => {
+                    shard = Some(id);
+                    continue;
+                }
                 Ext::ClientIpv4(ip) => {
                     ipv4 = ip;
                     continue;
@@ -1452,6 +1473,14 @@ impl ClusterState {
             e.node.client_ipv4 = ipv4.to_owned();
             e.node.client_ipv6 = ipv6.to_owned();
             self.dirty = true;
+        }
+        // A sender that names no shard (an older version) is in its primary's.
+        let shard = shard.or_else(|| {
+            let primary = self.nodes.get(&sender)?.node.primary?;
+            Some(self.nodes.get(&primary)?.node.shard_id)
+        });
+        if let Some(shard) = shard {
+            self.update_shard_id(sender, shard);
         }
     }
 
@@ -1877,6 +1906,7 @@ impl ClusterState {
         me.primary = None;
         if hard {
             me.id = NodeId::random();
+            me.shard_id = NodeId::random();
             me.config_epoch = 0;
             self.current_epoch = 0;
             self.last_vote_epoch = 0;

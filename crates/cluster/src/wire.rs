@@ -230,6 +230,8 @@ pub enum Ext<'a> {
     ClientIpv4(&'a str),
     /// `cluster-announce-client-ipv6` of the sender (Valkey's `CLUSTERMSG_EXT_TYPE_CLIENT_IPV6`).
     ClientIpv6(&'a str),
+    /// The sender's shard (Valkey's `CLUSTERMSG_EXT_TYPE_SHARDID`).
+    ShardId(NodeId),
     /// A type this node does not know: its number and bytes.
     Unknown {
         /// The type.
@@ -243,6 +245,7 @@ impl Ext<'_> {
     const FORGOTTEN_NODE: u16 = 1;
     const CLIENT_IPV4: u16 = 2;
     const CLIENT_IPV6: u16 = 3;
+    const SHARD_ID: u16 = 4;
 }
 
 /// The ping extensions of a PING, PONG or MEET, in wire form like [`GossipSection`]. A frame
@@ -639,6 +642,7 @@ fn read_ext<'a>(r: &mut Reader<'a>) -> Result<Ext<'a>, WireError> {
         Ext::FORGOTTEN_NODE => Ext::ForgottenNode { id: data.id()?, ttl_secs: data.u64()? },
         Ext::CLIENT_IPV4 => Ext::ClientIpv4(data.str8()?),
         Ext::CLIENT_IPV6 => Ext::ClientIpv6(data.str8()?),
+        Ext::SHARD_ID => Ext::ShardId(data.id()?),
         _ => Ext::Unknown { ty, data: data.take(data.buf.len())? },
     };
     if !data.buf.is_empty() {
@@ -652,6 +656,7 @@ fn write_ext(e: &Ext<'_>, out: &mut Vec<u8>) {
         Ext::ForgottenNode { .. } => Ext::FORGOTTEN_NODE,
         Ext::ClientIpv4(_) => Ext::CLIENT_IPV4,
         Ext::ClientIpv6(_) => Ext::CLIENT_IPV6,
+        Ext::ShardId(_) => Ext::SHARD_ID,
         Ext::Unknown { ty, .. } => *ty,
     };
     out.extend_from_slice(&ty.to_be_bytes());
@@ -663,6 +668,7 @@ fn write_ext(e: &Ext<'_>, out: &mut Vec<u8>) {
             out.extend_from_slice(&ttl_secs.to_be_bytes());
         }
         Ext::ClientIpv4(ip) | Ext::ClientIpv6(ip) => put_text8(out, ip),
+        Ext::ShardId(id) => out.extend_from_slice(id.as_bytes()),
         Ext::Unknown { data, .. } => out.extend_from_slice(data),
     }
     let len = (out.len() - len_at - 4) as u32;
@@ -840,6 +846,7 @@ mod tests {
             Ext::ForgottenNode { id: NodeId::random(), ttl_secs: 59 },
             Ext::ClientIpv4("192.0.2.1"),
             Ext::ClientIpv6("2001:db8::1"),
+            Ext::ShardId(NodeId::random()),
             Ext::Unknown { ty: 999, data: &[1, 2, 3] },
         ] {
             ext.push(&e);
@@ -868,7 +875,7 @@ mod tests {
         encode(with, &mut a);
         encode(&without, &mut b);
         assert_eq!(a[8..b.len()], b[8..]);
-        assert_eq!(u16::from_be_bytes([a[b.len()], a[b.len() + 1]]), 4);
+        assert_eq!(u16::from_be_bytes([a[b.len()], a[b.len() + 1]]), 5);
         // An empty section is written as none at all, so one with a count of 0 is refused.
         let mut empty = b.clone();
         empty.extend_from_slice(&[0, 0]);

@@ -571,14 +571,9 @@ fn myid(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
     Ok(Flow::Continue)
 }
 
-/// A shard is a primary and its replicas; it goes by its primary's id.
-fn shard_of(n: &Node) -> NodeId {
-    if n.is_primary() { n.id } else { n.primary.unwrap_or(n.id) }
-}
-
 fn myshardid(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
     let st = node(srv)?.state();
-    out.bulk(shard_of(st.myself()).as_str().as_bytes());
+    out.bulk(st.myself().shard_id.as_str().as_bytes());
     Ok(Flow::Continue)
 }
 
