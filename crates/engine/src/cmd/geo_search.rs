@@ -487,8 +487,12 @@ fn cell_matches(z: &ZSet, cell: Hash, shape: &Shape, points: &mut Vec<Point>, li
 }
 
 /// GEORADIUS's keys: the source, then the first STORE and the first STOREDIST after the fixed
-/// arguments. Like Valkey's keyword search, the last argument is never taken for the keyword,
-/// so a trailing STORE names no key and the parser's syntax error answers.
+/// arguments, as Valkey's key specs find them (its keyword search never takes the last
+/// argument, so a trailing STORE names no key and the parser's syntax error answers).
+///
+/// A call that repeats the option stores into its last key, which Valkey's specs do not name
+/// (nor lock, nor route); here the later keys follow, so the key written is always locked and
+/// a cluster refuses keys of different slots.
 fn radius_keys(args: &Args<'_>, found: &mut dyn FnMut(usize, u32)) {
     store_keys(args, 6, found);
 }
@@ -502,9 +506,15 @@ fn store_keys(args: &Args<'_>, start: usize, found: &mut dyn FnMut(usize, u32)) 
     if args.len() > 1 {
         found(1, kf::RO | kf::ACCESS);
     }
-    for keyword in [&b"store"[..], b"storedist"] {
-        let end = args.len().saturating_sub(1);
-        if let Some(i) = (start..end).find(|&i| args.get(i).eq_ignore_ascii_case(keyword)) {
+    let end = args.len().saturating_sub(1);
+    let is = |i: usize, keyword: &[u8]| args.get(i).eq_ignore_ascii_case(keyword);
+    let first_store = (start..end).find(|&i| is(i, b"store"));
+    let first_storedist = (start..end).find(|&i| is(i, b"storedist"));
+    for i in [first_store, first_storedist].into_iter().flatten() {
+        found(i + 1, kf::OW | kf::UPDATE);
+    }
+    for i in start..end {
+        if (is(i, b"store") || is(i, b"storedist")) && Some(i) != first_store && Some(i) != first_storedist {
             found(i + 1, kf::OW | kf::UPDATE);
         }
     }
@@ -755,6 +765,11 @@ mod tests {
                 "m:keymiss:{p}2@0"
             ]
         );
+        // A repeated STORE writes its last key, which is locked too.
+        let args = ["GEORADIUS", "{p}", "13.361389", "38.115556", "500", "km", "STORE", "first", "STORE", "last"];
+        assert_eq!(t.run(&args), ":2\r\n");
+        assert_eq!(t.run(&["EXISTS", "first"]), ":0\r\n");
+        assert_eq!(t.run(&["ZCARD", "last"]), ":2\r\n");
         let stream: Vec<&str> = t.stream.iter().map(String::as_str).collect();
         assert_eq!(
             stream[0], "0: GEORADIUS {p} 13.361389 38.115556 500 km STORE {p}2",
