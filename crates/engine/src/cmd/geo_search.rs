@@ -819,6 +819,35 @@ mod tests {
                 assert_eq!(v[..k].iter().map(|p| p.0).collect::<Vec<_>>(), keys[..k], "n={n} k={k}");
             }
         }
+        // Tie orders recorded from Valkey's pqsort.c and glibc's qsort (compiled from C, on
+        // 40-byte elements like Valkey's geoPoint).
+        let order = |keys: &[u8], k: usize, desc: bool| -> Vec<usize> {
+            let mut v: Vec<(u8, usize)> = keys.iter().copied().zip(0..).collect();
+            let cmp = |a: &(u8, usize), b: &(u8, usize)| if desc { b.0.cmp(&a.0) } else { a.0.cmp(&b.0) };
+            if k == v.len() {
+                merge_sort(&mut v, &cmp);
+            } else {
+                partial_sort(&mut v, 0, k - 1, &cmp);
+            }
+            v[..k].iter().map(|p| p.1).collect()
+        };
+        assert_eq!(order(&[1, 2, 1, 1, 2, 2, 0, 0, 2, 1, 2, 2], 4, false), [7, 6, 3, 0]);
+        let keys = [
+            1, 0, 3, 2, 1, 0, 0, 3, 3, 1, 0, 0, 0, 0, 1, 1, 0, 3, 2, 3, 1, 1, 2, 3, 0, 0, 3, 2, 3, 0, 2, 2, 1, 2, 0, 0,
+            0, 3, 0, 2, 3, 0, 0, 0, 1,
+        ];
+        assert_eq!(order(&keys, 6, false), [36, 34, 5, 6, 29, 25]);
+        let keys = [
+            1, 0, 3, 3, 3, 3, 0, 1, 2, 2, 0, 2, 2, 0, 3, 0, 1, 1, 0, 0, 0, 3, 3, 1, 1, 3, 1, 1, 3, 3, 0, 3, 3, 1, 0, 2,
+            2, 0, 1, 1, 3, 0, 0, 1, 1,
+        ];
+        assert_eq!(
+            order(&keys, 45, true),
+            [
+                2, 3, 4, 5, 14, 21, 22, 25, 28, 29, 31, 32, 40, 8, 9, 11, 12, 35, 36, 0, 7, 16, 17, 23, 24, 26, 27, 33,
+                38, 39, 43, 44, 1, 6, 10, 13, 15, 18, 19, 20, 30, 34, 37, 41, 42
+            ]
+        );
         // An inconsistent comparison (NaN distances) neither panics nor loses elements.
         let mut v: Vec<f64> = vec![1.0, f64::NAN, 0.5, f64::NAN, 2.0, 0.1, 3.0, f64::NAN, 1.5];
         let cmp = |a: &f64, b: &f64| {
