@@ -34,6 +34,7 @@ mod doc_cluster_tls;
 mod dump_restore;
 mod expiry;
 mod generic_types;
+mod geo;
 mod harness;
 mod hostile;
 mod info;

@@ -14,6 +14,7 @@ pub mod command;
 pub mod ctx;
 pub mod entry;
 pub mod error;
+pub mod geohash;
 pub mod glob;
 pub mod hash;
 pub mod hll;

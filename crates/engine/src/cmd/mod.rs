@@ -18,6 +18,9 @@ pub mod counter;
 pub mod db;
 pub mod dump;
 pub mod expire;
+pub mod geo;
+pub mod geo_search;
+mod geo_sort;
 pub mod hash;
 pub mod hash_walk;
 pub mod hll;
@@ -119,6 +122,8 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         zset_pop::COMMANDS,
         zset_store::COMMANDS,
         zset_scan::COMMANDS,
+        geo::COMMANDS,
+        geo_search::COMMANDS,
         hash::COMMANDS,
         hash_walk::COMMANDS,
         set::COMMANDS,

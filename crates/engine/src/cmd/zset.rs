@@ -354,8 +354,8 @@ fn zincrby(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     zadd_generic(ctx, args, out, AddFlags { incr: true, ..AddFlags::default() })
 }
 
-/// ZADD and ZINCRBY (`zaddGenericCommand`).
-fn zadd_generic(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf, mut f: AddFlags) -> CmdResult {
+/// ZADD and ZINCRBY (`zaddGenericCommand`); GEOADD runs it with the arguments of a ZADD.
+pub(super) fn zadd_generic(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf, mut f: AddFlags) -> CmdResult {
     let mut ch = false;
     let mut idx = 2;
     while idx < args.len() {
