@@ -145,6 +145,35 @@ fn persistence_less_nodes_keep_no_rdb_file_from_a_full_sync() {
     assert!(seen.is_empty(), "RDB files during or after the full sync: {seen:?}");
 }
 
+/// With `repl-diskless-sync-delay`, replicas that ask together share one snapshot: the first
+/// waits for the second (`repl-diskless-sync-max-replicas 2` starts the group once both are
+/// there, long before the hour of delay), and both load the same point of the stream although
+/// writes came between their requests.
+#[test]
+fn replicas_that_ask_together_share_one_snapshot() {
+    let primary = server_with(&[("repl-diskless-sync-delay", "3600"), ("repl-diskless-sync-max-replicas", "2")]);
+    let mut p = primary.client();
+    fill(&mut p, 60, "before");
+    let (a, b) = (server(), server());
+    replicaof(&a, primary.port());
+    let waiting = |p: &mut RawClient| info_field(p, "slave0").is_some_and(|l| l.contains("state=wait_bgsave"));
+    assert!(wait_for(|| waiting(&mut p), LINK_WAIT), "{}", primary.log());
+    fill(&mut p, 30, "between");
+    assert!(waiting(&mut p));
+    assert_eq!(info_field(&mut a.client(), "master_link_status").as_deref(), Some("down"));
+    replicaof(&b, primary.port());
+    wait_link_up(&a);
+    wait_link_up(&b);
+    wait_same(&primary, &a);
+    wait_same(&primary, &b);
+    let point = |s: &TestServer| {
+        s.log().lines().find_map(|l| l.split_once("Full resync from primary: ").map(|(_, r)| r.to_string()))
+    };
+    assert!(point(&a).is_some(), "{}", a.log());
+    assert_eq!(point(&a), point(&b));
+    assert_eq!(primary.log().matches("Delay next BGSAVE for diskless SYNC").count(), 2, "{}", primary.log());
+}
+
 #[test]
 fn a_replica_gets_the_dataset_then_the_stream_and_refuses_writes() {
     let primary = server();

@@ -29,6 +29,7 @@ mod primary;
 mod replica;
 mod reply;
 mod sender;
+mod shared;
 
 #[cfg(test)]
 mod e2e_tests;
@@ -50,6 +51,7 @@ pub use replica::{
 };
 pub use reply::{BulkHeader, PsyncReply, parse_bulk_header, parse_psync_reply};
 pub use sender::{Handshake, ReplconfReply, ReplicaSession, Snapshot, SnapshotSource};
+pub use shared::{GroupSettings, SharedSnapshots};
 
 /// A boxed future, so the traits the server implements stay object safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

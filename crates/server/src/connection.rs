@@ -277,9 +277,9 @@ impl Conn {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let leftover = std::mem::take(&mut self.rbuf).to_vec();
         let (mut near, far) = tokio::io::duplex(256 * 1024);
-        let source = crate::replication::EngineSnapshots { srv: Arc::downgrade(srv) };
+        let source = crate::replication::snapshots(srv);
         let session = tokio::spawn(async move {
-            let _ = start.session.run(far, &leftover, &source).await;
+            let _ = start.session.run(far, &leftover, source.as_ref()).await;
         });
         let mut from_replica = BytesMut::with_capacity(READ_CHUNK);
         let mut to_replica = vec![0u8; 64 * 1024];

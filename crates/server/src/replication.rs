@@ -13,8 +13,8 @@ use hotkv_engine::rdb::{LoadStats, Loader, RdbReader};
 use hotkv_engine::{Effects, WriteSink};
 use hotkv_protocol::{Args, ReplyBuf};
 use hotkv_replication::{
-    Applier, AsyncStream, BoxFuture, Connector, CredentialSource, LinkState, LinkStatus, Primary, PrimarySettings,
-    ReplicaConfig, ReplicaHandle, ReplicaLink, Snapshot, SnapshotSource, StreamBatch,
+    Applier, AsyncStream, BoxFuture, Connector, CredentialSource, GroupSettings, LinkState, LinkStatus, Primary,
+    PrimarySettings, ReplicaConfig, ReplicaHandle, ReplicaLink, SharedSnapshots, Snapshot, SnapshotSource, StreamBatch,
 };
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
@@ -48,6 +48,8 @@ pub struct Replication {
     /// `repl-timeout` as the link to our primary reads it: CONFIG SET changes a link that is
     /// already up.
     link_timeout: hotkv_replication::LiveDuration,
+    /// The snapshots full resyncs are served from, shared by replicas that ask together.
+    snapshots: std::sync::OnceLock<Arc<SharedSnapshots>>,
 }
 
 impl Replication {
@@ -61,6 +63,7 @@ impl Replication {
             failover: Default::default(),
             own_keys: Default::default(),
             link_timeout: hotkv_replication::LiveDuration::new(primary_settings(settings).timeout),
+            snapshots: std::sync::OnceLock::new(),
         }
     }
 
@@ -591,6 +594,28 @@ impl Applier for MasterClient {
     fn failover_outcome(&mut self, outcome: Result<(), String>) {
         crate::failover::outcome(&self.srv, outcome);
     }
+}
+
+/// The server's source of full-sync snapshots: the engine's, shared by the replicas that ask
+/// within `repl-diskless-sync-delay` seconds of the first (or as soon as
+/// `repl-diskless-sync-max-replicas` of them wait) when `repl-diskless-sync` is on.
+pub fn snapshots(srv: &Arc<Server>) -> Arc<SharedSnapshots> {
+    srv.repl
+        .snapshots
+        .get_or_init(|| {
+            let weak = Arc::downgrade(srv);
+            let settings: GroupSettings = Arc::new(move || {
+                let Some(srv) = weak.upgrade() else { return (Duration::ZERO, 0) };
+                let s = srv.settings.load();
+                if !s.bool(t::REPL_DISKLESS_SYNC) {
+                    return (Duration::ZERO, 0);
+                }
+                let delay = Duration::from_secs(s.int(t::REPL_DISKLESS_SYNC_DELAY).max(0) as u64);
+                (delay, s.int(t::REPL_DISKLESS_SYNC_MAX_REPLICAS).max(0) as usize)
+            });
+            Arc::new(SharedSnapshots::new(Arc::new(EngineSnapshots { srv: Arc::downgrade(srv) }), settings))
+        })
+        .clone()
 }
 
 /// Full-sync snapshots from the engine: a point-in-time image taken without stopping

@@ -212,6 +212,9 @@ impl Builder {
                 // Loopback only; `-` makes ::1 optional where IPv6 is off.
                 ("bind".to_string(), "127.0.0.1 -::1".to_string()),
                 ("dir".to_string(), d.display().to_string()),
+                // As Valkey's test config: a full sync starts at once instead of waiting five
+                // seconds for more replicas (tests that exercise the wait set it themselves).
+                ("repl-diskless-sync-delay".to_string(), "0".to_string()),
             ];
             all.extend(self.config.iter().cloned());
             match self.format {
