@@ -30,6 +30,7 @@ pub mod range;
 pub mod scan;
 pub mod set;
 pub mod set_ops;
+pub mod sort;
 pub mod string;
 pub mod zset;
 pub mod zset_pop;
@@ -130,6 +131,7 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         hash_walk::COMMANDS,
         set::COMMANDS,
         set_ops::COMMANDS,
+        sort::COMMANDS,
     ]
     .into_iter()
     .flatten()
