@@ -264,22 +264,18 @@ fn sort_generic(ctx: &mut Ctx<'_>, args: &Args<'_>, readonly: bool, out: &mut Re
         load(value, &opts)
     };
 
-    // BY is looked up for every element, GET for the elements shown; their keys' locks are
-    // taken before any of them is read.
+    // BY is looked up for every element, GET for the elements shown once sorted; the locks of
+    // their keys are taken before any of them is read.
     let by = opts.by.filter(|_| !opts.dontsort).map(Pattern::of);
     let gets: Vec<Pattern<'_>> = opts.gets.iter().map(|g| Pattern::of(g)).collect();
-    let shown = if end >= start { start as usize..end as usize + 1 } else { 0..0 };
     let mut ids = Vec::new();
     if let Some(p) = &by {
         p.lock_ids(ctx.db, items.iter().map(|i| &i.elem[..]), &mut ids);
-    }
-    for g in &gets {
-        g.lock_ids(ctx.db, items[shown.clone()].iter().map(|i| &i.elem[..]), &mut ids);
-    }
-    ids.sort_unstable();
-    ids.dedup();
-    if !ctx.lock_undeclared(&ids)? {
-        return Ok(());
+        ids.sort_unstable();
+        ids.dedup();
+        if !ctx.lock_undeclared(&ids)? {
+            return Ok(());
+        }
     }
 
     let mut bad_score = false;
@@ -310,6 +306,18 @@ fn sort_generic(ctx: &mut Ctx<'_>, args: &Args<'_>, readonly: bool, out: &mut Re
         return Err(CommandError::err("One or more scores can't be converted into double"));
     }
 
+    let shown = if end >= start { start as usize..end as usize + 1 } else { 0..0 };
+    if gets.iter().any(|g| matches!(g, Pattern::Key { .. })) && !shown.is_empty() {
+        // With the BY keys' ids too: if this asks to start over, the next run takes them all.
+        for g in &gets {
+            g.lock_ids(ctx.db, items[shown.clone()].iter().map(|i| &i.elem[..]), &mut ids);
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        if !ctx.lock_undeclared(&ids)? {
+            return Ok(());
+        }
+    }
     let shown = &items[shown];
     let total = if gets.is_empty() { shown.len() } else { gets.len() * shown.len() };
     let Some(dst) = opts.store else {
@@ -586,6 +594,10 @@ mod tests {
         t.run(&["HSET", "h_3", "w", "2"]);
         assert_eq!(t.run(&["SORT", "l", "BY", "w_*"]), arr(&["2", "3", "1"]));
         assert_eq!(t.run(&["SORT", "l", "BY", "h_*->w"]), arr(&["2", "3", "1"]));
+        // GET reads the elements shown once sorted, not those first read in that range.
+        assert_eq!(t.run(&["SORT", "l", "BY", "w_*", "LIMIT", "2", "1", "GET", "n_*"]), arr(&["one"]));
+        assert_eq!(t.run(&["SORT", "l", "BY", "w_*", "DESC", "LIMIT", "0", "1", "GET", "n_*", "STORE", "o"]), ":1\r\n");
+        assert_eq!(t.run(&["LRANGE", "o", "0", "-1"]), arr(&["one"]));
         assert_eq!(
             t.run(&["SORT", "l", "BY", "w_*", "GET", "#", "GET", "n_*", "GET", "h_*->name"]),
             "*9\r\n$1\r\n2\r\n$-1\r\n$-1\r\n$1\r\n3\r\n$5\r\nthree\r\n$-1\r\n$1\r\n1\r\n$3\r\none\r\n$3\r\nuno\r\n"
