@@ -280,3 +280,42 @@ fn sorts_with_patterns_never_deadlock_nor_see_half_a_write() {
     // Everyone answered; the server still does.
     assert_eq!(c.cmd(&["LLEN", "list"]).int(), N as i64);
 }
+
+/// Valkey's acl-v2 "Test sort with ACL permissions": BY and GET patterns need a selector that
+/// allows SORT and may read every key; GET `#` too.
+#[test]
+fn patterns_need_read_access_to_every_key() {
+    let srv = server();
+    let mut admin = srv.client();
+    ok(&mut admin, &["SET", "v1", "1"]);
+    assert_eq!(admin.cmd(&["LPUSH", "mylist", "1"]).int(), 1);
+    let mut c = srv.client();
+    let by = "ERR BY option of SORT denied due to insufficient ACL permissions.";
+    let get = "ERR GET option of SORT denied due to insufficient ACL permissions.";
+    for (i, rules) in [&["(+sort ~mylist)"][..], &["(+sort ~mylist ~v*)"], &["(+sort ~mylist %W~*)"]].iter().enumerate()
+    {
+        let mut argv = vec!["ACL", "SETUSER", "sorter", "reset", "on", "nopass"];
+        argv.extend(rules.iter());
+        ok(&mut admin, &argv);
+        if i == 0 {
+            ok(&mut c, &["AUTH", "sorter", "x"]);
+        }
+        assert_err(&c.cmd(&["SORT", "mylist", "BY", "v*"]), by);
+        assert_err(&c.cmd(&["SORT", "mylist", "GET", "v*"]), get);
+        assert_err(&c.cmd(&["SORT", "mylist", "GET", "#"]), get);
+        assert_eq!(c.cmd(&["SORT", "mylist", "BY", "nosort"]), arr(&["1"]), "a constant BY reads nothing");
+    }
+    ok(&mut admin, &["ACL", "SETUSER", "sorter", "(+sort ~mylist %R~*)"]);
+    assert_eq!(c.cmd(&["SORT", "mylist", "BY", "v*"]), arr(&["1"]));
+    assert_eq!(c.cmd(&["SORT", "mylist", "BY", "v*", "GET", "v*"]), arr(&["1"]));
+    // In a transaction and a script too.
+    ok(
+        &mut admin,
+        &["ACL", "SETUSER", "sorter", "reset", "on", "nopass", "+sort", "+multi", "+exec", "+eval", "~mylist"],
+    );
+    ok(&mut c, &["MULTI"]);
+    assert_eq!(c.cmd(&["SORT", "mylist", "BY", "v*"]), Frame::Simple("QUEUED".into()));
+    assert_err(&c.cmd(&["EXEC"]).items()[0], by);
+    let r = c.cmd(&["EVAL", "return redis.pcall('SORT', KEYS[1], 'GET', 'v*')", "1", "mylist"]);
+    assert_err(&r, get);
+}

@@ -277,6 +277,10 @@ pub struct Ctx<'a> {
     /// What the call did, for the write stream (see [`crate::propagate`]). The dispatcher
     /// lends its reusable buffer for the call.
     pub effects: Effects,
+    /// The client may read every key for this call (ACL: `allkeys`, `~*` or `%R~*` in a
+    /// selector that allows it). Set by the dispatcher only for commands that read keys they
+    /// do not name; SORT refuses BY and GET patterns without it, as Valkey does.
+    pub full_key_access: bool,
     /// The call runs inside a script (Valkey's `CLIENT_SCRIPT`): SORT then sorts a set even
     /// when told not to, so that the script's outcome is the same on every node.
     pub in_script: bool,
@@ -434,6 +438,7 @@ impl<'a> Ctx<'a> {
             resume: None,
             prepared: None,
             effects: Effects::default(),
+            full_key_access: true,
             in_script: false,
             may_restart: false,
             restart: None,

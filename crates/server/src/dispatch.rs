@@ -588,6 +588,7 @@ fn run_engine(
     let mut extra: Vec<LockId> = Vec::new();
     let mut restarts = 0;
     let mut prepared = prepared;
+    let full_key_access = full_key_access(b, sess, cmd, ecmd, &args);
     let mut local = std::mem::take(&mut sess.local);
     let (mut ctx, r) = loop {
         let mut locks = lock_for(b, plan, &extra, restarts, sess.db);
@@ -618,6 +619,7 @@ fn run_engine(
         ctx.resume = scratch.resume.take();
         ctx.prepared = prepared.take();
         ctx.may_restart = true;
+        ctx.full_key_access = full_key_access;
         ctx.effects = std::mem::take(&mut scratch.effects);
         ctx.effects.begin(b.srv.ks.sink().active());
         let dirty = ctx.stats.dirty;
@@ -668,6 +670,16 @@ fn run_engine(
         sess.info.db.store(db as u32, std::sync::atomic::Ordering::Relaxed);
     }
     r.map(|()| flow)
+}
+
+/// Whether the caller may read every key for this call, for a command that reads keys it does
+/// not name (SORT's BY and GET patterns, which Valkey allows only with unrestricted read
+/// access to keys); true for every other command, without asking the ACL.
+pub(crate) fn full_key_access(b: &Batch<'_>, sess: &Session, cmd: &Command, ecmd: &EngineCmd, args: &Args<'_>) -> bool {
+    if !matches!(ecmd.plan, LockPlan::KeysAndUndeclared(_)) {
+        return true;
+    }
+    sess.acl_user.as_ref().is_none_or(|u| b.srv.acl.reads_every_key(u, cmd, args))
 }
 
 /// Runs of one call that started over to take the locks of keys it did not declare up front,

@@ -111,7 +111,7 @@ fn sort_ro_reads_patterns(args: &Args<'_>) -> bool {
 /// than the sorted key (a pattern whose hash tag fixes the sorted key's slot reads nothing
 /// beyond the locks the call declares). Calls that fail to parse read nothing.
 fn reads_other_slots(args: &Args<'_>, readonly: bool) -> bool {
-    let Ok(opts) = SortOpts::parse(args, readonly, None) else { return false };
+    let Ok(opts) = SortOpts::parse(args, readonly, None, true) else { return false };
     let key_slot = key_slot(args.get(1));
     let elsewhere = |p: &[u8]| matches!(Pattern::of(p), Pattern::Key { .. }) && pattern_slot(p) != Some(key_slot);
     let by = !opts.dontsort && opts.by.is_some_and(elsewhere);
@@ -139,8 +139,14 @@ struct SortOpts<'a> {
 
 impl<'a> SortOpts<'a> {
     /// Parses the options; `cluster` is the sorted key's slot in cluster mode, where BY and
-    /// GET patterns must make keys of that slot.
-    fn parse(args: &Args<'a>, readonly: bool, cluster: Option<u16>) -> Result<SortOpts<'a>, CommandError> {
+    /// GET patterns must make keys of that slot; without `full_key_access` (ACL) they are
+    /// refused altogether.
+    fn parse(
+        args: &Args<'a>,
+        readonly: bool,
+        cluster: Option<u16>,
+        full_key_access: bool,
+    ) -> Result<SortOpts<'a>, CommandError> {
         let mut o = SortOpts { count: -1, ..SortOpts::default() };
         let mut j = 2;
         while j < args.len() {
@@ -169,6 +175,8 @@ impl<'a> SortOpts<'a> {
                     return Err(CommandError::err(
                         "BY option of SORT denied in Cluster mode when keys formed by the pattern may be in different slots.",
                     ));
+                } else if !full_key_access {
+                    return Err(CommandError::err("BY option of SORT denied due to insufficient ACL permissions."));
                 }
                 j += 1;
             } else if a.eq_ignore_ascii_case(b"get") && left >= 1 {
@@ -178,6 +186,9 @@ impl<'a> SortOpts<'a> {
                     return Err(CommandError::err(
                         "GET option of SORT denied in Cluster mode when keys formed by the pattern may be in different slots.",
                     ));
+                }
+                if !full_key_access {
+                    return Err(CommandError::err("GET option of SORT denied due to insufficient ACL permissions."));
                 }
                 o.gets.push(p);
                 j += 1;
@@ -242,7 +253,7 @@ impl Order {
 fn sort_generic(ctx: &mut Ctx<'_>, args: &Args<'_>, readonly: bool, out: &mut ReplyBuf) -> CmdResult {
     let key = args.get(1);
     let cluster = ctx.cfg.cluster.then(|| key_slot(key));
-    let mut opts = SortOpts::parse(args, readonly, cluster)?;
+    let mut opts = SortOpts::parse(args, readonly, cluster, ctx.full_key_access)?;
     let in_script = ctx.in_script;
     let Loaded { mut items, start, end } = {
         let k = ctx.read(key)?;
