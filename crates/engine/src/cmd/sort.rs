@@ -250,6 +250,7 @@ impl Order {
     }
 }
 
+/// SORT and SORT_RO: parse, read the elements, lock the pattern keys, sort, answer.
 fn sort_generic(ctx: &mut Ctx<'_>, args: &Args<'_>, readonly: bool, out: &mut ReplyBuf) -> CmdResult {
     let key = args.get(1);
     let cluster = ctx.cfg.cluster.then(|| key_slot(key));
@@ -289,38 +290,8 @@ fn sort_generic(ctx: &mut Ctx<'_>, args: &Args<'_>, readonly: bool, out: &mut Re
         }
     }
 
-    let mut bad_score = false;
     if !opts.dontsort {
-        for it in &mut items {
-            let by_value = match &by {
-                Some(p) => match p.lookup(ctx, &it.elem)? {
-                    Some(v) => Some(v),
-                    None => continue,
-                },
-                None => None,
-            };
-            if opts.alpha {
-                it.by = by_value;
-            } else {
-                match sort_score(by_value.as_deref().unwrap_or(&it.elem)) {
-                    Some(s) => it.score = s,
-                    None => bad_score = true,
-                }
-            }
-        }
-        let order = Order { desc: opts.desc, alpha: opts.alpha, by_pattern: by.is_some(), store: opts.store.is_some() };
-        // Which elements that compare equal (ALPHA BY keys with equal or missing values) come
-        // first depends on the algorithm, so this follows Valkey's: BY with a LIMIT that leaves
-        // something out sorts only around the range (its `pqsort`); otherwise glibc's qsort, a
-        // merge sort, which keeps equal elements in the order they were read, as this does.
-        if by.is_some() && end >= start && (start != 0 || end != items.len() as i64 - 1) {
-            partial_sort(&mut items, start as usize, end as usize, &|a, b| order.cmp(a, b));
-        } else {
-            items.sort_by(|a, b| order.cmp(a, b));
-        }
-    }
-    if bad_score {
-        return Err(CommandError::err("One or more scores can't be converted into double"));
+        sort_items(ctx, &mut items, by.as_ref(), &opts, (start, end))?;
     }
 
     let shown = if end >= start { start as usize..end as usize + 1 } else { 0..0 };
@@ -335,15 +306,69 @@ fn sort_generic(ctx: &mut Ctx<'_>, args: &Args<'_>, readonly: bool, out: &mut Re
             return Ok(());
         }
     }
-    let shown = &items[shown];
+    answer(ctx, &items[shown], &gets, opts.store, out)
+}
+
+/// Reads what each element is sorted by (its BY value, or itself) and sorts. A score that is
+/// not a number fails the call, but only after every BY key was read, as in Valkey.
+fn sort_items(
+    ctx: &mut Ctx<'_>,
+    items: &mut [Item],
+    by: Option<&Pattern<'_>>,
+    opts: &SortOpts<'_>,
+    (start, end): (i64, i64),
+) -> CmdResult {
+    let mut bad_score = false;
+    for it in items.iter_mut() {
+        let by_value = match by {
+            Some(p) => match p.lookup(ctx, &it.elem)? {
+                Some(v) => Some(v),
+                None => continue,
+            },
+            None => None,
+        };
+        if opts.alpha {
+            it.by = by_value;
+        } else {
+            match sort_score(by_value.as_deref().unwrap_or(&it.elem)) {
+                Some(s) => it.score = s,
+                None => bad_score = true,
+            }
+        }
+    }
+    if bad_score {
+        return Err(CommandError::err("One or more scores can't be converted into double"));
+    }
+    let order = Order { desc: opts.desc, alpha: opts.alpha, by_pattern: by.is_some(), store: opts.store.is_some() };
+    // Which elements that compare equal (ALPHA BY keys with equal or missing values) come
+    // first depends on the algorithm, so this follows Valkey's: BY with a LIMIT that leaves
+    // something out sorts only around the range (its `pqsort`); otherwise glibc's qsort, a
+    // merge sort, which keeps equal elements in the order they were read, as this does.
+    if by.is_some() && end >= start && (start != 0 || end != items.len() as i64 - 1) {
+        partial_sort(items, start as usize, end as usize, &|a, b| order.cmp(a, b));
+    } else {
+        items.sort_by(|a, b| order.cmp(a, b));
+    }
+    Ok(())
+}
+
+/// Replies with the elements shown, or what the GET patterns give for each, or stores that
+/// list at `store`'s destination and replies with its length.
+fn answer(
+    ctx: &mut Ctx<'_>,
+    shown: &[Item],
+    gets: &[Pattern<'_>],
+    store: Option<&[u8]>,
+    out: &mut ReplyBuf,
+) -> CmdResult {
     let total = if gets.is_empty() { shown.len() } else { gets.len() * shown.len() };
-    let Some(dst) = opts.store else {
+    let Some(dst) = store else {
         out.array(total);
         for it in shown {
             if gets.is_empty() {
                 out.bulk(&it.elem);
             }
-            for g in &gets {
+            for g in gets {
                 match g.lookup(ctx, &it.elem)? {
                     Some(v) => out.bulk(&v),
                     None => out.null(),
@@ -357,7 +382,7 @@ fn sort_generic(ctx: &mut Ctx<'_>, args: &Args<'_>, readonly: bool, out: &mut Re
         if gets.is_empty() {
             values.push(it.elem.clone());
         }
-        for g in &gets {
+        for g in gets {
             // A missing value is stored as an empty string.
             values.push(g.lookup(ctx, &it.elem)?.unwrap_or_default());
         }
