@@ -59,6 +59,7 @@ mod resharding;
 mod resp3;
 mod scan;
 mod scripting;
+mod sort;
 mod strings;
 mod tls;
 mod transactions;

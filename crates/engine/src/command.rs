@@ -173,6 +173,9 @@ pub enum BeginSearch {
         /// Index to start searching from.
         start_from: i32,
     },
+    /// Nowhere the specs can say: the command's own key finder knows (SORT's STORE, which may
+    /// appear anywhere; its BY and GET patterns, whose keys derive from the sorted values).
+    Unknown,
 }
 
 /// How many keys follow the beginning.
@@ -197,6 +200,8 @@ pub enum FindKeys {
         /// Distance between keys.
         step: i32,
     },
+    /// Not known from the arguments' positions (goes with [`BeginSearch::Unknown`]).
+    Unknown,
 }
 
 /// One key specification.
@@ -214,6 +219,11 @@ impl KeySpec {
     /// The common case: one key at argument `index`.
     pub const fn single(index: i32, flags: u32) -> KeySpec {
         KeySpec { flags, begin: BeginSearch::Index(index), find: FindKeys::Range { last_key: 0, step: 1, limit: 0 } }
+    }
+
+    /// Keys only the command's own key finder can find (see [`BeginSearch::Unknown`]).
+    pub const fn unknown(flags: u32) -> KeySpec {
+        KeySpec { flags, begin: BeginSearch::Unknown, find: FindKeys::Unknown }
     }
 
     /// Keys from `index` to the end (minus `from_end_skip`), every `step`.
@@ -349,6 +359,8 @@ fn spec_range(ks: &KeySpec, args: &Args<'_>, argc: i32) -> Result<Option<(i32, i
                 None => return Ok(None),
             }
         }
+        // Only a command's own key finder knows such keys (Valkey: `KSPEC_BS_UNKNOWN`).
+        BeginSearch::Unknown => return Ok(None),
     };
     let (first, last, step) = match ks.find {
         FindKeys::Range { last_key, step, limit } => {
@@ -372,6 +384,7 @@ fn spec_range(ks: &KeySpec, args: &Args<'_>, argc: i32) -> Result<Option<(i32, i
             let first = first + first_key;
             (first, first.saturating_add(n.saturating_mul(step)).saturating_sub(step), step)
         }
+        FindKeys::Unknown => return Ok(None),
     };
     if last < first {
         // An empty range (numkeys 0, or no keys after a keyword): nothing to add.

@@ -4,7 +4,7 @@
 
 use crate::entry::{Entry, NewValue, ValueRef};
 use crate::error::CommandError;
-use crate::keyspace::{Keyspace, LockSet, Slot};
+use crate::keyspace::{AddLock, Keyspace, LockId, LockSet, Slot};
 use crate::object::Object;
 use crate::policy::{self, EvictionPolicy};
 use crate::propagate::Effects;
@@ -172,6 +172,11 @@ pub enum KeyState {
 pub struct NoEvents;
 impl Events for NoEvents {}
 
+/// How long a call that cannot start over waits for a busy lock of a key it did not declare
+/// that it cannot wait for in order (see [`Ctx::lock_undeclared`]): the holder may be waiting
+/// for one of the call's locks, and giving up is what breaks that cycle.
+const UNDECLARED_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Strings up to this size replace their entry with a new allocation instead of being
 /// copied over the old value.
 const FRESH_ENTRY_MAX: usize = 1024;
@@ -272,6 +277,20 @@ pub struct Ctx<'a> {
     /// What the call did, for the write stream (see [`crate::propagate`]). The dispatcher
     /// lends its reusable buffer for the call.
     pub effects: Effects,
+    /// The client may read every key for this call (ACL: `allkeys`, `~*` or `%R~*` in a
+    /// selector that allows it). Set by the dispatcher only for commands that read keys they
+    /// do not name; SORT refuses BY and GET patterns without it, as Valkey does.
+    pub full_key_access: bool,
+    /// The call runs inside a script (Valkey's `CLIENT_SCRIPT`): SORT then sorts a set even
+    /// when told not to, so that the script's outcome is the same on every node.
+    pub in_script: bool,
+    /// The caller can run the call again from scratch with more locks taken up front (a call
+    /// dispatched on its own; not one in a transaction or a script): see
+    /// [`Ctx::lock_undeclared`].
+    pub may_restart: bool,
+    /// Set by [`Ctx::lock_undeclared`] when the call must start over with these locks (sorted,
+    /// unique) taken with its own: the handler returned without a reply and wrote nothing.
+    pub restart: Option<Vec<LockId>>,
 }
 
 /// A key found in its locked table.
@@ -419,7 +438,41 @@ impl<'a> Ctx<'a> {
             resume: None,
             prepared: None,
             effects: Effects::default(),
+            full_key_access: true,
+            in_script: false,
+            may_restart: false,
+            restart: None,
         }
+    }
+
+    /// Locks the slots `ids` (sorted, unique) of keys the call reads without having declared
+    /// them (SORT's BY and GET patterns), on top of the locks it holds, without risking a
+    /// deadlock: a free lock is taken at once, a busy one is waited for only when every lock
+    /// held is below it, which keeps the global locking order ([`LockSet::add`]). When a busy
+    /// lock is below one the call holds, waiting could deadlock, so a call that can start over
+    /// asks to ([`Ctx::restart`]; the caller then runs it again with `ids` locked in order)
+    /// and this returns false: the handler must return at once, having written nothing. A
+    /// call that cannot start over waits for such a lock a bounded time (whoever holds it may
+    /// be waiting for one of ours), then fails. Transactions and scripts never get there in
+    /// practice: their plans give such calls every slot of the database up front
+    /// ([`crate::cmd::LockPlan::KeysAndUndeclared`]).
+    pub fn lock_undeclared(&mut self, ids: &[LockId]) -> Result<bool, CommandError> {
+        for &id in ids {
+            match self.locks.add(self.ks, id) {
+                AddLock::Held | AddLock::Added => continue,
+                AddLock::Busy => {}
+            }
+            if self.may_restart {
+                self.restart = Some(ids.to_vec());
+                return Ok(false);
+            }
+            if !self.locks.add_within(self.ks, id, UNDECLARED_WAIT) {
+                return Err(CommandError::err(
+                    "could not lock a key read through a pattern while another client held it",
+                ));
+            }
+        }
+        Ok(true)
     }
 
     /// Records `argv` in the write stream as what this call did, in place of its own

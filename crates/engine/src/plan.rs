@@ -34,7 +34,8 @@ pub struct KeyArg {
 pub enum LockScope {
     /// The slots of its keys ([`Plan::locks`]).
     Keys,
-    /// Every slot of its database: it walks the database (KEYS, SCAN, FLUSHDB).
+    /// Every slot of its database: it walks the database (KEYS, SCAN, FLUSHDB), or reads keys
+    /// its arguments do not name (SORT with BY or GET patterns).
     Database,
     /// Every slot of every database (FLUSHALL, SWAPDB).
     AllDatabases,
@@ -104,6 +105,7 @@ impl Plan {
         match lock {
             LockPlan::PerSlot => self.flags |= flag::WHOLE_DB,
             LockPlan::PerSlotAllDbs => self.flags |= flag::ALL_DBS,
+            LockPlan::KeysAndUndeclared(reads_more) if reads_more(args) => self.flags |= flag::WHOLE_DB,
             _ => {}
         }
         if spec.key_specs.is_empty() {

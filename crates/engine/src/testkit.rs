@@ -74,6 +74,8 @@ pub struct TestKit {
     pub sink: std::sync::Arc<StreamRecorder>,
     /// The recorded write stream: one line per command, `db: arg arg ...`.
     pub stream: Vec<String>,
+    /// How many times a command started over to take undeclared locks up front.
+    pub restarts: usize,
 }
 
 /// A write-stream sink that keeps what it is given, as `db: arg arg ...` lines.
@@ -130,6 +132,7 @@ impl Default for TestKit {
             skip_prepare: false,
             record: false,
             stream: Vec::new(),
+            restarts: 0,
         }
     }
 }
@@ -197,33 +200,61 @@ impl TestKit {
         }
         // As the dispatcher does: the lock-free step first, then the locks.
         let prepared = handler.plan.prepare().filter(|_| !self.skip_prepare).map(|f| f(&args, &self.cfg));
-        let locks = self.ks.lock(plan.locks());
-        let mut ctx =
-            Ctx::new(&self.ks, self.db, self.now_ms, &self.cfg, &mut self.stats, self.no_touch, &self.events, locks);
-        ctx.block_mode = self.block_mode;
-        ctx.resume = self.resume.take();
-        ctx.prepared = prepared;
-        self.sink.set_active(self.record);
-        ctx.effects.begin(self.record);
-        let dirty = ctx.stats.dirty;
-        let before = out.len();
-        if let Err(e) = (handler.run)(&mut ctx, args, &mut out) {
-            out.truncate(before);
-            out.error(&e.message());
-        }
-        // As the dispatcher: the call's effects reach the stream before its locks go.
-        ctx.record_call(self.db, &args, dirty);
-        ctx.effects.wrap_multi();
-        if !ctx.effects.is_empty() {
-            self.ks.sink().append(&ctx.effects);
+        // As the dispatcher: a call that meets a busy lock of a key it did not declare runs
+        // again with that key's lock taken up front.
+        let mut extra: Vec<crate::keyspace::LockId> = Vec::new();
+        let mut prepared = prepared;
+        loop {
+            let mut ids: Vec<_> = plan.locks().iter().chain(&extra).copied().collect();
+            ids.sort_unstable();
+            ids.dedup();
+            let locks = self.ks.lock(&ids);
+            let mut ctx = Ctx::new(
+                &self.ks,
+                self.db,
+                self.now_ms,
+                &self.cfg,
+                &mut self.stats,
+                self.no_touch,
+                &self.events,
+                locks,
+            );
+            ctx.block_mode = self.block_mode;
+            ctx.resume = self.resume.take();
+            ctx.prepared = prepared.take();
+            ctx.may_restart = true;
+            self.sink.set_active(self.record);
+            ctx.effects.begin(self.record);
+            let dirty = ctx.stats.dirty;
+            let before = out.len();
+            if let Err(e) = (handler.run)(&mut ctx, args, &mut out) {
+                out.truncate(before);
+                out.error(&e.message());
+            }
+            let restart = ctx.restart.take();
+            if restart.is_none() {
+                // As the dispatcher: the call's effects reach the stream before its locks go.
+                ctx.record_call(self.db, &args, dirty);
+            }
+            ctx.effects.wrap_multi();
+            if !ctx.effects.is_empty() {
+                self.ks.sink().append(&ctx.effects);
+            }
+            if let Some(more) = restart {
+                out.truncate(before);
+                extra.extend(more);
+                self.restarts += 1;
+                continue;
+            }
+            let new_db = ctx.db;
+            let block = ctx.block.take();
+            self.last_remote = ctx.remote.take();
+            drop(ctx);
+            self.db = new_db;
+            self.last_block = block;
+            break;
         }
         self.stream.extend(self.sink.take());
-        let new_db = ctx.db;
-        let block = ctx.block.take();
-        self.last_remote = ctx.remote.take();
-        drop(ctx);
-        self.db = new_db;
-        self.last_block = block;
         out.as_bytes().to_vec()
     }
 }

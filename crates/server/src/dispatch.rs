@@ -7,8 +7,10 @@ use quanta::Instant;
 
 use hotkv_engine::cmd::{EngineCmd, LockPlan};
 use hotkv_engine::command::flags;
+use hotkv_engine::keyspace::{LockId, LockSet};
 use hotkv_engine::plan::{KeyHint, Plan};
 use hotkv_engine::remote::{RemoteOutcome, RemoteRequest};
+use hotkv_engine::slot::SLOTS;
 use hotkv_engine::{BlockMode, CommandError, Ctx, Effects, EngineConfig};
 use hotkv_protocol::{Args, ReplyBuf};
 
@@ -582,35 +584,63 @@ fn run_engine(
     let prepared = ecmd.plan.prepare().map(|f| f(&args, cfg));
     // Declared before the locks: the lock set borrows the same lifetime as the events sink.
     let events = CmdEvents::new(b.srv, b.rt.notify);
-    let mut locks = b.srv.ks.lock(plan.locks());
-    // The pause again, under the locks: a pause that began after the check above is waited
-    // out here, before the call changes anything (see `Pause::drain_writes`).
-    if scratch.resume.is_none()
-        && !sess.has_flag(crate::session::flag::MASTER)
-        && paused(b, cmd, cmd.spec.flags(), sess)
-    {
-        drop(locks);
-        return Ok(Flow::Paused(args.iter().map(<[u8]>::to_vec).collect()));
-    }
-    if let Some(route) = pending {
-        // ASK or TRYAGAIN: which keys exist, seen under the locks the command will run with.
-        crate::routing::confirm(b, plan, &route, |seen| {
-            seen.count(&b.srv.ks, &mut locks, sess.db, &args, plan, b.now_ms)
-        })?;
-    }
-    plan.seed(&mut locks, &args);
-    let no_touch = sess.has_flag(crate::session::flag::NO_TOUCH);
+    // Locks a call asked for on top of its plan's, to start over with (see `Ctx::restart`).
+    let mut extra: Vec<LockId> = Vec::new();
+    let mut restarts = 0;
+    let mut prepared = prepared;
+    let full_key_access = full_key_access(b, sess, cmd, ecmd, &args);
     let mut local = std::mem::take(&mut sess.local);
-    let mut ctx = Ctx::new(&b.srv.ks, sess.db, b.now_ms, cfg, &mut local, no_touch, &events, locks);
-    ctx.block_mode = mode;
-    ctx.resume = scratch.resume.take();
-    ctx.prepared = prepared;
-    ctx.effects = std::mem::take(&mut scratch.effects);
-    ctx.effects.begin(b.srv.ks.sink().active());
-    let dirty = ctx.stats.dirty;
-    let r = (ecmd.run)(&mut ctx, args, out);
-    ctx.record_call(sess.db, &args, dirty);
-    emit(&mut ctx);
+    let (mut ctx, r) = loop {
+        let mut locks = lock_for(b, plan, &extra, restarts, sess.db);
+        // The pause again, under the locks: a pause that began after the check above is waited
+        // out here, before the call changes anything (see `Pause::drain_writes`).
+        if scratch.resume.is_none()
+            && !sess.has_flag(crate::session::flag::MASTER)
+            && paused(b, cmd, cmd.spec.flags(), sess)
+        {
+            drop(locks);
+            sess.local = local;
+            return Ok(Flow::Paused(args.iter().map(<[u8]>::to_vec).collect()));
+        }
+        if let Some(route) = &pending {
+            // ASK or TRYAGAIN: which keys exist, seen under the locks the command will run with.
+            let confirmed = crate::routing::confirm(b, plan, route, |seen| {
+                seen.count(&b.srv.ks, &mut locks, sess.db, &args, plan, b.now_ms)
+            });
+            if let Err(e) = confirmed {
+                sess.local = local;
+                return Err(e);
+            }
+        }
+        plan.seed(&mut locks, &args);
+        let no_touch = sess.has_flag(crate::session::flag::NO_TOUCH);
+        let mut ctx = Ctx::new(&b.srv.ks, sess.db, b.now_ms, cfg, &mut local, no_touch, &events, locks);
+        ctx.block_mode = mode;
+        ctx.resume = scratch.resume.take();
+        ctx.prepared = prepared.take();
+        ctx.may_restart = true;
+        ctx.full_key_access = full_key_access;
+        ctx.effects = std::mem::take(&mut scratch.effects);
+        ctx.effects.begin(b.srv.ks.sink().active());
+        let dirty = ctx.stats.dirty;
+        let mark = out.len();
+        let r = (ecmd.run)(&mut ctx, args, out);
+        let Some(more) = ctx.restart.take() else {
+            ctx.record_call(sess.db, &args, dirty);
+            emit(&mut ctx);
+            break (ctx, r);
+        };
+        // The call read keys it did not declare and met a busy lock it could not wait for in
+        // order (SORT BY/GET). It wrote nothing, but what it found expired is gone: that goes
+        // to the stream before the locks are released, as any call's effects do.
+        out.truncate(mark);
+        emit(&mut ctx);
+        serve_blocked(b, &mut ctx, &events);
+        scratch.effects = std::mem::take(&mut ctx.effects);
+        drop(ctx);
+        extra.extend(more);
+        restarts += 1;
+    };
     let mut flow = Flow::Continue;
     if let Some(request) = ctx.remote.take()
         && r.is_ok()
@@ -640,6 +670,38 @@ fn run_engine(
         sess.info.db.store(db as u32, std::sync::atomic::Ordering::Relaxed);
     }
     r.map(|()| flow)
+}
+
+/// Whether the caller may read every key for this call, for a command that reads keys it does
+/// not name (SORT's BY and GET patterns, which Valkey allows only with unrestricted read
+/// access to keys); true for every other command, without asking the ACL.
+pub(crate) fn full_key_access(b: &Batch<'_>, sess: &Session, cmd: &Command, ecmd: &EngineCmd, args: &Args<'_>) -> bool {
+    if !matches!(ecmd.plan, LockPlan::KeysAndUndeclared(_)) {
+        return true;
+    }
+    sess.acl_user.as_ref().is_none_or(|u| b.srv.acl.reads_every_key(u, cmd, args))
+}
+
+/// Runs of one call that started over to take the locks of keys it did not declare up front,
+/// before its next run takes every slot of its database instead.
+const MAX_RESTARTS: usize = 4;
+
+/// The locks of an engine call's run: its plan's, plus those an earlier run of it asked for
+/// (sorted, in order, so nothing can deadlock), or after [`MAX_RESTARTS`] every slot of the
+/// databases involved, which ends any further asking.
+fn lock_for<'k>(b: &Batch<'k>, plan: &Plan, extra: &[LockId], restarts: usize, db: usize) -> LockSet<'k> {
+    if extra.is_empty() {
+        return b.srv.ks.lock(plan.locks());
+    }
+    let mut ids: Vec<LockId> = plan.locks().iter().chain(extra).copied().collect();
+    if restarts >= MAX_RESTARTS {
+        let mut dbs: Vec<usize> = ids.iter().map(|&id| id as usize / SLOTS).collect();
+        dbs.push(db);
+        return b.srv.ks.lock_all(&dbs);
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    b.srv.ks.lock(&ids)
 }
 
 /// Serves clients blocked on keys the command touched, in arrival order, while the command's

@@ -167,7 +167,10 @@ fn run(
         let mut result = match crate::acl::recheck_queued(b.srv, sess, cmd, &args) {
             Err(e) => Err(e),
             Ok(()) => match (cmd.spec.engine(), script) {
-                (Some(ecmd), _) => (ecmd.run)(&mut ctx, args, out).map(|()| Flow::Continue),
+                (Some(ecmd), _) => {
+                    ctx.full_key_access = crate::dispatch::full_key_access(b, sess, cmd, ecmd, &args);
+                    (ecmd.run)(&mut ctx, args, out).map(|()| Flow::Continue)
+                }
                 (None, Some(i)) => {
                     let (kind, ro) = (crate::dispatch::script_kind(i), crate::dispatch::script_read_only(i));
                     let r = crate::script::run_queued(b, sess, kind, ro, args, out, &mut ctx);

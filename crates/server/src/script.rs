@@ -878,7 +878,14 @@ impl<'b: 'c, 'c> ScriptHost<'_, 'b, 'c> {
                 // The slot and hash the plan computed, so the handler's lookup does not.
                 self.plan.seed(&mut ctx.locks, &args);
                 ctx.prepared = ecmd.plan.prepare().map(|f| f(&args, ctx.cfg));
-                (ecmd.run)(ctx, args, reply).map(|()| Flow::Continue)
+                // A script's call: SORT sorts a set it was told not to (Valkey's CLIENT_SCRIPT).
+                let outer = std::mem::replace(&mut ctx.in_script, true);
+                let outer_access = ctx.full_key_access;
+                ctx.full_key_access = crate::dispatch::full_key_access(b, self.sess, cmd, ecmd, &args);
+                let r = (ecmd.run)(ctx, args, reply).map(|()| Flow::Continue);
+                ctx.in_script = outer;
+                ctx.full_key_access = outer_access;
+                r
             }
             None => match cmd.spec.server() {
                 Some(f) => {

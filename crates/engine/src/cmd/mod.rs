@@ -33,6 +33,7 @@ pub mod range;
 pub mod scan;
 pub mod set;
 pub mod set_ops;
+pub mod sort;
 pub mod string;
 pub mod zset;
 pub mod zset_pop;
@@ -74,6 +75,13 @@ pub enum LockPlan {
     /// [`LockPlan::PerSlot`] over every database (FLUSHALL, SWAPDB): inside a transaction it
     /// runs under every slot lock of every database.
     PerSlotAllDbs,
+    /// [`LockPlan::Keys`] for a command that may also read keys its arguments do not name
+    /// (SORT's BY and GET patterns name keys made from the values it sorts), when the function
+    /// says this call may. Dispatched alone, the handler adds those keys' locks as it finds
+    /// them ([`Ctx::lock_undeclared`], which may ask the dispatcher to run it again with them
+    /// taken up front); inside a transaction or a script, where nothing can start over, such
+    /// a call runs under every slot lock of its database, as a whole-keyspace command does.
+    KeysAndUndeclared(fn(&Args<'_>) -> bool),
 }
 
 impl LockPlan {
@@ -128,6 +136,7 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         hash_walk::COMMANDS,
         set::COMMANDS,
         set_ops::COMMANDS,
+        sort::COMMANDS,
     ]
     .into_iter()
     .flatten()

@@ -167,6 +167,16 @@ impl Acl {
         self.check_rules(&user.user.load(), cmd, args)
     }
 
+    /// Whether `user`, allowed to run this call, may also read every key (see
+    /// [`User::reads_every_key`]): SORT's BY and GET patterns need it.
+    pub fn reads_every_key(&self, user: &UserCell, cmd: &Command, args: &Args<'_>) -> bool {
+        if user.unrestricted() {
+            return true;
+        }
+        let channels = self.channels.get(cmd.id).copied().unwrap_or(ChannelArgs::None);
+        user.user.load().reads_every_key(cmd, args, channels)
+    }
+
     /// [`Acl::check`] against given rules (ACL DRYRUN, EXEC's second look).
     pub fn check_rules(&self, user: &User, cmd: &Command, args: &Args<'_>) -> Result<(), Denied> {
         let channels = self.channels.get(cmd.id).copied().unwrap_or(ChannelArgs::None);

@@ -355,6 +355,17 @@ impl User {
     /// Whether the user may run this call: the first selector that allows it wins; when none
     /// does, the refusal Valkey would report (the command, else the last key or channel).
     pub fn check(&self, cmd: &Command, args: &Args<'_>, channels: ChannelArgs) -> Result<(), Denied> {
+        self.check_selectors(cmd, args, channels)
+    }
+
+    /// Valkey's `ACLUserCheckCmdWithUnrestrictedKeyAccess` for reading: whether a selector
+    /// that allows this call may also read every key (`allkeys`, or a `~*` or `%R~*` pattern).
+    /// SORT lets only such users read keys through BY and GET patterns.
+    pub fn reads_every_key(&self, cmd: &Command, args: &Args<'_>, channels: ChannelArgs) -> bool {
+        self.selectors.iter().any(|s| s.check(cmd, args, channels).is_ok() && s.reads_every_key())
+    }
+
+    fn check_selectors(&self, cmd: &Command, args: &Args<'_>, channels: ChannelArgs) -> Result<(), Denied> {
         let mut worst = Denied { reason: Reason::Command, pos: 0 };
         for s in &self.selectors {
             match s.check(cmd, args, channels) {
@@ -650,6 +661,10 @@ impl Selector {
             }
         }
         Ok(())
+    }
+
+    fn reads_every_key(&self) -> bool {
+        self.flags & ALL_KEYS != 0 || self.keys.iter().any(|k| k.access & READ != 0 && k.pattern == "*")
     }
 
     fn key_allowed(&self, key: &[u8], spec_flags: u32) -> bool {

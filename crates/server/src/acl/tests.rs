@@ -153,3 +153,29 @@ fn acl_files_report_every_bad_line() {
          WARNING: ACL errors detected, no change to the previously active ACL rules was performed"
     );
 }
+
+/// SORT's BY and GET patterns need a selector that allows the call and may read every key
+/// (Valkey's `ACLUserCheckCmdWithUnrestrictedKeyAccess`).
+#[test]
+fn reading_every_key_takes_a_selector_that_allows_the_call() {
+    let reg = reg();
+    let reads = |rules: &str, call: &[&str]| {
+        let u = user(&reg, rules);
+        let argv: Vec<Vec<u8>> = call.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let (flat, spans) = crate::dispatch::flatten(&argv);
+        let args = Args::from_parts(&flat, &spans);
+        let Lookup::Found(id) = reg.lookup(&args) else { panic!("unknown command {call:?}") };
+        u.reads_every_key(reg.get(id), &args, ChannelArgs::None)
+    };
+    let call = ["sort", "mylist", "BY", "v*"];
+    assert!(reads("on nopass allkeys +sort", &call));
+    assert!(reads("on nopass (+sort ~mylist %R~*)", &call));
+    assert!(reads("on nopass (+sort %RW~*)", &call));
+    assert!(!reads("on nopass (+sort ~mylist)", &call));
+    assert!(!reads("on nopass (+sort ~mylist ~v*)", &call));
+    assert!(!reads("on nopass (+sort ~mylist %W~*)", &call));
+    assert!(!reads("on nopass (+get %R~*) (+sort ~mylist)", &call), "the selector that reads all may not sort");
+    let store = ["sort", "mylist", "BY", "v*", "STORE", "dst"];
+    assert!(!reads("on nopass (+sort %R~*)", &store), "nor one that may not write the destination");
+    assert!(reads("on nopass (+sort %R~* %W~dst)", &store));
+}

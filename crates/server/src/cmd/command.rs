@@ -184,6 +184,11 @@ fn reply_key_specs(out: &mut ReplyBuf, specs: &[KeySpec]) {
                 out.bulk(b"startfrom");
                 out.int(i64::from(start_from));
             }
+            BeginSearch::Unknown => {
+                out.bulk(b"unknown");
+                out.bulk(b"spec");
+                out.map(0);
+            }
         }
         out.bulk(b"find_keys");
         out.map(2);
@@ -196,6 +201,12 @@ fn reply_key_specs(out: &mut ReplyBuf, specs: &[KeySpec]) {
             FindKeys::Keynum { keynum_idx, first_key, step } => {
                 out.bulk(b"keynum");
                 [("keynumidx", keynum_idx), ("firstkey", first_key), ("keystep", step)]
+            }
+            FindKeys::Unknown => {
+                out.bulk(b"unknown");
+                out.bulk(b"spec");
+                out.map(0);
+                continue;
             }
         };
         out.bulk(b"spec");

@@ -255,7 +255,7 @@ directives! {
     IGNORE_WARNINGS = "ignore-warnings" [] "general.ignore_warnings": S, "", M | NE, H,
         "Startup warnings to silence.";
     LOCALE_COLLATE = "locale-collate" [] "general.locale_collate": S, "", M | NE, H,
-        "Locale used to sort strings (SORT ALPHA).";
+        "Locale Valkey sorts strings with (SORT ALPHA); hotkv always compares as the C locale does, byte order up to the first NUL.";
     EXTENDED_REDIS_COMPATIBILITY = "extended-redis-compatibility" [] "general.extended_redis_compatibility": B, "no",
         M | NE, H, "Reply as Redis where Valkey differs (server name in HELLO, errors).";
     HIDE_USER_DATA_FROM_LOG = "hide-user-data-from-log" [] "general.hide_user_data_from_log": B, "yes", M | NE, H,
