@@ -450,14 +450,14 @@ directives! {
         M | U, H, "Address this replica reports to its primary.";
     REPLICA_ANNOUNCE_PORT = "replica-announce-port" ["slave-announce-port"] "replication.replica_announce_port": P16,
         "0", M | U, H, "Port this replica reports to its primary.";
-    REPL_DISKLESS_SYNC = "repl-diskless-sync" [] "replication.repl_diskless_sync": B, "yes", M, H,
+    REPL_DISKLESS_SYNC = "repl-diskless-sync" [] "replication.repl_diskless_sync": B, "yes", M | U, H,
         "Full syncs always go over the socket without a file; `no` starts each at once, without the \
          wait of repl-diskless-sync-delay.";
     REPL_DISKLESS_SYNC_DELAY = "repl-diskless-sync-delay" [] "replication.repl_diskless_sync_delay": int(0, INT), "5",
-        M, H, "Seconds a full sync waits after its replica asked, so that the replicas asking meanwhile \
+        M | U, H, "Seconds a full sync waits after its replica asked, so that the replicas asking meanwhile \
          share its snapshot.";
     REPL_DISKLESS_SYNC_MAX_REPLICAS = "repl-diskless-sync-max-replicas" []
-        "replication.repl_diskless_sync_max_replicas": int(0, INT), "0", M, H,
+        "replication.repl_diskless_sync_max_replicas": int(0, INT), "0", M | U, H,
         "Start a delayed full sync as soon as this many replicas wait (0: wait the whole delay).";
     REPL_DISKLESS_LOAD = "repl-diskless-load" [] "replication.repl_diskless_load":
         Ty::Enum(&["disabled", "on-empty-db", "swapdb"]), "disabled", M | NE, H, "Load a full sync from the socket.";
