@@ -97,8 +97,10 @@ fn announced_client_ips_reach_slots_shards_nodes_and_redirects_per_family() {
     // and comes back with them.
     let path = ns[1].dir().join("nodes.conf");
     let conf = || std::fs::read_to_string(&path).unwrap_or_default();
-    let saved =
-        wait_for(|| conf().contains(",client-ipv4=111.222.111.0,client-ipv6=cafe:1234::0 "), Duration::from_secs(10));
+    let saved = wait_for(
+        || conf().contains(",client-ipv4=111.222.111.0,client-ipv6=cafe:1234::0,shard-id="),
+        Duration::from_secs(10),
+    );
     assert!(saved, "{}", conf());
     let id = ns[1].cmd(&["CLUSTER", "MYID"]).text();
     ns[1].signal(SIGKILL);
