@@ -16,6 +16,7 @@ mod benchmark;
 mod bitmaps_hll;
 mod blocking;
 mod client_cmd;
+mod client_eviction;
 mod cluster;
 mod cluster_client_ip;
 mod cluster_failover;

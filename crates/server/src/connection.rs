@@ -179,11 +179,17 @@ impl Conn {
             }
             info.net_in.fetch_add(n as u64, Ordering::Relaxed);
             sess.pending_in += n as u64;
-            // A value, not the guard: an arc_swap guard held across this loop's awaits pins
+            // Values, not the guard: an arc_swap guard held across this loop's awaits pins
             // one of the worker thread's few fast slots per idle connection, and once they
             // are taken every load on the thread (the AOF writer's, per write) falls to the
             // slow path: 5% of a pipelined SET's CPU.
-            let query_buffer_limit = srv.rt.load().query_buffer_limit;
+            let (query_buffer_limit, evict_limit) = {
+                let rt = srv.rt.load();
+                (rt.query_buffer_limit, rt.client_eviction_limit)
+            };
+            if self.evicted(srv, sess, evict_limit) {
+                return Ok(());
+            }
             if self.rbuf.len() > query_buffer_limit {
                 tracing::warn!(
                     "Closing client that reached max query buffer length: id={} addr={} (qbuf initial bytes: {:?})",
@@ -250,6 +256,11 @@ impl Conn {
                     Some(f) => f,
                 };
             }
+            // Replies are in the buffer: a client whose pending output takes it over
+            // `maxmemory-clients` is closed before they are written, as Valkey's is.
+            if self.evicted(srv, sess, evict_limit) {
+                return Ok(());
+            }
             // Let every other ready connection run its commands first, then write: replies
             // leave in a burst, as Valkey writes all pending replies before it sleeps, so a
             // client is woken once for many replies instead of once per reply (waking a
@@ -261,6 +272,9 @@ impl Conn {
             self.release_idle_buffers();
             if self.rbuf.capacity() == 0 {
                 stream.release_idle();
+            }
+            if self.evicted(srv, sess, evict_limit) {
+                return Ok(());
             }
         }
     }
@@ -524,6 +538,16 @@ impl Conn {
         }
         sess.info.qbuf.store(len, Ordering::Relaxed);
         sess.info.qbuf_free.store(self.rbuf.capacity() - len, Ordering::Relaxed);
+    }
+
+    /// Under `maxmemory-clients`: reports what this connection uses now, evicts clients if all
+    /// together are over the limit, and says whether this one was among them.
+    fn evicted(&self, srv: &Server, sess: &Session, limit: usize) -> bool {
+        if limit == 0 {
+            return false;
+        }
+        crate::client_evict::check(srv, sess, self.rbuf.capacity(), self.out.capacity(), limit);
+        sess.info.is_killed()
     }
 
     /// Runs every complete command in the read buffer.

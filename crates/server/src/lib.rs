@@ -7,6 +7,7 @@
 pub mod acl;
 pub mod aof;
 pub mod blocking;
+pub mod client_evict;
 pub mod cluster;
 pub mod cmd;
 pub mod config;

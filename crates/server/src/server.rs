@@ -69,6 +69,8 @@ pub struct Runtime {
     pub save_rules: bool,
     /// `busy-reply-threshold` (`lua-time-limit`), milliseconds; 0 = never.
     pub busy_reply_threshold: u64,
+    /// `maxmemory-clients` in bytes (a percentage applied to `maxmemory`), 0 = no limit.
+    pub client_eviction_limit: usize,
 }
 
 impl Runtime {
@@ -102,6 +104,7 @@ impl Runtime {
             stop_writes_on_bgsave_error: s.bool(t::STOP_WRITES_ON_BGSAVE_ERROR),
             save_rules: !s.ints(t::SAVE).is_empty(),
             busy_reply_threshold: s.int(t::BUSY_REPLY_THRESHOLD).max(0) as u64,
+            client_eviction_limit: crate::client_evict::limit(s.int(t::MAXMEMORY_CLIENTS), s.int(t::MAXMEMORY)),
             obuf_normal: {
                 let l = s.ints(t::CLIENT_OUTPUT_BUFFER_LIMIT);
                 let at = |i: usize| l.get(i).copied().unwrap_or(0).max(0) as u64;

@@ -263,6 +263,9 @@ pub struct ClientInfo {
     pub obl: AtomicUsize,
     /// Output buffer capacity.
     pub omem: AtomicUsize,
+    /// What it uses as `maxmemory-clients` counts it, as last reported (0 while no limit is
+    /// set); see `client_evict`.
+    pub mem: AtomicUsize,
     /// Bytes read.
     pub net_in: AtomicU64,
     /// Bytes written.
@@ -307,6 +310,7 @@ impl ClientInfo {
             qbuf_free: AtomicUsize::new(0),
             obl: AtomicUsize::new(0),
             omem: AtomicUsize::new(0),
+            mem: AtomicUsize::new(0),
             net_in: AtomicU64::new(0),
             net_out: AtomicU64::new(0),
             commands: AtomicU64::new(0),
@@ -432,6 +436,8 @@ pub struct Clients {
     map: Mutex<BTreeMap<u64, Arc<ClientInfo>>>,
     next_id: AtomicU64,
     count: AtomicUsize,
+    /// Their memory, for `maxmemory-clients`.
+    pub memory: crate::client_evict::ClientMemory,
 }
 
 impl Clients {
@@ -448,8 +454,10 @@ impl Clients {
 
     /// Removes a client.
     pub fn remove(&self, id: u64) {
-        if self.map.lock().remove(&id).is_some() {
+        let removed = self.map.lock().remove(&id);
+        if let Some(info) = removed {
             self.count.fetch_sub(1, Ordering::Relaxed);
+            self.memory.forget(&info);
         }
     }
 

@@ -208,7 +208,13 @@ pub fn client_line(reg: &Registry, c: &ClientInfo, now_ms: i64, current: &Curren
     let (qbuf, obl) = if me { (0, 0) } else { (load(&c.qbuf), load(&c.obl)) };
     let (qbuf_free, omem) = (load(&c.qbuf_free), load(&c.omem));
     let argv_mem = if me { current.argv_mem } else { 0 };
-    let tot_mem = qbuf + qbuf_free + omem + argv_mem + std::mem::size_of::<ClientInfo>();
+    // Under maxmemory-clients, what eviction counts for it (see `client_evict::usage`).
+    let tracked = c.mem.load(Ordering::Relaxed);
+    let tot_mem = if tracked > 0 {
+        tracked + argv_mem
+    } else {
+        qbuf + qbuf_free + omem + argv_mem + std::mem::size_of::<ClientInfo>()
+    };
     let mut s = String::with_capacity(360);
     let _ = write!(
         s,

@@ -322,7 +322,8 @@ directives! {
         Ty::BufferLimits, "normal 0 0 0 replica 256mb 64mb 60 pubsub 32mb 8mb 60", M | U, H,
         "Output buffer limits per client class: hard, soft and soft seconds.";
     MAXMEMORY_CLIENTS = "maxmemory-clients" [] "clients.maxmemory_clients": Ty::MemoryPercent { max: LONG }, "0",
-        M | NE, H, "Memory all clients may use together, in bytes or % of maxmemory; 0 = no limit.";
+        M, CLIENTS, "Memory all client connections may use together, in bytes or % of maxmemory (at least \
+         128kb); past it the largest are closed. 0 = no limit.";
     TRACKING_TABLE_MAX_KEYS = "tracking-table-max-keys" [] "clients.tracking_table_max_keys": int(0, LONG), "1000000",
         M | NE, H, "Keys remembered for client-side caching.";
     // limits

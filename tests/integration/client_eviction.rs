@@ -1,0 +1,125 @@
+//! `maxmemory-clients` against the real binary: the client whose query buffer or pending reply
+//! takes all clients over the limit is closed, largest first, CLIENT NO-EVICT clients never,
+//! and INFO, CLIENT LIST and the log say so as Valkey's do.
+
+use std::time::Duration;
+
+use hotkv_test_support::{RawClient, TestServer, wait_for};
+
+use crate::{ok, server};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A client that CLIENT NO-EVICT protects, to watch the others with.
+fn control(s: &TestServer) -> RawClient {
+    let mut c = s.client();
+    ok(&mut c, &["CLIENT", "NO-EVICT", "on"]);
+    c
+}
+
+fn evicted_clients(c: &mut RawClient) -> i64 {
+    let text = c.cmd(&["INFO", "stats"]).text();
+    text.lines().find_map(|l| l.strip_prefix("evicted_clients:")).and_then(|v| v.trim().parse().ok()).unwrap()
+}
+
+fn client_id(c: &mut RawClient) -> String {
+    c.cmd(&["CLIENT", "ID"]).int().to_string()
+}
+
+/// Whether the client `id` is still connected.
+fn connected(ctl: &mut RawClient, id: &str) -> bool {
+    !ctl.cmd(&["CLIENT", "LIST", "ID", id]).text().trim().is_empty()
+}
+
+/// Sends the start of a SET whose value never completes: `bytes` of it wait in the query buffer.
+fn partial_set(c: &mut RawClient, bytes: usize) {
+    c.send_raw(format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${}\r\n", 64 << 20).as_bytes());
+    for _ in 0..bytes / 8192 {
+        if c.try_send_raw(&[b'x'; 8192]).is_err() {
+            return;
+        }
+    }
+}
+
+#[test]
+fn the_largest_client_over_the_limit_is_evicted_and_the_rest_stay() {
+    let s = server();
+    let mut ctl = control(&s);
+    ok(&mut ctl, &["CONFIG", "SET", "maxmemory-clients", "300kb"]);
+    let (mut small, mut big) = (s.client(), s.client());
+    let (small_id, big_id) = (client_id(&mut small), client_id(&mut big));
+    partial_set(&mut small, 16 << 10);
+    partial_set(&mut big, 512 << 10);
+    assert!(wait_for(|| !connected(&mut ctl, &big_id), WAIT), "{}", ctl.cmd(&["CLIENT", "LIST"]).text());
+    assert!(big.closed_within(WAIT));
+    assert!(connected(&mut ctl, &small_id));
+    assert_eq!(evicted_clients(&mut ctl), 1);
+    assert!(wait_for(|| s.log().contains(&format!("Evicting client: id={big_id} addr=")), WAIT), "{}", s.log());
+    // What eviction counts shows as tot-mem, and the other clients go on.
+    let line = ctl.cmd(&["CLIENT", "LIST", "ID", &small_id]).text();
+    let tot: usize = line.split(' ').find_map(|f| f.strip_prefix("tot-mem=")).unwrap().parse().unwrap();
+    assert!(tot >= 16 << 10, "{line}");
+    assert_eq!(s.client().cmd(&["PING"]).text(), "PONG");
+}
+
+#[test]
+fn a_reply_that_takes_the_clients_over_the_limit_is_never_sent() {
+    let s = server();
+    let mut ctl = control(&s);
+    let value = "v".repeat(1 << 20);
+    ok(&mut ctl, &["SET", "big", &value]);
+    ok(&mut ctl, &["CONFIG", "SET", "maxmemory-clients", "200kb"]);
+    let mut reader = s.client();
+    reader.send(&["GET", "big"]);
+    assert!(reader.closed_within(WAIT), "the 1 MB reply was sent");
+    assert_eq!(evicted_clients(&mut ctl), 1);
+    // Without the limit the same read is answered.
+    ok(&mut ctl, &["CONFIG", "SET", "maxmemory-clients", "0"]);
+    let mut reader = s.client();
+    assert_eq!(reader.cmd(&["GET", "big"]).text().len(), 1 << 20);
+}
+
+#[test]
+fn no_evict_clients_count_but_stay_and_a_percentage_follows_maxmemory() {
+    let s = server();
+    let mut ctl = control(&s);
+    // 10% of 3 MB: 300 KB.
+    ok(&mut ctl, &["CONFIG", "SET", "maxmemory", "3mb"]);
+    ok(&mut ctl, &["CONFIG", "SET", "maxmemory-clients", "10%"]);
+    assert_eq!(ctl.cmd(&["CONFIG", "GET", "maxmemory-clients"]).text_lossy(), r#"["maxmemory-clients", "10%"]"#);
+    let mut kept = control(&s);
+    let kept_id = client_id(&mut kept);
+    partial_set(&mut kept, 512 << 10);
+    assert!(
+        wait_for(|| s.log().contains("Over client maxmemory after evicting all evictable clients"), WAIT),
+        "{}",
+        s.log()
+    );
+    assert!(connected(&mut ctl, &kept_id));
+    assert_eq!(evicted_clients(&mut ctl), 0);
+    // The protected client's memory still counts: the next evictable client to report goes.
+    let mut other = s.client();
+    let _ = other.try_cmd(&["PING"]);
+    assert!(other.closed_within(WAIT));
+    let evictions = || s.log().lines().filter(|l| l.contains("Evicting client")).collect::<Vec<_>>().join("\n");
+    assert_eq!(evicted_clients(&mut ctl), 1, "{}", evictions());
+    assert!(connected(&mut ctl, &kept_id));
+    // Off again: nothing is evicted, however big.
+    ok(&mut ctl, &["CONFIG", "SET", "maxmemory-clients", "0"]);
+    let mut fine = s.client();
+    assert_eq!(fine.cmd(&["PING"]).text(), "PONG");
+    assert_eq!(evicted_clients(&mut ctl), 1);
+}
+
+#[test]
+fn bad_values_are_refused_with_valkeys_texts() {
+    let s = server();
+    let mut c = s.client();
+    for (v, why) in [
+        ("200%", "percentage argument must be less or equal to 100"),
+        ("x", "argument must be a memory or percent value"),
+    ] {
+        let e = c.cmd(&["CONFIG", "SET", "maxmemory-clients", v]).text_lossy();
+        assert!(e.contains(why), "{v}: {e}");
+    }
+}
