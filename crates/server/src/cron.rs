@@ -31,6 +31,10 @@ fn run(srv: &Arc<Server>) {
         let tick = Instant::now();
         srv.memory.refresh();
         crate::cluster::redirect_blocked(srv, &mut routing_seen);
+        // CLIENT TRACKING's table back within `tracking-table-max-keys` (Valkey's serverCron).
+        if srv.tracking.active() {
+            srv.tracking.limit();
+        }
         if expiry_allowed(srv) {
             expire(
                 srv,
