@@ -28,6 +28,11 @@ fn run(srv: &Arc<Server>) {
         srv.freeze.wait_blocking();
         let hz = srv.engine.load().hz.max(1);
         let period = Duration::from_micros(1_000_000 / u64::from(hz));
+        // DEBUG PAUSE-CRON 1: no periodic work at all until it is turned back off.
+        if srv.cron_paused.load(Ordering::Relaxed) {
+            std::thread::sleep(period);
+            continue;
+        }
         let tick = Instant::now();
         srv.memory.refresh();
         crate::cluster::redirect_blocked(srv, &mut routing_seen);

@@ -253,6 +253,8 @@ pub struct Server {
     pub this: std::sync::OnceLock<std::sync::Weak<Server>>,
     /// Whether the cron runs the active expire cycle (DEBUG SET-ACTIVE-EXPIRE).
     pub active_expire: AtomicBool,
+    /// DEBUG PAUSE-CRON: the cron thread does nothing while set.
+    pub cron_paused: AtomicBool,
     /// CLIENT PAUSE.
     pub pause: crate::pause::Pause,
     /// DEBUG SLEEP's stop of the whole server.
@@ -331,6 +333,7 @@ impl Server {
             tls: Arc::new(hotkv_tls::TlsManager::new()),
             this: std::sync::OnceLock::new(),
             active_expire: AtomicBool::new(true),
+            cron_paused: AtomicBool::new(false),
             pause: Default::default(),
             freeze: Default::default(),
             router: Arc::new(Standalone),
