@@ -61,6 +61,7 @@ mod scan;
 mod scripting;
 mod strings;
 mod tls;
+mod tracking;
 mod transactions;
 mod unix_socket;
 mod zsets;
