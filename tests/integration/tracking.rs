@@ -276,3 +276,56 @@ fn a_tracking_client_that_disconnects_leaves_nothing_behind() {
     assert_eq!(info_field(&mut w, "tracking_total_keys"), 0);
     assert_eq!(info_field(&mut w, "tracking_clients"), 0);
 }
+
+/// A cache kept from GETs and invalidations stays right while another client writes as fast
+/// as it can: a read is recorded before any later write of its key can look for it (both
+/// under the key's slot lock), so no write slips between a read and its record unannounced.
+#[test]
+fn a_cache_fed_by_invalidations_never_stays_stale_under_concurrent_writes() {
+    let srv = server();
+    let mut c = srv.client();
+    resp3(&mut c);
+    ok(&mut c, &["CLIENT", "TRACKING", "ON"]);
+    ok(&mut c, &["SET", "n", "0"]);
+    let mut w = srv.client();
+    let writer = std::thread::spawn(move || {
+        for _ in 0..2000 {
+            w.cmd(&["INCR", "n"]);
+        }
+        w
+    });
+    let mut cache: Option<String> = None;
+    let on_frame = |f: Frame, cache: &mut Option<String>| -> Option<Frame> {
+        match f {
+            Frame::Push(_) => {
+                assert_eq!(f, invalidate(&["n"]));
+                *cache = None;
+                None
+            }
+            reply => Some(reply),
+        }
+    };
+    let mut rounds = 0;
+    while !writer.is_finished() || rounds == 0 {
+        rounds += 1;
+        if cache.is_none() {
+            c.send(&["GET", "n"]);
+            let v = loop {
+                if let Some(reply) = on_frame(c.read_frame(), &mut cache) {
+                    break reply.text();
+                }
+            };
+            cache = Some(v);
+        } else {
+            c.send(&["PING"]);
+            while on_frame(c.read_frame(), &mut cache).is_none() {}
+        }
+    }
+    let mut w = writer.join().unwrap();
+    // Whatever is still on its way arrives before the reply to a command sent now.
+    c.send(&["PING"]);
+    while on_frame(c.read_frame(), &mut cache).is_none() {}
+    if let Some(v) = cache {
+        assert_eq!(v, w.cmd(&["GET", "n"]).text(), "stale cache after {rounds} rounds");
+    }
+}

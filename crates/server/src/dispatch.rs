@@ -530,9 +530,6 @@ fn execute(
     };
     let nanos = start.elapsed().as_nanos() as u64;
     let failed = result.is_err();
-    if sess.tracking.is_some() && cmd.spec.flags() & flags::READONLY != 0 && cmd.spec.engine().is_some() {
-        crate::tracking::remember_reads(b.srv, sess, &args, scratch.plan.keys());
-    }
     if !failed && cmd.id == b.srv.known.flushall {
         crate::persistence::after_flushall(b.srv);
     }
@@ -642,6 +639,11 @@ fn run_engine(
     ctx.effects.begin(b.srv.ks.sink().active());
     let dirty = ctx.stats.dirty;
     let r = (ecmd.run)(&mut ctx, args, out);
+    // Recorded under the slot locks the read took: a write of these keys either ran before
+    // the read or finds them recorded and invalidates them.
+    if sess.tracking.is_some() && cmd.spec.flags() & flags::READONLY != 0 {
+        crate::tracking::remember_reads(b.srv, sess, &args, plan.keys());
+    }
     ctx.record_call(sess.db, &args, dirty);
     emit(&mut ctx);
     let mut flow = Flow::Continue;
