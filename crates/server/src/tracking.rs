@@ -119,6 +119,9 @@ pub struct Options {
 /// Tracked key → the clients that may cache it.
 type Shard = Mutex<HashMap<Box<[u8]>, Vec<Arc<ClientInfo>>>>;
 
+/// A key taken out of the table, with the clients it named.
+type Taken = (Box<[u8]>, Vec<Arc<ClientInfo>>);
+
 /// BCAST prefix → the clients registered for it.
 type Prefixes = RwLock<BTreeMap<Box<[u8]>, Vec<Arc<ClientInfo>>>>;
 
@@ -333,8 +336,11 @@ impl Tracking {
         if self.keys.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let Some(clients) = self.take(key) else { return };
-        let keys: Arc<[Box<[u8]>]> = Arc::from(vec![Box::<[u8]>::from(key)]);
+        let Some((key, clients)) = self.take(key) else { return };
+        // The table's own copy of the key travels in the message: an eviction that frees a key
+        // must not allocate it again for its invalidation, or freeing memory would free
+        // nothing while clients track (the feedback loop Valkey's maxmemory tests guard).
+        let keys: Arc<[Box<[u8]>]> = Arc::from(vec![key]);
         for c in clients {
             let Some(t) = c.tracking.current() else { continue };
             // A client that switched to BCAST gets nothing for keys it read before.
@@ -346,14 +352,14 @@ impl Tracking {
     }
 
     /// Takes `key`'s entry out of the table.
-    fn take(&self, key: &[u8]) -> Option<Vec<Arc<ClientInfo>>> {
-        let clients = self.shard(key).lock().remove(key)?;
+    fn take(&self, key: &[u8]) -> Option<Taken> {
+        let (key, clients) = self.shard(key).lock().remove_entry(key)?;
         self.keys.fetch_sub(1, Ordering::Relaxed);
         self.items.fetch_sub(clients.len(), Ordering::Relaxed);
         for c in &clients {
             c.tracking.items.fetch_sub(1, Ordering::Relaxed);
         }
-        Some(clients)
+        Some((key, clients))
     }
 
     /// Sends the keys changed by one command (or expire cycle) to the BCAST clients whose
