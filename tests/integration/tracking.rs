@@ -329,3 +329,23 @@ fn a_cache_fed_by_invalidations_never_stays_stale_under_concurrent_writes() {
         assert_eq!(v, w.cmd(&["GET", "n"]).text(), "stale cache after {rounds} rounds");
     }
 }
+
+/// Writes a replica applies from its primary's stream invalidate what its own clients read,
+/// and its full sync starts with a null invalidation (the FLUSHALL that empties it).
+#[test]
+fn a_replica_invalidates_keys_its_primary_changes() {
+    let primary = server();
+    let replica = server();
+    let mut c = replica.client();
+    resp3(&mut c);
+    ok(&mut c, &["CLIENT", "TRACKING", "ON"]);
+    ok(&mut replica.client(), &["REPLICAOF", "127.0.0.1", &primary.port().to_string()]);
+    c.set_timeout(Duration::from_secs(20));
+    assert_eq!(c.read_frame(), Frame::Push(vec![Frame::bulk("invalidate"), Frame::Null]));
+    let (mut p, mut r) = (primary.client(), replica.client());
+    ok(&mut p, &["SET", "k", "1"]);
+    assert!(wait_for(|| r.cmd(&["GET", "k"]) == Frame::bulk("1"), Duration::from_secs(20)), "never replicated");
+    assert_eq!(c.cmd(&["GET", "k"]), Frame::bulk("1"));
+    ok(&mut p, &["SET", "k", "2"]);
+    assert_eq!(c.read_frame(), invalidate(&["k"]));
+}
