@@ -63,6 +63,7 @@ mod scripting;
 mod sort;
 mod strings;
 mod tls;
+mod tracking;
 mod transactions;
 mod unix_socket;
 mod zsets;

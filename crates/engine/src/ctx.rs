@@ -150,6 +150,10 @@ pub trait Events: Sync {
     /// blocked on keys of that database look again. (WATCH is told key by key, through
     /// [`Events::watched_keys`] and [`Events::key_touched`].)
     fn db_changed(&self, _db: usize) {}
+    /// FLUSHDB or FLUSHALL emptied databases: client-side caches drop every key (CLIENT
+    /// TRACKING's null invalidation, Valkey's `trackingInvalidateKeysOnFlush`). Called before
+    /// the flushed keys are reported one by one to WATCH.
+    fn flushed(&self) {}
     /// The WATCHed keys of `db`, so that a flush or swap touches exactly those that change,
     /// as Valkey's `touchAllWatchedKeysInDb`.
     fn watched_keys(&self, _db: usize) -> Vec<Vec<u8>> {

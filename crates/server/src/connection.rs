@@ -77,10 +77,12 @@ pub async fn serve(srv: Arc<Server>, stream: socket2::Socket, info: Arc<ClientIn
             );
         }
     }
+    sess.inbox.close();
     if let Some(mut subs) = sess.subs.take() {
         srv.pubsub.unsubscribe_all(&mut subs);
     }
     crate::cmd::multi::forget_watches(&srv, &mut sess);
+    srv.tracking.disable(&info);
     // From here on CLIENT KILL must not touch the descriptor: it is about to be closed.
     *info.sock.lock() = None;
     sock.shutdown();
@@ -150,10 +152,25 @@ impl Conn {
             self.reserve(sess);
             // A plain client only waits for its socket (CLIENT KILL shuts the socket down, so
             // the read ends); a MONITOR or subscribed client also waits for its feed.
+            // Pushes from other clients' commands (CLIENT TRACKING invalidations) are polled
+            // only once the socket has nothing to read, so a busy client pays nothing for them.
             let n = if monitor.is_none() && sess.subs.is_none() {
-                stream.read_into(&mut self.rbuf).await?
+                tokio::select! {
+                    biased;
+                    n = stream.read_into(&mut self.rbuf) => n?,
+                    Some(p) = sess.inbox.recv() => {
+                        self.push(sess, &p);
+                        self.flush(stream, sess).await?;
+                        continue;
+                    }
+                }
             } else {
                 tokio::select! {
+                    Some(p) = sess.inbox.recv() => {
+                        self.push(sess, &p);
+                        self.flush(stream, sess).await?;
+                        continue;
+                    }
                     line = recv_monitor(&mut monitor) => {
                         if let Some(line) = line {
                             self.out.simple(&line);
@@ -161,7 +178,7 @@ impl Conn {
                         }
                         continue;
                     }
-                    msg = recv_message(sess) => {
+                    msg = recv_message(&mut sess.subs) => {
                         if let Some(msg) = msg {
                             self.deliver(sess, msg);
                             self.flush(stream, sess).await?;
@@ -245,6 +262,9 @@ impl Conn {
                         return Ok(());
                     }
                     Flow::Continue | Flow::Close => {
+                        // Gone for clients that redirect their invalidations here from the
+                        // moment its last reply (QUIT's OK) can be seen, as in Valkey.
+                        sess.inbox.close();
                         self.flush(stream, sess).await?;
                         return Ok(());
                     }
@@ -482,6 +502,12 @@ impl Conn {
                 other => return Ok(Some(other)),
             }
         }
+    }
+
+    /// Encodes a push (a CLIENT TRACKING invalidation) and whatever else is queued after it.
+    fn push(&mut self, sess: &mut Session, p: &crate::tracking::Push) {
+        crate::tracking::write_push(&mut self.out, sess.subscribed(), p);
+        crate::tracking::drain(sess, &mut self.out);
     }
 
     /// Encodes a pub/sub message in the client's protocol.
@@ -760,8 +786,8 @@ fn login_by_certificate(srv: &Server, stream: &Socket, sess: &mut Session) -> bo
     true
 }
 
-async fn recv_message(sess: &mut Session) -> Option<crate::pubsub::Message> {
-    match &mut sess.subs {
+async fn recv_message(subs: &mut Option<crate::pubsub::ClientSubs>) -> Option<crate::pubsub::Message> {
+    match subs {
         Some(subs) => subs.rx.recv().await,
         None => std::future::pending().await,
     }

@@ -28,9 +28,18 @@ fn run(srv: &Arc<Server>) {
         srv.freeze.wait_blocking();
         let hz = srv.engine.load().hz.max(1);
         let period = Duration::from_micros(1_000_000 / u64::from(hz));
+        // DEBUG PAUSE-CRON 1: no periodic work at all until it is turned back off.
+        if srv.cron_paused.load(Ordering::Relaxed) {
+            std::thread::sleep(period);
+            continue;
+        }
         let tick = Instant::now();
         srv.memory.refresh();
         crate::cluster::redirect_blocked(srv, &mut routing_seen);
+        // CLIENT TRACKING's table back within `tracking-table-max-keys` (Valkey's serverCron).
+        if srv.tracking.active() {
+            srv.tracking.limit();
+        }
         if expiry_allowed(srv) {
             expire(
                 srv,

@@ -89,6 +89,10 @@ pub fn dispatch_with(
 ) -> Flow {
     // What the software watchdog watches: this thread is in a command until it returns.
     let _busy = crate::watchdog::busy();
+    let tracking = b.srv.tracking.active();
+    if tracking {
+        before_command(b, sess, out);
+    }
     let mark = out.len();
     let reply_mode = advance_reply_mode(sess);
     sess.pushed = false;
@@ -121,7 +125,29 @@ pub fn dispatch_with(
     if reply_mode == ReplyMode::Skip && sess.reply_mode == ReplyMode::Skip {
         sess.reply_mode = ReplyMode::On;
     }
+    if tracking || sess.tracking.is_some() {
+        after_command(sess, &args, out);
+    }
     flow
+}
+
+/// CLIENT TRACKING before a command: the table is brought back within
+/// `tracking-table-max-keys`, and what is waiting for this client goes out before the reply
+/// (Valkey's processCommand evicts tracked keys before it calls the command).
+fn before_command(b: &Batch<'_>, sess: &mut Session, out: &mut ReplyBuf) {
+    b.srv.tracking.limit();
+    crate::tracking::drain(sess, out);
+}
+
+/// CLIENT TRACKING after a command: invalidations its own writes caused follow its reply,
+/// even with CLIENT REPLY OFF (they are pushes); CLIENT CACHING holds for one command, or
+/// for the transaction it was given before, and survives other CLIENT calls (Valkey's
+/// resetClient).
+fn after_command(sess: &mut Session, args: &Args<'_>, out: &mut ReplyBuf) {
+    crate::tracking::drain(sess, out);
+    if sess.caching && sess.multi.is_none() && !args.get(0).eq_ignore_ascii_case(b"client") {
+        sess.caching = false;
+    }
 }
 
 /// Looks the command up and runs it; errors before execution count as rejected calls.
@@ -202,6 +228,10 @@ fn run_checked(
         return r;
     }
     check_memory(b, cflags, sess, false).map_err(|e| rejected(sess, e))?;
+    // Keys the eviction took away are announced before the reply, as in Valkey.
+    if b.engine.maxmemory != 0 && b.srv.tracking.active() {
+        crate::tracking::drain(sess, out);
+    }
     if let Some(i) = b.srv.known.scripts.iter().position(|&s| s == id) {
         let start = Instant::now();
         let r = crate::script::run(b, sess, script_kind(i), script_read_only(i), args, out, scratch);
@@ -583,7 +613,7 @@ fn run_engine(
     // A command's lock-free step (RESTORE's decoding) runs before any slot is locked.
     let prepared = ecmd.plan.prepare().map(|f| f(&args, cfg));
     // Declared before the locks: the lock set borrows the same lifetime as the events sink.
-    let events = CmdEvents::new(b.srv, b.rt.notify);
+    let events = CmdEvents::new(b.srv, b.rt.notify).by(sess.id);
     // Locks a call asked for on top of its plan's, to start over with (see `Ctx::restart`).
     let mut extra: Vec<LockId> = Vec::new();
     let mut restarts = 0;
@@ -626,6 +656,11 @@ fn run_engine(
         let mark = out.len();
         let r = (ecmd.run)(&mut ctx, args, out);
         let Some(more) = ctx.restart.take() else {
+            // Recorded under the slot locks the read took: a write of these keys either ran
+            // before the read or finds them recorded and invalidates them.
+            if sess.tracking.is_some() && cmd.spec.flags() & flags::READONLY != 0 {
+                crate::tracking::remember_reads(b.srv, sess, &args, plan.keys());
+            }
             ctx.record_call(sess.db, &args, dirty);
             emit(&mut ctx);
             break (ctx, r);

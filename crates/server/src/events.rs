@@ -165,6 +165,12 @@ pub mod class {
 pub struct CmdEvents<'a> {
     srv: &'a Server,
     notify: u32,
+    /// The client whose command this is (0 for the server's own work: active expiry,
+    /// eviction): CLIENT TRACKING's NOLOOP spares it the invalidations of its own writes.
+    writer: u64,
+    /// Keys changed, each with the client that changed it (0 for expiry), for the BCAST
+    /// tracking clients: sent when the command ends, one message per prefix.
+    changed: Mutex<Vec<(Vec<u8>, u64)>>,
     /// Keys touched that blocked clients wait on, to serve after the command.
     pub ready: Mutex<Vec<(usize, Vec<u8>)>>,
     /// Whether `ready` may hold something (checked without the lock on every command).
@@ -174,7 +180,32 @@ pub struct CmdEvents<'a> {
 impl<'a> CmdEvents<'a> {
     /// Events for a command on `srv` with the current notification classes.
     pub fn new(srv: &'a Server, notify: u32) -> CmdEvents<'a> {
-        CmdEvents { srv, notify, ready: Mutex::new(Vec::new()), any: AtomicBool::new(false) }
+        CmdEvents {
+            srv,
+            notify,
+            writer: 0,
+            changed: Mutex::new(Vec::new()),
+            ready: Mutex::new(Vec::new()),
+            any: AtomicBool::new(false),
+        }
+    }
+
+    /// The same sink, for a command of client `id`.
+    pub fn by(mut self, id: u64) -> CmdEvents<'a> {
+        self.writer = id;
+        self
+    }
+
+    /// CLIENT TRACKING: `key` changed (by `by`, 0 for no client).
+    fn track(&self, key: &[u8], by: u64) {
+        let t = &self.srv.tracking;
+        if !t.wants_changes() {
+            return;
+        }
+        t.invalidate(key, self.writer);
+        if t.broadcasting() {
+            self.changed.lock().push((key.to_vec(), by));
+        }
     }
 
     /// Whether some key was made ready since the last [`CmdEvents::take_ready`].
@@ -204,11 +235,23 @@ impl Events for CmdEvents<'_> {
     fn key_touched(&self, db: usize, key: &[u8]) {
         self.srv.watches.touch(db, key);
         self.maybe_ready(db, key);
+        self.track(key, self.writer);
     }
 
     fn key_replaced(&self, db: usize, key: &[u8], before: KeyState, after: KeyState) {
         self.srv.watches.transition(db, key, before, after);
         self.maybe_ready(db, key);
+        // An expired key was deleted by the server, not by the client whose command found it
+        // (Valkey signals it with no client), so even a NOLOOP BCAST client hears of it.
+        let expired = before == KeyState::Stale && after == KeyState::Missing;
+        self.track(key, if expired { 0 } else { self.writer });
+    }
+
+    fn flushed(&self) {
+        let t = &self.srv.tracking;
+        if t.active() || t.total_keys() > 0 {
+            t.flushed(&self.srv.clients.snapshot());
+        }
     }
 
     fn notify(&self, c: char, event: &str, key: &[u8], db: usize) {
@@ -236,6 +279,17 @@ impl Events for CmdEvents<'_> {
         if !keys.is_empty() {
             self.ready.lock().extend(keys.into_iter().map(|k| (db, k)));
             self.any.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What the command changed reaches BCAST tracking clients once it is over (Valkey sends them
+/// before it sleeps, once per event loop turn).
+impl Drop for CmdEvents<'_> {
+    fn drop(&mut self) {
+        let changed = std::mem::take(self.changed.get_mut());
+        if !changed.is_empty() {
+            self.srv.tracking.broadcast(&changed);
         }
     }
 }

@@ -41,6 +41,7 @@ pub mod slowlog;
 pub mod snapshot;
 pub mod stats;
 pub mod tls;
+pub mod tracking;
 pub mod watchdog;
 
 use crate::config::Settings;

@@ -133,7 +133,7 @@ fn run(
     let cfg = crate::dispatch::dataset_config(b, &mut held, sess);
     // Every queued command's lock-free step (RESTORE's decoding) runs before EXEC locks.
     let mut prepared: Vec<_> = multi.queue.iter().map(|q| prepare(b, q, cfg)).collect();
-    let events = CmdEvents::new(b.srv, b.rt.notify);
+    let events = CmdEvents::new(b.srv, b.rt.notify).by(sess.id);
     let mut locks = b.srv.ks.lock(scratch.plan.locks());
     if !sess.has_flag(flag::MASTER) && crate::dispatch::transaction_paused(b, &multi) {
         drop(locks);
@@ -189,6 +189,12 @@ fn run(
             result = Err(CommandError::err(format!("{} cannot wait on another node inside MULTI", cmd.full_name)));
         }
         ctx.record_call(db, &args, dirty);
+        if sess.tracking.is_some()
+            && cmd.spec.engine().is_some()
+            && cmd.spec.flags() & hotkv_engine::command::flags::READONLY != 0
+        {
+            crate::tracking::remember_reads(b.srv, sess, &args, q.plan.keys());
+        }
         if result.is_ok()
             && cmd.spec.flags() & hotkv_engine::command::flags::WRITE != 0
             && cfg.replica

@@ -80,7 +80,7 @@ pub fn run(
     prepare(b, sess, &target, ro)?;
     let mut held = None;
     let cfg = dataset_config(b, &mut held, sess);
-    let events = CmdEvents::new(b.srv, b.rt.notify);
+    let events = CmdEvents::new(b.srv, b.rt.notify).by(sess.id);
     let mut extra: Vec<LockId> = Vec::new();
     let mut whole = false;
     let mut restarts = 0;
@@ -912,6 +912,11 @@ impl<'b: 'c, 'c> ScriptHost<'_, 'b, 'c> {
         }
         ctx.block = None;
         ctx.record_call(db, &args, dirty);
+        // The script's reads are the caller's (Valkey tracks the commands a script calls, not
+        // EVAL_RO itself).
+        if self.sess.tracking.is_some() && cmd.spec.engine().is_some() && cmd.spec.flags() & flags::READONLY != 0 {
+            crate::tracking::remember_reads(b.srv, self.sess, &args, self.plan.keys());
+        }
         // redis.set_repl: this call's effects reach only the consumers it names.
         ctx.effects.limit_from(effects_mark, self.repl);
         let nanos = start.elapsed().as_nanos() as u64;

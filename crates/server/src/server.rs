@@ -237,6 +237,8 @@ pub struct Server {
     pub pubsub: Arc<crate::pubsub::PubSub>,
     /// WATCHed keys.
     pub watches: crate::events::Watches,
+    /// CLIENT TRACKING: tracked keys and BCAST prefixes.
+    pub tracking: crate::tracking::Tracking,
     /// Clients blocked on keys.
     pub blocked: crate::blocking::Blocked,
     /// Registry indexes of the commands dispatch treats specially.
@@ -254,6 +256,8 @@ pub struct Server {
     pub this: std::sync::OnceLock<std::sync::Weak<Server>>,
     /// Whether the cron runs the active expire cycle (DEBUG SET-ACTIVE-EXPIRE).
     pub active_expire: AtomicBool,
+    /// DEBUG PAUSE-CRON: the cron thread does nothing while set.
+    pub cron_paused: AtomicBool,
     /// CLIENT PAUSE.
     pub pause: crate::pause::Pause,
     /// DEBUG SLEEP's stop of the whole server.
@@ -283,6 +287,7 @@ impl Server {
     /// The server for the given configuration and command rows.
     pub fn new(settings: Settings, config_file: Option<PathBuf>, registry: Registry) -> Server {
         let rt = Runtime::from_settings(&settings);
+        let tracking_max_keys = settings.int(t::TRACKING_TABLE_MAX_KEYS).max(0) as usize;
         let engine = settings.engine_config();
         let commands = registry.len();
         let known = Known::new(&registry);
@@ -322,6 +327,7 @@ impl Server {
             startup_memory: std::sync::atomic::AtomicU64::new(0),
             pubsub: Arc::default(),
             watches: crate::events::Watches::default(),
+            tracking: crate::tracking::Tracking::with_max_keys(tracking_max_keys),
             blocked: crate::blocking::Blocked::default(),
             migrate: crate::migrate::MigratePool::default(),
             repl,
@@ -330,6 +336,7 @@ impl Server {
             tls: Arc::new(hotkv_tls::TlsManager::new()),
             this: std::sync::OnceLock::new(),
             active_expire: AtomicBool::new(true),
+            cron_paused: AtomicBool::new(false),
             pause: Default::default(),
             freeze: Default::default(),
             router: Arc::new(Standalone),
@@ -369,6 +376,7 @@ impl Server {
         let limits = s.ints(t::CLIENT_OUTPUT_BUFFER_LIMIT);
         self.pubsub.hard_limit.store(limits.get(6).copied().unwrap_or(0).max(0) as usize, Ordering::Relaxed);
         self.rt.store(Arc::new(Runtime::from_settings(&s)));
+        self.tracking.max_keys.store(s.int(t::TRACKING_TABLE_MAX_KEYS).max(0) as usize, Ordering::Relaxed);
         let mut engine = s.engine_config();
         // The role is the replication state's to say (a cluster replica has no `replicaof`).
         engine.replica = self.repl.is_replica();

@@ -36,6 +36,12 @@ pub mod flag {
     pub const REPLICA: u32 = 1 << 9;
     /// `U`: connected through the unix socket (`unixsocket`).
     pub const UNIX_SOCKET: u32 = 1 << 10;
+    /// `t`: CLIENT TRACKING on.
+    pub const TRACKING: u32 = 1 << 11;
+    /// `R`: the client tracking redirects to is gone.
+    pub const TRACKING_BROKEN_REDIR: u32 = 1 << 12;
+    /// `B`: tracking in BCAST mode.
+    pub const TRACKING_BCAST: u32 = 1 << 13;
 }
 
 /// What CLIENT REPLY asked for.
@@ -112,6 +118,12 @@ pub struct Session {
     /// A DEBUG SLEEP this client ran: the server stays stopped until its reply is written,
     /// so no other client is answered before it (Valkey writes the sleeper's reply first).
     pub thaw_after_reply: Option<crate::freeze::Held>,
+    /// CLIENT TRACKING's mode while it is on (the shared settings are in `info.tracking`).
+    pub tracking: Option<crate::tracking::Mode>,
+    /// CLIENT CACHING was given for the next command (or transaction).
+    pub caching: bool,
+    /// Pushes other clients' commands queued for this connection (invalidations).
+    pub inbox: tokio::sync::mpsc::UnboundedReceiver<crate::tracking::Push>,
 }
 
 /// A transaction being queued.
@@ -138,7 +150,13 @@ pub struct Queued {
 impl Session {
     /// A session for a newly accepted client.
     pub fn new(info: Arc<ClientInfo>, authenticated: bool) -> Session {
+        let (tx, inbox) = tokio::sync::mpsc::unbounded_channel();
+        // A session is made once per client record; a second one would only get no pushes.
+        let _ = info.inbox.set(tx);
         Session {
+            tracking: None,
+            caching: false,
+            inbox,
             id: info.id,
             db: 0,
             authenticated,
@@ -287,6 +305,12 @@ pub struct ClientInfo {
     pub counts: Counts,
     /// Wakes the connection task.
     pub wake: Notify,
+    /// CLIENT TRACKING state, shared with whoever invalidates keys.
+    pub tracking: crate::tracking::ClientTracking,
+    /// CLIENT LIST's `redir=`: the tracking redirect id, 0 without one, -1 with tracking off.
+    pub redir: AtomicI64,
+    /// Where other connections queue pushes for this one (set by its session).
+    pub inbox: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<crate::tracking::Push>>,
     /// The socket descriptor while the connection owns it; cleared under this lock before the
     /// socket closes, so CLIENT KILL never shuts down a descriptor reused by someone else.
     pub sock: Mutex<Option<std::os::fd::RawFd>>,
@@ -321,6 +345,9 @@ impl ClientInfo {
             killed: AtomicBool::new(false),
             counts: Counts::default(),
             wake: Notify::new(),
+            tracking: crate::tracking::ClientTracking::default(),
+            redir: AtomicI64::new(-1),
+            inbox: std::sync::OnceLock::new(),
             sock: Mutex::new(None),
         }
     }
@@ -350,6 +377,9 @@ impl ClientInfo {
             (flag::PUBSUB, 'P'),
             (flag::MULTI, 'x'),
             (flag::BLOCKED, 'b'),
+            (flag::TRACKING, 't'),
+            (flag::TRACKING_BROKEN_REDIR, 'R'),
+            (flag::TRACKING_BCAST, 'B'),
             (flag::CLOSE_AFTER_REPLY, 'c'),
             (flag::UNIX_SOCKET, 'U'),
             (flag::NO_EVICT, 'e'),

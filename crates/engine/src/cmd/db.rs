@@ -176,6 +176,7 @@ fn flushdb(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     } else {
         ctx.propagate_as(&args.iter().collect::<Vec<_>>());
     }
+    ctx.events.flushed();
     touch_all(ctx, dbi, &watched);
     ctx.events.db_changed(dbi);
     free(garbage, lazy);
@@ -198,6 +199,7 @@ fn flushall(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult 
             break;
         }
     }
+    ctx.events.flushed();
     for (i, w) in watched.iter().enumerate() {
         touch_all(ctx, i, w);
         ctx.events.db_changed(i);

@@ -28,6 +28,30 @@ pub static COMMANDS: &[ServerSpec] = &[CommandSpec::container(
     "A container for client connection commands.",
     &[
         row(
+            "caching",
+            3,
+            BASE,
+            CONN,
+            &[],
+            "connection",
+            "6.0.0",
+            "Instructs the server whether to track the keys in the next request.",
+            "O(1)",
+            super::client_tracking::caching,
+        ),
+        row(
+            "getredir",
+            2,
+            BASE,
+            CONN,
+            &[],
+            "connection",
+            "6.0.0",
+            "Returns the client ID to which the connection's tracking notifications are redirected.",
+            "O(1)",
+            super::client_tracking::getredir,
+        ),
+        row(
             "getname",
             2,
             BASE,
@@ -164,6 +188,30 @@ pub static COMMANDS: &[ServerSpec] = &[CommandSpec::container(
             "O(log N) where N is the number of client connections",
             unblock,
         ),
+        row(
+            "tracking",
+            -3,
+            BASE,
+            CONN,
+            &[],
+            "connection",
+            "6.0.0",
+            "Controls server-assisted client-side caching for the connection.",
+            "O(1). Some options may introduce additional complexity.",
+            super::client_tracking::tracking,
+        ),
+        row(
+            "trackinginfo",
+            2,
+            BASE,
+            CONN,
+            &[],
+            "connection",
+            "6.2.0",
+            "Returns information about server-assisted client-side caching for the connection.",
+            "O(1)",
+            super::client_tracking::trackinginfo,
+        ),
         row("pause", -3, ADMIN, CONN, &[], "connection", "3.0.0", "Suspends commands processing.", "O(1)", pause),
         row(
             "unpause",
@@ -220,7 +268,7 @@ pub fn client_line(reg: &Registry, c: &ClientInfo, now_ms: i64, current: &Curren
         s,
         "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} watch={} \
          qbuf={qbuf} qbuf-free={qbuf_free} argv-mem={argv_mem} multi-mem=0 rbs={omem} rbp={omem} obl={obl} oll=0 \
-         omem={omem} tot-mem={tot_mem} events=r cmd={cmd} user={} redir=-1 resp={} lib-name={} lib-ver={} \
+         omem={omem} tot-mem={tot_mem} events=r cmd={cmd} user={} redir={} resp={} lib-name={} lib-ver={} \
          tot-net-in={} tot-net-out={} tot-cmds={}",
         c.id,
         c.addr,
@@ -237,6 +285,7 @@ pub fn client_line(reg: &Registry, c: &ClientInfo, now_ms: i64, current: &Curren
         if flags & flag::MULTI != 0 { i64::from(c.counts.multi.load(Ordering::Relaxed)) } else { -1 },
         c.counts.watch.load(Ordering::Relaxed),
         c.user.lock(),
+        c.redir.load(Ordering::Relaxed),
         c.resp.load(Ordering::Relaxed),
         c.lib_name.lock(),
         c.lib_ver.lock(),
@@ -586,6 +635,10 @@ fn help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Resu
         out,
         &args,
         &[
+            "CACHING (YES|NO)",
+            "    Enable/disable tracking of the keys for next command in OPTIN/OPTOUT modes.",
+            "GETREDIR",
+            "    Return the client ID we are redirecting to when tracking is enabled.",
             "GETNAME",
             "    Return the name of the current connection.",
             "ID",
@@ -628,6 +681,11 @@ fn help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Resu
             "    Set client meta attr. Options are:",
             "    * LIB-NAME: the client lib name.",
             "    * LIB-VER: the client lib version.",
+            "TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
+            "         [OPTIN] [OPTOUT] [NOLOOP]",
+            "    Control server assisted client side caching.",
+            "TRACKINGINFO",
+            "    Report tracking status for the current connection.",
             "NO-EVICT (ON|OFF)",
             "    Protect current client connection from eviction.",
             "NO-TOUCH (ON|OFF)",
@@ -752,7 +810,7 @@ mod tests {
         assert_eq!(a.run(&srv, &["client", "nosuch"]), "-ERR unknown subcommand 'nosuch'. Try CLIENT HELP.\r\n");
         assert!(
             a.run(&srv, &["client", "help"])
-                .starts_with("*49\r\n+CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n")
+                .starts_with("*58\r\n+CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n")
         );
     }
 

@@ -141,6 +141,7 @@ fn reset(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> R
     sess.multi = None;
     sess.set_flag(flag::MULTI, false);
     crate::cmd::multi::forget_watches(srv, sess);
+    crate::cmd::client_tracking::disable(srv, sess);
     if let Some(mut subs) = sess.subs.take() {
         srv.pubsub.unsubscribe_all(&mut subs);
     }

@@ -185,6 +185,11 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
             srv.script_runs.allow_noscript.store(on, Ordering::Relaxed);
             out.ok();
         }
+        ("pause-cron", 3) => {
+            let on = hotkv_protocol::parse_i64(args.get(2)).unwrap_or(0) != 0;
+            srv.cron_paused.store(on, Ordering::Relaxed);
+            out.ok();
+        }
         ("set-active-expire", 3) => {
             let on = hotkv_protocol::parse_i64(args.get(2)).unwrap_or(0) != 0;
             srv.active_expire.store(on, Ordering::Relaxed);
@@ -467,6 +472,8 @@ fn help(args: &Args<'_>, out: &mut ReplyBuf) {
             "    * NOFLUSH: the existing database will not be removed before load, but",
             "      conflicting keys will generate an exception and kill the server.",
             "    * NOSAVE: the database will be loaded from an existing RDB file.",
+            "PAUSE-CRON <0|1>",
+            "    Stop periodic cron job processing.",
             "REPLICATE <command> [<arg> ...]",
             "    Propagate the given command to replicas and the AOF, without running it.",
             "SEGFAULT",
@@ -538,6 +545,10 @@ mod tests {
         assert_eq!(debug(&srv, &mut c, &["debug", "set-active-expire", "0"]), "+OK\r\n");
         assert!(!srv.active_expire.load(Ordering::Relaxed));
         assert_eq!(debug(&srv, &mut c, &["debug", "set-active-expire", "1"]), "+OK\r\n");
+        assert_eq!(debug(&srv, &mut c, &["debug", "pause-cron", "1"]), "+OK\r\n");
+        assert!(srv.cron_paused.load(Ordering::Relaxed));
+        assert_eq!(debug(&srv, &mut c, &["debug", "pause-cron", "0"]), "+OK\r\n");
+        assert!(!srv.cron_paused.load(Ordering::Relaxed));
         assert!(srv.active_expire.load(Ordering::Relaxed));
         assert_eq!(debug(&srv, &mut c, &["debug", "object", "nokey"]), "-ERR no such key\r\n");
         c.run(&srv, &["set", "n", "12345"]);
@@ -561,7 +572,7 @@ mod tests {
             debug(&srv, &mut c, &["debug", "nosuch"]),
             "-ERR unknown subcommand or wrong number of arguments for 'nosuch'. Try DEBUG HELP.\r\n"
         );
-        assert!(debug(&srv, &mut c, &["debug", "help"]).starts_with("*53\r\n+DEBUG <subcommand>"));
+        assert!(debug(&srv, &mut c, &["debug", "help"]).starts_with("*55\r\n+DEBUG <subcommand>"));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use crate::registry::{ServerFn, ServerSpec};
 pub mod acl;
 pub mod aof;
 pub mod client;
+pub(crate) mod client_tracking;
 pub mod cluster;
 pub mod command;
 pub mod config;

@@ -325,7 +325,7 @@ directives! {
         M, CLIENTS, "Memory all client connections may use together, in bytes or % of maxmemory (at least \
          128kb); past it the largest are closed. 0 = no limit.";
     TRACKING_TABLE_MAX_KEYS = "tracking-table-max-keys" [] "clients.tracking_table_max_keys": int(0, LONG), "1000000",
-        M | NE, H, "Keys remembered for client-side caching.";
+        M, CLIENTS, "Keys remembered for client-side caching.";
     // limits
     PROTO_MAX_BULK_LEN = "proto-max-bulk-len" [] "limits.proto_max_bulk_len": mem(1024 * 1024, LONG), "512mb", M,
         ENGINE, "Largest single request argument and string value.";

@@ -590,8 +590,12 @@ pub async fn debug_reload(
 }
 
 /// Empties every database, one slot lock at a time (a pending snapshot slot is written out
-/// first, so a save in progress keeps its image).
+/// first, so a save in progress keeps its image). Tracking clients drop their caches, as after
+/// Valkey's `emptyData`.
 pub(crate) fn flush_all(srv: &Server) {
+    if srv.tracking.active() || srv.tracking.total_keys() > 0 {
+        srv.tracking.flushed(&srv.clients.snapshot());
+    }
     for db in 0..srv.ks.databases() {
         if srv.ks.db_if_used(db).is_none() {
             continue;
