@@ -5,9 +5,9 @@
 //!
 //! What a connection uses, as Valkey counts it (`getClientMemoryUsage`): its query buffer's
 //! capacity, its reply buffer's capacity, its queued pub/sub messages, the arguments of a
-//! queued transaction, its subscriptions, and a fixed part for its state. Replicas, the
-//! primary's client and CLIENT NO-EVICT clients are never evicted; NO-EVICT clients count
-//! toward the total, as in Valkey.
+//! queued transaction, its subscriptions and watched keys, and a fixed part for its state.
+//! Replicas, the primary's client and CLIENT NO-EVICT clients are never evicted; NO-EVICT
+//! clients count toward the total, as in Valkey.
 
 use std::cmp::Reverse;
 use std::sync::Arc;
@@ -82,6 +82,8 @@ pub fn usage(sess: &Session, rbuf: usize, out: usize) -> usize {
         let names = subs.channels.iter().chain(&subs.patterns).chain(&subs.shard);
         mem += names.map(|c| c.len() + 32).sum::<usize>();
     }
+    // As Valkey counts a watch (its list node and record, the key being shared).
+    mem += sess.watched.len() * 64;
     if let Some(m) = &sess.multi {
         mem += m.queue.iter().map(|q| 64 + q.argv.iter().map(|a| a.len() + 24).sum::<usize>()).sum::<usize>();
     }
