@@ -77,7 +77,7 @@ pub async fn serve(srv: Arc<Server>, stream: socket2::Socket, info: Arc<ClientIn
             );
         }
     }
-    sess.inbox.close();
+    info.inbox.close();
     if let Some(mut subs) = sess.subs.take() {
         srv.pubsub.unsubscribe_all(&mut subs);
     }
@@ -158,7 +158,7 @@ impl Conn {
                 tokio::select! {
                     biased;
                     n = stream.read_into(&mut self.rbuf) => n?,
-                    Some(p) = sess.inbox.recv() => {
+                    p = info.inbox.recv() => {
                         self.push(sess, &p);
                         self.flush(stream, sess).await?;
                         continue;
@@ -166,7 +166,7 @@ impl Conn {
                 }
             } else {
                 tokio::select! {
-                    Some(p) = sess.inbox.recv() => {
+                    p = info.inbox.recv() => {
                         self.push(sess, &p);
                         self.flush(stream, sess).await?;
                         continue;
@@ -264,7 +264,7 @@ impl Conn {
                     Flow::Continue | Flow::Close => {
                         // Gone for clients that redirect their invalidations here from the
                         // moment its last reply (QUIT's OK) can be seen, as in Valkey.
-                        sess.inbox.close();
+                        info.inbox.close();
                         self.flush(stream, sess).await?;
                         return Ok(());
                     }

@@ -122,8 +122,6 @@ pub struct Session {
     pub tracking: Option<crate::tracking::Mode>,
     /// CLIENT CACHING was given for the next command (or transaction).
     pub caching: bool,
-    /// Pushes other clients' commands queued for this connection (invalidations).
-    pub inbox: tokio::sync::mpsc::UnboundedReceiver<crate::tracking::Push>,
 }
 
 /// A transaction being queued.
@@ -150,13 +148,9 @@ pub struct Queued {
 impl Session {
     /// A session for a newly accepted client.
     pub fn new(info: Arc<ClientInfo>, authenticated: bool) -> Session {
-        let (tx, inbox) = tokio::sync::mpsc::unbounded_channel();
-        // A session is made once per client record; a second one would only get no pushes.
-        let _ = info.inbox.set(tx);
         Session {
             tracking: None,
             caching: false,
-            inbox,
             id: info.id,
             db: 0,
             authenticated,
@@ -309,8 +303,8 @@ pub struct ClientInfo {
     pub tracking: crate::tracking::ClientTracking,
     /// CLIENT LIST's `redir=`: the tracking redirect id, 0 without one, -1 with tracking off.
     pub redir: AtomicI64,
-    /// Where other connections queue pushes for this one (set by its session).
-    pub inbox: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<crate::tracking::Push>>,
+    /// Where other connections queue pushes for this one.
+    pub inbox: crate::tracking::Inbox,
     /// The socket descriptor while the connection owns it; cleared under this lock before the
     /// socket closes, so CLIENT KILL never shuts down a descriptor reused by someone else.
     pub sock: Mutex<Option<std::os::fd::RawFd>>,
@@ -347,7 +341,7 @@ impl ClientInfo {
             wake: Notify::new(),
             tracking: crate::tracking::ClientTracking::default(),
             redir: AtomicI64::new(-1),
-            inbox: std::sync::OnceLock::new(),
+            inbox: crate::tracking::Inbox::default(),
             sock: Mutex::new(None),
         }
     }
