@@ -67,6 +67,15 @@ impl ClientMemory {
         }
     }
 
+    /// `info` uses `bytes` more than it reported (a push another connection queued for it).
+    pub fn grow(&self, info: &ClientInfo, bytes: usize) {
+        if info.is_killed() {
+            return;
+        }
+        info.mem.fetch_add(bytes, Ordering::Relaxed);
+        self.total.fetch_add(bytes, Ordering::Relaxed);
+    }
+
     /// `info` stops counting (it closed, or it is being evicted).
     pub fn forget(&self, info: &ClientInfo) {
         let old = info.mem.swap(0, Ordering::Relaxed);
@@ -76,7 +85,7 @@ impl ClientMemory {
 
 /// What the connection of `sess` uses, given its buffers' capacities.
 pub fn usage(sess: &Session, rbuf: usize, out: usize) -> usize {
-    let mut mem = FIXED + rbuf + out;
+    let mut mem = FIXED + rbuf + out + sess.info.inbox.bytes();
     if let Some(subs) = &sess.subs {
         mem += subs.queued.load(Ordering::Relaxed);
         let names = subs.channels.iter().chain(&subs.patterns).chain(&subs.shard);

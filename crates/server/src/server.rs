@@ -287,6 +287,8 @@ impl Server {
     /// The server for the given configuration and command rows.
     pub fn new(settings: Settings, config_file: Option<PathBuf>, registry: Registry) -> Server {
         let rt = Runtime::from_settings(&settings);
+        let clients = Clients::default();
+        let client_memory = clients.memory.clone();
         let tracking_max_keys = settings.int(t::TRACKING_TABLE_MAX_KEYS).max(0) as usize;
         let engine = settings.engine_config();
         let commands = registry.len();
@@ -302,7 +304,7 @@ impl Server {
             settings: ArcSwap::from_pointee(settings),
             registry,
             known,
-            clients: Clients::default(),
+            clients,
             stats: Stats::new(commands),
             memory: MemoryGauge::default(),
             started: Instant::now(),
@@ -327,7 +329,7 @@ impl Server {
             startup_memory: std::sync::atomic::AtomicU64::new(0),
             pubsub: Arc::default(),
             watches: crate::events::Watches::default(),
-            tracking: crate::tracking::Tracking::with_max_keys(tracking_max_keys),
+            tracking: crate::tracking::Tracking::with_max_keys(tracking_max_keys, client_memory),
             blocked: crate::blocking::Blocked::default(),
             migrate: crate::migrate::MigratePool::default(),
             repl,

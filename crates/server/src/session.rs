@@ -461,7 +461,7 @@ pub struct Clients {
     next_id: AtomicU64,
     count: AtomicUsize,
     /// Their memory, for `maxmemory-clients`.
-    pub memory: crate::client_evict::ClientMemory,
+    pub memory: Arc<crate::client_evict::ClientMemory>,
 }
 
 impl Clients {

@@ -54,18 +54,28 @@ pub enum Push {
 pub struct Inbox {
     queue: parking_lot::Mutex<(std::collections::VecDeque<Push>, bool)>,
     ready: tokio::sync::Notify,
+    /// Bytes the queued pushes will take once written (about).
+    bytes: AtomicUsize,
 }
 
 impl Inbox {
-    /// Queues `p` unless the inbox is closed.
-    pub fn send(&self, p: Push) {
+    /// Queues `p` unless the inbox is closed; returns about how many bytes it will take.
+    pub fn send(&self, p: Push) -> usize {
+        let bytes = p.size();
         let mut q = self.queue.lock();
         if q.1 {
-            return;
+            return 0;
         }
         q.0.push_back(p);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
         drop(q);
         self.ready.notify_one();
+        bytes
+    }
+
+    /// About how many bytes the queued pushes will take.
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
     }
 
     /// Whether the connection went away.
@@ -78,11 +88,14 @@ impl Inbox {
         let mut q = self.queue.lock();
         q.1 = true;
         q.0 = Default::default();
+        self.bytes.store(0, Ordering::Relaxed);
     }
 
     /// The next queued push, if any.
     pub fn try_recv(&self) -> Option<Push> {
-        self.queue.lock().0.pop_front()
+        let p = self.queue.lock().0.pop_front()?;
+        self.bytes.fetch_sub(p.size(), Ordering::Relaxed);
+        Some(p)
     }
 
     /// Waits for the next push (forever once closed). A push queued between the look and the
@@ -93,6 +106,16 @@ impl Inbox {
                 return p;
             }
             self.ready.notified().await;
+        }
+    }
+}
+
+impl Push {
+    /// About how many bytes it takes written out.
+    fn size(&self) -> usize {
+        match self {
+            Push::Invalidate { keys: Some(keys), .. } => 32 + keys.iter().map(|k| k.len() + 16).sum::<usize>(),
+            _ => 48,
         }
     }
 }
@@ -197,6 +220,10 @@ pub struct Tracking {
     limiting: Mutex<()>,
     /// Picks the shard an eviction starts from.
     cursor: AtomicUsize,
+    /// The clients' memory (`maxmemory-clients`): a push queued for a connection counts as
+    /// its memory at once, even while that connection is stuck writing to a client that does
+    /// not read.
+    memory: Arc<crate::client_evict::ClientMemory>,
 }
 
 impl Default for Tracking {
@@ -212,14 +239,15 @@ impl Default for Tracking {
             rounds: AtomicU32::new(0),
             limiting: Mutex::new(()),
             cursor: AtomicUsize::new(0),
+            memory: Default::default(),
         }
     }
 }
 
 impl Tracking {
     /// Empty tracking state with the `tracking-table-max-keys` limit `max_keys`.
-    pub fn with_max_keys(max_keys: usize) -> Tracking {
-        let t = Tracking::default();
+    pub fn with_max_keys(max_keys: usize, memory: Arc<crate::client_evict::ClientMemory>) -> Tracking {
+        let t = Tracking { memory, ..Tracking::default() };
         t.max_keys.store(max_keys, Ordering::Relaxed);
         t
     }
@@ -397,7 +425,7 @@ impl Tracking {
             if t.bcast || (t.noloop && c.id == writer) {
                 continue;
             }
-            send(&c, &t, Push::Invalidate { keys: Some(keys.clone()), redirected: false });
+            send(&self.memory, &c, &t, Push::Invalidate { keys: Some(keys.clone()), redirected: false });
         }
     }
 
@@ -444,7 +472,7 @@ impl Tracking {
                 } else {
                     all.clone()
                 };
-                send(c, &t, Push::Invalidate { keys: Some(msg), redirected: false });
+                send(&self.memory, c, &t, Push::Invalidate { keys: Some(msg), redirected: false });
             }
         }
     }
@@ -457,7 +485,7 @@ impl Tracking {
         }
         for c in clients {
             if let Some(t) = c.tracking.current() {
-                send(c, &t, Push::Invalidate { keys: None, redirected: false });
+                send(&self.memory, c, &t, Push::Invalidate { keys: None, redirected: false });
             }
         }
         for shard in self.shards.iter() {
@@ -567,10 +595,10 @@ pub fn write_push(out: &mut ReplyBuf, subscribed: bool, p: &Push) {
 /// Queues `msg` for tracking client `c` with settings `t`: to its redirect target if it has
 /// one (marking the redirection broken, and telling a RESP3 client so, when the target is
 /// gone), else to itself when it speaks RESP3.
-fn send(c: &Arc<ClientInfo>, t: &Tracker, msg: Push) {
+fn send(memory: &crate::client_evict::ClientMemory, c: &Arc<ClientInfo>, t: &Tracker, msg: Push) {
     if t.redirect == 0 {
         if c.resp.load(Ordering::Relaxed) >= 3 {
-            deliver(c, msg);
+            deliver(memory, c, msg);
         }
         return;
     }
@@ -579,7 +607,7 @@ fn send(c: &Arc<ClientInfo>, t: &Tracker, msg: Push) {
         t.broken.store(true, Ordering::Relaxed);
         set_flags(c, flag::TRACKING_BROKEN_REDIR, true);
         if c.resp.load(Ordering::Relaxed) >= 3 {
-            deliver(c, Push::RedirBroken(t.redirect));
+            deliver(memory, c, Push::RedirBroken(t.redirect));
         }
         return;
     };
@@ -591,12 +619,15 @@ fn send(c: &Arc<ClientInfo>, t: &Tracker, msg: Push) {
         Push::Invalidate { keys, .. } => Push::Invalidate { keys, redirected: true },
         other => other,
     };
-    deliver(&target, msg);
+    deliver(memory, &target, msg);
 }
 
-fn deliver(c: &ClientInfo, msg: Push) {
+fn deliver(memory: &crate::client_evict::ClientMemory, c: &ClientInfo, msg: Push) {
     // A closed inbox is a connection going away: nothing to tell it.
-    c.inbox.send(msg);
+    let bytes = c.inbox.send(msg);
+    if bytes > 0 && c.mem.load(Ordering::Relaxed) > 0 {
+        memory.grow(c, bytes);
+    }
 }
 
 fn set_flags(info: &ClientInfo, bits: u32, on: bool) {
