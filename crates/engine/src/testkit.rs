@@ -354,3 +354,12 @@ pub fn plan_of(argv: &[&str], db: usize, databases: usize) -> crate::plan::Plan 
     with_args(argv, |args| p.compute(spec, lock, args, db, databases, &crate::plan::KeyHint::default()));
     p
 }
+
+/// The RESP2 encoding of an array of bulk strings, as a test expects a reply.
+pub fn arr(items: &[&str]) -> String {
+    let mut s = format!("*{}\r\n", items.len());
+    for i in items {
+        s.push_str(&format!("${}\r\n{i}\r\n", i.len()));
+    }
+    s
+}

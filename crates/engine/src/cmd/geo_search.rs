@@ -522,18 +522,11 @@ fn store_keys(args: &Args<'_>, start: usize, found: &mut dyn FnMut(usize, u32)) 
 
 #[cfg(test)]
 mod tests {
+    use crate::testkit::arr;
     use hotkv_protocol::Protocol;
 
     use super::super::geo_sort::{merge_sort, partial_sort};
     use crate::testkit::TestKit;
-
-    fn arr(items: &[&str]) -> String {
-        let mut s = format!("*{}\r\n", items.len());
-        for i in items {
-            s.push_str(&format!("${}\r\n{i}\r\n", i.len()));
-        }
-        s
-    }
 
     /// geo.tcl's New York set.
     fn nyc() -> TestKit {

@@ -558,6 +558,7 @@ fn lpos(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
 
 #[cfg(test)]
 mod tests {
+    use crate::testkit::arr;
     use std::collections::VecDeque;
 
     use hotkv_protocol::Protocol;
@@ -568,14 +569,6 @@ mod tests {
     const WRONGTYPE: &str = "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
 
     /// A RESP array of bulk strings.
-    fn arr(items: &[&str]) -> String {
-        let mut s = format!("*{}\r\n", items.len());
-        for i in items {
-            s.push_str(&format!("${}\r\n{i}\r\n", i.len()));
-        }
-        s
-    }
-
     #[test]
     fn dirty_counts_elements_as_valkey_does() {
         let mut t = TestKit::default();

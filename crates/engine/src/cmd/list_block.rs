@@ -396,20 +396,13 @@ fn move_generic(
 
 #[cfg(test)]
 mod tests {
+    use crate::testkit::arr;
     use hotkv_protocol::Protocol;
 
     use crate::ctx::{BlockMode, BlockRequest};
     use crate::testkit::TestKit;
 
     const WRONGTYPE: &str = "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
-
-    fn arr(items: &[&str]) -> String {
-        let mut s = format!("*{}\r\n", items.len());
-        for i in items {
-            s.push_str(&format!("${}\r\n{i}\r\n", i.len()));
-        }
-        s
-    }
 
     fn blocked(keys: &[&str], deadline_ms: Option<i64>) -> Option<BlockRequest> {
         Some(BlockRequest { keys: keys.iter().map(|k| k.as_bytes().to_vec()).collect(), deadline_ms })

@@ -704,19 +704,12 @@ fn cstr(b: &[u8]) -> &[u8] {
 
 #[cfg(test)]
 mod tests {
+    use crate::testkit::arr;
     use hotkv_protocol::Protocol;
 
     use super::*;
     use crate::plan::LockScope;
     use crate::testkit::{TestKit, plan_of, with_args};
-
-    fn arr(items: &[&str]) -> String {
-        let mut s = format!("*{}\r\n", items.len());
-        for i in items {
-            s.push_str(&format!("${}\r\n{i}\r\n", i.len()));
-        }
-        s
-    }
 
     #[test]
     fn numeric_alpha_desc_and_limit() {

@@ -296,20 +296,13 @@ fn select(z: &ZSet, interval: &Interval, a: &RangeArgs) -> (usize, usize) {
 
 #[cfg(test)]
 mod tests {
+    use crate::testkit::arr;
     use std::collections::BTreeMap;
 
     use hotkv_protocol::Protocol;
     use proptest::prelude::*;
 
     use crate::testkit::TestKit;
-
-    fn arr(items: &[&str]) -> String {
-        let mut s = format!("*{}\r\n", items.len());
-        for i in items {
-            s.push_str(&format!("${}\r\n{i}\r\n", i.len()));
-        }
-        s
-    }
 
     fn setup() -> TestKit {
         let mut t = TestKit::default();

@@ -362,17 +362,10 @@ fn diff(sources: &[Source]) -> Vec<(Vec<u8>, f64)> {
 
 #[cfg(test)]
 mod tests {
+    use crate::testkit::arr;
     use hotkv_protocol::Protocol;
 
     use crate::testkit::TestKit;
-
-    fn arr(items: &[&str]) -> String {
-        let mut s = format!("*{}\r\n", items.len());
-        for i in items {
-            s.push_str(&format!("${}\r\n{i}\r\n", i.len()));
-        }
-        s
-    }
 
     fn setup() -> TestKit {
         let mut t = TestKit::default();
