@@ -3,14 +3,14 @@
 //!
 //! The search reads the nine geohash cells [`geohash::search_cells`] picks as score ranges of
 //! the sorted set (through its rank walks), keeps the points inside the shape, then orders
-//! them with Valkey's own sorts (`geo_sort.rs`) so that ties come out as they do there. The
+//! them with Valkey's own sorts (`qsort.rs`) so that ties come out as they do there. The
 //! store forms write a sorted set of the matches (their geohash scores, or their distances
 //! with STOREDIST) and propagate as themselves: the same data gives the same matches.
 
 use hotkv_protocol::{Args, ReplyBuf};
 
 use super::geo::{lonlat_arg, reply_coord, reply_distance, unit_arg};
-use super::geo_sort::{merge_sort, partial_sort};
+use super::qsort::{merge_sort, partial_sort};
 use super::zset_range::store_result;
 use super::{EngineCmd, LockPlan, Spec, int_arg};
 use crate::command::{BeginSearch, CommandSpec, FindKeys, KeySpec, acl, flags, key_flags as kf};
@@ -525,7 +525,7 @@ mod tests {
     use crate::testkit::arr;
     use hotkv_protocol::Protocol;
 
-    use super::super::geo_sort::{merge_sort, partial_sort};
+    use super::super::qsort::{merge_sort, partial_sort};
     use crate::testkit::TestKit;
 
     /// geo.tcl's New York set.

@@ -13,6 +13,7 @@ use std::cmp::Ordering;
 
 use hotkv_protocol::{Args, ReplyBuf};
 
+use super::qsort::partial_sort;
 use super::{EngineCmd, LockPlan, Spec, int_arg};
 use crate::command::{CommandSpec, KeySpec, acl, flags, key_flags as kf};
 use crate::ctx::{Ctx, Ttl};
@@ -478,123 +479,6 @@ fn load(value: Option<&Object>, opts: &SortOpts<'_>) -> Loaded {
         _ => Vec::new(),
     };
     Loaded { items, start, end }
-}
-
-/// Puts into `v[lo..=hi]` the elements a full sort would put there, in order, leaving the rest
-/// partly sorted: Bentley and McIlroy's quicksort ("Engineering a Sort Function", 1993) that
-/// skips the partitions outside the range, the algorithm of Valkey's `pqsort`. Its order among
-/// elements that compare equal is the algorithm's own, and SORT BY ... LIMIT shows it, so the
-/// steps (pivot choice, three-way partition, insertion sort below 7) are the published ones.
-fn partial_sort<T>(v: &mut [T], lo: usize, hi: usize, cmp: &impl Fn(&T, &T) -> Ordering) {
-    let n = v.len();
-    sort_around(v, 0, n, lo, hi, cmp);
-}
-
-/// [`partial_sort`] of `v[base..base + n]`, with `lo` and `hi` indexes into the whole of `v`.
-fn sort_around<T>(v: &mut [T], mut base: usize, mut n: usize, lo: usize, hi: usize, cmp: &impl Fn(&T, &T) -> Ordering) {
-    // Whether the range [first, last] holds none of `lo..=hi`.
-    let outside = |first: usize, last: usize| (lo < first && hi < first) || (lo > last && hi > last);
-    loop {
-        let a = &mut v[base..base + n];
-        if n < 7 {
-            for m in 1..n {
-                let mut l = m;
-                while l > 0 && cmp(&a[l - 1], &a[l]) == Ordering::Greater {
-                    a.swap(l, l - 1);
-                    l -= 1;
-                }
-            }
-            return;
-        }
-        let mut pm = n / 2;
-        if n > 7 {
-            let (mut pl, mut pn) = (0, n - 1);
-            if n > 40 {
-                let d = n / 8;
-                pl = median_of_3(a, pl, pl + d, pl + 2 * d, cmp);
-                pm = median_of_3(a, pm - d, pm, pm + d, cmp);
-                pn = median_of_3(a, pn - 2 * d, pn - d, pn, cmp);
-            }
-            pm = median_of_3(a, pl, pm, pn, cmp);
-        }
-        a.swap(0, pm);
-        // a[0] is the pivot; equal elements gather at both ends, then move to the middle.
-        let (mut pa, mut pb, mut pc, mut pd) = (1, 1, n - 1, n - 1);
-        loop {
-            while pb <= pc {
-                match cmp(&a[pb], &a[0]) {
-                    Ordering::Greater => break,
-                    Ordering::Equal => {
-                        a.swap(pa, pb);
-                        pa += 1;
-                    }
-                    Ordering::Less => {}
-                }
-                pb += 1;
-            }
-            while pb <= pc {
-                match cmp(&a[pc], &a[0]) {
-                    Ordering::Less => break,
-                    Ordering::Equal => {
-                        a.swap(pc, pd);
-                        pd -= 1;
-                    }
-                    Ordering::Greater => {}
-                }
-                pc -= 1;
-            }
-            if pb > pc {
-                break;
-            }
-            a.swap(pb, pc);
-            pb += 1;
-            pc -= 1;
-        }
-        let r = pa.min(pb - pa);
-        swap_runs(a, 0, pb - r, r);
-        let r = (pd - pc).min(n - pd - 1);
-        swap_runs(a, pb, n - r, r);
-        let left = pb - pa;
-        if left > 1 && !outside(base, base + left - 1) {
-            sort_around(v, base, left, lo, hi, cmp);
-        }
-        let right = pd - pc;
-        if right <= 1 {
-            return;
-        }
-        base += n - right;
-        n = right;
-        if outside(base, base + n - 1) {
-            return;
-        }
-    }
-}
-
-fn median_of_3<T>(a: &[T], i: usize, j: usize, k: usize, cmp: &impl Fn(&T, &T) -> Ordering) -> usize {
-    let less = |x: usize, y: usize| cmp(&a[x], &a[y]) == Ordering::Less;
-    let greater = |x: usize, y: usize| cmp(&a[x], &a[y]) == Ordering::Greater;
-    if less(i, j) {
-        if less(j, k) {
-            j
-        } else if less(i, k) {
-            k
-        } else {
-            i
-        }
-    } else if greater(j, k) {
-        j
-    } else if less(i, k) {
-        i
-    } else {
-        k
-    }
-}
-
-/// Swaps `a[i..i + n]` with `a[j..j + n]`, element by element (the runs do not overlap).
-fn swap_runs<T>(a: &mut [T], i: usize, j: usize, n: usize) {
-    for k in 0..n {
-        a.swap(i + k, j + k);
-    }
 }
 
 /// A BY or GET pattern, read as Valkey's `lookupKeyByPattern` reads it. Valkey looks for `#`,

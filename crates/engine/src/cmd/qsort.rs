@@ -1,5 +1,6 @@
-//! The two sorts a geo search orders its matches with, reproduced so that matches at equal
-//! distances come out in the order Valkey gives them.
+//! The two sorts Valkey orders results with, reproduced so that ties come out in the order
+//! Valkey gives them: a geo search's matches at equal distances, and SORT ... BY ... LIMIT's
+//! elements with equal weights.
 //!
 //! Valkey sorts all matches with the C library's `qsort` (glibc: a top-down merge sort, hence
 //! stable) and, when COUNT keeps fewer than it found, only the first COUNT positions with its
