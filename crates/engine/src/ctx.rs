@@ -13,6 +13,7 @@ use crate::table::Table;
 use crate::types::hash::Hash;
 use crate::types::list::List;
 use crate::types::set::Set;
+use crate::types::stream::Stream;
 use crate::types::zset::ZSet;
 
 /// Engine settings a handler may read. The server fills it from its configuration.
@@ -65,6 +66,12 @@ pub struct EngineConfig {
     pub set_max_listpack_entries: usize,
     /// `set-max-listpack-value`: longest member of a compact set.
     pub set_max_listpack_value: usize,
+    /// `stream-node-max-bytes`: a stream node (listpack) grows to at most this size; 0 is
+    /// Valkey's 1 GiB cap.
+    pub stream_node_max_bytes: usize,
+    /// `stream-node-max-entries`: most entries (live and deleted) of a stream node; 0 is no
+    /// limit.
+    pub stream_node_max_entries: usize,
     /// `rdbcompression`: DUMP payloads (and so MIGRATE) LZF-compress long strings, as files do.
     pub rdb_compression: bool,
     /// `lazyfree-lazy-expire`: an expired key goes to the stream as UNLINK rather than DEL.
@@ -105,6 +112,8 @@ impl Default for EngineConfig {
             zset_max_listpack_value: 64,
             // Valkey 8's defaults (Redis 7.0 keeps 128 hash fields compact, Valkey 512).
             hash_max_listpack_entries: 512,
+            stream_node_max_bytes: 4096,
+            stream_node_max_entries: 100,
             hash_max_listpack_value: 64,
             set_max_intset_entries: 512,
             set_max_listpack_entries: 128,
@@ -381,6 +390,22 @@ impl<'t> KeyMut<'t> {
     pub fn set_mut(&mut self) -> Result<&mut Set, CommandError> {
         match self.entry_mut().object_mut() {
             Some(Object::Set(s)) => Ok(s),
+            _ => Err(CommandError::WrongType),
+        }
+    }
+
+    /// The stream value, or WRONGTYPE.
+    pub fn stream(&self) -> Result<&Stream, CommandError> {
+        match self.value() {
+            ValueRef::Obj(Object::Stream(s)) => Ok(s),
+            _ => Err(CommandError::WrongType),
+        }
+    }
+
+    /// The stream value for in-place changes, or WRONGTYPE.
+    pub fn stream_mut(&mut self) -> Result<&mut Stream, CommandError> {
+        match self.entry_mut().object_mut() {
+            Some(Object::Stream(s)) => Ok(s),
             _ => Err(CommandError::WrongType),
         }
     }

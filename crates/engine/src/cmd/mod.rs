@@ -34,6 +34,8 @@ pub mod scan;
 pub mod set;
 pub mod set_ops;
 pub mod sort;
+pub mod stream;
+pub mod stream_info;
 pub mod string;
 pub mod zset;
 pub mod zset_pop;
@@ -137,6 +139,8 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         set::COMMANDS,
         set_ops::COMMANDS,
         sort::COMMANDS,
+        stream::COMMANDS,
+        stream_info::COMMANDS,
     ]
     .into_iter()
     .flatten()
