@@ -236,3 +236,49 @@ fn streams_survive_a_reload_and_redis_cli_reads_them() {
     let out = hotkv_test_support::tools::redis_cli(s.port(), &["XRANGE", "t", "300", "+"]);
     assert!(out.starts_with("300-0\nbig\nvvvv"), "{out}");
 }
+
+fn blocked(c: &mut RawClient) -> i64 {
+    crate::info_num(&crate::info(c, "clients"), "blocked_clients")
+}
+
+fn wait_blocked(c: &mut RawClient, n: i64) {
+    assert!(
+        hotkv_test_support::wait_for(|| blocked(c) == n, std::time::Duration::from_secs(5)),
+        "blocked clients never reached {n}"
+    );
+}
+
+/// Readers waiting after different ids on one stream are each served when an entry beyond
+/// their id comes, whatever their place in line; `$` means the id that was last when it
+/// blocked; a stream replaced by another type wakes nobody.
+#[test]
+fn blocked_readers_are_served_each_after_its_own_id() {
+    let (s, mut c) = c();
+    c.cmd(&["XADD", "s", "5-0", "a", "1"]);
+    let (mut far, mut dollar) = (s.client(), s.client());
+    far.send(&["XREAD", "BLOCK", "0", "STREAMS", "s", "100-0"]);
+    wait_blocked(&mut c, 1);
+    dollar.send(&["XREAD", "COUNT", "10", "BLOCK", "0", "STREAMS", "s", "$"]);
+    wait_blocked(&mut c, 2);
+    // A transaction that adds and deletes leaves nothing to read.
+    c.cmd(&["MULTI"]);
+    c.cmd(&["XADD", "s", "6-0", "gone", "1"]);
+    c.cmd(&["DEL", "s"]);
+    c.cmd(&["LPUSH", "s", "x"]);
+    c.cmd(&["EXEC"]);
+    c.cmd(&["DEL", "s"]);
+    assert_eq!(blocked(&mut c), 2);
+    c.cmd(&["XADD", "s", "7-0", "b", "2"]);
+    let got = dollar.read_frame();
+    assert_eq!(got.items()[0].items()[0], Frame::bulk("s"));
+    assert_eq!(got.items()[0].items()[1].items()[0].items()[0], Frame::bulk("7-0"));
+    wait_blocked(&mut c, 1);
+    c.cmd(&["XADD", "s", "101-0", "c", "3"]);
+    let got = far.read_frame();
+    assert_eq!(got.items()[0].items()[1].items()[0].items()[0], Frame::bulk("101-0"));
+    // A timeout replies a null array; MULTI never blocks.
+    assert!(c.cmd(&["XREAD", "BLOCK", "20", "STREAMS", "s", "$"]).is_null());
+    c.cmd(&["MULTI"]);
+    c.cmd(&["XREAD", "BLOCK", "0", "STREAMS", "s", "$"]);
+    assert!(c.cmd(&["EXEC"]).items()[0].is_null());
+}

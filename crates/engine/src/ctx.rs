@@ -251,6 +251,14 @@ pub struct BlockRequest {
     pub keys: Vec<Vec<u8>>,
     /// Absolute unix time in milliseconds to give up at, `None` to wait forever.
     pub deadline_ms: Option<i64>,
+    /// The arguments to run the command with when it is served, when they differ from the
+    /// call's: XREAD's `$` becomes the id that was last when it blocked, or a client woken
+    /// later would wait again for entries that already came (Valkey rewrites the argument).
+    pub argv: Option<Vec<Vec<u8>>>,
+    /// Whether the waiters on a key each wait for something of their own (XREAD and
+    /// XREADGROUP after different ids): one that still finds nothing does not mean the next
+    /// one in line will, as it does for a list's pops.
+    pub independent: bool,
 }
 
 /// A command's execution context.
@@ -558,7 +566,13 @@ impl<'a> Ctx<'a> {
     /// Asks the dispatcher to block the client on `keys` until `deadline_ms` (None: forever).
     /// The handler must not write a reply after calling this.
     pub fn block_on(&mut self, keys: Vec<Vec<u8>>, deadline_ms: Option<i64>) {
-        self.block = Some(BlockRequest { keys, deadline_ms });
+        self.block = Some(BlockRequest { keys, deadline_ms, argv: None, independent: false });
+    }
+
+    /// [`Ctx::block_on`] for a command whose waiters are independent of each other, served
+    /// with `argv` in place of the call's arguments when given (see [`BlockRequest`]).
+    pub fn block_on_with(&mut self, keys: Vec<Vec<u8>>, deadline_ms: Option<i64>, argv: Option<Vec<Vec<u8>>>) {
+        self.block = Some(BlockRequest { keys, deadline_ms, argv, independent: true });
     }
 
     /// The locked table holding `key` in database `db`.

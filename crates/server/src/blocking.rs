@@ -175,6 +175,14 @@ impl Blocked {
         self.keys.lock().get(&(db, Box::from(key))).and_then(|q| q.front().cloned())
     }
 
+    /// Every waiter on `key` in `db`, in arrival order.
+    pub fn waiters(&self, db: usize, key: &[u8]) -> Vec<Arc<Waiter>> {
+        if self.count.load(Ordering::Relaxed) == 0 {
+            return Vec::new();
+        }
+        self.keys.lock().get(&(db, Box::from(key))).map(|q| q.iter().cloned().collect()).unwrap_or_default()
+    }
+
     /// Keys of `db` that have waiters (SWAPDB and FLUSHALL can make them ready).
     pub fn keys_in_db(&self, db: usize) -> Vec<Vec<u8>> {
         if self.count.load(Ordering::Relaxed) == 0 {

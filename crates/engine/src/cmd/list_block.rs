@@ -412,7 +412,12 @@ mod tests {
     }
 
     fn blocked(keys: &[&str], deadline_ms: Option<i64>) -> Option<BlockRequest> {
-        Some(BlockRequest { keys: keys.iter().map(|k| k.as_bytes().to_vec()).collect(), deadline_ms })
+        Some(BlockRequest {
+            keys: keys.iter().map(|k| k.as_bytes().to_vec()).collect(),
+            deadline_ms,
+            argv: None,
+            independent: false,
+        })
     }
 
     #[test]

@@ -36,6 +36,7 @@ pub mod set_ops;
 pub mod sort;
 pub mod stream;
 pub mod stream_info;
+pub mod stream_read;
 pub mod string;
 pub mod zset;
 pub mod zset_pop;
@@ -141,6 +142,7 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         sort::COMMANDS,
         stream::COMMANDS,
         stream_info::COMMANDS,
+        stream_read::COMMANDS,
     ]
     .into_iter()
     .flatten()
