@@ -282,3 +282,174 @@ fn blocked_readers_are_served_each_after_its_own_id() {
     c.cmd(&["XREAD", "BLOCK", "0", "STREAMS", "s", "$"]);
     assert!(c.cmd(&["EXEC"]).items()[0].is_null());
 }
+
+/// The whole of a stream as XINFO STREAM FULL shows it, without the times that differ
+/// between two servers by nature (consumers' seen/active times are copied by XCLAIM's TIME,
+/// but a consumer XREADGROUP creates on the primary is seen when the replica runs it).
+fn state(c: &mut RawClient, key: &str) -> Frame {
+    c.cmd(&["XINFO", "STREAM", key, "FULL", "COUNT", "0"])
+}
+
+fn strip_consumer_times(f: Frame) -> Frame {
+    match f {
+        Frame::Array(items) => {
+            let mut out = Vec::with_capacity(items.len());
+            let mut blank = false;
+            for item in items {
+                if blank {
+                    out.push(Frame::Integer(0));
+                    blank = false;
+                    continue;
+                }
+                blank = item == Frame::bulk("seen-time") || item == Frame::bulk("active-time");
+                out.push(strip_consumer_times(item));
+            }
+            Frame::Array(out)
+        }
+        other => other,
+    }
+}
+
+/// Where two replies first differ, readably.
+fn first_difference(a: &Frame, b: &Frame, path: String) -> Option<String> {
+    match (a, b) {
+        (Frame::Array(x), Frame::Array(y)) => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                let name = if i > 0 { x[i - 1].text_lossy() } else { String::new() };
+                if let Some(d) = first_difference(p, q, format!("{path}/{i}({name})")) {
+                    return Some(d);
+                }
+            }
+            (x.len() != y.len()).then(|| format!("{path}: {} vs {} items", x.len(), y.len()))
+        }
+        _ => (a != b).then(|| format!("{path}: {} vs {}", a.text_lossy(), b.text_lossy())),
+    }
+}
+
+#[test]
+fn consumer_groups_and_their_errors() {
+    let (_s, mut c) = c();
+    let e = |s: &str| Frame::error(s);
+    assert_eq!(
+        c.cmd(&["XGROUP", "CREATE", "s", "g", "$"]),
+        e(
+            "ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically."
+        )
+    );
+    assert_eq!(c.cmd(&["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"]), Frame::ok());
+    assert_eq!(c.cmd(&["XGROUP", "CREATE", "s", "g", "$"]), e("BUSYGROUP Consumer Group name already exists"));
+    assert_eq!(
+        c.cmd(&["XGROUP", "SETID", "s", "nog", "0"]),
+        e("NOGROUP No such consumer group 'nog' for key name 's'")
+    );
+    assert_eq!(
+        c.cmd(&["XREADGROUP", "GROUP", "nog", "c", "STREAMS", "s", ">"]),
+        e("NOGROUP No such key 's' or consumer group 'nog' in XREADGROUP with GROUP option")
+    );
+    assert!(
+        c.cmd(&["XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", "$"])
+            .error_text()
+            .unwrap()
+            .contains("The $ ID is meaningless")
+    );
+    for i in 1..=5 {
+        c.cmd(&["XADD", "s", &format!("{i}-0"), "f", &i.to_string()]);
+    }
+    let got = c.cmd(&["XREADGROUP", "GROUP", "g", "alice", "COUNT", "2", "STREAMS", "s", ">"]);
+    assert_eq!(got.items()[0].items()[1].items().len(), 2);
+    c.cmd(&["XREADGROUP", "GROUP", "g", "bob", "STREAMS", "s", ">"]);
+    let summary = c.cmd(&["XPENDING", "s", "g"]);
+    assert_eq!(summary.items()[0], Frame::Integer(5));
+    assert_eq!(summary.items()[1], Frame::bulk("1-0"));
+    assert_eq!(summary.items()[3].items()[1], Frame::Array(vec![Frame::bulk("bob"), Frame::bulk("3")]));
+    assert_eq!(c.cmd(&["XACK", "s", "g", "1-0", "9-9"]), Frame::Integer(1));
+    assert_eq!(c.cmd(&["XACK", "s", "g", "bad"]), e("ERR Invalid stream ID specified as stream command argument"));
+    let ext = c.cmd(&["XPENDING", "s", "g", "-", "+", "10", "bob"]);
+    assert_eq!(ext.items().len(), 3);
+    // Claims: the history of alice, then bob's entries taken over, one of them deleted.
+    assert_eq!(c.cmd(&["XDEL", "s", "4-0"]), Frame::Integer(1));
+    let auto = c.cmd(&["XAUTOCLAIM", "s", "g", "alice", "0", "0", "COUNT", "10"]);
+    assert_eq!(auto.items()[0], Frame::bulk("0-0"));
+    assert_eq!(auto.items()[1].items().len(), 3);
+    assert_eq!(auto.items()[2], Frame::Array(vec![Frame::bulk("4-0")]));
+    let claimed = c.cmd(&["XCLAIM", "s", "g", "bob", "0", "5-0", "JUSTID"]);
+    assert_eq!(claimed, Frame::Array(vec![Frame::bulk("5-0")]));
+    let hist = c.cmd(&["XREADGROUP", "GROUP", "g", "bob", "STREAMS", "s", "0"]);
+    assert_eq!(hist.items()[0].items()[1].items().len(), 1);
+    assert_eq!(c.cmd(&["XGROUP", "CREATECONSUMER", "s", "g", "carol"]), Frame::Integer(1));
+    assert_eq!(c.cmd(&["XGROUP", "DELCONSUMER", "s", "g", "bob"]), Frame::Integer(1));
+    let groups = c.cmd(&["XINFO", "GROUPS", "s"]);
+    assert_eq!(groups.items()[0].field("pending"), Some(Frame::Integer(2)));
+    assert_eq!(groups.items()[0].field("entries-read"), Some(Frame::Integer(5)));
+    assert_eq!(groups.items()[0].field("lag"), Some(Frame::Integer(0)));
+    let consumers = c.cmd(&["XINFO", "CONSUMERS", "s", "g"]);
+    assert_eq!(consumers.items().len(), 2);
+    assert_eq!(c.cmd(&["XAUTOCLAIM", "s", "g", "a", "0", "0", "COUNT", "0"]), e("ERR COUNT must be > 0"));
+    assert_eq!(c.cmd(&["XCLAIM", "s", "g", "a", "0", "1-0", "BOGUS"]), e("ERR Unrecognized XCLAIM option 'BOGUS'"));
+    // A DUMP with groups restores whole, and survives a round trip byte for byte.
+    let payload = dump(&mut c, "s");
+    assert_eq!(c.cmd(&[&b"RESTORE"[..], b"copy", b"0", &payload]), Frame::ok());
+    assert_eq!(dump(&mut c, "copy"), payload);
+    assert_eq!(state(&mut c, "copy"), state(&mut c, "s"));
+    assert_eq!(c.cmd(&["XGROUP", "DESTROY", "s", "g"]), Frame::Integer(1));
+}
+
+/// A blocked XREADGROUP gets NOGROUP when its group goes, and is served in line after XADD.
+#[test]
+fn blocked_group_readers() {
+    let (s, mut c) = c();
+    c.cmd(&["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"]);
+    let (mut a, mut b) = (s.client(), s.client());
+    a.send(&["XREADGROUP", "GROUP", "g", "a", "BLOCK", "0", "STREAMS", "s", ">"]);
+    wait_blocked(&mut c, 1);
+    b.send(&["XREADGROUP", "GROUP", "g", "b", "BLOCK", "0", "STREAMS", "s", ">"]);
+    wait_blocked(&mut c, 2);
+    c.cmd(&["XADD", "s", "1-0", "f", "v"]);
+    assert_eq!(a.read_frame().items()[0].items()[1].items()[0].items()[0], Frame::bulk("1-0"));
+    wait_blocked(&mut c, 1);
+    c.cmd(&["XGROUP", "DESTROY", "s", "g"]);
+    assert!(b.read_frame().error_text().unwrap().starts_with("NOGROUP"));
+}
+
+/// A replica applies XADD with generated ids, approximate trims, group reads, claims and
+/// acks through what the primary sends (XADD with its id, XCLAIM and XGROUP SETID), and ends
+/// up with the same streams, groups and pending entries.
+#[test]
+fn a_replica_follows_stream_and_group_traffic() {
+    let conf = [("save", "\"\""), ("appendonly", "no")];
+    let (primary, replica) = (crate::server_with(&conf), crate::server_with(&conf));
+    let mut p = primary.client();
+    p.cmd(&["XADD", "before", "*", "f", "v"]);
+    p.cmd(&["XGROUP", "CREATE", "before", "g", "0"]);
+    p.cmd(&["XREADGROUP", "GROUP", "g", "c", "STREAMS", "before", ">"]);
+    let mut r = replica.client();
+    assert_eq!(r.cmd(&["REPLICAOF", "127.0.0.1", &primary.port().to_string()]), Frame::ok());
+    p.cmd(&["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"]);
+    for i in 0..400 {
+        p.cmd(&["XADD", "s", "MAXLEN", "~", "150", "*", "n", &i.to_string()]);
+        if i % 7 == 0 {
+            p.cmd(&["XREADGROUP", "GROUP", "g", &format!("c{}", i % 3), "COUNT", "5", "STREAMS", "s", ">"]);
+        }
+        if i % 11 == 0 {
+            p.cmd(&["XREADGROUP", "GROUP", "g", "noack", "NOACK", "COUNT", "2", "STREAMS", "s", ">"]);
+        }
+    }
+    // Claims of entries still there (a claim of a trimmed one creates the claiming consumer
+    // on the primary alone, as in Valkey, which does not propagate that creation).
+    let first = p.cmd(&["XRANGE", "s", "-", "+", "COUNT", "1"]).items()[0].items()[0].text();
+    let pend = p.cmd(&["XPENDING", "s", "g", &first, "+", "5"]);
+    let first = pend.items()[0].items()[0].text();
+    p.cmd(&["XACK", "s", "g", &first]);
+    p.cmd(&["XCLAIM", "s", "g", "thief", "0", &pend.items()[1].items()[0].text()]);
+    let auto = p.cmd(&["XAUTOCLAIM", "s", "g", "auto", "0", &first, "COUNT", "3"]);
+    assert_eq!(auto.items()[1].items().len(), 3);
+    p.cmd(&["XTRIM", "s", "MINID", "~", "0"]);
+    assert_eq!(p.cmd(&["WAIT", "1", "10000"]).int(), 1);
+    for key in ["s", "before"] {
+        let (a, b) = (strip_consumer_times(state(&mut p, key)), strip_consumer_times(state(&mut r, key)));
+        if let Some(d) = first_difference(&a, &b, key.to_string()) {
+            panic!("{d}");
+        }
+    }
+    assert_eq!(p.cmd(&["XRANGE", "s", "-", "+"]), r.cmd(&["XRANGE", "s", "-", "+"]));
+}

@@ -654,6 +654,7 @@ fn run_engine(
         // Registered before the locks are released, so no write can slip in unnoticed.
         let argv = req.argv.unwrap_or_else(|| args.iter().map(<[u8]>::to_vec).collect());
         let (waiter, rx) = Waiter::new(sess.id, ctx.db, cmd.id, argv, plan.clone(), out.protocol(), req.keys);
+        waiter.independent.store(req.independent, std::sync::atomic::Ordering::Relaxed);
         if let Some(u) = &sess.acl_user {
             let _ = waiter.acl_user.set(u.clone());
         }
@@ -718,9 +719,15 @@ pub(crate) fn serve_blocked(b: &Batch<'_>, ctx: &mut Ctx<'_>, events: &CmdEvents
         // Waiters in arrival order, as they were when the key became ready; one already
         // served or gone by its turn cannot be claimed and is passed over.
         let waiters = b.srv.blocked.waiters(db, &key);
+        // Set when a pop found nothing: the pops behind it would find nothing either, but
+        // stream readers, which each wait for their own id, are still tried.
+        let mut pops_done = false;
         for w in waiters {
             if budget == 0 {
                 break;
+            }
+            if pops_done && !w.independent.load(std::sync::atomic::Ordering::Relaxed) {
+                continue;
             }
             budget -= 1;
             let Some(tx) = w.claim() else {
@@ -765,12 +772,11 @@ pub(crate) fn serve_blocked(b: &Batch<'_>, ctx: &mut Ctx<'_>, events: &CmdEvents
             ctx.block_mode = saved_mode;
             if let Some(req) = still_blocked {
                 w.unclaim(tx);
-                if req.independent {
-                    // XREAD after another id: the next in line may still find something.
-                    continue;
+                if !req.independent {
+                    // Nothing for the first pop in line means nothing for the pops after it.
+                    pops_done = true;
                 }
-                // Nothing for the first in line means nothing for anyone after it.
-                break;
+                continue;
             }
             if let Err(e) = &r {
                 reply.truncate(0);

@@ -84,7 +84,7 @@ pub(crate) fn no_group(group: &[u8], key: &[u8]) -> CommandError {
 }
 
 /// `streamRangeHasTombstones` from `start` to the end.
-fn has_tombstones_after(s: &Stream, start: StreamId) -> bool {
+pub(crate) fn has_tombstones_after(s: &Stream, start: StreamId) -> bool {
     if s.is_empty() || s.max_deleted.is_zero() || s.first_id > s.max_deleted {
         return false;
     }

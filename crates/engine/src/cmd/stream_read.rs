@@ -31,7 +31,41 @@ pub static COMMANDS: &[Spec] = &[CommandSpec::new(
     "Returns messages from multiple streams with IDs greater than the ones requested. Blocks until a message is available otherwise.",
     "",
     EngineCmd { run: xread, plan: LockPlan::Keys },
-)];
+)
+.with_getkeys(xread_keys)];
+
+/// XREAD's keys (Valkey's `xreadGetKeys`): the first half of the arguments after STREAMS,
+/// none when they do not pair up, so the handler can give its own error for that.
+fn xread_keys(args: &Args<'_>, found: &mut dyn FnMut(usize, u32)) {
+    stream_keys(args, kf::RO | kf::ACCESS, found);
+}
+
+/// The keys of XREAD or XREADGROUP, reported with `flags`.
+pub(crate) fn stream_keys(args: &Args<'_>, flags: u32, found: &mut dyn FnMut(usize, u32)) {
+    let argc = args.len();
+    let mut i = 1;
+    let mut streams = None;
+    while i < argc {
+        let a = args.get(i);
+        if a.eq_ignore_ascii_case(b"block") || a.eq_ignore_ascii_case(b"count") {
+            i += 1;
+        } else if a.eq_ignore_ascii_case(b"group") {
+            i += 2;
+        } else if a.eq_ignore_ascii_case(b"streams") {
+            streams = Some(i);
+            break;
+        }
+        i += 1;
+    }
+    let Some(at) = streams else { return };
+    let n = argc - at - 1;
+    if n == 0 || !n.is_multiple_of(2) {
+        return;
+    }
+    for k in at + 1..at + 1 + n / 2 {
+        found(k, flags);
+    }
+}
 
 /// XREAD/XREADGROUP options (everything before the keys and ids).
 pub(crate) struct ReadArgs<'a> {
