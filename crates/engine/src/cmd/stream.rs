@@ -105,6 +105,14 @@ pub static COMMANDS: &[Spec] = &[
     ),
 ];
 
+/// Sends a stream keyspace event and counts one change, without touching the key for WATCH or
+/// blocked readers: Valkey signals a modified key only for XADD, XDEL, XTRIM and a stream
+/// made by XGROUP CREATE MKSTREAM, never for XSETID or the consumer-group bookkeeping.
+pub(crate) fn quiet_change(ctx: &mut Ctx<'_>, key: &[u8], event: &str) {
+    ctx.events.notify('t', event, key, ctx.db);
+    ctx.stats.dirty += 1;
+}
+
 /// `Invalid stream ID specified as stream command argument`.
 pub(crate) fn invalid_id() -> CommandError {
     CommandError::err("Invalid stream ID specified as stream command argument")
@@ -293,19 +301,27 @@ fn parse_add_or_trim(ctx: &Ctx<'_>, args: &Args<'_>, xadd: bool) -> Result<AddAr
     Ok(AddArgs { trim: t, nomkstream, id, id_idx: i })
 }
 
-/// Trims after XADD or for XTRIM; when approximate, rewrites the call for the write stream as
-/// `= <outcome>` so replicas and the AOF trim to the same place (`streamRewriteTrimArgument`).
-fn trim_and_rewrite(s: &mut Stream, t: &TrimArgs, argv: &mut [Vec<u8>]) -> u64 {
-    let Some(trim) = t.trim else { return 0 };
+/// Trims after XADD or for XTRIM: how many entries went and, when the trim was approximate,
+/// the exact value to send to the write stream in place of `~ <arg>` (`= <outcome>`), so
+/// replicas and the AOF trim to the same place (`streamRewriteTrimArgument`).
+fn trim_exact(s: &mut Stream, t: &TrimArgs) -> (u64, Option<Vec<u8>>) {
+    let Some(trim) = t.trim else { return (0, None) };
     let removed = s.trim(trim, t.approx, t.limit);
-    if t.approx {
+    let exact = t.approx.then(|| match trim {
+        Trim::MaxLen(_) => s.len().to_string().into_bytes(),
+        Trim::MinId(_) => s.edge_id(true).unwrap_or_default().to_bytes(),
+    });
+    (removed, exact)
+}
+
+/// The call's arguments with an approximate trim made exact (see [`trim_exact`]).
+fn rewritten(args: &Args<'_>, t: &TrimArgs, exact: Option<Vec<u8>>) -> Vec<Vec<u8>> {
+    let mut argv: Vec<Vec<u8>> = args.iter().map(<[u8]>::to_vec).collect();
+    if let Some(v) = exact {
         argv[t.arg_idx - 1] = b"=".to_vec();
-        argv[t.arg_idx] = match trim {
-            Trim::MaxLen(_) => s.len().to_string().into_bytes(),
-            Trim::MinId(_) => s.edge_id(true).unwrap_or_default().to_bytes(),
-        };
+        argv[t.arg_idx] = v;
     }
-    removed
+    argv
 }
 
 /// The id XADD gives the new entry (`streamAppendItem`'s rules), or its error.
@@ -351,13 +367,11 @@ fn xadd(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let (node_bytes, node_entries) = (ctx.cfg.stream_node_max_bytes, ctx.cfg.stream_node_max_entries);
     let now = ctx.now_ms;
     let before = ctx.stats.dirty;
-    let mut argv: Vec<Vec<u8>> = args.iter().map(<[u8]>::to_vec).collect();
-    let (id, trimmed) = match ctx.write(key)? {
+    let (id, (trimmed, exact)) = match ctx.write(key)? {
         Some(mut k) => {
             let s = k.stream_mut()?;
             let id = add_to(s, &a, now, total, &pairs, node_bytes, node_entries)?;
-            let trimmed = trim_and_rewrite(s, &a.trim, &mut argv);
-            (id, trimmed)
+            (id, trim_exact(s, &a.trim))
         }
         None if a.nomkstream => {
             out.null();
@@ -366,7 +380,7 @@ fn xadd(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         None => {
             let mut s = Stream::new();
             let id = add_to(&mut s, &a, now, total, &pairs, node_bytes, node_entries)?;
-            let trimmed = trim_and_rewrite(&mut s, &a.trim, &mut argv);
+            let trimmed = trim_exact(&mut s, &a.trim);
             ctx.set(key, NewValue::Object(Object::Stream(Box::new(s))), Ttl::Clear)?;
             (id, trimmed)
         }
@@ -378,7 +392,9 @@ fn xadd(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         ctx.events.notify('t', "xtrim", key, ctx.db);
     }
     ctx.stats.dirty = before + 1;
-    if a.id.is_none_or(|(_, seq_given)| !seq_given) || a.trim.approx {
+    // A generated id, or an approximate trim, would not replay to the same stream.
+    if ctx.propagating() && (a.id.is_none_or(|(_, seq_given)| !seq_given) || exact.is_some()) {
+        let mut argv = rewritten(&args, &a.trim, exact);
         argv[a.id_idx] = id_text;
         ctx.propagate_as(&argv);
     }
@@ -492,19 +508,19 @@ fn xdel(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
 fn xtrim(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let a = parse_add_or_trim(ctx, &args, false)?;
     let key = args.get(1);
-    let mut argv: Vec<Vec<u8>> = args.iter().map(<[u8]>::to_vec).collect();
     let Some(mut k) = ctx.write(key)? else {
         out.int(0);
         return Ok(());
     };
     let s = k.stream_mut()?;
-    let removed = trim_and_rewrite(s, &a.trim, &mut argv);
+    let (removed, exact) = trim_exact(s, &a.trim);
     out.int(removed as i64);
     if removed > 0 {
         let before = ctx.stats.dirty;
         ctx.changed(key, 't', "xtrim", false);
         ctx.stats.dirty = before + removed;
-        if a.trim.approx {
+        if exact.is_some() && ctx.propagating() {
+            let argv = rewritten(&args, &a.trim, exact);
             ctx.propagate_as(&argv);
         }
     }
@@ -562,7 +578,7 @@ fn xsetid(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         s.max_deleted = max_xdel;
     }
     out.ok();
-    ctx.changed(key, 't', "xsetid", false);
+    quiet_change(ctx, key, "xsetid");
     Ok(())
 }
 

@@ -9,7 +9,7 @@
 
 use hotkv_protocol::{Args, ReplyBuf};
 
-use super::stream::{invalid_id, parse_id, parse_interval_id, parse_strict_id, reply_entry};
+use super::stream::{invalid_id, parse_id, parse_interval_id, parse_strict_id, quiet_change, reply_entry};
 use super::stream_info::{has_tombstones_after, no_group};
 use super::stream_read::{OwnedEntry, borrow, owned, parse_read_args, reply_nothing};
 use super::{EngineCmd, LockPlan, Spec, int_arg};
@@ -258,7 +258,7 @@ fn xgroup_create(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdRe
     }
     s.groups.insert(group.to_vec(), Group::new(id, entries_read));
     out.ok();
-    ctx.changed(key, 't', "xgroup-create", false);
+    quiet_change(ctx, key, "xgroup-create");
     ctx.stats.dirty = before + 1 + u64::from(!exists);
     Ok(())
 }
@@ -286,7 +286,7 @@ fn xgroup_setid(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdRes
     g.last_id = id;
     g.entries_read = entries_read;
     out.ok();
-    ctx.changed(key, 't', "xgroup-setid", false);
+    quiet_change(ctx, key, "xgroup-setid");
     Ok(())
 }
 
@@ -312,7 +312,7 @@ fn xgroup_createconsumer(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) 
     let created = g.consumer_or_create(name, now).1;
     out.int(i64::from(created));
     if created {
-        ctx.changed(key, 't', "xgroup-createconsumer", false);
+        quiet_change(ctx, key, "xgroup-createconsumer");
     }
     Ok(())
 }
@@ -324,7 +324,7 @@ fn xgroup_delconsumer(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> 
     match g.delete_consumer(name) {
         Some(pending) => {
             out.int(pending as i64);
-            ctx.changed(key, 't', "xgroup-delconsumer", false);
+            quiet_change(ctx, key, "xgroup-delconsumer");
         }
         None => out.int(0),
     }
@@ -441,13 +441,8 @@ fn xreadgroup(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResul
             served.push((key, p));
         }
     }
-    if dirty > 0 {
-        for j in 0..r.n {
-            let key = args.get(r.first_key + j);
-            ctx.modified(key);
-        }
-        ctx.stats.dirty = before + dirty;
-    }
+    // Counted, but no key is touched: Valkey's XREADGROUP signals no modified key.
+    ctx.stats.dirty = before + dirty;
     if !served.is_empty() {
         reply_groups(out, &served);
         return Ok(());
@@ -627,11 +622,7 @@ fn xack(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     let g = k.stream_mut()?.groups.get_mut(group).expect("checked above");
     let acked = ids.into_iter().filter(|&id| g.ack(id)).count();
     out.int(acked as i64);
-    if acked > 0 {
-        let before = ctx.stats.dirty;
-        ctx.modified(key);
-        ctx.stats.dirty = before + acked as u64;
-    }
+    ctx.stats.dirty += acked as u64;
     Ok(())
 }
 
@@ -879,11 +870,7 @@ fn xclaim(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
     for p in &props {
         also_propagate(ctx, p);
     }
-    if dirty > 0 {
-        let before = ctx.stats.dirty;
-        ctx.modified(key);
-        ctx.stats.dirty = before + dirty;
-    }
+    ctx.stats.dirty += dirty;
     Ok(())
 }
 
@@ -987,11 +974,7 @@ fn xautoclaim(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResul
     for p in &props {
         also_propagate(ctx, p);
     }
-    if dirty > 0 {
-        let before = ctx.stats.dirty;
-        ctx.modified(key);
-        ctx.stats.dirty = before + dirty;
-    }
+    ctx.stats.dirty += dirty;
     Ok(())
 }
 
