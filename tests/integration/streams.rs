@@ -161,6 +161,7 @@ fn redis_payloads_restore_here_with_the_same_nodes() {
     for field in [
         "length",
         "radix-tree-keys",
+        "radix-tree-nodes",
         "last-generated-id",
         "max-deleted-entry-id",
         "entries-added",

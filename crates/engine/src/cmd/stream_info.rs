@@ -149,7 +149,8 @@ fn xinfo_stream(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdRes
     out.bulk(b"radix-tree-keys");
     out.int(s.node_count() as i64);
     out.bulk(b"radix-tree-nodes");
-    out.int(rax_nodes(s.node_count()) as i64);
+    let keys: Vec<[u8; 16]> = s.nodes().map(|(id, _)| id.to_be_bytes()).collect();
+    out.int(rax_nodes(&keys) as i64);
     for (name, id) in [("last-generated-id", s.last_id), ("max-deleted-entry-id", s.max_deleted)] {
         out.bulk(name.as_bytes());
         out.bulk(id.to_string().as_bytes());
@@ -224,10 +225,31 @@ fn xinfo_stream(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdRes
     Ok(())
 }
 
-/// An estimate of the radix tree nodes Valkey would have for `keys` 16-byte keys: the head,
-/// plus a compressed node and a leaf per key sharing a prefix with its neighbours.
-fn rax_nodes(keys: usize) -> usize {
-    if keys == 0 { 1 } else { 2 * keys }
+/// The nodes of the radix tree Valkey would hold for these node keys (16-byte big-endian
+/// master ids), as insertions build it: a compressed node for each run of bytes the keys
+/// share, a branching node where they part, a leaf per key, and the head. Deletions can leave
+/// Valkey's tree less compact than this, so after trims it is what a fresh load would show.
+fn rax_nodes(keys: &[[u8; 16]]) -> usize {
+    fn count(keys: &[[u8; 16]], d: usize) -> usize {
+        if d == 16 {
+            return 1;
+        }
+        let (first, last) = (&keys[0], &keys[keys.len() - 1]);
+        let shared = (d..16).take_while(|&i| first[i] == last[i]).count();
+        if shared > 0 {
+            return 1 + count(keys, d + shared);
+        }
+        let mut n = 1;
+        let mut start = 0;
+        while start < keys.len() {
+            let b = keys[start][d];
+            let end = start + keys[start..].iter().take_while(|k| k[d] == b).count();
+            n += count(&keys[start..end], d + 1);
+            start = end;
+        }
+        n
+    }
+    if keys.is_empty() { 1 } else { count(keys, 0) }
 }
 
 fn xinfo_groups(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
@@ -288,4 +310,23 @@ fn xinfo_help(_: &mut Ctx<'_>, _: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         ],
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rax_nodes;
+    use crate::types::stream::StreamId;
+
+    /// Counts redis-server 7.0 reported for nodes made one entry each.
+    #[test]
+    fn radix_tree_nodes_as_valkey_counts_them() {
+        let ids = [(1, 1), (2, 1), (3, 1), (300, 1), (70000, 1), (70000, 2)];
+        let want = [2, 6, 8, 11, 14, 16];
+        let mut keys = Vec::new();
+        for (&(ms, seq), want) in ids.iter().zip(want) {
+            keys.push(StreamId::new(ms, seq).to_be_bytes());
+            assert_eq!(rax_nodes(&keys), want, "{ms}-{seq}");
+        }
+        assert_eq!(rax_nodes(&[]), 1);
+    }
 }
