@@ -426,6 +426,13 @@ fn a_replica_follows_stream_and_group_traffic() {
     let mut r = replica.client();
     assert_eq!(r.cmd(&["REPLICAOF", "127.0.0.1", &primary.port().to_string()]), Frame::ok());
     p.cmd(&["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"]);
+    // A reader blocked on the primary is served by an XADD: its delivery reaches the replica
+    // inside the writer's call.
+    let mut blocked = primary.client();
+    blocked.send(&["XREADGROUP", "GROUP", "g", "waiter", "BLOCK", "0", "STREAMS", "s", ">"]);
+    wait_blocked(&mut p, 1);
+    p.cmd(&["XADD", "s", "*", "n", "first"]);
+    assert_eq!(blocked.read_frame().items()[0].items()[1].items().len(), 1);
     for i in 0..400 {
         p.cmd(&["XADD", "s", "MAXLEN", "~", "150", "*", "n", &i.to_string()]);
         if i % 7 == 0 {
