@@ -152,6 +152,10 @@ pub trait Events: Sync {
     fn key_replaced(&self, db: usize, key: &[u8], _before: KeyState, _after: KeyState) {
         self.key_touched(db, key)
     }
+    /// Clients blocked on `key` in `db` should look again, but the key's value is not
+    /// modified for WATCH (Valkey's `signalKeyAsReady` without `signalModifiedKey`: XGROUP
+    /// DESTROY, whose blocked XREADGROUP callers must fail NOGROUP).
+    fn key_ready(&self, _db: usize, _key: &[u8]) {}
     /// A keyspace notification (`notify-keyspace-events`): `class` is the event class
     /// letter (`g` generic, `$` string, `x` expired, `e` evicted, ...).
     fn notify(&self, _class: char, _event: &str, _key: &[u8], _db: usize) {}

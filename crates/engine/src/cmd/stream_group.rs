@@ -299,8 +299,9 @@ fn xgroup_destroy(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdR
         return Ok(());
     }
     out.int(1);
-    // Touching the key also wakes its blocked XREADGROUP callers, which then fail NOGROUP.
-    ctx.changed(key, 't', "xgroup-destroy", false);
+    quiet_change(ctx, key, "xgroup-destroy");
+    // Its blocked XREADGROUP callers run again and fail NOGROUP; a WATCH is not touched.
+    ctx.events.key_ready(ctx.db, key);
     Ok(())
 }
 
