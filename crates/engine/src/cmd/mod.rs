@@ -35,6 +35,7 @@ pub mod set;
 pub mod set_ops;
 pub mod sort;
 pub mod stream;
+pub mod stream_claim;
 pub mod stream_group;
 pub mod stream_info;
 pub mod stream_read;
@@ -143,6 +144,7 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         sort::COMMANDS,
         stream::COMMANDS,
         stream_group::COMMANDS,
+        stream_claim::COMMANDS,
         stream_info::COMMANDS,
         stream_read::COMMANDS,
     ]
