@@ -182,6 +182,10 @@ fn hotkv_file() -> Vec<u8> {
         &["SADD", "si", "1", "2"],
         &["SADD", "ss", "a", "b"],
         &["ZADD", "z", "1", "a", "2", "b"],
+        &["XADD", "x", "1-1", "f", "v", "g", "w"],
+        &["XADD", "x", "2-0", "other", "1"],
+        &["XGROUP", "CREATE", "x", "grp", "0"],
+        &["XREADGROUP", "GROUP", "grp", "c", "COUNT", "1", "STREAMS", "x", ">"],
         &["PEXPIRE", "s", "100000"],
     ] {
         t.run(argv);

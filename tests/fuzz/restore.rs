@@ -42,6 +42,13 @@ fn walk(t: &mut TestKit) {
             &["ZRANK", "k", "a"],
             &["ZADD", "k", "1", "new"],
         ],
+        "+stream\r\n" => &[
+            &["XRANGE", "k", "-", "+"],
+            &["XREVRANGE", "k", "+", "-", "COUNT", "3"],
+            &["XINFO", "STREAM", "k", "FULL"],
+            &["XDEL", "k", "5-1"],
+            &["XADD", "k", "*", "f", "v"],
+        ],
         other => panic!("RESTORE made a key of type {other:?}"),
     };
     for cmd in reads {

@@ -61,6 +61,7 @@ mod resp3;
 mod scan;
 mod scripting;
 mod sort;
+mod streams;
 mod strings;
 mod tls;
 mod tracking;

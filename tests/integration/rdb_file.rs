@@ -145,6 +145,9 @@ pub(crate) fn engine_dataset(ks: &Keyspace) -> Dataset {
                     ValueRef::Obj(Object::ZSet(z)) => {
                         ("zset", z.iter().into_iter().flat_map(|(m, s)| [m.to_vec(), score(s)]).collect())
                     }
+                    ValueRef::Obj(Object::Stream(_)) => {
+                        ("stream", vec![hotkv_engine::rdb::dump_value(e.value(), hotkv_engine::rdb::Strings::Plain)])
+                    }
                 };
                 all.insert((db, e.key().to_vec()), Contents { ty, items, expire_ms: e.expire() });
             }

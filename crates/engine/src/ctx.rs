@@ -13,6 +13,7 @@ use crate::table::Table;
 use crate::types::hash::Hash;
 use crate::types::list::List;
 use crate::types::set::Set;
+use crate::types::stream::Stream;
 use crate::types::zset::ZSet;
 
 /// Engine settings a handler may read. The server fills it from its configuration.
@@ -65,6 +66,12 @@ pub struct EngineConfig {
     pub set_max_listpack_entries: usize,
     /// `set-max-listpack-value`: longest member of a compact set.
     pub set_max_listpack_value: usize,
+    /// `stream-node-max-bytes`: a stream node (listpack) grows to at most this size; 0 is
+    /// Valkey's 1 GiB cap.
+    pub stream_node_max_bytes: usize,
+    /// `stream-node-max-entries`: most entries (live and deleted) of a stream node; 0 is no
+    /// limit.
+    pub stream_node_max_entries: usize,
     /// `rdbcompression`: DUMP payloads (and so MIGRATE) LZF-compress long strings, as files do.
     pub rdb_compression: bool,
     /// `lazyfree-lazy-expire`: an expired key goes to the stream as UNLINK rather than DEL.
@@ -105,6 +112,8 @@ impl Default for EngineConfig {
             zset_max_listpack_value: 64,
             // Valkey 8's defaults (Redis 7.0 keeps 128 hash fields compact, Valkey 512).
             hash_max_listpack_entries: 512,
+            stream_node_max_bytes: 4096,
+            stream_node_max_entries: 100,
             hash_max_listpack_value: 64,
             set_max_intset_entries: 512,
             set_max_listpack_entries: 128,
@@ -143,6 +152,10 @@ pub trait Events: Sync {
     fn key_replaced(&self, db: usize, key: &[u8], _before: KeyState, _after: KeyState) {
         self.key_touched(db, key)
     }
+    /// Clients blocked on `key` in `db` should look again, but the key's value is not
+    /// modified for WATCH (Valkey's `signalKeyAsReady` without `signalModifiedKey`: XGROUP
+    /// DESTROY, whose blocked XREADGROUP callers must fail NOGROUP).
+    fn key_ready(&self, _db: usize, _key: &[u8]) {}
     /// A keyspace notification (`notify-keyspace-events`): `class` is the event class
     /// letter (`g` generic, `$` string, `x` expired, `e` evicted, ...).
     fn notify(&self, _class: char, _event: &str, _key: &[u8], _db: usize) {}
@@ -246,6 +259,14 @@ pub struct BlockRequest {
     pub keys: Vec<Vec<u8>>,
     /// Absolute unix time in milliseconds to give up at, `None` to wait forever.
     pub deadline_ms: Option<i64>,
+    /// The arguments to run the command with when it is served, when they differ from the
+    /// call's: XREAD's `$` becomes the id that was last when it blocked, or a client woken
+    /// later would wait again for entries that already came (Valkey rewrites the argument).
+    pub argv: Option<Vec<Vec<u8>>>,
+    /// Whether the waiters on a key each wait for something of their own (XREAD and
+    /// XREADGROUP after different ids): one that still finds nothing does not mean the next
+    /// one in line will, as it does for a list's pops.
+    pub independent: bool,
 }
 
 /// A command's execution context.
@@ -385,6 +406,22 @@ impl<'t> KeyMut<'t> {
     pub fn set_mut(&mut self) -> Result<&mut Set, CommandError> {
         match self.entry_mut().object_mut() {
             Some(Object::Set(s)) => Ok(s),
+            _ => Err(CommandError::WrongType),
+        }
+    }
+
+    /// The stream value, or WRONGTYPE.
+    pub fn stream(&self) -> Result<&Stream, CommandError> {
+        match self.value() {
+            ValueRef::Obj(Object::Stream(s)) => Ok(s),
+            _ => Err(CommandError::WrongType),
+        }
+    }
+
+    /// The stream value for in-place changes, or WRONGTYPE.
+    pub fn stream_mut(&mut self) -> Result<&mut Stream, CommandError> {
+        match self.entry_mut().object_mut() {
+            Some(Object::Stream(s)) => Ok(s),
             _ => Err(CommandError::WrongType),
         }
     }
@@ -537,7 +574,13 @@ impl<'a> Ctx<'a> {
     /// Asks the dispatcher to block the client on `keys` until `deadline_ms` (None: forever).
     /// The handler must not write a reply after calling this.
     pub fn block_on(&mut self, keys: Vec<Vec<u8>>, deadline_ms: Option<i64>) {
-        self.block = Some(BlockRequest { keys, deadline_ms });
+        self.block = Some(BlockRequest { keys, deadline_ms, argv: None, independent: false });
+    }
+
+    /// [`Ctx::block_on`] for a command whose waiters are independent of each other, served
+    /// with `argv` in place of the call's arguments when given (see [`BlockRequest`]).
+    pub fn block_on_with(&mut self, keys: Vec<Vec<u8>>, deadline_ms: Option<i64>, argv: Option<Vec<Vec<u8>>>) {
+        self.block = Some(BlockRequest { keys, deadline_ms, argv, independent: true });
     }
 
     /// The locked table holding `key` in database `db`.

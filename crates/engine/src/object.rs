@@ -4,6 +4,7 @@ use crate::ctx::EngineConfig;
 use crate::types::hash::{Hash, HashLimits};
 use crate::types::list::List;
 use crate::types::set::{Set, SetLimits};
+use crate::types::stream::Stream;
 use crate::types::zset::ZSet;
 
 /// A boxed value. Strings normally live inline in the entry; they become an object when they
@@ -21,6 +22,8 @@ pub enum Object {
     Hash(Hash),
     /// A set (`types::set`).
     Set(Set),
+    /// A stream (`types::stream`), boxed: it is larger than the other variants.
+    Stream(Box<Stream>),
 }
 
 impl Object {
@@ -32,6 +35,7 @@ impl Object {
             Object::ZSet(_) => "zset",
             Object::Hash(_) => "hash",
             Object::Set(_) => "set",
+            Object::Stream(_) => "stream",
         }
     }
 
@@ -40,7 +44,7 @@ impl Object {
     /// built to the limits already when decoded.
     pub fn conform(&mut self, cfg: &EngineConfig) {
         match self {
-            Object::Str(_) | Object::List(_) | Object::ZSet(_) => {}
+            Object::Str(_) | Object::List(_) | Object::ZSet(_) | Object::Stream(_) => {}
             Object::Hash(h) => h.conform(HashLimits::from(cfg)),
             Object::Set(s) => s.conform(SetLimits::from(cfg)),
         }
@@ -51,7 +55,7 @@ impl Object {
     /// names every variant so that a new type fails to compile until it answers here.
     pub fn set_members(&self) -> Option<Vec<Vec<u8>>> {
         match self {
-            Object::Str(_) | Object::List(_) | Object::ZSet(_) | Object::Hash(_) => None,
+            Object::Str(_) | Object::List(_) | Object::ZSet(_) | Object::Hash(_) | Object::Stream(_) => None,
             Object::Set(s) => Some(s.iter().map(|m| m.with_bytes(<[u8]>::to_vec)).collect()),
         }
     }
@@ -65,6 +69,7 @@ impl Object {
             Object::ZSet(z) => z.heap_size(),
             Object::Hash(h) => h.heap_bytes(),
             Object::Set(s) => s.heap_bytes(),
+            Object::Stream(s) => s.heap_size(),
         }
     }
 }

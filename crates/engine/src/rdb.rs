@@ -5,7 +5,7 @@
 //! `[type][object][rdb version: u16 LE][CRC-64/Jones: u64 LE]`. hotkv writes version 10
 //! with encodings Redis 7.0 knows, which Redis 7.0+, Valkey 8 and 9 all load; it reads
 //! versions 0–11 and 80–81, every string encoding (raw, integer, LZF) and every object
-//! encoding Redis 7 and Valkey 8 load except streams: plain (types 0–5), intset (11),
+//! encoding Redis 7 and Valkey 8 load: streams (15, 19, 21; `rdb/stream.rs`), plain (types 0–5), intset (11),
 //! listpacks (16, 17, 18, 20), and the older ziplists and zipmap (9, 10, 12, 13, 14, read by
 //! `rdb/legacy.rs`).
 //!
@@ -20,6 +20,7 @@ mod legacy;
 mod load;
 mod lzf;
 mod reader;
+pub mod stream;
 mod writer;
 
 pub use load::{LoadStats, Loader, load};
@@ -74,8 +75,7 @@ pub const TYPE_ZSET_ZIPLIST: u8 = 12;
 pub const TYPE_HASH_ZIPLIST: u8 = 13;
 /// A list as quicklist nodes, each a ziplist blob (read only; Redis 3.2 to 6.2).
 pub const TYPE_LIST_QUICKLIST: u8 = 14;
-/// Stream encodings (Redis 5, 7.0, 7.2+): hotkv has no stream type, so these are refused
-/// as Valkey refuses a type it does not know, with `Bad data format`.
+/// Stream encodings (Redis 5, 7.0, 7.2+), all read; 21 is written (`rdb/stream.rs`).
 pub const TYPE_STREAMS: [u8; 3] = [15, 19, 21];
 /// RDB type of a hash as a listpack blob.
 pub const TYPE_HASH_LISTPACK: u8 = 16;
@@ -166,9 +166,6 @@ impl fmt::Display for RdbError {
             RdbError::UnsupportedVersion(v) => write!(f, "can't handle RDB format version {v}"),
             RdbError::Checksum { stored, computed } => {
                 write!(f, "wrong RDB checksum: expected {stored:016x}, got {computed:016x}")
-            }
-            RdbError::UnsupportedType(t @ (15 | 19 | 21)) => {
-                write!(f, "stream values are not supported (RDB type {t})")
             }
             RdbError::UnsupportedType(t @ (6 | 7)) => write!(f, "module values are not supported (RDB type {t})"),
             RdbError::UnsupportedType(t) => write!(f, "unknown or unsupported RDB type or opcode {t}"),
@@ -281,6 +278,7 @@ pub fn dump_value(value: ValueRef<'_>, c: Strings) -> Vec<u8> {
         ValueRef::Obj(Object::ZSet(z)) => z.len() * 24 + 16,
         ValueRef::Obj(Object::Hash(h)) => h.len() * 16 + 16,
         ValueRef::Obj(Object::Set(s)) => s.len() * 8 + 16,
+        ValueRef::Obj(Object::Stream(s)) => s.nodes().map(|(_, n)| n.bytes() + 24).sum::<usize>() + 64,
     };
     let mut out = Vec::with_capacity(hint);
     encode_value_with(&mut out, None, value, c);
@@ -348,6 +346,7 @@ pub fn encode_value_with(out: &mut Vec<u8>, key: Option<&[u8]>, value: ValueRef<
         ValueRef::Obj(Object::ZSet(z)) => encode_zset(out, key, z, c),
         ValueRef::Obj(Object::Hash(h)) => encode_hash(out, key, h, c),
         ValueRef::Obj(Object::Set(s)) => encode_set(out, key, s, c),
+        ValueRef::Obj(Object::Stream(s)) => stream::encode_stream(out, key, s, c),
     }
 }
 
@@ -634,7 +633,8 @@ pub fn read_object(r: &mut Reader<'_>, ty: u8) -> Result<Loaded, RdbError> {
         TYPE_ZSET_ZIPLIST => Loaded::ZSet(read_zset(r, ty)?),
         TYPE_HASH_ZIPLIST => Loaded::Object(Object::Hash(read_hash_ziplist(&r.string()?)?)),
         TYPE_HASH_ZIPMAP => Loaded::Object(Object::Hash(read_hash_zipmap(&r.string()?)?)),
-        // Streams, modules (6, 7) and types from the future: Valkey's reply for all of them.
+        15 | 19 | 21 => Loaded::Object(Object::Stream(Box::new(stream::read_stream(r, ty)?))),
+        // Modules (6, 7) and types from the future: Valkey's reply for all of them.
         _ => return Err(RdbError::BadFormat),
     })
 }
@@ -1337,6 +1337,7 @@ mod legacy_tests {
     #[test]
     fn streams_modules_and_unknown_types_are_bad_data_format() {
         for ty in TYPE_STREAMS.into_iter().chain([6, 7, 22, 200]) {
+            // A stream cut short is as bad as a type this server does not know.
             assert_eq!(restore(&finish(vec![ty, 0, 0, 0]), u64::MAX), Err(RdbError::BadFormat), "type {ty}");
         }
     }

@@ -51,6 +51,9 @@ pub struct Waiter {
     pub proto: Protocol,
     /// The keys it waits on.
     pub keys: Vec<Vec<u8>>,
+    /// It waits for something of its own (XREAD after its id), so whether it can be served
+    /// says nothing about the waiters behind it (see `hotkv_engine::BlockRequest`).
+    pub independent: std::sync::atomic::AtomicBool,
     /// Its client's ACL user: whoever serves it checks the call again first, since the rules
     /// may have changed while it waited (Valkey reprocesses an unblocked command).
     pub acl_user: std::sync::OnceLock<Arc<crate::acl::UserCell>>,
@@ -78,6 +81,7 @@ impl Waiter {
                 plan,
                 proto,
                 keys,
+                independent: std::sync::atomic::AtomicBool::new(false),
                 acl_user: std::sync::OnceLock::new(),
                 tx: Mutex::new(Some(tx)),
             }),
@@ -175,6 +179,14 @@ impl Blocked {
         self.keys.lock().get(&(db, Box::from(key))).and_then(|q| q.front().cloned())
     }
 
+    /// Every waiter on `key` in `db`, in arrival order.
+    pub fn waiters(&self, db: usize, key: &[u8]) -> Vec<Arc<Waiter>> {
+        if self.count.load(Ordering::Relaxed) == 0 {
+            return Vec::new();
+        }
+        self.keys.lock().get(&(db, Box::from(key))).map(|q| q.iter().cloned().collect()).unwrap_or_default()
+    }
+
     /// Keys of `db` that have waiters (SWAPDB and FLUSHALL can make them ready).
     pub fn keys_in_db(&self, db: usize) -> Vec<Vec<u8>> {
         if self.count.load(Ordering::Relaxed) == 0 {
@@ -211,6 +223,15 @@ impl Blocked {
     /// Blocked clients (INFO `blocked_clients`).
     pub fn clients(&self) -> usize {
         self.count.load(Ordering::Relaxed)
+    }
+
+    /// Keys with a waiter that a deleted key also wakes (XREADGROUP, which then fails
+    /// NOGROUP): INFO `total_blocking_keys_on_nokey`.
+    pub fn keys_on_nokey(&self, is_nokey: impl Fn(usize) -> bool) -> usize {
+        if self.clients() == 0 {
+            return 0;
+        }
+        self.keys.lock().values().filter(|q| q.iter().any(|w| is_nokey(w.cmd))).count()
     }
 
     /// Keys with waiters (INFO `total_blocking_keys`).

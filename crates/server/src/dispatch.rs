@@ -687,8 +687,9 @@ fn run_engine(
         && r.is_ok()
     {
         // Registered before the locks are released, so no write can slip in unnoticed.
-        let argv = args.iter().map(<[u8]>::to_vec).collect();
+        let argv = req.argv.unwrap_or_else(|| args.iter().map(<[u8]>::to_vec).collect());
         let (waiter, rx) = Waiter::new(sess.id, ctx.db, cmd.id, argv, plan.clone(), out.protocol(), req.keys);
+        waiter.independent.store(req.independent, std::sync::atomic::Ordering::Relaxed);
         if let Some(u) = &sess.acl_user {
             let _ = waiter.acl_user.set(u.clone());
         }
@@ -750,9 +751,20 @@ pub(crate) fn serve_blocked(b: &Batch<'_>, ctx: &mut Ctx<'_>, events: &CmdEvents
     let mut ready: std::collections::VecDeque<(usize, Vec<u8>)> = events.take_ready().into();
     let mut budget = 100_000;
     while let Some((db, key)) = ready.pop_front() {
-        while budget > 0 {
+        // Waiters in arrival order, as they were when the key became ready; one already
+        // served or gone by its turn cannot be claimed and is passed over.
+        let waiters = b.srv.blocked.waiters(db, &key);
+        // Set when a pop found nothing: the pops behind it would find nothing either, but
+        // stream readers, which each wait for their own id, are still tried.
+        let mut pops_done = false;
+        for w in waiters {
+            if budget == 0 {
+                break;
+            }
+            if pops_done && !w.independent.load(std::sync::atomic::Ordering::Relaxed) {
+                continue;
+            }
             budget -= 1;
-            let Some(w) = b.srv.blocked.first(db, &key) else { break };
             let Some(tx) = w.claim() else {
                 // Timing out right now: it will unregister itself.
                 b.srv.blocked.unregister(&w);
@@ -790,13 +802,16 @@ pub(crate) fn serve_blocked(b: &Batch<'_>, ctx: &mut Ctx<'_>, events: &CmdEvents
             let r = (ecmd.run)(ctx, args, &mut reply);
             ctx.record_call(w.db, &args, dirty);
             emit(ctx);
-            let still_blocked = ctx.block.take().is_some();
+            let still_blocked = ctx.block.take();
             ctx.db = saved_db;
             ctx.block_mode = saved_mode;
-            if still_blocked {
-                // Nothing for the first in line means nothing for anyone after it.
+            if let Some(req) = still_blocked {
                 w.unclaim(tx);
-                break;
+                if !req.independent {
+                    // Nothing for the first pop in line means nothing for the pops after it.
+                    pops_done = true;
+                }
+                continue;
             }
             if let Err(e) = &r {
                 reply.truncate(0);

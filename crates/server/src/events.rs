@@ -254,6 +254,10 @@ impl Events for CmdEvents<'_> {
         }
     }
 
+    fn key_ready(&self, db: usize, key: &[u8]) {
+        self.maybe_ready(db, key);
+    }
+
     fn notify(&self, c: char, event: &str, key: &[u8], db: usize) {
         let bit = class::bit(c);
         if self.notify & bit == 0 || self.notify & (class::KEYSPACE | class::KEYEVENT) == 0 {

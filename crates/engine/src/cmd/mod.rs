@@ -34,6 +34,11 @@ pub mod scan;
 pub mod set;
 pub mod set_ops;
 pub mod sort;
+pub mod stream;
+pub mod stream_claim;
+pub mod stream_group;
+pub mod stream_info;
+pub mod stream_read;
 pub mod string;
 pub mod zset;
 pub mod zset_pop;
@@ -137,6 +142,11 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         set::COMMANDS,
         set_ops::COMMANDS,
         sort::COMMANDS,
+        stream::COMMANDS,
+        stream_group::COMMANDS,
+        stream_claim::COMMANDS,
+        stream_info::COMMANDS,
+        stream_read::COMMANDS,
     ]
     .into_iter()
     .flatten()

@@ -126,6 +126,7 @@ impl Inspected {
             ValueRef::Obj(Object::ZSet(z)) => (z.encoding(), false),
             ValueRef::Obj(Object::Hash(h)) => (h.encoding(), false),
             ValueRef::Obj(Object::Set(s)) => (s.encoding(), false),
+            ValueRef::Obj(Object::Stream(_)) => ("stream", false),
         };
         Inspected { encoding, shared_int }
     }
@@ -300,6 +301,7 @@ fn object_usage(o: &Object) -> usize {
         // Exact in O(1) (tables keep a running total), so SAMPLES has nothing to sample.
         Object::Hash(h) => h.heap_bytes(),
         Object::Set(s) => s.heap_bytes(),
+        Object::Stream(s) => s.heap_size(),
     }
 }
 

@@ -282,7 +282,12 @@ mod tests {
     const WRONGTYPE: &str = "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
 
     fn blocked(keys: &[&str], deadline_ms: Option<i64>) -> Option<BlockRequest> {
-        Some(BlockRequest { keys: keys.iter().map(|k| k.as_bytes().to_vec()).collect(), deadline_ms })
+        Some(BlockRequest {
+            keys: keys.iter().map(|k| k.as_bytes().to_vec()).collect(),
+            deadline_ms,
+            argv: None,
+            independent: false,
+        })
     }
 
     #[test]

@@ -56,6 +56,7 @@ fn canon(v: ValueRef<'_>) -> (&'static str, Vec<Vec<u8>>) {
             z.encoding(),
             z.iter().into_iter().flat_map(|(m, s)| [m.to_vec(), s.to_bits().to_le_bytes().to_vec()]).collect(),
         ),
+        ValueRef::Obj(Object::Stream(_)) => ("stream", vec![crate::rdb::dump_value(v, crate::rdb::Strings::Plain)]),
     }
 }
 

@@ -11,4 +11,6 @@ pub mod packed;
 pub mod sample;
 pub mod set;
 pub mod skiplist;
+pub mod stream;
+pub mod stream_group;
 pub mod zset;

@@ -343,6 +343,7 @@ fn write_key(out: &mut Vec<u8>, key: &[u8], value: ValueRef<'_>) {
             2,
             h.iter().map(|(f, v)| vec![f.with_bytes(<[u8]>::to_vec), v.with_bytes(<[u8]>::to_vec)]),
         ),
+        Object::Stream(st) => write_stream(out, key, st),
         Object::ZSet(z) => {
             let members = z.iter();
             batched(
@@ -524,6 +525,61 @@ impl RewriteStats {
 pub const ITEMS_PER_CMD: usize = 64;
 const LIMIT_THRESHOLD: u64 = 3;
 const LIMIT_MAX_MINUTES: u64 = 60;
+
+/// A stream as Valkey's `rewriteStreamObject` writes it: XADD per entry (or `XADD key MAXLEN 0
+/// 0-1 x y` for an empty stream), XSETID with its counters, then per group XGROUP CREATE, an
+/// XCLAIM per pending entry and XGROUP CREATECONSUMER per consumer without any.
+fn write_stream(out: &mut Vec<u8>, key: &[u8], s: &hotkv_engine::types::stream::Stream) {
+    use hotkv_engine::types::stream::StreamId;
+    if s.is_empty() {
+        let argv: [&[u8]; 7] = [b"XADD", key, b"MAXLEN", b"0", b"0-1", b"x", b"y"];
+        write_command(out, argv.into_iter(), 7);
+    } else {
+        s.range(StreamId::MIN, StreamId::MAX, false, |e| {
+            let mut argv: Vec<Vec<u8>> = vec![b"XADD".to_vec(), key.to_vec(), e.id.to_bytes()];
+            for (f, v) in &e.fields {
+                argv.push(f.to_vec());
+                argv.push(v.to_vec());
+            }
+            write_command(out, argv.iter().map(Vec::as_slice), argv.len());
+            true
+        });
+    }
+    let (last, added, maxdel) = (s.last_id.to_bytes(), s.entries_added.to_string(), s.max_deleted.to_bytes());
+    let argv: [&[u8]; 7] = [b"XSETID", key, &last, b"ENTRIESADDED", added.as_bytes(), b"MAXDELETEDID", &maxdel];
+    write_command(out, argv.into_iter(), 7);
+    for (name, g) in &s.groups {
+        let (last, read) = (g.last_id.to_bytes(), g.entries_read.to_string());
+        let argv: [&[u8]; 7] = [b"XGROUP", b"CREATE", key, name, &last, b"ENTRIESREAD", read.as_bytes()];
+        write_command(out, argv.into_iter(), 7);
+        for c in g.consumers.values() {
+            if c.pel.is_empty() {
+                let argv: [&[u8]; 5] = [b"XGROUP", b"CREATECONSUMER", key, name, &c.name];
+                write_command(out, argv.into_iter(), 5);
+                continue;
+            }
+            for id in &c.pel {
+                let n = &g.pel[id];
+                let (id, time, count) = (id.to_bytes(), n.delivery_time.to_string(), n.delivery_count.to_string());
+                let argv: [&[u8]; 12] = [
+                    b"XCLAIM",
+                    key,
+                    name,
+                    &c.name,
+                    b"0",
+                    &id,
+                    b"TIME",
+                    time.as_bytes(),
+                    b"RETRYCOUNT",
+                    count.as_bytes(),
+                    b"JUSTID",
+                    b"FORCE",
+                ];
+                write_command(out, argv.into_iter(), 12);
+            }
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -38,6 +38,7 @@ pub(crate) fn encoding<'a>(v: &ValueRef<'a>) -> (&'static str, Option<&'a [u8]>)
         ValueRef::Obj(Object::ZSet(z)) => (z.encoding(), None),
         ValueRef::Obj(Object::Hash(h)) => (h.encoding(), None),
         ValueRef::Obj(Object::Set(s)) => (s.encoding(), None),
+        ValueRef::Obj(Object::Stream(_)) => ("stream", None),
     }
 }
 
@@ -75,6 +76,7 @@ fn serialized_len(v: &ValueRef<'_>) -> usize {
         ValueRef::Obj(Object::ZSet(z)) => rdb::dump_zset(z),
         ValueRef::Obj(Object::Hash(h)) => rdb::dump_hash(h),
         ValueRef::Obj(Object::Set(s)) => rdb::dump_set(s),
+        ValueRef::Obj(Object::Stream(_)) => rdb::dump_value(*v, rdb::Strings::Plain),
     };
     // One type byte in front, two version bytes and an eight-byte CRC behind.
     payload.len().saturating_sub(11)
@@ -153,6 +155,7 @@ pub(crate) fn entry_digest(e: &Entry, digest: &mut [u8; 20]) {
         ValueRef::Obj(Object::Set(_)) => 2,
         ValueRef::Obj(Object::ZSet(_)) => 3,
         ValueRef::Obj(Object::Hash(_)) => 4,
+        ValueRef::Obj(Object::Stream(_)) => 6,
     };
     mix_digest(digest, &type_id.to_be_bytes());
     match e.value() {
@@ -177,6 +180,18 @@ pub(crate) fn entry_digest(e: &Entry, digest: &mut [u8; 20]) {
             for (f, v) in h.iter() {
                 xor_digest(digest, &f.with_bytes(|fb| v.with_bytes(|vb| pair_digest(fb, vb))));
             }
+        }
+        // Each entry's `<ms>.<seq>`, then its fields and values, mixed in order.
+        ValueRef::Obj(Object::Stream(s)) => {
+            use hotkv_engine::types::stream::StreamId;
+            s.range(StreamId::MIN, StreamId::MAX, false, |e| {
+                mix_digest(digest, format!("{}.{}", e.id.ms, e.id.seq).as_bytes());
+                for (f, v) in &e.fields {
+                    f.with_bytes(|b| mix_digest(digest, b));
+                    v.with_bytes(|b| mix_digest(digest, b));
+                }
+                true
+            });
         }
     }
     if e.expire().is_some() {

@@ -253,7 +253,9 @@ fn clients(srv: &Server, o: &mut String) {
         "clients_in_timeout_table" => 0,
         "total_watched_keys" => srv.watches.len(),
         "total_blocking_keys" => srv.blocked.keys(),
-        "total_blocking_keys_on_nokey" => 0,
+        "total_blocking_keys_on_nokey" => {
+            srv.blocked.keys_on_nokey(|cmd| srv.registry.get(cmd).spec.name() == "xreadgroup")
+        }
     );
 }
 

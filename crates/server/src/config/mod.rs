@@ -150,6 +150,8 @@ impl Settings {
             set_max_intset_entries: usize::try_from(self.int(table::SET_MAX_INTSET_ENTRIES)).unwrap_or(usize::MAX),
             set_max_listpack_entries: usize::try_from(self.int(table::SET_MAX_LISTPACK_ENTRIES)).unwrap_or(usize::MAX),
             set_max_listpack_value: usize::try_from(self.int(table::SET_MAX_LISTPACK_VALUE)).unwrap_or(usize::MAX),
+            stream_node_max_bytes: usize::try_from(self.int(table::STREAM_NODE_MAX_BYTES)).unwrap_or(usize::MAX),
+            stream_node_max_entries: usize::try_from(self.int(table::STREAM_NODE_MAX_ENTRIES)).unwrap_or(usize::MAX),
             rdb_compression: self.bool(table::RDBCOMPRESSION),
             lazy_expire: self.bool(table::LAZYFREE_LAZY_EXPIRE),
             lazy_eviction: self.bool(table::LAZYFREE_LAZY_EVICTION),

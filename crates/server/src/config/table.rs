@@ -621,10 +621,10 @@ directives! {
         mem(0, LONG), "64", M, ENGINE, "Largest member of a compact sorted set.";
     HLL_SPARSE_MAX_BYTES = "hll-sparse-max-bytes" [] "advanced.hll_sparse_max_bytes": mem(0, LONG), "3000", M, ENGINE,
         "Largest sparse HyperLogLog.";
-    STREAM_NODE_MAX_BYTES = "stream-node-max-bytes" [] "advanced.stream_node_max_bytes": mem(0, LONG), "4096", M | NE, H,
+    STREAM_NODE_MAX_BYTES = "stream-node-max-bytes" [] "advanced.stream_node_max_bytes": mem(0, LONG), "4096", M, ENGINE,
         "Largest stream node in bytes.";
     STREAM_NODE_MAX_ENTRIES = "stream-node-max-entries" [] "advanced.stream_node_max_entries": int(0, LONG), "100",
-        M | NE, H, "Largest stream node in entries.";
+        M, ENGINE, "Largest stream node in entries.";
     PREFETCH_BATCH_MAX_SIZE = "prefetch-batch-max-size" [] "advanced.prefetch_batch_max_size": int(0, 128), "16",
         M | NE, H, "Keys prefetched per batch by I/O threads.";
     // modules
