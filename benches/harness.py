@@ -280,6 +280,13 @@ def mem_cell(server, kind, count):
                 parts = [b"HSET", key] + [x for j in range(10) for x in (b"field:%02d" % j, b"value:%06d" % j)]
             elif kind == "set100":
                 parts = [b"SADD", key] + [b"member:%06d" % j for j in range(100)]
+            elif kind == "stream-entry":
+                # One stream, one entry per item: the per-entry cost of its nodes.
+                parts = [b"XADD", b"stream", b"*", b"item", b"%d" % i]
+            elif kind == "geo-member":
+                # One geo set, one member per item, spread over the globe.
+                lon, lat = -179.0 + (i * 7919 % 358000) / 1000.0, -84.0 + (i * 104729 % 168000) / 1000.0
+                parts = [b"GEOADD", b"geo", b"%.6f" % lon, b"%.6f" % lat, b"member:%08d" % i]
             else:
                 parts = [b"ZADD", key] + [x for j in range(100) for x in (b"%d" % j, b"member:%06d" % j)]
             f.write(b"*%d\r\n" % len(parts))
@@ -386,14 +393,17 @@ def run_mode(mode, servers, pki, args, results):
             row = measure_cell(mode, cell, usable, skipped, pki, client_cpus, args)
             results["cells"].append(row)
         if mode == "percore" and not args.no_memory:
-            for kind, count in [("string", args.mem_keys), ("hash10", 100000), ("set100", 20000), ("zset100", 20000)]:
+            kinds = [("string", args.mem_keys), ("hash10", 100000), ("set100", 20000), ("zset100", 20000),
+                     ("stream-entry", 200000), ("geo-member", 200000)]
+            for kind, count in [k for k in kinds if not args.mem_kinds or k[0] in args.mem_kinds]:
                 row = {"mode": mode, "memory": kind, "items": count, "servers": {}}
                 for s in servers:
                     # A fresh process per kind: after a FLUSHALL the allocator keeps the freed
                     # pages, and RSS deltas would read as nothing (or less than nothing).
                     s.stop()
                     s.start(pki, mode, server_cpus)
-                    cmd = {"string": "set", "hash10": "hset", "set100": "sadd", "zset100": "zadd"}[kind]
+                    cmd = {"string": "set", "hash10": "hset", "set100": "sadd", "zset100": "zadd",
+                           "stream-entry": "xadd", "geo-member": "geoadd"}[kind]
                     if not knows(s, cmd):
                         row["servers"][s.name] = None
                         continue
@@ -454,6 +464,8 @@ def main():
     ap.add_argument("--cells", type=lambda s: s.split(","), default=None)
     ap.add_argument("--mem-keys", type=int, default=1000000)
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--mem-kinds", type=lambda s: s.split(","), default=None,
+                    help="memory kinds to measure (string,hash10,set100,zset100,stream-entry,geo-member)")
     ap.add_argument("--no-tls", action="store_true")
     ap.add_argument("--quick", action="store_true", help="3 rounds of 1 s, 100k keys for memory")
     ap.add_argument("--out", default=str(ROOT / "benches" / "results"))

@@ -5,7 +5,8 @@
 //!
 //! What a connection uses, as Valkey counts it (`getClientMemoryUsage`): its query buffer's
 //! capacity, its reply buffer's capacity, its queued pub/sub messages, the arguments of a
-//! queued transaction, its subscriptions and watched keys, and a fixed part for its state.
+//! queued transaction, its subscriptions, watched keys and tracking prefixes, and a fixed part
+//! for its state.
 //! Replicas, the primary's client and CLIENT NO-EVICT clients are never evicted; NO-EVICT
 //! clients count toward the total, as in Valkey.
 
@@ -93,6 +94,12 @@ pub fn usage(sess: &Session, rbuf: usize, out: usize) -> usize {
     }
     // As Valkey counts a watch (its list node and record, the key being shared).
     mem += sess.watched.len() * 64;
+    // BCAST prefixes, about as Valkey counts their radix tree's nodes.
+    if sess.tracking.is_some()
+        && let Some(t) = sess.info.tracking.current()
+    {
+        mem += t.prefixes.len() * 48;
+    }
     if let Some(m) = &sess.multi {
         mem += m.queue.iter().map(|q| 64 + q.argv.iter().map(|a| a.len() + 24).sum::<usize>()).sum::<usize>();
     }
