@@ -74,6 +74,7 @@ class Server:
     tls_ok: bool = False
     log: object = None
     argv: list = field(default_factory=list)
+    dir: object = None
 
     def start(self, pki, mode, cpus):
         self.port, self.tls_port = free_port(), free_port()
@@ -81,8 +82,11 @@ class Server:
         if cpus is not None:
             self.argv = ["taskset", "-c", cpus] + self.argv
         self.log = tempfile.NamedTemporaryFile(prefix=f"bench-{self.name}-", suffix=".log", delete=False)
+        # Its own empty directory: a dump.rdb left in the caller's would be loaded at start (and
+        # one run's files must not reach the next).
+        self.dir = tempfile.mkdtemp(prefix=f"bench-{self.name}-")
         self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, cwd=self.dir)
         if not wait_ping(self.port):
             self.stop()
             raise RuntimeError(f"{self.name} did not start: {' '.join(self.argv)} (log {self.log.name})")
@@ -97,6 +101,9 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
 
     def cpu_seconds(self):
         """User + system CPU time of the server process so far (all its threads)."""
