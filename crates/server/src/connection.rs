@@ -558,7 +558,12 @@ impl Conn {
         let want = self.decoder.wanted_capacity();
         let len = self.rbuf.len();
         if want > self.rbuf.capacity() {
-            self.rbuf.reserve((want - len).min(len.max(READ_CHUNK)));
+            // Exactly the next size, never past what the argument needs: `BytesMut::reserve`
+            // would double the capacity, so a 300 KB argument held 512 KB.
+            let target = want.min(len + len.max(READ_CHUNK));
+            let mut grown = BytesMut::with_capacity(target);
+            grown.extend_from_slice(&self.rbuf);
+            self.rbuf = grown;
         } else if self.rbuf.capacity() - len < READ_CHUNK / 4 {
             self.rbuf.reserve(READ_CHUNK);
         }
