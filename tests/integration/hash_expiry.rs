@@ -168,3 +168,26 @@ fn a_replica_gets_absolute_times_and_hdels() {
     assert_eq!(r.cmd(&["HGETALL", "h"]), Frame::Array(vec![Frame::bulk("c"), Frame::bulk("3")]));
     assert_eq!(r.cmd(&["HTTL", "h", "FIELDS", "1", "c"]), ints(&[-1]));
 }
+
+#[test]
+fn the_active_cycle_reclaims_fields_nobody_reads() {
+    let primary = server();
+    let replica = server();
+    let mut r = replica.client();
+    ok(&mut r, &["REPLICAOF", "127.0.0.1", &primary.port().to_string()]);
+    assert!(
+        wait_for(|| r.cmd(&["INFO", "replication"]).text().contains("master_link_status:up"), Duration::from_secs(20)),
+        "link never came up; replica log:\n{}",
+        replica.log()
+    );
+    let mut p = primary.client();
+    for i in 0..20 {
+        let key = format!("h{i}");
+        p.cmd(&["HSET", &key, "f", "1"]);
+        assert_eq!(p.cmd(&["HPEXPIRE", &key, "30", "FIELDS", "1", "f"]), ints(&[1]));
+    }
+    // DBSIZE reads no key, so only the active cycle can bring it down; the replica follows the
+    // HDELs it sends.
+    assert_soon(&mut p, &["DBSIZE"], Frame::Integer(0));
+    assert_soon(&mut r, &["DBSIZE"], Frame::Integer(0));
+}

@@ -639,6 +639,11 @@ impl<'a> Ctx<'a> {
         let now = self.now_ms;
         let policy = self.cfg.policy;
         let events = self.events;
+        if let NewValue::Object(Object::Hash(h)) = &value
+            && let Some(when) = h.min_expire()
+        {
+            self.ks.db(db).watch_field_ttls(key, when);
+        }
         let (table, slot, hash) = self.table(db, key)?;
         match table.find(key, hash) {
             Some(i) => {
@@ -680,6 +685,11 @@ impl<'a> Ctx<'a> {
     pub fn put_entry(&mut self, db: usize, entry: Entry) -> Result<(), CommandError> {
         let key = entry.key().to_vec();
         let events = self.events;
+        if let ValueRef::Obj(Object::Hash(h)) = entry.value()
+            && let Some(when) = h.min_expire()
+        {
+            self.ks.db(db).watch_field_ttls(&key, when);
+        }
         let (table, slot, hash) = self.table(db, &key)?;
         debug_assert_eq!(hash, entry.hash());
         if let Some(i) = table.find(&key, hash) {

@@ -342,6 +342,9 @@ fn swapdb(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
             xs.sync(x);
             ys.sync(y);
         }
+        // The hashes filed for field expiry follow their tables (holding both registry locks
+        // at once is safe: nothing else ever holds two).
+        ctx.ks.db(lo).swap_field_ttls(ctx.ks.db(hi));
         if !held {
             let db = ctx.db;
             ctx.propagate_now(db, &args.iter().collect::<Vec<_>>());

@@ -203,8 +203,15 @@ fn set_expire(ctx: &mut Ctx<'_>, args: Args<'_>, name: &str, base: i64, unit: Un
         })
         .collect();
     let emptied = h.is_empty();
+    let file_at = h.min_expire();
     if emptied {
         drop(k.delete());
+    }
+    // Filed for the active expire cycle under the hash's earliest time (see `Db::field_ttls`).
+    if let Some(when) = file_at
+        && outcomes.contains(&Outcome::Set)
+    {
+        ctx.ks.db(ctx.db).watch_field_ttls(key, when);
     }
     out.array(outcomes.len());
     outcomes.iter().for_each(|o| out.int(o.code()));
