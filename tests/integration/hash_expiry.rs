@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hotkv_test_support::{Frame, RawClient, wait_for};
 
-use crate::{assert_err, ok, server};
+use crate::{assert_err, ok, server, server_with};
 
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).expect("clock after 1970").as_millis() as i64
@@ -190,4 +190,39 @@ fn the_active_cycle_reclaims_fields_nobody_reads() {
     // HDELs it sends.
     assert_soon(&mut p, &["DBSIZE"], Frame::Integer(0));
     assert_soon(&mut r, &["DBSIZE"], Frame::Integer(0));
+}
+
+#[test]
+fn dump_restore_and_debug_reload_keep_field_ttls() {
+    let srv = server_with(&[("enable-debug-command", "yes")]);
+    let mut c = srv.client();
+    // One packed (HASH_LISTPACK_EX, type 25) and one table (HASH_METADATA, type 24).
+    c.cmd(&["HSET", "small", "a", "1", "b", "2", "c", "3"]);
+    let long = "x".repeat(100);
+    c.cmd(&["HSET", "big", "a", &long, "b", "2"]);
+    let at = now_ms() + 100_000;
+    for key in ["small", "big"] {
+        assert_eq!(c.cmd(&["HPEXPIREAT", key, &at.to_string(), "FIELDS", "1", "a"]), ints(&[1]));
+    }
+    assert_eq!(c.cmd(&["HPEXPIRE", "small", "100", "FIELDS", "1", "b"]), ints(&[1]));
+    assert_eq!(c.cmd(&["OBJECT", "ENCODING", "big"]), Frame::bulk("hashtable"));
+    for (key, ty) in [("small", 25u8), ("big", 24)] {
+        let Frame::Bulk(payload) = c.cmd(&["DUMP", key]) else { panic!("DUMP {key}") };
+        assert_eq!(payload[0], ty, "{key}");
+        let copy = format!("{key}-copy");
+        let mut argv: Vec<Vec<u8>> = vec![b"RESTORE".to_vec(), copy.clone().into_bytes(), b"0".to_vec()];
+        argv.push(payload);
+        assert_eq!(c.cmd(&argv), Frame::ok());
+        assert_eq!(c.cmd(&["HPEXPIRETIME", &copy, "FIELDS", "2", "a", "c"]).items()[0], Frame::Integer(at));
+        assert_eq!(c.cmd(&["HLEN", &copy]), c.cmd(&["HLEN", key]));
+    }
+    assert_eq!(c.cmd(&["DEBUG", "RELOAD"]), Frame::ok());
+    assert_eq!(c.cmd(&["HPEXPIRETIME", "big", "FIELDS", "2", "a", "b"]), ints(&[at, -1]));
+    assert_eq!(c.cmd(&["HPEXPIRETIME", "small-copy", "FIELDS", "2", "a", "c"]), ints(&[at, -1]));
+    // A field TTL that came back from the file still expires, actively (DBSIZE reads no key).
+    assert_eq!(c.cmd(&["HPEXPIRE", "big", "50", "FIELDS", "2", "a", "b"]), ints(&[1, 1]));
+    assert_eq!(c.cmd(&["DEBUG", "RELOAD"]), Frame::ok());
+    let keys = c.cmd(&["DBSIZE"]).int();
+    assert_soon(&mut c, &["DBSIZE"], Frame::Integer(keys - 1));
+    assert_soon(&mut c, &["HLEN", "small"], Frame::Integer(2));
 }
