@@ -654,5 +654,10 @@ mod tests {
             t.run(&["SELECT", db]);
             assert_eq!(t.run(&["HTTL", key, "FIELDS", "1", "g"]), "*1\r\n:-1\r\n", "{key}");
         }
+        t.run(&["SELECT", "2"]);
+        t.run(&["HPEXPIRE", "a2", "10", "FIELDS", "1", "g"]);
+        assert_eq!(t.ks.db(2).field_ttls_filed(), 1);
+        t.run(&["FLUSHALL"]);
+        assert_eq!(t.ks.db(2).field_ttls_filed(), 0, "a flush forgets the filed hashes");
     }
 }

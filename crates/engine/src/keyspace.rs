@@ -182,6 +182,11 @@ impl Db {
         self.field_ttls.lock().len()
     }
 
+    /// Forgets every filed hash (FLUSHDB, FLUSHALL).
+    pub fn clear_field_ttls(&self) {
+        self.field_ttls.lock().clear();
+    }
+
     /// Exchanges the filed hashes with `other`'s (SWAPDB, under both databases' slot locks).
     pub fn swap_field_ttls(&self, other: &Db) {
         if std::ptr::eq(self, other) {
