@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hotkv_test_support::{Frame, RawClient, wait_for};
 
-use crate::{assert_err, ok, server, server_with};
+use crate::{assert_err, info, info_num, ok, server, server_with};
 
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).expect("clock after 1970").as_millis() as i64
@@ -122,6 +122,7 @@ fn fields_expire_lazily_and_take_the_key_with_the_last() {
     }
     assert_eq!(events.iter().filter(|e| *e == "hexpired").count(), 2, "{events:?}");
     assert_eq!(events.last().map(String::as_str), Some("del"), "{events:?}");
+    assert_eq!(info_num(&info(&mut c, "stats"), "expired_subkeys"), 3);
 }
 
 #[test]
@@ -190,6 +191,8 @@ fn the_active_cycle_reclaims_fields_nobody_reads() {
     // HDELs it sends.
     assert_soon(&mut p, &["DBSIZE"], Frame::Integer(0));
     assert_soon(&mut r, &["DBSIZE"], Frame::Integer(0));
+    assert_eq!(info_num(&info(&mut p, "stats"), "expired_subkeys"), 20);
+    assert_eq!(info_num(&info(&mut r, "stats"), "expired_subkeys"), 0, "the replica deleted none itself");
 }
 
 #[test]

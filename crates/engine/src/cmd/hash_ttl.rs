@@ -223,6 +223,8 @@ fn set_expire(ctx: &mut Ctx<'_>, args: Args<'_>, name: &str, base: i64, unit: Un
     if deleted.is_empty() && set.is_empty() {
         return Ok(());
     }
+    // Redis counts these in `expired_subkeys` too.
+    ctx.stats.expired_fields += deleted.len() as u64;
     let db = ctx.db;
     for f in &deleted {
         ctx.effects.push(db, &[b"HDEL".as_slice(), key, f]);
