@@ -37,6 +37,7 @@ mod expiry;
 mod generic_types;
 mod geo;
 mod harness;
+mod hash_expiry;
 mod hostile;
 mod info;
 mod inline;

@@ -136,6 +136,8 @@ pub struct LocalStats {
     pub misses: u64,
     /// `expired_keys` (lazy expiry).
     pub expired: u64,
+    /// `expired_subkeys`: hash fields deleted by lazy expiry of their TTL.
+    pub expired_fields: u64,
     /// Changes to the dataset (`rdb_changes_since_last_save`).
     pub dirty: u64,
 }
@@ -637,6 +639,11 @@ impl<'a> Ctx<'a> {
         let now = self.now_ms;
         let policy = self.cfg.policy;
         let events = self.events;
+        if let NewValue::Object(Object::Hash(h)) = &value
+            && let Some(when) = h.min_expire()
+        {
+            self.ks.db(db).watch_field_ttls(key, when);
+        }
         let (table, slot, hash) = self.table(db, key)?;
         match table.find(key, hash) {
             Some(i) => {
@@ -678,6 +685,11 @@ impl<'a> Ctx<'a> {
     pub fn put_entry(&mut self, db: usize, entry: Entry) -> Result<(), CommandError> {
         let key = entry.key().to_vec();
         let events = self.events;
+        if let ValueRef::Obj(Object::Hash(h)) = entry.value()
+            && let Some(when) = h.min_expire()
+        {
+            self.ks.db(db).watch_field_ttls(&key, when);
+        }
         let (table, slot, hash) = self.table(db, &key)?;
         debug_assert_eq!(hash, entry.hash());
         if let Some(i) = table.find(&key, hash) {
@@ -783,6 +795,30 @@ impl<'a> Ctx<'a> {
             }
             return Ok(None);
         }
+        let expired =
+            if self.cfg.from_primary || replica { Vec::new() } else { expired_fields(table.at_mut(idx), now) };
+        if !expired.is_empty() {
+            // Redis 7.4 propagates each expired field as an HDEL of its own.
+            for f in &expired {
+                self.effects.push(db, &[b"HDEL".as_slice(), key, f]);
+            }
+            self.stats.expired_fields += expired.len() as u64;
+            events.notify('h', "hexpired", key, db);
+            if matches!(table.at(idx).value(), ValueRef::Obj(Object::Hash(h)) if h.is_empty()) {
+                table.remove_at(idx);
+                slot.sync(table);
+                events.notify('g', "del", key, db);
+                events.key_replaced(db, key, KeyState::Live, KeyState::Missing);
+                if read {
+                    self.stats.misses += 1;
+                    if mode.notify_miss {
+                        events.notify('m', "keymiss", key, db);
+                    }
+                }
+                return Ok(None);
+            }
+            events.key_touched(db, key);
+        }
         if read {
             self.stats.hits += 1;
         }
@@ -792,5 +828,14 @@ impl<'a> Ctx<'a> {
             e.set_lru(lru);
         }
         Ok(Some(KeyMut { table, slot, idx }))
+    }
+}
+
+/// Deletes the fields of a hash entry whose TTL is past and returns them (none for every other
+/// value, and for a hash with no field due: one compare).
+fn expired_fields(e: &mut Entry, now: i64) -> Vec<Vec<u8>> {
+    match e.object_mut() {
+        Some(Object::Hash(h)) => h.remove_expired(now),
+        _ => Vec::new(),
     }
 }

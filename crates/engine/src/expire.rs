@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::ctx::{Events, KeyState};
 use crate::keyspace::{Db, Keyspace};
+use crate::object::Object;
 use crate::slot::SLOTS;
 
 /// Bumped whenever a slot gets its first key with a TTL. When every database's last whole pass
@@ -71,6 +72,8 @@ pub struct CycleStats {
     pub expired: u64,
     /// Keys with a TTL examined.
     pub sampled: u64,
+    /// Hash fields deleted for their TTL (`expired_subkeys`).
+    pub expired_fields: u64,
     /// Whether the time budget ran out.
     pub time_cap_reached: bool,
 }
@@ -93,7 +96,9 @@ pub fn active_expire_cycle(ks: &Keyspace, cursor: &mut ExpireCursor, cycle: &Cyc
         cursor.timelimit_exit = false;
         CycleStats::default()
     } else {
-        sample_dbs(ks, cursor, cycle, events)
+        let mut st = sample_dbs(ks, cursor, cycle, events);
+        st.expired_fields = expire_hash_fields(ks, cycle, events);
+        st
     };
     // Every call moves the estimate, also one that found nothing to look at: it must come down
     // for fast cycles to stop once the keys with a TTL are gone.
@@ -175,6 +180,62 @@ pub fn expire_replica_keys(
         }
     }
     (expired, keep)
+}
+
+/// Reclaims the expired fields of the hashes filed as due in each database (see
+/// `Db::watch_field_ttls`), earliest first, as Redis's `activeExpireCycle` does with its
+/// `hexpires`: up to [`FIELD_HASHES_PER_KEY`] hashes per key the key cycle samples in a loop
+/// at this effort, per database, and no further once `cycle.deadline` passed. Each expired field reaches the write stream as an
+/// HDEL, a hash left empty as its deletion. Returns the number of fields deleted.
+pub fn expire_hash_fields(ks: &Keyspace, cycle: &Cycle, events: &dyn Events) -> u64 {
+    let mut expired = 0;
+    let max = Effort::new(cycle.effort).keys_per_loop() * FIELD_HASHES_PER_KEY;
+    for db in 0..ks.databases() {
+        let Some(d) = ks.db_if_used(db) else { continue };
+        if Instant::now() >= cycle.deadline {
+            break;
+        }
+        for key in d.due_field_ttls(cycle.now_ms, max) {
+            expired += expire_fields_of(ks, db, d, &key, cycle, events);
+        }
+    }
+    expired
+}
+
+/// Deletes the expired fields of the hash at `key`, if it still is one, and files it again
+/// under its next time if it keeps field TTLs.
+fn expire_fields_of(ks: &Keyspace, db: usize, d: &Db, key: &[u8], cycle: &Cycle, events: &dyn Events) -> u64 {
+    let s = crate::slot::key_slot(key);
+    let mut table = ks.lock_slot(db, s);
+    let Some(i) = table.find(key, crate::hash::key_hash(key)) else { return 0 };
+    // A key whose own TTL passed is the key cycle's (or the next reader's) to delete.
+    if table.at(i).expire().is_some_and(|when| cycle.now_ms > when) {
+        return 0;
+    }
+    let Some(Object::Hash(h)) = table.at_mut(i).object_mut() else { return 0 };
+    let fields = h.remove_expired(cycle.now_ms);
+    let emptied = h.is_empty();
+    if let Some(next) = h.min_expire() {
+        d.watch_field_ttls(key, next);
+    }
+    if fields.is_empty() {
+        return 0;
+    }
+    if emptied {
+        table.remove_at(i);
+        d.slot(s).sync(&table);
+    }
+    // Recorded before the slot is unlocked, so a replica sees them before any later write.
+    crate::propagate::record_hdel(ks, db, key, &fields);
+    drop(table);
+    events.notify('h', "hexpired", key, db);
+    if emptied {
+        events.notify('g', "del", key, db);
+        events.key_replaced(db, key, KeyState::Live, KeyState::Missing);
+    } else {
+        events.key_touched(db, key);
+    }
+    fields.len() as u64
 }
 
 /// The body of a call on a primary: samples each database in turn until its samples show few
@@ -365,6 +426,10 @@ const FAST_DURATION_US: u64 = 1000;
 /// Databases a call visits unless the previous one ran out of time (`CRON_DBS_PER_CALL`).
 const DBS_PER_CALL: usize = 16;
 
+/// Hashes with due field TTLs looked at per database and call, per key a sample takes (20 at
+/// the default effort): each is found at once through its filed time, no sampling needed.
+const FIELD_HASHES_PER_KEY: usize = 5;
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -531,5 +596,68 @@ mod tests {
             }
         }
         panic!("a pass without TTLs puts the cycle to sleep");
+    }
+
+    #[test]
+    fn reclaims_expired_hash_fields_nobody_reads() {
+        let mut t = TestKit::default();
+        for i in 0..50 {
+            let key = format!("h{i}");
+            t.run(&["HSET", &key, "a", "1", "b", "2", "keep", "3"]);
+            t.run(&["HPEXPIRE", &key, "10", "FIELDS", "2", "a", "b"]);
+            t.run(&["HPEXPIRE", &key, "100000", "FIELDS", "1", "keep"]);
+        }
+        t.run(&["HSET", "gone", "only", "1"]);
+        t.run(&["HPEXPIRE", "gone", "10", "FIELDS", "1", "only"]);
+        // A filed hash that went away or lost its TTLs meanwhile is dropped on the way.
+        t.run(&["HSET", "persisted", "f", "1"]);
+        t.run(&["HPEXPIRE", "persisted", "10", "FIELDS", "1", "f"]);
+        t.run(&["HPERSIST", "persisted", "FIELDS", "1", "f"]);
+        t.run(&["HSET", "deleted", "f", "1"]);
+        t.run(&["HPEXPIRE", "deleted", "10", "FIELDS", "1", "f"]);
+        t.run(&["DEL", "deleted"]);
+        t.now_ms += 11;
+        t.record = true;
+        t.sink.set_active(true);
+        let mut cursor = ExpireCursor::default();
+        let st = run(&t, &mut cursor, slow(t.now_ms));
+        assert_eq!(st.expired_fields, 101);
+        let lines = t.sink.take();
+        assert_eq!(lines.len(), 101);
+        assert!(lines.contains(&"0: HDEL gone only".to_string()) && lines.contains(&"0: HDEL h7 b".to_string()));
+        assert_eq!(t.ks.total_keys(), 51, "the hash that lost its only field went");
+        assert_eq!(t.ks.db(0).field_ttls_filed(), 50, "each hash filed again under its next time");
+        t.sink.set_active(false);
+        t.record = false;
+        assert_eq!(t.run(&["HGETALL", "h3"]), "*2\r\n$4\r\nkeep\r\n$1\r\n3\r\n");
+        assert_eq!(run(&t, &mut cursor, slow(t.now_ms)).expired_fields, 0, "nothing due until then");
+        t.now_ms += 100_000;
+        assert_eq!(run(&t, &mut cursor, Cycle { replica: true, ..slow(t.now_ms) }).expired_fields, 0);
+        assert_eq!(run(&t, &mut cursor, slow(t.now_ms)).expired_fields, 50);
+        assert_eq!((t.ks.total_keys(), t.ks.db(0).field_ttls_filed()), (1, 0));
+    }
+
+    #[test]
+    fn renamed_moved_and_swapped_hashes_keep_expiring_their_fields() {
+        let mut t = TestKit::default();
+        for key in ["a", "b", "c"] {
+            t.run(&["HSET", key, "f", "1", "g", "2"]);
+            t.run(&["HPEXPIRE", key, "10", "FIELDS", "1", "f"]);
+        }
+        t.run(&["RENAME", "a", "a2"]);
+        t.run(&["MOVE", "b", "1"]);
+        t.run(&["SWAPDB", "0", "2"]);
+        t.now_ms += 11;
+        let st = run(&t, &mut ExpireCursor::default(), slow(t.now_ms));
+        assert_eq!(st.expired_fields, 3);
+        for (db, key) in [("2", "a2"), ("1", "b"), ("2", "c")] {
+            t.run(&["SELECT", db]);
+            assert_eq!(t.run(&["HTTL", key, "FIELDS", "1", "g"]), "*1\r\n:-1\r\n", "{key}");
+        }
+        t.run(&["SELECT", "2"]);
+        t.run(&["HPEXPIRE", "a2", "10", "FIELDS", "1", "g"]);
+        assert_eq!(t.ks.db(2).field_ttls_filed(), 1);
+        t.run(&["FLUSHALL"]);
+        assert_eq!(t.ks.db(2).field_ttls_filed(), 0, "a flush forgets the filed hashes");
     }
 }

@@ -8,6 +8,7 @@
 //!
 //! Whole-keyspace commands (KEYS, SCAN, DBSIZE, FLUSHDB, RANDOMKEY) visit slots one at a time.
 
+use std::collections::BTreeSet;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
@@ -145,11 +146,55 @@ impl std::ops::DerefMut for SlotRef<'_, '_> {
 /// One database: its slots.
 pub struct Db {
     slots: Box<[Slot]>,
+    /// Hashes with field TTLs, by a time no later than their earliest one (Redis's per-db
+    /// `hexpires`): what the active expire cycle reclaims fields from. An entry may be stale
+    /// (the key went, was renamed, or its earliest time moved); the cycle checks the key when
+    /// the time comes and files it again under its current time if it still has field TTLs.
+    /// Taken only after a slot lock, or with none held.
+    field_ttls: Mutex<BTreeSet<(i64, Box<[u8]>)>>,
 }
 
 impl Db {
     fn new() -> Db {
-        Db { slots: (0..SLOTS).map(|_| Slot::default()).collect() }
+        Db { slots: (0..SLOTS).map(|_| Slot::default()).collect(), field_ttls: Mutex::default() }
+    }
+
+    /// Files the hash at `key` for active field expiry at `when` (its earliest field TTL).
+    pub fn watch_field_ttls(&self, key: &[u8], when: i64) {
+        self.field_ttls.lock().insert((when, key.into()));
+    }
+
+    /// Takes up to `max` filed hashes whose time is before `now`, earliest first.
+    pub fn due_field_ttls(&self, now: i64, max: usize) -> Vec<Box<[u8]>> {
+        let mut set = self.field_ttls.lock();
+        let mut due = Vec::new();
+        while due.len() < max {
+            match set.first() {
+                Some((when, _)) if *when < now => due.extend(set.pop_first().map(|(_, k)| k)),
+                _ => break,
+            }
+        }
+        due
+    }
+
+    /// Number of filed hashes (stale entries included).
+    pub fn field_ttls_filed(&self) -> usize {
+        self.field_ttls.lock().len()
+    }
+
+    /// Forgets every filed hash (FLUSHDB, FLUSHALL).
+    pub fn clear_field_ttls(&self) {
+        self.field_ttls.lock().clear();
+    }
+
+    /// Exchanges the filed hashes with `other`'s (SWAPDB, under both databases' slot locks).
+    pub fn swap_field_ttls(&self, other: &Db) {
+        if std::ptr::eq(self, other) {
+            return;
+        }
+        let mut a = self.field_ttls.lock();
+        let mut b = other.field_ttls.lock();
+        std::mem::swap(&mut *a, &mut *b);
     }
 
     /// Slot `s`.

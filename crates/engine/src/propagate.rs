@@ -262,6 +262,21 @@ pub fn record_del<K: AsRef<[u8]>>(ks: &crate::Keyspace, db: usize, keys: &[K], l
     sink.append(&e);
 }
 
+/// Records the deletion of `fields` of the hash at `key` by the server itself (their TTL
+/// passed), one HDEL per field as Redis 7.4 sends them. Call it with the key's slot lock held.
+pub fn record_hdel<F: AsRef<[u8]>>(ks: &crate::Keyspace, db: usize, key: &[u8], fields: &[F]) {
+    let sink = ks.sink();
+    if fields.is_empty() || !sink.active() {
+        return;
+    }
+    let mut e = Effects::default();
+    e.begin(true);
+    for f in fields {
+        e.push(db, &[b"HDEL".as_slice(), key, f.as_ref()]);
+    }
+    sink.append(&e);
+}
+
 /// Writes `SELECT <db>` as a RESP command: what a consumer of the stream (a replica's link, the
 /// append-only file) writes before a command whose database differs from the previous one's.
 pub fn write_select(out: &mut Vec<u8>, db: usize) {

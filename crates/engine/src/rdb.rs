@@ -16,6 +16,7 @@
 
 #[cfg(test)]
 mod fixture;
+mod hash_ttl;
 mod legacy;
 mod load;
 mod lzf;
@@ -422,6 +423,9 @@ fn encode_list(out: &mut Vec<u8>, key: Option<&[u8]>, list: &List, c: Strings) {
 }
 
 fn encode_hash(out: &mut Vec<u8>, key: Option<&[u8]>, h: &Hash, c: Strings) {
+    if hash_ttl::encode(out, key, h, c) {
+        return;
+    }
     if let Hash::Packed(p) = h {
         let blob = p.listpack_bytes();
         // Past Valkey's listpack safety limit the blob would be refused: pairs then.
@@ -633,6 +637,9 @@ pub fn read_object(r: &mut Reader<'_>, ty: u8) -> Result<Loaded, RdbError> {
         TYPE_ZSET_ZIPLIST => Loaded::ZSet(read_zset(r, ty)?),
         TYPE_HASH_ZIPLIST => Loaded::Object(Object::Hash(read_hash_ziplist(&r.string()?)?)),
         TYPE_HASH_ZIPMAP => Loaded::Object(Object::Hash(read_hash_zipmap(&r.string()?)?)),
+        hash_ttl::TYPE_HASH_LISTPACK_EX_PRE_GA..=hash_ttl::TYPE_HASH_LISTPACK_EX => {
+            Loaded::Object(Object::Hash(hash_ttl::read(r, ty)?))
+        }
         15 | 19 | 21 => Loaded::Object(Object::Stream(Box::new(stream::read_stream(r, ty)?))),
         // Modules (6, 7) and types from the future: Valkey's reply for all of them.
         _ => return Err(RdbError::BadFormat),

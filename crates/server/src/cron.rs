@@ -118,6 +118,7 @@ fn expire(srv: &Server, cursor: &mut ExpireCursor, kind: CycleKind, budget: Dura
     };
     let st = active_expire_cycle(&srv.ks, cursor, &cycle, &events);
     srv.stats.active_expired.fetch_add(st.expired, Ordering::Relaxed);
+    srv.stats.active_expired_fields.fetch_add(st.expired_fields, Ordering::Relaxed);
     if cfg.replica && kind == CycleKind::Slow {
         let own = srv.repl.take_own_keys();
         if !own.is_empty() {

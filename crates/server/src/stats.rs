@@ -43,6 +43,8 @@ struct Shard {
     hits: AtomicU64,
     misses: AtomicU64,
     expired: AtomicU64,
+    /// Hash fields deleted for their TTL by commands (lazy expiry, HEXPIRE with a past time).
+    expired_fields: AtomicU64,
     dirty: AtomicU64,
     per_cmd: Box<[CmdCounters]>,
 }
@@ -58,6 +60,8 @@ pub struct Stats {
     pub evicted_keys: AtomicU64,
     /// `expired_keys` from the active cycle (lazy ones are in the shards).
     pub active_expired: AtomicU64,
+    /// `expired_subkeys` (Redis 7.4): hash fields the active cycle deleted for their TTL.
+    pub active_expired_fields: AtomicU64,
     /// `expired_time_cap_reached_count`.
     pub expire_cap_reached: AtomicU64,
     /// `expire_cycle_cpu_milliseconds`, in microseconds.
@@ -142,6 +146,7 @@ impl Stats {
                 hits: AtomicU64::new(0),
                 misses: AtomicU64::new(0),
                 expired: AtomicU64::new(0),
+                expired_fields: AtomicU64::new(0),
                 dirty: AtomicU64::new(0),
                 per_cmd: (0..commands).map(|_| CmdCounters::default()).collect(),
             })
@@ -152,6 +157,7 @@ impl Stats {
             rejected_connections: AtomicU64::new(0),
             evicted_keys: AtomicU64::new(0),
             active_expired: AtomicU64::new(0),
+            active_expired_fields: AtomicU64::new(0),
             expire_cap_reached: AtomicU64::new(0),
             expire_cycle_us: AtomicU64::new(0),
             expired_stale_perc: AtomicU64::new(0),
@@ -212,6 +218,7 @@ impl Stats {
             (&s.hits, local.hits),
             (&s.misses, local.misses),
             (&s.expired, local.expired),
+            (&s.expired_fields, local.expired_fields),
             (&s.dirty, local.dirty),
             (&s.net_in, net_in),
             (&s.net_out, net_out),
@@ -250,6 +257,10 @@ impl Stats {
     /// `expired_keys`.
     pub fn expired(&self) -> u64 {
         self.sum(|s| &s.expired) + self.active_expired.load(Ordering::Relaxed)
+    }
+    /// `expired_subkeys`: hash fields deleted for their TTL.
+    pub fn expired_fields(&self) -> u64 {
+        self.sum(|s| &s.expired_fields) + self.active_expired_fields.load(Ordering::Relaxed)
     }
     /// `expired_stale_perc`: the expire cycle's estimate of the share of keys with a TTL that
     /// had expired, in percent.
@@ -345,7 +356,7 @@ impl Stats {
     /// CONFIG RESETSTAT.
     pub fn reset(&self) {
         for s in self.shards.iter() {
-            for a in [&s.commands, &s.net_in, &s.net_out, &s.hits, &s.misses, &s.expired] {
+            for a in [&s.commands, &s.net_in, &s.net_out, &s.hits, &s.misses, &s.expired, &s.expired_fields] {
                 a.store(0, Ordering::Relaxed);
             }
             for c in s.per_cmd.iter() {
@@ -362,6 +373,7 @@ impl Stats {
             &self.rejected_connections,
             &self.evicted_keys,
             &self.active_expired,
+            &self.active_expired_fields,
             &self.expire_cap_reached,
             &self.expire_cycle_us,
             &self.expired_stale_perc,

@@ -229,16 +229,28 @@ fn flush_dbs_if(
     // Even a flush of empty databases is recorded (Valkey forces its propagation).
     if dbs.iter().all(|&d| ctx.locks.holds_db(d)) {
         ctx.propagate_as(&args.iter().collect::<Vec<_>>());
+        forget_field_ttls(ctx.ks, dbs);
         return Some(take_tables(&mut ctx.locks, dbs, garbage));
     }
     let mut own = ctx.ks.lock_all(dbs);
     if !still(ctx.ks) {
         return None;
     }
+    forget_field_ttls(ctx.ks, dbs);
     let removed = take_tables(&mut own, dbs, garbage);
     ctx.propagate_now(db, &args.iter().collect::<Vec<_>>());
     drop(own);
     Some(removed)
+}
+
+/// Empties the sets of hashes filed for field expiry of `dbs`, whose keys a flush removes
+/// (under their slot locks; stale entries would only cost the cycle a lookup each).
+fn forget_field_ttls(ks: &crate::keyspace::Keyspace, dbs: &[usize]) {
+    for &d in dbs {
+        if let Some(db) = ks.db_if_used(d) {
+            db.clear_field_ttls();
+        }
+    }
 }
 
 /// Takes every table of `dbs` out of the lock set; returns the keys removed.
@@ -342,6 +354,9 @@ fn swapdb(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
             xs.sync(x);
             ys.sync(y);
         }
+        // The hashes filed for field expiry follow their tables (holding both registry locks
+        // at once is safe: nothing else ever holds two).
+        ctx.ks.db(lo).swap_field_ttls(ctx.ks.db(hi));
         if !held {
             let db = ctx.db;
             ctx.propagate_now(db, &args.iter().collect::<Vec<_>>());

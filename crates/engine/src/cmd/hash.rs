@@ -321,7 +321,7 @@ fn hincrby(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
             None => 0,
         };
         let value = current.checked_add(by).ok_or(CommandError::Overflow)?;
-        h.set(field, itoa::Buffer::new().format(value).as_bytes(), limits);
+        h.set_keeping_ttl(field, itoa::Buffer::new().format(value).as_bytes(), limits);
         Ok(value)
     })?;
     ctx.events.notify('h', "hincrby", key, ctx.db);
@@ -337,7 +337,7 @@ fn hincrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdRes
         return Err(CommandError::err("value is NaN or Infinity"));
     }
     let limits = HashLimits::from(ctx.cfg);
-    let text = update(ctx, key, |h| {
+    let (text, ttl) = update(ctx, key, |h| {
         let current = match h.get(field) {
             Some(Elem::Int(n)) => n as f64,
             Some(Elem::Str(s)) => parse_float(s).map_err(|_| CommandError::err("hash value is not a float"))?,
@@ -345,10 +345,15 @@ fn hincrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdRes
         };
         let mut text = String::new();
         format_human(checked_sum(current, by)?, &mut text);
-        h.set(field, text.as_bytes(), limits);
-        Ok(text)
+        h.set_keeping_ttl(field, text.as_bytes(), limits);
+        Ok((text, h.expire_of(field)))
     })?;
     ctx.propagate_as(&[b"HSET".as_slice(), key, field, text.as_bytes()]);
+    // The HSET clears the field's TTL on a replica; give it back, in the absolute form.
+    if let Some(when) = ttl {
+        let when = itoa::Buffer::new().format(when).to_owned();
+        ctx.propagate_as(&[b"HPEXPIREAT".as_slice(), key, when.as_bytes(), b"FIELDS", b"1", field]);
+    }
     ctx.events.notify('h', "hincrbyfloat", key, ctx.db);
     out.bulk(text.as_bytes());
     Ok(())

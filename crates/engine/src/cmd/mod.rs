@@ -21,6 +21,7 @@ pub mod expire;
 pub mod geo;
 pub mod geo_search;
 pub mod hash;
+pub mod hash_ttl;
 pub mod hash_walk;
 pub mod hll;
 pub mod keys;
@@ -139,6 +140,7 @@ pub fn commands() -> impl Iterator<Item = &'static Spec> {
         geo_search::COMMANDS,
         hash::COMMANDS,
         hash_walk::COMMANDS,
+        hash_ttl::COMMANDS,
         set::COMMANDS,
         set_ops::COMMANDS,
         sort::COMMANDS,

@@ -10,9 +10,10 @@ use std::io::Read;
 
 use super::{Item, Loaded, RdbError, RdbReader, Restored, access_clock};
 use crate::ctx::EngineConfig;
-use crate::entry::{Entry, NewValue};
+use crate::entry::{Entry, NewValue, ValueRef};
 use crate::hash::key_hash;
 use crate::keyspace::Keyspace;
+use crate::object::Object;
 use crate::policy;
 use crate::slot::key_slot;
 
@@ -153,8 +154,15 @@ impl<'a> Loader<'a> {
             Restored::Str(s) => Entry::new(key, hash, NewValue::Bytes(&s), expire_ms, lru),
             Restored::Obj(o) => Entry::new(key, hash, NewValue::Object(o), expire_ms, lru),
         };
-        let slot = self.ks.db(self.db).slot(key_slot(key));
+        let db = self.ks.db(self.db);
+        let slot = db.slot(key_slot(key));
         let mut table = slot.lock();
+        // A hash with field TTLs is filed for the active expire cycle, as a command would.
+        if let ValueRef::Obj(Object::Hash(h)) = entry.value()
+            && let Some(when) = h.min_expire()
+        {
+            db.watch_field_ttls(key, when);
+        }
         if let Some(i) = table.find(key, hash) {
             table.remove_at(i);
             self.stats.replaced += 1;
@@ -235,6 +243,24 @@ mod tests {
         // The slots' lock-free counters were published.
         assert_eq!(ks.db(0).len(), want.keys().filter(|(db, _)| *db == 0).count());
         assert_eq!(ks.db(0).volatile(), want.iter().filter(|((db, _), c)| *db == 0 && c.expire.is_some()).count());
+    }
+
+    #[test]
+    fn hashes_with_field_ttls_load_with_them_and_are_filed_for_expiry() {
+        let mut t = crate::testkit::TestKit::default();
+        t.run(&["HSET", "small", "a", "1", "b", "2"]);
+        t.run(&["HPEXPIRE", "small", "5000", "FIELDS", "1", "a"]);
+        t.cfg.hash_max_listpack_entries = 0;
+        t.run(&["HSET", "big", "a", "1", "b", "2"]);
+        t.run(&["HPEXPIRE", "big", "7000", "FIELDS", "1", "b"]);
+        let file = file_of(&t.ks);
+        let mut back = crate::testkit::TestKit { now_ms: t.now_ms, ..Default::default() };
+        load(&file[..], &back.ks, &back.cfg, t.now_ms).unwrap();
+        assert_eq!(back.ks.db(0).field_ttls_filed(), 2);
+        assert_eq!(back.run(&["HPTTL", "small", "FIELDS", "2", "a", "b"]), "*2\r\n:5000\r\n:-1\r\n");
+        assert_eq!(back.run(&["HPTTL", "big", "FIELDS", "2", "a", "b"]), "*2\r\n:-1\r\n:7000\r\n");
+        // Written as HASH_METADATA, built to the loading node's limits, as any hash.
+        assert_eq!(back.run(&["OBJECT", "ENCODING", "big"]), "$10\r\nlistpackex\r\n");
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! encoding RESTORE reads. The checksum after EOF is verified unless it is 0 (a file saved
 //! with `rdbchecksum no`); files before version 5 have none.
 
+use super::hash_ttl;
 use super::{
     Loaded, RdbError, Reader, TYPE_HASH, TYPE_HASH_LISTPACK, TYPE_HASH_ZIPLIST, TYPE_HASH_ZIPMAP, TYPE_LIST,
     TYPE_LIST_QUICKLIST, TYPE_LIST_QUICKLIST_2, TYPE_LIST_ZIPLIST, TYPE_SET, TYPE_SET_INTSET, TYPE_SET_LISTPACK,
@@ -416,6 +417,11 @@ fn layout(ty: u8, version: u16) -> Result<Layout, RdbError> {
         TYPE_ZSET => many(&[Str, AsciiDouble]),
         TYPE_ZSET_2 => many(&[Str, Bytes(8)]),
         TYPE_LIST_QUICKLIST_2 => many(&[Len, Str]),
+        // Hashes with field TTLs (Redis 7.4): the key, the earliest time for the GA forms,
+        // then a listpack blob or a count of TTL, field, value records.
+        hash_ttl::TYPE_HASH_LISTPACK_EX => single(&[Str, Bytes(8), Str]),
+        hash_ttl::TYPE_HASH_LISTPACK_EX_PRE_GA => single(&[Str, Str]),
+        hash_ttl::TYPE_HASH_METADATA => Ok(Layout { head: &[Str, Bytes(8)], each: &[Len, Str, Str] }),
         other => Err(RdbError::UnsupportedType(other)),
     }
 }
@@ -723,7 +729,7 @@ mod tests {
         assert_eq!(refused(&[OPCODE_MODULE_AUX, 1, 2]), RdbError::ModuleAux);
         assert_eq!(refused(&[OPCODE_MODULE_AUX, 1, 2]).to_string(), "module aux data not supported");
         assert_eq!(refused(&[OPCODE_FUNCTION_PRE_GA, 1]), RdbError::PreGaFunctions);
-        for ty in [6, 7, 8, 22, 23, 100, 242, 243] {
+        for ty in [6, 7, 8, 22, 100, 242, 243] {
             assert_eq!(refused(&[ty, 1, b'k', 0]), RdbError::UnsupportedType(ty), "type {ty}");
         }
         // Corrupt objects are refused as RESTORE refuses them.

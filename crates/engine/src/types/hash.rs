@@ -4,8 +4,13 @@
 //! encoding). It becomes a [`Dict`] (`hashtable`) once it holds more than
 //! `hash-max-listpack-entries` fields or is given a field or value longer than
 //! `hash-max-listpack-value` bytes — at the same points Valkey converts — and never goes back.
+//!
+//! A hash some of whose fields have a time to live (HEXPIRE, Redis 7.4) is a [`Hash::Volatile`]:
+//! the same packed or table body, boxed with a side table of field -> expire time and a lower
+//! bound of those times. Hashes without field TTLs pay nothing for the feature: the variant's
+//! tag already exists, and a hash whose last field TTL goes returns to its plain body.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::dict::{Dict, Keyed};
 use super::lpentry::Elem;
@@ -34,6 +39,26 @@ pub enum Hash {
     Packed(Packed),
     /// A table of [`Pair`]s.
     Table(Box<Dict<Pair>>),
+    /// A packed or table hash with at least one field TTL.
+    Volatile(Box<Volatile>),
+}
+
+/// A hash with field TTLs: its body (never itself volatile) and the TTLs.
+#[derive(Debug, Clone)]
+pub struct Volatile {
+    body: Hash,
+    /// Field -> unix time in milliseconds; only fields of `body`, never empty.
+    ttls: HashMap<Box<[u8]>, i64>,
+    /// At most the smallest time of `ttls` (exact after a purge; a persisted or rewritten
+    /// field may leave it lower, which costs one purge that finds nothing and recomputes it).
+    min: i64,
+}
+
+impl Volatile {
+    /// Drops `field`'s TTL, if any; returns whether it had one.
+    fn forget(&mut self, field: &[u8]) -> bool {
+        self.ttls.remove(field).is_some()
+    }
 }
 
 impl Default for Hash {
@@ -53,6 +78,7 @@ impl Hash {
         match self {
             Hash::Packed(p) => p.len() / 2,
             Hash::Table(d) => d.len(),
+            Hash::Volatile(v) => v.body.len(),
         }
     }
 
@@ -66,6 +92,9 @@ impl Hash {
         match self {
             Hash::Packed(_) => "listpack",
             Hash::Table(_) => "hashtable",
+            // Redis 7.4 names a listpack with TTLs `listpackex`.
+            Hash::Volatile(v) if matches!(v.body, Hash::Packed(_)) => "listpackex",
+            Hash::Volatile(v) => v.body.encoding(),
         }
     }
 
@@ -74,6 +103,12 @@ impl Hash {
         match self {
             Hash::Packed(p) => p.heap_bytes(),
             Hash::Table(d) => d.heap_bytes(),
+            Hash::Volatile(v) => {
+                // The box, the body, the map's slots (key box, time, control byte) and keys.
+                let slots = v.ttls.capacity() * (std::mem::size_of::<(Box<[u8]>, i64)>() + 1);
+                let keys: usize = v.ttls.keys().map(|k| size_class(k.len())).sum();
+                size_class(std::mem::size_of::<Volatile>()) + v.body.heap_bytes() + size_class(slots) + keys
+            }
         }
     }
 
@@ -82,6 +117,7 @@ impl Hash {
         match self {
             Hash::Packed(p) => p.find(field, 2).map(|at| p.at(p.at(at).1).0),
             Hash::Table(d) => d.find(field).map(|pos| Elem::Str(d.at(pos).value())),
+            Hash::Volatile(v) => v.body.get(field),
         }
     }
 
@@ -90,6 +126,7 @@ impl Hash {
         match self {
             Hash::Packed(p) => p.find(field, 2).is_some(),
             Hash::Table(d) => d.find(field).is_some(),
+            Hash::Volatile(v) => v.body.contains(field),
         }
     }
 
@@ -97,6 +134,9 @@ impl Hash {
     /// bytes, as Valkey's `hashTypeTryConversion`: too many pairs or a too long argument
     /// make the table encoding right away (sized for the pairs).
     pub fn prepare(&mut self, new_fields: usize, longest: usize, limits: HashLimits) {
+        if let Hash::Volatile(v) = self {
+            return v.body.prepare(new_fields, longest, limits);
+        }
         if let Hash::Packed(p) = self
             && (new_fields > limits.max_entries || longest > limits.max_value)
         {
@@ -105,7 +145,8 @@ impl Hash {
         }
     }
 
-    /// Sets `field` to `value`; returns whether the field is new.
+    /// Sets `field` to `value`, dropping any TTL it had (HSET, as Redis 7.4); returns whether
+    /// the field is new.
     pub fn set(&mut self, field: &[u8], value: &[u8], limits: HashLimits) -> bool {
         if matches!(self, Hash::Packed(_)) && (field.len() > limits.max_value || value.len() > limits.max_value) {
             self.make_table(self.len() + 1);
@@ -132,11 +173,26 @@ impl Hash {
                     true
                 }
             },
+            Hash::Volatile(v) => {
+                v.forget(field);
+                let added = v.body.set(field, value, limits);
+                self.settle();
+                return added;
+            }
         };
         if added && matches!(self, Hash::Packed(_)) && self.len() > limits.max_entries {
             self.make_table(self.len());
         }
         added
+    }
+
+    /// Sets `field` to `value` and keeps any TTL it had (HINCRBY, HINCRBYFLOAT: Redis's
+    /// `HASH_SET_KEEP_TTL`); returns whether the field is new.
+    pub fn set_keeping_ttl(&mut self, field: &[u8], value: &[u8], limits: HashLimits) -> bool {
+        match self {
+            Hash::Volatile(v) => v.body.set(field, value, limits),
+            h => h.set(field, value, limits),
+        }
     }
 
     /// Removes `field`; returns whether it existed.
@@ -150,6 +206,12 @@ impl Hash {
                 None => false,
             },
             Hash::Table(d) => d.remove(field).is_some(),
+            Hash::Volatile(v) => {
+                v.forget(field);
+                let removed = v.body.remove(field);
+                self.settle();
+                removed
+            }
         }
     }
 
@@ -158,16 +220,104 @@ impl Hash {
         match self {
             Hash::Packed(p) => Iter::Packed(p.iter()),
             Hash::Table(d) => Iter::Table(d.iter()),
+            Hash::Volatile(v) => v.body.iter(),
+        }
+    }
+
+    /// The expire time of `field` (unix ms), `None` when it has none or does not exist.
+    pub fn expire_of(&self, field: &[u8]) -> Option<i64> {
+        match self {
+            Hash::Volatile(v) => v.ttls.get(field).copied(),
+            _ => None,
+        }
+    }
+
+    /// A time no later than the earliest field TTL, `None` when no field has one: a hash
+    /// needs a purge ([`Hash::remove_expired`]) only once this is past.
+    pub fn min_expire(&self) -> Option<i64> {
+        match self {
+            Hash::Volatile(v) => Some(v.min),
+            _ => None,
+        }
+    }
+
+    /// Whether any field has a TTL.
+    pub fn has_field_ttls(&self) -> bool {
+        matches!(self, Hash::Volatile(_))
+    }
+
+    /// Gives the existing `field` the expire time `when` (unix ms); returns false when there
+    /// is no such field.
+    pub fn set_expire(&mut self, field: &[u8], when: i64) -> bool {
+        if !self.contains(field) {
+            return false;
+        }
+        if !matches!(self, Hash::Volatile(_)) {
+            let body = std::mem::take(self);
+            *self = Hash::Volatile(Box::new(Volatile { body, ttls: HashMap::new(), min: when }));
+        }
+        let Hash::Volatile(v) = self else { unreachable!("made volatile above") };
+        v.ttls.insert(field.into(), when);
+        v.min = v.min.min(when);
+        true
+    }
+
+    /// Removes `field`'s TTL; returns whether it had one (HPERSIST).
+    pub fn persist(&mut self, field: &[u8]) -> bool {
+        let Hash::Volatile(v) = self else { return false };
+        let had = v.forget(field);
+        self.settle();
+        had
+    }
+
+    /// Deletes the fields whose expire time is before `now` (a field lives through its own
+    /// millisecond, as a key does) and returns them. Cheap when nothing is due: one compare.
+    pub fn remove_expired(&mut self, now: i64) -> Vec<Vec<u8>> {
+        let Hash::Volatile(v) = self else { return Vec::new() };
+        if v.min >= now {
+            return Vec::new();
+        }
+        let mut due: Vec<Vec<u8>> = v.ttls.iter().filter(|&(_, &t)| t < now).map(|(f, _)| f.to_vec()).collect();
+        // In field order, so the write stream does not depend on the map's.
+        due.sort_unstable();
+        for f in &due {
+            v.ttls.remove(f.as_slice());
+            v.body.remove(f);
+        }
+        v.min = v.ttls.values().copied().min().unwrap_or(i64::MAX);
+        self.settle();
+        due
+    }
+
+    /// The fields that have a TTL, with their times (RDB, DUMP).
+    pub fn field_ttls(&self) -> impl Iterator<Item = (&[u8], i64)> + '_ {
+        let map = match self {
+            Hash::Volatile(v) => Some(&v.ttls),
+            _ => None,
+        };
+        map.into_iter().flat_map(|m| m.iter().map(|(f, &t)| (&f[..], t)))
+    }
+
+    /// Returns a volatile hash whose last TTL went to its plain body.
+    fn settle(&mut self) {
+        if let Hash::Volatile(v) = self
+            && v.ttls.is_empty()
+        {
+            *self = std::mem::take(&mut v.body);
         }
     }
 
     /// O(1) access to the `i`th pair after at most one O(N) pass (for sampling).
     pub fn indexed(&self) -> Indexed<'_> {
-        let offsets = match self {
-            Hash::Packed(p) => p.offsets(2),
-            Hash::Table(_) => Vec::new(),
+        let hash = match self {
+            Hash::Volatile(v) => &v.body,
+            h => h,
         };
-        Indexed { hash: self, offsets }
+        let offsets = match hash {
+            Hash::Packed(p) => p.offsets(2),
+            Hash::Table(_) | Hash::Volatile(_) => Vec::new(),
+        };
+        Indexed { hash, offsets }
     }
 
     /// A uniformly random pair, or `None` when empty. O(1) for a table, O(N) when packed.
@@ -183,6 +333,7 @@ impl Hash {
                 (it.next().expect("field"), it.next().expect("value"))
             }
             Hash::Table(d) => d.at(i).elems(),
+            Hash::Volatile(v) => return v.body.random(),
         })
     }
 
@@ -198,6 +349,7 @@ impl Hash {
                 let (k, v) = pair.elems();
                 f(k, v)
             }),
+            Hash::Volatile(v) => v.body.scan(cursor, f),
         }
     }
 
@@ -229,6 +381,9 @@ impl Hash {
 
     /// Moves a loaded hash to the table encoding if it is over the limits.
     pub fn conform(&mut self, limits: HashLimits) {
+        if let Hash::Volatile(v) = self {
+            return v.body.conform(limits);
+        }
         let Hash::Packed(p) = self else { return };
         let long = || p.iter().any(|e| e.str_len() > limits.max_value);
         if p.len() / 2 > limits.max_entries || long() {
@@ -351,6 +506,7 @@ impl<'a> Indexed<'a> {
                 (k, p.at(next).0)
             }
             Hash::Table(d) => d.at(i).elems(),
+            Hash::Volatile(_) => unreachable!("Hash::indexed unwraps a volatile hash"),
         }
     }
 
@@ -468,6 +624,34 @@ mod tests {
     }
 
     #[test]
+    fn field_ttls_live_beside_either_body_and_go_with_their_fields() {
+        for limits in [SMALL, HashLimits { max_entries: 0, max_value: 0 }] {
+            let mut h = Hash::new();
+            for f in ["a", "b", "c"] {
+                h.set(f.as_bytes(), b"v", limits);
+            }
+            let plain = h.encoding();
+            assert!(!h.set_expire(b"nope", 5), "only existing fields");
+            assert!(h.set_expire(b"a", 10) && h.set_expire(b"b", 20));
+            assert!(h.has_field_ttls() && h.min_expire() == Some(10));
+            assert_eq!(h.expire_of(b"a"), Some(10));
+            assert_eq!((h.len(), h.get(b"a").map(Elem::to_vec)), (3, Some(b"v".to_vec())));
+            // Rewriting a field drops its TTL; keeping it is explicit.
+            h.set_keeping_ttl(b"b", b"w", limits);
+            assert_eq!(h.expire_of(b"b"), Some(20));
+            h.set(b"b", b"x", limits);
+            assert_eq!(h.expire_of(b"b"), None);
+            assert!(h.remove_expired(10).is_empty(), "a field lives through its own millisecond");
+            assert_eq!(h.remove_expired(11), [b"a".to_vec()]);
+            assert!(!h.has_field_ttls() && h.encoding() == plain, "back to the plain body");
+            h.set_expire(b"c", 30);
+            assert!(h.persist(b"c") && !h.persist(b"c") && !h.has_field_ttls());
+            h.set_expire(b"c", 30);
+            assert!(h.remove(b"c") && h.expire_of(b"c").is_none() && !h.has_field_ttls());
+        }
+    }
+
+    #[test]
     fn a_ten_field_hash_costs_what_a_listpack_does() {
         // The memory benchmark's hash: fields field0..field9, values like value-12345-0.
         let mut h = Hash::new();
@@ -480,6 +664,7 @@ mod tests {
         // Object (32 bytes) lives inside the key's entry, so the buffer is all there is.
         assert_eq!(h.heap_bytes(), 224);
         assert!(std::mem::size_of::<crate::object::Object>() <= 32);
+        assert_eq!(std::mem::size_of::<Hash>(), 24, "the volatile variant costs no word");
         let o = crate::object::Object::Hash(h);
         assert_eq!(o.heap_size(), 224);
     }

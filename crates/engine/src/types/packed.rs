@@ -32,6 +32,18 @@ use crate::types::lpentry::{Elem, Encoded, decode, is_canonical};
 pub struct Packed {
     buf: Box<[u8]>,
     len: u32,
+    /// A byte that is always 0 and so leaves 255 spare bit patterns: an enum holding a
+    /// `Packed` and more than one other boxed variant ([`crate::types::hash::Hash`]) keeps its
+    /// tag there instead of growing by a word.
+    niche: Niche,
+}
+
+/// See [`Packed`]'s `niche` field.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(u8)]
+enum Niche {
+    #[default]
+    Zero = 0,
 }
 
 impl Packed {
@@ -49,7 +61,7 @@ impl Packed {
             Encoded::of(e).write(&mut buf);
             len += 1;
         }
-        Packed { buf: buf.into_boxed_slice(), len }
+        Packed { buf: buf.into_boxed_slice(), len, niche: Niche::Zero }
     }
 
     /// Number of elements.
@@ -167,7 +179,7 @@ impl Packed {
             }
         })
         .ok()?;
-        Some(Packed { buf: buf.into_boxed_slice(), len: u32::try_from(n).ok()? })
+        Some(Packed { buf: buf.into_boxed_slice(), len: u32::try_from(n).ok()?, niche: Niche::Zero })
     }
 
     /// Size of this sequence written as a listpack by [`Packed::write_listpack`].

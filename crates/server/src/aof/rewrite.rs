@@ -335,14 +335,22 @@ fn write_key(out: &mut Vec<u8>, key: &[u8], value: ValueRef<'_>) {
         Object::Str(s) => write_command(out, [&b"SET"[..], key, s.as_slice()].into_iter(), 3),
         Object::List(l) => batched(out, b"RPUSH", key, l.len(), 1, l.iter().map(|v| vec![v.to_vec()])),
         Object::Set(s) => batched(out, b"SADD", key, s.len(), 1, s.iter().map(|m| vec![m.with_bytes(<[u8]>::to_vec)])),
-        Object::Hash(h) => batched(
-            out,
-            b"HMSET",
-            key,
-            h.len(),
-            2,
-            h.iter().map(|(f, v)| vec![f.with_bytes(<[u8]>::to_vec), v.with_bytes(<[u8]>::to_vec)]),
-        ),
+        Object::Hash(h) => {
+            batched(
+                out,
+                b"HMSET",
+                key,
+                h.len(),
+                2,
+                h.iter().map(|(f, v)| vec![f.with_bytes(<[u8]>::to_vec), v.with_bytes(<[u8]>::to_vec)]),
+            );
+            // Field TTLs follow, one HPEXPIREAT per field, as Redis 7.4's rewriteHashObject.
+            for (field, when) in h.field_ttls() {
+                let ms = itoa::Buffer::new().format(when).to_string();
+                let argv = [&b"HPEXPIREAT"[..], key, ms.as_bytes(), b"FIELDS", b"1", field];
+                write_command(out, argv.into_iter(), 6);
+            }
+        }
         Object::Stream(st) => write_stream(out, key, st),
         Object::ZSet(z) => {
             let members = z.iter();
@@ -737,6 +745,21 @@ mod tests {
         assert_eq!(names.iter().filter(|n| *n == "SADD").count(), 4);
         assert_eq!(names.iter().filter(|n| *n == "PEXPIREAT").count(), 1);
         assert!(names.contains(&"HMSET".to_string()) && names.contains(&"ZADD".to_string()));
+    }
+
+    #[test]
+    fn a_command_base_keeps_hash_field_ttls() {
+        let mut t = TestKit { now_ms: NOW, ..TestKit::default() };
+        t.run(&["HSET", "h", "a", "1", "b", "2"]);
+        t.run(&["HPEXPIRE", "h", "5000", "FIELDS", "1", "b"]);
+        let mut all = Vec::new();
+        for (_, chunk) in command_base(&t.ks) {
+            all.extend_from_slice(&chunk);
+        }
+        let mut fresh = TestKit { now_ms: NOW, ..TestKit::default() };
+        let names = replay(&mut fresh, &all);
+        assert_eq!(names, ["HMSET", "HPEXPIREAT"]);
+        assert_eq!(fresh.run(&["HPTTL", "h", "FIELDS", "2", "a", "b"]), "*2\r\n:-1\r\n:5000\r\n");
     }
 
     fn paths(tag: &str) -> AofPaths {

@@ -428,6 +428,8 @@ fn stats(srv: &Server, o: &mut String) {
         "sync_full" => syncs.full,
         "sync_partial_ok" => syncs.partial_ok,
         "sync_partial_err" => syncs.partial_err,
+        // Redis 7.4's hash fields deleted for their TTL, in its place before expired_keys.
+        "expired_subkeys" => s.expired_fields(),
         "expired_keys" => s.expired(),
         "expired_stale_perc" => format!("{:.2}", s.expired_stale_perc()),
         "expired_time_cap_reached_count" => load(&s.expire_cap_reached),
