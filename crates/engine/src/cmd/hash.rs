@@ -127,7 +127,7 @@ pub static COMMANDS: &[Spec] = &[
 
 /// A row of a hash command: HASH ACL category, `hash` group, keys from its key specs.
 #[allow(clippy::too_many_arguments)]
-const fn row(
+pub(super) const fn row(
     name: &'static str,
     arity: i32,
     flags: u32,

@@ -13,8 +13,8 @@
 
 use hotkv_protocol::{Args, ReplyBuf};
 
-use super::{EngineCmd, LockPlan, Spec, int_arg};
-use crate::command::{CommandSpec, KeySpec, acl, flags, key_flags as kf};
+use super::{Spec, int_arg};
+use crate::command::{KeySpec, flags, key_flags as kf};
 use crate::ctx::Ctx;
 use crate::error::{CmdResult, CommandError};
 
@@ -46,7 +46,7 @@ const fn get_row(name: &'static str, summary: &'static str, run: super::EngineFn
     row(name, -5, flags::READONLY | flags::FAST, RO_ACCESS, summary, run)
 }
 
-/// A row of a field-expiry command: HASH ACL category, `hash` group, since 7.4.0.
+/// A row of a field-expiry command: a hash command row, since 7.4.0.
 const fn row(
     name: &'static str,
     arity: i32,
@@ -55,18 +55,7 @@ const fn row(
     summary: &'static str,
     run: super::EngineFn,
 ) -> Spec {
-    CommandSpec::new(
-        name,
-        arity,
-        flags,
-        acl::HASH,
-        keys,
-        "hash",
-        "7.4.0",
-        summary,
-        "O(N) where N is the number of specified fields",
-        EngineCmd { run, plan: LockPlan::Keys },
-    )
+    super::hash::row(name, arity, flags, keys, "7.4.0", summary, "O(N) where N is the number of specified fields", run)
 }
 
 const RO_ACCESS: &[KeySpec] = &[KeySpec::single(1, kf::RO | kf::ACCESS)];

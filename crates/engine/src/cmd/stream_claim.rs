@@ -441,16 +441,7 @@ fn xautoclaim(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResul
 
 #[cfg(test)]
 mod tests {
-    use crate::testkit::TestKit;
-
-    fn kit() -> TestKit {
-        let mut t = TestKit { record: true, ..TestKit::default() };
-        t.run(&["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"]);
-        t.run(&["XADD", "s", "1-0", "f", "v"]);
-        t.run(&["XADD", "s", "2-0", "f", "v"]);
-        t.stream.clear();
-        t
-    }
+    use super::super::stream_group::tests::kit;
 
     #[test]
     fn claims_go_out_as_xclaim() {

@@ -558,10 +558,11 @@ fn reply_groups(out: &mut ReplyBuf, served: &[(&[u8], Served)]) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use crate::testkit::TestKit;
 
-    fn kit() -> TestKit {
+    /// A recording kit with group `g` on stream `s` holding 1-0 and 2-0, nothing recorded yet.
+    pub(in crate::cmd) fn kit() -> TestKit {
         let mut t = TestKit { record: true, ..TestKit::default() };
         t.run(&["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"]);
         t.run(&["XADD", "s", "1-0", "f", "v"]);
