@@ -5,7 +5,7 @@
 use hotkv_protocol::{Args, ReplyBuf};
 
 use super::stream::{parse_interval_id, parse_strict_id, reply_entry};
-use super::stream_group::{also_propagate, xclaim_argv};
+use super::stream_group::{also_propagate, setid_argv, xclaim_argv};
 use super::stream_read::{OwnedEntry, borrow, owned};
 use super::{EngineCmd, LockPlan, Spec, int_arg};
 use crate::command::{CommandSpec, KeySpec, acl, flags, key_flags as kf};
@@ -305,15 +305,7 @@ fn xclaim(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
         dirty += 1;
     }
     if propagate_last {
-        props.push(vec![
-            b"XGROUP".to_vec(),
-            b"SETID".to_vec(),
-            key.to_vec(),
-            group.to_vec(),
-            g.last_id.to_bytes(),
-            b"ENTRIESREAD".to_vec(),
-            g.entries_read.to_string().into_bytes(),
-        ]);
+        props.push(setid_argv(key, group, g));
         dirty += 1;
     }
     out.array(claimed.len());

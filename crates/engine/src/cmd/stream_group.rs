@@ -458,17 +458,23 @@ fn deliver(
         count == 0 || got.len() < count
     });
     if moved {
-        props.push(vec![
-            b"XGROUP".to_vec(),
-            b"SETID".to_vec(),
-            key.to_vec(),
-            group.to_vec(),
-            g.last_id.to_bytes(),
-            b"ENTRIESREAD".to_vec(),
-            g.entries_read.to_string().into_bytes(),
-        ]);
+        props.push(setid_argv(key, group, g));
     }
     got
+}
+
+/// `XGROUP SETID key group <last id> ENTRIESREAD <n>`: how a read that moved a group's last id
+/// reaches replicas (with the XCLAIMs of what it delivered).
+pub(super) fn setid_argv(key: &[u8], group: &[u8], g: &Group) -> Vec<Vec<u8>> {
+    vec![
+        b"XGROUP".to_vec(),
+        b"SETID".to_vec(),
+        key.to_vec(),
+        group.to_vec(),
+        g.last_id.to_bytes(),
+        b"ENTRIESREAD".to_vec(),
+        g.entries_read.to_string().into_bytes(),
+    ]
 }
 
 pub(super) fn xclaim_argv(key: &[u8], group: &[u8], id: &[u8], n: &Nack, last: StreamId) -> Vec<Vec<u8>> {
