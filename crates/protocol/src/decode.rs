@@ -206,6 +206,12 @@ impl Decoder {
         self.want
     }
 
+    /// Where the payload of the big argument being received starts in the buffer, if one is:
+    /// Valkey's query buffer holds only that payload then (CLIENT LIST `qbuf`).
+    pub fn big_arg_start(&self) -> Option<usize> {
+        matches!(self.bulk_len, Some(n) if n >= BIG_ARG).then_some(self.cursor)
+    }
+
     /// Whether the last command was inline: its arguments live in the decoder's own scratch
     /// buffer and are overwritten by the next inline command.
     pub fn is_inline(&self) -> bool {
@@ -591,6 +597,27 @@ mod tests {
         let buf = b"*1\r\n$100000\r\nabc";
         assert_eq!(d.next(buf, Limits::default()).unwrap(), Step::Incomplete);
         assert_eq!(d.wanted_capacity(), 13 + 100_000 + 2);
+    }
+
+    #[test]
+    fn big_argument_start_skips_the_headers_before_it() {
+        let mut d = Decoder::new();
+        // A complete command first: after it is discarded, offsets are the partial one's.
+        let mut buf = b"*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nSET\r\n$40000\r\nabc".to_vec();
+        assert_eq!(d.next(&buf, Limits::default()).unwrap(), Step::Command);
+        assert_eq!(d.big_arg_start(), None);
+        assert_eq!(d.next(&buf, Limits::default()).unwrap(), Step::Incomplete);
+        let n = d.discard_consumed();
+        buf.drain(..n);
+        let start = d.big_arg_start().expect("a big argument is being read");
+        assert_eq!(&buf[start..], b"abc");
+        let mut small = Decoder::new();
+        assert_eq!(small.next(b"*1\r\n$30000\r\nab", Limits::default()).unwrap(), Step::Incomplete);
+        assert_eq!(small.big_arg_start(), None, "under 32 KiB Valkey keeps the whole query");
+        buf.extend(std::iter::repeat_n(b'x', 40_000 - 3));
+        buf.extend_from_slice(b"\r\n");
+        assert_eq!(d.next(&buf, Limits::default()).unwrap(), Step::Command);
+        assert_eq!(d.big_arg_start(), None);
     }
 
     proptest::proptest! {

@@ -564,10 +564,15 @@ impl Conn {
             let mut grown = BytesMut::with_capacity(target);
             grown.extend_from_slice(&self.rbuf);
             self.rbuf = grown;
-        } else if self.rbuf.capacity() - len < READ_CHUNK / 4 {
+        } else if want <= len && self.rbuf.capacity() - len < READ_CHUNK / 4 {
+            // Not while the rest of a big argument still fits (`want > len`): `reserve` doubles,
+            // which would leave a fully received argument in twice its size.
             self.rbuf.reserve(READ_CHUNK);
         }
-        sess.info.qbuf.store(len, Ordering::Relaxed);
+        // While a big argument arrives Valkey's query buffer holds only that argument (the
+        // headers before it were parsed and trimmed): CLIENT LIST's qbuf counts from its start.
+        let pending = len - self.decoder.big_arg_start().unwrap_or(0);
+        sess.info.qbuf.store(pending, Ordering::Relaxed);
         sess.info.qbuf_free.store(self.rbuf.capacity() - len, Ordering::Relaxed);
     }
 
