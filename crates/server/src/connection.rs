@@ -289,7 +289,7 @@ impl Conn {
                 tokio::task::yield_now().await;
             }
             self.flush(stream, sess).await?;
-            self.release_idle_buffers();
+            self.release_idle_buffers(&sess.info.reply_buf);
             if self.rbuf.capacity() == 0 {
                 stream.release_idle();
             }
@@ -752,6 +752,7 @@ impl Conn {
             return Ok(());
         }
         sess.info.obl.store(self.out.len(), Ordering::Relaxed);
+        sess.info.reply_buf.note(self.out.len());
         // Once per batch of replies, not per command (`appendfsync always`).
         self.aof.wait_replies().await;
         stream.write_all(self.out.as_bytes()).await?;
@@ -761,12 +762,14 @@ impl Conn {
         Ok(())
     }
 
-    /// An idle connection keeps no buffers: 10k idle clients cost little memory.
-    fn release_idle_buffers(&mut self) {
+    /// An idle connection keeps no read buffer, and a reply buffer no larger than the size the
+    /// reply buffer cron gave it (16 KiB at most, 1 KiB once idle for a while): 10k idle
+    /// clients cost little memory, while one whose replies fit keeps its buffer across batches.
+    fn release_idle_buffers(&mut self, reply_buf: &crate::reply_buffer::ReplyBuffer) {
         if self.rbuf.is_empty() && self.rbuf.capacity() > 0 && !self.decoder.in_command() {
             self.rbuf = BytesMut::new();
         }
-        if self.out.capacity() > READ_CHUNK {
+        if self.out.capacity() > reply_buf.size() {
             self.out.release();
         }
     }

@@ -1,6 +1,6 @@
 //! The server's periodic work (Valkey's `serverCron`), on its own thread so it never delays a
-//! worker: memory figures, the active expire cycle, idle client timeouts, instantaneous
-//! metrics.
+//! worker: memory figures, the active expire cycle, idle client timeouts, reply buffer
+//! resizing, instantaneous metrics.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -23,6 +23,7 @@ fn run(srv: &Arc<Server>) {
     let mut last_sample = Instant::now();
     let mut last_second = Instant::now();
     let mut routing_seen = 0;
+    let mut client_cursor = 0;
     while !srv.is_shutting_down() {
         // DEBUG SLEEP stops cron too, as it stops Valkey's event loop.
         srv.freeze.wait_blocking();
@@ -40,6 +41,7 @@ fn run(srv: &Arc<Server>) {
         if srv.tracking.active() {
             srv.tracking.limit();
         }
+        crate::reply_buffer::cron(srv, &mut client_cursor, hz, unix_ms());
         if expiry_allowed(srv) {
             expire(
                 srv,

@@ -32,6 +32,7 @@ pub mod process;
 pub mod pubsub;
 pub mod registry;
 pub mod replication;
+pub mod reply_buffer;
 pub mod routing;
 pub mod script;
 pub mod server;

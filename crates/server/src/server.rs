@@ -258,6 +258,8 @@ pub struct Server {
     pub active_expire: AtomicBool,
     /// DEBUG PAUSE-CRON: the cron thread does nothing while set.
     pub cron_paused: AtomicBool,
+    /// DEBUG REPLYBUFFER's settings and the reply buffer resize counts.
+    pub reply_buffers: crate::reply_buffer::Tuning,
     /// CLIENT PAUSE.
     pub pause: crate::pause::Pause,
     /// DEBUG SLEEP's stop of the whole server.
@@ -339,6 +341,7 @@ impl Server {
             this: std::sync::OnceLock::new(),
             active_expire: AtomicBool::new(true),
             cron_paused: AtomicBool::new(false),
+            reply_buffers: Default::default(),
             pause: Default::default(),
             freeze: Default::default(),
             router: Arc::new(Standalone),

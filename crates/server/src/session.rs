@@ -275,6 +275,8 @@ pub struct ClientInfo {
     pub obl: AtomicUsize,
     /// Output buffer capacity.
     pub omem: AtomicUsize,
+    /// Valkey's reply buffer size and peak (CLIENT LIST `rbs=`, `rbp=`).
+    pub reply_buf: crate::reply_buffer::ReplyBuffer,
     /// What it uses as `maxmemory-clients` counts it, as last reported (0 while no limit is
     /// set); see `client_evict`.
     pub mem: AtomicUsize,
@@ -328,6 +330,7 @@ impl ClientInfo {
             qbuf_free: AtomicUsize::new(0),
             obl: AtomicUsize::new(0),
             omem: AtomicUsize::new(0),
+            reply_buf: crate::reply_buffer::ReplyBuffer::new(now_ms),
             mem: AtomicUsize::new(0),
             net_in: AtomicU64::new(0),
             net_out: AtomicU64::new(0),
@@ -499,6 +502,19 @@ impl Clients {
     /// it inside CLIENT KILL, although its task may take a moment to notice and deregister.
     pub fn snapshot(&self) -> Vec<Arc<ClientInfo>> {
         self.map.lock().values().filter(|c| !c.is_killed()).cloned().collect()
+    }
+
+    /// Calls `f` on up to `n` clients in id order from id `from`, wrapping around once, and
+    /// returns the id to start from next time (a cron's round-robin, without a snapshot).
+    pub fn visit_from(&self, from: u64, n: usize, mut f: impl FnMut(&ClientInfo)) -> u64 {
+        let map = self.map.lock();
+        let mut next = from;
+        let mut it = map.range(from..).chain(map.range(..from)).take(n.min(map.len()));
+        for (&id, c) in &mut it {
+            f(c);
+            next = id + 1;
+        }
+        next
     }
 
     /// One client (not a killed one).

@@ -263,11 +263,12 @@ pub fn client_line(reg: &Registry, c: &ClientInfo, now_ms: i64, current: &Curren
     } else {
         qbuf + qbuf_free + omem + argv_mem + std::mem::size_of::<ClientInfo>()
     };
+    let (rbs, rbp) = (c.reply_buf.size(), c.reply_buf.peak());
     let mut s = String::with_capacity(360);
     let _ = write!(
         s,
         "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} watch={} \
-         qbuf={qbuf} qbuf-free={qbuf_free} argv-mem={argv_mem} multi-mem=0 rbs={omem} rbp={omem} obl={obl} oll=0 \
+         qbuf={qbuf} qbuf-free={qbuf_free} argv-mem={argv_mem} multi-mem=0 rbs={rbs} rbp={rbp} obl={obl} oll=0 \
          omem={omem} tot-mem={tot_mem} events=r cmd={cmd} user={} redir={} resp={} lib-name={} lib-ver={} \
          tot-net-in={} tot-net-out={} tot-cmds={}",
         c.id,
@@ -744,10 +745,26 @@ mod tests {
         assert!(body.starts_with(&format!("id={id} addr=127.0.0.1:41000 laddr=127.0.0.1:6379 fd=8 name= age=0 idle=0 flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 watch=0 qbuf=0 ")), "{body}");
         assert!(body.contains(" argv-mem=10 multi-mem=0 "), "{body}");
         assert!(body.contains(" obl=0 oll=0 omem=0 "), "{body}");
+        assert!(body.contains(" rbs=16384 rbp=16384 "), "a new client's reply buffer, as Valkey's: {body}");
         assert!(body.contains(" events=r cmd=client|list user=default redir=-1 resp=2 lib-name= lib-ver= "), "{body}");
         assert!(body.ends_with(" tot-cmds=0\n"), "{body}");
         let info = c.run(&srv, &["client", "info"]);
         assert!(info.contains(" cmd=client|info ") && info.contains(" tot-cmds=1\n"), "{info}");
+    }
+
+    #[test]
+    fn list_reports_the_reply_buffer_the_cron_sized() {
+        let srv = server();
+        let mut c = client(&srv, 41003);
+        let tuning = crate::reply_buffer::Tuning::default();
+        // The first visit after the reset time resets the peak, the next shrinks to it.
+        c.sess.info.reply_buf.cron(0, i64::MAX, &tuning);
+        c.sess.info.reply_buf.cron(0, i64::MAX, &tuning);
+        let line = c.run(&srv, &["client", "info"]);
+        assert!(line.contains(" rbs=1024 rbp=0 "), "{line}");
+        c.sess.info.reply_buf.note(5000);
+        let line = c.run(&srv, &["client", "info"]);
+        assert!(line.contains(" rbs=1024 rbp=1024 "), "only what fits counts: {line}");
     }
 
     #[test]

@@ -135,6 +135,8 @@ fn set_error(e: SetError) -> CommandError {
 
 fn resetstat(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
     srv.stats.reset();
+    srv.reply_buffers.shrinks.store(0, std::sync::atomic::Ordering::Relaxed);
+    srv.reply_buffers.expands.store(0, std::sync::atomic::Ordering::Relaxed);
     srv.memory.reset_peak();
     // Counters kept beside the command path's: Valkey's resetServerStats clears them too
     // (a test that resets, restarts its primary and expects one partial sync depends on it).

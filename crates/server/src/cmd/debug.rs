@@ -190,6 +190,10 @@ fn run(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
             srv.cron_paused.store(on, Ordering::Relaxed);
             out.ok();
         }
+        ("replybuffer", 4) => {
+            replybuffer(srv, &args)?;
+            out.ok();
+        }
         ("set-active-expire", 3) => {
             let on = hotkv_protocol::parse_i64(args.get(2)).unwrap_or(0) != 0;
             srv.active_expire.store(on, Ordering::Relaxed);
@@ -429,6 +433,29 @@ fn dataset_digest(srv: &Server) -> [u8; 20] {
     total
 }
 
+/// DEBUG REPLYBUFFER PEAK-RESET-TIME <NEVER|RESET|ms> and RESIZING <0|1>, as Valkey 8.0: a
+/// RESIZING argument that is not a number is 0 (Valkey reads it with `atoi`).
+fn replybuffer(srv: &Server, args: &Args<'_>) -> Result<(), CommandError> {
+    let (what, value) = (args.get(2), args.get(3));
+    let tuning = &srv.reply_buffers;
+    if what.eq_ignore_ascii_case(b"peak-reset-time") {
+        let ms = if value.eq_ignore_ascii_case(b"never") {
+            -1
+        } else if value.eq_ignore_ascii_case(b"reset") {
+            crate::reply_buffer::DEFAULT_PEAK_RESET_MS
+        } else {
+            super::int_arg(value, None)?
+        };
+        tuning.peak_reset_ms.store(ms, Ordering::Relaxed);
+    } else if what.eq_ignore_ascii_case(b"resizing") {
+        let on = hotkv_protocol::parse_i64(value).unwrap_or(0) != 0;
+        tuning.resizing.store(on, Ordering::Relaxed);
+    } else {
+        return Err(subcommand_syntax_error(args));
+    }
+    Ok(())
+}
+
 fn help(args: &Args<'_>, out: &mut ReplyBuf) {
     reply_help(
         out,
@@ -474,6 +501,12 @@ fn help(args: &Args<'_>, out: &mut ReplyBuf) {
             "    * NOSAVE: the database will be loaded from an existing RDB file.",
             "PAUSE-CRON <0|1>",
             "    Stop periodic cron job processing.",
+            "REPLYBUFFER PEAK-RESET-TIME <NEVER||RESET|time>",
+            "    Sets the time (in milliseconds) to wait between client reply buffer peak resets.",
+            "    In case NEVER is provided the last observed peak will never be reset",
+            "    In case RESET is provided the peak reset time will be restored to the default value",
+            "REPLYBUFFER RESIZING <0|1>",
+            "    Enable or disable the reply buffer resize cron job",
             "REPLICATE <command> [<arg> ...]",
             "    Propagate the given command to replicas and the AOF, without running it.",
             "SEGFAULT",
@@ -572,7 +605,32 @@ mod tests {
             debug(&srv, &mut c, &["debug", "nosuch"]),
             "-ERR unknown subcommand or wrong number of arguments for 'nosuch'. Try DEBUG HELP.\r\n"
         );
-        assert!(debug(&srv, &mut c, &["debug", "help"]).starts_with("*55\r\n+DEBUG <subcommand>"));
+        assert!(debug(&srv, &mut c, &["debug", "help"]).starts_with("*61\r\n+DEBUG <subcommand>"));
+    }
+
+    #[test]
+    fn replybuffer_sets_the_peak_reset_time_and_resizing() {
+        let srv = server();
+        let mut c = client(&srv, 44002);
+        let tuning = &srv.reply_buffers;
+        let reset = || tuning.peak_reset_ms.load(Ordering::Relaxed);
+        assert_eq!(debug(&srv, &mut c, &["debug", "replybuffer", "peak-reset-time", "100"]), "+OK\r\n");
+        assert_eq!(reset(), 100);
+        assert_eq!(debug(&srv, &mut c, &["debug", "replybuffer", "PEAK-RESET-TIME", "never"]), "+OK\r\n");
+        assert_eq!(reset(), -1);
+        assert_eq!(debug(&srv, &mut c, &["debug", "replybuffer", "peak-reset-time", "reset"]), "+OK\r\n");
+        assert_eq!(reset(), crate::reply_buffer::DEFAULT_PEAK_RESET_MS);
+        assert_eq!(
+            debug(&srv, &mut c, &["debug", "replybuffer", "peak-reset-time", "soon"]),
+            "-ERR value is not an integer or out of range\r\n"
+        );
+        assert_eq!(debug(&srv, &mut c, &["debug", "replybuffer", "resizing", "0"]), "+OK\r\n");
+        assert!(!tuning.resizing.load(Ordering::Relaxed));
+        assert_eq!(debug(&srv, &mut c, &["debug", "replybuffer", "resizing", "1"]), "+OK\r\n");
+        assert!(tuning.resizing.load(Ordering::Relaxed));
+        let err = "-ERR unknown subcommand or wrong number of arguments for 'replybuffer'. Try DEBUG HELP.\r\n";
+        assert_eq!(debug(&srv, &mut c, &["debug", "replybuffer", "bogus", "1"]), err);
+        assert_eq!(debug(&srv, &mut c, &["debug", "replybuffer", "resizing"]), err);
     }
 
     #[test]
