@@ -44,6 +44,10 @@ use crate::types::zset::{Limits as ZSetLimits, ZSet, lp_score};
 /// RDB version written into payloads.
 pub const WRITE_VERSION: u16 = 10;
 
+/// The newest `REDIS00nn` version read (Redis 7.4's; Valkey 8.0 stops at 11). What hotkv writes
+/// stays [`WRITE_VERSION`].
+pub const REDIS_MAX_VERSION: u16 = 12;
+
 /// RDB type of a string value.
 pub const TYPE_STRING: u8 = 0;
 /// A list as a count of strings (read only; Redis before 3.2 wrote it).
@@ -566,7 +570,7 @@ pub fn restore_functions(payload: &[u8], max_string: u64) -> Result<Vec<Vec<u8>>
     let (body, footer) = payload.split_at(payload.len() - 8);
     let version = u16::from_le_bytes([body[body.len() - 2], body[body.len() - 1]]);
     let crc = u64::from_le_bytes(footer.try_into().map_err(|_| FunctionsPayloadError::VersionOrChecksum)?);
-    if !(0..=11).contains(&version) && !(80..=81).contains(&version) || crc != crc64(0, body) {
+    if !known_payload_version(version) || crc != crc64(0, body) {
         return Err(FunctionsPayloadError::VersionOrChecksum);
     }
     let max_string = usize::try_from(max_string).unwrap_or(usize::MAX);
@@ -591,8 +595,7 @@ pub fn restore(payload: &[u8], max_string: u64) -> Result<Loaded, RdbError> {
     }
     let (body, footer) = payload.split_at(payload.len() - 8);
     let version = u16::from_le_bytes([body[body.len() - 2], body[body.len() - 1]]);
-    // Valkey 8's `verifyDumpPayload` refuses only versions above its own (11): 0 is accepted.
-    if !(0..=11).contains(&version) && !(80..=81).contains(&version) {
+    if !known_payload_version(version) {
         return Err(RdbError::VersionOrChecksum);
     }
     let crc = u64::from_le_bytes(footer.try_into().map_err(|_| RdbError::VersionOrChecksum)?);
@@ -602,16 +605,24 @@ pub fn restore(payload: &[u8], max_string: u64) -> Result<Loaded, RdbError> {
     let max_string = usize::try_from(max_string).unwrap_or(usize::MAX);
     let mut r = Reader { buf: &body[..body.len() - 2], pos: 0, max_string };
     let ty = r.byte()?;
-    let value = read_object(&mut r, ty)?;
+    let value = read_object(&mut r, ty, version)?;
     if r.pos != r.buf.len() {
         return Err(RdbError::BadFormat);
     }
     Ok(value)
 }
 
+/// Whether a DUMP payload of `version` is read: Valkey 8's `verifyDumpPayload` refuses only
+/// versions above its own (11), so 0 is accepted; hotkv reads Redis 7.4's 12 too, and Valkey's
+/// own range.
+fn known_payload_version(version: u16) -> bool {
+    (0..=REDIS_MAX_VERSION).contains(&version) || (80..=81).contains(&version)
+}
+
 /// Decodes the object of RDB type `ty` at the reader's position: the part of a DUMP payload
-/// after its type byte, or of an RDB file's record after its key.
-pub fn read_object(r: &mut Reader<'_>, ty: u8) -> Result<Loaded, RdbError> {
+/// after its type byte, or of an RDB file's record after its key. `version` is the payload's
+/// or file's RDB version: a few type numbers mean different things to Redis and Valkey.
+pub fn read_object(r: &mut Reader<'_>, ty: u8, version: u16) -> Result<Loaded, RdbError> {
     Ok(match ty {
         TYPE_STRING => Loaded::Str(r.string()?),
         TYPE_LIST => Loaded::List(read_list(r)?),
@@ -640,6 +651,8 @@ pub fn read_object(r: &mut Reader<'_>, ty: u8) -> Result<Loaded, RdbError> {
         hash_ttl::TYPE_HASH_LISTPACK_EX_PRE_GA..=hash_ttl::TYPE_HASH_LISTPACK_EX => {
             Loaded::Object(Object::Hash(hash_ttl::read(r, ty)?))
         }
+        // Redis 7.4's release candidates wrote it in version 12; Valkey 9's 22 is another type.
+        hash_ttl::TYPE_HASH_METADATA_PRE_GA if version == 12 => Loaded::Object(Object::Hash(hash_ttl::read(r, ty)?)),
         15 | 19 | 21 => Loaded::Object(Object::Stream(Box::new(stream::read_stream(r, ty)?))),
         // Modules (6, 7) and types from the future: Valkey's reply for all of them.
         _ => return Err(RdbError::BadFormat),
@@ -1236,10 +1249,10 @@ mod tests {
         assert_eq!(restore_all(&p), Err(RdbError::VersionOrChecksum));
         assert_eq!(restore_all(b"short"), Err(RdbError::VersionOrChecksum));
         let mut body = vec![99u8, 1, 2];
-        body.extend_from_slice(&12u16.to_le_bytes());
+        body.extend_from_slice(&13u16.to_le_bytes());
         let crc = crc64(0, &body);
         body.extend_from_slice(&crc.to_le_bytes());
-        assert_eq!(restore_all(&body), Err(RdbError::VersionOrChecksum), "version 12 is foreign");
+        assert_eq!(restore_all(&body), Err(RdbError::VersionOrChecksum), "version 13 is foreign");
         assert_eq!(restore_all(&finish(vec![99u8, 1, 2])), Err(RdbError::BadFormat));
         assert_eq!(restore_all(&finish(vec![0, 0x05, b'h'])), Err(RdbError::BadFormat));
     }

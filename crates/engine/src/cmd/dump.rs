@@ -495,6 +495,35 @@ mod collection_tests {
     /// ZADD zs 1 a 2.5 b 3 c with zset-max-listpack-entries 2: ZSET_2, highest first.
     const ZSET_2: &str = "050301630000000000000840016200000000000004400161000000000000f03f0a00265b9a2f1de4fe61";
 
+    /// `payload` with its version footer set to `version` and the checksum redone.
+    fn with_version(payload: &[u8], version: u16) -> Vec<u8> {
+        let mut body = payload[..payload.len() - 10].to_vec();
+        body.extend_from_slice(&version.to_le_bytes());
+        let crc = crate::rdb::crc64(0, &body);
+        body.extend_from_slice(&crc.to_le_bytes());
+        body
+    }
+
+    #[test]
+    fn redis_7_4_payloads_restore_and_later_versions_are_refused() {
+        let mut t = TestKit::default();
+        t.run(&["RPUSH", "l", "a", "b"]);
+        t.run(&["HSET", "h", "f", "1", "g", "2"]);
+        t.run(&["HPEXPIREAT", "h", "4000000000000", "FIELDS", "1", "g"]);
+        for key in ["l", "h"] {
+            let p = dump(&mut t, key);
+            assert_eq!(restore(&mut t, &format!("{key}12"), &with_version(&p, 12)), "+OK\r\n", "{key}");
+            assert_eq!(
+                restore(&mut t, &format!("{key}13"), &with_version(&p, 13)),
+                "-ERR DUMP payload version or checksum are wrong\r\n",
+                "{key}"
+            );
+        }
+        assert_eq!(t.run(&["LRANGE", "l12", "0", "-1"]), "*2\r\n$1\r\na\r\n$1\r\nb\r\n");
+        assert_eq!(t.run(&["HPEXPIRETIME", "h12", "FIELDS", "2", "f", "g"]), "*2\r\n:-1\r\n:4000000000000\r\n");
+        assert_eq!(t.run(&["EXISTS", "l13", "h13"]), ":0\r\n");
+    }
+
     #[test]
     fn redis_list_payloads_restore_and_dump_back_identically() {
         let mut t = TestKit::default();

@@ -2,8 +2,9 @@
 //! `HASH_LISTPACK_EX` (25) for a packed hash, a listpack of field, value, expire-time triples
 //! after the hash's earliest time, and `HASH_METADATA` (24) for a table, the earliest time then
 //! per field a TTL relative to it (0: none), the field and the value. The release candidates'
-//! listpack form (23, without the earliest time) is read too; their type 22 is not, as Valkey 9
-//! gives that number to its own, different, `HASH_2` encoding.
+//! forms without the earliest time are read too: the listpack (23), and the table (22, with
+//! absolute times) from a version 12 file or payload only, as Valkey 9 gives that number to its
+//! own, different, `HASH_2` encoding.
 //!
 //! hotkv writes these types, which come with Redis's RDB version 12, inside its version 10
 //! files and payloads, and only for hashes that have field TTLs: every other key stays
@@ -21,6 +22,9 @@ pub(super) const TYPE_HASH_LISTPACK_EX: u8 = 25;
 pub(super) const TYPE_HASH_METADATA: u8 = 24;
 /// [`TYPE_HASH_LISTPACK_EX`] without the earliest time (Redis 7.4 release candidates).
 pub(super) const TYPE_HASH_LISTPACK_EX_PRE_GA: u8 = 23;
+/// [`TYPE_HASH_METADATA`] without the earliest time, its TTLs absolute (Redis 7.4 release
+/// candidates; read only from version 12, as Valkey 9 numbers its own `HASH_2` 22).
+pub(super) const TYPE_HASH_METADATA_PRE_GA: u8 = 22;
 
 /// The latest expire time Redis accepts in these encodings (`EB_EXPIRE_TIME_MAX`).
 const MAX_EXPIRE_MS: u64 = 0x0000_FFFF_FFFF_FFFF;
@@ -57,7 +61,7 @@ pub(super) fn encode(out: &mut Vec<u8>, key: Option<&[u8]>, h: &Hash, c: Strings
     true
 }
 
-/// Reads a hash of one of the three types above; empty, repeated fields, a TTL past Redis's
+/// Reads a hash of one of the four types above; empty, repeated fields, a TTL past Redis's
 /// maximum or a malformed listpack are corrupt.
 pub(super) fn read(r: &mut Reader<'_>, ty: u8) -> Result<Hash, RdbError> {
     let min = match ty {
@@ -84,7 +88,8 @@ pub(super) fn read(r: &mut Reader<'_>, ty: u8) -> Result<Hash, RdbError> {
         for _ in 0..r.len()? {
             let ttl = r.len()?;
             let at = match (ttl, min) {
-                (0, _) | (_, None) => 0,
+                (0, _) => 0,
+                (t, None) => t,
                 (t, Some(min)) => t.checked_add(min).ok_or(RdbError::BadFormat)? - 1,
             };
             ttls.push(at);
@@ -208,5 +213,38 @@ mod tests {
             let got = restore(&crate::rdb::finish(bad.clone()), u64::MAX).err();
             assert_eq!(got, Some(RdbError::BadFormat), "{bad:?}");
         }
+    }
+
+    /// A payload with Redis 7.4's version 12 footer.
+    fn finish_v12(mut body: Vec<u8>) -> Vec<u8> {
+        body.extend_from_slice(&12u16.to_le_bytes());
+        let crc = crate::rdb::crc64(0, &body);
+        body.extend_from_slice(&crc.to_le_bytes());
+        body
+    }
+
+    #[test]
+    fn reads_the_release_candidate_table_form_from_version_12() {
+        // Type 22: a count, then absolute TTL (0: none), field, value records.
+        let mut body = vec![TYPE_HASH_METADATA_PRE_GA];
+        write_len(&mut body, 2);
+        for (ttl, f, v) in [(0, b"f", b"1"), (1_700_000_000_000, b"g", b"2")] {
+            write_len(&mut body, ttl);
+            put_string(&mut body, f, Strings::Plain);
+            put_string(&mut body, v, Strings::Plain);
+        }
+        let h = match restore(&finish_v12(body.clone()), u64::MAX) {
+            Ok(Loaded::Object(Object::Hash(h))) => h,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!((h.expire_of(b"f"), h.expire_of(b"g")), (None, Some(1_700_000_000_000)));
+        assert_eq!(h.get(b"g").map(|v| v.to_vec()), Some(b"2".to_vec()));
+        assert_eq!(restore(&crate::rdb::finish(body), u64::MAX).err(), Some(RdbError::BadFormat), "not in 10");
+        // The GA forms hotkv writes read the same under version 12.
+        let p = dump_hash(&volatile(HashLimits::UNBOUNDED));
+        let v12 = finish_v12(p[..p.len() - 10].to_vec());
+        assert!(
+            matches!(restore(&v12, u64::MAX), Ok(Loaded::Object(Object::Hash(h))) if h.expire_of(b"a") == Some(1_700_000_001_000))
+        );
     }
 }

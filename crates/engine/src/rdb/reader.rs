@@ -13,15 +13,15 @@
 //! a collection it has walked), so a value arriving in many small pieces is walked once, not
 //! once per piece.
 //!
-//! Versions 1–11 (`REDIS00nn`) and Valkey 9's 80–81 (`VALKEYnnn`) are read, with every
+//! Versions 1–12 (`REDIS00nn`, 12 being Redis 7.4's) and Valkey 9's 80–81 (`VALKEYnnn`) are read, with every
 //! encoding RESTORE reads. The checksum after EOF is verified unless it is 0 (a file saved
 //! with `rdbchecksum no`); files before version 5 have none.
 
 use super::hash_ttl;
 use super::{
-    Loaded, RdbError, Reader, TYPE_HASH, TYPE_HASH_LISTPACK, TYPE_HASH_ZIPLIST, TYPE_HASH_ZIPMAP, TYPE_LIST,
-    TYPE_LIST_QUICKLIST, TYPE_LIST_QUICKLIST_2, TYPE_LIST_ZIPLIST, TYPE_SET, TYPE_SET_INTSET, TYPE_SET_LISTPACK,
-    TYPE_STRING, TYPE_ZSET, TYPE_ZSET_2, TYPE_ZSET_LISTPACK, TYPE_ZSET_ZIPLIST, crc64, read_object,
+    Loaded, REDIS_MAX_VERSION, RdbError, Reader, TYPE_HASH, TYPE_HASH_LISTPACK, TYPE_HASH_ZIPLIST, TYPE_HASH_ZIPMAP,
+    TYPE_LIST, TYPE_LIST_QUICKLIST, TYPE_LIST_QUICKLIST_2, TYPE_LIST_ZIPLIST, TYPE_SET, TYPE_SET_INTSET,
+    TYPE_SET_LISTPACK, TYPE_STRING, TYPE_ZSET, TYPE_ZSET_2, TYPE_ZSET_LISTPACK, TYPE_ZSET_ZIPLIST, crc64, read_object,
 };
 use super::{
     OPCODE_AUX, OPCODE_EOF, OPCODE_EXPIRETIME, OPCODE_EXPIRETIME_MS, OPCODE_FREQ, OPCODE_FUNCTION_PRE_GA,
@@ -208,7 +208,7 @@ impl RdbReader {
                         return Ok(Some(Item::Eof));
                     }
                     let max = usize::try_from(self.max_string).unwrap_or(usize::MAX);
-                    let item = decode(rec, &mut self.pending, max)?;
+                    let item = decode(rec, &mut self.pending, max, self.version)?;
                     self.consume(len);
                     if item.is_some() {
                         return Ok(item);
@@ -302,7 +302,7 @@ struct Scan {
 
 /// Decodes a complete record other than EOF: an item, or `None` for the opcodes that only
 /// qualify the next key (kept in `pending` until it comes).
-fn decode(rec: &[u8], pending: &mut Pending, max_string: usize) -> Result<Option<Item>, RdbError> {
+fn decode(rec: &[u8], pending: &mut Pending, max_string: usize, version: u16) -> Result<Option<Item>, RdbError> {
     let mut r = Reader::new(&rec[1..], max_string);
     let item = match rec[0] {
         OPCODE_AUX => Some(Item::Aux { key: r.string()?, value: r.string()? }),
@@ -328,7 +328,7 @@ fn decode(rec: &[u8], pending: &mut Pending, max_string: usize) -> Result<Option
         }
         ty => {
             let key = r.string()?;
-            let value = read_object(&mut r, ty)?;
+            let value = read_object(&mut r, ty, version)?;
             let p = std::mem::take(pending);
             Some(Item::Entry { key, value, expire_ms: p.expire_ms, idle_s: p.idle_s, freq: p.freq })
         }
@@ -349,7 +349,7 @@ fn fixed<const N: usize>(r: &mut Reader<'_>) -> Result<[u8; N], RdbError> {
 fn magic(b: &[u8]) -> Result<Option<u16>, RdbError> {
     let head = &b[..b.len().min(MAGIC_LEN)];
     let (name, digits, versions): (&[u8], usize, _) = if head.starts_with(b"REDIS") || b"REDIS".starts_with(head) {
-        (b"REDIS", 4, 1..=11)
+        (b"REDIS", 4, 1..=REDIS_MAX_VERSION)
     } else if head.starts_with(b"VALKEY") || b"VALKEY".starts_with(head) {
         (b"VALKEY", 3, 80..=81)
     } else {
@@ -422,6 +422,9 @@ fn layout(ty: u8, version: u16) -> Result<Layout, RdbError> {
         hash_ttl::TYPE_HASH_LISTPACK_EX => single(&[Str, Bytes(8), Str]),
         hash_ttl::TYPE_HASH_LISTPACK_EX_PRE_GA => single(&[Str, Str]),
         hash_ttl::TYPE_HASH_METADATA => Ok(Layout { head: &[Str, Bytes(8)], each: &[Len, Str, Str] }),
+        // Its release candidates' table form: absolute times, no earliest time. Only in a
+        // Redis 7.4 file: Valkey 9 numbers its own hash encoding 22.
+        hash_ttl::TYPE_HASH_METADATA_PRE_GA if version == 12 => many(&[Len, Str, Str]),
         other => Err(RdbError::UnsupportedType(other)),
     }
 }
@@ -756,7 +759,7 @@ mod tests {
         r.next_item().unwrap();
         assert_eq!(r.version(), Some(80));
         for (magic, err) in [
-            (&b"REDIS0012"[..], RdbError::UnsupportedVersion(12)),
+            (&b"REDIS0013"[..], RdbError::UnsupportedVersion(13)),
             (b"REDIS0000", RdbError::UnsupportedVersion(0)),
             (b"VALKEY011", RdbError::UnsupportedVersion(11)),
             (b"REDIS001x", RdbError::BadMagic),
@@ -768,6 +771,36 @@ mod tests {
             r.feed(magic);
             assert_eq!(r.next_item(), Err(err), "{:?}", String::from_utf8_lossy(magic));
         }
+    }
+
+    #[test]
+    fn redis_7_4_files_are_read_with_their_hash_types() {
+        // A version 12 header, a string, then a hash of the release candidates' type 22 (a
+        // count, then absolute TTL, field, value records), read whole and byte by byte.
+        let mut body = vec![0, 1, b'k', 1, b'v', hash_ttl::TYPE_HASH_METADATA_PRE_GA, 1, b'h'];
+        write_len(&mut body, 2);
+        for (ttl, f) in [(0u64, b"f"), (1_700_000_000_000, b"g")] {
+            write_len(&mut body, ttl);
+            write_string(&mut body, f);
+            write_string(&mut body, b"1");
+        }
+        let mut v12 = file(&body);
+        v12.splice(..9, *b"REDIS0012");
+        let n = v12.len();
+        let crc = crc64(0, &v12[..n - 8]);
+        v12[n - 8..].copy_from_slice(&crc.to_le_bytes());
+        for items in [read(&v12).unwrap(), read_in(&v12, || 1).unwrap()] {
+            assert_eq!(items.len(), 3);
+            assert_eq!(items[0], entry(b"k", b"v"));
+            let Item::Entry { key, value: Loaded::Object(crate::object::Object::Hash(h)), .. } = &items[1] else {
+                panic!("{:?}", items[1])
+            };
+            assert_eq!(key, b"h");
+            assert_eq!((h.expire_of(b"f"), h.expire_of(b"g")), (None, Some(1_700_000_000_000)));
+        }
+        // The same record in a version 11 file is a type hotkv does not know.
+        let v11 = file(&body);
+        assert_eq!(read(&v11), Err(RdbError::UnsupportedType(22)));
     }
 
     #[test]
