@@ -325,6 +325,9 @@ pub struct KeyMut<'t> {
     table: &'t mut Table,
     slot: &'t Slot,
     idx: usize,
+    /// What a replica's reader sees of a hash some of whose fields are past their TTL: a copy
+    /// without them, the stored hash waiting for the primary's HDELs (see `Ctx::lookup`).
+    live: Option<Box<Hash>>,
 }
 
 impl<'t> KeyMut<'t> {
@@ -356,8 +359,11 @@ impl<'t> KeyMut<'t> {
         }
     }
 
-    /// The hash value, or WRONGTYPE.
+    /// The hash value, or WRONGTYPE. On a replica's read, without the fields past their TTL.
     pub fn hash(&self) -> Result<&Hash, CommandError> {
+        if let Some(live) = &self.live {
+            return Ok(live);
+        }
         match self.value() {
             ValueRef::Obj(Object::Hash(h)) => Ok(h),
             _ => Err(CommandError::WrongType),
@@ -795,6 +801,16 @@ impl<'a> Ctx<'a> {
             }
             return Ok(None);
         }
+        // A replica's readers do not see fields past their TTL either, but the fields stay until
+        // the primary's HDELs, as in Redis 7.4 (`hashTypeGetValue` on a replica).
+        let live = if replica && read && !self.cfg.from_primary { live_fields(table.at(idx), now) } else { None };
+        if live.as_ref().is_some_and(|h| h.is_empty()) {
+            self.stats.misses += 1;
+            if mode.notify_miss {
+                events.notify('m', "keymiss", key, db);
+            }
+            return Ok(None);
+        }
         let expired =
             if self.cfg.from_primary || replica { Vec::new() } else { expired_fields(table.at_mut(idx), now) };
         if !expired.is_empty() {
@@ -827,7 +843,23 @@ impl<'a> Ctx<'a> {
             let lru = policy::touched(e.lru(), policy, now, log_factor, decay);
             e.set_lru(lru);
         }
-        Ok(Some(KeyMut { table, slot, idx }))
+        Ok(Some(KeyMut { table, slot, idx, live }))
+    }
+}
+
+/// A copy of a hash entry without its fields past their TTL, `None` when there are none (or the
+/// value is no hash): one compare unless some field is due.
+fn live_fields(e: &Entry, now: i64) -> Option<Box<Hash>> {
+    match e.value() {
+        // The lower bound may be stale (a persisted field): the times say whether one is due.
+        ValueRef::Obj(Object::Hash(h))
+            if h.min_expire().is_some_and(|min| min < now) && h.field_ttls().any(|(_, t)| t < now) =>
+        {
+            let mut live = h.clone();
+            live.remove_expired(now);
+            Some(Box::new(live))
+        }
+        _ => None,
     }
 }
 

@@ -550,6 +550,45 @@ mod tests {
     }
 
     #[test]
+    fn a_replicas_readers_do_not_see_expired_fields_it_keeps() {
+        for limits in [["64", "64"], ["0", "0"]] {
+            let mut t = TestKit::default();
+            t.cfg.hash_max_listpack_entries = limits[0].parse().unwrap();
+            t.cfg.hash_max_listpack_value = limits[1].parse().unwrap();
+            t.run(&["HSET", "h", "a", "1", "b", "22", "c", "3"]);
+            t.run(&["HPEXPIRE", "h", "10", "FIELDS", "2", "a", "b"]);
+            t.run(&["HSET", "gone", "x", "1"]);
+            t.run(&["HPEXPIRE", "gone", "10", "FIELDS", "1", "x"]);
+            t.cfg.replica = true;
+            t.now_ms += 11;
+            let (reply, lines) = stream(&mut t, &["HGET", "h", "a"]);
+            assert_eq!((reply.as_str(), lines.len()), ("$-1\r\n", 0), "hidden, and no HDEL of its own");
+            assert_eq!(t.run(&["HMGET", "h", "a", "c"]), "*2\r\n$-1\r\n$1\r\n3\r\n");
+            assert_eq!(t.run(&["HEXISTS", "h", "b"]), ":0\r\n");
+            assert_eq!(t.run(&["HSTRLEN", "h", "b"]), ":0\r\n");
+            assert_eq!(t.run(&["HLEN", "h"]), ":1\r\n", "hotkv's HLEN counts live fields (docs/)");
+            assert_eq!(t.run(&["HGETALL", "h"]), "*2\r\n$1\r\nc\r\n$1\r\n3\r\n");
+            assert_eq!(t.run(&["HKEYS", "h"]), "*1\r\n$1\r\nc\r\n");
+            assert_eq!(t.run(&["HVALS", "h"]), "*1\r\n$1\r\n3\r\n");
+            assert_eq!(t.run(&["HRANDFIELD", "h", "-4"]), "*4\r\n$1\r\nc\r\n$1\r\nc\r\n$1\r\nc\r\n$1\r\nc\r\n");
+            assert_eq!(t.run(&["HRANDFIELD", "h"]), "$1\r\nc\r\n");
+            assert_eq!(t.run(&["HSCAN", "h", "0"]), "*2\r\n$1\r\n0\r\n*2\r\n$1\r\nc\r\n$1\r\n3\r\n");
+            assert_eq!(t.run(&["HPTTL", "h", "FIELDS", "3", "a", "b", "c"]), ints(&[-2, -2, -1]));
+            // A hash all of whose fields are due reads as missing.
+            assert_eq!(t.run(&["HGETALL", "gone"]), "*0\r\n");
+            assert_eq!(t.run(&["HRANDFIELD", "gone", "-3"]), "*0\r\n");
+            assert_eq!(t.run(&["HLEN", "gone"]), ":0\r\n");
+            // Nothing was deleted: the primary's HDELs find the fields.
+            t.cfg.replica = false;
+            t.cfg.from_primary = true;
+            assert_eq!(t.run(&["HLEN", "h"]), ":3\r\n");
+            assert_eq!(t.run(&["HDEL", "h", "a", "b"]), ":2\r\n");
+            assert_eq!(t.run(&["HDEL", "gone", "x"]), ":1\r\n");
+            assert_eq!(t.stats.expired_fields, 0);
+        }
+    }
+
+    #[test]
     fn table_encoding_memory_and_copies() {
         let mut t = TestKit::default();
         t.cfg.hash_max_listpack_entries = 1;
