@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hotkv_test_support::{RawClient, TestServer, wait_for};
 
-use crate::{ok, server};
+use crate::{assert_err, ok, server, server_with};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -122,4 +122,80 @@ fn bad_values_are_refused_with_valkeys_texts() {
         let e = c.cmd(&["CONFIG", "SET", "maxmemory-clients", v]).text_lossy();
         assert!(e.contains(why), "{v}: {e}");
     }
+}
+
+/// A field of the CLIENT LIST line of client `id`.
+fn client_field(ctl: &mut RawClient, id: &str, field: &str) -> usize {
+    let line = ctl.cmd(&["CLIENT", "LIST", "ID", id]).text();
+    let prefix = format!("{field}=");
+    line.split(' ').find_map(|f| f.strip_prefix(prefix.as_str())).unwrap_or_else(|| panic!("{line}")).parse().unwrap()
+}
+
+#[test]
+fn qbuf_counts_a_big_argument_from_its_payload_as_valkey_does() {
+    // Valkey's client-eviction "client no-evict" tests wait for exactly this.
+    let s = server();
+    let mut ctl = control(&s);
+    let mut c = s.client();
+    let id = client_id(&mut c);
+    let n = 100_000;
+    c.send_raw(format!("*1\r\n${n}\r\n").as_bytes());
+    c.send_raw(&vec![b'v'; n]);
+    assert!(wait_for(|| client_field(&mut ctl, &id, "qbuf") == n, WAIT), "{}", ctl.cmd(&["CLIENT", "LIST"]).text());
+    // The buffer holds the argument and its CRLF, not twice the argument.
+    let free = client_field(&mut ctl, &id, "qbuf-free");
+    assert!(free < 64, "qbuf-free={free}");
+    // A small partial command counts whole.
+    let mut small = s.client();
+    let small_id = client_id(&mut small);
+    small.send_raw(b"*2\r\n$3\r\nGET\r\n$10\r\nabc");
+    assert!(wait_for(|| client_field(&mut ctl, &small_id, "qbuf") == 21, WAIT));
+}
+
+#[test]
+fn reply_buffer_shrinks_when_idle_and_grows_when_busy() {
+    // Valkey's unit/replybufsize, with INFO's counts.
+    let s = server_with(&[("enable-debug-command", "yes")]);
+    let mut ctl = control(&s);
+    ok(&mut ctl, &["DEBUG", "REPLYBUFFER", "PEAK-RESET-TIME", "100"]);
+    let mut c = s.client();
+    let id = client_id(&mut c);
+    assert_eq!(client_field(&mut ctl, &id, "rbs"), 16384, "a new client's size");
+    let rbs = |ctl: &mut RawClient| client_field(ctl, &id, "rbs");
+    assert!(wait_for(|| (1024..2046).contains(&rbs(&mut ctl)), WAIT), "idle: rbs={}", rbs(&mut ctl));
+    ok(&mut ctl, &["SET", "bigval", &"x".repeat(32 * 1024)]);
+    ok(&mut ctl, &["DEBUG", "REPLYBUFFER", "PEAK-RESET-TIME", "never"]);
+    let grown = wait_for(
+        || {
+            c.cmd(&["GET", "bigval"]);
+            (16384..32768).contains(&rbs(&mut ctl))
+        },
+        WAIT,
+    );
+    assert!(grown, "busy: rbs={}", rbs(&mut ctl));
+    c.cmd(&["GET", "bigval"]);
+    assert_eq!(client_field(&mut ctl, &id, "rbp"), 16384, "a full buffer's peak is its size");
+    let stats = crate::info(&mut ctl, "stats");
+    assert!(crate::info_num(&stats, "reply_buffer_shrinks") >= 1, "{stats}");
+    assert!(crate::info_num(&stats, "reply_buffer_expands") >= 4, "{stats}");
+    ok(&mut ctl, &["DEBUG", "REPLYBUFFER", "PEAK-RESET-TIME", "reset"]);
+}
+
+#[test]
+fn replybuffer_resizing_off_keeps_every_size() {
+    let s = server_with(&[("enable-debug-command", "yes")]);
+    let mut ctl = control(&s);
+    ok(&mut ctl, &["DEBUG", "REPLYBUFFER", "RESIZING", "0"]);
+    ok(&mut ctl, &["DEBUG", "REPLYBUFFER", "PEAK-RESET-TIME", "10"]);
+    let mut c = s.client();
+    let id = client_id(&mut c);
+    // Several cron rounds with resets due: nothing moves.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!((client_field(&mut ctl, &id, "rbs"), client_field(&mut ctl, &id, "rbp")), (16384, 16384));
+    ok(&mut ctl, &["DEBUG", "REPLYBUFFER", "RESIZING", "1"]);
+    assert!(wait_for(|| client_field(&mut ctl, &id, "rbs") == 1024, WAIT));
+    assert_err(
+        &ctl.cmd(&["DEBUG", "REPLYBUFFER", "SIZE", "1"]),
+        "ERR unknown subcommand or wrong number of arguments for 'REPLYBUFFER'. Try DEBUG HELP.",
+    );
 }

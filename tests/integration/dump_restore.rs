@@ -318,3 +318,37 @@ const LEGACY: &[(&str, &str)] = &[
 fn unhex(s: &str) -> Vec<u8> {
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex")).collect()
 }
+
+/// A DUMP payload with its version footer set to `version` and its checksum redone.
+fn with_version(payload: &[u8], version: u16) -> Vec<u8> {
+    let mut body = payload[..payload.len() - 10].to_vec();
+    body.extend_from_slice(&version.to_le_bytes());
+    let crc = hotkv_engine::rdb::crc64(0, &body);
+    body.extend_from_slice(&crc.to_le_bytes());
+    body
+}
+
+#[test]
+fn redis_7_4_payload_versions_restore_and_later_ones_are_refused() {
+    let hotkv = crate::server();
+    let mut h = hotkv.client();
+    h.cmd(&["HSET", "h", "a", "1", "b", "2"]);
+    h.cmd(&["HPEXPIREAT", "h", "4000000000000", "FIELDS", "1", "b"]);
+    h.cmd(&["SET", "s", "text"]);
+    for key in ["h", "s"] {
+        let payload = dump(&mut h, key.as_bytes());
+        assert_eq!(payload[payload.len() - 10..payload.len() - 8], [10, 0], "hotkv still writes version 10");
+        let v12 = with_version(&payload, 12);
+        let copy = format!("{key}-12");
+        assert_eq!(h.cmd(&[&b"RESTORE"[..], copy.as_bytes(), b"0", &v12]), Frame::ok(), "{key}");
+        let v13 = with_version(&payload, 13);
+        crate::assert_err(
+            &h.cmd(&[&b"RESTORE"[..], b"refused", b"0", &v13]),
+            "ERR DUMP payload version or checksum are wrong",
+        );
+    }
+    let times = Frame::Array(vec![Frame::Integer(-1), Frame::Integer(4_000_000_000_000)]);
+    assert_eq!(h.cmd(&["HPEXPIRETIME", "h-12", "FIELDS", "2", "a", "b"]), times);
+    assert_eq!(h.cmd(&["GET", "s-12"]), Frame::bulk("text"));
+    assert_eq!(h.cmd(&["EXISTS", "refused"]), Frame::Integer(0));
+}

@@ -171,6 +171,51 @@ fn a_replica_gets_absolute_times_and_hdels() {
 }
 
 #[test]
+fn a_replica_hides_expired_fields_until_the_primarys_hdel_arrives() {
+    // The primary's active expiry is off, so only its own reads send the HDELs.
+    let primary = server_with(&[("enable-debug-command", "yes")]);
+    let replica = server();
+    let mut r = replica.client();
+    ok(&mut r, &["REPLICAOF", "127.0.0.1", &primary.port().to_string()]);
+    assert!(
+        wait_for(|| r.cmd(&["INFO", "replication"]).text().contains("master_link_status:up"), Duration::from_secs(20)),
+        "link never came up; replica log:\n{}",
+        replica.log()
+    );
+    let mut p = primary.client();
+    ok(&mut p, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+    p.cmd(&["HSET", "h", "a", "1", "b", "22", "c", "3"]);
+    p.cmd(&["HSET", "gone", "x", "1"]);
+    assert_eq!(p.cmd(&["HPEXPIRE", "h", "200", "FIELDS", "2", "a", "b"]), ints(&[1, 1]));
+    assert_eq!(p.cmd(&["HPEXPIRE", "gone", "200", "FIELDS", "1", "x"]), ints(&[1]));
+    ok(&mut p, &["SET", "sync1", "1"]);
+    assert_soon(&mut r, &["GET", "sync1"], Frame::bulk("1"));
+    assert_eq!(r.cmd(&["HLEN", "h"]), Frame::Integer(3), "alive before its time");
+    assert_soon(&mut r, &["HGET", "h", "a"], Frame::NullBulk);
+    let (c, three) = (Frame::bulk("c"), Frame::bulk("3"));
+    assert_eq!(r.cmd(&["HMGET", "h", "a", "c"]), Frame::Array(vec![Frame::NullBulk, three.clone()]));
+    assert_eq!(r.cmd(&["HEXISTS", "h", "b"]), Frame::Integer(0));
+    assert_eq!(r.cmd(&["HSTRLEN", "h", "b"]), Frame::Integer(0));
+    assert_eq!(r.cmd(&["HLEN", "h"]), Frame::Integer(1));
+    assert_eq!(r.cmd(&["HGETALL", "h"]), Frame::Array(vec![c.clone(), three.clone()]));
+    assert_eq!(r.cmd(&["HKEYS", "h"]), Frame::Array(vec![c.clone()]));
+    assert_eq!(r.cmd(&["HVALS", "h"]), Frame::Array(vec![three.clone()]));
+    assert_eq!(r.cmd(&["HRANDFIELD", "h", "-3"]), Frame::Array(vec![c.clone(), c.clone(), c.clone()]));
+    let scan = r.cmd(&["HSCAN", "h", "0"]);
+    assert_eq!(scan, Frame::Array(vec![Frame::bulk("0"), Frame::Array(vec![c, three])]));
+    assert_eq!(r.cmd(&["HTTL", "h", "FIELDS", "3", "a", "b", "c"]), ints(&[-2, -2, -1]));
+    assert_eq!(r.cmd(&["HGETALL", "gone"]), Frame::Array(vec![]));
+    // Nothing was deleted on the replica: both keys are there, no field was counted expired.
+    assert_eq!(r.cmd(&["DBSIZE"]), Frame::Integer(3));
+    assert_eq!(info_num(&info(&mut r, "stats"), "expired_subkeys"), 0);
+    // The primary's reads delete them and send the HDELs (the last one takes `gone`).
+    assert_eq!(p.cmd(&["HLEN", "h"]), Frame::Integer(1));
+    assert_eq!(p.cmd(&["EXISTS", "gone"]), Frame::Integer(0), "its lookup deleted the last field");
+    assert_soon(&mut r, &["DBSIZE"], Frame::Integer(2));
+    assert_eq!(r.cmd(&["HLEN", "h"]), Frame::Integer(1));
+}
+
+#[test]
 fn the_active_cycle_reclaims_fields_nobody_reads() {
     let primary = server();
     let replica = server();

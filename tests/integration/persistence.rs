@@ -264,6 +264,41 @@ fn a_corrupt_or_truncated_file_stops_the_start_naming_file_and_offset() {
     }
 }
 
+/// `file` with its header saying RDB version `version` and its checksum redone.
+fn as_version(file: &[u8], version: u16) -> Vec<u8> {
+    let mut f = file.to_vec();
+    f[..9].copy_from_slice(format!("REDIS{version:04}").as_bytes());
+    let n = f.len();
+    let crc = rdb::crc64(0, &f[..n - 8]);
+    f[n - 8..].copy_from_slice(&crc.to_le_bytes());
+    f
+}
+
+#[test]
+fn a_redis_7_4_file_loads_and_a_later_version_stops_the_start() {
+    let mut srv = node(None, &[("save", "\"\"")]);
+    let mut c = srv.client();
+    c.cmd(&["HSET", "h", "a", "1", "b", "2"]);
+    c.cmd(&["HPEXPIREAT", "h", "4000000000000", "FIELDS", "1", "b"]);
+    c.cmd(&["RPUSH", "l", "x", "y"]);
+    assert_eq!(c.cmd(&["SAVE"]), Frame::ok());
+    srv.stop();
+    let path = srv.dir().join("dump.rdb");
+    let ours = std::fs::read(&path).expect("dump.rdb");
+    assert_eq!(&ours[..9], b"REDIS0010", "hotkv still writes version 10");
+    std::fs::write(&path, as_version(&ours, 12)).expect("write");
+    let back = node(Some(srv.dir()), &[("save", "\"\"")]);
+    let mut c = back.client();
+    let times = Frame::Array(vec![Frame::Integer(-1), Frame::Integer(4_000_000_000_000)]);
+    assert_eq!(c.cmd(&["HPEXPIRETIME", "h", "FIELDS", "2", "a", "b"]), times);
+    assert_eq!(c.cmd(&["LLEN", "l"]), Frame::Integer(2));
+    drop(back);
+    std::fs::write(&path, as_version(&ours, 13)).expect("write");
+    let out = builder().config("dir", &srv.dir().display().to_string()).run_to_exit(WAIT);
+    assert_eq!(out.code(), Some(1), "{}", out.stdout);
+    assert!(out.stdout.contains("version 13"), "{}", out.stdout);
+}
+
 #[test]
 fn flushall_abandons_a_running_bgsave_without_an_error() {
     // Valkey's integration/rdb "Test FLUSHALL aborts bgsave": no save rules, so FLUSHALL
