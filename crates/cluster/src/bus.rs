@@ -241,7 +241,7 @@ impl Bus {
             state,
             transport,
             links: Mutex::new(Links::default()),
-            next_serial: AtomicU64::new(0),
+            next_serial: AtomicU64::new(1),
             dialing: Mutex::new(HashMap::new()),
             failures: Mutex::new(HashMap::new()),
             conf_path,
@@ -667,23 +667,29 @@ impl Bus {
     async fn outbound(self: Arc<Self>, id: NodeId, addr: SocketAddr) {
         let created_ms = now_ms();
         let stream = self.transport.connect(addr, id).await;
-        self.dialing.lock().remove(&id);
         let stream = match stream {
             Ok(s) => s,
             Err(e) => {
-                self.dial_failed(id, addr, &e.0);
+                self.dialing.lock().remove(&id);
+                self.dial_failed(id, addr, &e.0, 0);
                 return;
             }
         };
         let (tx, rx) = LinkTx::channel();
+        let serial = self.next_serial();
         let first = {
             let mut st = self.state.lock();
-            st.link_up(&id, now_ms())
+            st.link_up(&id, serial, now_ms())
         };
-        let Some(first) = first else { return };
-        let serial = self.next_serial();
+        let Some(first) = first else {
+            self.dialing.lock().remove(&id);
+            return;
+        };
         let close = Arc::new(Notify::new());
         self.links.lock().outbound.insert(id, Link { tx: tx.clone(), created_ms, serial, close: close.clone() });
+        // Only now, with the link registered, may the cron dial `id` again: between the two it
+        // saw neither and dialled a second link.
+        self.dialing.lock().remove(&id);
         tx.encode_and_send(&first);
         let (reader, writer) = tokio::io::split(stream);
         let writing = tokio::spawn(write_frames(writer, rx, tx.queued.clone()));
@@ -704,32 +710,33 @@ impl Bus {
             if let Err(e) = result {
                 debug!(node_id = %link_id, cause = %e, "bus link closed");
             }
-            self.state.lock().link_down(&link_id);
+            self.state.lock().link_down(&link_id, serial);
             return;
         }
         // Nothing came back: the other end refused the link (our certificate, under TLS 1.3)
         // or cannot speak to us. That is a failed dial: logged once per reason and retried
         // once a second, not redialled at every tick.
         match result {
-            Err(e) => self.dial_failed(link_id, addr, &self.transport.refused(&e)),
-            Ok(()) => self.dial_failed_quietly(link_id, "closed before the first message"),
+            Err(e) => self.dial_failed(link_id, addr, &self.transport.refused(&e), serial),
+            Ok(()) => self.dial_failed_quietly(link_id, "closed before the first message", serial),
         }
     }
 
-    fn dial_failed(&self, id: NodeId, addr: SocketAddr, reason: &str) {
+    /// A dial to `id` failed, or link `serial` (0: none was made) closed before any answer.
+    fn dial_failed(&self, id: NodeId, addr: SocketAddr, reason: &str, serial: u64) {
         if self.record_failure(id, reason) {
             debug!(node_id = %id, "bus link to {addr} failed again: {reason}");
         } else {
             warn!("Cluster: the {} to node {id} at {addr} failed: {reason}", self.transport.link_name());
         }
-        self.state.lock().link_down(&id);
+        self.state.lock().link_down(&id, serial);
     }
 
     /// A failed dial whose reason was already logged (a frame too large, say).
-    fn dial_failed_quietly(&self, id: NodeId, reason: &str) {
+    fn dial_failed_quietly(&self, id: NodeId, reason: &str, serial: u64) {
         self.record_failure(id, reason);
         debug!(node_id = %id, "bus link failed: {reason}");
-        self.state.lock().link_down(&id);
+        self.state.lock().link_down(&id, serial);
     }
 
     /// Remembers when and why a dial to `id` failed; returns whether it failed for that same

@@ -118,6 +118,10 @@ struct Entry {
     /// Since when this primary has had no working replica though it should have one (unix ms,
     /// 0: it has one; Valkey's `orphaned_time`).
     orphaned_ms: i64,
+    /// Which outbound link `node.link_connected` speaks for (the bus's link serial, 0: none).
+    /// A link that closes after another one to the same node came up must not mark the node
+    /// disconnected: the bus never dials a node it has a link to, so it would stay so.
+    link: u64,
 }
 
 impl Entry {
@@ -130,6 +134,7 @@ impl Entry {
             heard_ms: 0,
             voted_ms: 0,
             orphaned_ms: 0,
+            link: 0,
         }
     }
 }
@@ -496,11 +501,12 @@ impl ClusterState {
             .collect()
     }
 
-    /// An outbound link to `id` came up: the first frame to send on it (MEET for a node met
-    /// by CLUSTER MEET, else PING).
-    pub fn link_up(&mut self, id: &NodeId, now: i64) -> Option<Message> {
+    /// Outbound link `link` (a serial, never 0) to `id` came up: the first frame to send on it
+    /// (MEET for a node met by CLUSTER MEET, else PING).
+    pub fn link_up(&mut self, id: &NodeId, link: u64, now: i64) -> Option<Message> {
         let e = self.nodes.get_mut(id)?;
         e.node.link_connected = true;
+        e.link = link;
         let kind = if e.node.flags.has(NodeFlags::MEET) { Kind::Meet } else { Kind::Ping };
         // A ping still unanswered keeps its time: redialling must not restart the failure
         // clock, or a node whose links are accepted then dropped would never be suspected
@@ -524,10 +530,11 @@ impl ClusterState {
             .collect()
     }
 
-    /// An outbound link to `id` closed or failed.
-    pub fn link_down(&mut self, id: &NodeId) {
-        if let Some(e) = self.nodes.get_mut(id) {
+    /// Outbound link `link` to `id` closed or failed; a newer link to `id` stays counted.
+    pub fn link_down(&mut self, id: &NodeId, link: u64) {
+        if let Some(e) = self.nodes.get_mut(id).filter(|e| e.link == link) {
             e.node.link_connected = false;
+            e.link = 0;
         }
     }
 

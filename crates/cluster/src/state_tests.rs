@@ -179,7 +179,7 @@ impl Net {
             }
             if back.close {
                 self.links.retain(|l| *l != (from, link_id));
-                self.nodes[from].link_down(&link_id);
+                self.nodes[from].link_down(&link_id, 1);
             }
             self.broadcast(from, back.broadcast);
         }
@@ -206,12 +206,12 @@ impl Net {
                 let reachable = self.index_of_port(port).is_some_and(|j| !self.down[j]);
                 if !up && reachable {
                     self.links.push((i, id));
-                    if let Some(first) = self.nodes[i].link_up(&id, now) {
+                    if let Some(first) = self.nodes[i].link_up(&id, 1, now) {
                         self.exchange(i, id, first);
                     }
                 } else if up && !reachable {
                     self.links.retain(|l| *l != (i, id));
-                    self.nodes[i].link_down(&id);
+                    self.nodes[i].link_down(&id, 1);
                 }
             }
             for (id, ping) in self.nodes[i].tick(now) {
@@ -664,11 +664,11 @@ fn a_node_met_by_another_meets_it_back_until_it_answers() {
     let now = 1_000_000;
     b.meet("127.0.0.1", 7000, 17000, now).unwrap();
     let handshake = b.link_targets()[0].0;
-    let meet = b.link_up(&handshake, now).expect("a MEET to send");
+    let meet = b.link_up(&handshake, 1, now).expect("a MEET to send");
     assert_eq!(meet.kind, Kind::Meet);
     a.receive(wire(meet), None, "127.0.0.1", Some("127.0.0.1"), now);
     // a's first frame to b is a MEET as well: b may have given up its own handshake.
-    let back = a.link_up(&b.myself_id(), now).expect("b is known");
+    let back = a.link_up(&b.myself_id(), 1, now).expect("b is known");
     assert_eq!(back.kind, Kind::Meet);
     let b_id = b.myself_id();
     let mut forgetful = ClusterState::from_saved(b.saved(), settings(1));
@@ -678,7 +678,7 @@ fn a_node_met_by_another_meets_it_back_until_it_answers() {
     // Once b answers, a goes back to PINGs.
     let pong = out.reply.into_iter().find(|m| m.kind == Kind::Pong).expect("a PONG");
     a.receive(wire(pong), Some(b_id), "127.0.0.1", None, now);
-    assert_eq!(a.link_up(&b_id, now).map(|m| m.kind), Some(Kind::Ping));
+    assert_eq!(a.link_up(&b_id, 1, now).map(|m| m.kind), Some(Kind::Ping));
 }
 
 #[test]
@@ -882,4 +882,22 @@ fn an_epoch_bump_counts_the_current_epoch_and_is_told_to_every_node_at_once() {
     for i in [1, 2] {
         assert!(told.contains(&net.id(i)), "node {i} told");
     }
+}
+
+#[test]
+fn a_link_that_closes_after_a_newer_one_came_up_leaves_the_node_connected() {
+    let mut a = ClusterState::fresh(settings(0));
+    let now = 1_000_000;
+    a.meet("127.0.0.1", 7001, 17001, now).unwrap();
+    let id = a.link_targets()[0].0;
+    a.link_up(&id, 1, now).expect("known");
+    a.link_up(&id, 2, now).expect("known");
+    // Link 1 ends last: node stays connected through link 2, or the bus (which never dials a
+    // node it holds a link to) would leave it disconnected for good.
+    a.link_down(&id, 1);
+    assert!(a.node(&id).unwrap().link_connected);
+    a.link_down(&id, 0);
+    assert!(a.node(&id).unwrap().link_connected, "a dial that made no link changes nothing");
+    a.link_down(&id, 2);
+    assert!(!a.node(&id).unwrap().link_connected);
 }
