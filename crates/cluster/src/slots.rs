@@ -67,9 +67,13 @@ impl SlotSet {
         self.0.iter().all(|&b| b == 0)
     }
 
-    /// The slots in ascending order.
-    pub fn iter(&self) -> impl Iterator<Item = u16> + '_ {
-        (0..SLOTS as u16).filter(|&s| self.contains(s))
+    /// The slots in ascending order. A plain iterator over the bytes that skips empty ones and
+    /// takes each set bit with `trailing_zeros`: the routing snapshot walks every node's set
+    /// after each CLUSTER SETSLOT, and a filter over all 16384 bits (closures and all, in a
+    /// debug build) made that walk most of a SETSLOT's cost, milliseconds each, enough to push
+    /// a 4096-slot rebalance on a loaded machine past five minutes.
+    pub fn iter(&self) -> Slots<'_> {
+        Slots { bytes: &self.0, next: 0, base: 0, bits: 0 }
     }
 
     /// Maximal runs of consecutive slots, `(first, last)` inclusive, ascending.
@@ -82,6 +86,33 @@ impl SlotSet {
             }
         }
         out
+    }
+}
+
+/// The slots of a [`SlotSet`], ascending ([`SlotSet::iter`]).
+pub struct Slots<'a> {
+    bytes: &'a [u8; SLOTS / 8],
+    /// The next byte to load.
+    next: usize,
+    /// The first slot of the loaded byte.
+    base: u16,
+    /// The loaded byte's bits not yet yielded.
+    bits: u8,
+}
+
+impl Iterator for Slots<'_> {
+    type Item = u16;
+
+    fn next(&mut self) -> Option<u16> {
+        while self.bits == 0 {
+            let &b = self.bytes.get(self.next)?;
+            self.base = (self.next * 8) as u16;
+            self.bits = b;
+            self.next += 1;
+        }
+        let bit = self.bits.trailing_zeros() as u16;
+        self.bits &= self.bits - 1;
+        Some(self.base + bit)
     }
 }
 
@@ -135,6 +166,18 @@ mod tests {
         assert_eq!(s.to_string(), "0-5460 5464-5500 16383");
         assert_eq!(SlotSet::full().to_string(), "0-16383");
         assert_eq!(SlotSet::new().to_string(), "");
+    }
+
+    #[test]
+    fn iter_yields_every_member_once_in_order() {
+        let mut s = SlotSet::new();
+        let members = [0u16, 1, 7, 8, 9, 15, 16, 100, 1000, 8191, 8192, 16382, 16383];
+        for &slot in &members {
+            s.insert(slot);
+        }
+        assert_eq!(s.iter().collect::<Vec<_>>(), members);
+        assert_eq!(SlotSet::new().iter().count(), 0);
+        assert!(SlotSet::full().iter().eq(0..SLOTS as u16));
     }
 
     #[test]
