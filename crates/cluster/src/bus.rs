@@ -153,6 +153,9 @@ pub struct Bus {
     stop_gate: std::sync::OnceLock<StopGate>,
     /// `cluster-link-sendbuf-limit`: a link whose memory passes it is closed (0: no limit).
     sendbuf_limit: AtomicU64,
+    /// Taken around every frame the bus applies to the table, and by a transaction of CLUSTER
+    /// commands for its whole run (see [`Bus::hold_frames`]).
+    frame_gate: Mutex<()>,
 }
 
 /// The links that are up.
@@ -253,6 +256,7 @@ impl Bus {
             close_on_drop: AtomicBool::new(false),
             stop_gate: std::sync::OnceLock::new(),
             sendbuf_limit: AtomicU64::new(0),
+            frame_gate: Mutex::new(()),
         })
     }
 
@@ -317,6 +321,17 @@ impl Bus {
         let valkey_type = if kind == Kind::PublishShard { 10 } else { kind as i64 };
         let filter = self.drop_filter.load(Ordering::Relaxed);
         filter == -2 || filter == valkey_type
+    }
+
+    /// Keeps the bus from applying any frame to the table until the guard drops. Valkey runs a
+    /// MULTI/EXEC of CLUSTER commands between two turns of its one event loop, so no gossip
+    /// lands between them; here the bus has a thread of its own, and redis-cli's `--cluster
+    /// fix` makes a node a slot's owner with `MULTI, DELSLOTS s, ADDSLOTS s, BUMPEPOCH, EXEC`:
+    /// a PING of the old owner read between the DELSLOTS and the ADDSLOTS gave the slot back
+    /// to it, ADDSLOTS failed with "Slot s is already busy", and fix gave up with the slot
+    /// still open. Hold it briefly: PINGs go unanswered meanwhile.
+    pub fn hold_frames(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.frame_gate.lock()
     }
 
     /// The state, for CLUSTER commands (lock briefly; call [`Bus::changed`] after a change).
@@ -802,6 +817,7 @@ impl Bus {
             let sender = msg.header.sender;
             let now = now_ms();
             let (out, known, outgoing) = {
+                let _gate = bus.frame_gate.lock();
                 let mut st = bus.state.lock();
                 let out = st.receive(msg, None, &peer_ip, Some(local_ip), now);
                 (out, st.node(&sender).is_some(), st.take_outgoing(now))
@@ -872,6 +888,7 @@ impl Bus {
             }
             let now = now_ms();
             let (out, outgoing) = {
+                let _gate = bus.frame_gate.lock();
                 let mut st = bus.state.lock();
                 let out = st.receive(msg, Some(*link), &peer_ip, None, now);
                 (out, st.take_outgoing(now))
