@@ -4,7 +4,7 @@
 //! runs under one mutex for microseconds at a time; the command path never takes it (it reads
 //! a snapshot of slot ownership).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -178,6 +178,13 @@ pub struct ClusterState {
     owners: Vec<Option<NodeId>>,
     migrating: HashMap<u16, NodeId>,
     importing: HashMap<u16, NodeId>,
+    /// Imports opened by SETSLOT IMPORTING whose source has not been heard claiming the slot
+    /// since: only a source seen holding the slot can be seen giving it up. A frame the source
+    /// sent before it took the slot (redis-cli's fix makes the node with the keys the owner
+    /// with ADDSLOTS, then has the others import from it at once) may be read here after the
+    /// SETSLOT, the bus running on a thread of its own; it does not claim the slot, and taking
+    /// that for the end of the import made this node take the slot back from its new owner.
+    unconfirmed_imports: HashSet<u16>,
     current_epoch: u64,
     last_vote_epoch: u64,
     ok: bool,
@@ -284,6 +291,7 @@ impl ClusterState {
             owners: vec![None; SLOTS],
             migrating: HashMap::new(),
             importing: HashMap::new(),
+            unconfirmed_imports: HashSet::new(),
             current_epoch: saved.current_epoch,
             last_vote_epoch: saved.last_vote_epoch,
             ok: false,
@@ -1203,6 +1211,7 @@ impl ClusterState {
     /// says it is now an empty primary.
     fn claim_slots(&mut self, sender: NodeId, epoch: u64, slots: &SlotSet, claim: Claim) -> Option<NodeId> {
         let Claim { same_shard, took_over } = claim;
+        self.confirm_imports(sender, slots);
         self.follow_migration_target(sender, epoch, slots);
         self.take_relinquished_imports(sender, slots);
         // The usual PING or PONG claims what the sender holds here already: nothing to take,
@@ -1358,7 +1367,9 @@ impl ClusterState {
         let gone: Vec<u16> = self
             .importing
             .iter()
-            .filter(|&(slot, source)| *source == sender && !slots.contains(*slot))
+            .filter(|&(slot, source)| {
+                *source == sender && !slots.contains(*slot) && !self.unconfirmed_imports.contains(slot)
+            })
             .map(|(slot, _)| *slot)
             .collect();
         for slot in gone {
@@ -1377,6 +1388,17 @@ impl ClusterState {
             self.dirty = true;
             self.update_state();
         }
+    }
+
+    /// The imports from `sender` of slots it claims now are confirmed: from here on, a frame of
+    /// its without the slot means it gave the slot up. Forgets the imports that ended.
+    fn confirm_imports(&mut self, sender: NodeId, slots: &SlotSet) {
+        if self.unconfirmed_imports.is_empty() {
+            return;
+        }
+        let importing = &self.importing;
+        self.unconfirmed_imports
+            .retain(|slot| importing.get(slot).is_some_and(|source| *source != sender || !slots.contains(*slot)));
     }
 
     /// Whether two nodes are in one shard as the table knows it (a replica is in its
@@ -1811,6 +1833,7 @@ impl ClusterState {
             SetSlot::Importing(from) => {
                 info!("Importing slot {slot} from node {from} ({})", self.nodes[&from].node.human_nodename);
                 self.importing.insert(slot, from);
+                self.unconfirmed_imports.insert(slot);
             }
             SetSlot::Stable => {
                 info!("Marking slot {slot} stable");
@@ -1907,6 +1930,7 @@ impl ClusterState {
         self.owners.iter_mut().for_each(|o| *o = None);
         self.migrating.clear();
         self.importing.clear();
+        self.unconfirmed_imports.clear();
         self.forgotten.clear();
         me.slots = SlotSet::new();
         me.flags = NodeFlags(NodeFlags::MYSELF | NodeFlags::PRIMARY);
@@ -1952,6 +1976,7 @@ impl ClusterState {
     pub fn set_open_slots(&mut self, open: &[(u16, bool, NodeId)]) {
         self.migrating.clear();
         self.importing.clear();
+        self.unconfirmed_imports.clear();
         for &(slot, importing, id) in open {
             if !self.nodes.contains_key(&id) {
                 continue;

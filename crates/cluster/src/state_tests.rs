@@ -901,3 +901,45 @@ fn a_link_that_closes_after_a_newer_one_came_up_leaves_the_node_connected() {
     a.link_down(&id, 2);
     assert!(!a.node(&id).unwrap().link_connected);
 }
+
+/// `redis-cli --cluster fix` on a half-done move of slot 100 from node 0 to node 1 whose one
+/// key is on node 1 already: node 1 has the most keys, so fix makes it the owner (SETSLOT
+/// STABLE, DELSLOTS, ADDSLOTS, BUMPEPOCH), then tells node 0 (DELSLOTS, SETSLOT NODE node 1,
+/// SETSLOT IMPORTING node 1) and moves node 0's keys over before closing the slot. A ping
+/// node 1 sent before its ADDSLOTS can reach node 0 after all that (the bus runs on a thread
+/// of its own, behind the commands on a loaded machine): it does not claim the slot, but it is
+/// older than the slot's new owner, not a sign that node 1 gave it away.
+#[test]
+fn a_ping_older_than_the_sources_claim_does_not_end_an_import_opened_by_fix() {
+    let mut net = Net::three_primaries();
+    let (a, b) = (net.id(0), net.id(1));
+    net.nodes[1].set_slot(100, SetSlot::Importing(a), 0).unwrap();
+    net.nodes[0].set_slot(100, SetSlot::Migrating(b), 0).unwrap();
+    net.run(5);
+    let stale = net.nodes[1].message(Kind::Ping, Body::Gossip { entries: Default::default(), ext: Default::default() });
+    assert!(!stale.header.slots.contains(100));
+    // fix, on node 1.
+    net.nodes[1].set_slot(100, SetSlot::Stable, 1).unwrap();
+    net.nodes[1].del_slots(&[100]).unwrap();
+    net.nodes[1].add_slots(&[100]).unwrap();
+    net.nodes[1].bump_epoch();
+    // fix, on node 0; node 1's announcement has not been read there yet.
+    net.nodes[0].del_slots(&[100]).unwrap();
+    net.nodes[0].set_slot(100, SetSlot::Node(b), 0).unwrap();
+    net.nodes[0].set_slot(100, SetSlot::Importing(b), 0).unwrap();
+    let now = net.now;
+    net.nodes[0].receive(wire(stale), None, "127.0.0.1", None, now);
+    assert_eq!(net.nodes[0].owner(100).map(|n| n.id), Some(b), "node 0 took the slot back");
+    assert_eq!(net.nodes[0].importing().get(&100), Some(&b));
+    // fix goes on: node 0 has no keys to move; it closes the slot and confirms the owner.
+    net.nodes[0].set_slot(100, SetSlot::Stable, 0).unwrap();
+    net.nodes[0].set_slot(100, SetSlot::Node(b), 0).unwrap();
+    net.nodes[2].set_slot(100, SetSlot::Node(b), 0).unwrap();
+    net.flush();
+    net.run(20);
+    for i in 0..3 {
+        assert_eq!(net.nodes[i].owner(100).map(|n| n.id), Some(b), "node {i}");
+        assert!(net.nodes[i].migrating().is_empty() && net.nodes[i].importing().is_empty(), "node {i}");
+    }
+    assert!(net.nodes[1].take_dirty_slots().is_empty(), "node 1 lost the slot and its key");
+}
