@@ -68,7 +68,7 @@ fn exchange(n: usize) -> u64 {
     let (mut a, mut b) = pair(n, now);
     let b_id = b.myself_id();
     let (_, count) = allocs_during(|| {
-        let ping = a.link_up(&b_id, now).expect("a knows b");
+        let ping = a.link_up(&b_id, 1, now).expect("a knows b");
         let (ping, _) = decode(&frame(&ping)).unwrap().unwrap();
         let out = b.receive(ping, None, "127.0.0.1", Some("127.0.0.1"), now);
         let pong = out.reply.into_iter().next().expect("a PONG");
