@@ -199,3 +199,116 @@ fn replybuffer_resizing_off_keeps_every_size() {
         "ERR unknown subcommand or wrong number of arguments for 'REPLYBUFFER'. Try DEBUG HELP.",
     );
 }
+
+#[test]
+fn a_limit_set_by_config_set_counts_idle_clients_and_evicts_before_it_answers() {
+    let s = server();
+    let mut ctl = control(&s);
+    // Three idle clients, measured while no limit is set.
+    let mut clients: Vec<(RawClient, String, usize)> = Vec::new();
+    for size in [64 << 10, 256 << 10, 1 << 20] {
+        let mut c = s.client();
+        let id = client_id(&mut c);
+        partial_set(&mut c, size);
+        assert!(
+            wait_for(|| client_field(&mut ctl, &id, "tot-mem") >= size, WAIT),
+            "{}",
+            ctl.cmd(&["CLIENT", "LIST"]).text()
+        );
+        clients.push((c, id, size));
+    }
+    let tot = |ctl: &mut RawClient, id: &str| client_field(ctl, id, "tot-mem");
+    let ctl_id = client_id(&mut ctl);
+    let (small, middle) = (tot(&mut ctl, &clients[0].1), tot(&mut ctl, &clients[1].1));
+    // Room for the control client and the two smaller ones: only the largest goes, and it is
+    // gone when CONFIG SET answers (no client acted since).
+    let limit = tot(&mut ctl, &ctl_id) + small + middle + (32 << 10);
+    ok(&mut ctl, &["CONFIG", "SET", "maxmemory-clients", &limit.to_string()]);
+    assert!(!connected(&mut ctl, &clients[2].1));
+    assert!(connected(&mut ctl, &clients[0].1) && connected(&mut ctl, &clients[1].1));
+    assert_eq!(evicted_clients(&mut ctl), 1);
+    assert!(clients[2].0.closed_within(WAIT));
+    // Lower: the middle one goes next, largest first.
+    ok(&mut ctl, &["CONFIG", "SET", "maxmemory-clients", &(limit - middle).to_string()]);
+    assert!(!connected(&mut ctl, &clients[1].1));
+    assert!(connected(&mut ctl, &clients[0].1));
+    assert_eq!(evicted_clients(&mut ctl), 2);
+}
+
+/// Sends `GET big` `n` times without reading a reply.
+fn unread_gets(c: &mut RawClient, n: usize) {
+    for _ in 0..n {
+        c.send(&["GET", "big"]);
+    }
+}
+
+#[test]
+fn a_client_that_does_not_read_is_still_served_and_its_replies_wait_in_order() {
+    let s = server();
+    let mut ctl = control(&s);
+    let value = "v".repeat(1 << 20);
+    ok(&mut ctl, &["SET", "big", &value]);
+    let mut lazy = s.client();
+    let id = client_id(&mut lazy);
+    // Far more than the socket buffers hold: the server reads on and queues the replies
+    // (CLIENT LIST omem and tot-mem), as Valkey's reply list does.
+    unread_gets(&mut lazy, 40);
+    lazy.send(&["CLIENT", "SETNAME", "still-read"]);
+    assert!(
+        wait_for(|| client_field(&mut ctl, &id, "omem") > 10 << 20, WAIT),
+        "{}",
+        ctl.cmd(&["CLIENT", "LIST"]).text()
+    );
+    assert!(client_field(&mut ctl, &id, "tot-mem") > 10 << 20);
+    assert!(wait_for(|| ctl.cmd(&["CLIENT", "LIST", "ID", &id]).text().contains(" name=still-read "), WAIT));
+    // Every reply arrives, whole and in order, and the queue empties.
+    for _ in 0..40 {
+        assert_eq!(lazy.read_frame().text().len(), 1 << 20);
+    }
+    assert_eq!(lazy.read_frame().text(), "OK");
+    assert!(wait_for(|| client_field(&mut ctl, &id, "omem") == 0, WAIT));
+    assert_eq!(lazy.cmd(&["PING"]).text(), "PONG");
+}
+
+#[test]
+fn replies_still_queued_reach_a_client_that_closed_its_writing_side() {
+    let s = server();
+    let mut ctl = control(&s);
+    ok(&mut ctl, &["SET", "big", &"v".repeat(1 << 20)]);
+    let mut c = s.client();
+    unread_gets(&mut c, 30);
+    c.send(&["PING"]);
+    c.shutdown_write();
+    for _ in 0..30 {
+        assert_eq!(c.read_frame().text().len(), 1 << 20);
+    }
+    assert_eq!(c.read_frame().text(), "PONG");
+    assert!(c.closed_within(WAIT));
+}
+
+#[test]
+fn the_output_limit_closes_a_client_that_does_not_read_and_no_evict_protects_it_only_from_eviction() {
+    let s = server();
+    let mut ctl = control(&s);
+    ok(&mut ctl, &["SET", "big", &"v".repeat(1 << 20)]);
+    ok(&mut ctl, &["CONFIG", "SET", "client-output-buffer-limit", "normal 8mb 0 0"]);
+    let mut lazy = s.client();
+    unread_gets(&mut lazy, 40);
+    assert!(lazy.closed_within(WAIT), "the unread replies passed the output limit");
+    assert!(wait_for(|| s.log().contains("scheduled to be closed ASAP for overcoming of output buffer limits"), WAIT));
+    // Without an output limit, a no-evict client's queue counts toward maxmemory-clients;
+    // once it gives up no-evict, it is evicted.
+    ok(&mut ctl, &["CONFIG", "SET", "client-output-buffer-limit", "normal 0 0 0"]);
+    ok(&mut ctl, &["CONFIG", "SET", "maxmemory-clients", "4mb"]);
+    let mut kept = control(&s);
+    let id = client_id(&mut kept);
+    unread_gets(&mut kept, 20);
+    assert!(
+        wait_for(|| client_field(&mut ctl, &id, "tot-mem") > 8 << 20, WAIT),
+        "{}",
+        ctl.cmd(&["CLIENT", "LIST"]).text()
+    );
+    kept.send(&["CLIENT", "NO-EVICT", "off"]);
+    assert!(wait_for(|| !connected(&mut ctl, &id), WAIT));
+    assert!(kept.closed_within(WAIT));
+}

@@ -1,12 +1,15 @@
 //! `maxmemory-clients`: when the memory of all client connections together reaches the limit,
 //! the connections that use the most are closed, largest first, until the rest fit (Valkey's
-//! client eviction). Each connection reports what it uses after it reads, after it runs a
-//! batch and after it writes; with no limit set nothing is summed and the check is one load.
+//! client eviction). Each connection keeps what it uses up to date in its record
+//! (`ClientInfo::memory`: one relaxed store before each read, and its socket's unsent replies
+//! as they change) whatever the limit, so CLIENT LIST's `tot-mem` and eviction count alike and a limit set by CONFIG SET
+//! finds idle clients already measured. Only under a limit is the total summed (after each
+//! batch); with none the check is one load.
 //!
 //! What a connection uses, as Valkey counts it (`getClientMemoryUsage`): its query buffer's
-//! capacity, its reply buffer's capacity, its queued pub/sub messages, the arguments of a
-//! queued transaction, its subscriptions, watched keys and tracking prefixes, and a fixed part
-//! for its state.
+//! capacity, its reply buffer's capacity, the replies its client has not read yet, its queued
+//! pub/sub messages, the arguments of a queued transaction, its subscriptions, watched keys and
+//! tracking prefixes, and a fixed part for its state.
 //! Replicas, the primary's client and CLIENT NO-EVICT clients are never evicted; NO-EVICT
 //! clients count toward the total, as in Valkey.
 
@@ -84,11 +87,12 @@ impl ClientMemory {
     }
 }
 
-/// What the connection of `sess` uses, given its buffers' capacities.
+/// What the connection of `sess` uses besides its pending output (`ClientInfo::pending_output`,
+/// which other connections and the socket change while this one may not run), given its
+/// buffers' capacities.
 pub fn usage(sess: &Session, rbuf: usize, out: usize) -> usize {
-    let mut mem = FIXED + rbuf + out + sess.info.inbox.bytes();
+    let mut mem = FIXED + rbuf + out;
     if let Some(subs) = &sess.subs {
-        mem += subs.queued.load(Ordering::Relaxed);
         let names = subs.channels.iter().chain(&subs.patterns).chain(&subs.shard);
         mem += names.map(|c| c.len() + 32).sum::<usize>();
     }
@@ -112,18 +116,38 @@ fn evictable(c: &ClientInfo) -> bool {
     f & (flag::NO_EVICT | flag::MASTER | flag::REPLICA) == 0 && !c.is_killed()
 }
 
-/// Reports what the connection of `sess` uses and, if all clients together are at or over
-/// `limit`, evicts the largest ones until they fit (this one included: the caller checks
-/// whether it was closed).
-pub fn check(srv: &Server, sess: &Session, rbuf: usize, out: usize, limit: usize) {
-    let info = &sess.info;
-    if info.flags.load(Ordering::Relaxed) & (flag::MASTER | flag::REPLICA) != 0 {
+/// Whether `c` counts toward the clients' total (a replica's or primary's link does not).
+fn counted(c: &ClientInfo) -> bool {
+    c.flags.load(Ordering::Relaxed) & (flag::MASTER | flag::REPLICA) == 0
+}
+
+/// Counts what `info` uses now and, if all clients together are at or over `limit`, evicts
+/// the largest ones until they fit (this one included: the caller checks whether it was
+/// closed).
+pub fn check(srv: &Server, info: &ClientInfo, limit: usize) {
+    if !counted(info) {
         return;
     }
-    srv.clients.memory.report(info, usage(sess, rbuf, out));
+    srv.clients.memory.report(info, info.memory());
     if srv.clients.memory.total() >= limit {
         evict(srv);
     }
+}
+
+/// `maxmemory-clients` (or the `maxmemory` a percentage refers to) changed: every client is
+/// counted at what it uses now, idle ones included, and the largest are evicted before CONFIG
+/// SET answers, as Valkey's `applyClientMaxMemoryUsage` does. With no limit, nothing counts.
+pub fn limit_changed(srv: &Server) {
+    let memory = &srv.clients.memory;
+    let clients = srv.clients.snapshot();
+    if srv.rt.load().client_eviction_limit == 0 {
+        for c in &clients {
+            memory.forget(c);
+        }
+        return;
+    }
+    drop(clients);
+    evict(srv);
 }
 
 /// Closes the clients that use the most memory until all together use less than the limit
@@ -133,10 +157,19 @@ pub fn evict(srv: &Server) {
     let memory = &srv.clients.memory;
     let Some(_one) = memory.evicting.try_lock() else { return };
     let limit = srv.rt.load().client_eviction_limit;
-    if limit == 0 || memory.total() < limit {
+    if limit == 0 {
         return;
     }
-    let mut candidates: Vec<Arc<ClientInfo>> = srv.clients.snapshot().into_iter().filter(|c| evictable(c)).collect();
+    // Count every client at what it uses now: replies queued for a client drain without its
+    // connection reporting, so a total from old reports may be over for no one.
+    let clients = srv.clients.snapshot();
+    for c in clients.iter().filter(|c| counted(c)) {
+        memory.report(c, c.memory());
+    }
+    if memory.total() < limit {
+        return;
+    }
+    let mut candidates: Vec<Arc<ClientInfo>> = clients.into_iter().filter(|c| evictable(c)).collect();
     candidates.sort_by_key(|c| Reverse(c.mem.load(Ordering::Relaxed)));
     let now = unix_ms();
     for c in candidates {

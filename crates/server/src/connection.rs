@@ -41,6 +41,7 @@ pub async fn serve(srv: Arc<Server>, stream: socket2::Socket, info: Arc<ClientIn
         }
     };
     *info.sock.lock() = Some(sock.raw_fd());
+    sock.publish_queued(info.omem.clone());
     let mut sess = Session::new(info.clone(), !srv.acl.auth_required());
     sess.acl_user = Some(srv.acl.default_user());
     sess.tls = sock.is_tls();
@@ -118,6 +119,10 @@ pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> &str {
     }
 }
 
+/// Unsent replies past which a connection stops reading until its client reads (when no
+/// `client-output-buffer-limit normal` hard limit above it closes the client first).
+const MAX_QUEUED: usize = 64 << 20;
+
 /// Most commands decoded ahead of execution (bounds the prefetch window and the spans kept).
 const MAX_BATCH: usize = 64;
 
@@ -189,7 +194,9 @@ impl Conn {
                 }
             };
             if n == 0 {
-                return Ok(());
+                // A client that half-closed after its last command still gets the replies
+                // its socket held.
+                return stream.flush().await;
             }
             if !self.cert_login_done && stream.is_tls() {
                 self.cert_login_done = login_by_certificate(srv, stream, sess);
@@ -285,10 +292,14 @@ impl Conn {
             // leave in a burst, as Valkey writes all pending replies before it sleeps, so a
             // client is woken once for many replies instead of once per reply (waking a
             // sleeping peer dominated the kernel time of the send path).
-            if !self.out.is_empty() && sess.thaw_after_reply.is_none() {
-                tokio::task::yield_now().await;
+            if sess.thaw_after_reply.is_some() {
+                self.flush(stream, sess).await?;
+            } else {
+                if !self.out.is_empty() {
+                    tokio::task::yield_now().await;
+                }
+                self.send(srv, stream, sess).await?;
             }
-            self.flush(stream, sess).await?;
             self.release_idle_buffers(&sess.info.reply_buf);
             if self.rbuf.capacity() == 0 {
                 stream.release_idle();
@@ -574,6 +585,7 @@ impl Conn {
         let pending = len - self.decoder.big_arg_start().unwrap_or(0);
         sess.info.qbuf.store(pending, Ordering::Relaxed);
         sess.info.qbuf_free.store(self.rbuf.capacity() - len, Ordering::Relaxed);
+        self.note_memory(sess);
     }
 
     /// Under `maxmemory-clients`: reports what this connection uses now, evicts clients if all
@@ -582,8 +594,15 @@ impl Conn {
         if limit == 0 {
             return false;
         }
-        crate::client_evict::check(srv, sess, self.rbuf.capacity(), self.out.capacity(), limit);
+        self.note_memory(sess);
+        crate::client_evict::check(srv, &sess.info, limit);
         sess.info.is_killed()
+    }
+
+    /// Records what this connection uses now (CLIENT LIST `tot-mem`, `maxmemory-clients`).
+    fn note_memory(&self, sess: &Session) {
+        let used = crate::client_evict::usage(sess, self.rbuf.capacity(), self.out.capacity());
+        sess.info.used.store(used, Ordering::Relaxed);
     }
 
     /// Runs every complete command in the read buffer.
@@ -719,7 +738,8 @@ impl Conn {
         if hard == 0 && soft == 0 {
             return false;
         }
-        let pending = self.out.len().saturating_sub(READ_CHUNK) as u64;
+        // Replies the socket holds unsent count: a client that does not read reaches the limit.
+        let pending = (self.out.len() + sess.info.omem.load(Ordering::Relaxed)).saturating_sub(READ_CHUNK) as u64;
         let soft_hit = soft > 0 && pending > soft;
         if !soft_hit {
             self.soft_since = None;
@@ -734,6 +754,11 @@ impl Conn {
             );
             srv.stats.obuf_limit_disconnections.fetch_add(1, Ordering::Relaxed);
             self.out.truncate(0);
+            // Gone from CLIENT LIST from now on, as Valkey frees it before it serves anyone
+            // else: a client that already sent commands must not see it, nor client eviction
+            // count it.
+            sess.info.kill();
+            srv.clients.memory.forget(&sess.info);
             return true;
         }
         false
@@ -748,6 +773,26 @@ impl Conn {
     }
 
     async fn write_out(&mut self, stream: &mut Socket, sess: &Session) -> io::Result<()> {
+        self.hand_over(stream, sess).await?;
+        stream.flush().await
+    }
+
+    /// Hands the batch's replies to the socket without waiting for a client that does not
+    /// read them: what the kernel cannot take stays queued in the socket (CLIENT LIST `omem`)
+    /// and leaves while this connection goes on reading and running commands, as Valkey goes
+    /// on filling a client's reply list. Only past [`MAX_QUEUED`] (when no output limit closed
+    /// the client first) does the connection wait for its client, so a default configuration
+    /// never holds unbounded replies for one client.
+    async fn send(&mut self, srv: &Server, stream: &mut Socket, sess: &Session) -> io::Result<()> {
+        self.hand_over(stream, sess).await?;
+        let queued = stream.queued();
+        if queued > MAX_QUEUED && queued > srv.rt.load().obuf_normal.0 as usize {
+            stream.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn hand_over(&mut self, stream: &mut Socket, sess: &Session) -> io::Result<()> {
         if self.out.is_empty() {
             return Ok(());
         }
@@ -755,7 +800,7 @@ impl Conn {
         sess.info.reply_buf.note(self.out.len());
         // Once per batch of replies, not per command (`appendfsync always`).
         self.aof.wait_replies().await;
-        stream.write_all(self.out.as_bytes()).await?;
+        stream.write(self.out.as_bytes())?;
         sess.info.net_out.fetch_add(self.out.len() as u64, Ordering::Relaxed);
         self.out.truncate(0);
         sess.info.obl.store(0, Ordering::Relaxed);

@@ -13,6 +13,8 @@
 
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::BytesMut;
 use hotkv_tls::TlsSession;
@@ -23,20 +25,49 @@ use tokio::io::unix::AsyncFd;
 pub struct Socket {
     fd: AsyncFd<socket2::Socket>,
     tls: Option<Box<TlsLayer>>,
+    /// Bytes (ciphertext under TLS) the kernel has not taken yet. Reads go on meanwhile and
+    /// send more of it whenever the socket can take it, so a client that does not read its
+    /// replies does not stop the server from reading its commands (as Valkey's reply list).
+    queue: OutQueue,
+}
+
+/// Bytes waiting for the kernel: `buf[sent..]`.
+#[derive(Default)]
+struct OutQueue {
+    buf: Vec<u8>,
+    sent: usize,
+    /// Where the queue's length is published as it changes (CLIENT LIST `omem`).
+    gauge: Option<Arc<AtomicUsize>>,
+}
+
+impl OutQueue {
+    fn len(&self) -> usize {
+        self.buf.len() - self.sent
+    }
+
+    fn is_empty(&self) -> bool {
+        self.sent == self.buf.len()
+    }
+
+    fn publish(&self) {
+        if let Some(g) = &self.gauge {
+            let len = self.len();
+            if g.load(Ordering::Relaxed) != len {
+                g.store(len, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// The TLS side of a client socket. rustls works on buffers, not on the socket: ciphertext
 /// read from the socket is fed in and comes out as plaintext in the caller's read buffer, and
-/// a batch of replies goes in as plaintext and comes out as records in `out`, sent with one
-/// `send`. Whatever could not be sent yet stays in `out`, so a cancelled read or write loses
-/// nothing and the handshake never stalls waiting on our own unsent bytes.
+/// a batch of replies goes in as plaintext and comes out as records in the socket's queue,
+/// sent with one `send`. Whatever could not be sent yet stays queued, so a cancelled read or
+/// write loses nothing and the handshake never stalls waiting on our own unsent bytes.
 struct TlsLayer {
     session: TlsSession,
     /// Ciphertext just received; always fully fed before the next read.
     raw: Vec<u8>,
-    /// Ciphertext to send; `out[sent..]` is what the kernel has not taken yet.
-    out: Vec<u8>,
-    sent: usize,
     /// The client id, for the handshake failure log line.
     client: u64,
 }
@@ -54,8 +85,8 @@ impl Socket {
         // SAFETY: the socket owns its descriptor and is moved into the AsyncFd, so the
         // descriptor stays open and the same for the AsyncFd's whole life.
         let fd = unsafe { AsyncFd::register(stream)? };
-        let tls = tls.map(|session| Box::new(TlsLayer { session, raw: Vec::new(), out: Vec::new(), sent: 0, client }));
-        Ok(Socket { fd, tls })
+        let tls = tls.map(|session| Box::new(TlsLayer { session, raw: Vec::new(), client }));
+        Ok(Socket { fd, tls, queue: OutQueue::default() })
     }
 
     /// A TCP connection tokio accepted, ready for [`Socket::new`].
@@ -84,40 +115,76 @@ impl Socket {
     }
 
     /// Waits until data arrives and appends it to `buf` (which must have spare capacity):
-    /// what one `recv` returns, decrypted for TLS. Returns 0 at end of stream. Cancel-safe:
-    /// data is only read once readiness is reported, within the same poll, and TLS state
-    /// lives in the socket.
+    /// what one `recv` returns, decrypted for TLS. Returns 0 at end of stream. While it waits,
+    /// queued output is sent as the socket takes it. Cancel-safe: data is only read once
+    /// readiness is reported, within the same poll, and TLS state and the output queue live
+    /// in the socket.
     pub async fn read_into(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
         match self.tls.as_deref_mut() {
-            None => read_plain(&self.fd, buf).await,
-            Some(t) => read_tls(&self.fd, t, buf).await,
+            None => read_plain(&self.fd, &mut self.queue, buf).await,
+            Some(t) => read_tls(&self.fd, &mut self.queue, t, buf).await,
         }
     }
 
-    /// Writes all of `data` (a whole batch of replies), waiting for writability when the
-    /// kernel buffer is full. Over TLS the batch becomes as few records as its size allows,
-    /// sent with one `send`.
+    /// Writes all of `data` (a whole batch of replies) after whatever is queued, waiting for
+    /// writability when the kernel buffer is full. Over TLS the batch becomes as few records
+    /// as its size allows, sent with one `send`.
     pub async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        self.write(data)?;
+        self.flush().await
+    }
+
+    /// Hands `data` to the socket without waiting: what the kernel does not take now is
+    /// queued, and goes out while the connection reads ([`Socket::read_into`]) or flushes.
+    pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
         match self.tls.as_deref_mut() {
-            None => write_plain(&self.fd, data).await,
+            None if self.queue.is_empty() => {
+                let taken = send_now(self.fd.get_ref(), data)?;
+                if taken < data.len() {
+                    self.queue.buf.clear();
+                    self.queue.sent = 0;
+                    self.queue.buf.extend_from_slice(&data[taken..]);
+                    self.queue.publish();
+                }
+                Ok(())
+            }
+            None => {
+                self.queue.buf.extend_from_slice(data);
+                try_send(self.fd.get_ref(), &mut self.queue).map(drop)
+            }
             Some(t) => {
                 t.session.write_plaintext(data);
-                t.session.take_tls_output(&mut t.out);
-                flush_tls(&self.fd, t).await
+                t.session.take_tls_output(&mut self.queue.buf);
+                try_send(self.fd.get_ref(), &mut self.queue).map(drop)
             }
         }
+    }
+
+    /// Bytes written but not yet taken by the kernel (ciphertext under TLS).
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Keeps `gauge` equal to [`Socket::queued`] from now on, as the queue fills and drains.
+    pub fn publish_queued(&mut self, gauge: Arc<AtomicUsize>) {
+        self.queue.gauge = Some(gauge);
+        self.queue.publish();
+    }
+
+    /// Waits until everything queued has been sent.
+    pub async fn flush(&mut self) -> io::Result<()> {
+        flush_queue(&self.fd, &mut self.queue).await
     }
 
     /// Drops buffers an idle connection does not need.
     pub fn release_idle(&mut self) {
-        if let Some(t) = self.tls.as_deref_mut() {
-            if t.raw.capacity() > 0 {
-                t.raw = Vec::new();
-            }
-            if t.sent == t.out.len() && t.out.capacity() > RAW_CHUNK {
-                t.out = Vec::new();
-                t.sent = 0;
-            }
+        if let Some(t) = self.tls.as_deref_mut()
+            && t.raw.capacity() > 0
+        {
+            t.raw = Vec::new();
+        }
+        if self.queue.is_empty() && self.queue.buf.capacity() > RAW_CHUNK {
+            self.queue.buf = Vec::new();
         }
     }
 
@@ -128,16 +195,16 @@ impl Socket {
             && !t.session.is_handshaking()
         {
             t.session.close();
-            t.session.take_tls_output(&mut t.out);
-            let _ = try_send(self.fd.get_ref(), t);
+            t.session.take_tls_output(&mut self.queue.buf);
+            let _ = try_send(self.fd.get_ref(), &mut self.queue);
         }
         let _ = self.fd.get_ref().shutdown(std::net::Shutdown::Both);
     }
 }
 
-async fn read_plain(fd: &AsyncFd<socket2::Socket>, buf: &mut BytesMut) -> io::Result<usize> {
+async fn read_plain(fd: &AsyncFd<socket2::Socket>, queue: &mut OutQueue, buf: &mut BytesMut) -> io::Result<usize> {
     loop {
-        let mut guard = fd.readable().await?;
+        let mut guard = readable(fd, queue).await?;
         let spare = buf.spare_capacity_mut();
         let room = spare.len();
         match fd.get_ref().recv(spare) {
@@ -161,72 +228,78 @@ async fn read_plain(fd: &AsyncFd<socket2::Socket>, buf: &mut BytesMut) -> io::Re
     }
 }
 
-async fn write_plain(fd: &AsyncFd<socket2::Socket>, mut data: &[u8]) -> io::Result<()> {
-    while !data.is_empty() {
-        match fd.get_ref().write(data) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => data = &data[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                let mut guard = fd.writable().await?;
-                // Only forget writability if it is still the state we observed.
-                match guard.try_io(|inner| inner.get_ref().write(data)) {
-                    Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
-                    Ok(Ok(n)) => data = &data[n..],
-                    Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Ok(Err(e)) => return Err(e),
-                    Err(_would_block) => {}
-                }
+/// Waits until the socket is readable, sending queued output whenever it can take some
+/// meanwhile: the peer may be waiting for those bytes (a TLS handshake message) before it
+/// sends more, and a client that pipelines without reading must still be read.
+async fn readable<'a>(
+    fd: &'a AsyncFd<socket2::Socket>,
+    queue: &mut OutQueue,
+) -> io::Result<tokio::io::unix::AsyncFdReadyGuard<'a, socket2::Socket>> {
+    let mut flushed = try_send(fd.get_ref(), queue)?;
+    loop {
+        if flushed {
+            return fd.readable().await;
+        }
+        tokio::select! {
+            g = fd.readable() => return g,
+            w = fd.writable() => {
+                w?.clear_ready();
+                flushed = try_send(fd.get_ref(), queue)?;
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
         }
     }
-    Ok(())
 }
 
-/// Sends as much of the pending ciphertext as the kernel takes now. Ok(true) once all is sent.
-fn try_send(sock: &socket2::Socket, t: &mut TlsLayer) -> io::Result<bool> {
+/// Writes as much of `data` as the kernel takes now; returns how much that was.
+fn send_now(sock: &socket2::Socket, data: &[u8]) -> io::Result<usize> {
     let mut w = sock;
-    while t.sent < t.out.len() {
-        match w.write(&t.out[t.sent..]) {
+    let mut taken = 0;
+    while taken < data.len() {
+        match w.write(&data[taken..]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => t.sent += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Ok(n) => taken += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
-    t.out.clear();
-    t.sent = 0;
+    Ok(taken)
+}
+
+/// Sends as much of the queue as the kernel takes now. Ok(true) once all is sent.
+fn try_send(sock: &socket2::Socket, queue: &mut OutQueue) -> io::Result<bool> {
+    if !queue.is_empty() {
+        queue.sent += send_now(sock, &queue.buf[queue.sent..])?;
+        if !queue.is_empty() {
+            queue.publish();
+            return Ok(false);
+        }
+    }
+    queue.buf.clear();
+    queue.sent = 0;
+    queue.publish();
     Ok(true)
 }
 
-/// Sends all pending ciphertext, waiting for writability as needed.
-async fn flush_tls(fd: &AsyncFd<socket2::Socket>, t: &mut TlsLayer) -> io::Result<()> {
-    while !try_send(fd.get_ref(), t)? {
+/// Sends the whole queue, waiting for writability as needed.
+async fn flush_queue(fd: &AsyncFd<socket2::Socket>, queue: &mut OutQueue) -> io::Result<()> {
+    while !try_send(fd.get_ref(), queue)? {
         let mut guard = fd.writable().await?;
         guard.clear_ready();
     }
     Ok(())
 }
 
-async fn read_tls(fd: &AsyncFd<socket2::Socket>, t: &mut TlsLayer, buf: &mut BytesMut) -> io::Result<usize> {
+async fn read_tls(
+    fd: &AsyncFd<socket2::Socket>,
+    queue: &mut OutQueue,
+    t: &mut TlsLayer,
+    buf: &mut BytesMut,
+) -> io::Result<usize> {
     loop {
-        // Our own handshake messages (or what a cancelled write left) go out before we wait
-        // for the peer, who may be waiting for them.
-        let mut flushed = try_send(fd.get_ref(), t)?;
-        let mut guard = loop {
-            if flushed {
-                break fd.readable().await?;
-            }
-            tokio::select! {
-                g = fd.readable() => break g?,
-                w = fd.writable() => {
-                    w?.clear_ready();
-                    flushed = try_send(fd.get_ref(), t)?;
-                }
-            }
-        };
+        // Our own handshake messages (or replies not taken yet) go out while we wait for the
+        // peer, who may be waiting for them.
+        let mut guard = readable(fd, queue).await?;
         if t.raw.capacity() < RAW_CHUNK {
             t.raw.reserve(RAW_CHUNK);
         }
@@ -265,11 +338,11 @@ async fn read_tls(fd: &AsyncFd<socket2::Socket>, t: &mut TlsLayer, buf: &mut Byt
                 tracing::debug!("TLS error on client {}: {e}", t.client);
             }
             // The alert tells the peer why; best effort, the connection ends either way.
-            t.session.take_tls_output(&mut t.out);
-            let _ = try_send(fd.get_ref(), t);
+            t.session.take_tls_output(&mut queue.buf);
+            let _ = try_send(fd.get_ref(), queue);
             return Err(io::Error::new(io::ErrorKind::InvalidData, e));
         }
-        t.session.take_tls_output(&mut t.out);
+        t.session.take_tls_output(&mut queue.buf);
         let got = buf.len() - before;
         if got > 0 {
             return Ok(got);

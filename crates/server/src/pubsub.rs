@@ -95,7 +95,10 @@ impl ClientSubs {
     /// A fresh, empty subscription state for a client.
     pub fn new(info: Arc<ClientInfo>) -> ClientSubs {
         let (tx, rx) = mpsc::unbounded_channel();
-        let queued = Arc::new(AtomicUsize::new(0));
+        // The client's own counter, so that its memory (CLIENT LIST, maxmemory-clients) sees
+        // what publishers queue while its connection is busy.
+        let queued = info.pubsub_queued.clone();
+        queued.store(0, Ordering::Relaxed);
         ClientSubs {
             rx,
             queued: queued.clone(),

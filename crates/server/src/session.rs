@@ -271,14 +271,21 @@ pub struct ClientInfo {
     pub qbuf: AtomicUsize,
     /// Query buffer capacity not in use.
     pub qbuf_free: AtomicUsize,
-    /// Pending output bytes.
+    /// Replies of the batch being written.
     pub obl: AtomicUsize,
-    /// Output buffer capacity.
-    pub omem: AtomicUsize,
+    /// Replies the client has not read yet: what its socket's kernel buffer could not take
+    /// (CLIENT LIST `omem`, Valkey's reply list).
+    pub omem: Arc<AtomicUsize>,
     /// Valkey's reply buffer size and peak (CLIENT LIST `rbs=`, `rbp=`).
     pub reply_buf: crate::reply_buffer::ReplyBuffer,
-    /// What it uses as `maxmemory-clients` counts it, as last reported (0 while no limit is
-    /// set); see `client_evict`.
+    /// Memory its connection uses besides what waits to be sent (buffers, subscriptions,
+    /// ...), kept up to date by the connection; see [`ClientInfo::memory`].
+    pub used: AtomicUsize,
+    /// Bytes of pub/sub messages queued for it and not yet encoded (shared with whoever
+    /// publishes to it, for the pubsub output limit).
+    pub pubsub_queued: Arc<AtomicUsize>,
+    /// The part of `used` counted in the clients' total for `maxmemory-clients` (0 while no
+    /// limit is set); see `client_evict`.
     pub mem: AtomicUsize,
     /// Bytes read.
     pub net_in: AtomicU64,
@@ -329,8 +336,10 @@ impl ClientInfo {
             qbuf: AtomicUsize::new(0),
             qbuf_free: AtomicUsize::new(0),
             obl: AtomicUsize::new(0),
-            omem: AtomicUsize::new(0),
+            omem: Arc::new(AtomicUsize::new(0)),
             reply_buf: crate::reply_buffer::ReplyBuffer::new(now_ms),
+            used: AtomicUsize::new(0),
+            pubsub_queued: Arc::new(AtomicUsize::new(0)),
             mem: AtomicUsize::new(0),
             net_in: AtomicU64::new(0),
             net_out: AtomicU64::new(0),
@@ -356,6 +365,19 @@ impl ClientInfo {
             crate::io::shutdown_fd(fd);
         }
         self.wake.notify_one();
+    }
+
+    /// Everything waiting to reach the client: replies its socket holds, pub/sub messages and
+    /// pushes queued for it (CLIENT LIST `omem`). Other connections add to it while this
+    /// one may be busy, so it is read live.
+    pub fn pending_output(&self) -> usize {
+        self.omem.load(Ordering::Relaxed) + self.pubsub_queued.load(Ordering::Relaxed) + self.inbox.bytes()
+    }
+
+    /// What its connection uses: CLIENT LIST `tot-mem`, and what `maxmemory-clients` counts
+    /// (see `client_evict::usage`).
+    pub fn memory(&self) -> usize {
+        self.used.load(Ordering::Relaxed) + self.pending_output()
     }
 
     /// Whether CLIENT KILL or a timeout asked the connection to close.

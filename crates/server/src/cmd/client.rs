@@ -254,15 +254,11 @@ pub fn client_line(reg: &Registry, c: &ClientInfo, now_ms: i64, current: &Curren
     let load = |a: &std::sync::atomic::AtomicUsize| a.load(Ordering::Relaxed);
     // The running command's query is consumed and its reply not yet queued.
     let (qbuf, obl) = if me { (0, 0) } else { (load(&c.qbuf), load(&c.obl)) };
-    let (qbuf_free, omem) = (load(&c.qbuf_free), load(&c.omem));
+    let (qbuf_free, omem) = (load(&c.qbuf_free), c.pending_output());
     let argv_mem = if me { current.argv_mem } else { 0 };
-    // Under maxmemory-clients, what eviction counts for it (see `client_evict::usage`).
-    let tracked = c.mem.load(Ordering::Relaxed);
-    let tot_mem = if tracked > 0 {
-        tracked + argv_mem
-    } else {
-        qbuf + qbuf_free + omem + argv_mem + std::mem::size_of::<ClientInfo>()
-    };
+    // What maxmemory-clients counts for it (see `client_evict::usage`), plus, for the caller,
+    // its running command's arguments.
+    let tot_mem = c.memory() + argv_mem;
     let (rbs, rbp) = (c.reply_buf.size(), c.reply_buf.peak());
     let mut s = String::with_capacity(360);
     let _ = write!(

@@ -123,6 +123,9 @@ fn set(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
     if outcome.hooks.iter().any(|run| run.hook == Hook::Maxmemory) {
         crate::evict::limit_changed(srv);
     }
+    if outcome.hooks.iter().any(|run| matches!(run.hook, Hook::Maxmemory | Hook::Clients)) {
+        crate::client_evict::limit_changed(srv);
+    }
     out.ok();
     Ok(Flow::Continue)
 }

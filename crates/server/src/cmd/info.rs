@@ -269,15 +269,7 @@ fn memory(srv: &Server, o: &mut String) {
     let rss = srv.memory.rss();
     let peak = srv.memory.peak().max(used);
     let (active, resident, _mapped, _retained) = srv.memory.allocator_stats();
-    let clients_mem: u64 = srv
-        .clients
-        .snapshot()
-        .iter()
-        .map(|c| {
-            (c.qbuf.load(Ordering::Relaxed) + c.qbuf_free.load(Ordering::Relaxed) + c.omem.load(Ordering::Relaxed))
-                as u64
-        })
-        .sum();
+    let clients_mem: u64 = srv.clients.snapshot().iter().map(|c| c.memory() as u64).sum();
     let startup = srv.startup_memory.load(Ordering::Relaxed);
     let overhead = startup + clients_mem;
     let dataset = used.saturating_sub(overhead);

@@ -84,15 +84,7 @@ struct Breakdown {
 impl Breakdown {
     fn measure(srv: &Server) -> Breakdown {
         let used = srv.memory.refresh();
-        let clients = srv
-            .clients
-            .snapshot()
-            .iter()
-            .map(|c| {
-                use std::sync::atomic::Ordering::Relaxed;
-                (c.qbuf.load(Relaxed) + c.obl.load(Relaxed) + c.omem.load(Relaxed)) as u64
-            })
-            .sum();
+        let clients = srv.clients.snapshot().iter().map(|c| c.memory() as u64).sum();
         let mut dbs = Vec::new();
         let mut lut = 0;
         let mut keys = 0;
