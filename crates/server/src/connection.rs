@@ -310,52 +310,20 @@ impl Conn {
         }
     }
 
-    /// Serves a replica on this connection after its PSYNC: the replication session runs on
-    /// one end of an in-memory pipe and this task carries bytes between the pipe and the
-    /// socket (plain or TLS), so the session needs no knowledge of the socket.
+    /// Serves a replica on this connection after its PSYNC: the replication session reads
+    /// and writes the socket itself (plain or TLS). While DEBUG SLEEP stops the server the
+    /// session neither sends (pings included) nor sees the replica's acknowledgements.
     async fn serve_replica(
         &mut self,
         srv: &Arc<Server>,
         stream: &mut Socket,
         start: crate::replication::SyncStart,
     ) -> io::Result<()> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let leftover = std::mem::take(&mut self.rbuf).to_vec();
-        let (mut near, far) = tokio::io::duplex(256 * 1024);
+        let leftover = std::mem::take(&mut self.rbuf);
         let source = crate::replication::snapshots(srv);
-        let session = tokio::spawn(async move {
-            let _ = start.session.run(far, &leftover, source.as_ref()).await;
-        });
-        let mut from_replica = BytesMut::with_capacity(READ_CHUNK);
-        let mut to_replica = vec![0u8; 64 * 1024];
-        let result = loop {
-            tokio::select! {
-                n = stream.read_into(&mut from_replica) => match n {
-                    Ok(0) | Err(_) => break Ok(()),
-                    Ok(_) => {
-                        // DEBUG SLEEP: the replica's acknowledgements are not seen meanwhile.
-                        srv.freeze.thawed().await;
-                        if near.write_all(&from_replica).await.is_err() {
-                            break Ok(());
-                        }
-                        from_replica.clear();
-                    }
-                },
-                n = near.read(&mut to_replica) => match n {
-                    Ok(0) | Err(_) => break Ok(()),
-                    Ok(n) => {
-                        // DEBUG SLEEP: nothing goes to the replica meanwhile, pings included.
-                        srv.freeze.thawed().await;
-                        if let Err(e) = stream.write_all(&to_replica[..n]).await {
-                            break Err(e);
-                        }
-                    }
-                },
-            }
-        };
-        drop(near);
-        session.abort();
-        result
+        let gated = crate::freeze::Gated::new(stream, srv.clone());
+        let _ = start.session.run(gated, &leftover, source.as_ref()).await;
+        Ok(())
     }
 
     /// Waits until a blocked command is served, times out or is unblocked, and writes its

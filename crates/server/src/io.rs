@@ -11,15 +11,19 @@
 //! drained, so readiness is cleared at once; tokio's tick check makes that safe (a readiness
 //! event that arrived after the read is not cleared), so no data is ever left unnoticed.
 
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use bytes::BytesMut;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::{Buf, BytesMut};
 use hotkv_tls::TlsSession;
 use socket2::SockRef;
 use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// A non-blocking client socket (TCP or unix) registered with the runtime, plain or TLS.
 pub struct Socket {
@@ -68,6 +72,8 @@ struct TlsLayer {
     session: TlsSession,
     /// Ciphertext just received; always fully fed before the next read.
     raw: Vec<u8>,
+    /// Plaintext decrypted by a [`AsyncRead`] read that its caller had no room for yet.
+    plain: BytesMut,
     /// The client id, for the handshake failure log line.
     client: u64,
 }
@@ -85,7 +91,7 @@ impl Socket {
         // SAFETY: the socket owns its descriptor and is moved into the AsyncFd, so the
         // descriptor stays open and the same for the AsyncFd's whole life.
         let fd = unsafe { AsyncFd::register(stream)? };
-        let tls = tls.map(|session| Box::new(TlsLayer { session, raw: Vec::new(), client }));
+        let tls = tls.map(|session| Box::new(TlsLayer { session, raw: Vec::new(), plain: BytesMut::new(), client }));
         Ok(Socket { fd, tls, queue: OutQueue::default() })
     }
 
@@ -351,6 +357,112 @@ async fn read_tls(
             return Ok(0);
         }
     }
+}
+
+/// The socket as a byte stream, for a connection handed to code that reads and writes with
+/// tokio's traits (a replica served on the connection that sent PSYNC): it runs on the socket
+/// itself, with no pipe and no task in between. A write is answered once the kernel took it,
+/// or, over TLS, once it became records; `flush` waits until the kernel took everything.
+impl AsyncRead for Socket {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let Some(t) = this.tls.as_deref_mut() else {
+            loop {
+                let mut guard = ready!(this.fd.poll_read_ready(cx))?;
+                let room = out.initialize_unfilled();
+                match guard.try_io(|inner| Read::read(&mut inner.get_ref(), room)) {
+                    Ok(Ok(n)) => {
+                        out.advance(n);
+                        return Poll::Ready(Ok(()));
+                    }
+                    Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Ok(Err(e)) => return Poll::Ready(Err(e)),
+                    Err(_would_block) => {}
+                }
+            }
+        };
+        loop {
+            if !t.plain.is_empty() {
+                let n = t.plain.len().min(out.remaining());
+                out.put_slice(&t.plain[..n]);
+                t.plain.advance(n);
+                return Poll::Ready(Ok(()));
+            }
+            if t.session.peer_closed() {
+                return Poll::Ready(Ok(()));
+            }
+            let mut guard = ready!(this.fd.poll_read_ready(cx))?;
+            if t.raw.capacity() < RAW_CHUNK {
+                t.raw.reserve(RAW_CHUNK);
+            }
+            t.raw.clear();
+            let spare = t.raw.spare_capacity_mut();
+            let n = match guard.try_io(|inner| inner.get_ref().recv(spare)) {
+                Ok(Ok(n)) => n,
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(Err(e)) => return Poll::Ready(Err(e)),
+                Err(_would_block) => continue,
+            };
+            if n == 0 {
+                return Poll::Ready(Ok(()));
+            }
+            #[allow(unsafe_code)]
+            // SAFETY: recv initialised exactly the first n bytes of the spare capacity.
+            unsafe {
+                t.raw.set_len(n)
+            };
+            let fed = t.session.feed(&t.raw, &mut t.plain);
+            // Whatever the session has to say (an alert, a key update) goes out as it can.
+            t.session.take_tls_output(&mut this.queue.buf);
+            try_send(this.fd.get_ref(), &mut this.queue)?;
+            if let Err(e) = fed {
+                return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, e)));
+            }
+        }
+    }
+}
+
+impl AsyncWrite for Socket {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        // What is queued leaves first: the caller's bytes must follow it.
+        ready!(poll_drain(&this.fd, &mut this.queue, cx))?;
+        match this.tls.as_deref_mut() {
+            None => loop {
+                let mut guard = ready!(this.fd.poll_write_ready(cx))?;
+                match guard.try_io(|inner| Write::write(&mut inner.get_ref(), data)) {
+                    Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Ok(result) => return Poll::Ready(result),
+                    Err(_would_block) => {}
+                }
+            },
+            Some(t) => {
+                t.session.write_plaintext(data);
+                t.session.take_tls_output(&mut this.queue.buf);
+                try_send(this.fd.get_ref(), &mut this.queue)?;
+                Poll::Ready(Ok(data.len()))
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        poll_drain(&this.fd, &mut this.queue, cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        poll_drain(&this.fd, &mut this.queue, cx)
+    }
+}
+
+/// Sends the whole queue, registering for writability while the kernel cannot take it.
+fn poll_drain(fd: &AsyncFd<socket2::Socket>, queue: &mut OutQueue, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    while !try_send(fd.get_ref(), queue)? {
+        let mut guard = ready!(fd.poll_write_ready(cx))?;
+        guard.clear_ready();
+    }
+    Poll::Ready(Ok(()))
 }
 
 /// Shuts down a socket another task owns (CLIENT KILL, idle timeout), so that its owner's
