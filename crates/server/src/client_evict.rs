@@ -1,10 +1,10 @@
 //! `maxmemory-clients`: when the memory of all client connections together reaches the limit,
 //! the connections that use the most are closed, largest first, until the rest fit (Valkey's
-//! client eviction). Each connection keeps what it uses up to date in its record
-//! (`ClientInfo::memory`: one relaxed store before each read, and its socket's unsent replies
-//! as they change) whatever the limit, so CLIENT LIST's `tot-mem` and eviction count alike and a limit set by CONFIG SET
-//! finds idle clients already measured. Only under a limit is the total summed (after each
-//! batch); with none the check is one load.
+//! client eviction). Each connection keeps what it uses up to date in its record whatever the
+//! limit (`ClientInfo::memory`: one relaxed store before each read, and what waits to be sent
+//! as it changes), so CLIENT LIST's `tot-mem` and eviction count alike and a limit set by
+//! CONFIG SET finds idle clients already measured. Only under a limit is the total summed
+//! (after each batch); with none the check is one load.
 //!
 //! What a connection uses, as Valkey counts it (`getClientMemoryUsage`): its query buffer's
 //! capacity, its reply buffer's capacity, the replies its client has not read yet, its queued
@@ -138,16 +138,13 @@ pub fn check(srv: &Server, info: &ClientInfo, limit: usize) {
 /// counted at what it uses now, idle ones included, and the largest are evicted before CONFIG
 /// SET answers, as Valkey's `applyClientMaxMemoryUsage` does. With no limit, nothing counts.
 pub fn limit_changed(srv: &Server) {
-    let memory = &srv.clients.memory;
-    let clients = srv.clients.snapshot();
-    if srv.rt.load().client_eviction_limit == 0 {
-        for c in &clients {
-            memory.forget(c);
-        }
+    if srv.rt.load().client_eviction_limit > 0 {
+        evict(srv);
         return;
     }
-    drop(clients);
-    evict(srv);
+    for c in srv.clients.snapshot() {
+        srv.clients.memory.forget(&c);
+    }
 }
 
 /// Closes the clients that use the most memory until all together use less than the limit

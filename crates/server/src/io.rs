@@ -147,8 +147,6 @@ impl Socket {
             None if self.queue.is_empty() => {
                 let taken = send_now(self.fd.get_ref(), data)?;
                 if taken < data.len() {
-                    self.queue.buf.clear();
-                    self.queue.sent = 0;
                     self.queue.buf.extend_from_slice(&data[taken..]);
                     self.queue.publish();
                 }

@@ -155,8 +155,8 @@ fn run(
     ctx.effects.begin(b.srv.ks.sink().active());
     // CLUSTER commands in a transaction see the node table change only by their own doing, as
     // in Valkey: no bus frame is applied between them (see `Bus::hold_frames`).
-    let cluster_cmds = multi.queue.iter().any(|q| b.srv.registry.get(q.cmd).full_name.starts_with("cluster|"));
-    let _frames = b.srv.cluster.as_ref().filter(|_| cluster_cmds).map(|c| c.bus.hold_frames());
+    let cluster_cmd = |q: &crate::session::Queued| b.srv.registry.get(q.cmd).full_name.starts_with("cluster|");
+    let _frames = b.srv.cluster.as_ref().filter(|_| multi.queue.iter().any(cluster_cmd)).map(|c| c.bus.hold_frames());
     out.array(multi.queue.len());
     for (q, prepared) in multi.queue.iter().zip(&mut prepared) {
         let cmd = b.srv.registry.get(q.cmd);

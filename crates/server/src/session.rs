@@ -284,8 +284,8 @@ pub struct ClientInfo {
     /// Bytes of pub/sub messages queued for it and not yet encoded (shared with whoever
     /// publishes to it, for the pubsub output limit).
     pub pubsub_queued: Arc<AtomicUsize>,
-    /// The part of `used` counted in the clients' total for `maxmemory-clients` (0 while no
-    /// limit is set); see `client_evict`.
+    /// What [`ClientInfo::memory`] was when last counted in the clients' total for
+    /// `maxmemory-clients` (0 while no limit is set); see `client_evict`.
     pub mem: AtomicUsize,
     /// Bytes read.
     pub net_in: AtomicU64,
