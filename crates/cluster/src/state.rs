@@ -122,6 +122,9 @@ struct Entry {
     /// A link that closes after another one to the same node came up must not mark the node
     /// disconnected: the bus never dials a node it has a link to, so it would stay so.
     link: u64,
+    /// The slots its own frames last claimed (not what local SETSLOTs made of it): an import
+    /// from it of a slot it was heard holding is confirmed from the start.
+    claimed: SlotSet,
 }
 
 impl Entry {
@@ -135,6 +138,7 @@ impl Entry {
             voted_ms: 0,
             orphaned_ms: 0,
             link: 0,
+            claimed: SlotSet::new(),
         }
     }
 }
@@ -1212,6 +1216,11 @@ impl ClusterState {
     fn claim_slots(&mut self, sender: NodeId, epoch: u64, slots: &SlotSet, claim: Claim) -> Option<NodeId> {
         let Claim { same_shard, took_over } = claim;
         self.confirm_imports(sender, slots);
+        if let Some(e) = self.nodes.get_mut(&sender)
+            && e.claimed != *slots
+        {
+            e.claimed = slots.clone();
+        }
         self.follow_migration_target(sender, epoch, slots);
         self.take_relinquished_imports(sender, slots);
         // The usual PING or PONG claims what the sender holds here already: nothing to take,
@@ -1833,7 +1842,12 @@ impl ClusterState {
             SetSlot::Importing(from) => {
                 info!("Importing slot {slot} from node {from} ({})", self.nodes[&from].node.human_nodename);
                 self.importing.insert(slot, from);
-                self.unconfirmed_imports.insert(slot);
+                // A source heard holding the slot (the usual move, and Valkey's test of a
+                // source that gives the slot up at once) is confirmed already; one not heard
+                // holding it yet (redis-cli's fix made it the owner a moment ago) is not.
+                if !self.nodes[&from].claimed.contains(slot) {
+                    self.unconfirmed_imports.insert(slot);
+                }
             }
             SetSlot::Stable => {
                 info!("Marking slot {slot} stable");

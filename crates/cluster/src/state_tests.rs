@@ -943,3 +943,23 @@ fn a_ping_older_than_the_sources_claim_does_not_end_an_import_opened_by_fix() {
     }
     assert!(net.nodes[1].take_dirty_slots().is_empty(), "node 1 lost the slot and its key");
 }
+
+/// Valkey's "Slot is auto-claimed by target after source relinquishes ownership": node 1
+/// imports slot 100 from node 0, which it has heard holding it all along; node 0 then gives
+/// the slot to node 1 with SETSLOT NODE before any of its frames was read since the import was
+/// opened. Node 0's next frame without the slot ends the import: node 1 takes the slot.
+#[test]
+fn a_source_heard_holding_the_slot_that_gives_it_up_ends_the_import_at_once() {
+    let mut net = Net::three_primaries();
+    let (a, b) = (net.id(0), net.id(1));
+    net.run(5);
+    net.nodes[0].set_slot(100, SetSlot::Migrating(b), 0).unwrap();
+    net.nodes[1].set_slot(100, SetSlot::Importing(a), 0).unwrap();
+    net.nodes[0].set_slot(100, SetSlot::Node(b), 0).unwrap();
+    net.run(20);
+    assert_eq!(net.nodes[1].owner(100).map(|n| n.id), Some(b), "node 1 did not claim the slot");
+    assert!(net.nodes[1].importing().is_empty());
+    for i in 0..3 {
+        assert_eq!(net.nodes[i].owner(100).map(|n| n.id), Some(b), "node {i}");
+    }
+}
