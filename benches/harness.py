@@ -204,6 +204,9 @@ def cells():
         Cell("get-16k", "get", ["-r", "1000", "-d", "16384", "-c", "50", "-P", "1"],
              setup=True),
         Cell("set-1000conns", "set", ["-r", "100000", "-d", "100", "-c", "1000", "-P", "1"]),
+        # Pipeline 1 at a concurrency where few replies leave per loop turn: the per-request
+        # cost of reaching and leaving the worker, not amortized over a crowd.
+        Cell("set-10conns", "set", ["-r", "100000", "-d", "100", "-c", "10", "-P", "1"]),
         # The ACL check's cost for a restricted user: only SET on key:* (redis-benchmark's
         # keys), logged in with --user/-a; both servers get the same user (ACL_USER).
         Cell("acl-set-p16", "set", kv + ["-P", "16", "--user", "bench", "-a", "benchpw"], requires="acl"),
