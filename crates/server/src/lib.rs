@@ -30,6 +30,7 @@ pub mod pause;
 pub mod persistence;
 pub mod process;
 pub mod pubsub;
+pub mod query_buffer;
 pub mod registry;
 pub mod replication;
 pub mod reply_buffer;

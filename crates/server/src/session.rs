@@ -267,10 +267,9 @@ pub struct ClientInfo {
     pub resp: AtomicU8,
     /// Flag bits, see [`flag`].
     pub flags: AtomicU32,
-    /// Pending query bytes.
-    pub qbuf: AtomicUsize,
-    /// Query buffer capacity not in use.
-    pub qbuf_free: AtomicUsize,
+    /// Its query buffer's size and peak (CLIENT LIST `qbuf=`, `qbuf-free=`) and the cron's
+    /// resize requests.
+    pub query_buf: crate::query_buffer::QueryBuffer,
     /// Replies of the batch being written.
     pub obl: AtomicUsize,
     /// Replies the client has not read yet: what its socket's kernel buffer could not take
@@ -333,8 +332,7 @@ impl ClientInfo {
             last_cmd: AtomicU32::new(0),
             resp: AtomicU8::new(2),
             flags: AtomicU32::new(0),
-            qbuf: AtomicUsize::new(0),
-            qbuf_free: AtomicUsize::new(0),
+            query_buf: Default::default(),
             obl: AtomicUsize::new(0),
             omem: Arc::new(AtomicUsize::new(0)),
             reply_buf: crate::reply_buffer::ReplyBuffer::new(now_ms),

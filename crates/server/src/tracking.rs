@@ -98,15 +98,21 @@ impl Inbox {
         Some(p)
     }
 
-    /// Waits for the next push (forever once closed). A push queued between the look and the
-    /// wait leaves a permit in `ready`, so it is never missed.
-    pub async fn recv(&self) -> Push {
-        loop {
-            if let Some(p) = self.try_recv() {
-                return p;
-            }
-            self.ready.notified().await;
+    /// Waits for the next push (forever once closed), or for a [`Inbox::ring`]: then `None`. A
+    /// push queued between the look and the wait leaves a permit in `ready`, so it is never
+    /// missed.
+    pub async fn recv(&self) -> Option<Push> {
+        if let Some(p) = self.try_recv() {
+            return Some(p);
         }
+        self.ready.notified().await;
+        self.try_recv()
+    }
+
+    /// Wakes the connection without a push: the cron left it a request elsewhere (a query
+    /// buffer resize). The connection's wait is the inbox's, so it needs no second waker.
+    pub fn ring(&self) {
+        self.ready.notify_one();
     }
 }
 
