@@ -231,13 +231,12 @@ impl Conn {
                 return Ok(());
             }
             // While DEBUG SLEEP stops the server, what was sent waits, as in Valkey's one
-            // sleeping event loop.
-            if srv.freeze.frozen() {
-                srv.freeze.thawed().await;
-            }
+            // sleeping event loop, and then runs in turn.
+            let turn = if srv.freeze.frozen() { Some(srv.freeze.turn().await) } else { None };
             // Run what is buffered; a blocked or paused command suspends the rest of the
             // pipeline until it has run, as in Valkey.
             let mut flow = self.process(srv, sess);
+            drop(turn);
             loop {
                 if sess.enter_monitor {
                     sess.enter_monitor = false;
