@@ -56,7 +56,7 @@ pub enum Resize {
 
 impl QueryBuffer {
     /// Bytes received and not yet run (`qbuf=`).
-    pub fn len(&self) -> usize {
+    pub fn pending(&self) -> usize {
         self.len.load(Ordering::Relaxed)
     }
 
@@ -91,7 +91,7 @@ impl QueryBuffer {
     /// the peak to what the buffer holds or must hold, and leaves the decision for the connection.
     /// Returns it so the caller can wake the connection.
     pub fn cron(&self, idle_secs: i64) -> Option<Resize> {
-        let (len, bulk) = (self.len(), self.bulk.load(Ordering::Relaxed));
+        let (len, bulk) = (self.pending(), self.bulk.load(Ordering::Relaxed));
         let size = len + self.free();
         let resize = next_size(size, len, self.peak(), bulk, idle_secs);
         let kept = if size == 0 || resize == Some(Resize::Free) { 0 } else { len.max(bulk) };

@@ -253,7 +253,7 @@ pub fn client_line(reg: &Registry, c: &ClientInfo, now_ms: i64, current: &Curren
     };
     let load = |a: &std::sync::atomic::AtomicUsize| a.load(Ordering::Relaxed);
     // The running command's query is consumed and its reply not yet queued.
-    let (qbuf, obl) = if me { (0, 0) } else { (c.query_buf.len(), load(&c.obl)) };
+    let (qbuf, obl) = if me { (0, 0) } else { (c.query_buf.pending(), load(&c.obl)) };
     let (qbuf_free, omem) = (c.query_buf.free(), c.pending_output());
     let argv_mem = if me { current.argv_mem } else { 0 };
     // What maxmemory-clients counts for it (see `client_evict::usage`), plus, for the caller,

@@ -236,7 +236,7 @@ fn replication_buffers(srv: &Server) -> (u64, u64, u64) {
 fn clients(srv: &Server, o: &mut String) {
     let all = srv.clients.snapshot();
     let count = |bit: u32| all.iter().filter(|c| c.flags.load(Ordering::Relaxed) & bit != 0).count();
-    let max_in = all.iter().map(|c| c.query_buf.len()).max().unwrap_or(0);
+    let max_in = all.iter().map(|c| c.query_buf.pending()).max().unwrap_or(0);
     let max_out = all.iter().map(|c| c.obl.load(Ordering::Relaxed)).max().unwrap_or(0);
     let watching = count(flag::WATCHING);
     fields!(o,
