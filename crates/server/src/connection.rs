@@ -14,7 +14,7 @@ use bytes::BytesMut;
 use hotkv_engine::BlockMode;
 use hotkv_engine::plan::KeyHint;
 use hotkv_engine::remote::{RemoteOutcome, RemoteRequest};
-use hotkv_protocol::{Decoder, Limits, ReplyBuf, Step};
+use hotkv_protocol::{Decoder, Limits, ReplyBuf, ReplyLimit, Step};
 use hotkv_tls::TlsSession;
 use tokio::sync::broadcast;
 use tracing::{debug, error};
@@ -26,9 +26,6 @@ use crate::query_buffer::Resize;
 use crate::registry::Flow;
 use crate::server::{Server, unix_ms};
 use crate::session::{ClientInfo, Session, flag};
-
-/// The first bytes of pending replies that fit Valkey's static reply buffer.
-const REPLY_CHUNK: usize = crate::reply_buffer::CHUNK_SIZE;
 
 /// Serves a client until it disconnects, is killed, or the server shuts down: a TCP or
 /// unix-socket connection, all alike past this point. `tls` is the session of a connection
@@ -56,7 +53,6 @@ pub async fn serve(srv: Arc<Server>, stream: socket2::Socket, info: Arc<ClientIn
         out: ReplyBuf::new(),
         decoder: Decoder::new(),
         scratch: Scratch::default(),
-        soft_since: None,
         aof: srv.aof.clone(),
         cert_login_done: false,
     };
@@ -145,8 +141,6 @@ struct Conn {
     out: ReplyBuf,
     decoder: Decoder,
     scratch: Scratch,
-    /// Since when pending output has been above the soft output limit.
-    soft_since: Option<std::time::Instant>,
     /// `tls-auth-clients-user` had its one look at the client's certificate.
     cert_login_done: bool,
     /// The AOF, whose `appendfsync always` holds replies until their writes are on disk.
@@ -644,6 +638,8 @@ impl Conn {
         let started = quanta::Instant::now();
         let mut commands = 0u64;
         let mut protocol_error = None;
+        let obuf = crate::obuf_limit::class_limit(&sess.info, &rt).filter(|l| !l.is_none());
+        self.limit_replies(sess, obuf);
         loop {
             // Decode every complete command first, then warm the cache lines their keys will
             // touch, then run them: the loads of a whole pipeline overlap instead of missing
@@ -700,7 +696,7 @@ impl Conn {
                 }
                 flow = dispatch(&batch, sess, args, &mut self.out, &mut self.scratch);
                 let stop = !flow.is_continue() || sess.close_after_reply;
-                let over = !stop && self.over_output_limit(srv, sess, rt.obuf_normal);
+                let over = !stop && self.over_output_limit(srv, sess, obuf);
                 if over {
                     flow = Flow::Close;
                 }
@@ -722,7 +718,7 @@ impl Conn {
                 let args = hotkv_protocol::Args::from_parts(&flat, &spans);
                 commands += 1;
                 flow = dispatch(&batch, sess, args, &mut self.out, &mut self.scratch);
-                if !flow.is_continue() || sess.close_after_reply || self.over_output_limit(srv, sess, rt.obuf_normal) {
+                if !flow.is_continue() || sess.close_after_reply || self.over_output_limit(srv, sess, obuf) {
                     if flow.is_continue() && !sess.close_after_reply {
                         flow = Flow::Close;
                     }
@@ -733,6 +729,12 @@ impl Conn {
                 break;
             }
         }
+        if self.out.limit_passed() && !sess.info.is_killed() {
+            // A command that passed the limit and then blocked: its replies are gone, so the
+            // client cannot be served on.
+            crate::obuf_limit::close(srv, &sess.info, false);
+        }
+        self.out.set_limit(None);
         if let Some(e) = protocol_error {
             let msg = format!("ERR Protocol error: {e}");
             tracing::debug!("Protocol error ({e}) from client: id={} addr={}", sess.id, sess.info.addr);
@@ -759,37 +761,37 @@ impl Conn {
         prefetch_keys(srv, db, keys, &mut self.hints);
     }
 
-    /// `client-output-buffer-limit normal`: a client whose pending replies pass the hard limit,
-    /// or stay above the soft limit too long, is closed without its replies. Like Valkey, the
-    /// first 16 KiB (its static reply buffer) do not count.
-    fn over_output_limit(&mut self, srv: &Server, sess: &Session, (hard, soft, secs): (u64, u64, u64)) -> bool {
-        if hard == 0 && soft == 0 {
+    /// Bounds what the batch's replies may hold by the hard output limit of the client's class,
+    /// counting what already waits to reach the client: a reply being built stops growing
+    /// once past it (see `ReplyBuf::set_limit`), as Valkey closes a client as soon as its reply
+    /// list passes the limit. Only compares a length per append.
+    fn limit_replies(&mut self, sess: &Session, limit: Option<crate::obuf_limit::Limit>) {
+        let Some(hard) = limit.map(|l| l.hard).filter(|&h| h > 0) else {
+            self.out.set_limit(None);
+            return;
+        };
+        let pending = self.out.len() + sess.info.pending_output();
+        let free = crate::obuf_limit::FREE_BYTES;
+        // The limit is reached at `hard` bytes, the buffer drops its replies past its room.
+        self.out.set_limit(Some(ReplyLimit {
+            buffer_room: free.saturating_sub(pending),
+            list_room: hard.saturating_sub(pending.saturating_sub(free) + 1),
+        }));
+    }
+
+    /// `client-output-buffer-limit` after each command: a client whose replies passed the hard
+    /// limit, or whose pending output stayed above the soft limit too long, is closed without
+    /// its replies.
+    fn over_output_limit(&mut self, srv: &Server, sess: &Session, limit: Option<crate::obuf_limit::Limit>) -> bool {
+        let Some(limit) = limit else { return false };
+        // Replies the socket holds unsent count: a client that does not read reaches the limit.
+        let pending = self.out.len() + sess.info.pending_output();
+        if !self.out.limit_passed() && !crate::obuf_limit::reached(&sess.info, pending, limit) {
             return false;
         }
-        // Replies the socket holds unsent count: a client that does not read reaches the limit.
-        let pending = (self.out.len() + sess.info.omem.load(Ordering::Relaxed)).saturating_sub(REPLY_CHUNK) as u64;
-        let soft_hit = soft > 0 && pending > soft;
-        if !soft_hit {
-            self.soft_since = None;
-        }
-        let soft_expired =
-            soft_hit && self.soft_since.get_or_insert_with(std::time::Instant::now).elapsed().as_secs() >= secs;
-        if (hard > 0 && pending > hard) || soft_expired {
-            tracing::warn!(
-                "Client id={} addr={} scheduled to be closed ASAP for overcoming of output buffer limits.",
-                sess.id,
-                sess.info.addr
-            );
-            srv.stats.obuf_limit_disconnections.fetch_add(1, Ordering::Relaxed);
-            self.out.truncate(0);
-            // Gone from CLIENT LIST from now on, as Valkey frees it before it serves anyone
-            // else: a client that already sent commands must not see it, nor client eviction
-            // count it.
-            sess.info.kill();
-            srv.clients.memory.forget(&sess.info);
-            return true;
-        }
-        false
+        self.out.truncate(0);
+        crate::obuf_limit::close(srv, &sess.info, false);
+        true
     }
 
     async fn flush(&mut self, stream: &mut Socket, sess: &mut Session) -> io::Result<()> {
@@ -814,7 +816,7 @@ impl Conn {
     async fn send(&mut self, srv: &Server, stream: &mut Socket, sess: &Session) -> io::Result<()> {
         self.hand_over(stream, sess).await?;
         let queued = stream.queued();
-        if queued > MAX_QUEUED && queued > srv.rt.load().obuf_normal.0 as usize {
+        if queued > MAX_QUEUED && queued > srv.rt.load().obuf_normal.hard {
             stream.flush().await?;
         }
         Ok(())

@@ -145,10 +145,13 @@ fn expire(srv: &Server, cursor: &mut ExpireCursor, kind: CycleKind, budget: Dura
 
 /// Visits the clients due this tick, as Valkey's `clientsCron`: every client about once a
 /// second (each `hz`th of them per tick, at least [`MIN_CLIENT_VISITS`]), round-robin from
-/// `cursor`. Each visit resizes the client's query and reply buffers.
+/// `cursor`. Each visit resizes the client's query and reply buffers and closes it if its
+/// output stayed over its soft limit too long (with no traffic, nothing else would look).
 fn clients_cron(srv: &Server, cursor: &mut u64, hz: u32, now_ms: i64) {
+    let rt = srv.rt.load();
     let visits = (srv.clients.len() / hz.max(1) as usize).max(MIN_CLIENT_VISITS);
     *cursor = srv.clients.visit_from(*cursor, visits, |c| {
+        crate::obuf_limit::cron_visit(srv, c, &rt);
         let idle_secs = now_ms / 1000 - c.last_interaction.load(Ordering::Relaxed) / 1000;
         if c.query_buf.cron(idle_secs).is_some() {
             c.inbox.ring();

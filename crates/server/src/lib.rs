@@ -26,6 +26,7 @@ pub mod log;
 pub mod memory;
 pub mod migrate;
 pub mod multi;
+pub mod obuf_limit;
 pub mod pause;
 pub mod persistence;
 pub mod process;

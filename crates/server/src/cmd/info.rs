@@ -461,7 +461,8 @@ fn stats(srv: &Server, o: &mut String) {
         "io_threaded_total_prefetch_batches" => 0,
         "io_threaded_total_prefetch_entries" => 0,
         "client_query_buffer_limit_disconnections" => load(&s.qbuf_limit_disconnections),
-        "client_output_buffer_limit_disconnections" => load(&s.obuf_limit_disconnections),
+        "client_output_buffer_limit_disconnections" =>
+            load(&s.obuf_limit_disconnections) + srv.pubsub.limit_disconnections.load(Ordering::Relaxed),
         "reply_buffer_shrinks" => load(&srv.reply_buffers.shrinks),
         "reply_buffer_expands" => load(&srv.reply_buffers.expands),
         "eventloop_cycles" => load(&s.cron_cycles),
