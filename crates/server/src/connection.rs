@@ -531,7 +531,8 @@ impl Conn {
     /// What it is about to hold counts for the peak the cron resizes by.
     fn read_room(&self, sess: &Session) -> usize {
         let capacity = self.rbuf.capacity();
-        let room = crate::query_buffer::read_capacity(self.rbuf.len(), capacity, self.decoder.wanted_capacity());
+        let (len, want) = (self.rbuf.len(), self.decoder.wanted_capacity());
+        let room = crate::query_buffer::read_capacity(len, capacity, want, self.big_arg_start());
         if room > capacity {
             sess.info.query_buf.note_peak(room - self.big_arg_start());
         }
@@ -744,6 +745,12 @@ impl Conn {
         }
         let n = self.decoder.discard_consumed();
         self.consume(n);
+        // A big argument's header was just read: its room is reserved now, as Valkey does when
+        // it parses `$N`, so CLIENT LIST shows it before the argument's bytes arrive.
+        if self.decoder.big_arg_start().is_some() {
+            let room = self.read_room(sess);
+            crate::io::grow_exactly(&mut self.rbuf, room);
+        }
         srv.stats.batch(commands, started.elapsed().as_micros() as u64);
         srv.stats.absorb(&mut sess.local, std::mem::take(&mut sess.pending_in), self.out.len() as u64);
         flow

@@ -241,7 +241,7 @@ async fn read_plain(
 
 /// Gives `buf` a capacity of `capacity` if it has less: exactly that, where `BytesMut::reserve`
 /// would round a big argument's room up to twice its size.
-fn grow_exactly(buf: &mut BytesMut, capacity: usize) {
+pub(crate) fn grow_exactly(buf: &mut BytesMut, capacity: usize) {
     if buf.capacity() >= capacity {
         return;
     }

@@ -28,6 +28,10 @@ pub const RESIZE_THRESHOLD: usize = 32 * 1024;
 const MIN_WASTE: usize = 4 * 1024;
 /// Seconds of idleness after which a buffer is freed or trimmed whatever its peak.
 const IDLE_SECS: i64 = 2;
+/// Most of a big argument's claimed size reserved before its bytes arrive: the size in a `$N`
+/// header is only a claim, and reserving 512 MB for a few bytes of header (as Valkey does)
+/// counts in `used_memory` at once and lets a handful of connections exhaust the address space.
+const CLAIM_RESERVE: usize = 1 << 20;
 
 /// One client's query buffer as the cron and CLIENT LIST see it. The connection publishes its
 /// state after each read and batch; the cron reads it, resets the peak and posts requests. Both
@@ -137,15 +141,17 @@ pub fn next_size(size: usize, len: usize, peak: usize, bulk: usize, idle_secs: i
 }
 
 /// The capacity a buffer holding `len` bytes in `capacity` must have before its next read,
-/// `want` being what the big argument being received needs it to hold (0 for none). A big
-/// argument gets its whole size at once, as Valkey does when it reads the `$N` header: the
-/// memory is reserved, not touched, until the bytes arrive, and it counts in `tot-mem` (so
-/// `maxmemory-clients` sees it). Otherwise a read gets room for [`READ_CHUNK`] bytes: exactly
-/// that for a small buffer, and for a command longer than one read the buffer doubles, so a
-/// huge command is copied a bounded number of times.
-pub fn read_capacity(len: usize, capacity: usize, want: usize) -> usize {
+/// `want` being what the big argument being received, which starts at `start`, needs it to
+/// hold (0 for none). A big argument gets its whole size at once, as Valkey does when it reads
+/// the `$N` header, up to [`CLAIM_RESERVE`]; a larger one gets twice what arrived of it so far
+/// (at least that), until it fits. The memory is reserved, not touched, until the bytes arrive,
+/// and counts in `tot-mem` (so `maxmemory-clients` sees it). Otherwise a read gets room for
+/// [`READ_CHUNK`] bytes: exactly that for a small buffer, and for a command longer than one
+/// read the buffer doubles, so a huge command is copied a bounded number of times.
+pub fn read_capacity(len: usize, capacity: usize, want: usize, start: usize) -> usize {
     if want > len {
-        return want.max(capacity);
+        let received = len - start;
+        return (start + (want - start).min(CLAIM_RESERVE.max(2 * received))).max(capacity);
     }
     if capacity - len >= READ_CHUNK / 4 {
         return capacity;
@@ -196,11 +202,23 @@ mod tests {
 
     #[test]
     fn reads_get_room_as_valkeys_reader_gives_it() {
-        assert_eq!(read_capacity(0, 0, 0), READ_CHUNK);
-        assert_eq!(read_capacity(20, 16 * 1024, 0), 16 * 1024, "room enough");
-        assert_eq!(read_capacity(130, 130, 0), 130 + READ_CHUNK, "a shrunk buffer grows to one read");
-        assert_eq!(read_capacity(30_000, 32 * 1024, 0), 64 * 1024, "a long command doubles it");
-        assert_eq!(read_capacity(31, 31, 1_000_032), 1_000_032, "a big argument at once");
-        assert_eq!(read_capacity(31, 2_000_000, 1_000_032), 2_000_000);
+        assert_eq!(read_capacity(0, 0, 0, 0), READ_CHUNK);
+        assert_eq!(read_capacity(20, 16 * 1024, 0, 0), 16 * 1024, "room enough");
+        assert_eq!(read_capacity(130, 130, 0, 0), 130 + READ_CHUNK, "a shrunk buffer grows to one read");
+        assert_eq!(read_capacity(30_000, 32 * 1024, 0, 0), 64 * 1024, "a long command doubles it");
+        assert_eq!(read_capacity(31, 31, 1_000_032, 30), 1_000_032, "a big argument at once");
+        assert_eq!(read_capacity(31, 2_000_000, 1_000_032, 30), 2_000_000);
+    }
+
+    #[test]
+    fn a_huge_claim_is_reserved_as_its_bytes_arrive() {
+        let (start, want) = (20, 20 + 500_000_002);
+        assert_eq!(read_capacity(21, 16 * 1024, want, start), start + CLAIM_RESERVE);
+        assert_eq!(read_capacity(start + CLAIM_RESERVE, start + CLAIM_RESERVE, want, start), start + 2 * CLAIM_RESERVE);
+        assert_eq!(
+            read_capacity(start + 400_000_000, start + 400_000_000, want, start),
+            want,
+            "never past the argument"
+        );
     }
 }
