@@ -134,10 +134,8 @@ pub fn next_size(size: usize, len: usize, peak: usize, bulk: usize, idle_secs: i
     if idle_secs > IDLE_SECS {
         return Some(if len == 0 { Resize::Free } else { Resize::Shrink(len) });
     }
-    if size > RESIZE_THRESHOLD && size / 2 > peak {
-        return Some(Resize::Shrink(len.max(peak).max(bulk)));
-    }
-    None
+    let keep = len.max(peak).max(bulk);
+    (size > RESIZE_THRESHOLD && size / 2 > peak && keep < size).then_some(Resize::Shrink(keep))
 }
 
 /// The capacity a buffer holding `len` bytes in `capacity` must have before its next read,
