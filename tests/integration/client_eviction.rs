@@ -32,8 +32,10 @@ fn connected(ctl: &mut RawClient, id: &str) -> bool {
 }
 
 /// Sends the start of a SET whose value never completes: `bytes` of it wait in the query buffer.
+/// The value is declared one byte longer than that, since its declared size is reserved (up
+/// to 1 MiB) as soon as its header arrives.
 fn partial_set(c: &mut RawClient, bytes: usize) {
-    c.send_raw(format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${}\r\n", 64 << 20).as_bytes());
+    c.send_raw(format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${}\r\n", bytes + 1).as_bytes());
     for _ in 0..bytes / 8192 {
         if c.try_send_raw(&[b'x'; 8192]).is_err() {
             return;

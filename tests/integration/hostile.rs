@@ -110,7 +110,8 @@ fn a_bulk_header_alone_does_not_reserve_its_length() {
     let srv = server();
     let mut big = srv.client();
     let big_id = big.cmd(&["CLIENT", "ID"]).int();
-    // 500 MB declared, 1 byte sent: the buffer grows with what arrives, not with the claim.
+    // 500 MB declared, 1 byte sent: the buffer grows with what arrives, not with the claim
+    // (an argument up to 1 MiB is reserved whole, as Valkey reserves any).
     big.send_raw(b"*2\r\n$4\r\nECHO\r\n$500000000\r\nx");
     let mut other = srv.client();
     let mut line = || {

@@ -15,6 +15,7 @@ mod auth;
 mod benchmark;
 mod bitmaps_hll;
 mod blocking;
+mod client_buffers;
 mod client_cmd;
 mod client_eviction;
 mod cluster;

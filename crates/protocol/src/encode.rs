@@ -16,10 +16,34 @@ pub enum Protocol {
 }
 
 /// An output buffer plus the protocol to encode in.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ReplyBuf {
     buf: BytesMut,
     proto: Protocol,
+    /// Length past which the buffer drops what it holds ([`ReplyBuf::set_limit`]); `usize::MAX`
+    /// for none.
+    cap: usize,
+    /// The part of `cap` that Valkey's static reply buffer would take.
+    buffer_room: usize,
+    /// The limit was passed since it was set.
+    passed: bool,
+}
+
+/// Room for a client's pending replies before its output buffer hard limit, as Valkey counts
+/// it: the first bytes fill its static reply buffer and do not count, the rest goes to its
+/// reply list, which must stay under the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplyLimit {
+    /// Bytes the static reply buffer still takes.
+    pub buffer_room: usize,
+    /// Bytes the reply list may hold before the hard limit is reached.
+    pub list_room: usize,
+}
+
+impl Default for ReplyBuf {
+    fn default() -> Self {
+        ReplyBuf { buf: BytesMut::new(), proto: Protocol::default(), cap: usize::MAX, buffer_room: 0, passed: false }
+    }
 }
 
 impl ReplyBuf {
@@ -51,6 +75,42 @@ impl ReplyBuf {
     /// Whether nothing is waiting to be written.
     pub fn is_empty(&self) -> bool {
         self.buf.is_empty()
+    }
+
+    /// Applies an output buffer hard limit to the replies appended from now on (`None` for
+    /// none), Valkey's check as it adds each reply: once they pass it the buffer drops what it
+    /// holds, and again whenever it fills past it, so a client about to be closed for it never
+    /// holds more. The caller learns it from [`ReplyBuf::limit_passed`]; a handler that loops
+    /// over a huge reply may stop early on it, as Valkey's stop on `CLIENT_CLOSE_ASAP`.
+    pub fn set_limit(&mut self, limit: Option<ReplyLimit>) {
+        self.passed = false;
+        (self.cap, self.buffer_room) = match limit {
+            Some(l) => (l.buffer_room.saturating_add(l.list_room), l.buffer_room),
+            None => (usize::MAX, 0),
+        };
+    }
+
+    /// Whether an output buffer limit applies ([`ReplyBuf::set_limit`]).
+    pub fn is_limited(&self) -> bool {
+        self.cap != usize::MAX
+    }
+
+    /// Whether the replies passed the limit since it was set: the client is to be closed.
+    pub fn limit_passed(&self) -> bool {
+        self.passed
+    }
+
+    /// For a reply built apart and appended at once when its length is known (KEYS): whether
+    /// `extra` more bytes still fit under the limit. Valkey sends everything after a deferred
+    /// length to its reply list, so they count in full. When they do not fit the limit counts
+    /// as passed and the caller should stop building.
+    pub fn admit(&mut self, extra: usize) -> bool {
+        let listed = self.buf.len().saturating_sub(self.buffer_room);
+        if self.cap == usize::MAX || listed.saturating_add(extra) <= self.cap - self.buffer_room {
+            return true;
+        }
+        self.drop_replies();
+        false
     }
 
     /// Drops everything after `len`: used to take back a partly written reply.
@@ -98,6 +158,7 @@ impl ReplyBuf {
         self.buf.extend_from_slice(b"+");
         self.extend_sanitized(s);
         self.buf.extend_from_slice(b"\r\n");
+        self.check();
     }
 
     /// An error `-CODE message`; `msg` must include the code (`ERR ...`, `WRONGTYPE ...`).
@@ -105,6 +166,7 @@ impl ReplyBuf {
         self.buf.extend_from_slice(b"-");
         self.extend_sanitized(msg.as_bytes());
         self.buf.extend_from_slice(b"\r\n");
+        self.check();
     }
 
     /// An integer `:n`.
@@ -124,6 +186,7 @@ impl ReplyBuf {
         self.prefixed(b'$', b.len() as i64);
         self.buf.extend_from_slice(b);
         self.buf.extend_from_slice(b"\r\n");
+        self.check();
     }
 
     /// A bulk string holding the decimal form of `n`.
@@ -141,6 +204,7 @@ impl ReplyBuf {
     /// Raw bytes, appended as they are.
     pub fn raw(&mut self, b: &[u8]) {
         self.buf.extend_from_slice(b);
+        self.check();
     }
 
     /// `\r\n`.
@@ -154,6 +218,7 @@ impl ReplyBuf {
             Protocol::Resp2 => self.buf.extend_from_slice(b"$-1\r\n"),
             Protocol::Resp3 => self.buf.extend_from_slice(b"_\r\n"),
         }
+        self.check();
     }
 
     /// The null array: `*-1` in RESP2, `_` in RESP3.
@@ -203,6 +268,7 @@ impl ReplyBuf {
                 self.buf.extend_from_slice(b",");
                 self.buf.extend_from_slice(&tmp);
                 self.buf.extend_from_slice(b"\r\n");
+                self.check();
             }
         }
     }
@@ -215,6 +281,7 @@ impl ReplyBuf {
             (Protocol::Resp3, true) => self.buf.extend_from_slice(b"#t\r\n"),
             (Protocol::Resp3, false) => self.buf.extend_from_slice(b"#f\r\n"),
         }
+        self.check();
     }
 
     /// A big number: `(digits` in RESP3, a bulk string in RESP2.
@@ -225,6 +292,7 @@ impl ReplyBuf {
                 self.buf.extend_from_slice(b"(");
                 self.buf.extend_from_slice(digits);
                 self.buf.extend_from_slice(b"\r\n");
+                self.check();
             }
         }
     }
@@ -245,6 +313,7 @@ impl ReplyBuf {
                 self.buf.extend_from_slice(b"txt:");
                 self.buf.extend_from_slice(text);
                 self.buf.extend_from_slice(b"\r\n");
+                self.check();
             }
         }
     }
@@ -256,6 +325,21 @@ impl ReplyBuf {
         self.buf.extend_from_slice(&[tag]);
         self.buf.extend_from_slice(digits);
         self.buf.extend_from_slice(b"\r\n");
+        self.check();
+    }
+
+    /// The limit check after an append: one compare while under it.
+    #[inline]
+    fn check(&mut self) {
+        if self.buf.len() > self.cap {
+            self.drop_replies();
+        }
+    }
+
+    #[cold]
+    fn drop_replies(&mut self) {
+        self.buf.truncate(0);
+        self.passed = true;
     }
 
     fn extend_sanitized(&mut self, s: &[u8]) {
@@ -290,6 +374,40 @@ mod tests {
         r.boolean(false);
         r.verbatim(b"a");
         assert_eq!(r.as_bytes(), b"_\r\n%1\r\n,1.5\r\n#f\r\n=5\r\ntxt:a\r\n");
+    }
+
+    #[test]
+    fn a_limited_buffer_drops_its_replies_once_past_the_limit() {
+        let mut r = ReplyBuf::new();
+        assert!(!r.is_limited());
+        r.set_limit(Some(ReplyLimit { buffer_room: 10, list_room: 20 }));
+        r.bulk(b"0123456789");
+        r.bulk(b"0123456789");
+        assert!(r.limit_passed() && r.is_empty(), "the first reply past 30 bytes drops all");
+        r.set_limit(Some(ReplyLimit { buffer_room: 10, list_room: 20 }));
+        r.truncate(0);
+        r.raw(&[b'x'; 30]);
+        assert!(!r.limit_passed(), "exactly at the limit");
+        r.int(7);
+        assert!(r.limit_passed() && r.is_empty());
+        for _ in 0..100 {
+            r.bulk(b"0123456789");
+        }
+        assert!(r.len() <= 30, "it never holds more than the limit");
+        r.set_limit(None);
+        assert!(!r.limit_passed() && !r.is_limited());
+    }
+
+    #[test]
+    fn a_reply_built_apart_counts_in_full() {
+        let mut r = ReplyBuf::new();
+        assert!(r.admit(usize::MAX), "no limit");
+        r.set_limit(Some(ReplyLimit { buffer_room: 16, list_room: 100 }));
+        r.raw(&[b'x'; 10]);
+        assert!(r.admit(100), "the buffer's room does not count for it");
+        assert!(!r.limit_passed());
+        assert!(!r.admit(101));
+        assert!(r.limit_passed() && r.is_empty());
     }
 
     #[test]

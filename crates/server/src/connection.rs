@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use hotkv_engine::BlockMode;
 use hotkv_engine::plan::KeyHint;
 use hotkv_engine::remote::{RemoteOutcome, RemoteRequest};
-use hotkv_protocol::{Decoder, Limits, ReplyBuf, Step};
+use hotkv_protocol::{Decoder, Limits, ReplyBuf, ReplyLimit, Step};
 use hotkv_tls::TlsSession;
 use tokio::sync::broadcast;
 use tracing::{debug, error};
@@ -22,12 +22,10 @@ use tracing::{debug, error};
 use crate::blocking::{BlockWait, Wakeup};
 use crate::dispatch::{Batch, RemoteWait, Scratch, dispatch, dispatch_with, flatten};
 use crate::io::Socket;
+use crate::query_buffer::Resize;
 use crate::registry::Flow;
 use crate::server::{Server, unix_ms};
 use crate::session::{ClientInfo, Session, flag};
-
-/// Read buffer size per read: Valkey's `PROTO_IOBUF_LEN`.
-const READ_CHUNK: usize = 16 * 1024;
 
 /// Serves a client until it disconnects, is killed, or the server shuts down: a TCP or
 /// unix-socket connection, all alike past this point. `tls` is the session of a connection
@@ -51,10 +49,10 @@ pub async fn serve(srv: Arc<Server>, stream: socket2::Socket, info: Arc<ClientIn
         spans: Vec::new(),
         hints: Vec::new(),
         rbuf: BytesMut::new(),
+        rbuf_kept: false,
         out: ReplyBuf::new(),
         decoder: Decoder::new(),
         scratch: Scratch::default(),
-        soft_since: None,
         aof: srv.aof.clone(),
         cert_login_done: false,
     };
@@ -134,12 +132,15 @@ struct Conn {
     /// (slot, table hash) of each decoded command's second argument (its key, for nearly
     /// every data command), for the second prefetch pass and for dispatch.
     hints: Vec<Option<(u16, u32)>>,
+    /// The query buffer. Its data always starts at the front of its allocation, so its
+    /// capacity is its size (see [`Conn::consume`]).
     rbuf: BytesMut,
+    /// The query buffer is the client's own between batches (Valkey's private query buffer):
+    /// a batch left part of a command in it, and the cron has not freed it since.
+    rbuf_kept: bool,
     out: ReplyBuf,
     decoder: Decoder,
     scratch: Scratch,
-    /// Since when pending output has been above the soft output limit.
-    soft_since: Option<std::time::Instant>,
     /// `tls-auth-clients-user` had its one look at the client's certificate.
     cert_login_done: bool,
     /// The AOF, whose `appendfsync always` holds replies until their writes are on disk.
@@ -154,7 +155,7 @@ impl Conn {
             if info.is_killed() {
                 return Ok(());
             }
-            self.reserve(sess);
+            let room = self.read_room(sess);
             // A plain client only waits for its socket (CLIENT KILL shuts the socket down, so
             // the read ends); a MONITOR or subscribed client also waits for its feed.
             // Pushes from other clients' commands (CLIENT TRACKING invalidations) are polled
@@ -162,18 +163,16 @@ impl Conn {
             let n = if monitor.is_none() && sess.subs.is_none() {
                 tokio::select! {
                     biased;
-                    n = stream.read_into(&mut self.rbuf) => n?,
+                    n = stream.read_into(&mut self.rbuf, room) => n?,
                     p = info.inbox.recv() => {
-                        self.push(sess, &p);
-                        self.flush(stream, sess).await?;
+                        self.take_mail(stream, sess, p).await?;
                         continue;
                     }
                 }
             } else {
                 tokio::select! {
                     p = info.inbox.recv() => {
-                        self.push(sess, &p);
-                        self.flush(stream, sess).await?;
+                        self.take_mail(stream, sess, p).await?;
                         continue;
                     }
                     line = recv_monitor(&mut monitor) => {
@@ -190,7 +189,7 @@ impl Conn {
                         }
                         continue;
                     }
-                    n = stream.read_into(&mut self.rbuf) => n?,
+                    n = stream.read_into(&mut self.rbuf, room) => n?,
                 }
             };
             if n == 0 {
@@ -203,6 +202,7 @@ impl Conn {
             }
             info.net_in.fetch_add(n as u64, Ordering::Relaxed);
             sess.pending_in += n as u64;
+            info.query_buf.note_peak(self.rbuf.len() - self.big_arg_start());
             // Values, not the guard: an arc_swap guard held across this loop's awaits pins
             // one of the worker thread's few fast slots per idle connection, and once they
             // are taken every load on the thread (the AOF writer's, per write) falls to the
@@ -225,13 +225,12 @@ impl Conn {
                 return Ok(());
             }
             // While DEBUG SLEEP stops the server, what was sent waits, as in Valkey's one
-            // sleeping event loop.
-            if srv.freeze.frozen() {
-                srv.freeze.thawed().await;
-            }
+            // sleeping event loop, and then runs in turn.
+            let turn = if srv.freeze.frozen() { Some(srv.freeze.turn().await) } else { None };
             // Run what is buffered; a blocked or paused command suspends the rest of the
             // pipeline until it has run, as in Valkey.
             let mut flow = self.process(srv, sess);
+            drop(turn);
             loop {
                 if sess.enter_monitor {
                     sess.enter_monitor = false;
@@ -300,10 +299,7 @@ impl Conn {
                 }
                 self.send(srv, stream, sess).await?;
             }
-            self.release_idle_buffers(&sess.info.reply_buf);
-            if self.rbuf.capacity() == 0 {
-                stream.release_idle();
-            }
+            self.release_idle_buffers(stream, sess);
             if self.evicted(srv, sess, evict_limit) {
                 return Ok(());
             }
@@ -343,7 +339,7 @@ impl Conn {
                 tokio::time::Instant::now() + std::time::Duration::from_millis(left)
             });
             let wakeup = loop {
-                self.reserve(sess);
+                let room = self.read_room(sess);
                 tokio::select! {
                     w = &mut wait.rx => break w.unwrap_or(Wakeup::Retry),
                     _ = sleep_until(deadline) => {
@@ -353,13 +349,14 @@ impl Conn {
                             break Wakeup::Timeout;
                         }
                     }
-                    n = stream.read_into(&mut self.rbuf) => {
+                    n = stream.read_into(&mut self.rbuf, room) => {
                         // More commands wait behind the blocked one; only a closed socket ends it.
                         if n.unwrap_or(0) == 0 {
                             srv.blocked.unregister(&wait.waiter);
                             sess.set_flag(flag::BLOCKED, false);
                             return Ok(None);
                         }
+                        self.publish_query_buffer(sess);
                     }
                 }
             };
@@ -458,15 +455,16 @@ impl Conn {
         loop {
             sess.set_flag(flag::BLOCKED, true);
             loop {
-                self.reserve(sess);
+                let room = self.read_room(sess);
                 tokio::select! {
                     _ = srv.pause.released() => break,
-                    n = stream.read_into(&mut self.rbuf) => {
+                    n = stream.read_into(&mut self.rbuf, room) => {
                         // More commands wait behind the paused one; only a closed socket ends it.
                         if n.unwrap_or(0) == 0 {
                             sess.set_flag(flag::BLOCKED, false);
                             return Ok(None);
                         }
+                        self.publish_query_buffer(sess);
                     }
                 }
             }
@@ -528,32 +526,89 @@ impl Conn {
         self.out.bulk(&msg.payload);
     }
 
-    /// Makes room to read: a normal chunk, or, for a big argument in progress, room that
-    /// doubles with what has arrived until it holds the whole argument. The size in a `$N`
-    /// header is only a claim: reserving it at once, as Valkey does, would let a few bytes of
-    /// header per connection commit `proto-max-bulk-len` each. Doubling copies each byte
-    /// at most twice on average.
-    fn reserve(&mut self, sess: &Session) {
-        let want = self.decoder.wanted_capacity();
-        let len = self.rbuf.len();
-        if want > self.rbuf.capacity() {
-            // Exactly the next size, never past what the argument needs: `BytesMut::reserve`
-            // would double the capacity, so a 300 KB argument held 512 KB.
-            let target = want.min(len + len.max(READ_CHUNK));
-            let mut grown = BytesMut::with_capacity(target);
-            grown.extend_from_slice(&self.rbuf);
-            self.rbuf = grown;
-        } else if want <= len && self.rbuf.capacity() - len < READ_CHUNK / 4 {
-            // Not while the rest of a big argument still fits (`want > len`): `reserve` doubles,
-            // which would leave a fully received argument in twice its size.
-            self.rbuf.reserve(READ_CHUNK);
+    /// The capacity the query buffer needs for the next read (it grows only once data is there):
+    /// room for one read, or a big argument's whole size (see `query_buffer::read_capacity`).
+    /// What it is about to hold counts for the peak the cron resizes by.
+    fn read_room(&self, sess: &Session) -> usize {
+        let capacity = self.rbuf.capacity();
+        let (len, want) = (self.rbuf.len(), self.decoder.wanted_capacity());
+        let room = crate::query_buffer::read_capacity(len, capacity, want, self.big_arg_start());
+        if room > capacity {
+            sess.info.query_buf.note_peak(room - self.big_arg_start());
         }
-        // While a big argument arrives Valkey's query buffer holds only that argument (the
-        // headers before it were parsed and trimmed): CLIENT LIST's qbuf counts from its start.
-        let pending = len - self.decoder.big_arg_start().unwrap_or(0);
-        sess.info.qbuf.store(pending, Ordering::Relaxed);
-        sess.info.qbuf_free.store(self.rbuf.capacity() - len, Ordering::Relaxed);
+        room
+    }
+
+    /// Where the big argument being received starts in the query buffer (0 when none is):
+    /// Valkey has trimmed the bytes before it, so its buffer's sizes count from there.
+    fn big_arg_start(&self) -> usize {
+        self.decoder.big_arg_start().unwrap_or(0)
+    }
+
+    /// Publishes the query buffer's sizes (CLIENT LIST `qbuf=`, `qbuf-free=`, the cron) and
+    /// what the connection uses.
+    fn publish_query_buffer(&self, sess: &Session) {
+        let (start, len) = (self.big_arg_start(), self.rbuf.len());
+        let bulk = self.decoder.wanted_capacity().saturating_sub(start);
+        sess.info.query_buf.publish(len - start, self.rbuf.capacity() - len, bulk);
         self.note_memory(sess);
+    }
+
+    /// Something was left in the inbox: a push to write, or, when it only rang, the cron's
+    /// request to resize the query buffer.
+    async fn take_mail(
+        &mut self,
+        stream: &mut Socket,
+        sess: &mut Session,
+        mail: Option<crate::tracking::Push>,
+    ) -> io::Result<()> {
+        match mail {
+            Some(p) => {
+                self.push(sess, &p);
+                self.flush(stream, sess).await
+            }
+            None => {
+                self.apply_query_buffer_request(stream, sess);
+                Ok(())
+            }
+        }
+    }
+
+    /// Applies the cron's resize request, if one is pending: the buffer never drops what it
+    /// holds, whatever arrived since the cron looked.
+    fn apply_query_buffer_request(&mut self, stream: &mut Socket, sess: &Session) {
+        let Some(resize) = sess.info.query_buf.take_request() else { return };
+        let len = self.rbuf.len();
+        let size = match resize {
+            Resize::Free if len == 0 => {
+                self.rbuf_kept = false;
+                0
+            }
+            Resize::Free => len,
+            Resize::Shrink(n) => (n + self.big_arg_start()).max(len),
+        };
+        if size < self.rbuf.capacity() {
+            let mut shrunk = BytesMut::with_capacity(size);
+            shrunk.extend_from_slice(&self.rbuf);
+            self.rbuf = shrunk;
+        }
+        if self.rbuf.capacity() == 0 {
+            stream.release_idle();
+        }
+        self.publish_query_buffer(sess);
+    }
+
+    /// Drops the `n` bytes of run commands from the front of the query buffer, moving what
+    /// follows (part of a command, usually a few bytes) to the front as Valkey's `sdsrange`
+    /// does, so the buffer keeps its whole allocation for what comes next.
+    fn consume(&mut self, n: usize) {
+        let len = self.rbuf.len();
+        if n == len {
+            self.rbuf.clear();
+        } else if n > 0 {
+            self.rbuf.copy_within(n.., 0);
+            self.rbuf.truncate(len - n);
+        }
     }
 
     /// Under `maxmemory-clients`: reports what this connection uses now, evicts clients if all
@@ -584,6 +639,8 @@ impl Conn {
         let started = quanta::Instant::now();
         let mut commands = 0u64;
         let mut protocol_error = None;
+        let obuf = crate::obuf_limit::class_limit(&sess.info, &rt).filter(|l| !l.is_none());
+        self.limit_replies(sess, obuf);
         loop {
             // Decode every complete command first, then warm the cache lines their keys will
             // touch, then run them: the loads of a whole pipeline overlap instead of missing
@@ -640,7 +697,7 @@ impl Conn {
                 }
                 flow = dispatch(&batch, sess, args, &mut self.out, &mut self.scratch);
                 let stop = !flow.is_continue() || sess.close_after_reply;
-                let over = !stop && self.over_output_limit(srv, sess, rt.obuf_normal);
+                let over = !stop && self.over_output_limit(srv, sess, obuf);
                 if over {
                     flow = Flow::Close;
                 }
@@ -662,7 +719,7 @@ impl Conn {
                 let args = hotkv_protocol::Args::from_parts(&flat, &spans);
                 commands += 1;
                 flow = dispatch(&batch, sess, args, &mut self.out, &mut self.scratch);
-                if !flow.is_continue() || sess.close_after_reply || self.over_output_limit(srv, sess, rt.obuf_normal) {
+                if !flow.is_continue() || sess.close_after_reply || self.over_output_limit(srv, sess, obuf) {
                     if flow.is_continue() && !sess.close_after_reply {
                         flow = Flow::Close;
                     }
@@ -673,6 +730,12 @@ impl Conn {
                 break;
             }
         }
+        if self.out.limit_passed() && !sess.info.is_killed() {
+            // A command that passed the limit and then blocked: its replies are gone, so the
+            // client cannot be served on.
+            crate::obuf_limit::close(srv, &sess.info, false);
+        }
+        self.out.set_limit(None);
         if let Some(e) = protocol_error {
             let msg = format!("ERR Protocol error: {e}");
             tracing::debug!("Protocol error ({e}) from client: id={} addr={}", sess.id, sess.info.addr);
@@ -681,7 +744,13 @@ impl Conn {
             sess.close_after_reply = true;
         }
         let n = self.decoder.discard_consumed();
-        self.rbuf.advance(n);
+        self.consume(n);
+        // A big argument's header was just read: its room is reserved now, as Valkey does when
+        // it parses `$N`, so CLIENT LIST shows it before the argument's bytes arrive.
+        if self.decoder.big_arg_start().is_some() {
+            let room = self.read_room(sess);
+            crate::io::grow_exactly(&mut self.rbuf, room);
+        }
         srv.stats.batch(commands, started.elapsed().as_micros() as u64);
         srv.stats.absorb(&mut sess.local, std::mem::take(&mut sess.pending_in), self.out.len() as u64);
         flow
@@ -699,37 +768,37 @@ impl Conn {
         prefetch_keys(srv, db, keys, &mut self.hints);
     }
 
-    /// `client-output-buffer-limit normal`: a client whose pending replies pass the hard limit,
-    /// or stay above the soft limit too long, is closed without its replies. Like Valkey, the
-    /// first 16 KiB (its static reply buffer) do not count.
-    fn over_output_limit(&mut self, srv: &Server, sess: &Session, (hard, soft, secs): (u64, u64, u64)) -> bool {
-        if hard == 0 && soft == 0 {
+    /// Bounds what the batch's replies may hold by the hard output limit of the client's class,
+    /// counting what already waits to reach the client: a reply being built stops growing
+    /// once past it (see `ReplyBuf::set_limit`), as Valkey closes a client as soon as its reply
+    /// list passes the limit. Only compares a length per append.
+    fn limit_replies(&mut self, sess: &Session, limit: Option<crate::obuf_limit::Limit>) {
+        let Some(hard) = limit.map(|l| l.hard).filter(|&h| h > 0) else {
+            self.out.set_limit(None);
+            return;
+        };
+        let pending = self.out.len() + sess.info.pending_output();
+        let free = crate::obuf_limit::FREE_BYTES;
+        // The limit is reached at `hard` bytes, the buffer drops its replies past its room.
+        self.out.set_limit(Some(ReplyLimit {
+            buffer_room: free.saturating_sub(pending),
+            list_room: hard.saturating_sub(pending.saturating_sub(free) + 1),
+        }));
+    }
+
+    /// `client-output-buffer-limit` after each command: a client whose replies passed the hard
+    /// limit, or whose pending output stayed above the soft limit too long, is closed without
+    /// its replies.
+    fn over_output_limit(&mut self, srv: &Server, sess: &Session, limit: Option<crate::obuf_limit::Limit>) -> bool {
+        let Some(limit) = limit else { return false };
+        // Replies the socket holds unsent count: a client that does not read reaches the limit.
+        let pending = self.out.len() + sess.info.pending_output();
+        if !self.out.limit_passed() && !crate::obuf_limit::reached(&sess.info, pending, limit) {
             return false;
         }
-        // Replies the socket holds unsent count: a client that does not read reaches the limit.
-        let pending = (self.out.len() + sess.info.omem.load(Ordering::Relaxed)).saturating_sub(READ_CHUNK) as u64;
-        let soft_hit = soft > 0 && pending > soft;
-        if !soft_hit {
-            self.soft_since = None;
-        }
-        let soft_expired =
-            soft_hit && self.soft_since.get_or_insert_with(std::time::Instant::now).elapsed().as_secs() >= secs;
-        if (hard > 0 && pending > hard) || soft_expired {
-            tracing::warn!(
-                "Client id={} addr={} scheduled to be closed ASAP for overcoming of output buffer limits.",
-                sess.id,
-                sess.info.addr
-            );
-            srv.stats.obuf_limit_disconnections.fetch_add(1, Ordering::Relaxed);
-            self.out.truncate(0);
-            // Gone from CLIENT LIST from now on, as Valkey frees it before it serves anyone
-            // else: a client that already sent commands must not see it, nor client eviction
-            // count it.
-            sess.info.kill();
-            srv.clients.memory.forget(&sess.info);
-            return true;
-        }
-        false
+        self.out.truncate(0);
+        crate::obuf_limit::close(srv, &sess.info, false);
+        true
     }
 
     async fn flush(&mut self, stream: &mut Socket, sess: &mut Session) -> io::Result<()> {
@@ -754,7 +823,7 @@ impl Conn {
     async fn send(&mut self, srv: &Server, stream: &mut Socket, sess: &Session) -> io::Result<()> {
         self.hand_over(stream, sess).await?;
         let queued = stream.queued();
-        if queued > MAX_QUEUED && queued > srv.rt.load().obuf_normal.0 as usize {
+        if queued > MAX_QUEUED && queued > srv.rt.load().obuf_normal.hard {
             stream.flush().await?;
         }
         Ok(())
@@ -775,16 +844,25 @@ impl Conn {
         Ok(())
     }
 
-    /// An idle connection keeps no read buffer, and a reply buffer no larger than the size the
-    /// reply buffer cron gave it (16 KiB at most, 1 KiB once idle for a while): 10k idle
-    /// clients cost little memory, while one whose replies fit keeps its buffer across batches.
-    fn release_idle_buffers(&mut self, reply_buf: &crate::reply_buffer::ReplyBuffer) {
-        if self.rbuf.is_empty() && self.rbuf.capacity() > 0 && !self.decoder.in_command() {
+    /// After a batch: a query buffer that holds nothing goes back (the next read takes a fresh
+    /// one, as Valkey's clients share one query buffer per thread) unless it became the client's
+    /// own, which one that holds part of a command does (the cron frees it once idle); a reply
+    /// buffer no larger than the size the reply buffer cron gave it (16 KiB at most, 1 KiB once
+    /// idle for a while) is kept. So 10k idle clients cost little memory, while one whose
+    /// replies fit keeps its buffer across batches.
+    fn release_idle_buffers(&mut self, stream: &mut Socket, sess: &Session) {
+        if !self.rbuf.is_empty() {
+            self.rbuf_kept = true;
+        } else if !self.rbuf_kept && self.rbuf.capacity() > 0 {
             self.rbuf = BytesMut::new();
         }
-        if self.out.capacity() > reply_buf.size() {
+        if self.out.capacity() > sess.info.reply_buf.size() {
             self.out.release();
         }
+        if self.rbuf.capacity() == 0 {
+            stream.release_idle();
+        }
+        self.publish_query_buffer(sess);
     }
 }
 

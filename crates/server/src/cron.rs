@@ -1,6 +1,6 @@
 //! The server's periodic work (Valkey's `serverCron`), on its own thread so it never delays a
-//! worker: memory figures, the active expire cycle, idle client timeouts, reply buffer
-//! resizing, instantaneous metrics.
+//! worker: memory figures, the active expire cycle, idle client timeouts, query and reply
+//! buffer resizing, instantaneous metrics.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -41,7 +41,7 @@ fn run(srv: &Arc<Server>) {
         if srv.tracking.active() {
             srv.tracking.limit();
         }
-        crate::reply_buffer::cron(srv, &mut client_cursor, hz, unix_ms());
+        clients_cron(srv, &mut client_cursor, hz, unix_ms());
         if expiry_allowed(srv) {
             expire(
                 srv,
@@ -142,6 +142,27 @@ fn expire(srv: &Server, cursor: &mut ExpireCursor, kind: CycleKind, budget: Dura
         srv.latency.lock().add("expire-cycle", unix_ms() / 1000, ms);
     }
 }
+
+/// Visits the clients due this tick, as Valkey's `clientsCron`: every client about once a
+/// second (each `hz`th of them per tick, at least [`MIN_CLIENT_VISITS`]), round-robin from
+/// `cursor`. Each visit resizes the client's query and reply buffers and closes it if its
+/// output stayed over its soft limit too long (with no traffic, nothing else would look).
+fn clients_cron(srv: &Server, cursor: &mut u64, hz: u32, now_ms: i64) {
+    let rt = srv.rt.load();
+    let visits = (srv.clients.len() / hz.max(1) as usize).max(MIN_CLIENT_VISITS);
+    *cursor = srv.clients.visit_from(*cursor, visits, |c| {
+        crate::obuf_limit::cron_visit(srv, c, &rt);
+        let idle_secs = now_ms / 1000 - c.last_interaction.load(Ordering::Relaxed) / 1000;
+        if c.query_buf.cron(idle_secs).is_some() {
+            c.inbox.ring();
+        }
+        crate::reply_buffer::visit(srv, c, now_ms);
+    });
+}
+
+/// Most clients visited per cron tick besides a share of all: Valkey's
+/// `CLIENTS_CRON_MIN_ITERATIONS`, so a handful of clients are each visited every tick.
+const MIN_CLIENT_VISITS: usize = 5;
 
 /// Closes clients idle for more than `timeout` seconds (not MONITOR clients, as Valkey).
 fn close_idle_clients(srv: &Server) {

@@ -30,6 +30,9 @@ pub struct Freeze {
     depth: AtomicUsize,
     waiters: Mutex<Vec<Waker>>,
     thawed: Condvar,
+    /// Connections that read commands during a stop, in the order they read them (the lock
+    /// queues its waiters first come, first served).
+    turns: tokio::sync::Mutex<()>,
 }
 
 impl Freeze {
@@ -47,6 +50,17 @@ impl Freeze {
     /// Completes once the server runs again (at once when it is not stopped).
     pub fn thawed(&self) -> Thawed<'_> {
         Thawed(self)
+    }
+
+    /// For a connection that read commands while the server is stopped: completes once it runs
+    /// again and every connection that read before this one has run its commands (they end
+    /// when their [`Turn`] is dropped). Valkey, waking from its sleep, serves the clients in
+    /// the order their input arrived, one batch each: a client that sent a command after
+    /// another client's pipeline sees that pipeline's effects (a client it got closed).
+    pub async fn turn(&self) -> Turn<'_> {
+        let turn = self.turns.lock().await;
+        self.thawed().await;
+        Turn { _held: turn }
     }
 
     /// [`Freeze::thawed`] for poll-based code: Ready when running, else Pending with the
@@ -83,6 +97,11 @@ impl Freeze {
         self.thawed.notify_all();
         woken.into_iter().for_each(Waker::wake);
     }
+}
+
+/// A connection's turn to run what it read during a stop; the next one's begins when dropped.
+pub struct Turn<'a> {
+    _held: tokio::sync::MutexGuard<'a, ()>,
 }
 
 /// A DEBUG SLEEP in progress; the server runs again when the last one is dropped.

@@ -120,15 +120,16 @@ impl Socket {
         self.tls.as_deref().map(|t| &t.session)
     }
 
-    /// Waits until data arrives and appends it to `buf` (which must have spare capacity):
-    /// what one `recv` returns, decrypted for TLS. Returns 0 at end of stream. While it waits,
-    /// queued output is sent as the socket takes it. Cancel-safe: data is only read once
-    /// readiness is reported, within the same poll, and TLS state and the output queue live
-    /// in the socket.
-    pub async fn read_into(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+    /// Waits until data arrives and appends it to `buf`: what one `recv` returns, decrypted for
+    /// TLS. Returns 0 at end of stream. Only once data is there does `buf` grow to `capacity`
+    /// (which must exceed its length), so a connection waiting for its client holds no more
+    /// buffer than it had. While it waits, queued output is sent as the socket takes it.
+    /// Cancel-safe: data is only read once readiness is reported, within the same poll, and TLS
+    /// state and the output queue live in the socket.
+    pub async fn read_into(&mut self, buf: &mut BytesMut, capacity: usize) -> io::Result<usize> {
         match self.tls.as_deref_mut() {
-            None => read_plain(&self.fd, &mut self.queue, buf).await,
-            Some(t) => read_tls(&self.fd, &mut self.queue, t, buf).await,
+            None => read_plain(&self.fd, &mut self.queue, buf, capacity).await,
+            Some(t) => read_tls(&self.fd, &mut self.queue, t, buf, capacity).await,
         }
     }
 
@@ -206,9 +207,15 @@ impl Socket {
     }
 }
 
-async fn read_plain(fd: &AsyncFd<socket2::Socket>, queue: &mut OutQueue, buf: &mut BytesMut) -> io::Result<usize> {
+async fn read_plain(
+    fd: &AsyncFd<socket2::Socket>,
+    queue: &mut OutQueue,
+    buf: &mut BytesMut,
+    capacity: usize,
+) -> io::Result<usize> {
     loop {
         let mut guard = readable(fd, queue).await?;
+        grow_exactly(buf, capacity);
         let spare = buf.spare_capacity_mut();
         let room = spare.len();
         match fd.get_ref().recv(spare) {
@@ -230,6 +237,17 @@ async fn read_plain(fd: &AsyncFd<socket2::Socket>, queue: &mut OutQueue, buf: &m
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Gives `buf` a capacity of `capacity` if it has less: exactly that, where `BytesMut::reserve`
+/// would round a big argument's room up to twice its size.
+pub(crate) fn grow_exactly(buf: &mut BytesMut, capacity: usize) {
+    if buf.capacity() >= capacity {
+        return;
+    }
+    let mut grown = BytesMut::with_capacity(capacity);
+    grown.extend_from_slice(buf);
+    *buf = grown;
 }
 
 /// Waits until the socket is readable, sending queued output whenever it can take some
@@ -299,11 +317,13 @@ async fn read_tls(
     queue: &mut OutQueue,
     t: &mut TlsLayer,
     buf: &mut BytesMut,
+    capacity: usize,
 ) -> io::Result<usize> {
     loop {
         // Our own handshake messages (or replies not taken yet) go out while we wait for the
         // peer, who may be waiting for them.
         let mut guard = readable(fd, queue).await?;
+        grow_exactly(buf, capacity);
         if t.raw.capacity() < RAW_CHUNK {
             t.raw.reserve(RAW_CHUNK);
         }

@@ -353,8 +353,8 @@ async fn admit_unix(srv: Arc<Server>, stream: UnixStream, path: Arc<str>) {
 async fn refuse(stream: Socket, tls: Option<hotkv_tls::TlsSession>, id: u64, msg: &str) {
     let Ok(mut sock) = crate::io::Socket::new(stream, tls, id) else { return };
     if sock.is_tls() {
-        let mut buf = bytes::BytesMut::with_capacity(1024);
-        let first = tokio::time::timeout(Duration::from_secs(5), sock.read_into(&mut buf)).await;
+        let mut buf = bytes::BytesMut::new();
+        let first = tokio::time::timeout(Duration::from_secs(5), sock.read_into(&mut buf, 1024)).await;
         if !matches!(first, Ok(Ok(n)) if n > 0) {
             sock.shutdown();
             return;

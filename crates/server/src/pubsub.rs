@@ -3,8 +3,8 @@
 //! A subscriber is a connection with an unbounded queue of messages; the connection task
 //! encodes them in its own protocol (RESP2 arrays or RESP3 pushes) and writes them. Publishing
 //! takes a read lock on the channel table only, so publishers on different cores do not wait for
-//! each other, and never waits for a slow subscriber: a subscriber whose queue passes the
-//! `pubsub` class hard output limit is disconnected, as Valkey does.
+//! each other, and never waits for a slow subscriber: a subscriber whose pending output passes
+//! the `pubsub` class output limit (hard, or soft for too long) is disconnected, as Valkey does.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -139,8 +139,11 @@ pub struct PubSub {
     shard: Table,
     /// Number of patterns with subscribers: PUBLISH skips pattern matching when zero.
     npatterns: AtomicUsize,
-    /// Hard output limit of the pubsub class in bytes (0 = none), kept current by the server.
-    pub hard_limit: AtomicUsize,
+    /// The pubsub class's output limit, kept current by the server.
+    pub limit: crate::obuf_limit::SharedLimit,
+    /// Subscribers closed for passing it (part of INFO's
+    /// `client_output_buffer_limit_disconnections`).
+    pub limit_disconnections: std::sync::atomic::AtomicU64,
 }
 
 impl PubSub {
@@ -276,15 +279,19 @@ impl PubSub {
 
     fn deliver(&self, s: &Subscriber, msg: Message) -> usize {
         let size = msg.size();
-        let queued = s.queued.fetch_add(size, Ordering::Relaxed) + size;
-        let limit = self.hard_limit.load(Ordering::Relaxed);
-        if limit > 0 && queued > limit {
-            tracing::warn!(
-                "Client id={} addr={} scheduled to be closed ASAP for overcoming of output buffer limits.",
-                s.info.id,
-                s.info.addr
-            );
-            s.info.kill();
+        s.queued.fetch_add(size, Ordering::Relaxed);
+        // Valkey checks the limits as it adds each message to the subscriber's output.
+        let limit = self.limit.load();
+        if !limit.is_none() && crate::obuf_limit::reached(&s.info, s.info.pending_output(), limit) {
+            if !s.info.is_killed() {
+                tracing::warn!(
+                    "Client id={} addr={} scheduled to be closed ASAP for overcoming of output buffer limits.",
+                    s.info.id,
+                    s.info.addr
+                );
+                self.limit_disconnections.fetch_add(1, Ordering::Relaxed);
+                s.info.kill();
+            }
             return 0;
         }
         // A closed receiver means the client is going away; it still counted as subscribed.

@@ -14,6 +14,7 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
 use crate::server::Server;
+use crate::session::ClientInfo;
 
 /// The smallest size a buffer shrinks to (Valkey's `PROTO_REPLY_MIN_BYTES`).
 pub const MIN_SIZE: usize = 1024;
@@ -130,26 +131,16 @@ impl Default for Tuning {
     }
 }
 
-/// Most clients visited per cron tick besides a share of all: Valkey's
-/// `CLIENTS_CRON_MIN_ITERATIONS`, so a handful of clients are each visited every tick.
-const MIN_VISITS: usize = 5;
-
-/// Visits the clients due this tick: every client about once a second (each `hz`th of them per
-/// tick, at least five), round-robin from `cursor`, as Valkey's `clientsCron`.
-pub fn cron(srv: &Server, cursor: &mut u64, hz: u32, now_ms: i64) {
+/// One cron visit to client `c` (see `cron::clients_cron`): resizes its reply buffer and counts
+/// the change for INFO.
+pub fn visit(srv: &Server, c: &ClientInfo, now_ms: i64) {
     let tuning = &srv.reply_buffers;
-    if !tuning.resizing.load(Ordering::Relaxed) {
-        return;
-    }
-    let visits = (srv.clients.len() / hz.max(1) as usize).max(MIN_VISITS);
-    *cursor = srv.clients.visit_from(*cursor, visits, |c| {
-        let pending = c.obl.load(Ordering::Relaxed);
-        match c.reply_buf.cron(pending, now_ms, tuning) {
-            Some(Resize::Shrink(_)) => tuning.shrinks.fetch_add(1, Ordering::Relaxed),
-            Some(Resize::Grow(_)) => tuning.expands.fetch_add(1, Ordering::Relaxed),
-            None => 0,
-        };
-    });
+    let pending = c.obl.load(Ordering::Relaxed);
+    match c.reply_buf.cron(pending, now_ms, tuning) {
+        Some(Resize::Shrink(_)) => tuning.shrinks.fetch_add(1, Ordering::Relaxed),
+        Some(Resize::Grow(_)) => tuning.expands.fetch_add(1, Ordering::Relaxed),
+        None => 0,
+    };
 }
 
 #[cfg(test)]

@@ -428,7 +428,8 @@ fn run_in<'b: 'c, 'c>(
             b.srv.stats.error("ERR");
         }
         Some(Outcome::Failed { counted: true }) if restart.is_none() => {
-            let code = error_code(&out.as_bytes()[mark..]);
+            // Past an output limit the buffer may have dropped the error already.
+            let code = error_code(out.as_bytes().get(mark..).unwrap_or_default());
             b.srv.stats.error(&code);
         }
         _ => {}

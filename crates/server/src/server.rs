@@ -49,8 +49,10 @@ pub struct Runtime {
     pub databases: usize,
     /// `tcp-keepalive` seconds.
     pub tcp_keepalive: u64,
-    /// `client-output-buffer-limit` of the normal class: (hard, soft, soft seconds), 0 = none.
-    pub obuf_normal: (u64, u64, u64),
+    /// `client-output-buffer-limit` of the normal class.
+    pub obuf_normal: crate::obuf_limit::Limit,
+    /// `client-output-buffer-limit` of the pubsub class.
+    pub obuf_pubsub: crate::obuf_limit::Limit,
     /// `notify-keyspace-events` as bits (see `events::class`).
     pub notify: u32,
     /// `tls-auth-clients`, applied to each new TLS connection.
@@ -105,13 +107,18 @@ impl Runtime {
             save_rules: !s.ints(t::SAVE).is_empty(),
             busy_reply_threshold: s.int(t::BUSY_REPLY_THRESHOLD).max(0) as u64,
             client_eviction_limit: crate::client_evict::limit(s.int(t::MAXMEMORY_CLIENTS), s.int(t::MAXMEMORY)),
-            obuf_normal: {
-                let l = s.ints(t::CLIENT_OUTPUT_BUFFER_LIMIT);
-                let at = |i: usize| l.get(i).copied().unwrap_or(0).max(0) as u64;
-                (at(0), at(1), at(2))
-            },
+            obuf_normal: obuf_class(s, 0),
+            obuf_pubsub: obuf_class(s, 2),
         }
     }
+}
+
+/// The `client-output-buffer-limit` of class `n` (0 normal, 1 replica, 2 pubsub): its hard
+/// limit, soft limit and soft seconds are the class's three numbers.
+fn obuf_class(s: &Settings, n: usize) -> crate::obuf_limit::Limit {
+    let l = s.ints(t::CLIENT_OUTPUT_BUFFER_LIMIT);
+    let at = |i: usize| l.get(3 * n + i).copied().unwrap_or(0);
+    crate::obuf_limit::Limit::from_triple(at(0), at(1), at(2))
 }
 
 /// A directive's value by name (for code paths that take names from clients).
@@ -296,7 +303,7 @@ impl Server {
         let commands = registry.len();
         let known = Known::new(&registry);
         let (monitor_tx, _) = broadcast::channel(4096);
-        let obuf = settings.ints(t::CLIENT_OUTPUT_BUFFER_LIMIT).to_vec();
+        let pubsub_limit = rt.obuf_pubsub;
         let repl = crate::replication::Replication::new(&settings);
         let acl = crate::acl::Acl::new(&registry, &settings);
         let srv = Server {
@@ -348,7 +355,7 @@ impl Server {
             cluster: None,
             acl,
         };
-        srv.pubsub.hard_limit.store(obuf.get(6).copied().unwrap_or(0).max(0) as usize, Ordering::Relaxed);
+        srv.pubsub.limit.store(pubsub_limit);
         srv
     }
 
@@ -378,8 +385,7 @@ impl Server {
 
     /// Replaces the configuration and everything derived from it.
     pub fn install_settings(&self, s: Settings) {
-        let limits = s.ints(t::CLIENT_OUTPUT_BUFFER_LIMIT);
-        self.pubsub.hard_limit.store(limits.get(6).copied().unwrap_or(0).max(0) as usize, Ordering::Relaxed);
+        self.pubsub.limit.store(obuf_class(&s, 2));
         self.rt.store(Arc::new(Runtime::from_settings(&s)));
         self.tracking.max_keys.store(s.int(t::TRACKING_TABLE_MAX_KEYS).max(0) as usize, Ordering::Relaxed);
         let mut engine = s.engine_config();

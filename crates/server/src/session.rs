@@ -267,12 +267,14 @@ pub struct ClientInfo {
     pub resp: AtomicU8,
     /// Flag bits, see [`flag`].
     pub flags: AtomicU32,
-    /// Pending query bytes.
-    pub qbuf: AtomicUsize,
-    /// Query buffer capacity not in use.
-    pub qbuf_free: AtomicUsize,
+    /// Its query buffer's size and peak (CLIENT LIST `qbuf=`, `qbuf-free=`) and the cron's
+    /// resize requests.
+    pub query_buf: crate::query_buffer::QueryBuffer,
     /// Replies of the batch being written.
     pub obl: AtomicUsize,
+    /// Unix ms since which its pending output has been over its class's soft output limit, 0
+    /// while under it (see `obuf_limit`).
+    pub obuf_soft_since: AtomicI64,
     /// Replies the client has not read yet: what its socket's kernel buffer could not take
     /// (CLIENT LIST `omem`, Valkey's reply list).
     pub omem: Arc<AtomicUsize>,
@@ -333,9 +335,9 @@ impl ClientInfo {
             last_cmd: AtomicU32::new(0),
             resp: AtomicU8::new(2),
             flags: AtomicU32::new(0),
-            qbuf: AtomicUsize::new(0),
-            qbuf_free: AtomicUsize::new(0),
+            query_buf: Default::default(),
             obl: AtomicUsize::new(0),
+            obuf_soft_since: AtomicI64::new(0),
             omem: Arc::new(AtomicUsize::new(0)),
             reply_buf: crate::reply_buffer::ReplyBuffer::new(now_ms),
             used: AtomicUsize::new(0),

@@ -61,6 +61,8 @@ pub struct Inbox {
     /// Bytes the queued pushes will take once written (about); zero exactly when none is
     /// queued, so the connection looks without the lock.
     bytes: AtomicUsize,
+    /// A [`Inbox::ring`] the connection has not seen yet.
+    rung: std::sync::atomic::AtomicBool,
 }
 
 impl Inbox {
@@ -107,20 +109,36 @@ impl Inbox {
         Some(p)
     }
 
-    /// Waits for the next push (forever once closed). The waker is registered before the
-    /// second look, so a push queued in between wakes the task and is never missed.
-    pub async fn recv(&self) -> Push {
+    /// Waits for the next push (forever once closed), or for a [`Inbox::ring`]: then `None`.
+    /// The waker is registered before the second look, so a push or a ring in between wakes
+    /// the task and is never missed.
+    pub async fn recv(&self) -> Option<Push> {
         std::future::poll_fn(|cx| {
-            if let Some(p) = self.try_recv() {
+            if let Some(p) = self.look() {
                 return std::task::Poll::Ready(p);
             }
             self.ready.register(cx.waker());
-            match self.try_recv() {
+            match self.look() {
                 Some(p) => std::task::Poll::Ready(p),
                 None => std::task::Poll::Pending,
             }
         })
         .await
+    }
+
+    /// A queued push, or `Some(None)` for a ring not yet seen.
+    fn look(&self) -> Option<Option<Push>> {
+        if let Some(p) = self.try_recv() {
+            return Some(Some(p));
+        }
+        (self.rung.load(Ordering::Relaxed) && self.rung.swap(false, Ordering::Relaxed)).then_some(None)
+    }
+
+    /// Wakes the connection without a push: the cron left it a request elsewhere (a query
+    /// buffer resize). The connection's wait is the inbox's, so it needs no second waker.
+    pub fn ring(&self) {
+        self.rung.store(true, Ordering::Relaxed);
+        self.ready.wake();
     }
 }
 

@@ -188,12 +188,16 @@ fn hrandfield(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResul
     // A negative count repeats picks; 1 needs no uniqueness either.
     if count < 0 || count == 1 {
         let n = count.unsigned_abs();
-        if n > MAX_REPEATED_PICKS {
+        if n > MAX_REPEATED_PICKS && !out.is_limited() {
             return Err(too_many_picks());
         }
         let ix = h.indexed();
         out.array(reply_len(n as usize));
         for _ in 0..n {
+            // The client is being closed for its output limit: the rest would be dropped.
+            if out.limit_passed() {
+                break;
+            }
             emit(out, ix.get(sample::below(ix.len())));
         }
         return Ok(());

@@ -185,9 +185,10 @@ pub(crate) fn int32_arg(arg: &[u8]) -> Result<i32, CommandError> {
     int_arg(arg).and_then(|n| i32::try_from(n).map_err(|_| CommandError::NotInteger))
 }
 
-/// Largest reply a negative HRANDFIELD/SRANDMEMBER count may ask for. Valkey streams such
-/// replies and relies on output buffer limits (unlimited by default for normal clients); a
-/// handler here builds the whole reply first, so it refuses counts that would exhaust memory.
+/// Largest reply a negative HRANDFIELD/SRANDMEMBER count may ask for from a client without an
+/// output buffer hard limit. Valkey takes any count and relies on that limit, which stops the
+/// reply as it passes it (so does `ReplyBuf::set_limit` here); with none, unlimited by default
+/// for normal clients, a count that would exhaust memory is refused instead.
 pub(crate) const MAX_REPEATED_PICKS: u64 = 1 << 24;
 
 /// The count of HRANDFIELD/SRANDMEMBER: a `long` from -LONG_MAX to LONG_MAX, as Valkey's

@@ -85,6 +85,11 @@ fn keys(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResult {
                 if (all || glob::matches(pattern, e.key(), false)) && !expired(e, now) {
                     push_bulk(&mut buf, e.key());
                     n += 1;
+                    // Valkey's KEYS replies with a deferred length, so every key counts
+                    // against the output limit as it is added, and stops once past it.
+                    if !out.admit(buf.len()) {
+                        return Ok(());
+                    }
                 }
             }
         }

@@ -367,12 +367,16 @@ fn srandmember(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResu
     // A negative count repeats picks; 1 needs no uniqueness either.
     if count < 0 || count == 1 {
         let n = count.unsigned_abs();
-        if n > MAX_REPEATED_PICKS {
+        if n > MAX_REPEATED_PICKS && !out.is_limited() {
             return Err(too_many_picks());
         }
         let ix = s.indexed();
         out.array(n as usize);
         for _ in 0..n {
+            // The client is being closed for its output limit: the rest would be dropped.
+            if out.limit_passed() {
+                break;
+            }
             ix.get(sample::below(ix.len())).reply(out);
         }
         return Ok(());

@@ -72,6 +72,9 @@ fn zrandmember(ctx: &mut Ctx<'_>, args: Args<'_>, out: &mut ReplyBuf) -> CmdResu
         let n = count.unsigned_abs() as usize;
         header(out, n);
         for _ in 0..n {
+            if out.limit_passed() {
+                break;
+            }
             emit(out, random_u64() as usize % len);
         }
         return Ok(());

@@ -253,8 +253,11 @@ pub fn client_line(reg: &Registry, c: &ClientInfo, now_ms: i64, current: &Curren
     };
     let load = |a: &std::sync::atomic::AtomicUsize| a.load(Ordering::Relaxed);
     // The running command's query is consumed and its reply not yet queued.
-    let (qbuf, obl) = if me { (0, 0) } else { (load(&c.qbuf), load(&c.obl)) };
-    let (qbuf_free, omem) = (load(&c.qbuf_free), c.pending_output());
+    let (qbuf, obl) = if me { (0, 0) } else { (c.query_buf.pending(), load(&c.obl)) };
+    // Valkey's omem is its reply list: what waits beyond its static reply buffer, the measure
+    // output limits apply to.
+    let omem = c.pending_output().saturating_sub(crate::obuf_limit::FREE_BYTES);
+    let qbuf_free = c.query_buf.free();
     let argv_mem = if me { current.argv_mem } else { 0 };
     // What maxmemory-clients counts for it (see `client_evict::usage`), plus, for the caller,
     // its running command's arguments.

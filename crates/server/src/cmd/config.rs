@@ -140,6 +140,7 @@ fn resetstat(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> 
     srv.stats.reset();
     srv.reply_buffers.shrinks.store(0, std::sync::atomic::Ordering::Relaxed);
     srv.reply_buffers.expands.store(0, std::sync::atomic::Ordering::Relaxed);
+    srv.pubsub.limit_disconnections.store(0, std::sync::atomic::Ordering::Relaxed);
     srv.memory.reset_peak();
     // Counters kept beside the command path's: Valkey's resetServerStats clears them too
     // (a test that resets, restarts its primary and expects one partial sync depends on it).

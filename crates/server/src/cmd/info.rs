@@ -236,7 +236,7 @@ fn replication_buffers(srv: &Server) -> (u64, u64, u64) {
 fn clients(srv: &Server, o: &mut String) {
     let all = srv.clients.snapshot();
     let count = |bit: u32| all.iter().filter(|c| c.flags.load(Ordering::Relaxed) & bit != 0).count();
-    let max_in = all.iter().map(|c| c.qbuf.load(Ordering::Relaxed)).max().unwrap_or(0);
+    let max_in = all.iter().map(|c| c.query_buf.pending()).max().unwrap_or(0);
     let max_out = all.iter().map(|c| c.obl.load(Ordering::Relaxed)).max().unwrap_or(0);
     let watching = count(flag::WATCHING);
     fields!(o,
@@ -461,7 +461,8 @@ fn stats(srv: &Server, o: &mut String) {
         "io_threaded_total_prefetch_batches" => 0,
         "io_threaded_total_prefetch_entries" => 0,
         "client_query_buffer_limit_disconnections" => load(&s.qbuf_limit_disconnections),
-        "client_output_buffer_limit_disconnections" => load(&s.obuf_limit_disconnections),
+        "client_output_buffer_limit_disconnections" =>
+            load(&s.obuf_limit_disconnections) + srv.pubsub.limit_disconnections.load(Ordering::Relaxed),
         "reply_buffer_shrinks" => load(&srv.reply_buffers.shrinks),
         "reply_buffer_expands" => load(&srv.reply_buffers.expands),
         "eventloop_cycles" => load(&s.cron_cycles),

@@ -320,9 +320,11 @@ directives! {
         "Close a client after this many idle seconds (0 = never).";
     CLIENT_OUTPUT_BUFFER_LIMIT = "client-output-buffer-limit" [] "clients.client_output_buffer_limit":
         Ty::BufferLimits, "normal 0 0 0 replica 256mb 64mb 60 pubsub 32mb 8mb 60", M | U, H,
-        "Output buffer limits per client class: hard, soft and soft seconds. Replies a client has not \
-         read count (CLIENT LIST omem); a normal client whose unread replies pass 64mb and no hard \
-         limit above that is no longer read until it reads.";
+        "Output buffer limits per client class: hard, soft and soft seconds. What waits to reach a \
+         client beyond its first 16 KiB counts (CLIENT LIST omem); a reply being built stops at the \
+         hard limit, and the clients cron closes a client whose soft limit expired with no traffic. \
+         A normal client whose unread replies pass 64mb and no hard limit above that is no longer \
+         read until it reads.";
     MAXMEMORY_CLIENTS = "maxmemory-clients" [] "clients.maxmemory_clients": Ty::MemoryPercent { max: LONG }, "0",
         M, CLIENTS, "Memory all client connections may use together, in bytes or % of maxmemory (at least \
          128kb); past it the largest are closed. 0 = no limit.";
