@@ -442,6 +442,11 @@ impl ClusterState {
     /// Whether the table changed since [`ClusterState::take_dirty`] was last called.
     pub fn take_dirty(&mut self) -> bool {
         self.unsaved_since = 0;
+        // A save may come first (the cron saves at once when an epoch moved, from another
+        // thread than the link that made the change): the routing snapshot must still be
+        // rebuilt for what it saved. Losing that left an import's end unrouted: CLUSTER NODES
+        // gave the slot to this node, and its clients got MOVED to the old owner for good.
+        self.view_changed |= self.dirty;
         std::mem::take(&mut self.dirty) | std::mem::take(&mut self.unsaved)
     }
 

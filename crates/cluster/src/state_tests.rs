@@ -963,3 +963,18 @@ fn a_source_heard_holding_the_slot_that_gives_it_up_ends_the_import_at_once() {
         assert_eq!(net.nodes[i].owner(100).map(|n| n.id), Some(b), "node {i}");
     }
 }
+
+/// The cron saves at once when an epoch moved, on its own thread, and may do so between a
+/// link's change and that link's look at what routing depends on: the save must not swallow
+/// the change, or the routing snapshot keeps the slot's old owner (an import that ended with
+/// an epoch bump answered MOVED to its source for good).
+#[test]
+fn a_save_between_a_change_and_the_routing_look_does_not_hide_the_change() {
+    let mut net = Net::three_primaries();
+    net.run(5);
+    while net.nodes[0].take_view_changed() {}
+    net.nodes[0].bump_epoch();
+    assert!(net.nodes[0].take_dirty(), "saved");
+    assert!(net.nodes[0].take_view_changed(), "the routing snapshot is still rebuilt");
+    assert!(!net.nodes[0].take_view_changed(), "once");
+}
