@@ -287,6 +287,11 @@ impl Conn {
             if self.evicted(srv, sess, evict_limit) {
                 return Ok(());
             }
+            // Writing needs no read buffer: it goes back to the thread before the yield, so the
+            // connections that run meanwhile read into it.
+            if self.rbuf.is_empty() && !self.rbuf_kept && self.rbuf.capacity() > 0 {
+                crate::query_buffer::give_back(std::mem::take(&mut self.rbuf));
+            }
             // Let every other ready connection run its commands first, then write: replies
             // leave in a burst, as Valkey writes all pending replies before it sleeps, so a
             // client is woken once for many replies instead of once per reply (waking a
@@ -854,7 +859,7 @@ impl Conn {
         if !self.rbuf.is_empty() {
             self.rbuf_kept = true;
         } else if !self.rbuf_kept && self.rbuf.capacity() > 0 {
-            self.rbuf = BytesMut::new();
+            crate::query_buffer::give_back(std::mem::take(&mut self.rbuf));
         }
         if self.out.capacity() > sess.info.reply_buf.size() {
             self.out.release();

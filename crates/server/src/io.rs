@@ -245,6 +245,12 @@ pub(crate) fn grow_exactly(buf: &mut BytesMut, capacity: usize) {
     if buf.capacity() >= capacity {
         return;
     }
+    if buf.capacity() == 0
+        && let Some(shared) = crate::query_buffer::take_shared(capacity)
+    {
+        *buf = shared;
+        return;
+    }
     let mut grown = BytesMut::with_capacity(capacity);
     grown.extend_from_slice(buf);
     *buf = grown;
@@ -258,18 +264,23 @@ async fn readable<'a>(
     queue: &mut OutQueue,
 ) -> io::Result<tokio::io::unix::AsyncFdReadyGuard<'a, socket2::Socket>> {
     let mut flushed = try_send(fd.get_ref(), queue)?;
-    loop {
-        if flushed {
-            return fd.readable().await;
-        }
-        tokio::select! {
-            g = fd.readable() => return g,
-            w = fd.writable() => {
-                w?.clear_ready();
-                flushed = try_send(fd.get_ref(), queue)?;
+    // Polled, not `readable().await`: the poll functions keep one waker per direction, where
+    // the future of `readable()` links itself into the registration's waiter list and unlinks
+    // again when dropped, under its mutex each time, on every request of a pipeline-1 client.
+    std::future::poll_fn(|cx| {
+        while !flushed {
+            match fd.poll_write_ready(cx) {
+                Poll::Ready(Ok(mut w)) => {
+                    w.clear_ready();
+                    flushed = try_send(fd.get_ref(), queue)?;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => break,
             }
         }
-    }
+        fd.poll_read_ready(cx)
+    })
+    .await
 }
 
 /// Writes as much of `data` as the kernel takes now; returns how much that was.

@@ -19,6 +19,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use bytes::BytesMut;
+
 /// Bytes one read asks for (Valkey's `PROTO_IOBUF_LEN`).
 pub const READ_CHUNK: usize = 16 * 1024;
 /// Only a buffer above this size is shrunk to its peak while its client is active (Valkey's
@@ -138,6 +140,42 @@ pub fn next_size(size: usize, len: usize, peak: usize, bulk: usize, idle_secs: i
     (size > RESIZE_THRESHOLD && size / 2 > peak && keep < size).then_some(Resize::Shrink(keep))
 }
 
+thread_local! {
+    /// One read buffer per thread that the connections polled on it share (Valkey 8's
+    /// thread-shared query buffer): a request/response client takes it for the read, runs the
+    /// commands, and gives it back empty before it writes the replies, so the next connection
+    /// the thread serves reads into the same warm 16 KiB, with no allocation and no free per
+    /// request. A connection left holding part of a command keeps what it took.
+    static SHARED: std::cell::Cell<Option<BytesMut>> = const { std::cell::Cell::new(None) };
+}
+
+/// The thread's shared read buffer for a connection that holds none and wants `capacity`
+/// bytes of room, if the thread has it and it is that size.
+pub fn take_shared(capacity: usize) -> Option<BytesMut> {
+    if capacity != READ_CHUNK {
+        return None;
+    }
+    SHARED.with(|s| s.take())
+}
+
+/// Gives an emptied read buffer back to the thread, for the next connection's read; one of
+/// any other size, or when the thread has one already, is freed.
+pub fn give_back(mut buf: BytesMut) {
+    buf.clear();
+    // Reading and running advance its start: take back that room, which a buffer nobody
+    // else points into has without a copy.
+    if buf.capacity() < READ_CHUNK && !buf.try_reclaim(READ_CHUNK) {
+        return;
+    }
+    if buf.capacity() == READ_CHUNK {
+        SHARED.with(|s| {
+            if let Some(old) = s.replace(Some(buf)) {
+                s.set(Some(old));
+            }
+        });
+    }
+}
+
 /// The capacity a buffer holding `len` bytes in `capacity` must have before its next read,
 /// `want` being what the big argument being received, which starts at `start`, needs it to
 /// hold (0 for none). A big argument gets its whole size at once, as Valkey does when it reads
@@ -163,6 +201,27 @@ pub fn read_capacity(len: usize, capacity: usize, want: usize, start: usize) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_read_buffer_given_back_is_the_next_reads_on_this_thread() {
+        std::thread::spawn(|| {
+            assert!(take_shared(READ_CHUNK).is_none(), "nothing shared yet");
+            let mut b = BytesMut::with_capacity(READ_CHUNK);
+            b.extend_from_slice(b"*1\r\n$4\r\nPING\r\n");
+            bytes::Buf::advance(&mut b, 14);
+            let at = b.as_ptr() as usize - 14;
+            give_back(b);
+            let again = take_shared(READ_CHUNK).expect("kept");
+            assert_eq!((again.len(), again.capacity(), again.as_ptr() as usize), (0, READ_CHUNK, at));
+            assert!(take_shared(READ_CHUNK).is_none(), "taken once");
+            give_back(again);
+            assert!(take_shared(READ_CHUNK * 2).is_none(), "only for a read of the usual size");
+            give_back(BytesMut::with_capacity(READ_CHUNK * 4));
+            assert_eq!(take_shared(READ_CHUNK).map(|b| b.capacity()), Some(READ_CHUNK), "a big one is freed");
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn resizes_as_valkeys_cron() {
