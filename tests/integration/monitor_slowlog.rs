@@ -222,3 +222,33 @@ fn monitor_shows_a_blocked_command_once_when_it_is_called() {
     assert!(lines[0].contains("\"blpop\" \"empty\""), "{lines:?}");
     assert!(lines[1].contains("\"set\" \"marker\""), "{lines:?}");
 }
+
+/// MIGRATE's passwords never reach MONITOR or SLOWLOG: `AUTH password` and `AUTH2 username
+/// password` show as `(redacted)`, as in Valkey; key names after KEYS are shown.
+#[test]
+fn migrate_passwords_are_redacted_in_monitor_and_slowlog() {
+    let srv = server_with(&[("slowlog-log-slower-than", "0")]);
+    let port = srv.port().to_string();
+    let mut m = srv.client();
+    m.set_timeout(Duration::from_secs(5));
+    assert_eq!(m.cmd(&["MONITOR"]), Frame::ok());
+    let mut c = srv.client();
+    // No such key: MIGRATE answers NOKEY without connecting anywhere.
+    let calls: [&[&str]; 3] = [
+        &["MIGRATE", "127.0.0.1", &port, "k1", "9", "5000", "AUTH", "pw-one"],
+        &["MIGRATE", "127.0.0.1", &port, "k2", "9", "5000", "COPY", "AUTH2", "user-two", "pw-two"],
+        &["MIGRATE", "127.0.0.1", &port, "", "9", "5000", "AUTH", "pw-three", "KEYS", "auth", "k3"],
+    ];
+    for call in calls {
+        assert_eq!(c.cmd(call), Frame::Simple("NOKEY".into()), "{call:?}");
+    }
+    let one = monitor_line_with(&mut m, "\"k1\"");
+    assert!(one.ends_with("\"5000\" \"AUTH\" \"(redacted)\""), "{one}");
+    let two = monitor_line_with(&mut m, "\"k2\"");
+    assert!(two.ends_with("\"COPY\" \"AUTH2\" \"(redacted)\" \"(redacted)\""), "{two}");
+    let three = monitor_line_with(&mut m, "\"k3\"");
+    assert!(three.ends_with("\"AUTH\" \"(redacted)\" \"KEYS\" \"auth\" \"k3\""), "{three}");
+    let log = c.cmd(&["SLOWLOG", "GET", "-1"]).to_string();
+    assert!(!log.contains("pw-") && !log.contains("user-two"), "{log}");
+    assert_eq!(log.matches("(redacted)").count(), 4, "{log}");
+}

@@ -903,11 +903,42 @@ fn record_slow(b: &Batch<'_>, sess: &Session, cmd: &Command, args: &Args<'_>, na
 fn feed_monitors(srv: &Server, sess: &Session, args: &Args<'_>) {
     let us = unix_us();
     let mut line = format!("{}.{:06} [{} {}]", us / 1_000_000, us % 1_000_000, sess.db, sess.info.addr.monitor_text());
-    for a in args.iter() {
+    let secret = secret_args(args);
+    for (i, a) in args.iter().enumerate() {
         line.push(' ');
-        repr(&mut line, a);
+        if secret(i) {
+            line.push_str("\"(redacted)\"");
+        } else {
+            repr(&mut line, a);
+        }
     }
     let _ = srv.monitor_tx.send(line.into());
+}
+
+/// Which arguments of a call are passwords, which MONITOR and SLOWLOG show as `(redacted)`,
+/// as Valkey's `redactClientCommandArgument` does: MIGRATE's `AUTH password` and `AUTH2
+/// username password` (before its KEYS list, which holds key names).
+pub fn secret_args(args: &Args<'_>) -> impl Fn(usize) -> bool + use<> {
+    let mut secret = [usize::MAX; 2];
+    if args.len() > 6 && args.get(0).eq_ignore_ascii_case(b"migrate") {
+        let mut i = 6;
+        while i < args.len() {
+            let a = args.get(i);
+            if a.eq_ignore_ascii_case(b"keys") {
+                break;
+            }
+            if a.eq_ignore_ascii_case(b"auth") {
+                secret[0] = i + 1;
+                i += 2;
+            } else if a.eq_ignore_ascii_case(b"auth2") {
+                secret = [i + 1, i + 2];
+                i += 3;
+            } else {
+                i += 1;
+            }
+        }
+    }
+    move |i| secret.contains(&i)
 }
 
 /// Valkey's `sdscatrepr`: a double-quoted, escaped representation.

@@ -45,12 +45,15 @@ impl SlowLog {
         }
         let mut kept = Vec::with_capacity(args.len().min(MAX_ARGC));
         let argc = args.len();
+        let secret = crate::dispatch::secret_args(args);
         for (i, a) in args.iter().enumerate() {
             if i == MAX_ARGC - 1 && argc > MAX_ARGC {
                 kept.push(format!("... ({} more arguments)", argc - MAX_ARGC + 1).into_bytes());
                 break;
             }
-            if a.len() > MAX_STRING {
+            if secret(i) {
+                kept.push(b"(redacted)".to_vec());
+            } else if a.len() > MAX_STRING {
                 let mut s = a[..MAX_STRING].to_vec();
                 s.extend_from_slice(format!("... ({} more bytes)", a.len() - MAX_STRING).as_bytes());
                 kept.push(s);
