@@ -287,11 +287,7 @@ impl Conn {
             if self.evicted(srv, sess, evict_limit) {
                 return Ok(());
             }
-            // Writing needs no read buffer: it goes back to the thread before the yield, so the
-            // connections that run meanwhile read into it.
-            if self.rbuf.is_empty() && !self.rbuf_kept && self.rbuf.capacity() > 0 {
-                crate::query_buffer::give_back(std::mem::take(&mut self.rbuf));
-            }
+            self.settle_query_buffer();
             // Let every other ready connection run its commands first, then write: replies
             // leave in a burst, as Valkey writes all pending replies before it sleeps, so a
             // client is woken once for many replies instead of once per reply (waking a
@@ -849,18 +845,24 @@ impl Conn {
         Ok(())
     }
 
-    /// After a batch: a query buffer that holds nothing goes back (the next read takes a fresh
-    /// one, as Valkey's clients share one query buffer per thread) unless it became the client's
-    /// own, which one that holds part of a command does (the cron frees it once idle); a reply
-    /// buffer no larger than the size the reply buffer cron gave it (16 KiB at most, 1 KiB once
-    /// idle for a while) is kept. So 10k idle clients cost little memory, while one whose
-    /// replies fit keeps its buffer across batches.
-    fn release_idle_buffers(&mut self, stream: &mut Socket, sess: &Session) {
+    /// After a batch has run, before its replies are written (writing needs no read buffer): a
+    /// query buffer that holds nothing goes back to the thread, so the connections that run
+    /// meanwhile read into it (Valkey's clients share one query buffer per thread), unless it
+    /// became the client's own, which one that holds part of a command does (the cron frees it
+    /// once idle).
+    fn settle_query_buffer(&mut self) {
         if !self.rbuf.is_empty() {
             self.rbuf_kept = true;
         } else if !self.rbuf_kept && self.rbuf.capacity() > 0 {
             crate::query_buffer::give_back(std::mem::take(&mut self.rbuf));
         }
+    }
+
+    /// After a batch's replies are written: a reply buffer no larger than the size the reply
+    /// buffer cron gave it (16 KiB at most, 1 KiB once idle for a while) is kept, and a socket
+    /// with no query buffer drops its own idle state. So 10k idle clients cost little memory,
+    /// while one whose replies fit keeps its buffer across batches.
+    fn release_idle_buffers(&mut self, stream: &mut Socket, sess: &Session) {
         if self.out.capacity() > sess.info.reply_buf.size() {
             self.out.release();
         }
