@@ -61,6 +61,7 @@ mod replication;
 mod resharding;
 mod resp3;
 mod scan;
+mod script_debug;
 mod scripting;
 mod sort;
 mod streams;

@@ -709,6 +709,41 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
+    /// A copy of `key` in `db` as it is now, expired or not, access clock included: what
+    /// [`Ctx::put_back`] restores. `None` when there is no such key.
+    pub fn save_key(&mut self, db: usize, key: &[u8]) -> Result<Option<Entry>, CommandError> {
+        let (table, _, hash) = self.table(db, key)?;
+        Ok(table.find(key, hash).map(|i| {
+            let e = table.at(i);
+            let value = match e.value() {
+                ValueRef::Str(b) => NewValue::Bytes(b),
+                ValueRef::Obj(o) => NewValue::Object(o.clone()),
+            };
+            Entry::new(key, hash, value, e.expire(), e.lru())
+        }))
+    }
+
+    /// Puts `key` back in `db` as [`Ctx::save_key`] found it (absent for `None`), unseen: no
+    /// event, no dirty count, nothing for the write stream. For changes nobody may ever see
+    /// (a script debugged with SCRIPT DEBUG YES), undone under the locks they were made in.
+    pub fn put_back(&mut self, db: usize, key: &[u8], saved: Option<Entry>) -> Result<(), CommandError> {
+        if let Some(e) = &saved
+            && let ValueRef::Obj(Object::Hash(h)) = e.value()
+            && let Some(when) = h.min_expire()
+        {
+            self.ks.db(db).watch_field_ttls(key, when);
+        }
+        let (table, slot, hash) = self.table(db, key)?;
+        if let Some(i) = table.find(key, hash) {
+            table.remove_at(i);
+        }
+        if let Some(e) = saved {
+            table.insert_new(e);
+        }
+        slot.sync(table);
+        Ok(())
+    }
+
     /// Deletes `key` from the current database; returns whether it existed.
     pub fn delete(&mut self, key: &[u8]) -> Result<bool, CommandError> {
         let db = self.db;

@@ -68,8 +68,8 @@ redis.status_reply = function(...)
   return {ok = (...)}
 end
 redis.replicate_commands = function() return true end
-redis.breakpoint = function() return false end
-redis.debug = function() end
+redis.breakpoint = static.breakpoint
+redis.debug = static.debug
 redis.REPL_NONE = 0
 redis.REPL_AOF = 1
 redis.REPL_SLAVE = 2
@@ -397,4 +397,4 @@ local function intact()
   return true
 end
 
-return env, make_runner, make_fn_runner, intact, load_library
+return env, make_runner, make_fn_runner, intact, load_library, dbg

@@ -25,8 +25,9 @@ pub struct Script {
     pub shebang: Shebang,
     /// `f_<sha>`, Valkey's name for its function in error texts.
     name: String,
-    /// When an EVAL last ran it (nanoseconds since the cache was made): eviction takes the
-    /// least recent. A plain store, so running a cached script takes no lock.
+    /// The cache's clock when the script was added or last ran: eviction takes the least
+    /// recent. Stored only when the clock moved since, so a script run over and over by many
+    /// threads is only read, and its line is not passed from core to core.
     used: AtomicU64,
 }
 
@@ -43,16 +44,13 @@ impl Script {
 }
 
 /// The shared cache.
+#[derive(Default)]
 pub struct ScriptCache {
     inner: RwLock<Inner>,
-    epoch: std::time::Instant,
+    /// Ticks once per script added: only the order of adds and runs matters to eviction,
+    /// and runs between two adds are all more recent than every script added before them.
+    clock: AtomicU64,
     evicted: AtomicU64,
-}
-
-impl Default for ScriptCache {
-    fn default() -> Self {
-        ScriptCache { inner: RwLock::default(), epoch: std::time::Instant::now(), evicted: AtomicU64::new(0) }
-    }
 }
 
 #[derive(Default)]
@@ -91,7 +89,7 @@ impl ScriptCache {
         }
         let shebang = eval_shebang(body)?;
         let name = format!("f_{}", std::str::from_utf8(&sha).unwrap_or(""));
-        let used = AtomicU64::new(self.now());
+        let used = AtomicU64::new(self.clock.fetch_add(1, Ordering::Relaxed) + 1);
         let script = Arc::new(Script { sha, body: body.into(), shebang, name, used });
         check(&script)?;
         let mut inner = self.inner.write();
@@ -121,13 +119,12 @@ impl ScriptCache {
         Ok(script)
     }
 
-    /// Marks an EVAL script as used now, so eviction takes older ones first.
+    /// Marks a script as run now (EVAL, EVALSHA), so eviction takes older ones first.
     pub fn touch(&self, script: &Script) {
-        script.used.store(self.now(), Ordering::Relaxed);
-    }
-
-    fn now(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
+        let now = self.clock.load(Ordering::Relaxed);
+        if script.used.load(Ordering::Relaxed) != now {
+            script.used.store(now, Ordering::Relaxed);
+        }
     }
 
     /// SCRIPT FLUSH: every script goes, and every VM is replaced with what it compiled.
@@ -155,6 +152,11 @@ impl ScriptCache {
     /// Scripts evicted so far (INFO evicted_scripts).
     pub fn evicted(&self) -> u64 {
         self.evicted.load(Ordering::Relaxed)
+    }
+
+    /// CONFIG RESETSTAT: `evicted_scripts` starts again from zero.
+    pub fn reset_stats(&self) {
+        self.evicted.store(0, Ordering::Relaxed);
     }
 }
 
@@ -184,6 +186,24 @@ mod tests {
         assert!(cache.get(&upper).is_some(), "SHA lookups ignore case");
         cache.flush();
         assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn eviction_is_plain_lru_over_adds_and_runs() {
+        let cache = ScriptCache::default();
+        let add = |i: usize| cache.add(format!("return {i}").as_bytes(), true, |_| Ok(())).unwrap();
+        let scripts: Vec<_> = (1..=EVAL_SCRIPTS_KEPT).map(add).collect();
+        // Runs of "return 1" and "return 2" make them the most recent; runs with no add in
+        // between store nothing more.
+        cache.touch(&scripts[0]);
+        cache.touch(&scripts[1]);
+        cache.touch(&scripts[1]);
+        add(1000);
+        assert_eq!(cache.evicted(), 1);
+        assert!(cache.get(&scripts[0].sha).is_some());
+        assert!(cache.get(&scripts[1].sha).is_some());
+        assert!(cache.get(&scripts[2].sha).is_none(), "the least recent goes");
+        assert!(cache.get(&scripts[3].sha).is_some());
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod body;
 pub mod cache;
 pub mod convert;
 pub mod functions;
+pub mod ldb;
 pub mod libs;
 pub mod vm;
 

@@ -16,6 +16,7 @@ use std::time::Duration;
 use crate::body::{Sha, sha1_hex};
 use crate::convert;
 use crate::functions::{FnDef, Functions, Metadata};
+use crate::ldb;
 
 /// Log levels of `redis.log`, Valkey's `LL_*`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +78,8 @@ pub struct Vm {
     current: Rc<Current>,
     make_runner: Function,
     make_fn_runner: Function,
+    /// The debug library, which scripts do not see: the debugger reads frames through it.
+    dbg: Table,
     intact: Function,
     load_library: Function,
     /// EVAL scripts by SHA, each as its runner (see api.lua's make_runner). SCRIPT FLUSH
@@ -110,6 +113,10 @@ struct Current {
     flat: RefCell<Vec<u8>>,
     spans: RefCell<Vec<(usize, usize)>>,
     reply: RefCell<ReplyBuf>,
+    /// The debugger's state the API functions log into, during a debugged run.
+    ldb: ldb::Shared,
+    /// The debugging session of a debugged run, which the line hook takes while stopped.
+    session: RefCell<Option<Box<ldb::Session>>>,
 }
 
 impl Current {
@@ -239,11 +246,13 @@ impl Vm {
             flat: RefCell::new(Vec::new()),
             spans: RefCell::new(Vec::new()),
             reply: RefCell::new(ReplyBuf::new()),
+            ldb: ldb::Shared::default(),
+            session: RefCell::new(None),
         });
         let statics = statics(&lua, &current)?;
         let api: Function = lua.load(include_str!("api.lua")).set_name("=api").into_function()?;
-        type Api = (Table, Function, Function, Function, Function);
-        let (env, make_runner, make_fn_runner, intact, load_library): Api =
+        type Api = (Table, Function, Function, Function, Function, Table);
+        let (env, make_runner, make_fn_runner, intact, load_library, dbg): Api =
             api.call((current.slot.clone(), statics))?;
         lua.set_globals(env)?;
         // What setting up left behind (the API chunk, library tables' temporaries) goes now,
@@ -256,6 +265,7 @@ impl Vm {
             current,
             make_runner,
             make_fn_runner,
+            dbg,
             intact,
             load_library,
             scripts: HashMap::default(),
@@ -281,6 +291,62 @@ impl Vm {
             }
             Ok(mlua::VmState::Continue)
         });
+    }
+
+    /// The hook of a debugged run: the debugger's, on every line of the script and every
+    /// 100,000 instructions (to stop an endless loop).
+    fn install_debug_hook(&self) {
+        let cur = self.current.clone();
+        let (dbg, globals) = (self.dbg.clone(), self.globals.clone());
+        let triggers = mlua::HookTriggers::new().every_line().every_nth_instruction(100_000);
+        let _ = self.lua.set_hook(triggers, move |lua, ar| {
+            let counted = matches!(ar.event(), mlua::DebugEvent::Count);
+            // Lines of the API's own Lua code are not the user's to step through.
+            if !ar.source().short_src.as_deref().is_some_and(|s| s.contains("user_script")) {
+                return Ok(mlua::VmState::Continue);
+            }
+            let line = ar.current_line().map_or(-1, |l| l as i64);
+            let Some(mut session) = cur.session.borrow_mut().take() else {
+                return Ok(mlua::VmState::Continue);
+            };
+            let frames = ldb::Frames { dbg: &dbg, globals: &globals };
+            let stopped = ldb::on_line(lua, &cur.ldb, &mut session, &frames, line, counted);
+            *cur.session.borrow_mut() = Some(session);
+            match stopped {
+                Ok(()) => Ok(mlua::VmState::Continue),
+                Err(text) => {
+                    // As redis.call's errors: the table reaches the handler by `pending`.
+                    if let Ok(t) = convert::error_table(lua, text.as_bytes(), false) {
+                        cur.slot.raw_set("pending", t)?;
+                    }
+                    Err(mlua::Error::runtime(text))
+                }
+            }
+        });
+    }
+
+    /// Runs an EVAL script under the debugger (SCRIPT DEBUG): it stops before its first line
+    /// and at every stop reads the client's commands through `session`'s connection. The
+    /// session's end mark is sent before this returns; the script's reply goes to `out`, as
+    /// [`Vm::eval`]'s does.
+    #[allow(clippy::too_many_arguments)]
+    pub fn eval_debug(
+        &mut self,
+        f: &Function,
+        name: &str,
+        call: Call<'_>,
+        host: &mut dyn Host,
+        out: &mut ReplyBuf,
+        session: Box<ldb::Session>,
+    ) -> (Outcome, Box<ldb::Session>) {
+        self.current.ldb.begin();
+        *self.current.session.borrow_mut() = Some(session);
+        self.install_debug_hook();
+        let outcome = self.eval(f, name, call, host, out);
+        self.install_hook();
+        let mut session = self.current.session.borrow_mut().take().expect("the hook gives the session back");
+        self.current.ldb.end(&mut session);
+        (outcome, session)
     }
 
     /// Runs a library's code to collect the functions it registers (FUNCTION LOAD and every
@@ -457,7 +523,16 @@ impl Vm {
         let outcome = match result {
             Ok((true, v)) => {
                 convert::lua_to_reply(&v, self.current.resp.get(), out);
-                Outcome::Done
+                // A returned error table is the script's error reply: counted in errorstats
+                // unless it is a failed call's own error, counted when the call failed.
+                match &v {
+                    Value::Table(t) if matches!(t.raw_get::<Value>("err"), Ok(Value::String(_))) => {
+                        let counted =
+                            !matches!(t.raw_get::<Value>("ignore_error_stats_update"), Ok(Value::Boolean(true)));
+                        Outcome::Failed { counted }
+                    }
+                    _ => Outcome::Done,
+                }
             }
             Ok((false, v)) => self.error_reply(name, &v, out),
             Err(e) => {
@@ -659,6 +734,9 @@ impl Current {
     /// reply; also says whether that reply is an error (which `redis.call` raises).
     fn call(&self, lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
         let fail = |text: &str| -> mlua::Result<(Value, bool)> {
+            if self.ldb.logging() {
+                self.ldb.log(format!("<error> {text}").into_bytes());
+            }
             let t =
                 convert::error_table(lua, text.as_bytes(), false).map_err(|_| mlua::Error::runtime("out of memory"))?;
             Ok((t, true))
@@ -673,12 +751,19 @@ impl Current {
         reply.set_protocol(if self.resp.get() == 3 { Protocol::Resp3 } else { Protocol::Resp2 });
         let ran = {
             let (flat, spans) = (self.flat.borrow(), self.spans.borrow());
-            self.with_host(|h| h.call(Args::from_parts(&flat, &spans), &mut reply))
+            let args = Args::from_parts(&flat, &spans);
+            if self.ldb.logging() {
+                self.ldb.log_command(args);
+            }
+            self.with_host(|h| h.call(args, &mut reply))
         };
         if ran.is_none() {
             return fail("This function can only be called from inside a script");
         }
         let bytes = reply.as_bytes();
+        if self.ldb.logging() {
+            self.ldb.log_reply(bytes);
+        }
         let failed = bytes.first() == Some(&b'-');
         Ok((convert::reply_to_lua(lua, bytes)?, failed))
     }
@@ -737,6 +822,16 @@ fn statics(lua: &Lua, current: &Rc<Current>) -> mlua::Result<Table> {
     )?;
     let cur = current.clone();
     t.raw_set("pcall", lua.create_function(move |lua, args: MultiValue| Ok(cur.call(lua, args)?.0))?)?;
+    let cur = current.clone();
+    t.raw_set("breakpoint", lua.create_function(move |_, ()| Ok(cur.ldb.breakpoint()))?)?;
+    let cur = current.clone();
+    t.raw_set(
+        "debug",
+        lua.create_function(move |_, args: MultiValue| {
+            cur.ldb.debug(&args);
+            Ok(())
+        })?,
+    )?;
     let cur = current.clone();
     t.raw_set("host", lua.create_function(move |lua, args: MultiValue| dispatch(lua, &cur, args))?)?;
     t.raw_set(

@@ -214,3 +214,148 @@ fn many_results_do_not_overflow_the_stack() {
     let r = eval(&mut vm, &mut h, "local ok, e = pcall(error, 'x', 0) return e", &[], &[]);
     assert_eq!(r, "$1\r\nx\r\n");
 }
+
+/// A debugging client that sends its commands one per read, as a person typing does, and
+/// keeps what the debugger sent back as the arrays of lines it reads.
+struct Typist {
+    commands: std::collections::VecDeque<Vec<u8>>,
+    seen: std::sync::Arc<parking_lot::Mutex<Vec<Vec<String>>>>,
+}
+
+impl crate::ldb::DebugIo for Typist {
+    fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        let text = String::from_utf8_lossy(bytes).into_owned();
+        let mut lines = text.split("\r\n");
+        let n: usize = lines.next().unwrap().trim_start_matches('*').parse().unwrap();
+        let entries: Vec<String> = lines.take(n).map(|l| l.trim_start_matches('+').to_string()).collect();
+        self.seen.lock().push(entries);
+        Ok(())
+    }
+    fn recv(&mut self, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+        match self.commands.pop_front() {
+            Some(c) => {
+                buf.extend_from_slice(&c);
+                Ok(c.len())
+            }
+            None => Ok(0),
+        }
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
+}
+
+fn command(words: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", words.len()).into_bytes();
+    for w in words {
+        out.extend_from_slice(format!("${}\r\n{w}\r\n", w.len()).as_bytes());
+    }
+    out
+}
+
+/// Runs `code` under the debugger with `typed` as the client's commands; returns the
+/// script's reply and every array of lines the debugger sent.
+fn debug(code: &str, keys: &[&str], typed: &[&[&str]]) -> (String, Vec<Vec<String>>) {
+    let (mut vm, mut h) = (Vm::new().unwrap(), Fake::default());
+    let seen = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let io = Typist { commands: typed.iter().map(|w| command(w)).collect(), seen: seen.clone() };
+    let session = crate::ldb::Session::new(Box::new(io), code.as_bytes(), std::time::Duration::ZERO, Vec::new());
+    let sha = crate::sha1_hex(code.as_bytes());
+    let f = vm.script(&sha, code.as_bytes()).unwrap();
+    let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+    let mut out = ReplyBuf::new();
+    let (_, _session) =
+        vm.eval_debug(&f, "f_test", Call { keys: &keys, args: &[] }, &mut h, &mut out, Box::new(session));
+    // The VM runs plain scripts as before afterwards.
+    assert_eq!(eval(&mut vm, &mut h, "return 1", &[], &[]), ":1\r\n");
+    let seen = seen.lock().clone();
+    (String::from_utf8_lossy(out.as_bytes()).into_owned(), seen)
+}
+
+#[test]
+fn the_debugger_steps_prints_and_calls_commands() {
+    let code = "local a = 1\nlocal t = {1, 'x', k = true}\nredis.call('set', KEYS[1], 'v')\nreturn a + 1";
+    let (reply, seen) = debug(
+        code,
+        &["key"],
+        &[
+            &["s"],
+            &["p"],
+            &["s"],
+            &["p", "t"],
+            &["p", "KEYS"],
+            &["r", "get", "key"],
+            &["e", "1 + 9"],
+            &["e", "a"],
+            &["c"],
+        ],
+    );
+    assert_eq!(reply, ":2\r\n");
+    assert_eq!(seen[0], ["* Stopped at 1, stop reason = step over", "-> 1   local a = 1"]);
+    assert_eq!(seen[1][0], "* Stopped at 2, stop reason = step over");
+    assert_eq!(seen[2], ["<value> a = 1"]);
+    assert_eq!(seen[3][0], "* Stopped at 3, stop reason = step over");
+    assert_eq!(seen[4], ["<value> {1; \"x\"; [\"k\"]=true}".replace("{1; \"x\"; ", "{[1]=1; [2]=\"x\"; ")]);
+    assert_eq!(seen[5], ["<value> {\"key\"}"]);
+    assert_eq!(seen[6], ["<command> get key", "<reply> NULL"]);
+    assert_eq!(seen[7], ["<retval> 10"]);
+    // The code runs in a frame of its own: the script's locals are not there.
+    assert_eq!(seen[8], ["<error> ldb_eval:1: Script attempted to access nonexistent global variable 'a'"]);
+    // Continuing logs nothing more until the end: the script's own calls are not logged
+    // when not stepping.
+    assert_eq!(seen.last().unwrap(), &["<endsession>"]);
+    assert_eq!(seen.len(), 10);
+}
+
+#[test]
+fn breakpoints_lists_and_unknown_commands() {
+    let code = "local a = 1\nlocal b = 2\nlocal c = 3\nreturn c";
+    let (reply, seen) = debug(
+        code,
+        &[],
+        &[&["b", "3"], &["b"], &["l", "2", "0"], &["nope"], &["hello\0world"], &["c"], &["w"], &["c"]],
+    );
+    assert_eq!(reply, ":3\r\n");
+    assert_eq!(seen[1], ["   2   local b = 2", "  #3   local c = 3", "   4   return c"]);
+    assert_eq!(seen[2], ["1 breakpoints set:", "  #3   local c = 3"]);
+    assert_eq!(seen[3], ["   2   local b = 2"]);
+    assert_eq!(seen[4], ["<error> Unknown Lua debugger command or wrong number of arguments."]);
+    assert_eq!(seen[5], seen[4]);
+    assert_eq!(seen[6], ["* Stopped at 3, stop reason = break point", "->#3   local c = 3"]);
+    assert_eq!(seen[7].len(), 4);
+    assert_eq!(seen[7][2], "->#3   local c = 3");
+}
+
+#[test]
+fn abort_breakpoint_and_a_client_that_leaves() {
+    let (reply, _) = debug("local a = 1\nreturn a", &[], &[&["a"]]);
+    assert!(reply.starts_with("-ERR script aborted for user request"), "{reply}");
+    let code = "redis.debug('x', 1, {2})\nredis.breakpoint()\nlocal z = 5\nreturn z";
+    let (reply, seen) = debug(code, &[], &[&["c"], &["c"]]);
+    assert_eq!(reply, ":5\r\n");
+    assert_eq!(
+        seen[1],
+        [
+            "<debug> line 1: \"x\", 1, {2}",
+            "* Stopped at 3, stop reason = redis.breakpoint() called",
+            "-> 3   local z = 5"
+        ]
+    );
+    // Nobody left to answer: the script runs to its end.
+    let (reply, seen) = debug("local a = 1\nreturn a", &[], &[]);
+    assert_eq!(reply, ":1\r\n");
+    assert_eq!(seen.last().unwrap(), &["<endsession>"]);
+}
+
+#[test]
+fn a_malformed_debugger_command_ends_the_script() {
+    let (mut vm, mut h) = (Vm::new().unwrap(), Fake::default());
+    let seen = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let io = Typist { commands: [b"garbage".to_vec()].into(), seen };
+    let code = "return 1";
+    let session = crate::ldb::Session::new(Box::new(io), code.as_bytes(), std::time::Duration::ZERO, Vec::new());
+    let f = vm.script(&crate::sha1_hex(code.as_bytes()), code.as_bytes()).unwrap();
+    let mut out = ReplyBuf::new();
+    let _ = vm.eval_debug(&f, "f_test", Call { keys: &[], args: &[] }, &mut h, &mut out, Box::new(session));
+    assert!(String::from_utf8_lossy(out.as_bytes()).starts_with("-ERR protocol error"));
+}

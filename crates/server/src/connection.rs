@@ -262,6 +262,10 @@ impl Conn {
                         self.flush(stream, sess).await?;
                         return self.serve_replica(srv, stream, *start).await;
                     }
+                    Flow::Debug(argv) => {
+                        self.flush(stream, sess).await?;
+                        Some(self.debug_script(srv, stream, sess, argv)?)
+                    }
                     Flow::Shutdown => {
                         self.flush(stream, sess).await?;
                         srv.request_shutdown();
@@ -321,6 +325,63 @@ impl Conn {
         let gated = crate::freeze::Gated::new(stream, srv.clone());
         let _ = start.session.run(gated, &leftover, source.as_ref()).await;
         Ok(())
+    }
+
+    /// Runs an EVAL under the Lua debugger (SCRIPT DEBUG): the session reads the client's
+    /// debugger commands and writes its answers on the socket itself, holding this thread
+    /// while the script is stopped, as Valkey's synchronous session holds its event loop.
+    /// The worker's other clients move to other threads meanwhile. The connection closes
+    /// after the script's reply, which is how the client knows the session is over.
+    fn debug_script(
+        &mut self,
+        srv: &Arc<Server>,
+        stream: &mut Socket,
+        sess: &mut Session,
+        argv: Vec<Vec<u8>>,
+    ) -> io::Result<Flow> {
+        let rolled_back = sess.debug_scripts == Some(crate::script::DebugMode::RolledBack);
+        sess.close_after_reply = true;
+        // Whatever the client sent after its EVAL is for the debugger.
+        let input = self.rbuf.to_vec();
+        self.rbuf.clear();
+        self.decoder = Decoder::default();
+        let lent = stream.lend(std::time::Duration::from_secs(5))?;
+        let threshold = std::time::Duration::from_millis(srv.rt.load().busy_reply_threshold);
+        let body = argv.get(1).map_or(&[][..], Vec::as_slice);
+        let session = hotkv_scripting::ldb::Session::new(Box::new(lent), body, threshold, input);
+        self.scratch.debugger = Some(Box::new(session));
+        tracing::info!(
+            "Lua debugging session started ({}) for client id={} addr={}",
+            if rolled_back { "changes rolled back at its end" } else { "sync, changes kept" },
+            sess.id,
+            sess.info.addr
+        );
+        sess.info.debugging.store(true, Ordering::Relaxed);
+        let mut run = || {
+            let engine = srv.engine.load();
+            let rt = srv.rt.load();
+            let batch = Batch { srv, engine: &engine, rt: &rt, now_ms: unix_ms() };
+            let (flat, spans) = flatten(&argv);
+            let args = hotkv_protocol::Args::from_parts(&flat, &spans);
+            dispatch(&batch, sess, args, &mut self.out, &mut self.scratch)
+        };
+        let flow = match tokio::runtime::Handle::try_current() {
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(run)
+            }
+            _ => run(),
+        };
+        if let Some(mut session) = self.scratch.debugger.take() {
+            // A script that never ran (a compile error) still ends its session first.
+            session.close();
+            if let Ok(lent) = session.into_io().into_any().downcast::<crate::io::Lent>() {
+                stream.take_back(*lent)?;
+            }
+        }
+        sess.info.debugging.store(false, Ordering::Relaxed);
+        sess.debug_scripts = None;
+        tracing::info!("Lua debugging session ended for client id={}", sess.id);
+        Ok(flow)
     }
 
     /// Waits until a blocked command is served, times out or is unblocked, and writes its
@@ -948,5 +1009,20 @@ pub(crate) fn prefetch_keys<'k>(
     }
     for &(slot, hash) in hints.iter().flatten() {
         d.slot(slot).prefetch_entry(hash);
+    }
+}
+
+/// The Lua debugger reaches its client through the lent socket.
+impl hotkv_scripting::ldb::DebugIo for crate::io::Lent {
+    fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        crate::io::Lent::send(self, bytes)
+    }
+
+    fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
+        crate::io::Lent::recv(self, buf)
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
     }
 }

@@ -51,6 +51,8 @@ pub struct Scratch {
     pub(crate) effects: Effects,
     /// The script an EVAL or EVALSHA names, found while judging its flags.
     pub(crate) script: Option<std::sync::Arc<hotkv_scripting::Script>>,
+    /// The Lua debugger's session, lent by the connection to the EVAL it runs (SCRIPT DEBUG).
+    pub(crate) debugger: Option<Box<hotkv_scripting::ldb::Session>>,
 }
 
 /// A command waiting on another node: what to ask, and how to run its second turn.
@@ -234,8 +236,14 @@ fn run_checked(
     }
     if let Some(i) = b.srv.known.scripts.iter().position(|&s| s == id) {
         let start = Instant::now();
+        let mark = out.len();
         let r = crate::script::run(b, sess, script_kind(i), script_read_only(i), args, out, scratch);
-        account(b, sess, cmd, &args, start.elapsed().as_nanos() as u64, r.is_err());
+        // A script whose reply is an error failed, whatever raised it (Valkey's failed_calls).
+        let failed = r.is_err() || out.as_bytes().get(mark) == Some(&b'-');
+        // An EVAL handed to the debugger counts once, when it runs.
+        if !matches!(r, Ok(Flow::Debug(_))) {
+            account(b, sess, cmd, &args, start.elapsed().as_nanos() as u64, failed);
+        }
         return r;
     }
     Ok(execute(b, sess, cmd, args, out, scratch, mode))

@@ -207,6 +207,87 @@ impl Socket {
     }
 }
 
+/// The socket lent to an exchange that holds its thread until it ends (the Lua debugger's
+/// synchronous session): blocking reads and writes on a duplicate of the descriptor, through
+/// the connection's TLS session, which it takes along until [`Socket::take_back`].
+pub struct Lent {
+    sock: socket2::Socket,
+    tls: Option<Box<TlsLayer>>,
+}
+
+impl Socket {
+    /// Lends the socket out in blocking mode, writes bounded by `send_timeout`. Whatever is
+    /// queued must have been flushed first.
+    pub fn lend(&mut self, send_timeout: std::time::Duration) -> io::Result<Lent> {
+        debug_assert!(self.queue.is_empty(), "the queue is flushed before the socket is lent");
+        let sock = self.fd.get_ref().try_clone()?;
+        // The mode belongs to the open file, which the duplicate shares: the connection's
+        // own descriptor blocks too until the socket is taken back.
+        sock.set_nonblocking(false)?;
+        sock.set_write_timeout(Some(send_timeout))?;
+        Ok(Lent { sock, tls: self.tls.take() })
+    }
+
+    /// The socket back from [`Socket::lend`], non-blocking again.
+    pub fn take_back(&mut self, lent: Lent) -> io::Result<()> {
+        self.tls = lent.tls;
+        lent.sock.set_write_timeout(None)?;
+        lent.sock.set_nonblocking(true)
+    }
+}
+
+impl Lent {
+    /// Writes all of `data`.
+    pub fn send(&mut self, data: &[u8]) -> io::Result<()> {
+        match self.tls.as_deref_mut() {
+            None => (&self.sock).write_all(data),
+            Some(t) => {
+                t.session.write_plaintext(data);
+                let mut records = Vec::new();
+                t.session.take_tls_output(&mut records);
+                (&self.sock).write_all(&records)
+            }
+        }
+    }
+
+    /// Waits for bytes from the peer and appends them to `buf`; `Ok(0)` once it closed.
+    pub fn recv(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
+        let mut chunk = vec![0u8; RAW_CHUNK];
+        let sock = &self.sock;
+        let read = |chunk: &mut [u8]| loop {
+            match (&*sock).read(chunk) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => return r,
+            }
+        };
+        let Some(t) = self.tls.as_deref_mut() else {
+            let n = read(&mut chunk)?;
+            buf.extend_from_slice(&chunk[..n]);
+            return Ok(n);
+        };
+        loop {
+            if !t.plain.is_empty() {
+                let n = t.plain.len();
+                buf.extend_from_slice(&t.plain);
+                t.plain.clear();
+                return Ok(n);
+            }
+            if t.session.peer_closed() {
+                return Ok(0);
+            }
+            let n = read(&mut chunk)?;
+            if n == 0 {
+                return Ok(0);
+            }
+            let fed = t.session.feed(&chunk[..n], &mut t.plain);
+            let mut records = Vec::new();
+            t.session.take_tls_output(&mut records);
+            (&*sock).write_all(&records)?;
+            fed.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        }
+    }
+}
+
 async fn read_plain(
     fd: &AsyncFd<socket2::Socket>,
     queue: &mut OutQueue,

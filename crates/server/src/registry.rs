@@ -31,6 +31,9 @@ pub enum Flow {
     Await(std::pin::Pin<Box<dyn std::future::Future<Output = Vec<u8>> + Send>>),
     /// The connection becomes a replica's session (PSYNC/SYNC) for the rest of its life.
     Replica(Box<crate::replication::SyncStart>),
+    /// An EVAL to run under the Lua debugger (its arguments): the connection hands its
+    /// socket to the debugging session, runs the script, and closes after its reply.
+    Debug(Vec<Vec<u8>>),
 }
 
 impl std::fmt::Debug for Flow {
@@ -44,6 +47,7 @@ impl std::fmt::Debug for Flow {
             Flow::Remote(_) => "Remote",
             Flow::Await(_) => "Await",
             Flow::Replica(_) => "Replica",
+            Flow::Debug(_) => "Debug",
         })
     }
 }

@@ -17,11 +17,12 @@ use std::time::Duration;
 use quanta::Instant;
 
 use hotkv_engine::command::flags;
+use hotkv_engine::entry::Entry;
 use hotkv_engine::keyspace::{LockId, lock_id};
 use hotkv_engine::plan::{KeyHint, LockScope, Plan};
 use hotkv_engine::route::{KeyPresence, Route};
 use hotkv_engine::slot::SLOTS;
-use hotkv_engine::{AddLock, BlockMode, CommandError, Ctx, DownReason};
+use hotkv_engine::{AddLock, BlockMode, CommandError, Ctx, DownReason, EngineConfig, Events, NoEvents};
 use hotkv_protocol::{Args, ReplyBuf};
 use hotkv_scripting::{Call, Host, LogLevel, Outcome, Script, flag as sflag};
 
@@ -50,6 +51,21 @@ pub enum Kind {
     Fcall,
 }
 
+/// How SCRIPT DEBUG runs the client's next EVAL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DebugMode {
+    /// SYNC: the script's changes stay.
+    Sync,
+    /// YES: the script's changes are undone when the session ends, and nobody sees them
+    /// meanwhile (Valkey runs the session in a forked child).
+    RolledBack,
+}
+
+/// Whether this run is debugged under SCRIPT DEBUG YES, its changes undone at its end.
+fn rolls_back(sess: &Session, debugger: &Option<Box<hotkv_scripting::ldb::Session>>) -> bool {
+    debugger.is_some() && sess.debug_scripts == Some(DebugMode::RolledBack)
+}
+
 /// The script about to run, found before any lock is taken.
 struct Target {
     code: Code,
@@ -75,12 +91,33 @@ pub fn run(
     out: &mut ReplyBuf,
     scratch: &mut Scratch,
 ) -> Result<Flow, CommandError> {
+    if sess.debug_scripts.is_some() {
+        match kind {
+            Kind::EvalSha if args.get(1).len() != 40 => return Err(noscript()),
+            Kind::EvalSha => return Err(CommandError::err("Please use EVAL instead of EVALSHA for debugging")),
+            // The connection lends its socket to the debugger, then runs the EVAL again.
+            Kind::Eval if scratch.debugger.is_none() => {
+                return Ok(Flow::Debug(args.iter().map(<[u8]>::to_vec).collect()));
+            }
+            _ => {}
+        }
+    }
     let numkeys = numkeys(kind, &args)?;
     let target = find(b, kind, &args, scratch.script.take())?;
     prepare(b, sess, &target, ro)?;
+    // Under SCRIPT DEBUG YES nobody may see what the script does: no event, no write stream,
+    // no key found expired deleted, and every key it changes put back at the end.
+    let rolled_back = rolls_back(sess, &scratch.debugger);
     let mut held = None;
-    let cfg = dataset_config(b, &mut held, sess);
+    let mut cfg = dataset_config(b, &mut held, sess);
+    let quiet_cfg;
+    if rolled_back {
+        quiet_cfg = EngineConfig { replica: true, ..cfg.clone() };
+        cfg = &quiet_cfg;
+    }
     let events = CmdEvents::new(b.srv, b.rt.notify).by(sess.id);
+    let quiet = NoEvents;
+    let seen: &dyn Events = if rolled_back { &quiet } else { &events };
     let mut extra: Vec<LockId> = Vec::new();
     let mut whole = false;
     let mut restarts = 0;
@@ -94,16 +131,23 @@ pub fn run(
         }
         let no_touch = sess.has_flag(flag::NO_TOUCH);
         let mut local = std::mem::take(&mut sess.local);
-        let mut ctx = Ctx::new(&b.srv.ks, sess.db, b.now_ms, cfg, &mut local, no_touch, &events, locks);
+        let mut ctx = Ctx::new(&b.srv.ks, sess.db, b.now_ms, cfg, &mut local, no_touch, seen, locks);
         ctx.block_mode = BlockMode::Immediate;
         ctx.effects = std::mem::take(&mut scratch.effects);
-        ctx.effects.begin(b.srv.ks.sink().active());
+        ctx.effects.begin(b.srv.ks.sink().active() && !rolled_back);
+        let dirty = ctx.stats.dirty;
         let mark = out.len();
-        let restart = run_in(b, sess, &target, ro, numkeys, &args, out, &mut ctx, restarts < MAX_RESTARTS);
+        // A debugged script never starts over: the session would replay from its start.
+        let may_restart = restarts < MAX_RESTARTS && scratch.debugger.is_none();
+        let restart = run_in(b, sess, &target, ro, numkeys, &args, out, &mut ctx, may_restart, &mut scratch.debugger);
         // Whatever ran reaches the stream as one MULTI/EXEC before the locks go: a run that
         // starts over wrote nothing but may have deleted keys found expired.
         emit(&mut ctx);
-        serve_blocked(b, &mut ctx, &events);
+        if rolled_back {
+            ctx.stats.dirty = dirty;
+        } else {
+            serve_blocked(b, &mut ctx, &events);
+        }
         scratch.effects = std::mem::take(&mut ctx.effects);
         drop(ctx);
         sess.local = local;
@@ -138,7 +182,7 @@ pub fn run_queued<'b: 'c, 'c>(
     let numkeys = numkeys(kind, &args)?;
     let target = find(b, kind, &args, None)?;
     prepare(b, sess, &target, ro)?;
-    run_in(b, sess, &target, ro, numkeys, &args, out, ctx, false);
+    run_in(b, sess, &target, ro, numkeys, &args, out, ctx, false, &mut None);
     Ok(Flow::Continue)
 }
 
@@ -170,9 +214,7 @@ fn numkeys(kind: Kind, args: &Args<'_>) -> Result<usize, CommandError> {
 /// The script an EVAL names by body (caching it) or an EVALSHA by SHA, or a FCALL's function.
 fn find(b: &Batch<'_>, kind: Kind, args: &Args<'_>, found: Option<Arc<Script>>) -> Result<Target, CommandError> {
     if let (Kind::Eval | Kind::EvalSha, Some(script)) = (kind, found) {
-        if kind == Kind::Eval {
-            b.srv.scripts.touch(&script);
-        }
+        b.srv.scripts.touch(&script);
         return Ok(Target {
             flags: script.shebang.flags,
             name: script.function_name().to_string(),
@@ -191,6 +233,7 @@ fn find(b: &Batch<'_>, kind: Kind, args: &Args<'_>, found: Option<Arc<Script>>) 
         }
         Kind::EvalSha => {
             let script = b.srv.scripts.get(args.get(1)).ok_or_else(noscript)?;
+            b.srv.scripts.touch(&script);
             Ok(Target {
                 flags: script.shebang.flags,
                 name: script.function_name().to_string(),
@@ -301,15 +344,22 @@ pub fn command_flags(b: &Batch<'_>, cmd: &Command, args: &Args<'_>, found: &mut 
 /// runs.
 fn prepare(b: &Batch<'_>, sess: &Session, t: &Target, ro: bool) -> Result<(), CommandError> {
     let f = t.flags;
+    let repl = &b.srv.repl;
+    let stale = repl.is_replica() && !repl.link_up() && !b.rt.replica_serve_stale_data;
     if f & sflag::EVAL_COMPAT_MODE != 0 {
+        // A script without a shebang says nothing of stale data: it may not run on it.
+        if stale {
+            return Err(CommandError::raw(
+                "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+            ));
+        }
         return Ok(());
     }
     if f & sflag::NO_CLUSTER != 0 && b.srv.cluster.is_some() {
         return Err(CommandError::err("Can not run script on cluster, 'no-cluster' flag is set."));
     }
-    let repl = &b.srv.repl;
     let master = sess.has_flag(flag::MASTER);
-    if f & sflag::ALLOW_STALE == 0 && repl.is_replica() && !repl.link_up() && !b.rt.replica_serve_stale_data {
+    if f & sflag::ALLOW_STALE == 0 && stale {
         return Err(CommandError::raw(
             "MASTERDOWN Link with MASTER is down, replica-serve-stale-data is set to 'no' and 'allow-stale' flag is not set on the script.",
         ));
@@ -380,9 +430,11 @@ fn run_in<'b: 'c, 'c>(
     out: &mut ReplyBuf,
     ctx: &mut Ctx<'c>,
     may_restart: bool,
+    debugger: &mut Option<Box<hotkv_scripting::ldb::Session>>,
 ) -> Option<Needs> {
     let keys: Vec<&[u8]> = (0..numkeys).map(|i| args.get(3 + i)).collect();
     let argv: Vec<&[u8]> = (3 + numkeys..args.len()).map(|i| args.get(i)).collect();
+    let rolled_back = rolls_back(sess, debugger);
     let mut host = ScriptHost {
         b,
         sess,
@@ -392,6 +444,7 @@ fn run_in<'b: 'c, 'c>(
         wrote: false,
         may_restart,
         restart: None,
+        undo: rolled_back.then(Vec::new),
         slot: declared_slot(b, &keys),
         repl: 3,
         plan: Plan::default(),
@@ -401,12 +454,21 @@ fn run_in<'b: 'c, 'c>(
         args: *args,
         started: std::time::Instant::now(),
         started_us: crate::server::unix_us(),
+        calls: 0,
+        next_poll: LONG_RUN,
     };
     let call = Call { keys: &keys, args: &argv };
     let mark = out.len();
     let outcome = hotkv_scripting::with_vm(|vm| match &t.code {
         Code::Script(script) => match vm.script(&script.sha, script.code()) {
-            Ok(f) => vm.eval(&f, &t.name, call, &mut host, out),
+            Ok(f) => match debugger.take() {
+                Some(session) => {
+                    let (outcome, session) = vm.eval_debug(&f, &t.name, call, &mut host, out, session);
+                    *debugger = Some(session);
+                    outcome
+                }
+                None => vm.eval(&f, &t.name, call, &mut host, out),
+            },
             Err(e) => {
                 out.error(&format!("ERR {e}"));
                 Outcome::Failed { counted: true }
@@ -421,6 +483,11 @@ fn run_in<'b: 'c, 'c>(
         },
     });
     host.finish();
+    if let Some(undo) = host.undo.take() {
+        for (db, key, saved) in undo.into_iter().rev() {
+            let _ = host.ctx.put_back(db, &key, saved);
+        }
+    }
     let ScriptHost { restart, .. } = host;
     match outcome {
         None => {
@@ -547,6 +614,9 @@ struct ScriptHost<'h, 'b, 'c> {
     may_restart: bool,
     /// Set when the run gave up to start over with more locks.
     restart: Option<Needs>,
+    /// SCRIPT DEBUG YES: every key a call may change, as it was before the first such call,
+    /// to be put back when the run ends.
+    undo: Option<Vec<Saved>>,
     /// The slot the script's keys are in (cluster mode), once known.
     slot: Option<u16>,
     /// `redis.set_repl` flags: 1 AOF, 2 replicas.
@@ -557,7 +627,16 @@ struct ScriptHost<'h, 'b, 'c> {
     state: Option<Arc<RunState>>,
     /// Unix microseconds when the run started: TIME inside it answers this.
     started_us: i64,
+    /// Commands called so far, and when (since `started`) they next look at the clock.
+    calls: u32,
+    next_poll: Duration,
 }
+
+/// How often the calls of a long script look at the clock for BUSY and SCRIPT KILL.
+const CALL_POLL_EVERY: Duration = Duration::from_millis(5);
+
+/// A key as it was before a SCRIPT DEBUG YES run changed it: (database, key, entry or none).
+type Saved = (usize, Vec<u8>, Option<Entry>);
 
 /// How long a run lasts before it counts as long: SCRIPT KILL, FUNCTION STATS and the busy
 /// checks see it from then on.
@@ -565,6 +644,18 @@ const LONG_RUN: std::time::Duration = std::time::Duration::from_millis(1);
 
 impl<'b: 'c, 'c> Host for ScriptHost<'_, 'b, 'c> {
     fn call(&mut self, args: Args<'_>, reply: &mut ReplyBuf) {
+        // A script that spends its time in the commands it calls (a loop over CLIENT LIST, or
+        // KEYS) reaches the instruction hook rarely: every 16 calls the clock is read too,
+        // so that other clients get BUSY and SCRIPT KILL finds the run on time. Killing it
+        // is still the hook's.
+        self.calls = self.calls.wrapping_add(1);
+        if self.calls.is_multiple_of(16) && !self.state.as_ref().is_some_and(|s| s.kill.load(Ordering::Relaxed)) {
+            let elapsed = self.started.elapsed();
+            if elapsed >= self.next_poll {
+                self.next_poll = elapsed + CALL_POLL_EVERY;
+                let _ = self.poll();
+            }
+        }
         if self.restart.is_some() {
             reply.error("ERR script is starting over");
             return;
@@ -758,6 +849,9 @@ impl<'b: 'c, 'c> ScriptHost<'_, 'b, 'c> {
         }
         self.check_cluster(cmd, &args)?;
         self.lock(cmd)?;
+        if self.undo.is_some() && cflags & (flags::WRITE | flags::MAY_REPLICATE) != 0 {
+            self.save_keys(cmd, &args)?;
+        }
         if cflags & flags::WRITE != 0 {
             self.wrote = true;
             if let Some(s) = &self.state {
@@ -830,6 +924,34 @@ impl<'b: 'c, 'c> ScriptHost<'_, 'b, 'c> {
                     return Err(CommandError::err("Script attempted to access keys that do not hash to the same slot"));
                 }
                 _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// SCRIPT DEBUG YES: notes the keys a call may change as they are now, once each. A call
+    /// whose effects are not in its keys (a flush, a publish) cannot be undone, so it is
+    /// refused.
+    fn save_keys(&mut self, cmd: &Command, args: &Args<'_>) -> Result<(), CommandError> {
+        let keys = self.plan.keys();
+        if self.plan.lock_scope() != LockScope::Keys || keys.is_empty() || keys.iter().any(|k| k.channel) {
+            return Err(CommandError::err(format!(
+                "'{}' cannot be undone at the end of a SCRIPT DEBUG YES session: use SCRIPT DEBUG SYNC",
+                cmd.full_name
+            )));
+        }
+        let Some(undo) = self.undo.as_mut() else { return Ok(()) };
+        // A key may be written in another database than the script's (MOVE, COPY ... DB):
+        // every database whose lock the call holds for the key's slot.
+        for k in keys {
+            let key = args.get(k.pos as usize);
+            for &id in self.plan.locks() {
+                let (db, slot) = (id as usize / SLOTS, (id as usize % SLOTS) as u16);
+                if slot != k.slot || undo.iter().any(|(d, saved, _)| *d == db && saved.as_slice() == key) {
+                    continue;
+                }
+                let before = self.ctx.save_key(db, key)?;
+                undo.push((db, key.to_vec(), before));
             }
         }
         Ok(())

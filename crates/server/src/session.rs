@@ -122,6 +122,8 @@ pub struct Session {
     pub tracking: Option<crate::tracking::Mode>,
     /// CLIENT CACHING was given for the next command (or transaction).
     pub caching: bool,
+    /// SCRIPT DEBUG YES or SYNC: the next EVAL runs under the Lua debugger.
+    pub debug_scripts: Option<crate::script::DebugMode>,
 }
 
 /// A transaction being queued.
@@ -151,6 +153,7 @@ impl Session {
         Session {
             tracking: None,
             caching: false,
+            debug_scripts: None,
             id: info.id,
             db: 0,
             authenticated,
@@ -305,6 +308,8 @@ pub struct ClientInfo {
     pub user: Mutex<String>,
     /// Set by CLIENT KILL or the idle timeout; the task closes when woken.
     pub killed: AtomicBool,
+    /// A Lua debugging session (SCRIPT DEBUG) holds its connection: a shutdown ends it.
+    pub debugging: AtomicBool,
     /// CLIENT LIST's `sub=`, `psub=`, `ssub=`, `watch=` and `multi=` (commands queued; shown
     /// only while the MULTI flag is set), kept up to date by the session.
     pub counts: Counts,
@@ -351,6 +356,7 @@ impl ClientInfo {
             lib_ver: Mutex::new(String::new()),
             user: Mutex::new("default".into()),
             killed: AtomicBool::new(false),
+            debugging: AtomicBool::new(false),
             counts: Counts::default(),
             wake: Notify::new(),
             tracking: crate::tracking::ClientTracking::default(),

@@ -190,6 +190,14 @@ async fn drive(srv: Arc<Server>, id: u64, mut opts: Opts, client: Option<String>
 /// the final save. `false` when the server must keep running.
 async fn finish(srv: &Arc<Server>, opts: Opts) -> bool {
     log_replicas(srv);
+    // A script stopped in the debugger holds its keys' locks, which the final save needs:
+    // its client is closed, so the script runs to its end (Valkey kills its forked sessions).
+    for c in srv.clients.snapshot() {
+        if c.debugging.load(std::sync::atomic::Ordering::Relaxed) {
+            info!("Killing debugging session of client id={}", c.id);
+            c.kill();
+        }
+    }
     match crate::aof::wire::rewrite_in_progress(srv) {
         Some(true) if opts.force => warn!("Writing initial AOF. Exit anyway."),
         Some(true) => {

@@ -147,6 +147,7 @@ fn resetstat(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> 
     srv.repl.primary.reset_sync_counts();
     srv.persist.reset_stats();
     srv.aof.reset_stats();
+    srv.scripts.reset_stats();
     out.ok();
     Ok(Flow::Continue)
 }

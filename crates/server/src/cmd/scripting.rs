@@ -235,6 +235,18 @@ pub static COMMANDS: &[ServerSpec] = &[
         "A container for Lua scripts management commands.",
         &[
             row(
+                "debug",
+                3,
+                f::NOSCRIPT,
+                S,
+                &[],
+                "scripting",
+                "3.2.0",
+                "Sets the debug mode of server-side Lua scripts.",
+                "O(1)",
+                script_debug,
+            ),
+            row(
                 "exists",
                 -3,
                 f::NOSCRIPT,
@@ -325,6 +337,8 @@ fn script_help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) 
         out,
         &args,
         &[
+            "DEBUG (YES|SYNC|NO)",
+            "    Set the debug mode for subsequent scripts executed.",
             "EXISTS <sha1> [<sha1> ...]",
             "    Return information about the existence of the scripts in the script cache.",
             "FLUSH [ASYNC|SYNC]",
@@ -341,6 +355,27 @@ fn script_help(_: &Server, _: &mut Session, args: Args<'_>, out: &mut ReplyBuf) 
             "    Show a script from the scripts cache.",
         ],
     );
+    Ok(Flow::Continue)
+}
+
+/// SCRIPT DEBUG: the client's next EVAL runs under the Lua debugger, which then talks to
+/// the client directly; so nothing may be waiting for the client in between.
+fn script_debug(_: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
+    use crate::script::DebugMode;
+    if !out.is_empty() {
+        return Err(CommandError::err("SCRIPT DEBUG must be called outside a pipeline"));
+    }
+    let mode = args.get(2);
+    sess.debug_scripts = if mode.eq_ignore_ascii_case(b"no") {
+        None
+    } else if mode.eq_ignore_ascii_case(b"yes") {
+        Some(DebugMode::RolledBack)
+    } else if mode.eq_ignore_ascii_case(b"sync") {
+        Some(DebugMode::Sync)
+    } else {
+        return Err(CommandError::err("Use SCRIPT DEBUG YES/SYNC/NO"));
+    };
+    out.ok();
     Ok(Flow::Continue)
 }
 
