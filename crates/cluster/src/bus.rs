@@ -512,6 +512,21 @@ impl Bus {
         self.next_serial.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Lets the link writers (tasks of this same runtime) put what was just queued on the
+    /// wire before [`Bus::after_change`] hands a changed table to the server. The server acts
+    /// on it at once, on its own threads: a replica that won an election answers INFO as a
+    /// primary. Had the bus thread been preempted before its writers ran, a client could see
+    /// the new role while the PONGs announcing the win were still queued here, and a process
+    /// frozen then (Valkey's unit/cluster/failover2 does exactly that) leaves the cluster
+    /// believing the old primary's shard has no new one: its sibling's election for the old
+    /// primary gets no votes and expires. Valkey cannot show the role before those writes,
+    /// as one event loop serves both. Only when the table changed, to keep PINGs cheap.
+    async fn writers_first(&self) {
+        if self.state.lock().view_change_pending() {
+            tokio::task::yield_now().await;
+        }
+    }
+
     /// Saves `nodes.conf` when the table changed (once the change is [`SAVE_DELAY_MS`] old),
     /// and tells the server when what routing depends on changed. This runs after every frame
     /// and every tick, so it does nothing when nothing changed: the server's rebuild walks all
@@ -625,6 +640,7 @@ impl Bus {
             for (id, ip, port) in targets {
                 self.dial_if_needed(id, &ip, port, now);
             }
+            self.writers_first().await;
             self.after_change(false);
             if let Some(due) = self.save_due_in(now_ms()) {
                 wait = wait.min(due);
@@ -943,6 +959,7 @@ impl Bus {
                     // and rebuilding that (16384 slots) per message would cost publishers
                     // dearly; an epoch it taught is saved by the next tick's check.
                     if !publish {
+                        self.writers_first().await;
                         self.after_change(false);
                     }
                     if !keep {
@@ -1262,6 +1279,78 @@ mod tests {
                 assert_eq!(l.events(), "r");
             }
         }
+        clean_up(&buses);
+    }
+
+    /// A fourth node, whose bus runs as the server runs it: alone on a current-thread runtime
+    /// of its own thread. `on_change` stands for its server's hook.
+    fn replica_on_its_own_thread(
+        on_change: Box<dyn Fn(&ClusterState) + Send + Sync>,
+    ) -> (Arc<Bus>, std::path::PathBuf, u16) {
+        let (l, port) = listener();
+        let (scratch, dir) = node(port, 7003, Arc::new(Recorder::default()));
+        let state = scratch.state().clone();
+        let bus = Bus::new(state, Arc::new(PlainTransport), dir.join("nodes.conf"), on_change, scratch.sink.clone());
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let started = bus.clone();
+        std::thread::spawn(move || {
+            runtime.block_on(async move {
+                started.start(vec![l]).unwrap();
+                std::future::pending::<()>().await
+            })
+        });
+        (bus, dir, port)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failover_winner_has_told_the_others_before_its_server_acts_on_it() {
+        // Valkey's unit/cluster/failover2 freezes a replica as soon as INFO says it won, and
+        // then expects its sibling to replace it: the others must have heard the win by then,
+        // or the sibling runs an election for the old primary that cannot get votes. The
+        // server switches roles in its change hook, so the hook here waits for the others to
+        // learn the win; the bus thread is busy in it, as a preempted or frozen one would be.
+        let sinks: Vec<Arc<Recorder>> = (0..3).map(|_| Arc::default()).collect();
+        let mut buses = joined(&sinks).await;
+        let others: Vec<Arc<Mutex<ClusterState>>> = buses.iter().map(|(b, _, _)| b.state().clone()).collect();
+        let heard = Arc::new(Mutex::new(None::<bool>));
+        let outcome = heard.clone();
+        let on_change = Box::new(move |st: &ClusterState| {
+            let me = st.myself();
+            if !me.is_primary() || me.slots.is_empty() || outcome.lock().is_some() {
+                return;
+            }
+            let id = me.id;
+            let deadline = std::time::Instant::now() + Duration::from_secs(3);
+            let all_know = || others.iter().all(|o| o.lock().node(&id).is_some_and(|n| n.is_primary()));
+            while !all_know() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            *outcome.lock() = Some(all_know());
+        });
+        let replica = replica_on_its_own_thread(on_change);
+        let primary = buses[0].0.state().lock().myself_id();
+        replica.0.state().lock().meet("127.0.0.1", 7000, buses[0].2, now_ms()).unwrap();
+        replica.0.changed();
+        buses.push(replica);
+        let bus = |i: usize| buses[i].0.clone();
+        let replica_id = bus(3).state().lock().myself_id();
+        wait_until("the fourth node to join", &buses, || {
+            buses.iter().all(|(b, _, _)| {
+                let st = b.state().lock();
+                st.nodes().len() == 4 && st.nodes().iter().all(|n| n.link_connected || n.id == st.myself_id())
+            })
+        })
+        .await;
+        bus(3).state().lock().replicate(&primary).unwrap();
+        bus(3).changed();
+        wait_until("the replica to be known as one", &buses, || {
+            (0..3).all(|i| bus(i).state().lock().node(&replica_id).is_some_and(|n| n.primary == Some(primary)))
+        })
+        .await;
+        bus(3).state().lock().failover(crate::state::FailoverMode::Force, "test", now_ms()).unwrap();
+        bus(3).changed();
+        wait_until("the replica to win", &buses, || heard.lock().is_some()).await;
+        assert_eq!(*heard.lock(), Some(true), "the server acted on the win before the bus told anyone");
         clean_up(&buses);
     }
 

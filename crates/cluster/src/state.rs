@@ -487,6 +487,11 @@ impl ClusterState {
         std::mem::take(&mut self.view_changed) || changed
     }
 
+    /// Whether [`ClusterState::take_view_changed`] would report a change, without taking it.
+    pub(crate) fn view_change_pending(&self) -> bool {
+        self.view_changed || self.dirty
+    }
+
     /// What `nodes.conf` should hold now.
     pub fn saved(&self) -> SavedConfig {
         let mut open_slots: Vec<OpenSlot> = self
