@@ -137,6 +137,11 @@ impl ClusterRouter {
             .is_some_and(|o| o.id == map.me || map.my_primary == Some(o.id))
     }
 
+    /// The primary this node replicates as of the last published map (None: it is a primary).
+    pub fn my_primary(&self) -> Option<NodeId> {
+        self.map.load().my_primary
+    }
+
     /// How many maps were published: changes whenever routing may have.
     pub fn generation(&self) -> u64 {
         self.generation.load(std::sync::atomic::Ordering::Acquire)

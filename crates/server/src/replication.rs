@@ -189,10 +189,15 @@ fn reconcile_cluster(srv: &Arc<Server>) {
             }
             let Some(cluster) = &srv.cluster else { return };
             let tls = srv.settings.load().bool(t::TLS_REPLICATION);
+            // The role as the bus last published it, not as the table has it now: the bus
+            // publishes a failover's win only once its PONGs are on the wire, and a node seen
+            // as a primary before anyone heard it won (and frozen then, as Valkey's
+            // unit/cluster/failover2 does) leaves its sibling in an election nobody votes
+            // for. The address is read live: it may change without a new map.
+            let published = cluster.router.my_primary();
             let want = {
                 let st = cluster.state();
-                let me = st.myself();
-                me.primary.and_then(|p| st.node(&p)).map(|p| {
+                published.and_then(|p| st.node(&p)).map(|p| {
                     let port = if tls && p.tls_port != 0 { p.tls_port } else { p.port };
                     (p.ip.clone(), port)
                 })
