@@ -497,7 +497,7 @@ fn run_in<'b: 'c, 'c>(
         Some(Outcome::Failed { counted: true }) if restart.is_none() => {
             // Past an output limit the buffer may have dropped the error already.
             let code = error_code(out.as_bytes().get(mark..).unwrap_or_default());
-            b.srv.stats.error(&code);
+            b.srv.stats.error_custom(&code);
         }
         _ => {}
     }

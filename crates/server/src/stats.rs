@@ -12,6 +12,11 @@ use parking_lot::Mutex;
 
 const SHARDS: usize = 16;
 
+/// Error codes the server's own replies can carry are a few dozen; codes relayed from a peer
+/// (a MIGRATE target's error) could be anything, so past this many kinds the rest count as
+/// `ERRORSTATS_OVERFLOW` too (Valkey tracks them without bound).
+const MAX_ERROR_KINDS: usize = 1024;
+
 /// Per-command counters (INFO commandstats) and latency histogram (INFO latencystats).
 #[derive(Default)]
 pub struct CmdCounters {
@@ -202,13 +207,26 @@ impl Stats {
 
     /// Records an error reply by its code (`ERR`, `WRONGTYPE`...).
     pub fn error(&self, code: &str) {
+        self.count_error(code, MAX_ERROR_KINDS);
+    }
+
+    /// An error reply whose code a script chose (Valkey's `ERR_REPLY_FLAG_CUSTOM`): past 128
+    /// kinds, a code not seen yet is counted as `ERRORSTATS_OVERFLOW`, so scripts inventing
+    /// codes cannot grow the table without bound.
+    pub fn error_custom(&self, code: &str) {
+        self.count_error(code, 128);
+    }
+
+    fn count_error(&self, code: &str, kinds: usize) {
         self.error_replies.fetch_add(1, Ordering::Relaxed);
         let mut errors = self.errors.lock();
-        // Valkey stops tracking new error codes after 128 kinds to bound memory.
-        if errors.len() >= 128 && !errors.contains_key(code) {
-            return;
+        let code = if errors.len() >= kinds && !errors.contains_key(code) { "ERRORSTATS_OVERFLOW" } else { code };
+        match errors.get_mut(code) {
+            Some(n) => *n += 1,
+            None => {
+                errors.insert(code.to_string(), 1);
+            }
         }
-        *errors.entry(code.to_string()).or_insert(0) += 1;
     }
 
     /// Folds a connection's local counters in.
@@ -477,6 +495,21 @@ impl Histogram {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn script_chosen_error_codes_overflow_past_128_kinds_and_server_ones_do_not() {
+        let stats = Stats::new(1);
+        for i in 0..130 {
+            stats.error_custom(&format!("E{i}"));
+        }
+        stats.error_custom("E1");
+        stats.error("ERR");
+        let errors: HashMap<String, u64> = stats.errors().into_iter().collect();
+        assert_eq!(errors["ERRORSTATS_OVERFLOW"], 2, "E128 and E129 came after 128 kinds");
+        assert_eq!(errors["E1"], 2, "a code already tracked keeps counting");
+        assert_eq!(errors["ERR"], 1, "the server's own codes are still tracked");
+        assert!(!errors.contains_key("E129"));
+    }
 
     #[test]
     fn counts_below_powers_of_two_are_exact() {
