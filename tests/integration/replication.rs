@@ -952,3 +952,29 @@ fn config_set_repl_timeout_reaches_a_link_already_up() {
     assert!(noticed, "the frozen primary was not noticed within 20 s; replica log:\n{}", replica.log());
     wait_link_up(&replica);
 }
+
+/// CLIENT PAUSE WRITE on a replica holds its primary's stream too, as Valkey pauses its
+/// master client: the stream is read (slave_read_repl_offset) but not applied
+/// (slave_repl_offset) until the pause ends, and then applied in order.
+#[test]
+fn a_paused_replica_reads_the_stream_and_applies_it_after_the_pause() {
+    let primary = server();
+    let replica = server();
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    let (mut p, mut r) = (primary.client(), replica.client());
+    ok(&mut p, &["SET", "before", "1"]);
+    let master_offset = |p: &mut RawClient| info_field(p, "master_repl_offset").unwrap().parse::<u64>().unwrap();
+    let at = master_offset(&mut p);
+    assert!(wait_for(|| replica_offset(&mut r) == at, LINK_WAIT));
+    ok(&mut r, &["CLIENT", "PAUSE", "100000", "WRITE"]);
+    ok(&mut p, &["SET", "during", "2"]);
+    let now = master_offset(&mut p);
+    let read = |r: &mut RawClient| info_field(r, "slave_read_repl_offset").unwrap().parse::<u64>().unwrap();
+    assert!(wait_for(|| read(&mut r) == now, LINK_WAIT), "the paused replica stopped reading");
+    assert_eq!(replica_offset(&mut r), at, "the paused replica applied the stream");
+    assert_eq!(r.cmd(&["GET", "during"]), Frame::NullBulk);
+    ok(&mut r, &["CLIENT", "UNPAUSE"]);
+    assert!(wait_for(|| replica_offset(&mut r) == now, LINK_WAIT));
+    assert_eq!(r.cmd(&["GET", "during"]), Frame::bulk("2"));
+}

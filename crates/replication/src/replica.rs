@@ -67,6 +67,14 @@ pub trait Applier: Send {
         Box::pin(std::future::pending())
     }
 
+    /// Whether the server holds the stream back now (CLIENT PAUSE WRITE or ALL on this
+    /// replica, which Valkey applies to its master client too): `Some` future that ends when
+    /// it may go on. The stream is still read and acknowledged meanwhile, at the offset
+    /// applied.
+    fn held(&mut self) -> Option<BoxFuture<'static, ()>> {
+        None
+    }
+
     /// The answer to a `PSYNC ... FAILOVER` this link sent (see [`ReplicaConfig::failover`]):
     /// `Ok` when the target took over and continued or resynced us, `Err` with its error or
     /// the write failure otherwise. The server ends or aborts its coordinated failover here.
@@ -686,25 +694,35 @@ impl ReplicaLink {
         let mut ack_tick = tokio::time::interval(self.cfg.ack_period);
         let mut last_io = Instant::now();
         loop {
-            let (getack, more) = self.process(&mut conn.buf, &mut dec, limits, &mut offset)?;
-            {
-                let mut st = self.status.lock();
-                st.offset = Some(offset);
-                st.read_offset = read_offset;
+            let held = self.applier.held();
+            if held.is_none() {
+                let (getack, more) = self.process(&mut conn.buf, &mut dec, limits, &mut offset)?;
+                {
+                    let mut st = self.status.lock();
+                    st.offset = Some(offset);
+                    st.read_offset = read_offset;
+                }
+                if let Some(at) = getack {
+                    let fack = self.applier.aof_fsynced(at);
+                    send_ack(&mut conn, at, fack).await?;
+                }
+                if more {
+                    // A long backlog is applied in slices, letting the clients that share this
+                    // worker thread run in between (a task that never yields keeps them waiting:
+                    // INFO on a replica catching up took seconds).
+                    tokio::task::yield_now().await;
+                    continue;
+                }
             }
-            if let Some(at) = getack {
-                let fack = self.applier.aof_fsynced(at);
-                send_ack(&mut conn, at, fack).await?;
-            }
-            if more {
-                // A long backlog is applied in slices, letting the clients that share this
-                // worker thread run in between (a task that never yields keeps them waiting:
-                // INFO on a replica catching up took seconds).
-                tokio::task::yield_now().await;
-                continue;
-            }
+            let released = async {
+                match held {
+                    Some(f) => f.await,
+                    None => std::future::pending().await,
+                }
+            };
             conn.buf.reserve(READ_CHUNK);
             tokio::select! {
+                () = released => {}
                 r = timeout_at(last_io + self.cfg.timeout.get(), conn.stream.read_buf(&mut conn.buf)) => {
                     let n = match r {
                         Err(_) => {
@@ -718,7 +736,9 @@ impl ReplicaLink {
                     }
                     read_offset += n as u64;
                     last_io = Instant::now();
-                    self.status.lock().last_io = Some(last_io);
+                    let mut st = self.status.lock();
+                    st.last_io = Some(last_io);
+                    st.read_offset = read_offset;
                 }
                 _ = ack_tick.tick() => {
                     let fack = self.applier.aof_fsynced(offset);

@@ -362,8 +362,9 @@ impl Connector for Dialer {
 }
 
 /// The client that applies a primary's stream: commands run through dispatch like any
-/// client's, with no reply, no routing, no read-only check and no pause (Valkey's master
-/// client), and the snapshot of a full sync loaded through the engine's RDB reader.
+/// client's, with no reply, no routing and no read-only check (Valkey's master client), and
+/// the snapshot of a full sync loaded through the engine's RDB reader. A CLIENT PAUSE of
+/// writes holds the whole stream back, as Valkey postpones its master client's commands.
 struct MasterClient {
     srv: Arc<Server>,
     sess: Session,
@@ -571,6 +572,17 @@ impl Applier for MasterClient {
 
     fn aof_fsynced(&mut self, applied: u64) -> Option<u64> {
         crate::aof::wire::replica_fsynced(&self.srv, applied)
+    }
+
+    fn held(&mut self) -> Option<BoxFuture<'static, ()>> {
+        use crate::pause::Mode;
+        match self.srv.pause.mode(unix_ms()) {
+            Mode::None => None,
+            _ => {
+                let srv = self.srv.clone();
+                Some(Box::pin(async move { srv.pause.released().await }))
+            }
+        }
     }
 
     fn stream_started(&mut self, primary: &str) -> BoxFuture<'static, ()> {
