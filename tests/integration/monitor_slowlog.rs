@@ -252,3 +252,48 @@ fn migrate_passwords_are_redacted_in_monitor_and_slowlog() {
     assert!(!log.contains("pw-") && !log.contains("user-two"), "{log}");
     assert_eq!(log.matches("(redacted)").count(), 4, "{log}");
 }
+
+/// Passwords and user rules never reach MONITOR or SLOWLOG, as Valkey redacts them: AUTH's
+/// arguments, HELLO's `AUTH user password`, ACL SETUSER's and DELUSER's arguments, and what
+/// CONFIG SET gives a secret directive.
+#[test]
+fn passwords_and_user_rules_are_redacted_in_monitor_and_slowlog() {
+    let srv = server_with(&[("slowlog-log-slower-than", "0")]);
+    let mut m = srv.client();
+    m.set_timeout(Duration::from_secs(5));
+    assert_eq!(m.cmd(&["MONITOR"]), Frame::ok());
+    let mut c = srv.client();
+    c.cmd(&["AUTH", "pw-a"]);
+    c.cmd(&["AUTH", "user-b", "pw-b"]);
+    c.cmd(&["HELLO", "2", "AUTH", "user-c", "pw-c", "SETNAME", "shown"]);
+    assert_eq!(c.cmd(&["ACL", "SETUSER", "user-d", "on", ">pw-d", "~*", "+@all"]), Frame::ok());
+    assert_eq!(c.cmd(&["ACL", "DELUSER", "user-d"]), Frame::Integer(1));
+    assert_eq!(c.cmd(&["CONFIG", "SET", "masterauth", "pw-e", "maxmemory-policy", "noeviction"]), Frame::ok());
+    assert!(monitor_line_with(&mut m, "\"AUTH\"").ends_with("\"AUTH\" \"(redacted)\""));
+    assert!(monitor_line_with(&mut m, "\"AUTH\"").ends_with("\"AUTH\" \"(redacted)\" \"(redacted)\""));
+    let hello = monitor_line_with(&mut m, "\"HELLO\"");
+    assert!(hello.ends_with("\"AUTH\" \"(redacted)\" \"(redacted)\" \"SETNAME\" \"shown\""), "{hello}");
+    let log = c.cmd(&["SLOWLOG", "GET", "-1"]).to_string();
+    assert!(!log.contains("pw-") && !log.contains("user-"), "{log}");
+    assert!(log.contains("noeviction") && log.contains("masterauth"), "only the secret value goes: {log}");
+}
+
+/// MONITOR shows EVAL and FCALL before the commands they run, those from `lua`, as Valkey.
+#[test]
+fn monitor_shows_a_script_then_its_commands_from_lua() {
+    let srv = server();
+    let mut m = srv.client();
+    m.set_timeout(Duration::from_secs(5));
+    assert_eq!(m.cmd(&["MONITOR"]), Frame::ok());
+    let mut c = srv.client();
+    c.cmd(&["EVAL", "redis.call('set', KEYS[1], ARGV[1])", "1", "foo", "bar"]);
+    let lib = "#!lua name=t\nredis.register_function('t', function() return redis.call('set', 'fn', 'x') end)";
+    assert_eq!(c.cmd(&["FUNCTION", "LOAD", lib]), Frame::bulk("t"));
+    c.cmd(&["FCALL", "t", "0"]);
+    let lines: Vec<String> = (0..5).map(|_| monitor_line_with(&mut m, "\"")).collect();
+    assert!(lines[0].contains("\"EVAL\""), "{lines:?}");
+    assert!(lines[1].contains(" lua] \"set\" \"foo\" \"bar\""), "{lines:?}");
+    assert!(lines[2].contains("\"FUNCTION\" \"LOAD\""), "{lines:?}");
+    assert!(lines[3].contains("\"FCALL\" \"t\""), "{lines:?}");
+    assert!(lines[4].contains(" lua] \"set\" \"fn\" \"x\""), "{lines:?}");
+}

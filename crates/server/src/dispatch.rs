@@ -235,6 +235,14 @@ fn run_checked(
         crate::tracking::drain(sess, out);
     }
     if let Some(i) = b.srv.known.scripts.iter().position(|&s| s == id) {
+        // MONITOR shows the script before the commands it runs (EVAL and FCALL skip the feed
+        // after the call), once: not again when the debugger runs it.
+        if scratch.debugger.is_none()
+            && !sess.reprocessing
+            && b.srv.monitors.load(std::sync::atomic::Ordering::Relaxed) > 0
+        {
+            feed_monitors(b.srv, sess, &args, false);
+        }
         let start = Instant::now();
         let mark = out.len();
         let r = crate::script::run(b, sess, script_kind(i), script_read_only(i), args, out, scratch);
@@ -564,7 +572,7 @@ fn execute(
     // node, when its second turn ends.
     if matches!(flow, Flow::Block(_) | Flow::Remote(_)) {
         if !sess.reprocessing {
-            feed_monitors_for(b, sess, cmd, &args);
+            feed_monitors_for(b, sess, cmd, &args, false);
         }
     } else {
         account(b, sess, cmd, &args, nanos, failed);
@@ -574,10 +582,23 @@ fn execute(
 
 /// commandstats, the slow log, the latency monitor and the MONITOR feed for one call.
 pub(crate) fn account(b: &Batch<'_>, sess: &Session, cmd: &Command, args: &Args<'_>, nanos: u64, failed: bool) {
+    account_as(b, sess, cmd, args, nanos, failed, false);
+}
+
+/// [`account`] for a call a script made: MONITOR shows it from `lua`, as Valkey does.
+pub(crate) fn account_as(
+    b: &Batch<'_>,
+    sess: &Session,
+    cmd: &Command,
+    args: &Args<'_>,
+    nanos: u64,
+    failed: bool,
+    from_script: bool,
+) {
     b.srv.stats.call(cmd.id, nanos, failed, b.rt.latency_tracking);
     account_client(b, sess, cmd, args, nanos);
     if !sess.reprocessing {
-        feed_monitors_for(b, sess, cmd, args);
+        feed_monitors_for(b, sess, cmd, args, from_script);
     }
 }
 
@@ -592,11 +613,11 @@ pub(crate) fn account_client(b: &Batch<'_>, sess: &Session, cmd: &Command, args:
 }
 
 /// The MONITOR feed for a call, unless the command is one MONITOR does not show.
-fn feed_monitors_for(b: &Batch<'_>, sess: &Session, cmd: &Command, args: &Args<'_>) {
+fn feed_monitors_for(b: &Batch<'_>, sess: &Session, cmd: &Command, args: &Args<'_>, from_script: bool) {
     if b.srv.monitors.load(std::sync::atomic::Ordering::Relaxed) > 0
         && cmd.spec.flags() & (flags::SKIP_MONITOR | flags::ADMIN) == 0
     {
-        feed_monitors(b.srv, sess, args);
+        feed_monitors(b.srv, sess, args, from_script);
     }
 }
 
@@ -908,9 +929,10 @@ fn record_slow(b: &Batch<'_>, sess: &Session, cmd: &Command, args: &Args<'_>, na
 }
 
 /// Sends `+<time> [<db> <addr>] "arg" ...` to MONITOR clients.
-fn feed_monitors(srv: &Server, sess: &Session, args: &Args<'_>) {
+fn feed_monitors(srv: &Server, sess: &Session, args: &Args<'_>, from_script: bool) {
     let us = unix_us();
-    let mut line = format!("{}.{:06} [{} {}]", us / 1_000_000, us % 1_000_000, sess.db, sess.info.addr.monitor_text());
+    let addr = if from_script { "lua".to_string() } else { sess.info.addr.monitor_text() };
+    let mut line = format!("{}.{:06} [{} {addr}]", us / 1_000_000, us % 1_000_000, sess.db);
     let secret = secret_args(args);
     for (i, a) in args.iter().enumerate() {
         line.push(' ');
@@ -923,12 +945,48 @@ fn feed_monitors(srv: &Server, sess: &Session, args: &Args<'_>) {
     let _ = srv.monitor_tx.send(line.into());
 }
 
-/// Which arguments of a call are passwords, which MONITOR and SLOWLOG show as `(redacted)`,
-/// as Valkey's `redactClientCommandArgument` does: MIGRATE's `AUTH password` and `AUTH2
-/// username password` (before its KEYS list, which holds key names).
+/// Which arguments of a call are secrets, which MONITOR and SLOWLOG show as `(redacted)`, as
+/// Valkey's `redactClientCommandArgument` does: AUTH's arguments, HELLO's `AUTH username
+/// password`, every argument of ACL SETUSER and DELUSER and ACL GETUSER's user, the values
+/// CONFIG SET gives secret directives (requirepass, masterauth...), and MIGRATE's `AUTH
+/// password` and `AUTH2 username password` (before its KEYS list, which holds key names).
+/// AUTH is redacted whole, even in a form Valkey refuses before redacting.
 pub fn secret_args(args: &Args<'_>) -> impl Fn(usize) -> bool + use<> {
-    let mut secret = [usize::MAX; 2];
-    if args.len() > 6 && args.get(0).eq_ignore_ascii_case(b"migrate") {
+    // Every argument from `from` on, and the ones listed.
+    let mut from = usize::MAX;
+    let mut listed: Vec<usize> = Vec::new();
+    let name = args.get(0);
+    let sub = |i: usize, s: &[u8]| args.opt(i).is_some_and(|a| a.eq_ignore_ascii_case(s));
+    if name.eq_ignore_ascii_case(b"auth") {
+        from = 1;
+    } else if name.eq_ignore_ascii_case(b"hello") {
+        let mut j = 2;
+        while j < args.len() {
+            if sub(j, b"auth") && j + 2 < args.len() {
+                listed.extend([j + 1, j + 2]);
+                j += 3;
+            } else if sub(j, b"setname") {
+                j += 2;
+            } else {
+                j += 1;
+            }
+        }
+    } else if name.eq_ignore_ascii_case(b"acl") {
+        if sub(1, b"setuser") || sub(1, b"deluser") {
+            from = 2;
+        } else if sub(1, b"getuser") {
+            listed.push(2);
+        }
+    } else if name.eq_ignore_ascii_case(b"config") && sub(1, b"set") {
+        let mut j = 2;
+        while j + 1 < args.len() {
+            let dir = std::str::from_utf8(args.get(j)).ok().and_then(crate::config::table::find);
+            if dir.is_some_and(|d| crate::config::table::TABLE[d].has(crate::config::table::SENSITIVE)) {
+                listed.push(j + 1);
+            }
+            j += 2;
+        }
+    } else if args.len() > 6 && name.eq_ignore_ascii_case(b"migrate") {
         let mut i = 6;
         while i < args.len() {
             let a = args.get(i);
@@ -936,17 +994,17 @@ pub fn secret_args(args: &Args<'_>) -> impl Fn(usize) -> bool + use<> {
                 break;
             }
             if a.eq_ignore_ascii_case(b"auth") {
-                secret[0] = i + 1;
+                listed.push(i + 1);
                 i += 2;
             } else if a.eq_ignore_ascii_case(b"auth2") {
-                secret = [i + 1, i + 2];
+                listed.extend([i + 1, i + 2]);
                 i += 3;
             } else {
                 i += 1;
             }
         }
     }
-    move |i| secret.contains(&i)
+    move |i| i >= from || listed.contains(&i)
 }
 
 /// Valkey's `sdscatrepr`: a double-quoted, escaped representation.

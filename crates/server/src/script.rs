@@ -26,7 +26,7 @@ use hotkv_engine::{AddLock, BlockMode, CommandError, Ctx, DownReason, EngineConf
 use hotkv_protocol::{Args, ReplyBuf};
 use hotkv_scripting::{Call, Host, LogLevel, Outcome, Script, flag as sflag};
 
-use crate::dispatch::{Batch, Scratch, account, dataset_config, emit, reply_error, serve_blocked};
+use crate::dispatch::{Batch, Scratch, account_as, dataset_config, emit, reply_error, serve_blocked};
 use crate::events::CmdEvents;
 use crate::registry::{Command, Flow, Lookup, Spec};
 use crate::session::{Session, flag};
@@ -1048,7 +1048,7 @@ impl<'b: 'c, 'c> ScriptHost<'_, 'b, 'c> {
             reply.truncate(0);
             reply_error(b.srv, reply, e);
         }
-        account(b, self.sess, cmd, &args, nanos, failed);
+        account_as(b, self.sess, cmd, &args, nanos, failed, true);
         Ok(())
     }
 }
