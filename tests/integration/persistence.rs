@@ -585,6 +585,7 @@ fn clients_get_loading_while_the_file_loads_at_start() {
         builder().config("dir", &dir).config("save", "\"\"").config("key-load-delay", "1000").port_hint(port).spawn()
     });
     let mut seen = None;
+    let mut config = None;
     let loading = wait_for(
         || {
             let Ok(mut c) = RawClient::try_connect(port) else { return false };
@@ -598,6 +599,14 @@ fn clients_get_loading_while_the_file_loads_at_start() {
             let text = info(&mut c, "persistence");
             let sized = info_num(&text, "loading_total_bytes") > 0;
             seen = Some(text);
+            if sized {
+                // Some directives may change while loading, others not (Valkey's
+                // DENY_LOADING_CONFIG): the directory the file loads from is one.
+                config = Some((
+                    c.try_cmd(&["CONFIG", "SET", "loglevel", "debug"]).ok(),
+                    c.try_cmd(&["CONFIG", "SET", "dir", "/tmp"]).ok(),
+                ));
+            }
             sized
         },
         WAIT,
@@ -612,6 +621,9 @@ fn clients_get_loading_while_the_file_loads_at_start() {
     assert_eq!(info_field(&text, "loading").as_deref(), Some("1"), "{text}");
     assert!(info_num(&text, "loading_total_bytes") > 0, "{text}");
     assert!(info_field(&text, "loading_eta_seconds").is_some(), "{text}");
+    let (loglevel, dir) = config.expect("CONFIG SET while loading");
+    assert_eq!(loglevel, Some(Frame::ok()));
+    assert_eq!(dir.and_then(|f| f.error_text()).as_deref(), Some("LOADING Valkey is loading the dataset in memory"));
     assert_eq!(srv.cmd(&["DBSIZE"]), Frame::Integer(3000));
     assert_eq!(info_field(&info(&mut srv.client(), "persistence"), "loading").as_deref(), Some("0"));
 }

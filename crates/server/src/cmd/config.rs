@@ -99,6 +99,15 @@ fn set(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
         return Err(CommandError::WrongArity("config|set".into()));
     }
     let pairs: Vec<(&[u8], &[u8])> = (2..args.len()).step_by(2).map(|i| (args.get(i), args.get(i + 1))).collect();
+    // Refused first, as Valkey gives the loading error precedence (a client may wait and retry).
+    if srv.repl.loading() || srv.persist.loading() {
+        use crate::config::table::{DENY_LOADING, TABLE, find};
+        let denied =
+            |name: &[u8]| std::str::from_utf8(name).ok().and_then(find).is_some_and(|d| TABLE[d].has(DENY_LOADING));
+        if pairs.iter().any(|(name, _)| denied(name)) {
+            return Err(CommandError::raw("LOADING Valkey is loading the dataset in memory"));
+        }
+    }
     // Serialise CONFIG SETs so a concurrent one cannot interleave its hooks with ours.
     let _guard = srv.config_lock.lock();
     let old = srv.settings.load_full();

@@ -4,7 +4,9 @@
 
 use std::fmt::Write;
 
-use super::table::{APPEND, Directive, FILE_ONLY, HIDDEN, MUTABLE, NO_EFFECT, PROTECTED, SENSITIVE, TABLE};
+use super::table::{
+    APPEND, DENY_LOADING, Directive, FILE_ONLY, HIDDEN, MUTABLE, NO_EFFECT, PROTECTED, SENSITIVE, TABLE,
+};
 use super::value::Ty;
 
 /// Sections in the order the reference lists them, with a line of introduction each.
@@ -157,6 +159,9 @@ fn description(d: &Directive) -> String {
     }
     if d.has(APPEND) {
         s.push_str(" Repeated lines add up.");
+    }
+    if d.has(DENY_LOADING) {
+        s.push_str(" Not settable while a dataset loads.");
     }
     s
 }

@@ -32,6 +32,9 @@ pub const VOLATILE: u32 = 1 << 6;
 pub const FILE_ONLY: u32 = 1 << 7;
 /// Read where it is used, on every use, so a change needs no hook.
 pub const ON_USE: u32 = 1 << 8;
+/// CONFIG SET refuses it with `-LOADING` while a dataset loads (Valkey's
+/// DENY_LOADING_CONFIG: the directory, the AOF switch and how a full sync loads).
+pub const DENY_LOADING: u32 = 1 << 9;
 
 /// What must happen after a directive changes at runtime. Several rows may share a hook;
 /// CONFIG SET runs each distinct hook once.
@@ -381,7 +384,7 @@ directives! {
     DISABLE_THP = "disable-thp" [] "memory.disable_thp": B, "yes", I | NE, H,
         "Turn transparent huge pages off for the process.";
     // persistence
-    DIR = "dir" [] "persistence.dir": Ty::Str(Check::NonEmpty), "./", M | PROTECTED, Some(Hook::WorkingDir),
+    DIR = "dir" [] "persistence.dir": Ty::Str(Check::NonEmpty), "./", M | PROTECTED | DENY_LOADING, Some(Hook::WorkingDir),
         "Working directory (files such as nodes.conf are kept here).";
     SAVE = "save" [] "persistence.save": Ty::Save, "3600 1 300 100 60 10000", M | APPEND | U, H,
         "Snapshot after <seconds> if at least <changes> writes; `\"\"` for none.";
@@ -399,7 +402,7 @@ directives! {
         M | U, H, "Fsync snapshots every 4 MB while writing.";
     STOP_WRITES_ON_BGSAVE_ERROR = "stop-writes-on-bgsave-error" [] "persistence.stop_writes_on_bgsave_error": B,
         "yes", M | U, H, "Refuse writes after a failed snapshot.";
-    APPENDONLY = "appendonly" [] "persistence.appendonly": B, "no", M, AOF,
+    APPENDONLY = "appendonly" [] "persistence.appendonly": B, "no", M | DENY_LOADING, AOF,
         "Append-only file.";
     APPENDFILENAME = "appendfilename" [] "persistence.appendfilename": Ty::Str(Check::FileName), "appendonly.aof",
         I, H, "Base name of the append-only files.";
@@ -465,7 +468,7 @@ directives! {
         "replication.repl_diskless_sync_max_replicas": int(0, INT), "0", M | U, H,
         "Start a delayed full sync as soon as this many replicas wait (0: wait the whole delay).";
     REPL_DISKLESS_LOAD = "repl-diskless-load" [] "replication.repl_diskless_load":
-        Ty::Enum(&["disabled", "on-empty-db", "swapdb"]), "disabled", M | NE, H, "Load a full sync from the socket.";
+        Ty::Enum(&["disabled", "on-empty-db", "swapdb"]), "disabled", M | NE | DENY_LOADING, H, "Load a full sync from the socket.";
     DUAL_CHANNEL_REPLICATION_ENABLED = "dual-channel-replication-enabled" []
         "replication.dual_channel_replication_enabled": B, "no", M | NE, H,
         "Stream the backlog on a second connection during a full sync.";
