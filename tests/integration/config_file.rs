@@ -240,3 +240,33 @@ fn the_shutdown_and_fsync_directives_refuse_bad_values_from_files_and_config_set
         assert_err(&reply, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {reason}"));
     }
 }
+
+/// rename-command: the old name is unknown, the new one runs the command, "" removes it, the
+/// server's own use of a renamed command is unaffected, and CONFIG REWRITE keeps the lines.
+#[test]
+fn rename_command_renames_removes_and_survives_a_rewrite() {
+    let srv = builder()
+        .config_file("hotkv.conf", |port, _| {
+            format!("port {port}\nbind 127.0.0.1\nrename-command flushdb badger\nrename-command KEYS \"\"\n")
+        })
+        .spawn();
+    let mut c = srv.client();
+    ok(&mut c, &["SET", "k", "v"]);
+    assert_err(&c.cmd(&["FLUSHDB"]), "ERR unknown command 'FLUSHDB', with args beginning with: ");
+    assert_err(&c.cmd(&["KEYS", "*"]), "ERR unknown command 'KEYS', with args beginning with: '*' ");
+    ok(&mut c, &["BADGER"]);
+    assert_eq!(c.cmd(&["DBSIZE"]), Frame::Integer(0));
+    // Scripts reach commands by their client names too.
+    assert!(c.cmd(&["EVAL", "return redis.pcall('flushdb')", "0"]).error_text().is_some());
+    ok(&mut c, &["CONFIG", "REWRITE"]);
+    let text = std::fs::read_to_string(srv.dir().join("hotkv.conf")).unwrap();
+    assert!(text.contains("rename-command flushdb badger"), "{text}");
+}
+
+#[test]
+fn rename_command_of_an_unknown_command_or_onto_a_taken_name_is_fatal() {
+    let run = run_with_bad_line("rename-command nosuch other");
+    assert_fatal(&run, None, "No such command in rename-command");
+    let run = run_with_bad_line("rename-command get set");
+    assert_fatal(&run, None, "Target command name already exists");
+}

@@ -118,7 +118,18 @@ pub fn main() -> i32 {
             return 1;
         }
     };
-    let mut srv = Server::new(settings, loaded.config_file, Registry::new(cmd::commands()));
+    let mut registry = Registry::new(cmd::commands());
+    for line in settings.lines(crate::config::table::RENAME_COMMAND) {
+        if let [old, new] = line.as_slice()
+            && let Err(e) = registry.rename(old, new)
+        {
+            let e = config::FatalConfigError::Config { reason: format!(">>> 'rename-command {old} \"{new}\"'\n{e}") };
+            tracing::warn!("{e}");
+            eprintln!("{e}");
+            return 1;
+        }
+    }
+    let mut srv = Server::new(settings, loaded.config_file, registry);
     if let Err(e) = acl::file::load_at_startup(&srv) {
         tracing::warn!("{e}");
         eprintln!("{e}");

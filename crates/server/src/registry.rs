@@ -166,6 +166,9 @@ pub struct Registry {
     cmds: Vec<Command>,
     // foldhash: command names are not attacker-chosen keys, and SipHash showed in profiles.
     top: HashMap<Box<[u8]>, usize, FixedState>,
+    /// The names clients call commands by: `top` after `rename-command`. The server's own
+    /// lookups ([`Registry::by_name`]) keep the original names, as Valkey's `orig_commands`.
+    visible: HashMap<Box<[u8]>, usize, FixedState>,
     subs: HashMap<(usize, Box<[u8]>), usize, FixedState>,
 }
 
@@ -174,7 +177,12 @@ type FixedState = foldhash::fast::FixedState;
 impl Registry {
     /// Builds the registry from the engine's and the server's rows.
     pub fn new(server_rows: impl Iterator<Item = &'static ServerSpec>) -> Registry {
-        let mut r = Registry { cmds: Vec::new(), top: HashMap::default(), subs: HashMap::default() };
+        let mut r = Registry {
+            cmds: Vec::new(),
+            top: HashMap::default(),
+            visible: HashMap::default(),
+            subs: HashMap::default(),
+        };
         for s in ecmd::commands() {
             let subs: Vec<Spec> = s.subcommands.iter().map(Spec::Engine).collect();
             r.add(Spec::Engine(s), subs);
@@ -183,7 +191,26 @@ impl Registry {
             let subs: Vec<Spec> = s.subcommands.iter().map(Spec::Server).collect();
             r.add(Spec::Server(s), subs);
         }
+        r.visible = r.top.clone();
         r
+    }
+
+    /// `rename-command old new`: clients call `old` as `new` from now on, and `old` is unknown;
+    /// an empty `new` removes the command. The errors are Valkey's texts.
+    pub fn rename(&mut self, old: &str, new: &str) -> Result<(), &'static str> {
+        let Some(id) = self.visible.remove(old.to_ascii_lowercase().as_bytes()) else {
+            return Err("No such command in rename-command");
+        };
+        if new.is_empty() {
+            return Ok(());
+        }
+        let new: Box<[u8]> = new.to_ascii_lowercase().into_bytes().into();
+        if self.visible.contains_key(&new) {
+            self.visible.insert(old.to_ascii_lowercase().into_bytes().into(), id);
+            return Err("Target command name already exists");
+        }
+        self.visible.insert(new, id);
+        Ok(())
     }
 
     /// Adds a command; a container already registered by the other owner gains the new
@@ -231,7 +258,7 @@ impl Registry {
     pub fn lookup(&self, args: &Args<'_>) -> Lookup {
         let mut buf = [0u8; 64];
         let Some(name) = lower(args.get(0), &mut buf) else { return Lookup::Unknown };
-        let Some(&id) = self.top.get(name) else { return Lookup::Unknown };
+        let Some(&id) = self.visible.get(name) else { return Lookup::Unknown };
         if self.cmds[id].subs.is_empty() || args.len() < 2 {
             return Lookup::Found(id);
         }

@@ -313,7 +313,7 @@ directives! {
     SANITIZE_DUMP_PAYLOAD = "sanitize-dump-payload" [] "security.sanitize_dump_payload":
         Ty::Enum(&["no", "yes", "clients"]), "no", M | NE, H, "Deep checks of RESTORE payloads.";
     RENAME_COMMAND = "rename-command" [] "security.rename_command": Ty::Lines { min: 2, max: 2 }, "",
-        FILE_ONLY | APPEND | NE, H, "Rename a command (`rename-command CONFIG \"\"` removes it).";
+        FILE_ONLY | APPEND, H, "Rename a command (`rename-command CONFIG \"\"` removes it).";
     USER = "user" [] "security.user": Ty::Lines { min: 1, max: usize::MAX }, "", FILE_ONLY | APPEND, H,
         "Declare an ACL user with its rules; without an aclfile, CONFIG REWRITE writes every current user here.";
     // clients
