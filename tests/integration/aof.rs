@@ -1056,3 +1056,33 @@ fn check_aof_reads_old_single_files_with_and_without_a_preamble() {
     assert_eq!(code, 1, "{out}");
     assert_in_order(&out, &["--- RDB ERROR DETECTED ---", "RDB preamble of AOF file is not sane, aborting."]);
 }
+
+/// Inside EXEC a rewrite is scheduled rather than started (its cut would wait for the
+/// transaction's locks); the cron then runs it, with the AOF off (BGREWRITEAOF makes a base)
+/// and on (`appendonly yes`, with Valkey's log line). Each background job counts in INFO
+/// `total_forks`, hotkv's snapshot cuts standing for Valkey's forks.
+#[test]
+fn rewrites_asked_for_inside_exec_are_scheduled_and_then_run() {
+    let srv = node(None, &[("appendonly", "no")]);
+    let mut c = srv.client();
+    let forks = |c: &mut RawClient| info_num(&info(c, "stats"), "total_forks");
+    let rewrites = |c: &mut RawClient| info_num(&info(c, "persistence"), "aof_rewrites");
+    assert_eq!(c.cmd(&["MULTI"]), Frame::ok());
+    c.cmd(&["SET", "foo", "bar"]);
+    c.cmd(&["BGREWRITEAOF"]);
+    match c.cmd(&["EXEC"]) {
+        Frame::Array(r) => assert_eq!(r[1], Frame::Simple("Background append only file rewriting scheduled".into())),
+        other => panic!("{other:?}"),
+    }
+    assert!(wait_for(|| rewrites(&mut c) == 1, WAIT), "the scheduled rewrite never ran with the AOF off");
+    assert!(forks(&mut c) >= 1);
+    assert_eq!(c.cmd(&["MULTI"]), Frame::ok());
+    c.cmd(&["CONFIG", "SET", "appendonly", "yes"]);
+    assert!(matches!(c.cmd(&["EXEC"]), Frame::Array(_)));
+    assert!(wait_for(|| rewrites(&mut c) == 2, WAIT), "appendonly yes in EXEC never got its base");
+    assert!(
+        srv.log()
+            .contains("AOF was enabled during a transaction. An AOF background was scheduled to start when possible.")
+    );
+    assert_eq!(info_field(&info(&mut c, "persistence"), "aof_enabled").as_deref(), Some("1"));
+}

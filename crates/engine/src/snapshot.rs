@@ -103,6 +103,11 @@ pub(crate) struct SnapState {
     current: arc_swap::ArcSwapOption<Snapshot>,
     /// Held while one starts, so two never start at once.
     starting: parking_lot::Mutex<()>,
+    /// Snapshots begun, and how long the last cut held every slot lock (microseconds): what
+    /// Valkey's INFO calls `total_forks` and `latest_fork_usec`, the count of background
+    /// jobs and the time clients were stopped to start the last one.
+    begun: AtomicU64,
+    last_cut_us: AtomicU64,
 }
 
 /// Why a snapshot could not start.
@@ -138,6 +143,7 @@ impl Keyspace {
             return Err(SnapshotError::Busy);
         }
         let words = (self.databases() * SLOTS).div_ceil(64);
+        let started = Instant::now();
         loop {
             let used: Vec<usize> = (0..self.databases()).filter(|&d| self.db_if_used(d).is_some()).collect();
             let mut locks = self.lock_all(&used);
@@ -161,8 +167,21 @@ impl Keyspace {
             self.snap.current.store(Some(snap.clone()));
             self.snap.active.store(true, Ordering::Release);
             drop(locks);
+            self.snap.begun.fetch_add(1, Ordering::Relaxed);
+            self.snap.last_cut_us.store(started.elapsed().as_micros() as u64, Ordering::Relaxed);
             return Ok(snap);
         }
+    }
+
+    /// Snapshots begun since the start (or the last [`Keyspace::reset_snapshot_stats`]) and
+    /// how long the last one's cut held every slot lock, in microseconds.
+    pub fn snapshot_stats(&self) -> (u64, u64) {
+        (self.snap.begun.load(Ordering::Relaxed), self.snap.last_cut_us.load(Ordering::Relaxed))
+    }
+
+    /// CONFIG RESETSTAT: the count starts again from zero.
+    pub fn reset_snapshot_stats(&self) {
+        self.snap.begun.store(0, Ordering::Relaxed);
     }
 
     /// Writes out every slot of `snap` that no client got to first, one slot lock at a time.
@@ -284,6 +303,7 @@ mod tests {
         assert!(cut.get());
         assert_eq!(snap.keys(), 2001);
         assert!(matches!(t.ks.begin_snapshot(lister(), Box::new(|_| {}), || {}), Err(SnapshotError::Busy)));
+        assert_eq!(t.ks.snapshot_stats().0, 1, "a refused start is not counted (INFO total_forks)");
         // Writes after the cut: overwrites, deletes, new keys, a flush of db 5.
         for i in 0..1000 {
             t.run(&["SET", &format!("k{i}"), "new"]);

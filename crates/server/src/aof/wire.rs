@@ -723,11 +723,16 @@ pub fn cron(srv: &Arc<Server>) {
     if aof.running.load(Ordering::Acquire) || srv.persist.in_progress() || srv.is_shutting_down() {
         return;
     }
-    if srv.persist.loading() || !aof.enabled.load(Ordering::Acquire) {
+    if srv.persist.loading() {
         return;
     }
+    // A scheduled BGREWRITEAOF runs with the AOF off too (it makes a base), as Valkey's cron
+    // starts any scheduled rewrite.
     if aof.stats.lock().scheduled {
         let _ = start_rewrite(srv);
+        return;
+    }
+    if !aof.enabled.load(Ordering::Acquire) {
         return;
     }
     if aof.needs_base.load(Ordering::Acquire) {
@@ -746,6 +751,29 @@ pub fn cron(srv: &Arc<Server>) {
     }
     info!("Starting automatic rewriting of AOF on {growth}% growth");
     let _ = start_rewrite(srv);
+}
+
+thread_local! {
+    /// The CONFIG SET running on this thread was queued in a transaction.
+    static IN_EXEC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks, for its life, that the CONFIG SET on this thread runs inside EXEC: `appendonly
+/// yes` then schedules its rewrite, whose cut would wait for the transaction's own locks
+/// (Valkey schedules it too, with its own log line).
+pub struct ExecMark(bool);
+
+impl ExecMark {
+    /// Marks the thread (`in_exec`) until the mark is dropped.
+    pub fn new(in_exec: bool) -> ExecMark {
+        ExecMark(IN_EXEC.replace(in_exec))
+    }
+}
+
+impl Drop for ExecMark {
+    fn drop(&mut self) {
+        IN_EXEC.set(self.0);
+    }
 }
 
 /// The `Hook::Aof` of CONFIG SET: `appendfsync` and `aof-timestamp-enabled` live, and
@@ -791,6 +819,21 @@ pub fn apply_config(srv: &Server, new: &Settings) -> Result<(), String> {
             "AOF was enabled but there is already an AOF rewriting in background. Stopping background AOF and \
              starting a rewrite now."
         );
+        aof.stats.lock().schedule();
+        return Ok(());
+    }
+    // Valkey's startAppendOnly: the rewrite waits for the cron behind another background
+    // job, or after the transaction that asked for it.
+    if srv.persist.in_progress() {
+        info!(
+            "AOF was enabled but there is already another background operation. An AOF background was scheduled \
+             to start when possible."
+        );
+        aof.stats.lock().schedule();
+        return Ok(());
+    }
+    if IN_EXEC.get() {
+        info!("AOF was enabled during a transaction. An AOF background was scheduled to start when possible.");
         aof.stats.lock().schedule();
         return Ok(());
     }

@@ -110,6 +110,7 @@ fn set(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
     }
     // Serialise CONFIG SETs so a concurrent one cannot interleave its hooks with ours.
     let _guard = srv.config_lock.lock();
+    let _exec = crate::aof::wire::ExecMark::new(sess.in_exec);
     let old = srv.settings.load_full();
     let local = sess.info.addr.is_local();
     let outcome = runtime::set_as(&old, &pairs, local).map_err(set_error)?;
@@ -157,6 +158,7 @@ fn resetstat(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> 
     srv.persist.reset_stats();
     srv.aof.reset_stats();
     srv.scripts.reset_stats();
+    srv.ks.reset_snapshot_stats();
     out.ok();
     Ok(Flow::Continue)
 }

@@ -436,8 +436,10 @@ fn stats(srv: &Server, o: &mut String) {
         "pubsub_channels" => srv.pubsub.channels(crate::pubsub::Kind::Channel, None).len(),
         "pubsub_patterns" => srv.pubsub.numpat(),
         "pubsubshard_channels" => srv.pubsub.channels(crate::pubsub::Kind::Shard, None).len(),
-        "latest_fork_usec" => 0,
-        "total_forks" => 0,
+        // No fork here: a background job (BGSAVE, an AOF rewrite, a full sync) starts with a
+        // snapshot cut instead, and the cut is when clients wait, as a fork's is.
+        "latest_fork_usec" => srv.ks.snapshot_stats().1,
+        "total_forks" => srv.ks.snapshot_stats().0,
         "migrate_cached_sockets" => srv.migrate.len(),
         "slave_expires_tracked_keys" => 0,
         "active_defrag_hits" => 0,
