@@ -520,6 +520,9 @@ impl Vm {
         let result = go();
         drop(guard);
         let _ = cur.slot.raw_set("pending", Value::Nil);
+        // A script that raised (not one that returned an error reply, as rate limiters do
+        // every time they refuse) may have been probing the sandbox.
+        let raised = !matches!(result, Ok((true, _)));
         let outcome = match result {
             Ok((true, v)) => {
                 convert::lua_to_reply(&v, self.current.resp.get(), out);
@@ -547,9 +550,9 @@ impl Vm {
             let _ = self.lua.gc_step_kbytes(50);
         }
         // Every proxy was written through a refusing path unless something was missed: the
-        // check is defense in depth, cheap enough every 64 runs and after every failure
+        // check is defense in depth, cheap enough every 64 runs and after every raised error
         // (where a probing script would show itself).
-        if self.runs.is_multiple_of(64) || self.runs < 4 || matches!(outcome, Outcome::Failed { .. }) {
+        if self.runs.is_multiple_of(64) || self.runs < 4 || raised {
             self.report_memory();
             if !matches!(self.intact.call::<bool>(()), Ok(true)) {
                 tracing::warn!("A script wrote into a read-only table of the Lua VM: the VM is rebuilt");
