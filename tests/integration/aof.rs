@@ -1075,10 +1075,10 @@ fn rewrites_asked_for_inside_exec_are_scheduled_and_then_run() {
         other => panic!("{other:?}"),
     }
     assert!(wait_for(|| rewrites(&mut c) == 1, WAIT), "the scheduled rewrite never ran with the AOF off");
-    assert!(forks(&mut c) >= 1);
-    // The count moves when a rewrite starts: this one must be over, or the next would find it
-    // running and take that path instead.
+    // The count moves when a rewrite starts, before its cut: this one must be over, for the
+    // cut to be counted and for the next request not to find it running.
     wait_rewritten(&mut c);
+    assert!(forks(&mut c) >= 1);
     assert_eq!(c.cmd(&["MULTI"]), Frame::ok());
     c.cmd(&["CONFIG", "SET", "appendonly", "yes"]);
     assert!(matches!(c.cmd(&["EXEC"]), Frame::Array(_)));
