@@ -15,4 +15,4 @@ mod split;
 pub use decode::{Args, BIG_ARG, Decoder, INLINE_MAX_SIZE, Limits, ProtocolError, Step};
 pub use encode::{Protocol, ReplyBuf, ReplyLimit};
 pub use number::{format_double, fpconv_dtoa, parse_double, parse_i64, parse_long_double, parse_u64};
-pub use split::{SplitError, split_args};
+pub use split::{SplitError, repr, split_args};

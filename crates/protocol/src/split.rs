@@ -1,5 +1,6 @@
 //! Quote-aware argument splitting, as Valkey's `sdssplitargs`: used for inline commands and
-//! for every line of a `.conf` file, so both accept exactly what Valkey accepts.
+//! for every line of a `.conf` file, so both accept exactly what Valkey accepts. And its
+//! inverse, Valkey's `sdscatrepr`, for whatever shows bytes to a person.
 
 use std::fmt;
 
@@ -14,6 +15,27 @@ impl fmt::Display for SplitError {
 }
 
 impl std::error::Error for SplitError {}
+
+/// Valkey's `sdscatrepr`: `s` double-quoted, with `\\`, `\"`, `\n`, `\r`, `\t`, `\a`, `\b`
+/// escaped and other unprintable bytes as `\xHH` (MONITOR lines, the Lua debugger, AOF
+/// manifest names).
+pub fn repr(out: &mut String, s: &[u8]) {
+    out.push('"');
+    for &c in s {
+        match c {
+            b'\\' => out.push_str("\\\\"),
+            b'"' => out.push_str("\\\""),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x07 => out.push_str("\\a"),
+            0x08 => out.push_str("\\b"),
+            c if c.is_ascii_graphic() || c == b' ' => out.push(c as char),
+            c => out.push_str(&format!("\\x{c:02x}")),
+        }
+    }
+    out.push('"');
+}
 
 /// Splits `line` into arguments: blanks separate them, `"..."` understands `\n \r \t \b \a`,
 /// `\xHH` and `\<any>`, and `'...'` understands only `\'`.
@@ -125,6 +147,15 @@ fn hex(c: u8) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn repr_quotes_as_sdscatrepr_and_split_args_reads_it_back() {
+        let raw = b"a \"q\" \\ \n\r\t\x07\x08\x00\xff~";
+        let mut out = String::new();
+        repr(&mut out, raw);
+        assert_eq!(out, r#""a \"q\" \\ \n\r\t\a\b\x00\xff~""#);
+        assert_eq!(split_args(out.as_bytes()).unwrap(), vec![raw.to_vec()]);
+    }
 
     fn s(line: &str) -> Vec<String> {
         split_args(line.as_bytes()).unwrap().into_iter().map(|v| String::from_utf8(v).unwrap()).collect()

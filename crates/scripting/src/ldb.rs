@@ -569,11 +569,7 @@ fn call(lua: &Lua, shared: &Shared, argv: &[Vec<u8>]) {
 /// The stack level, as the debug library counts it from here, of the frame the script was
 /// stopped in: the first one running the script's own code.
 fn script_level(dbg: &Table) -> Option<i64> {
-    let getinfo: Function = dbg.get("getinfo").ok()?;
-    (1..64).find(|&level| match getinfo.call::<Option<Table>>((level, "S")) {
-        Ok(Some(info)) => info.get::<String>("source").is_ok_and(|s| s == "@user_script"),
-        _ => false,
-    })
+    (1..64).find(|&level| is_script_frame(dbg, level) == Some(true))
 }
 
 /// The locals of the frame `level` levels up, in order: (name, value).
@@ -611,7 +607,7 @@ fn print_var(shared: &Shared, frames: &Frames<'_>, name: &[u8]) {
         }
     }
     if name == b"KEYS" || name == b"ARGV" {
-        let v = frames.globals.raw_get::<Value>(String::from_utf8_lossy(name).as_ref()).unwrap_or(Value::Nil);
+        let v = frames.globals.raw_get::<Value>(mlua::String::wrap(name)).unwrap_or(Value::Nil);
         let mut line = b"<value> ".to_vec();
         repr(&v, 0, &mut line);
         shared.log_max(line);
@@ -710,22 +706,11 @@ fn pointer(kind: &str, v: &Value, out: &mut Vec<u8>) {
     out.extend_from_slice(format!("\"{kind}@{:p}\"", v.to_pointer()).as_bytes());
 }
 
-/// `sdscatrepr`: quoted, with escapes for quotes, backslashes and unprintable bytes.
+/// Valkey's `sdscatrepr` of `s`, appended to `out`.
 fn quoted(s: &[u8], out: &mut Vec<u8>) {
-    out.push(b'"');
-    for &c in s {
-        match c {
-            b'\\' | b'"' => out.extend_from_slice(&[b'\\', c]),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            7 => out.extend_from_slice(b"\\a"),
-            8 => out.extend_from_slice(b"\\b"),
-            0x20..=0x7e => out.push(c),
-            _ => out.extend_from_slice(format!("\\x{c:02x}").as_bytes()),
-        }
-    }
-    out.push(b'"');
+    let mut text = String::with_capacity(s.len() + 2);
+    hotkv_protocol::repr(&mut text, s);
+    out.extend_from_slice(text.as_bytes());
 }
 
 /// C's `%g`: six significant digits, fixed or exponent notation, trailing zeros dropped.

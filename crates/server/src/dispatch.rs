@@ -939,7 +939,7 @@ fn feed_monitors(srv: &Server, sess: &Session, args: &Args<'_>, from_script: boo
         if secret(i) {
             line.push_str("\"(redacted)\"");
         } else {
-            repr(&mut line, a);
+            hotkv_protocol::repr(&mut line, a);
         }
     }
     let _ = srv.monitor_tx.send(line.into());
@@ -1005,23 +1005,4 @@ pub fn secret_args(args: &Args<'_>) -> impl Fn(usize) -> bool + use<> {
         }
     }
     move |i| i >= from || listed.contains(&i)
-}
-
-/// Valkey's `sdscatrepr`: a double-quoted, escaped representation.
-pub fn repr(out: &mut String, s: &[u8]) {
-    out.push('"');
-    for &c in s {
-        match c {
-            b'\\' => out.push_str("\\\\"),
-            b'"' => out.push_str("\\\""),
-            b'\n' => out.push_str("\\n"),
-            b'\r' => out.push_str("\\r"),
-            b'\t' => out.push_str("\\t"),
-            0x07 => out.push_str("\\a"),
-            0x08 => out.push_str("\\b"),
-            c if c.is_ascii_graphic() || c == b' ' => out.push(c as char),
-            c => out.push_str(&format!("\\x{c:02x}")),
-        }
-    }
-    out.push('"');
 }

@@ -275,7 +275,7 @@ impl Manifest {
             out.extend_from_slice(b"file ");
             if needs_repr(&f.name) {
                 let mut s = String::new();
-                crate::dispatch::repr(&mut s, &f.name);
+                hotkv_protocol::repr(&mut s, &f.name);
                 out.extend_from_slice(s.as_bytes());
             } else {
                 out.extend_from_slice(&f.name);
