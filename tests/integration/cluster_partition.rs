@@ -63,8 +63,15 @@ fn proxied_cluster(n: usize) -> Vec<Proxied> {
     ns
 }
 
+/// Settled: every node `ok`, none flagged, and every link up (a link still down is a PING
+/// that may yet time out).
 fn all_ok(ns: &[Proxied]) -> bool {
-    ns.iter().all(|n| cluster_state(&n.srv) == "ok" && !flagged(&n.srv, "fail") && !flagged(&n.srv, "fail?"))
+    ns.iter().all(|n| {
+        cluster_state(&n.srv) == "ok"
+            && !flagged(&n.srv, "fail")
+            && !flagged(&n.srv, "fail?")
+            && n.srv.cmd(&["CLUSTER", "NODES"]).text().lines().all(|l| l.split(' ').nth(7) == Some("connected"))
+    })
 }
 
 /// Whether `srv`'s table shows some node with `flag` (`fail`, `fail?`).
@@ -218,8 +225,19 @@ fn a_flapping_link_loses_no_acknowledged_write_and_the_cluster_settles() {
     let mut clients: Vec<RawClient> = ns.iter().map(|n| n.srv.client()).collect();
     for (key, value) in &acked {
         let i = owner(&mut clients[0], key, &ns);
-        assert_eq!(clients[i].cmd(&["GET", key]), Frame::bulk(value), "{key}");
+        let got = clients[i].cmd(&["GET", key]);
+        if got != Frame::bulk(value) {
+            let logs: Vec<String> =
+                ns.iter().map(|n| format!("{}:\n{}", n.srv.port(), tail(&n.srv.log(), 40))).collect();
+            panic!("{key}: {got:?}, expected {value}\n{}\n{}", tables(&ns), logs.join("\n"));
+        }
     }
+}
+
+/// The last `n` lines of `text`.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 #[test]

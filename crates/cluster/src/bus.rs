@@ -36,13 +36,46 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Why a link could not be made; `Display` is the text the log shows.
 #[derive(Debug)]
-pub struct LinkError(pub String);
+pub struct LinkError {
+    /// The text the log shows.
+    pub reason: String,
+    /// The other end refused us by policy (our certificate, its TLS settings), rather than the
+    /// network or a node that is down failing the dial: nothing changes that until someone
+    /// changes a certificate or a setting, so it is retried slowly (see [`Bus::dial_if_needed`]).
+    pub refused: bool,
+}
+
+impl LinkError {
+    /// The network failed the link, or nothing listens there: worth trying again soon.
+    pub fn network(reason: impl Into<String>) -> LinkError {
+        LinkError { reason: reason.into(), refused: false }
+    }
+
+    /// The other end, or our own checks of it, refused the link.
+    pub fn refused(reason: impl Into<String>) -> LinkError {
+        LinkError { reason: reason.into(), refused: true }
+    }
+}
 
 impl std::fmt::Display for LinkError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.reason)
     }
 }
+
+/// The last failed dial to a node.
+struct Failure {
+    /// When, unix ms.
+    at: i64,
+    reason: String,
+    /// See [`LinkError::refused`].
+    refused: bool,
+}
+
+/// How soon a dial the network failed is tried again: the cron's shortest tick.
+const NETWORK_RETRY_MS: i64 = 100;
+/// How soon a dial the other end refused is tried again.
+const REFUSED_RETRY_MS: i64 = 1000;
 
 /// How bus links are made; the server implements it with or without TLS.
 pub trait Transport: Send + Sync + 'static {
@@ -58,8 +91,8 @@ pub trait Transport: Send + Sync + 'static {
     /// failed dial. Under TLS 1.3 the dialler's handshake is over before the other end has
     /// checked its certificate, so a refusal of our certificate arrives as the first read's
     /// error; the TLS transport words it like a handshake failure.
-    fn refused(&self, e: &io::Error) -> String {
-        e.to_string()
+    fn refused(&self, e: &io::Error) -> LinkError {
+        LinkError::network(e.to_string())
     }
 }
 
@@ -69,7 +102,7 @@ pub struct PlainTransport;
 impl Transport for PlainTransport {
     fn connect(&self, addr: SocketAddr, _: NodeId) -> BoxFuture<'_, Result<Box<dyn BusStream>, LinkError>> {
         Box::pin(async move {
-            let tcp = TcpStream::connect(addr).await.map_err(|e| LinkError(e.to_string()))?;
+            let tcp = TcpStream::connect(addr).await.map_err(|e| LinkError::network(e.to_string()))?;
             let _ = tcp.set_nodelay(true);
             Ok(Box::new(tcp) as Box<dyn BusStream>)
         })
@@ -130,8 +163,9 @@ pub struct Bus {
     /// (CLUSTER LINKS lists them, from when the dial started, as Valkey lists a link that is
     /// still connecting: a TLS handshake with a node that does not answer can last.)
     dialing: Mutex<HashMap<NodeId, i64>>,
-    /// Last dial failure per node: (when, reason), so retries do not flood the log.
-    failures: Mutex<HashMap<NodeId, (i64, String)>>,
+    /// Last dial failure per node, so retries do not flood the log (or, for a refusal, the
+    /// other end's log).
+    failures: Mutex<HashMap<NodeId, Failure>>,
     conf_path: PathBuf,
     /// Held while `nodes.conf` is written (see [`Bus::save_now`]).
     /// Serialises saves; holds the epochs (current, last vote, this node's config) the file
@@ -686,8 +720,13 @@ impl Bus {
         if self.links.lock().outbound.contains_key(&id) || self.dialing.lock().contains_key(&id) {
             return;
         }
-        // A node that refused us is tried again once a second, not every tick.
-        if self.failures.lock().get(&id).is_some_and(|(at, _)| now - at < 1000) {
+        // A link the network failed is dialled again at the next tick, as Valkey's cron does:
+        // waiting longer lets a pending PING outlive the node timeout across a short
+        // partition, and the node is failed after the network came back. A node that refused
+        // us is tried again once a second: only a new certificate or setting changes its
+        // answer, and each try logs a refused handshake on its side too.
+        let retry_ms = |f: &Failure| if f.refused { REFUSED_RETRY_MS } else { NETWORK_RETRY_MS };
+        if self.failures.lock().get(&id).is_some_and(|f| now - f.at < retry_ms(f)) {
             return;
         }
         let Ok(ip) = ip.parse::<std::net::IpAddr>() else { return };
@@ -702,7 +741,7 @@ impl Bus {
             Ok(s) => s,
             Err(e) => {
                 self.dialing.lock().remove(&id);
-                self.dial_failed(id, addr, &e.0, 0);
+                self.dial_failed(id, addr, &e, 0);
                 return;
             }
         };
@@ -745,8 +784,8 @@ impl Bus {
             return;
         }
         // Nothing came back: the other end refused the link (our certificate, under TLS 1.3)
-        // or cannot speak to us. That is a failed dial: logged once per reason and retried
-        // once a second, not redialled at every tick.
+        // or cannot speak to us. That is a failed dial: logged once per reason, and retried as
+        // its cause says (see `dial_if_needed`).
         match result {
             Err(e) => self.dial_failed(link_id, addr, &self.transport.refused(&e), serial),
             Ok(()) => self.dial_failed_quietly(link_id, "closed before the first message", serial),
@@ -754,8 +793,9 @@ impl Bus {
     }
 
     /// A dial to `id` failed, or link `serial` (0: none was made) closed before any answer.
-    fn dial_failed(&self, id: NodeId, addr: SocketAddr, reason: &str, serial: u64) {
-        if self.record_failure(id, reason) {
+    fn dial_failed(&self, id: NodeId, addr: SocketAddr, e: &LinkError, serial: u64) {
+        let reason = &e.reason;
+        if self.record_failure(id, reason, e.refused) {
             debug!(node_id = %id, "bus link to {addr} failed again: {reason}");
         } else {
             warn!("Cluster: the {} to node {id} at {addr} failed: {reason}", self.transport.link_name());
@@ -765,17 +805,19 @@ impl Bus {
 
     /// A failed dial whose reason was already logged (a frame too large, say).
     fn dial_failed_quietly(&self, id: NodeId, reason: &str, serial: u64) {
-        self.record_failure(id, reason);
+        // A link closed cleanly before its first frame: a node shutting down, a middlebox
+        // dropping connections. A refusal of our certificate comes as an alert, an error.
+        self.record_failure(id, reason, false);
         debug!(node_id = %id, "bus link failed: {reason}");
         self.state.lock().link_down(&id, serial);
     }
 
     /// Remembers when and why a dial to `id` failed; returns whether it failed for that same
     /// reason last time.
-    fn record_failure(&self, id: NodeId, reason: &str) -> bool {
+    fn record_failure(&self, id: NodeId, reason: &str, refused: bool) -> bool {
         let mut failures = self.failures.lock();
-        let repeated = failures.get(&id).is_some_and(|(_, r)| r == reason);
-        failures.insert(id, (now_ms(), reason.to_owned()));
+        let repeated = failures.get(&id).is_some_and(|f| f.reason == reason);
+        failures.insert(id, Failure { at: now_ms(), reason: reason.to_owned(), refused });
         repeated
     }
 
@@ -1091,6 +1133,31 @@ mod tests {
         };
         let state = Arc::new(Mutex::new(ClusterState::fresh(cfg)));
         (Bus::new(state, Arc::new(PlainTransport), dir.join("nodes.conf"), Box::new(|_| {}), sink), dir)
+    }
+
+    #[tokio::test]
+    async fn a_dial_the_network_failed_is_retried_at_the_next_tick_a_refused_one_a_second_later() {
+        let (bus, dir) = node(1, 7000, Arc::new(Recorder::default()));
+        let (down, refusing) = (NodeId::random(), NodeId::random());
+        let failed_at = 1_000_000;
+        {
+            let mut failures = bus.failures.lock();
+            let failure = |refused| Failure { at: failed_at, reason: "because".into(), refused };
+            failures.insert(down, failure(false));
+            failures.insert(refusing, failure(true));
+        }
+        // Port 1 on loopback: any dial that is made fails at once, and is not looked at here.
+        let dialled = |id: &NodeId, now: i64| {
+            bus.dial_if_needed(*id, "127.0.0.1", 1, now);
+            bus.dialing.lock().remove(id).is_some()
+        };
+        let tick = failed_at + NETWORK_RETRY_MS;
+        assert!(!dialled(&down, failed_at + 10));
+        assert!(dialled(&down, tick));
+        assert!(!dialled(&refusing, tick));
+        assert!(!dialled(&refusing, failed_at + REFUSED_RETRY_MS - 1));
+        assert!(dialled(&refusing, failed_at + REFUSED_RETRY_MS));
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

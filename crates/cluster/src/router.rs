@@ -142,6 +142,11 @@ impl ClusterRouter {
         self.map.load().my_primary
     }
 
+    /// The cluster state as of the last published map: what routing serves by.
+    pub fn is_ok(&self) -> bool {
+        self.map.load().ok
+    }
+
     /// How many maps were published: changes whenever routing may have.
     pub fn generation(&self) -> u64 {
         self.generation.load(std::sync::atomic::Ordering::Acquire)

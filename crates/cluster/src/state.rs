@@ -2049,8 +2049,15 @@ impl ClusterState {
         out
     }
 
-    /// CLUSTER INFO.
+    /// CLUSTER INFO, with this table's own state.
     pub fn info_text(&self) -> String {
+        self.info_text_serving(self.ok)
+    }
+
+    /// CLUSTER INFO with `cluster_state` from `ok`: the server passes the state its routing
+    /// serves by, which follows the table a moment later (the bus first tells its peers, see
+    /// `Bus::after_change`). A client that read `ok` must not then get CLUSTERDOWN.
+    pub fn info_text_serving(&self, ok: bool) -> String {
         let assigned = self.owners.iter().filter(|o| o.is_some()).count();
         let flagged = |bit| {
             self.owners
@@ -2065,7 +2072,7 @@ impl ClusterState {
             "cluster_state:{}\r\ncluster_slots_assigned:{assigned}\r\ncluster_slots_ok:{}\r\ncluster_slots_pfail:{pfail}\r\n\
              cluster_slots_fail:{fail}\r\ncluster_known_nodes:{}\r\ncluster_size:{}\r\ncluster_current_epoch:{}\r\n\
              cluster_my_epoch:{}\r\n",
-            if self.ok { "ok" } else { "fail" },
+            if ok { "ok" } else { "fail" },
             assigned - pfail - fail,
             self.nodes.len(),
             self.cluster_size(),

@@ -358,16 +358,21 @@ impl Transport for TlsTransport {
 
     fn connect(&self, addr: std::net::SocketAddr, _: NodeId) -> BoxFuture<'_, Result<Box<dyn BusStream>, LinkError>> {
         Box::pin(async move {
-            let tcp = TcpStream::connect(addr).await.map_err(|e| LinkError(e.to_string()))?;
+            let tcp = TcpStream::connect(addr).await.map_err(|e| LinkError::network(e.to_string()))?;
             let _ = tcp.set_nodelay(true);
             // Nodes are dialled by address; the verifier checks the chain, and a name only
             // when tls-expected-peer-name asks for one. The TLS crate counts a refusal in
             // INFO tls (tls_outbound_handshake_failures).
-            let tls = self
-                .tls
-                .connect(&addr.ip().to_string(), tcp)
-                .await
-                .map_err(|e| LinkError(format!("{e} {DIAL_HINT}")))?;
+            let tls = self.tls.connect(&addr.ip().to_string(), tcp).await.map_err(|e| {
+                let text = format!("{e} {DIAL_HINT}");
+                // A socket error or a cut mid-handshake is the network's; anything else is
+                // the TLS settings or certificates of one end refusing the other.
+                if matches!(e, HandshakeError::Io(_) | HandshakeError::UnexpectedEof) {
+                    LinkError::network(text)
+                } else {
+                    LinkError::refused(text)
+                }
+            })?;
             Ok(Box::new(tls) as Box<dyn BusStream>)
         })
     }
@@ -400,22 +405,24 @@ impl Transport for TlsTransport {
                     }
                 }
                 let _ = socket2::SockRef::from(&tcp).shutdown(std::net::Shutdown::Both);
-                return Err(LinkError(format!("{} {hint}", HandshakeError::WrongVersionNumber)));
+                return Err(LinkError::refused(format!("{} {hint}", HandshakeError::WrongVersionNumber)));
             }
             // Counted in INFO tls (tls_handshake_failures) by the TLS crate.
-            let tls = self.tls.accept_bus_stream(tcp).await.map_err(|e| LinkError(format!("{e} {hint}")))?;
+            let tls = self.tls.accept_bus_stream(tcp).await.map_err(|e| LinkError::refused(format!("{e} {hint}")))?;
             Ok(Box::new(tls) as Box<dyn BusStream>)
         })
     }
 
-    fn refused(&self, e: &std::io::Error) -> String {
+    fn refused(&self, e: &std::io::Error) -> LinkError {
         // Our handshake had ended; the other end's alert says why it refused us, and that is
         // a refused handshake for INFO tls too.
         let reason = HandshakeError::from_io(e);
+        let text = format!("{reason} {DIAL_HINT}");
         if matches!(reason, HandshakeError::AlertReceived(_)) {
             self.tls.counters().outbound_handshake_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return LinkError::refused(text);
         }
-        format!("{reason} {DIAL_HINT}")
+        LinkError::network(text)
     }
 }
 

@@ -507,7 +507,8 @@ fn certs(srv: &Server, sess: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> R
 }
 
 fn info(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Res {
-    let text = node(srv)?.state().info_text();
+    let node = node(srv)?;
+    let text = node.state().info_text_serving(node.router.is_ok());
     out.verbatim(text.as_bytes());
     Ok(Flow::Continue)
 }
