@@ -2,110 +2,44 @@
 //! applies them: a command's reply becomes a Lua value for the script, and the script's
 //! return value becomes the client's reply.
 
-use hotkv_protocol::{ReplyBuf, parse_double, parse_i64};
+use hotkv_protocol::ReplyBuf;
 use mlua::{Lua, Table, Value};
 
 /// How deep a returned table may nest before the reply says so instead of recursing on
 /// (a table may even contain itself).
-const MAX_DEPTH: usize = 200;
+pub(crate) const MAX_DEPTH: usize = 200;
 
 /// A reply the server wrote that does not parse: never expected, reported rather than trusted.
 #[derive(Debug)]
 pub struct BadReply;
 
 /// Turns one RESP reply (RESP2 or RESP3) into the Lua value a script sees. An error reply
-/// becomes the `{err=...}` table; the caller decides whether to raise it.
+/// becomes the `{err=...}` table; the caller decides whether to raise it. (`redis.call` pushes
+/// its replies itself, with [`crate::raw::push_reply`]; this is the same conversion for a
+/// caller holding a `Lua`.)
 pub fn reply_to_lua(lua: &Lua, reply: &[u8]) -> mlua::Result<Value> {
-    let mut at = 0;
-    let v = parse(lua, reply, &mut at, 0).map_err(|_| mlua::Error::runtime("malformed reply from command"))?;
-    Ok(v.unwrap_or(Value::Nil))
-}
-
-/// One parsed element; `None` for an attribute's discarded parts is not needed: attributes are
-/// skipped inside [`parse`].
-fn parse(lua: &Lua, buf: &[u8], at: &mut usize, depth: usize) -> Result<Option<Value>, BadReply> {
-    if depth > MAX_DEPTH {
-        return Err(BadReply);
+    let mut bad = false;
+    #[allow(unsafe_code)]
+    // SAFETY: the closure runs inside mlua's protected call with room for three values, and
+    // holds nothing with a destructor (see the `raw` module doc).
+    let v = unsafe {
+        lua.exec_raw::<Value>((), |l| {
+            let mut at = 0;
+            if crate::raw::push_reply(l, reply, &mut at, 0).is_err() {
+                bad = true;
+                mlua::ffi::lua_settop(l, 0);
+            }
+        })
+    }?;
+    if bad {
+        return Err(mlua::Error::runtime("malformed reply from command"));
     }
-    let kind = *buf.get(*at).ok_or(BadReply)?;
-    let line = read_line(buf, at)?;
-    let v = match kind {
-        b'+' => single(lua, "ok", Value::String(s(lua, line)?))?,
-        b'-' => error_table(lua, &[b"-".as_slice(), line].concat(), true)?,
-        b':' => Value::Number(parse_i64(line).ok_or(BadReply)? as f64),
-        b'$' => match parse_i64(line).ok_or(BadReply)? {
-            -1 => Value::Boolean(false),
-            n => Value::String(s(lua, bulk(buf, at, n)?)?),
-        },
-        b'*' | b'>' => match parse_i64(line).ok_or(BadReply)? {
-            -1 => Value::Boolean(false),
-            n => {
-                let n = count(n, buf, *at)?;
-                let t = lua.create_table_with_capacity(n, 0).map_err(|_| BadReply)?;
-                for i in 1..=n {
-                    let v = parse(lua, buf, at, depth + 1)?.unwrap_or(Value::Nil);
-                    t.raw_set(i, v).map_err(|_| BadReply)?;
-                }
-                Value::Table(t)
-            }
-        },
-        b'%' => {
-            let n = count(parse_i64(line).ok_or(BadReply)?, buf, *at)?;
-            let t = lua.create_table_with_capacity(0, n).map_err(|_| BadReply)?;
-            for _ in 0..n {
-                let k = parse(lua, buf, at, depth + 1)?.unwrap_or(Value::Nil);
-                let v = parse(lua, buf, at, depth + 1)?.unwrap_or(Value::Nil);
-                if !k.is_nil() {
-                    t.raw_set(k, v).map_err(|_| BadReply)?;
-                }
-            }
-            single(lua, "map", Value::Table(t))?
-        }
-        b'~' => {
-            let n = count(parse_i64(line).ok_or(BadReply)?, buf, *at)?;
-            let t = lua.create_table_with_capacity(0, n).map_err(|_| BadReply)?;
-            for _ in 0..n {
-                let k = parse(lua, buf, at, depth + 1)?.unwrap_or(Value::Nil);
-                if !k.is_nil() {
-                    t.raw_set(k, true).map_err(|_| BadReply)?;
-                }
-            }
-            single(lua, "set", Value::Table(t))?
-        }
-        b'_' => Value::Nil,
-        b'#' => Value::Boolean(line == b"t"),
-        b',' => {
-            let d = parse_double(line).or_else(|| nan_or_inf(line)).ok_or(BadReply)?;
-            single(lua, "double", Value::Number(d))?
-        }
-        b'(' => single(lua, "big_number", Value::String(s(lua, line)?))?,
-        b'=' => {
-            let n = parse_i64(line).ok_or(BadReply)?;
-            let text = bulk(buf, at, n)?;
-            if text.len() < 4 || text[3] != b':' {
-                return Err(BadReply);
-            }
-            let inner = lua.create_table().map_err(|_| BadReply)?;
-            inner.raw_set("string", s(lua, &text[4..])?).map_err(|_| BadReply)?;
-            inner.raw_set("format", s(lua, &text[..3])?).map_err(|_| BadReply)?;
-            single(lua, "verbatim_string", Value::Table(inner))?
-        }
-        b'|' => {
-            // Attributes are not shown to scripts: skip them, then the reply they annotate.
-            let n = count(parse_i64(line).ok_or(BadReply)?, buf, *at)?;
-            for _ in 0..2 * n {
-                parse(lua, buf, at, depth + 1)?;
-            }
-            return parse(lua, buf, at, depth + 1);
-        }
-        _ => return Err(BadReply),
-    };
-    Ok(Some(v))
+    Ok(v)
 }
 
 /// An aggregate's element count, checked against what the rest of the buffer can hold (each
 /// element takes at least three bytes) before anything is allocated for it.
-fn count(n: i64, buf: &[u8], at: usize) -> Result<usize, BadReply> {
+pub(crate) fn count(n: i64, buf: &[u8], at: usize) -> Result<usize, BadReply> {
     let n = usize::try_from(n).map_err(|_| BadReply)?;
     if n > (buf.len() - at) / 3 + 1 {
         return Err(BadReply);
@@ -113,7 +47,7 @@ fn count(n: i64, buf: &[u8], at: usize) -> Result<usize, BadReply> {
     Ok(n)
 }
 
-fn read_line<'b>(buf: &'b [u8], at: &mut usize) -> Result<&'b [u8], BadReply> {
+pub(crate) fn read_line<'b>(buf: &'b [u8], at: &mut usize) -> Result<&'b [u8], BadReply> {
     let start = *at + 1;
     let rest = buf.get(start..).ok_or(BadReply)?;
     let end = memchr_crlf(rest).ok_or(BadReply)?;
@@ -125,7 +59,7 @@ fn memchr_crlf(b: &[u8]) -> Option<usize> {
     b.windows(2).position(|w| w == b"\r\n")
 }
 
-fn bulk<'b>(buf: &'b [u8], at: &mut usize, n: i64) -> Result<&'b [u8], BadReply> {
+pub(crate) fn bulk<'b>(buf: &'b [u8], at: &mut usize, n: i64) -> Result<&'b [u8], BadReply> {
     let n = usize::try_from(n).map_err(|_| BadReply)?;
     let body = buf.get(*at..*at + n).ok_or(BadReply)?;
     if buf.get(*at + n..*at + n + 2) != Some(b"\r\n") {
@@ -135,7 +69,7 @@ fn bulk<'b>(buf: &'b [u8], at: &mut usize, n: i64) -> Result<&'b [u8], BadReply>
     Ok(body)
 }
 
-fn nan_or_inf(line: &[u8]) -> Option<f64> {
+pub(crate) fn nan_or_inf(line: &[u8]) -> Option<f64> {
     match line {
         b"inf" => Some(f64::INFINITY),
         b"-inf" => Some(f64::NEG_INFINITY),
@@ -146,12 +80,6 @@ fn nan_or_inf(line: &[u8]) -> Option<f64> {
 
 fn s(lua: &Lua, b: &[u8]) -> Result<mlua::String, BadReply> {
     lua.create_string(b).map_err(|_| BadReply)
-}
-
-fn single(lua: &Lua, field: &str, v: Value) -> Result<Value, BadReply> {
-    let t = lua.create_table_with_capacity(0, 1).map_err(|_| BadReply)?;
-    t.raw_set(field, v).map_err(|_| BadReply)?;
-    Ok(Value::Table(t))
 }
 
 /// The `{err="CODE message"}` table of an error reply or of an error text (Valkey's
@@ -169,13 +97,23 @@ pub fn error_table(lua: &Lua, text: &[u8], from_call: bool) -> Result<Value, Bad
 /// An error text as `CODE message`, trailing newlines trimmed (the body of
 /// `luaPushErrorBuff`): `-CODE message` keeps its code, a bare message gets `ERR`.
 pub fn error_text(text: &[u8]) -> Vec<u8> {
+    error_parts(text).concat()
+}
+
+/// [`error_text`] in three pieces to be joined, borrowed from `text`.
+pub fn error_parts(text: &[u8]) -> [&[u8]; 3] {
     let text = trim_newlines(text);
     match text.strip_prefix(b"-") {
-        Some(rest) => match rest.iter().position(|&c| c == b' ') {
-            Some(sp) => [&rest[..sp], b" ", trim_newlines(&rest[sp + 1..])].concat(),
-            None => [b"ERR ".as_slice(), rest].concat(),
-        },
-        None => [b"ERR ".as_slice(), text].concat(),
+        Some(rest) => coded_parts(rest),
+        None => [b"ERR ", text, b""],
+    }
+}
+
+/// The pieces of an error reply's line (`CODE message`, after its `-`).
+pub fn coded_parts(line: &[u8]) -> [&[u8]; 3] {
+    match line.iter().position(|&c| c == b' ') {
+        Some(sp) => [&line[..sp], b" ", trim_newlines(&line[sp + 1..])],
+        None => [b"ERR ", line, b""],
     }
 }
 

@@ -11,6 +11,7 @@ pub mod convert;
 pub mod functions;
 pub mod ldb;
 pub mod libs;
+mod raw;
 pub mod vm;
 
 pub use body::{Sha, flag, sha1_hex};

@@ -71,6 +71,8 @@ pub enum Outcome {
 
 /// A VM: the Lua state and the pieces of the API it keeps.
 pub struct Vm {
+    /// Declared before `current`, so the state closes first: `redis.call` reaches `current`
+    /// through a raw pointer (see [`call`]), and closing may still run a script's finalizer.
     lua: Lua,
     /// The real global table, where KEYS and ARGV are set (scripts see a read-only proxy).
     globals: Table,
@@ -107,7 +109,7 @@ struct Current {
     resp: Cell<u8>,
     /// The run was stopped (SCRIPT KILL): whatever the script catches, it stops.
     killed: Cell<bool>,
-    /// The table whose `pending` field carries the error `redis.call` raises.
+    /// The table whose `pending` field carries the error the debugger's hook raises.
     slot: Table,
     /// Buffers reused from call to call: the argument vector and the reply.
     flat: RefCell<Vec<u8>>,
@@ -250,6 +252,20 @@ impl Vm {
             session: RefCell::new(None),
         });
         let statics = statics(&lua, &current)?;
+        let ptr = Rc::as_ptr(&current).cast_mut().cast::<std::ffi::c_void>();
+        #[allow(unsafe_code)]
+        // SAFETY: two C closures over a pointer to `current`, which outlives the state (see
+        // `Vm::lua`); the pushes run inside mlua's protected call, which has room for them.
+        let (call_fn, pcall_fn): (Function, Function) = unsafe {
+            lua.exec_raw((), |l| {
+                mlua::ffi::lua_pushlightuserdata(l, ptr);
+                mlua::ffi::lua_pushcclosure(l, call, 1);
+                mlua::ffi::lua_pushlightuserdata(l, ptr);
+                mlua::ffi::lua_pushcclosure(l, pcall, 1);
+            })
+        }?;
+        statics.raw_set("call", call_fn)?;
+        statics.raw_set("pcall", pcall_fn)?;
         let api: Function = lua.load(include_str!("api.lua")).set_name("=api").into_function()?;
         type Api = (Table, Function, Function, Function, Function, Table);
         let (env, make_runner, make_fn_runner, intact, load_library, dbg): Api =
@@ -458,15 +474,27 @@ impl Vm {
         host: &mut dyn Host,
         out: &mut ReplyBuf,
     ) -> Outcome {
-        let set = |name: &str, items: &[&[u8]]| -> mlua::Result<()> {
-            let t = self.list(items)?;
-            self.globals.raw_set(name, t)
+        let (lua, globals) = (self.lua.clone(), self.globals.clone());
+        // One protected call sets KEYS and ARGV and runs the runner: mlua's own calls each
+        // cost a protected call of their own (and, on Lua 5.1, a C closure to collect).
+        #[allow(unsafe_code)]
+        // SAFETY: inside mlua's protected call, with the real global table at index 1 and the
+        // runner at 2, the stack grown for what is pushed at once. The runner catches the
+        // script's errors itself; nothing in this closure has a destructor for an error that
+        // escaped it to skip.
+        let run = || unsafe {
+            lua.exec_raw::<(bool, Value)>((globals, f), |l| {
+                mlua::ffi::lua_checkstack(l, 4);
+                for (name, items) in [(c"KEYS", call.keys), (c"ARGV", call.args)] {
+                    mlua::ffi::lua_pushstring_(l, name.as_ptr());
+                    crate::raw::push_list(l, items);
+                    mlua::ffi::lua_rawset(l, 1);
+                }
+                mlua::ffi::lua_call(l, 0, 2);
+                mlua::ffi::lua_remove(l, 1);
+            })
         };
-        if let Err(e) = set("KEYS", call.keys).and_then(|()| set("ARGV", call.args)) {
-            out.error(&format!("ERR {}", lua_message(&e)));
-            return Outcome::Failed { counted: true };
-        }
-        self.invoke(name, host, out, || f.call::<(bool, Value)>(()))
+        self.invoke(name, host, out, run)
     }
 
     /// Runs a library function (its runner, from [`Vm::function`]) for FCALL: it gets KEYS
@@ -479,23 +507,21 @@ impl Vm {
         host: &mut dyn Host,
         out: &mut ReplyBuf,
     ) -> Outcome {
-        let (k, a) = match (self.list(call.keys), self.list(call.args)) {
-            (Ok(k), Ok(a)) => (k, a),
-            (Err(e), _) | (_, Err(e)) => {
-                out.error(&format!("ERR {}", lua_message(&e)));
-                return Outcome::Failed { counted: true };
-            }
+        // As in `eval`: the lists are made and the runner called in one protected call.
+        let lua = self.lua.clone();
+        #[allow(unsafe_code)]
+        // SAFETY: inside mlua's protected call, with the runner at index 1 and the stack grown
+        // for what is pushed at once; the runner catches the function's errors itself, and
+        // nothing in this closure has a destructor.
+        let run = || unsafe {
+            lua.exec_raw::<(bool, Value)>(f, |l| {
+                mlua::ffi::lua_checkstack(l, 4);
+                crate::raw::push_list(l, call.keys);
+                crate::raw::push_list(l, call.args);
+                mlua::ffi::lua_call(l, 2, 2);
+            })
         };
-        self.invoke(name, host, out, || f.call::<(bool, Value)>((k, a)))
-    }
-
-    /// A Lua array of strings.
-    fn list(&self, items: &[&[u8]]) -> mlua::Result<Table> {
-        let t = self.lua.create_table_with_capacity(items.len(), 0)?;
-        for (i, it) in items.iter().enumerate() {
-            t.raw_set(i + 1, self.lua.create_string(it)?)?;
-        }
-        Ok(t)
+        self.invoke(name, host, out, run)
     }
 
     /// The common part of a run: the host in place for its length, the conversion of the
@@ -544,11 +570,11 @@ impl Vm {
             }
         };
         self.runs += 1;
-        // Valkey's LUA_GC_CYCLE_PERIOD: a GC step of 50 every 50 runs keeps the garbage of
-        // short scripts from piling up to Lua's next full cycle, at a cost spread over runs.
-        if self.runs.is_multiple_of(50) {
-            let _ = self.lua.gc_step_kbytes(50);
-        }
+        // No forced GC step here (Valkey's LUA_GC_CYCLE_PERIOD, a 50 KB step every 50 runs):
+        // a step that size finishes a whole cycle, marking the VM's ~90 KB of live objects
+        // every 50 runs however little garbage they left, which was 12% of a short EVALSHA's
+        // instructions. Lua 5.1's own collector is incremental, paced by what is allocated:
+        // its work follows the garbage, and the heap stays within twice what is live.
         // Every proxy was written through a refusing path unless something was missed: the
         // check is defense in depth, cheap enough every 64 runs and after every raised error
         // (where a probing script would show itself).
@@ -722,10 +748,9 @@ impl Current {
             let start = flat.len();
             match v {
                 Value::String(s) => flat.extend_from_slice(&s.as_bytes()),
-                Value::Integer(n) => flat.extend_from_slice(itoa::Buffer::new().format(*n).as_bytes()),
-                // Valkey: an integer when the double is one (double2ll), else fpconv_dtoa.
-                Value::Number(n) if *n == 0.0 => flat.push(b'0'),
-                Value::Number(n) => hotkv_protocol::format_double(*n, &mut flat),
+                // Lua 5.1 has only doubles: mlua's integers are those that are whole.
+                Value::Integer(n) => crate::raw::number_arg(*n as f64, &mut flat),
+                Value::Number(n) => crate::raw::number_arg(*n, &mut flat),
                 _ => return Err("Command arguments must be strings or integers"),
             }
             spans.push((start, flat.len()));
@@ -733,23 +758,35 @@ impl Current {
         Ok(())
     }
 
-    /// `redis.call` / `redis.pcall`: runs the command through the host and converts its
-    /// reply; also says whether that reply is an error (which `redis.call` raises).
-    fn call(&self, lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
-        let fail = |text: &str| -> mlua::Result<(Value, bool)> {
-            if self.ldb.logging() {
-                self.ldb.log(format!("<error> {text}").into_bytes());
-            }
-            let t =
-                convert::error_table(lua, text.as_bytes(), false).map_err(|_| mlua::Error::runtime("out of memory"))?;
-            Ok((t, true))
-        };
-        let vals: Vec<Value> = args.into_iter().collect();
-        if let Err(e) = self.set_argv(&vals) {
-            return fail(e);
+    /// The Rust part of `redis.call` / `redis.pcall` (see [`call`]): reads the arguments off
+    /// `l`'s stack, runs the command through the host, and returns the buffer holding its
+    /// reply, taken out of `reply` (a call made while the reply is pushed, from a finalizer,
+    /// finds a buffer of its own). Pushes nothing.
+    ///
+    /// # Safety
+    /// `l` is the running state of a call, its arguments on the stack.
+    #[allow(unsafe_code)]
+    unsafe fn raw_call(&self, l: *mut mlua::lua_State) -> Result<ReplyBuf, &'static str> {
+        // SAFETY: `l` is live (the caller's promise).
+        let n = unsafe { mlua::ffi::lua_gettop(l) };
+        if n == 0 {
+            return Err(self.failed("Please specify at least one argument for this call"));
         }
-        drop(vals);
-        let mut reply = self.reply.borrow_mut();
+        {
+            let (mut flat, mut spans) = (self.flat.borrow_mut(), self.spans.borrow_mut());
+            flat.clear();
+            spans.clear();
+            for i in 1..=n {
+                let start = flat.len();
+                // SAFETY: `i` is within the stack (the caller's promise).
+                if !unsafe { crate::raw::read_arg(l, i, &mut flat) } {
+                    drop((flat, spans));
+                    return Err(self.failed("Command arguments must be strings or integers"));
+                }
+                spans.push((start, flat.len()));
+            }
+        }
+        let mut reply = self.reply.take();
         reply.truncate(0);
         reply.set_protocol(if self.resp.get() == 3 { Protocol::Resp3 } else { Protocol::Resp2 });
         let ran = {
@@ -761,14 +798,96 @@ impl Current {
             self.with_host(|h| h.call(args, &mut reply))
         };
         if ran.is_none() {
-            return fail("This function can only be called from inside a script");
+            self.reply.replace(reply);
+            return Err(self.failed("This function can only be called from inside a script"));
         }
-        let bytes = reply.as_bytes();
         if self.ldb.logging() {
-            self.ldb.log_reply(bytes);
+            self.ldb.log_reply(reply.as_bytes());
         }
-        let failed = bytes.first() == Some(&b'-');
-        Ok((convert::reply_to_lua(lua, bytes)?, failed))
+        Ok(reply)
+    }
+
+    /// A call refused before it ran: logged for the debugger, returned as the error text.
+    fn failed(&self, text: &'static str) -> &'static str {
+        if self.ldb.logging() {
+            self.ldb.log(format!("<error> {text}").into_bytes());
+        }
+        text
+    }
+}
+
+/// `redis.call` / `server.call`: a command whose reply is an error raises it.
+#[allow(unsafe_code)]
+unsafe extern "C-unwind" fn call(l: *mut mlua::lua_State) -> std::ffi::c_int {
+    // SAFETY: Lua calls this closure with its upvalue (see `Vm::new`). Nothing in this frame
+    // has a destructor, so the raise (a longjmp) crosses none.
+    unsafe {
+        if run_call(l) {
+            mlua::ffi::lua_error(l);
+        }
+    }
+    1
+}
+
+/// `redis.pcall` / `server.pcall`: an error reply is returned as its error table.
+#[allow(unsafe_code)]
+unsafe extern "C-unwind" fn pcall(l: *mut mlua::lua_State) -> std::ffi::c_int {
+    // SAFETY: as `call`.
+    unsafe { run_call(l) };
+    1
+}
+
+/// Runs the call whose arguments are on `l`'s stack and leaves its result there alone: the
+/// reply as a Lua value, or an error table. Returns whether it is an error.
+///
+/// # Safety
+/// `l` is running a C closure made in `Vm::new`, whose first upvalue points to its VM's
+/// `Current`.
+#[allow(unsafe_code)]
+unsafe fn run_call(l: *mut mlua::lua_State) -> bool {
+    use std::mem::ManuallyDrop;
+    // SAFETY: the upvalue is the pointer `Vm::new` stored, to a `Current` that outlives the
+    // state; only shared references to it are ever made.
+    let cur = unsafe { &*mlua::ffi::lua_touserdata(l, mlua::ffi::lua_upvalueindex(1)).cast::<Current>() };
+    // A panic in the server must not unwind through Lua's C frames.
+    // SAFETY: the arguments are on the stack (our caller's promise).
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { cur.raw_call(l) }));
+    let ran = match ran {
+        Ok(Ok(reply)) => Ok(ManuallyDrop::new(reply)),
+        Ok(Err(text)) => Err(text),
+        Err(_) => Err("internal error while running the command"),
+    };
+    // From here on every push may raise, so what needs freeing is in `ManuallyDrop` (a raise
+    // leaks it, once, rather than skipping its destructor). The arguments were copied: the
+    // stack is emptied first, since a call may come with as many as it holds (8000).
+    // SAFETY: `l` is live.
+    unsafe { mlua::ffi::lua_settop(l, 0) };
+    match ran {
+        Err(text) => {
+            // SAFETY: an empty stack with room for the table (LUA_MINSTACK).
+            unsafe { crate::raw::push_error(l, convert::error_parts(text.as_bytes()), false) };
+            true
+        }
+        Ok(reply) => {
+            let bytes = reply.as_bytes();
+            let mut at = 0;
+            // SAFETY: as above.
+            let failed = match unsafe { crate::raw::push_reply(l, bytes, &mut at, 0) } {
+                Ok(()) => bytes.first() == Some(&b'-'),
+                Err(_) => {
+                    // SAFETY: as above.
+                    unsafe {
+                        mlua::ffi::lua_settop(l, 0);
+                        crate::raw::push_error(l, convert::error_parts(b"malformed reply from command"), false);
+                    }
+                    true
+                }
+            };
+            // The buffer goes back for the next call; what a call from a finalizer used
+            // meanwhile is dropped.
+            drop(cur.reply.replace(ManuallyDrop::into_inner(reply)));
+            failed
+        }
     }
 }
 
@@ -809,22 +928,6 @@ fn statics(lua: &Lua, current: &Rc<Current>) -> mlua::Result<Table> {
     let t = lua.create_table()?;
     let cur = current.clone();
     t.raw_set("killed", lua.create_function(move |_, ()| Ok(cur.killed.get()))?)?;
-    let cur = current.clone();
-    t.raw_set(
-        "call",
-        lua.create_function(move |lua, args: MultiValue| {
-            let (v, failed) = cur.call(lua, args)?;
-            if failed {
-                // mlua raises a Rust error as its own userdata: the table goes by `pending`
-                // for the handler (api.lua's unwrap) to pick up.
-                cur.slot.raw_set("pending", v)?;
-                return Err(mlua::Error::runtime("redis.call failed"));
-            }
-            Ok(v)
-        })?,
-    )?;
-    let cur = current.clone();
-    t.raw_set("pcall", lua.create_function(move |lua, args: MultiValue| Ok(cur.call(lua, args)?.0))?)?;
     let cur = current.clone();
     t.raw_set("breakpoint", lua.create_function(move |_, ()| Ok(cur.ldb.breakpoint()))?)?;
     let cur = current.clone();

@@ -28,6 +28,7 @@ impl Host for Fake {
                 reply.ok();
             }
             b"ping" => reply.simple("PONG"),
+            b"count" => reply.int(argv.len() as i64 - 1),
             b"hello3" => {
                 reply.map(1);
                 reply.bulk(b"k");
@@ -73,6 +74,57 @@ fn scripts_call_the_host_and_return_its_replies() {
     assert_eq!(h.data[&b"n"[..]], b"12");
     assert_eq!(eval(&mut vm, &mut h, "return redis.call('set', 'n', 1.5)", &[], &[]), "+OK\r\n");
     assert_eq!(h.data[&b"n"[..]], b"1.5");
+}
+
+#[test]
+fn a_call_takes_as_many_arguments_as_the_stack_holds_and_numbers_as_valkey_prints_them() {
+    let (mut vm, mut h) = (Vm::new().unwrap(), Fake::default());
+    // Valkey's "Script check unpack with massive arguments": the 7999 arguments fill the
+    // stack, and the reply still has room.
+    let code = "local a = {} for i=1,7999 do a[i] = 1 end return redis.call('count', unpack(a))";
+    assert_eq!(eval(&mut vm, &mut h, code, &[], &[]), ":7999\r\n");
+    // double2ll: an integer within half the range of a long long, else the shortest form.
+    for (n, text) in [
+        ("-0.0", "0"),
+        ("2^53", "9007199254740992"),
+        ("2^62", "4611686018427387904"),
+        ("-2^62", "-4611686018427387904"),
+        ("2^63", "9223372036854776000"),
+        ("1e22", "1e+22"),
+        ("0.1", "0.1"),
+        ("1/0", "inf"),
+    ] {
+        let code = format!("return redis.call('set', 'n', {n})");
+        assert_eq!(eval(&mut vm, &mut h, &code, &[], &[]), "+OK\r\n", "{n}");
+        assert_eq!(String::from_utf8_lossy(&h.data[&b"n"[..]]), text, "{n}");
+    }
+    for bad in ["nil", "true", "{}", "redis.call"] {
+        let code = format!("return redis.pcall('set', 'n', {bad})");
+        assert_eq!(eval(&mut vm, &mut h, &code, &[], &[]), "-ERR Command arguments must be strings or integers\r\n");
+    }
+    assert_eq!(
+        eval(&mut vm, &mut h, "return redis.pcall()", &[], &[]),
+        "-ERR Please specify at least one argument for this call\r\n"
+    );
+}
+
+#[test]
+fn a_call_from_a_finalizer_while_a_reply_is_pushed_gets_its_own_buffer() {
+    let (mut vm, mut h) = (Vm::new().unwrap(), Fake::default());
+    eval(&mut vm, &mut h, "return redis.call('set', 'big', string.rep('x', 100000))", &[], &[]);
+    // Proxies whose finalizers call the host run whenever the collector gets to them: during
+    // the pushes of the replies below among other times. Every reply must still be whole.
+    let code = "
+        for i = 1, 200 do
+          local p = newproxy(true)
+          getmetatable(p).__gc = function() redis.pcall('set', 'gc', 'y') end
+        end
+        local n = 0
+        for i = 1, 50 do n = n + #redis.call('get', 'big') end
+        collectgarbage()
+        return n";
+    assert_eq!(eval(&mut vm, &mut h, code, &[], &[]), ":5000000\r\n");
+    assert_eq!(h.data[&b"gc"[..]], b"y");
 }
 
 #[test]
