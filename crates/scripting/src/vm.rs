@@ -359,6 +359,9 @@ impl Vm {
         *self.current.session.borrow_mut() = Some(session);
         self.install_debug_hook();
         let outcome = self.eval(f, name, call, host, out);
+        // Only the debugger's hook leaves an error there; one nothing picked up must not
+        // reach a later run's handler.
+        let _ = self.current.slot.raw_set("pending", Value::Nil);
         self.install_hook();
         let mut session = self.current.session.borrow_mut().take().expect("the hook gives the session back");
         self.current.ldb.end(&mut session);
@@ -545,7 +548,6 @@ impl Vm {
         let guard = HostGuard(cur);
         let result = go();
         drop(guard);
-        let _ = cur.slot.raw_set("pending", Value::Nil);
         // A script that raised (not one that returned an error reply, as rate limiters do
         // every time they refuse) may have been probing the sandbox.
         let raised = !matches!(result, Ok((true, _)));

@@ -960,6 +960,12 @@ impl<'b: 'c, 'c> ScriptHost<'_, 'b, 'c> {
     /// Takes the locks the call needs that the run does not hold yet.
     fn lock(&mut self, cmd: &Command) -> Result<(), CommandError> {
         let ks = &self.b.srv.ks;
+        let whole = self.plan.lock_scope() != LockScope::Keys;
+        // A call's own keys are usually held already (declared, or locked by an earlier call):
+        // nothing to collect for them.
+        if !whole && self.plan.locks().iter().all(|&id| self.ctx.locks.holds(id)) {
+            return Ok(());
+        }
         let ids: Vec<LockId> = match self.plan.lock_scope() {
             LockScope::Keys => self.plan.locks().to_vec(),
             LockScope::Database => (0..SLOTS as u16).map(|s| lock_id(self.ctx.db, s)).collect(),
@@ -968,7 +974,6 @@ impl<'b: 'c, 'c> ScriptHost<'_, 'b, 'c> {
                 used.flat_map(|d| (0..SLOTS as u16).map(move |s| lock_id(d, s))).collect()
             }
         };
-        let whole = self.plan.lock_scope() != LockScope::Keys;
         for id in ids {
             match self.ctx.locks.add(ks, id) {
                 AddLock::Held | AddLock::Added => continue,
