@@ -28,6 +28,7 @@ fn settings() -> Settings {
         replica_no_failover: false,
         allow_replica_migration: true,
         migration_barrier: 1,
+        ping_interval_ms: 0,
     }
 }
 

@@ -373,7 +373,8 @@ impl Bus {
         &self.state
     }
 
-    /// A CLUSTER command changed the state: republish it at once, and save it.
+    /// A CLUSTER command changed the state: send what it queued, republish it at once, and
+    /// save it.
     ///
     /// The save is made before this returns (so before the command replies) only when an
     /// epoch moved, which must be durable before anyone hears of it (a lost epoch or vote
@@ -386,13 +387,18 @@ impl Bus {
     /// slot table, which gossip and UPDATE repair (ownership) and `--cluster fix` finishes
     /// (open slots).
     pub fn changed(&self) {
+        // What the command queued goes on the links before the server acts on the change, as
+        // in `after_change`: a takeover's PONGs, which announce a win the command made itself.
+        // An epoch it moved is on the disk before any message carries it.
+        self.save_if_epochs_moved();
+        let outgoing = self.state.lock().take_outgoing(now_ms());
+        self.send_outgoing(&outgoing);
         let pause = {
             let mut st = self.state.lock();
             st.take_view_changed();
             (self.on_change)(&st);
             st.take_pause_change().map(|p| (p, st.replication()))
         };
-        self.save_if_epochs_moved();
         apply_pause(&self.state, pause);
         self.wake.notify_one();
     }
@@ -1130,6 +1136,7 @@ mod tests {
             replica_no_failover: false,
             allow_replica_migration: true,
             migration_barrier: 1,
+            ping_interval_ms: 0,
         };
         let state = Arc::new(Mutex::new(ClusterState::fresh(cfg)));
         (Bus::new(state, Arc::new(PlainTransport), dir.join("nodes.conf"), Box::new(|_| {}), sink), dir)
@@ -1183,6 +1190,7 @@ mod tests {
             replica_no_failover: false,
             allow_replica_migration: true,
             migration_barrier: 1,
+            ping_interval_ms: 0,
         };
         let state = Arc::new(Mutex::new(ClusterState::fresh(cfg)));
         let published = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -1376,6 +1384,20 @@ mod tests {
         // or the sibling runs an election for the old primary that cannot get votes. The
         // server switches roles in its change hook, so the hook here waits for the others to
         // learn the win; the bus thread is busy in it, as a preempted or frozen one would be.
+        winner_tells_the_others_first(crate::state::FailoverMode::Force).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_takeover_is_on_the_links_before_the_server_acts_on_it() {
+        // The same for CLUSTER FAILOVER TAKEOVER, whose win is made by the command itself:
+        // `Bus::changed` queues the PONGs that announce it before the hook runs (on the
+        // command's thread here, as on a worker's in the server).
+        winner_tells_the_others_first(crate::state::FailoverMode::Takeover).await;
+    }
+
+    /// A replica of node 0 joins [`joined`]'s three nodes and fails over in `mode`; its
+    /// server's change hook waits up to 3 s for the others to know it as a primary.
+    async fn winner_tells_the_others_first(mode: crate::state::FailoverMode) {
         let sinks: Vec<Arc<Recorder>> = (0..3).map(|_| Arc::default()).collect();
         let mut buses = joined(&sinks).await;
         let others: Vec<Arc<Mutex<ClusterState>>> = buses.iter().map(|(b, _, _)| b.state().clone()).collect();
@@ -1414,7 +1436,7 @@ mod tests {
             (0..3).all(|i| bus(i).state().lock().node(&replica_id).is_some_and(|n| n.primary == Some(primary)))
         })
         .await;
-        bus(3).state().lock().failover(crate::state::FailoverMode::Force, "test", now_ms()).unwrap();
+        bus(3).state().lock().failover(mode, "test", now_ms()).unwrap();
         bus(3).changed();
         wait_until("the replica to win", &buses, || heard.lock().is_some()).await;
         assert_eq!(*heard.lock(), Some(true), "the server acted on the win before the bus told anyone");

@@ -263,6 +263,7 @@ mod tests {
             replica_no_failover: false,
             allow_replica_migration: true,
             migration_barrier: 1,
+            ping_interval_ms: 0,
             allow_pubsubshard_when_down: true,
         }
     }
@@ -470,6 +471,7 @@ mod shard_tests {
             replica_no_failover: false,
             allow_replica_migration: true,
             migration_barrier: 1,
+            ping_interval_ms: 0,
         };
         let saved = SavedConfig {
             nodes: vec![primary, other, replica],

@@ -64,6 +64,16 @@ pub struct Settings {
     /// `cluster-migration-barrier`: the working replicas a primary keeps before one of them
     /// may migrate.
     pub migration_barrier: usize,
+    /// `cluster-ping-interval` (hidden, for tests): how long a node may go unpinged; 0 for
+    /// half the node timeout.
+    pub ping_interval_ms: i64,
+}
+
+impl Settings {
+    /// How long a node not heard from waits for its next PING.
+    fn ping_interval(&self) -> i64 {
+        if self.ping_interval_ms > 0 { self.ping_interval_ms } else { (self.node_timeout_ms.max(1) / 2).max(1) }
+    }
 }
 
 /// `cluster-preferred-endpoint-type`.
@@ -210,6 +220,9 @@ pub struct ClusterState {
     received: [u64; 10],
     /// Links closed for passing `cluster-link-sendbuf-limit`.
     links_over_limit: u64,
+    /// Slots logged as migrated to another shard, for the tests.
+    #[cfg(test)]
+    pub(crate) migrations_logged: usize,
     /// This node's certificate, gossiped in every header.
     cert: CertSummary,
     /// Nodes forgotten (CLUSTER FORGET, here or on a node that told us), with when they may be
@@ -307,6 +320,8 @@ impl ClusterState {
             sent: [0; 10],
             received: [0; 10],
             links_over_limit: 0,
+            #[cfg(test)]
+            migrations_logged: 0,
             cert: CertSummary::default(),
             announce: false,
             forgotten: HashMap::new(),
@@ -713,7 +728,7 @@ impl ClusterState {
             // As Valkey's clusterCron: a node not heard from for half the node timeout is
             // pinged now (one ping outstanding at a time), so that a live node always answers
             // before it would be suspected; the others hear from the once-a-second ping below.
-            if n.ping_sent_ms == 0 && now - n.pong_received_ms > (timeout / 2).max(1) {
+            if n.ping_sent_ms == 0 && now - n.pong_received_ms > self.cfg.ping_interval() {
                 out.push(self.ping(id, now));
                 continue;
             }
@@ -769,7 +784,7 @@ impl ClusterState {
                 return TICK_MIN_MS;
             }
             due = due.min(if n.ping_sent_ms == 0 {
-                n.pong_received_ms + (timeout / 2).max(1) + 1
+                n.pong_received_ms + self.cfg.ping_interval() + 1
             } else {
                 n.ping_sent_ms.max(e.heard_ms) + timeout + 1
             });
@@ -1273,18 +1288,24 @@ impl ClusterState {
                     }
                 }
                 _ => {
-                    // A failover is not a migration: the slots stay in their shard (Valkey
-                    // keeps a persisted shard id across it; here a promoted replica's shard
-                    // was its primary's), so no line per slot.
+                    // A failover is not a migration: the slots stay in their shard, so no
+                    // line per slot. The shard is the persisted shard id, as Valkey's
+                    // `areInSameShard`: a winner frozen while a sibling replaced it is a
+                    // primary of its own when it returns, but of the same shard.
                     if let Some(from) = owner
                         && took_over != Some(from)
                         && !self.same_shard(&from, &sender)
+                        && !self.same_shard_id(&from, &sender)
                     {
                         let (from_name, from_shard) = self.describe(&from);
                         let (name, shard) = self.describe(&sender);
                         info!(
                             "Slot {slot} is migrated from node {from} ({from_name}) in shard {from_shard} to node {sender} ({name}) in shard {shard}."
                         );
+                        #[cfg(test)]
+                        {
+                            self.migrations_logged += 1;
+                        }
                     }
                     if owner == Some(self.me) && sender != self.me {
                         dirty.push(slot);
@@ -1429,9 +1450,17 @@ impl ClusterState {
         }
     }
 
-    /// A node's human name and shard, for log lines.
+    /// Whether two known nodes carry the same shard id.
+    fn same_shard_id(&self, a: &NodeId, b: &NodeId) -> bool {
+        match (self.nodes.get(a), self.nodes.get(b)) {
+            (Some(x), Some(y)) => x.node.shard_id == y.node.shard_id,
+            _ => false,
+        }
+    }
+
+    /// A node's human name and shard id, for log lines (Valkey prints `shard_id`).
     fn describe(&self, id: &NodeId) -> (String, NodeId) {
-        self.nodes.get(id).map_or((String::new(), *id), |e| (e.node.human_nodename.clone(), self.shard_of(&e.node)))
+        self.nodes.get(id).map_or((String::new(), *id), |e| (e.node.human_nodename.clone(), e.node.shard_id))
     }
 
     fn set_owner(&mut self, slot: u16, owner: Option<NodeId>) {

@@ -79,6 +79,7 @@ fn settings(i: usize) -> Settings {
         replica_no_failover: false,
         allow_replica_migration: true,
         migration_barrier: 1,
+        ping_interval_ms: 0,
     }
 }
 
@@ -316,6 +317,28 @@ fn signature(text: &str) -> String {
         .collect();
     lines.sort();
     lines.join("|")
+}
+
+#[test]
+fn cluster_ping_interval_sets_how_long_a_node_goes_unpinged() {
+    let pings_in_two_seconds = |interval: i64| {
+        let mut net = Net::three_primaries();
+        let cfg = Settings { ping_interval_ms: interval, ..settings(0) };
+        net.nodes[0].set_settings(cfg);
+        let sent = |net: &Net| {
+            let info = net.nodes[0].info_text();
+            let line = info.lines().find(|l| l.starts_with("cluster_stats_messages_ping_sent:")).unwrap();
+            line.split(':').nth(1).unwrap().trim().parse::<u64>().unwrap()
+        };
+        let before = sent(&net);
+        net.run(20);
+        sent(&net) - before
+    };
+    // By default a node is pinged once it went half the node timeout (1 s here) unheard, and
+    // one node a second besides; at 200 ms each of the two is pinged every few ticks.
+    let (default, fast) = (pings_in_two_seconds(0), pings_in_two_seconds(200));
+    assert!(default <= 8, "{default}");
+    assert!(fast >= 10, "{fast}");
 }
 
 #[test]

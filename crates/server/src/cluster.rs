@@ -110,6 +110,7 @@ pub fn cluster_settings(s: &Settings) -> ClusterSettings {
         replica_no_failover: s.bool(table::CLUSTER_REPLICA_NO_FAILOVER),
         allow_replica_migration: s.bool(table::CLUSTER_ALLOW_REPLICA_MIGRATION),
         migration_barrier: usize::try_from(s.int(table::CLUSTER_MIGRATION_BARRIER)).unwrap_or(0),
+        ping_interval_ms: s.int(table::CLUSTER_PING_INTERVAL),
     }
 }
 

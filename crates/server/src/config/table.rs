@@ -538,8 +538,8 @@ directives! {
         M, CLUSTER, "Memory a bus link may take (its queued messages); past it the link is closed; 0 = none.";
     CLUSTER_SLOT_STATS_ENABLED = "cluster-slot-stats-enabled" [] "cluster.slot_stats_enabled": B, "no", M | NE, H,
         "Track CPU and network use per slot.";
-    CLUSTER_PING_INTERVAL = "cluster-ping-interval" [] "cluster.ping_interval": int(0, LONG), "0", M | HID | NE, H,
-        "Milliseconds between bus pings (tests).";
+    CLUSTER_PING_INTERVAL = "cluster-ping-interval" [] "cluster.ping_interval": int(0, LONG), "0", M | HID, CLUSTER,
+        "Milliseconds a node may go without a PING from this one; 0 = half the node timeout (tests).";
     CLUSTER_BUS_PORT_PROTECTED_MODE = "cluster-bus-port-protected-mode" [] "cluster.bus_port_protected_mode": B, "no",
         M | U | NE, H, "Redis-compatible, not in Valkey: refuse a cluster bus without tls-cluster.";
     // tls
