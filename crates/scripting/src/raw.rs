@@ -31,7 +31,10 @@ pub(crate) unsafe fn push_reply(l: *mut lua_State, buf: &[u8], at: &mut usize, d
     let kind = *buf.get(*at).ok_or(BadReply)?;
     let line = read_line(buf, at)?;
     // SAFETY: for every block below: pushes on `l` (the caller's promise), with the stack
-    // grown first where an aggregate needs more than the one slot the caller guarantees.
+    // grown first where an aggregate needs more than the one slot the caller guarantees. An
+    // element pushes up to two values before its own check (a status table and its string),
+    // so an array makes room for its table and those two, a map for its two tables, a key and
+    // those two.
     unsafe {
         match kind {
             b'+' => {
@@ -50,7 +53,7 @@ pub(crate) unsafe fn push_reply(l: *mut lua_State, buf: &[u8], at: &mut usize, d
                 n => {
                     let n = count(n, buf, *at)?;
                     let narr = c_int::try_from(n).map_err(|_| BadReply)?;
-                    room(l, 2)?;
+                    room(l, 3)?;
                     ffi::lua_createtable(l, narr, 0);
                     for i in 1..=narr {
                         push_reply(l, buf, at, depth + 1)?;
@@ -62,7 +65,7 @@ pub(crate) unsafe fn push_reply(l: *mut lua_State, buf: &[u8], at: &mut usize, d
                 let n = count(parse_i64(line).ok_or(BadReply)?, buf, *at)?;
                 let nrec = c_int::try_from(n).map_err(|_| BadReply)?;
                 let map = kind == b'%';
-                room(l, 4)?;
+                room(l, 5)?;
                 ffi::lua_createtable(l, 0, 1);
                 ffi::lua_createtable(l, 0, nrec);
                 for _ in 0..n {
