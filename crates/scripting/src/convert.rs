@@ -13,30 +13,6 @@ pub(crate) const MAX_DEPTH: usize = 200;
 #[derive(Debug)]
 pub struct BadReply;
 
-/// Turns one RESP reply (RESP2 or RESP3) into the Lua value a script sees. An error reply
-/// becomes the `{err=...}` table; the caller decides whether to raise it. (`redis.call` pushes
-/// its replies itself, with [`crate::raw::push_reply`]; this is the same conversion for a
-/// caller holding a `Lua`.)
-pub fn reply_to_lua(lua: &Lua, reply: &[u8]) -> mlua::Result<Value> {
-    let mut bad = false;
-    #[allow(unsafe_code)]
-    // SAFETY: the closure runs inside mlua's protected call with room for three values, and
-    // holds nothing with a destructor (see the `raw` module doc).
-    let v = unsafe {
-        lua.exec_raw::<Value>((), |l| {
-            let mut at = 0;
-            if crate::raw::push_reply(l, reply, &mut at, 0).is_err() {
-                bad = true;
-                mlua::ffi::lua_settop(l, 0);
-            }
-        })
-    }?;
-    if bad {
-        return Err(mlua::Error::runtime("malformed reply from command"));
-    }
-    Ok(v)
-}
-
 /// An aggregate's element count, checked against what the rest of the buffer can hold (each
 /// element takes at least three bytes) before anything is allocated for it.
 pub(crate) fn count(n: i64, buf: &[u8], at: usize) -> Result<usize, BadReply> {
@@ -78,29 +54,20 @@ pub(crate) fn nan_or_inf(line: &[u8]) -> Option<f64> {
     }
 }
 
-fn s(lua: &Lua, b: &[u8]) -> Result<mlua::String, BadReply> {
-    lua.create_string(b).map_err(|_| BadReply)
-}
-
 /// The `{err="CODE message"}` table of an error reply or of an error text (Valkey's
 /// `luaPushErrorBuff`): a text starting with `-` has its code; one without gets `ERR`.
 /// `from_call` marks errors already counted in errorstats when the command failed.
 pub fn error_table(lua: &Lua, text: &[u8], from_call: bool) -> Result<Value, BadReply> {
-    let t = lua.create_table().map_err(|_| BadReply)?;
-    t.raw_set("err", s(lua, &error_text(text))?).map_err(|_| BadReply)?;
-    if from_call {
-        t.raw_set("ignore_error_stats_update", true).map_err(|_| BadReply)?;
-    }
-    Ok(Value::Table(t))
+    #[allow(unsafe_code)]
+    // SAFETY: inside mlua's protected call, which has room for what push_error checks for;
+    // the closure holds nothing with a destructor.
+    let t = unsafe { lua.exec_raw::<Value>((), |l| crate::raw::push_error(l, error_parts(text), from_call)) };
+    t.map_err(|_| BadReply)
 }
 
-/// An error text as `CODE message`, trailing newlines trimmed (the body of
-/// `luaPushErrorBuff`): `-CODE message` keeps its code, a bare message gets `ERR`.
-pub fn error_text(text: &[u8]) -> Vec<u8> {
-    error_parts(text).concat()
-}
-
-/// [`error_text`] in three pieces to be joined, borrowed from `text`.
+/// An error text as `CODE message` (the body of Valkey's `luaPushErrorBuff`), in three pieces
+/// to be joined, borrowed from `text`: newlines trimmed, `-CODE message` keeps its code, a bare
+/// message gets `ERR`.
 pub fn error_parts(text: &[u8]) -> [&[u8]; 3] {
     let text = trim_newlines(text);
     match text.strip_prefix(b"-") {
@@ -231,6 +198,26 @@ mod tests {
     use super::*;
     use hotkv_protocol::Protocol;
 
+    /// One RESP reply as the Lua value a script sees, through `redis.call`'s own conversion.
+    fn reply_to_lua(lua: &Lua, reply: &[u8]) -> mlua::Result<Value> {
+        let mut bad = false;
+        #[allow(unsafe_code)]
+        // SAFETY: inside mlua's protected call with room for a value; nothing here has a
+        // destructor (see the `raw` module doc).
+        let v = unsafe {
+            lua.exec_raw::<Value>((), |l| {
+                if crate::raw::push_reply(l, reply, &mut 0, 0).is_err() {
+                    bad = true;
+                    mlua::ffi::lua_settop(l, 0);
+                }
+            })
+        }?;
+        if bad {
+            return Err(mlua::Error::runtime("malformed reply from command"));
+        }
+        Ok(v)
+    }
+
     fn roundtrip(reply: &[u8], resp3: bool) -> Vec<u8> {
         let lua = Lua::new();
         let v = reply_to_lua(&lua, reply).unwrap();
@@ -299,8 +286,9 @@ mod tests {
 
     #[test]
     fn error_texts_get_a_code() {
-        assert_eq!(error_text(b"-WRONGTYPE bad\r\n"), b"WRONGTYPE bad");
-        assert_eq!(error_text(b"-oops"), b"ERR oops");
-        assert_eq!(error_text(b"plain text"), b"ERR plain text");
+        let text = |t: &[u8]| error_parts(t).concat();
+        assert_eq!(text(b"-WRONGTYPE bad\r\n"), b"WRONGTYPE bad");
+        assert_eq!(text(b"-oops"), b"ERR oops");
+        assert_eq!(text(b"plain text"), b"ERR plain text");
     }
 }
