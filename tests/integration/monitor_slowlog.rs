@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use hotkv_test_support::{Frame, RawClient};
+use hotkv_test_support::{Frame, RawClient, TestServer};
 
 use crate::{ok, server, server_with};
 
@@ -21,12 +21,18 @@ fn monitor_line_with(m: &mut RawClient, needle: &str) -> String {
     panic!("no MONITOR line containing {needle:?} among 100 lines");
 }
 
-#[test]
-fn monitor_sees_commands_of_other_clients() {
-    let srv = server();
+/// A client of `srv` in MONITOR mode, its reads bounded.
+fn monitor(srv: &TestServer) -> RawClient {
     let mut m = srv.client();
     m.set_timeout(Duration::from_secs(5));
     assert_eq!(m.cmd(&["MONITOR"]), Frame::ok());
+    m
+}
+
+#[test]
+fn monitor_sees_commands_of_other_clients() {
+    let srv = server();
+    let mut m = monitor(&srv);
     let mut c = srv.client();
     ok(&mut c, &["set", "foo", "bar"]);
     let line = monitor_line_with(&mut m, "\"foo\"");
@@ -41,9 +47,7 @@ fn monitor_sees_commands_of_other_clients() {
 #[test]
 fn monitor_shows_the_database_and_quotes_arguments() {
     let srv = server();
-    let mut m = srv.client();
-    m.set_timeout(Duration::from_secs(5));
-    assert_eq!(m.cmd(&["MONITOR"]), Frame::ok());
+    let mut m = monitor(&srv);
     let mut c = srv.client();
     ok(&mut c, &["SELECT", "3"]);
     ok(&mut c, &["SET", "a b", "x\ny\"z"]);
@@ -202,9 +206,7 @@ fn latency_histogram_reports_calls_and_a_cumulative_distribution() {
 #[test]
 fn monitor_shows_a_blocked_command_once_when_it_is_called() {
     let srv = server();
-    let mut m = srv.client();
-    m.set_timeout(Duration::from_secs(5));
-    assert_eq!(m.cmd(&["MONITOR"]), Frame::ok());
+    let mut m = monitor(&srv);
     let mut blocked = srv.client();
     let mut pusher = srv.client();
     blocked.send(&["blpop", "mylist", "0"]);
@@ -229,9 +231,7 @@ fn monitor_shows_a_blocked_command_once_when_it_is_called() {
 fn migrate_passwords_are_redacted_in_monitor_and_slowlog() {
     let srv = server_with(&[("slowlog-log-slower-than", "0")]);
     let port = srv.port().to_string();
-    let mut m = srv.client();
-    m.set_timeout(Duration::from_secs(5));
-    assert_eq!(m.cmd(&["MONITOR"]), Frame::ok());
+    let mut m = monitor(&srv);
     let mut c = srv.client();
     // No such key: MIGRATE answers NOKEY without connecting anywhere.
     let calls: [&[&str]; 3] = [
@@ -259,9 +259,7 @@ fn migrate_passwords_are_redacted_in_monitor_and_slowlog() {
 #[test]
 fn passwords_and_user_rules_are_redacted_in_monitor_and_slowlog() {
     let srv = server_with(&[("slowlog-log-slower-than", "0")]);
-    let mut m = srv.client();
-    m.set_timeout(Duration::from_secs(5));
-    assert_eq!(m.cmd(&["MONITOR"]), Frame::ok());
+    let mut m = monitor(&srv);
     let mut c = srv.client();
     c.cmd(&["AUTH", "pw-a"]);
     c.cmd(&["AUTH", "user-b", "pw-b"]);
@@ -282,9 +280,7 @@ fn passwords_and_user_rules_are_redacted_in_monitor_and_slowlog() {
 #[test]
 fn monitor_shows_a_script_then_its_commands_from_lua() {
     let srv = server();
-    let mut m = srv.client();
-    m.set_timeout(Duration::from_secs(5));
-    assert_eq!(m.cmd(&["MONITOR"]), Frame::ok());
+    let mut m = monitor(&srv);
     let mut c = srv.client();
     c.cmd(&["EVAL", "redis.call('set', KEYS[1], ARGV[1])", "1", "foo", "bar"]);
     let lib = "#!lua name=t\nredis.register_function('t', function() return redis.call('set', 'fn', 'x') end)";
