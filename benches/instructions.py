@@ -16,6 +16,9 @@ Cells:
   set-p16       SET, 32-byte values, 100k random keys, pipeline 16, 50 connections
   set-p16-repl  the same with one replica attached (a normal process, not counted), after its
                 sync; the count waits until the replica has the whole stream
+  set-p1        SET as set-p16, one request in flight per connection: the cost of reaching the
+                command and sending its reply, which pipelining otherwise shares out
+  get-p1        GET of the same keys, pipeline 1
 
 Counts move with how requests batch per read under valgrind (10-15% between runs at pipeline
 16), so compare cells of one run, and repeat a run before trusting a difference under 15%.
@@ -43,7 +46,7 @@ SCRIPT = ("local v = redis.call('GET', KEYS[1]) "
           "local n = redis.call('INCR', KEYS[1]) "
           "redis.call('EXPIRE', KEYS[1], 600) "
           "return n")
-CELLS = ["evalsha-p16", "set-p16", "set-p16-repl"]
+CELLS = ["evalsha-p16", "set-p16", "set-p16-repl", "set-p1", "get-p1"]
 
 
 def cli(port, *args):
@@ -92,10 +95,12 @@ def counted_run(kind, binary, cell, requests, workdir):
                     raise RuntimeError(f"{kind} replica never synced")
                 time.sleep(0.2)
         bench = ["redis-benchmark", "-p", str(port), "-n", str(requests), "-r", "100000", "-c", "50",
-                 "-P", "16", "-q"]
+                 "-P", "1" if cell.endswith("-p1") else "16", "-q"]
         if cell == "evalsha-p16":
             sha = cli(port, "SCRIPT", "LOAD", SCRIPT)
             bench += ["EVALSHA", sha, "1", "script:__rand_int__"]
+        elif cell == "get-p1":
+            bench += ["-t", "get", "-d", "32"]
         else:
             bench += ["-t", "set", "-d", "32"]
         done = subprocess.run(bench, capture_output=True, text=True, timeout=3600)
