@@ -118,3 +118,61 @@ fn the_redis_crate_pipeline_returns_every_reply() {
     let values: Vec<i64> = pipe.query(&mut con).unwrap();
     assert_eq!(values, (0..100).collect::<Vec<i64>>());
 }
+
+/// What moves a plain client off its event loop onto a task of its own (a blocked command in
+/// the middle of a pipeline, SUBSCRIBE after a command, a transaction afterwards) and what
+/// ends it there (replies still owed to a client that closed its writing side): served the
+/// same way with the event loops (`event-loop yes`, the default) as with a task per client.
+fn clients_leave_the_loop_at_the_exact_point_they_reached(event_loop: &str) {
+    let srv = crate::server_with(&[("event-loop", event_loop)]);
+    let mut a = srv.client();
+    let mut b = srv.client();
+    let mut batch = encode(&["SET", "k", "1"]);
+    batch.extend(encode(&["BLPOP", "q", "10"]));
+    batch.extend(encode(&["INCR", "k"]));
+    a.send_raw(&batch);
+    assert_eq!(a.read_frame(), Frame::simple("OK"));
+    // The INCR waits behind the BLPOP, so k is still 1 until the push.
+    let blocked = || crate::info_num(&crate::info(&mut b, "clients"), "blocked_clients") == 1;
+    assert!(hotkv_test_support::wait_for(blocked, Duration::from_secs(10)));
+    assert_eq!(b.cmd(&["GET", "k"]), Frame::bulk("1"));
+    assert_eq!(b.cmd(&["RPUSH", "q", "x"]), Frame::Integer(1));
+    assert_eq!(a.read_frame(), Frame::Array(vec![Frame::bulk("q"), Frame::bulk("x")]));
+    assert_eq!(a.read_frame(), Frame::Integer(2));
+    ok(&mut a, &["MULTI"]);
+    assert_eq!(a.cmd(&["INCR", "k"]), Frame::simple("QUEUED"));
+    assert_eq!(a.cmd(&["EXEC"]), Frame::Array(vec![Frame::Integer(3)]));
+
+    let mut sub = srv.client();
+    let mut batch = encode(&["PING"]);
+    batch.extend(encode(&["SUBSCRIBE", "ch"]));
+    sub.send_raw(&batch);
+    assert_eq!(sub.read_frame(), Frame::simple("PONG"));
+    assert_eq!(sub.read_frame(), Frame::Array(vec![Frame::bulk("subscribe"), Frame::bulk("ch"), Frame::Integer(1)]));
+    assert_eq!(b.cmd(&["PUBLISH", "ch", "m"]), Frame::Integer(1));
+    assert_eq!(sub.read_frame(), Frame::Array(vec![Frame::bulk("message"), Frame::bulk("ch"), Frame::bulk("m")]));
+
+    let mut closing = srv.client();
+    let mut batch = Vec::new();
+    for i in 0..100 {
+        batch.extend(encode(&["SET", &format!("c{i}"), &i.to_string()]));
+    }
+    closing.send_raw(&batch);
+    closing.shutdown_write();
+    for _ in 0..100 {
+        assert_eq!(closing.read_frame(), Frame::simple("OK"));
+    }
+    assert!(closing.closed_within(Duration::from_secs(10)));
+    assert_eq!(b.cmd(&["GET", "c99"]), Frame::bulk("99"));
+    assert_eq!(crate::config_get(&mut b, "event-loop"), event_loop);
+}
+
+#[test]
+fn clients_leave_the_event_loop_at_the_exact_point_they_reached() {
+    clients_leave_the_loop_at_the_exact_point_they_reached("yes");
+}
+
+#[test]
+fn a_task_per_client_serves_the_same_with_event_loop_no() {
+    clients_leave_the_loop_at_the_exact_point_they_reached("no");
+}

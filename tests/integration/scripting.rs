@@ -252,6 +252,32 @@ fn a_busy_script_makes_others_wait_and_script_kill_stops_it() {
 }
 
 #[test]
+fn a_busy_script_on_the_only_event_loop_leaves_its_other_clients_served() {
+    // One worker thread, so one event loop: the client connected before the script shares
+    // the script's thread and is only answered if the loop hands it over; the one connected
+    // during the script must not be given to the held loop.
+    let srv = server_with(&[("worker-threads", "1"), ("busy-reply-threshold", "100")]);
+    let mut early = srv.client();
+    early.set_timeout(Duration::from_secs(20));
+    ok(&mut early, &["SET", "k", "v"]);
+    let mut runner = srv.client();
+    runner.set_timeout(Duration::from_secs(30));
+    runner.send(&["EVAL", "local i = 0 while true do i = i + 1 end", "0"]);
+    assert!(
+        wait_for(|| early.cmd(&["PING"]).is_error(), Duration::from_secs(10)),
+        "a client of the script's loop gets BUSY while the script runs"
+    );
+    let mut late = srv.client();
+    late.set_timeout(Duration::from_secs(20));
+    assert_err_prefix(&late.cmd(&["GET", "k"]), "BUSY ");
+    ok(&mut late, &["SCRIPT", "KILL"]);
+    assert_err_prefix(&runner.read_frame(), "ERR Script killed by user with SCRIPT KILL.");
+    assert_eq!(early.cmd(&["GET", "k"]), Frame::bulk("v"));
+    assert_eq!(runner.cmd(&["GET", "k"]), Frame::bulk("v"));
+    assert_eq!(late.cmd(&["PING"]), Frame::simple("PONG"));
+}
+
+#[test]
 fn a_script_that_wrote_cannot_be_killed() {
     let srv = server_with(&[("busy-reply-threshold", "100")]);
     let mut runner = srv.client();

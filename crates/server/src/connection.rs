@@ -31,6 +31,15 @@ use crate::session::{ClientInfo, Session, flag};
 /// unix-socket connection, all alike past this point. `tls` is the session of a connection
 /// to the TLS port; its handshake runs inside the first reads.
 pub async fn serve(srv: Arc<Server>, stream: socket2::Socket, info: Arc<ClientInfo>, tls: Option<TlsSession>) {
+    if tls.is_none()
+        && let Some(loops) = crate::evloop::Loops::get(&srv)
+    {
+        // A plain connection lives on an event loop, as long as it only runs commands.
+        let sess = Conn::session(&srv, &info, false);
+        srv.clients.add(info.clone());
+        loops.adopt(&srv, stream, Box::new(Conn::new(&srv)), sess);
+        return;
+    }
     let mut sock = match Socket::new(stream, tls, info.id) {
         Ok(s) => s,
         Err(e) => {
@@ -40,55 +49,68 @@ pub async fn serve(srv: Arc<Server>, stream: socket2::Socket, info: Arc<ClientIn
     };
     *info.sock.lock() = Some(sock.raw_fd());
     sock.publish_queued(info.omem.clone());
-    let mut sess = Session::new(info.clone(), !srv.acl.auth_required());
-    sess.acl_user = Some(srv.acl.default_user());
-    sess.tls = sock.is_tls();
+    let sess = Conn::session(&srv, &info, sock.is_tls());
     srv.clients.add(info.clone());
-    let mut conn = Conn {
-        cmds: Vec::new(),
-        spans: Vec::new(),
-        hints: Vec::new(),
-        rbuf: BytesMut::new(),
-        rbuf_kept: false,
-        out: ReplyBuf::new(),
-        decoder: Decoder::new(),
-        scratch: Scratch::default(),
-        aof: srv.aof.clone(),
-        cert_login_done: false,
-    };
+    let conn = Box::new(Conn::new(&srv));
+    serve_from(srv, sock, conn, sess, Resume::Read).await;
+}
+
+/// Where a connection's task takes up a client the event loop served until now.
+pub(crate) enum Resume {
+    /// Wait for the client's next request.
+    Read,
+    /// Run what the query buffer holds (it was read and checked, not run).
+    Process,
+    /// A batch ran and ended so: go on from there, as after [`Conn::process`].
+    Flow(Flow),
+}
+
+/// Serves a registered client on its own task from `resume` on, then forgets it.
+pub(crate) async fn serve_from(srv: Arc<Server>, mut sock: Socket, mut conn: Box<Conn>, mut sess: Session, resume: Resume) {
+    let info = sess.info.clone();
     // A panic is a bug in hotkv, never the client's doing, but it must cost only this
     // connection: caught here, the cleanup below still runs (no ghost in CLIENT LIST, no
     // leaked subscription or watch) and every other client is served on.
-    match CatchUnwind(Box::pin(conn.run(&srv, &mut sock, &mut sess))).await {
+    match CatchUnwind(Box::pin(conn.run(&srv, &mut sock, &mut sess, resume))).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => debug!("client {} closed: {e}", info.id),
-        Err(panic) => {
-            let command = match sess.running as usize {
-                0 => "(none)",
-                n if n <= srv.registry.len() => srv.registry.get(n - 1).full_name.as_str(),
-                _ => "(unknown)",
-            };
-            error!(
-                client = info.id,
-                command,
-                cause = panic_message(panic.as_ref()),
-                "bug: panic while serving a client; closing its connection, the server keeps running"
-            );
-        }
+        Err(panic) => log_panic(&srv, &sess, panic.as_ref()),
     }
+    forget(&srv, &mut sess);
+    // From here on CLIENT KILL must not touch the descriptor: it is about to be closed.
+    *info.sock.lock() = None;
+    sock.shutdown();
+    srv.clients.remove(info.id);
+}
+
+/// The log line of a panic caught while serving a client.
+pub(crate) fn log_panic(srv: &Server, sess: &Session, panic: &(dyn Any + Send)) {
+    let command = match sess.running as usize {
+        0 => "(none)",
+        n if n <= srv.registry.len() => srv.registry.get(n - 1).full_name.as_str(),
+        _ => "(unknown)",
+    };
+    error!(
+        client = sess.id,
+        command,
+        cause = panic_message(panic),
+        "bug: panic while serving a client; closing its connection, the server keeps running"
+    );
+}
+
+/// Undoes what a client left registered elsewhere (its inbox, subscriptions, watches,
+/// tracking, MONITOR), before its socket closes.
+pub(crate) fn forget(srv: &Server, sess: &mut Session) {
+    let info = &sess.info;
     info.inbox.close();
     if let Some(mut subs) = sess.subs.take() {
         srv.pubsub.unsubscribe_all(&mut subs);
     }
-    crate::cmd::multi::forget_watches(&srv, &mut sess);
-    srv.tracking.disable(&info);
-    // From here on CLIENT KILL must not touch the descriptor: it is about to be closed.
-    *info.sock.lock() = None;
-    sock.shutdown();
-    if info.flags.load(Ordering::Relaxed) & flag::MONITOR != 0 {
+    crate::cmd::multi::forget_watches(srv, sess);
+    srv.tracking.disable(&sess.info);
+    if sess.info.flags.load(Ordering::Relaxed) & flag::MONITOR != 0 {
         srv.monitors.fetch_sub(1, Ordering::Relaxed);
     }
-    srv.clients.remove(info.id);
 }
 
 /// Runs a future, turning a panic inside it into an `Err` with the panic's payload.
@@ -119,12 +141,12 @@ pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> &str {
 
 /// Unsent replies past which a connection stops reading until its client reads (when no
 /// `client-output-buffer-limit normal` hard limit above it closes the client first).
-const MAX_QUEUED: usize = 64 << 20;
+pub(crate) const MAX_QUEUED: usize = 64 << 20;
 
 /// Most commands decoded ahead of execution (bounds the prefetch window and the spans kept).
 const MAX_BATCH: usize = 64;
 
-struct Conn {
+pub(crate) struct Conn {
     /// Decoded commands of the batch: (first span, argument count, end offset).
     cmds: Vec<(usize, usize, usize)>,
     /// Their argument ranges.
@@ -145,96 +167,107 @@ struct Conn {
     cert_login_done: bool,
     /// The AOF, whose `appendfsync always` holds replies until their writes are on disk.
     aof: Arc<crate::aof::wire::Aof>,
+    /// The MONITOR feed, once the client asked for it.
+    monitor: Option<broadcast::Receiver<Arc<str>>>,
 }
 
 impl Conn {
-    async fn run(&mut self, srv: &Arc<Server>, stream: &mut Socket, sess: &mut Session) -> io::Result<()> {
+    pub(crate) fn new(srv: &Server) -> Conn {
+        Conn {
+            cmds: Vec::new(),
+            spans: Vec::new(),
+            hints: Vec::new(),
+            rbuf: BytesMut::new(),
+            rbuf_kept: false,
+            out: ReplyBuf::new(),
+            decoder: Decoder::new(),
+            scratch: Scratch::default(),
+            aof: srv.aof.clone(),
+            cert_login_done: false,
+            monitor: None,
+        }
+    }
+
+    /// The query buffer, for a read into its spare capacity.
+    pub(crate) fn read_buffer(&mut self) -> &mut BytesMut {
+        &mut self.rbuf
+    }
+
+    /// A new client's session, logged in as `default` when no password is required.
+    pub(crate) fn session(srv: &Server, info: &Arc<ClientInfo>, tls: bool) -> Session {
+        let mut sess = Session::new(info.clone(), !srv.acl.auth_required());
+        sess.acl_user = Some(srv.acl.default_user());
+        sess.tls = tls;
+        sess
+    }
+
+    async fn run(&mut self, srv: &Arc<Server>, stream: &mut Socket, sess: &mut Session, resume: Resume) -> io::Result<()> {
         let info = sess.info.clone();
-        let mut monitor: Option<broadcast::Receiver<Arc<str>>> = None;
+        let mut resume = resume;
         loop {
-            if info.is_killed() {
-                return Ok(());
-            }
-            let room = self.read_room(sess);
-            // A plain client only waits for its socket (CLIENT KILL shuts the socket down, so
-            // the read ends); a MONITOR or subscribed client also waits for its feed.
-            // Pushes from other clients' commands (CLIENT TRACKING invalidations) are polled
-            // only once the socket has nothing to read, so a busy client pays nothing for them.
-            let n = if monitor.is_none() && sess.subs.is_none() {
-                tokio::select! {
-                    biased;
-                    n = stream.read_into(&mut self.rbuf, room) => n?,
-                    p = info.inbox.recv() => {
-                        self.take_mail(stream, sess, p).await?;
-                        continue;
+            let mut flow = match std::mem::replace(&mut resume, Resume::Read) {
+                Resume::Flow(flow) => flow,
+                Resume::Process => self.process_turn(srv, sess).await,
+                Resume::Read => {
+                    if info.is_killed() {
+                        return Ok(());
                     }
-                }
-            } else {
-                tokio::select! {
-                    p = info.inbox.recv() => {
-                        self.take_mail(stream, sess, p).await?;
-                        continue;
-                    }
-                    line = recv_monitor(&mut monitor) => {
-                        if let Some(line) = line {
-                            self.out.simple(&line);
-                            self.flush(stream, sess).await?;
+                    let room = self.read_room(sess);
+                    // A plain client only waits for its socket (CLIENT KILL shuts the socket
+                    // down, so the read ends); a MONITOR or subscribed client also waits for
+                    // its feed. Pushes from other clients' commands (CLIENT TRACKING
+                    // invalidations) are polled only once the socket has nothing to read, so
+                    // a busy client pays nothing for them.
+                    let n = if self.monitor.is_none() && sess.subs.is_none() {
+                        tokio::select! {
+                            biased;
+                            n = stream.read_into(&mut self.rbuf, room) => n?,
+                            p = info.inbox.recv() => {
+                                self.take_mail(stream, sess, p).await?;
+                                continue;
+                            }
                         }
-                        continue;
-                    }
-                    msg = recv_message(&mut sess.subs) => {
-                        if let Some(msg) = msg {
-                            self.deliver(sess, msg);
-                            self.flush(stream, sess).await?;
+                    } else {
+                        tokio::select! {
+                            p = info.inbox.recv() => {
+                                self.take_mail(stream, sess, p).await?;
+                                continue;
+                            }
+                            line = recv_monitor(&mut self.monitor) => {
+                                if let Some(line) = line {
+                                    self.out.simple(&line);
+                                    self.flush(stream, sess).await?;
+                                }
+                                continue;
+                            }
+                            msg = recv_message(&mut sess.subs) => {
+                                if let Some(msg) = msg {
+                                    self.deliver(sess, msg);
+                                    self.flush(stream, sess).await?;
+                                }
+                                continue;
+                            }
+                            n = stream.read_into(&mut self.rbuf, room) => n?,
                         }
-                        continue;
+                    };
+                    if n == 0 {
+                        // A client that half-closed after its last command still gets the
+                        // replies its socket held.
+                        return stream.flush().await;
                     }
-                    n = stream.read_into(&mut self.rbuf, room) => n?,
+                    if !self.cert_login_done && stream.is_tls() {
+                        self.cert_login_done = login_by_certificate(srv, stream, sess);
+                    }
+                    if !self.took_input(srv, sess, n) {
+                        return Ok(());
+                    }
+                    self.process_turn(srv, sess).await
                 }
             };
-            if n == 0 {
-                // A client that half-closed after its last command still gets the replies
-                // its socket held.
-                return stream.flush().await;
-            }
-            if !self.cert_login_done && stream.is_tls() {
-                self.cert_login_done = login_by_certificate(srv, stream, sess);
-            }
-            info.net_in.fetch_add(n as u64, Ordering::Relaxed);
-            sess.pending_in += n as u64;
-            info.query_buf.note_peak(self.rbuf.len() - self.big_arg_start());
-            // Values, not the guard: an arc_swap guard held across this loop's awaits pins
-            // one of the worker thread's few fast slots per idle connection, and once they
-            // are taken every load on the thread (the AOF writer's, per write) falls to the
-            // slow path: 5% of a pipelined SET's CPU.
-            let (query_buffer_limit, evict_limit) = {
-                let rt = srv.rt.load();
-                (rt.query_buffer_limit, rt.client_eviction_limit)
-            };
-            if self.evicted(srv, sess, evict_limit) {
-                return Ok(());
-            }
-            if self.rbuf.len() > query_buffer_limit {
-                tracing::warn!(
-                    "Closing client that reached max query buffer length: id={} addr={} (qbuf initial bytes: {:?})",
-                    info.id,
-                    info.addr,
-                    String::from_utf8_lossy(&self.rbuf[..self.rbuf.len().min(64)])
-                );
-                srv.stats.qbuf_limit_disconnections.fetch_add(1, Ordering::Relaxed);
-                return Ok(());
-            }
-            // While DEBUG SLEEP stops the server, what was sent waits, as in Valkey's one
-            // sleeping event loop, and then runs in turn.
-            let turn = if srv.freeze.frozen() { Some(srv.freeze.turn().await) } else { None };
-            // Run what is buffered; a blocked or paused command suspends the rest of the
-            // pipeline until it has run, as in Valkey.
-            let mut flow = self.process(srv, sess);
-            drop(turn);
             loop {
                 if sess.enter_monitor {
                     sess.enter_monitor = false;
-                    monitor = Some(srv.monitor_tx.subscribe());
+                    self.monitor = Some(srv.monitor_tx.subscribe());
                 }
                 let next = match flow {
                     Flow::Continue if !sess.close_after_reply => break,
@@ -286,12 +319,15 @@ impl Conn {
                     Some(f) => f,
                 };
             }
+            // The query buffer goes back to the thread first, if it holds nothing: it is not
+            // the client's memory from here on (Valkey's shared query buffer is not either).
+            self.settle_query_buffer();
+            let evict_limit = srv.rt.load().client_eviction_limit;
             // Replies are in the buffer: a client whose pending output takes it over
             // `maxmemory-clients` is closed before they are written, as Valkey's is.
             if self.evicted(srv, sess, evict_limit) {
                 return Ok(());
             }
-            self.settle_query_buffer();
             // Let every other ready connection run its commands first, then write: replies
             // leave in a burst, as Valkey writes all pending replies before it sleeps, so a
             // client is woken once for many replies instead of once per reply (waking a
@@ -309,6 +345,48 @@ impl Conn {
                 return Ok(());
             }
         }
+    }
+
+    /// Runs what was read, in its turn while DEBUG SLEEP stops the server: what was sent
+    /// meanwhile waits, as in Valkey's one sleeping event loop, and then runs in turn.
+    async fn process_turn(&mut self, srv: &Server, sess: &mut Session) -> Flow {
+        let turn = if srv.freeze.frozen() { Some(srv.freeze.turn().await) } else { None };
+        // Run what is buffered; a blocked or paused command suspends the rest of the
+        // pipeline until it has run, as in Valkey.
+        let flow = self.process(srv, sess);
+        drop(turn);
+        flow
+    }
+
+    /// Accounts for `n` bytes just read into the query buffer and checks the limits they may
+    /// pass; false when the client must be closed (evicted, or its query buffer too big).
+    pub(crate) fn took_input(&mut self, srv: &Server, sess: &mut Session, n: usize) -> bool {
+        let info = &sess.info;
+        info.net_in.fetch_add(n as u64, Ordering::Relaxed);
+        sess.pending_in += n as u64;
+        info.query_buf.note_peak(self.rbuf.len() - self.big_arg_start());
+        // Values, not the guard: an arc_swap guard held across the connection's awaits pins
+        // one of the worker thread's few fast slots per idle connection, and once they are
+        // taken every load on the thread (the AOF writer's, per write) falls to the slow
+        // path: 5% of a pipelined SET's CPU.
+        let (query_buffer_limit, evict_limit) = {
+            let rt = srv.rt.load();
+            (rt.query_buffer_limit, rt.client_eviction_limit)
+        };
+        if self.evicted(srv, sess, evict_limit) {
+            return false;
+        }
+        if self.rbuf.len() > query_buffer_limit {
+            tracing::warn!(
+                "Closing client that reached max query buffer length: id={} addr={} (qbuf initial bytes: {:?})",
+                info.id,
+                info.addr,
+                String::from_utf8_lossy(&self.rbuf[..self.rbuf.len().min(64)])
+            );
+            srv.stats.qbuf_limit_disconnections.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        true
     }
 
     /// Serves a replica on this connection after its PSYNC: the replication session reads
@@ -544,7 +622,7 @@ impl Conn {
     }
 
     /// Encodes a push (a CLIENT TRACKING invalidation) and whatever else is queued after it.
-    fn push(&mut self, sess: &mut Session, p: &crate::tracking::Push) {
+    pub(crate) fn push(&mut self, sess: &mut Session, p: &crate::tracking::Push) {
         crate::tracking::write_push(&mut self.out, sess.subscribed(), p);
         crate::tracking::drain(sess, &mut self.out);
     }
@@ -591,7 +669,7 @@ impl Conn {
     /// The capacity the query buffer needs for the next read (it grows only once data is there):
     /// room for one read, or a big argument's whole size (see `query_buffer::read_capacity`).
     /// What it is about to hold counts for the peak the cron resizes by.
-    fn read_room(&self, sess: &Session) -> usize {
+    pub(crate) fn read_room(&self, sess: &Session) -> usize {
         let capacity = self.rbuf.capacity();
         let (len, want) = (self.rbuf.len(), self.decoder.wanted_capacity());
         let room = crate::query_buffer::read_capacity(len, capacity, want, self.big_arg_start());
@@ -609,7 +687,7 @@ impl Conn {
 
     /// Publishes the query buffer's sizes (CLIENT LIST `qbuf=`, `qbuf-free=`, the cron) and
     /// what the connection uses.
-    fn publish_query_buffer(&self, sess: &Session) {
+    pub(crate) fn publish_query_buffer(&self, sess: &Session) {
         let (start, len) = (self.big_arg_start(), self.rbuf.len());
         let bulk = self.decoder.wanted_capacity().saturating_sub(start);
         sess.info.query_buf.publish(len - start, self.rbuf.capacity() - len, bulk);
@@ -630,7 +708,9 @@ impl Conn {
                 self.flush(stream, sess).await
             }
             None => {
-                self.apply_query_buffer_request(stream, sess);
+                if self.apply_query_buffer_request(sess) {
+                    stream.release_idle();
+                }
                 Ok(())
             }
         }
@@ -638,8 +718,9 @@ impl Conn {
 
     /// Applies the cron's resize request, if one is pending: the buffer never drops what it
     /// holds, whatever arrived since the cron looked.
-    fn apply_query_buffer_request(&mut self, stream: &mut Socket, sess: &Session) {
-        let Some(resize) = sess.info.query_buf.take_request() else { return };
+    /// True when the socket should drop its idle buffers too (the query buffer is gone).
+    pub(crate) fn apply_query_buffer_request(&mut self, sess: &Session) -> bool {
+        let Some(resize) = sess.info.query_buf.take_request() else { return false };
         let len = self.rbuf.len();
         let size = match resize {
             Resize::Free if len == 0 => {
@@ -654,10 +735,8 @@ impl Conn {
             shrunk.extend_from_slice(&self.rbuf);
             self.rbuf = shrunk;
         }
-        if self.rbuf.capacity() == 0 {
-            stream.release_idle();
-        }
         self.publish_query_buffer(sess);
+        self.rbuf.capacity() == 0
     }
 
     /// Drops the `n` bytes of run commands from the front of the query buffer, moving what
@@ -675,7 +754,7 @@ impl Conn {
 
     /// Under `maxmemory-clients`: reports what this connection uses now, evicts clients if all
     /// together are over the limit, and says whether this one was among them.
-    fn evicted(&self, srv: &Server, sess: &Session, limit: usize) -> bool {
+    pub(crate) fn evicted(&self, srv: &Server, sess: &Session, limit: usize) -> bool {
         if limit == 0 {
             return false;
         }
@@ -691,7 +770,7 @@ impl Conn {
     }
 
     /// Runs every complete command in the read buffer.
-    fn process(&mut self, srv: &Server, sess: &mut Session) -> Flow {
+    pub(crate) fn process(&mut self, srv: &Server, sess: &mut Session) -> Flow {
         let engine = srv.engine.load();
         let rt = srv.rt.load();
         let now_ms = unix_ms();
@@ -896,14 +975,32 @@ impl Conn {
             return Ok(());
         }
         sess.info.obl.store(self.out.len(), Ordering::Relaxed);
-        sess.info.reply_buf.note(self.out.len());
         // Once per batch of replies, not per command (`appendfsync always`).
         self.aof.wait_replies().await;
-        stream.write(self.out.as_bytes())?;
-        sess.info.net_out.fetch_add(self.out.len() as u64, Ordering::Relaxed);
+        self.write_replies(sess, |bytes| stream.write(bytes))
+    }
+
+    /// Whether the batch's replies may leave now: false while `appendfsync always` holds them
+    /// until the batch's writes are on disk.
+    pub(crate) fn replies_released(&self) -> bool {
+        let wait = std::pin::pin!(self.aof.wait_replies());
+        wait.poll(&mut Context::from_waker(std::task::Waker::noop())).is_ready()
+    }
+
+    /// Passes the batch's replies to `write` (the socket's queue) and empties the buffer.
+    pub(crate) fn write_replies(&mut self, sess: &Session, write: impl FnOnce(&[u8]) -> io::Result<()>) -> io::Result<()> {
+        let len = self.out.len();
+        sess.info.reply_buf.note(len);
+        write(self.out.as_bytes())?;
+        sess.info.net_out.fetch_add(len as u64, Ordering::Relaxed);
         self.out.truncate(0);
         sess.info.obl.store(0, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Whether replies wait in the buffer.
+    pub(crate) fn has_replies(&self) -> bool {
+        !self.out.is_empty()
     }
 
     /// After a batch has run, before its replies are written (writing needs no read buffer): a
@@ -911,7 +1008,7 @@ impl Conn {
     /// meanwhile read into it (Valkey's clients share one query buffer per thread), unless it
     /// became the client's own, which one that holds part of a command does (the cron frees it
     /// once idle).
-    fn settle_query_buffer(&mut self) {
+    pub(crate) fn settle_query_buffer(&mut self) {
         if !self.rbuf.is_empty() {
             self.rbuf_kept = true;
         } else if !self.rbuf_kept && self.rbuf.capacity() > 0 {
@@ -924,13 +1021,19 @@ impl Conn {
     /// with no query buffer drops its own idle state. So 10k idle clients cost little memory,
     /// while one whose replies fit keeps its buffer across batches.
     fn release_idle_buffers(&mut self, stream: &mut Socket, sess: &Session) {
+        if self.release_idle(sess) {
+            stream.release_idle();
+        }
+    }
+
+    /// [`Conn::release_idle_buffers`] but for the socket's part: true when the socket should
+    /// drop its own idle buffers.
+    pub(crate) fn release_idle(&mut self, sess: &Session) -> bool {
         if self.out.capacity() > sess.info.reply_buf.size() {
             self.out.release();
         }
-        if self.rbuf.capacity() == 0 {
-            stream.release_idle();
-        }
         self.publish_query_buffer(sess);
+        self.rbuf.capacity() == 0
     }
 }
 

@@ -37,7 +37,7 @@ pub struct Socket {
 
 /// Bytes waiting for the kernel: `buf[sent..]`.
 #[derive(Default)]
-struct OutQueue {
+pub(crate) struct OutQueue {
     buf: Vec<u8>,
     sent: usize,
     /// Where the queue's length is published as it changes (CLIENT LIST `omem`).
@@ -45,12 +45,46 @@ struct OutQueue {
 }
 
 impl OutQueue {
-    fn len(&self) -> usize {
+    /// A queue that publishes its length to `gauge`.
+    pub(crate) fn published(gauge: Arc<AtomicUsize>) -> OutQueue {
+        let q = OutQueue { gauge: Some(gauge), ..OutQueue::default() };
+        q.publish();
+        q
+    }
+
+    pub(crate) fn len(&self) -> usize {
         self.buf.len() - self.sent
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.sent == self.buf.len()
+    }
+
+    /// Sends `data` after what is queued, queueing what the kernel does not take now.
+    pub(crate) fn write(&mut self, sock: &socket2::Socket, data: &[u8]) -> io::Result<()> {
+        if self.is_empty() {
+            let taken = send_now(sock, data)?;
+            if taken < data.len() {
+                self.buf.extend_from_slice(&data[taken..]);
+                self.publish();
+            }
+            Ok(())
+        } else {
+            self.buf.extend_from_slice(data);
+            try_send(sock, self).map(drop)
+        }
+    }
+
+    /// Sends as much as the kernel takes now; true once nothing is left.
+    pub(crate) fn send(&mut self, sock: &socket2::Socket) -> io::Result<bool> {
+        try_send(sock, self)
+    }
+
+    /// Drops a drained queue's buffer when it grew past one record's size.
+    pub(crate) fn release_idle(&mut self) {
+        if self.is_empty() && self.buf.capacity() > RAW_CHUNK {
+            self.buf = Vec::new();
+        }
     }
 
     fn publish(&self) {
@@ -93,6 +127,14 @@ impl Socket {
         let fd = unsafe { AsyncFd::register(stream)? };
         let tls = tls.map(|session| Box::new(TlsLayer { session, raw: Vec::new(), plain: BytesMut::new(), client }));
         Ok(Socket { fd, tls, queue: OutQueue::default() })
+    }
+
+    /// Takes over a plain connection from the event loop (see `evloop`), with the replies its
+    /// queue still holds, which leave before anything written from now on.
+    pub(crate) fn resume(stream: socket2::Socket, queue: OutQueue, client: u64) -> io::Result<Socket> {
+        let mut sock = Socket::new(stream, None, client)?;
+        sock.queue = queue;
+        Ok(sock)
     }
 
     /// A TCP connection tokio accepted, ready for [`Socket::new`].
@@ -145,18 +187,7 @@ impl Socket {
     /// queued, and goes out while the connection reads ([`Socket::read_into`]) or flushes.
     pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
         match self.tls.as_deref_mut() {
-            None if self.queue.is_empty() => {
-                let taken = send_now(self.fd.get_ref(), data)?;
-                if taken < data.len() {
-                    self.queue.buf.extend_from_slice(&data[taken..]);
-                    self.queue.publish();
-                }
-                Ok(())
-            }
-            None => {
-                self.queue.buf.extend_from_slice(data);
-                try_send(self.fd.get_ref(), &mut self.queue).map(drop)
-            }
+            None => self.queue.write(self.fd.get_ref(), data),
             Some(t) => {
                 t.session.write_plaintext(data);
                 t.session.take_tls_output(&mut self.queue.buf);
@@ -188,9 +219,7 @@ impl Socket {
         {
             t.raw = Vec::new();
         }
-        if self.queue.is_empty() && self.queue.buf.capacity() > RAW_CHUNK {
-            self.queue.buf = Vec::new();
-        }
+        self.queue.release_idle();
     }
 
     /// Closes both directions (graceful end of a connection). A TLS peer is told with a

@@ -16,6 +16,7 @@ pub mod crash;
 pub mod cron;
 pub mod dispatch;
 pub mod events;
+pub mod evloop;
 pub mod evict;
 pub mod failover;
 pub mod freeze;

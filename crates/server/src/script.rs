@@ -701,6 +701,8 @@ impl<'b: 'c, 'c> Host for ScriptHost<'_, 'b, 'c> {
                 // script ran, the one in its LIFO slot among them, which no other worker may
                 // steal) moves to a new worker thread, as `block_in_place` hands it over; the
                 // short wait lets that thread take it before this one would take it back.
+                // On an event loop's thread, the loop's other clients move to runtime tasks.
+                crate::evloop::on_long_run();
                 if let Ok(rt) = tokio::runtime::Handle::try_current()
                     && rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
                 {

@@ -261,6 +261,8 @@ pub struct Server {
     /// A handle to this server's own `Arc`, for code that has only `&Server` and must spawn
     /// tasks (CONFIG SET port).
     pub this: std::sync::OnceLock<std::sync::Weak<Server>>,
+    /// The event loops that serve plain-text clients (`event-loop`), started by the first.
+    pub loops: std::sync::OnceLock<Option<crate::evloop::Loops>>,
     /// Whether the cron runs the active expire cycle (DEBUG SET-ACTIVE-EXPIRE).
     pub active_expire: AtomicBool,
     /// DEBUG PAUSE-CRON: the cron thread does nothing while set.
@@ -346,6 +348,7 @@ impl Server {
             listeners: Mutex::new(Vec::new()),
             tls: Arc::new(hotkv_tls::TlsManager::new()),
             this: std::sync::OnceLock::new(),
+            loops: std::sync::OnceLock::new(),
             active_expire: AtomicBool::new(true),
             cron_paused: AtomicBool::new(false),
             reply_buffers: Default::default(),

@@ -113,17 +113,21 @@ impl Inbox {
     /// The waker is registered before the second look, so a push or a ring in between wakes
     /// the task and is never missed.
     pub async fn recv(&self) -> Option<Push> {
-        std::future::poll_fn(|cx| {
-            if let Some(p) = self.look() {
-                return std::task::Poll::Ready(p);
-            }
-            self.ready.register(cx.waker());
-            match self.look() {
-                Some(p) => std::task::Poll::Ready(p),
-                None => std::task::Poll::Pending,
-            }
+        std::future::poll_fn(|cx| match self.poll_mail(cx.waker()) {
+            Some(p) => std::task::Poll::Ready(p),
+            None => std::task::Poll::Pending,
         })
         .await
+    }
+
+    /// What [`Inbox::recv`] would complete with now, if anything; otherwise `waker` is woken
+    /// at the next push or ring.
+    pub fn poll_mail(&self, waker: &std::task::Waker) -> Option<Option<Push>> {
+        if let Some(p) = self.look() {
+            return Some(p);
+        }
+        self.ready.register(waker);
+        self.look()
     }
 
     /// A queued push, or `Some(None)` for a ring not yet seen.
