@@ -12,6 +12,7 @@ use std::task::{Context, Poll};
 
 use bytes::BytesMut;
 use hotkv_engine::BlockMode;
+use hotkv_engine::ctx::EngineConfig;
 use hotkv_engine::plan::KeyHint;
 use hotkv_engine::remote::{RemoteOutcome, RemoteRequest};
 use hotkv_protocol::{Decoder, Limits, ReplyBuf, ReplyLimit, Step};
@@ -24,7 +25,7 @@ use crate::dispatch::{Batch, RemoteWait, Scratch, dispatch, dispatch_with, flatt
 use crate::io::Socket;
 use crate::query_buffer::Resize;
 use crate::registry::Flow;
-use crate::server::{Server, unix_ms};
+use crate::server::{Runtime, Server, unix_ms};
 use crate::session::{ClientInfo, Session, flag};
 
 /// Serves a client until it disconnects, is killed, or the server shuts down: a TCP or
@@ -258,7 +259,7 @@ impl Conn {
                     if !self.cert_login_done && stream.is_tls() {
                         self.cert_login_done = login_by_certificate(srv, stream, sess);
                     }
-                    if !self.took_input(srv, sess, n) {
+                    if !self.took_input(srv, &srv.rt.load(), sess, n) {
                         return Ok(());
                     }
                     self.process_turn(srv, sess).await
@@ -360,23 +361,15 @@ impl Conn {
 
     /// Accounts for `n` bytes just read into the query buffer and checks the limits they may
     /// pass; false when the client must be closed (evicted, or its query buffer too big).
-    pub(crate) fn took_input(&mut self, srv: &Server, sess: &mut Session, n: usize) -> bool {
+    pub(crate) fn took_input(&mut self, srv: &Server, rt: &Runtime, sess: &mut Session, n: usize) -> bool {
         let info = &sess.info;
         info.net_in.fetch_add(n as u64, Ordering::Relaxed);
         sess.pending_in += n as u64;
         info.query_buf.note_peak(self.rbuf.len() - self.big_arg_start());
-        // Values, not the guard: an arc_swap guard held across the connection's awaits pins
-        // one of the worker thread's few fast slots per idle connection, and once they are
-        // taken every load on the thread (the AOF writer's, per write) falls to the slow
-        // path: 5% of a pipelined SET's CPU.
-        let (query_buffer_limit, evict_limit) = {
-            let rt = srv.rt.load();
-            (rt.query_buffer_limit, rt.client_eviction_limit)
-        };
-        if self.evicted(srv, sess, evict_limit) {
+        if self.evicted(srv, sess, rt.client_eviction_limit) {
             return false;
         }
-        if self.rbuf.len() > query_buffer_limit {
+        if self.rbuf.len() > rt.query_buffer_limit {
             tracing::warn!(
                 "Closing client that reached max query buffer length: id={} addr={} (qbuf initial bytes: {:?})",
                 info.id,
@@ -771,16 +764,21 @@ impl Conn {
 
     /// Runs every complete command in the read buffer.
     pub(crate) fn process(&mut self, srv: &Server, sess: &mut Session) -> Flow {
-        let engine = srv.engine.load();
-        let rt = srv.rt.load();
+        self.process_with(srv, &srv.engine.load(), &srv.rt.load(), sess)
+    }
+
+    /// [`Conn::process`] with the settings snapshots the caller holds (an event loop keeps
+    /// them in an `arc_swap::Cache`, which costs a pointer compare where a load takes a
+    /// debt slot: six loads were a tenth of a pipeline-1 SET's instructions).
+    pub(crate) fn process_with(&mut self, srv: &Server, engine: &EngineConfig, rt: &Runtime, sess: &mut Session) -> Flow {
         let now_ms = unix_ms();
         sess.info.last_interaction.store(now_ms, Ordering::Relaxed);
-        let batch = Batch { srv, engine: &engine, rt: &rt, now_ms };
+        let batch = Batch { srv, engine, rt, now_ms };
         let mut flow = Flow::Continue;
         let started = quanta::Instant::now();
         let mut commands = 0u64;
         let mut protocol_error = None;
-        let obuf = crate::obuf_limit::class_limit(&sess.info, &rt).filter(|l| !l.is_none());
+        let obuf = crate::obuf_limit::class_limit(&sess.info, rt).filter(|l| !l.is_none());
         self.limit_replies(sess, obuf);
         loop {
             // Decode every complete command first, then warm the cache lines their keys will

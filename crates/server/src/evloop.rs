@@ -40,7 +40,7 @@ use tracing::{debug, error};
 use crate::connection::{Conn, MAX_QUEUED, Resume, forget, log_panic, serve_from};
 use crate::io::{OutQueue, Socket, grow_exactly};
 use crate::registry::Flow;
-use crate::server::Server;
+use crate::server::{Runtime, Server};
 use crate::session::Session;
 
 /// The token of the loop's own waker (new clients, inbox mail).
@@ -232,6 +232,11 @@ fn run(srv: Arc<Server>, handle: tokio::runtime::Handle, shared: Arc<Shared>, mu
             writes: Vec::new(),
         })
     });
+    // The settings snapshots, checked by a pointer compare per client turn rather than
+    // loaded (an arc_swap load takes a debt slot: six per request were a tenth of a
+    // pipeline-1 SET's instructions).
+    let mut rt_cache = arc_swap::Cache::new(&srv.rt);
+    let mut engine_cache = arc_swap::Cache::new(&srv.engine);
     let mut events = Events::with_capacity(1024);
     let mut ready: Vec<(usize, bool, bool)> = Vec::with_capacity(1024);
     let mut mail = Vec::new();
@@ -274,16 +279,19 @@ fn run(srv: Arc<Server>, handle: tokio::runtime::Handle, shared: Arc<Shared>, mu
             }
         }
         for &(t, writable, closed) in &ready {
-            turn(&srv, t, Op::Event { writable, closed });
+            let snap = Snap { rt: rt_cache.load(), engine: engine_cache.load() };
+            turn(&srv, &snap, t, Op::Event { writable, closed });
         }
         for t in mail.drain(..) {
-            turn(&srv, t, Op::Mail);
+            let snap = Snap { rt: rt_cache.load(), engine: engine_cache.load() };
+            turn(&srv, &snap, t, Op::Mail);
         }
         // Valkey's beforeSleep: the replies of every client served this turn leave now.
         let writes = STATE.with(|s| s.borrow_mut().as_mut().map(|st| std::mem::take(&mut st.writes)));
         let Some(mut writes) = writes else { return };
         for &t in &writes {
-            turn(&srv, t, Op::Write);
+            let snap = Snap { rt: rt_cache.load(), engine: engine_cache.load() };
+            turn(&srv, &snap, t, Op::Write);
         }
         writes.clear();
         STATE.with(|s| {
@@ -334,6 +342,12 @@ fn admit(srv: &Arc<Server>, shared: &Arc<Shared>, sock: socket2::Socket, conn: B
     Some(t)
 }
 
+/// The settings in force, as the loop last saw them.
+struct Snap<'a> {
+    rt: &'a Arc<Runtime>,
+    engine: &'a Arc<hotkv_engine::ctx::EngineConfig>,
+}
+
 /// What the loop asks of a client.
 #[derive(Clone, Copy)]
 enum Op {
@@ -347,18 +361,18 @@ enum Op {
 
 /// Runs `op` on the client of `token`, if it is still on the loop, and does what it asks.
 /// A panic costs only that client, as on a connection task.
-fn turn(srv: &Arc<Server>, token: usize, op: Op) {
+fn turn(srv: &Arc<Server>, snap: &Snap<'_>, token: usize, op: Op) {
     let Some(mut c) = take(token) else { return };
     let next = catch_unwind(AssertUnwindSafe(|| {
         crate::crash::in_connection(|| match op {
-            Op::Event { writable, closed } => c.serve(srv, writable, closed),
+            Op::Event { writable, closed } => c.serve(srv, snap, writable, closed),
             Op::Mail => c.take_mail(),
-            Op::Write => c.write(srv),
+            Op::Write => c.write(srv, snap.rt),
         })
     }));
     match next {
         Ok(Next::Keep) => {
-            let again = matches!(op, Op::Event { .. }) && c.readable && !c.throttled(srv);
+            let again = matches!(op, Op::Event { .. }) && c.readable && !c.throttled(snap.rt);
             let write = c.pending && !c.write_queued;
             c.write_queued |= write;
             put_back(token, c);
@@ -479,14 +493,14 @@ pub fn on_long_run() {
 
 impl Client {
     /// The client's unsent replies are past the bound at which it is not read.
-    fn throttled(&self, srv: &Server) -> bool {
+    fn throttled(&self, rt: &Runtime) -> bool {
         let queued = self.queue.len();
-        queued > MAX_QUEUED && queued > srv.rt.load().obuf_normal.hard
+        queued > MAX_QUEUED && queued > rt.obuf_normal.hard
     }
 
     /// A readiness event (or a read still owed): sends what is queued, then reads once and
     /// runs every complete command read.
-    fn serve(&mut self, srv: &Server, writable: bool, closed: bool) -> Next {
+    fn serve(&mut self, srv: &Server, snap: &Snap<'_>, writable: bool, closed: bool) -> Next {
         self.hung_up |= closed;
         if writable || !self.queue.is_empty() {
             match self.queue.send(&self.sock) {
@@ -505,7 +519,7 @@ impl Client {
         // Readiness is cached, so every event is a chance to read: a kill (a shutdown of the
         // socket) shows as one too.
         self.readable = true;
-        if self.throttled(srv) {
+        if self.throttled(snap.rt) {
             return Next::Keep;
         }
         let room = self.conn.read_room(&self.sess);
@@ -545,14 +559,14 @@ impl Client {
             // Drained: the next event says when more arrives.
             self.readable = false;
         }
-        if !self.conn.took_input(srv, &mut self.sess, n) {
+        if !self.conn.took_input(srv, snap.rt, &mut self.sess, n) {
             return Next::Close;
         }
         // While DEBUG SLEEP stops the server, what was read waits for its turn on a task.
         if srv.freeze.frozen() {
             return Next::Task(Resume::Process);
         }
-        let flow = self.conn.process(srv, &mut self.sess);
+        let flow = self.conn.process_with(srv, snap.engine, snap.rt, &mut self.sess);
         let sess = &self.sess;
         let plain = matches!(flow, Flow::Continue)
             && !sess.close_after_reply
@@ -567,8 +581,7 @@ impl Client {
         self.conn.settle_query_buffer();
         // Replies are in the buffer: a client whose pending output takes it over
         // `maxmemory-clients` is closed before they are written, as Valkey's is.
-        let evict_limit = srv.rt.load().client_eviction_limit;
-        if self.conn.evicted(srv, sess, evict_limit) {
+        if self.conn.evicted(srv, sess, snap.rt.client_eviction_limit) {
             return Next::Close;
         }
         // `appendfsync always` holds the replies until the batch is on disk: a task waits.
@@ -599,7 +612,7 @@ impl Client {
     }
 
     /// The end of the turn: the replies leave, with one `send` for all of them.
-    fn write(&mut self, srv: &Server) -> Next {
+    fn write(&mut self, srv: &Server, rt: &Runtime) -> Next {
         self.pending = false;
         self.write_queued = false;
         if self.conn.has_replies() {
@@ -611,8 +624,7 @@ impl Client {
         if self.conn.release_idle(&self.sess) {
             self.queue.release_idle();
         }
-        let evict_limit = srv.rt.load().client_eviction_limit;
-        if self.conn.evicted(srv, &self.sess, evict_limit) {
+        if self.conn.evicted(srv, &self.sess, rt.client_eviction_limit) {
             return Next::Close;
         }
         if self.closing && self.queue.is_empty() {

@@ -144,6 +144,10 @@ impl Aof {
     /// The `-MISCONF` reply while the writer reports a write or fsync error (Valkey's
     /// `writeCommandsDeniedByDiskError`, `DISK_ERROR_TYPE_AOF`).
     pub fn misconf(&self) -> Option<String> {
+        // Asked before every write command: no load of the writer while there is none.
+        if !self.has_writer.load(Ordering::Relaxed) {
+            return None;
+        }
         let w = self.writer.load();
         w.as_ref().and_then(|w| w.write_error()).map(|e| format!("MISCONF {e}"))
     }
