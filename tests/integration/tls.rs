@@ -626,3 +626,44 @@ fn redis_benchmark_over_tls_runs_without_errors() {
     }
     assert_eq!(info_field(&srv, "tls", "tls_handshake_failures"), "0");
 }
+
+/// A TLS client served on an event loop moves to a task of its own with its session when a
+/// command blocks or it subscribes, and the session carries on there: no renegotiation, no
+/// lost record, replies in order.
+#[test]
+fn a_tls_client_that_blocks_or_subscribes_keeps_its_session() {
+    let pki = Pki::new();
+    let (srv, tls_port) = tls_server(&pki, &[]);
+    let client = redis::Client::build_with_tls(
+        format!("rediss://127.0.0.1:{tls_port}/"),
+        tls_certs(&pki, Some(("app.crt", "app.key"))),
+    )
+    .unwrap();
+    let blocker = {
+        let client = client.clone();
+        std::thread::spawn(move || {
+            let mut con = client.get_connection().unwrap();
+            let _: () = redis::cmd("SET").arg("before").arg("1").query(&mut con).unwrap();
+            let got: (String, String) = redis::cmd("BLPOP").arg("q").arg(20).query(&mut con).unwrap();
+            let big = "y".repeat(1 << 20);
+            let _: () = redis::cmd("SET").arg("big").arg(&big).query(&mut con).unwrap();
+            let back: String = redis::cmd("GET").arg("big").query(&mut con).unwrap();
+            (got, back.len())
+        })
+    };
+    let blocked = || info_field(&srv, "clients", "blocked_clients") == "1";
+    assert!(wait_for(blocked, Duration::from_secs(20)), "the TLS client never blocked");
+    assert_eq!(srv.cmd(&["RPUSH", "q", "x"]), Frame::Integer(1));
+    let (got, len) = blocker.join().unwrap();
+    assert_eq!(got, ("q".to_string(), "x".to_string()));
+    assert_eq!(len, 1 << 20);
+
+    let mut con = client.get_connection().unwrap();
+    let mut sub = con.as_pubsub();
+    sub.subscribe("ch").unwrap();
+    sub.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    assert!(wait_for(|| srv.cmd(&["PUBLISH", "ch", "m"]) == Frame::Integer(1), Duration::from_secs(20)));
+    let msg = sub.get_message().unwrap();
+    assert_eq!(msg.get_payload::<String>().unwrap(), "m");
+    assert_eq!(info_field(&srv, "tls", "tls_handshake_failures"), "0");
+}

@@ -32,13 +32,12 @@ use crate::session::{ClientInfo, Session, flag};
 /// unix-socket connection, all alike past this point. `tls` is the session of a connection
 /// to the TLS port; its handshake runs inside the first reads.
 pub async fn serve(srv: Arc<Server>, stream: socket2::Socket, info: Arc<ClientInfo>, tls: Option<TlsSession>) {
-    if tls.is_none()
-        && let Some(loops) = crate::evloop::Loops::get(&srv)
-    {
-        // A plain connection lives on an event loop, as long as it only runs commands.
-        let sess = Conn::session(&srv, &info, false);
+    if let Some(loops) = crate::evloop::Loops::get(&srv) {
+        // A connection lives on an event loop, as long as it only runs commands.
+        let sess = Conn::session(&srv, &info, tls.is_some());
         srv.clients.add(info.clone());
-        loops.adopt(&srv, stream, Box::new(Conn::new(&srv)), sess);
+        let tls = tls.map(|session| crate::io::TlsLayer::new(session, info.id));
+        loops.adopt(&srv, stream, tls, Box::new(Conn::new(&srv)), sess);
         return;
     }
     let mut sock = match Socket::new(stream, tls, info.id) {
@@ -189,6 +188,15 @@ impl Conn {
         }
     }
 
+    /// `tls-auth-clients-user`'s one look at the client's certificate, once its handshake is
+    /// done (its first plaintext was read).
+    pub(crate) fn certificate_login(&mut self, srv: &Server, tls: &TlsSession, sess: &mut Session) {
+        if !self.cert_login_done {
+            self.cert_login_done = true;
+            login_by_certificate(srv, tls, sess);
+        }
+    }
+
     /// The query buffer, for a read into its spare capacity.
     pub(crate) fn read_buffer(&mut self) -> &mut BytesMut {
         &mut self.rbuf
@@ -256,8 +264,8 @@ impl Conn {
                         // replies its socket held.
                         return stream.flush().await;
                     }
-                    if !self.cert_login_done && stream.is_tls() {
-                        self.cert_login_done = login_by_certificate(srv, stream, sess);
+                    if let Some(tls) = stream.tls_session() {
+                        self.certificate_login(srv, tls, sess);
                     }
                     if !self.took_input(srv, &srv.rt.load(), sess, n) {
                         return Ok(());
@@ -1037,13 +1045,12 @@ impl Conn {
 
 /// `tls-auth-clients-user`: a client whose certificate names an existing, enabled ACL user (its
 /// CN, or the first of its URI SANs that does) is logged in as that user once its handshake
-/// completes (Valkey 9); any other client stays `default`. Returns whether the look was made.
-fn login_by_certificate(srv: &Server, stream: &Socket, sess: &mut Session) -> bool {
+/// completes (Valkey 9); any other client stays `default`.
+fn login_by_certificate(srv: &Server, tls: &TlsSession, sess: &mut Session) {
     let mode = srv.rt.load().tls_cert_user;
     if mode == hotkv_tls::CertUser::Off {
-        return true;
+        return;
     }
-    let Some(tls) = stream.tls_session() else { return false };
     let names = tls.peer_certificate_names(mode);
     let user = names.iter().find_map(|n| srv.acl.user(n.as_bytes()).filter(|u| u.rules().enabled()));
     match user {
@@ -1056,7 +1063,6 @@ fn login_by_certificate(srv: &Server, stream: &Socket, sess: &mut Session) -> bo
         }
         None => {}
     }
-    true
 }
 
 async fn recv_message(subs: &mut Option<crate::pubsub::ClientSubs>) -> Option<crate::pubsub::Message> {

@@ -1,4 +1,4 @@
-//! One event loop per worker thread for plain-text clients, as Valkey serves them: the loop
+//! One event loop per worker thread for clients, as Valkey serves them: the loop
 //! waits on one epoll instance, reads each client the kernel reports, runs every complete
 //! command in its buffer there and then, and writes the replies of all the clients it served
 //! at the end of the turn, before it waits again.
@@ -22,8 +22,10 @@
 //! their -BUSY replies and may SCRIPT KILL it, as Valkey's event loop serves clients while a
 //! script runs.
 //!
-//! TLS clients keep their runtime task: the TLS path is already cheaper than Valkey's per
-//! request, and its handshake would be the loop's to drive.
+//! TLS clients are served the same way: the loop feeds what it reads to the client's
+//! session and sends the session's handshake messages and records from the same queue as
+//! plain bytes, so a batch of replies still leaves as one `send` of as few records as its
+//! size allows.
 
 use std::cell::RefCell;
 use std::io;
@@ -38,7 +40,7 @@ use parking_lot::Mutex;
 use tracing::{debug, error};
 
 use crate::connection::{Conn, MAX_QUEUED, Resume, forget, log_panic, serve_from};
-use crate::io::{OutQueue, Socket, grow_exactly};
+use crate::io::{OutQueue, Socket, TlsLayer, TlsRead, grow_exactly, read_tls_once};
 use crate::registry::Flow;
 use crate::server::{Runtime, Server};
 use crate::session::Session;
@@ -60,9 +62,12 @@ struct Shared {
     busy: AtomicBool,
 }
 
+/// A client handed to a loop: its socket, its TLS side if any, its connection state.
+type Adopted = (socket2::Socket, Option<Box<TlsLayer>>, Box<Conn>, Session);
+
 #[derive(Default)]
 struct Queue {
-    adopted: Vec<(socket2::Socket, Box<Conn>, Session)>,
+    adopted: Vec<Adopted>,
     /// Clients whose inbox has something (a CLIENT TRACKING push, the cron's resize request).
     mail: Vec<usize>,
 }
@@ -111,7 +116,14 @@ impl Loops {
 
     /// Hands a registered client (counted in CLIENT LIST already) to a loop; to its own
     /// task when every loop is held by a long call.
-    pub(crate) fn adopt(&self, srv: &Arc<Server>, sock: socket2::Socket, conn: Box<Conn>, sess: Session) {
+    pub(crate) fn adopt(
+        &self,
+        srv: &Arc<Server>,
+        sock: socket2::Socket,
+        tls: Option<Box<TlsLayer>>,
+        conn: Box<Conn>,
+        sess: Session,
+    ) {
         let n = self.loops.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         for i in 0..n {
@@ -119,13 +131,13 @@ impl Loops {
             if shared.busy.load(Ordering::Relaxed) {
                 continue;
             }
-            shared.queue.lock().adopted.push((sock, conn, sess));
+            shared.queue.lock().adopted.push((sock, tls, conn, sess));
             if let Err(e) = shared.waker.wake() {
                 error!("Can't wake an event loop: {e}");
             }
             return;
         }
-        spawn_task(srv, sock, OutQueue::default(), conn, sess, Resume::Read);
+        spawn_task(srv, sock, tls, OutQueue::default(), conn, sess, Resume::Read);
     }
 }
 
@@ -149,6 +161,8 @@ impl Wake for MailWaker {
 /// A client on the loop.
 struct Client {
     sock: socket2::Socket,
+    /// The TLS side of a client of the TLS port.
+    tls: Option<Box<TlsLayer>>,
     queue: OutQueue,
     conn: Box<Conn>,
     sess: Session,
@@ -192,6 +206,8 @@ struct State {
 
 thread_local! {
     static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
+    /// The ciphertext of the TLS read in progress.
+    static RAW: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Takes a client out of the loop for its turn, so that nothing of the loop stays borrowed
@@ -271,8 +287,8 @@ fn run(srv: Arc<Server>, handle: tokio::runtime::Handle, shared: Arc<Shared>, mu
             std::mem::swap(&mut q.mail, &mut mail);
             std::mem::swap(&mut q.adopted, &mut adopted);
         }
-        for (sock, conn, sess) in adopted.drain(..) {
-            if let Some(t) = admit(&srv, &shared, sock, conn, sess) {
+        for (sock, tls, conn, sess) in adopted.drain(..) {
+            if let Some(t) = admit(&srv, &shared, sock, tls, conn, sess) {
                 // Registered edge-triggered: what the client sent before counts as an event.
                 ready.push((t, false, false));
                 mail.push(t);
@@ -306,7 +322,14 @@ fn run(srv: Arc<Server>, handle: tokio::runtime::Handle, shared: Arc<Shared>, mu
 }
 
 /// Registers a client with the loop; its token, or None when it could not be registered.
-fn admit(srv: &Arc<Server>, shared: &Arc<Shared>, sock: socket2::Socket, conn: Box<Conn>, mut sess: Session) -> Option<usize> {
+fn admit(
+    srv: &Arc<Server>,
+    shared: &Arc<Shared>,
+    sock: socket2::Socket,
+    tls: Option<Box<TlsLayer>>,
+    conn: Box<Conn>,
+    mut sess: Session,
+) -> Option<usize> {
     use std::os::fd::AsRawFd;
     let info = sess.info.clone();
     let fd = sock.as_raw_fd();
@@ -337,7 +360,7 @@ fn admit(srv: &Arc<Server>, shared: &Arc<Shared>, sock: socket2::Socket, conn: B
     *info.sock.lock() = Some(fd);
     let waker = Waker::from(Arc::new(MailWaker { shared: shared.clone(), token: t }));
     let queue = OutQueue::published(info.omem.clone());
-    let c = Box::new(Client { sock, queue, conn, sess, waker, readable: false, hung_up: false, pending: false, write_queued: false, closing: false });
+    let c = Box::new(Client { sock, tls, queue, conn, sess, waker, readable: false, hung_up: false, pending: false, write_queued: false, closing: false });
     put_back(t, c);
     Some(t)
 }
@@ -405,6 +428,9 @@ fn close(srv: &Server, token: usize, mut c: Box<Client>) {
     let info = &c.sess.info;
     // From here on CLIENT KILL must not touch the descriptor: it is about to be closed.
     *info.sock.lock() = None;
+    if let Some(t) = c.tls.as_deref_mut() {
+        t.close(&c.sock, &mut c.queue);
+    }
     let _ = c.sock.shutdown(std::net::Shutdown::Both);
     srv.clients.remove(info.id);
 }
@@ -423,11 +449,19 @@ fn deregister(token: usize, sock: &socket2::Socket) {
 /// Moves a client to a task of its own, which takes it up at `resume`.
 fn hand_over(srv: &Arc<Server>, token: usize, c: Box<Client>, resume: Resume) {
     deregister(token, &c.sock);
-    let Client { sock, queue, conn, sess, .. } = *c;
-    spawn_task(srv, sock, queue, conn, sess, resume);
+    let Client { sock, tls, queue, conn, sess, .. } = *c;
+    spawn_task(srv, sock, tls, queue, conn, sess, resume);
 }
 
-fn spawn_task(srv: &Arc<Server>, sock: socket2::Socket, queue: OutQueue, conn: Box<Conn>, mut sess: Session, resume: Resume) {
+fn spawn_task(
+    srv: &Arc<Server>,
+    sock: socket2::Socket,
+    tls: Option<Box<TlsLayer>>,
+    queue: OutQueue,
+    conn: Box<Conn>,
+    mut sess: Session,
+    resume: Resume,
+) {
     let srv = srv.clone();
     let handle = STATE.with(|s| s.borrow().as_ref().map(|st| st.handle.clone()));
     let handle = match handle.or_else(|| tokio::runtime::Handle::try_current().ok()) {
@@ -442,7 +476,7 @@ fn spawn_task(srv: &Arc<Server>, sock: socket2::Socket, queue: OutQueue, conn: B
         let id = sess.info.id;
         // Registering with the runtime reports what the client sent meanwhile: epoll
         // signals a socket that is already readable when it is added.
-        match Socket::resume(sock, queue, id) {
+        match Socket::resume(sock, tls, queue, id) {
             Ok(s) => {
                 *sess.info.sock.lock() = Some(s.raw_fd());
                 serve_from(srv, s, conn, sess, resume).await;
@@ -480,8 +514,8 @@ pub fn on_long_run() {
         let resume = if c.closing { Resume::Flow(Flow::Close) } else { Resume::Flow(Flow::Continue) };
         hand_over(&srv, t, c, resume);
     }
-    for (sock, conn, sess) in adopted {
-        spawn_task(&srv, sock, OutQueue::default(), conn, sess, Resume::Read);
+    for (sock, tls, conn, sess) in adopted {
+        spawn_task(&srv, sock, tls, OutQueue::default(), conn, sess, Resume::Read);
     }
     STATE.with(|s| {
         if let Some(st) = s.borrow_mut().as_mut() {
@@ -512,8 +546,7 @@ impl Client {
         if self.closing {
             return Next::Keep;
         }
-        let info = &self.sess.info;
-        if info.is_killed() {
+        if self.sess.info.is_killed() {
             return Next::Close;
         }
         // Readiness is cached, so every event is a chance to read: a kill (a shutdown of the
@@ -523,27 +556,17 @@ impl Client {
             return Next::Keep;
         }
         let room = self.conn.read_room(&self.sess);
-        let buf = self.conn.read_buffer();
-        grow_exactly(buf, room);
-        let spare = buf.spare_capacity_mut();
-        let offered = spare.len();
-        let n = match self.sock.recv(spare) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                self.readable = false;
+        let n = match self.read(room) {
+            Ok(Some(n)) => n,
+            Ok(None) => {
+                // Nothing for the commands (a TLS handshake message, or no data after all).
                 self.conn.settle_query_buffer();
                 return Next::Keep;
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Next::Keep,
             Err(e) => {
-                debug!("client {} closed: {e}", info.id);
+                debug!("client {} closed: {e}", self.sess.id);
                 return Next::Close;
             }
-        };
-        #[allow(unsafe_code)]
-        // SAFETY: recv initialised exactly the first n bytes of the spare capacity.
-        unsafe {
-            buf.set_len(buf.len() + n)
         };
         if n == 0 {
             // A client that half-closed after its last command still gets the replies its
@@ -555,9 +578,8 @@ impl Client {
             self.closing = true;
             return Next::Keep;
         }
-        if n < offered && !self.hung_up {
-            // Drained: the next event says when more arrives.
-            self.readable = false;
+        if let Some(t) = &self.tls {
+            self.conn.certificate_login(srv, t.session(), &mut self.sess);
         }
         if !self.conn.took_input(srv, snap.rt, &mut self.sess, n) {
             return Next::Close;
@@ -593,6 +615,53 @@ impl Client {
         Next::Keep
     }
 
+    /// One read into the query buffer, grown to `room` first: Some(n) for n bytes read (0 at
+    /// the end of the stream), None when nothing came for the commands. Clears `readable`
+    /// once the socket is drained.
+    fn read(&mut self, room: usize) -> io::Result<Option<usize>> {
+        let buf = self.conn.read_buffer();
+        let Some(t) = self.tls.as_deref_mut() else {
+            grow_exactly(buf, room);
+            let spare = buf.spare_capacity_mut();
+            let offered = spare.len();
+            return match self.sock.recv(spare) {
+                Ok(n) => {
+                    #[allow(unsafe_code)]
+                    // SAFETY: recv initialised exactly the first n bytes of the spare capacity.
+                    unsafe {
+                        buf.set_len(buf.len() + n)
+                    };
+                    if n < offered && !self.hung_up {
+                        // Drained: the next event says when more arrives.
+                        self.readable = false;
+                    }
+                    Ok(Some(n))
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.readable = false;
+                    Ok(None)
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
+                Err(e) => Err(e),
+            };
+        };
+        // Ciphertext is fed whole before the next read, so one buffer serves the loop.
+        let read = RAW.with(|raw| read_tls_once(&self.sock, &mut self.queue, t, &mut raw.borrow_mut(), buf, room));
+        match read? {
+            TlsRead::WouldBlock => {
+                self.readable = false;
+                Ok(None)
+            }
+            TlsRead::Eof => Ok(Some(0)),
+            TlsRead::Data { got, full } => {
+                if !full && !self.hung_up {
+                    self.readable = false;
+                }
+                Ok((got > 0).then_some(got))
+            }
+        }
+    }
+
     /// The client's inbox rang: writes its pushes, applies the cron's requests.
     fn take_mail(&mut self) -> Next {
         while let Some(mail) = self.sess.info.inbox.poll_mail(&self.waker) {
@@ -616,8 +685,12 @@ impl Client {
         self.pending = false;
         self.write_queued = false;
         if self.conn.has_replies() {
-            let (queue, sock) = (&mut self.queue, &self.sock);
-            if self.conn.write_replies(&self.sess, |bytes| queue.write(sock, bytes)).is_err() {
+            let (queue, sock, tls) = (&mut self.queue, &self.sock, self.tls.as_deref_mut());
+            let written = self.conn.write_replies(&self.sess, |bytes| match tls {
+                None => queue.write(sock, bytes),
+                Some(t) => t.write(sock, queue, bytes),
+            });
+            if written.is_err() {
                 return Next::Close;
             }
         }

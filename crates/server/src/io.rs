@@ -102,7 +102,7 @@ impl OutQueue {
 /// a batch of replies goes in as plaintext and comes out as records in the socket's queue,
 /// sent with one `send`. Whatever could not be sent yet stays queued, so a cancelled read or
 /// write loses nothing and the handshake never stalls waiting on our own unsent bytes.
-struct TlsLayer {
+pub(crate) struct TlsLayer {
     session: TlsSession,
     /// Ciphertext just received; always fully fed before the next read.
     raw: Vec<u8>,
@@ -131,8 +131,14 @@ impl Socket {
 
     /// Takes over a plain connection from the event loop (see `evloop`), with the replies its
     /// queue still holds, which leave before anything written from now on.
-    pub(crate) fn resume(stream: socket2::Socket, queue: OutQueue, client: u64) -> io::Result<Socket> {
+    pub(crate) fn resume(
+        stream: socket2::Socket,
+        tls: Option<Box<TlsLayer>>,
+        queue: OutQueue,
+        client: u64,
+    ) -> io::Result<Socket> {
         let mut sock = Socket::new(stream, None, client)?;
+        sock.tls = tls;
         sock.queue = queue;
         Ok(sock)
     }
@@ -188,11 +194,7 @@ impl Socket {
     pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
         match self.tls.as_deref_mut() {
             None => self.queue.write(self.fd.get_ref(), data),
-            Some(t) => {
-                t.session.write_plaintext(data);
-                t.session.take_tls_output(&mut self.queue.buf);
-                try_send(self.fd.get_ref(), &mut self.queue).map(drop)
-            }
+            Some(t) => t.write(self.fd.get_ref(), &mut self.queue, data),
         }
     }
 
@@ -225,12 +227,8 @@ impl Socket {
     /// Closes both directions (graceful end of a connection). A TLS peer is told with a
     /// close_notify first, if the kernel takes it at once.
     pub fn shutdown(&mut self) {
-        if let Some(t) = self.tls.as_deref_mut()
-            && !t.session.is_handshaking()
-        {
-            t.session.close();
-            t.session.take_tls_output(&mut self.queue.buf);
-            let _ = try_send(self.fd.get_ref(), &mut self.queue);
+        if let Some(t) = self.tls.as_deref_mut() {
+            t.close(self.fd.get_ref(), &mut self.queue);
         }
         let _ = self.fd.get_ref().shutdown(std::net::Shutdown::Both);
     }
@@ -444,56 +442,119 @@ async fn read_tls(
         // Our own handshake messages (or replies not taken yet) go out while we wait for the
         // peer, who may be waiting for them.
         let mut guard = readable(fd, queue).await?;
-        grow_exactly(buf, capacity);
-        if t.raw.capacity() < RAW_CHUNK {
-            t.raw.reserve(RAW_CHUNK);
-        }
-        t.raw.clear();
-        let spare = t.raw.spare_capacity_mut();
-        let room = spare.len();
-        let n = match fd.get_ref().recv(spare) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                guard.clear_ready();
-                continue;
+        let mut raw = std::mem::take(&mut t.raw);
+        let read = read_tls_once(fd.get_ref(), queue, t, &mut raw, buf, capacity);
+        t.raw = raw;
+        match read? {
+            TlsRead::WouldBlock => guard.clear_ready(),
+            TlsRead::Eof => return Ok(0),
+            TlsRead::Data { got, full } => {
+                if !full {
+                    guard.clear_ready();
+                }
+                if got > 0 {
+                    return Ok(got);
+                }
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        #[allow(unsafe_code)]
-        // SAFETY: recv initialised exactly the first n bytes of the spare capacity.
-        unsafe {
-            t.raw.set_len(n)
-        };
-        if n > 0 && n < room {
-            guard.clear_ready();
         }
-        if n == 0 {
-            if let Some(e) = t.session.eof_error() {
-                tracing::info!("TLS handshake failed for client {}: {e}", t.client);
-            }
-            return Ok(0);
+    }
+}
+
+/// What one read of a TLS client's socket gave.
+pub(crate) enum TlsRead {
+    /// Nothing to read now.
+    WouldBlock,
+    /// The client closed the connection (or its TLS session).
+    Eof,
+    /// `got` bytes of plaintext were appended (none for a handshake message); `full` when the
+    /// read filled its room, so more may be waiting.
+    Data { got: usize, full: bool },
+}
+
+/// One `recv` of ciphertext into `raw` (a scratch buffer: it is always fully fed before the
+/// next read, so one per thread serves every client), fed to the session: plaintext goes
+/// to `buf`, grown to `capacity` first, and what the session has to say (handshake
+/// messages, alerts) to the queue, which is sent as far as the kernel takes it.
+pub(crate) fn read_tls_once(
+    sock: &socket2::Socket,
+    queue: &mut OutQueue,
+    t: &mut TlsLayer,
+    raw: &mut Vec<u8>,
+    buf: &mut BytesMut,
+    capacity: usize,
+) -> io::Result<TlsRead> {
+    grow_exactly(buf, capacity);
+    if raw.capacity() < RAW_CHUNK {
+        raw.reserve(RAW_CHUNK);
+    }
+    raw.clear();
+    let spare = raw.spare_capacity_mut();
+    let room = spare.len();
+    let n = match sock.recv(spare) {
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(TlsRead::WouldBlock),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(TlsRead::Data { got: 0, full: true }),
+        Err(e) => return Err(e),
+    };
+    #[allow(unsafe_code)]
+    // SAFETY: recv initialised exactly the first n bytes of the spare capacity.
+    unsafe {
+        raw.set_len(n)
+    };
+    if n == 0 {
+        if let Some(e) = t.session.eof_error() {
+            tracing::info!("TLS handshake failed for client {}: {e}", t.client);
         }
-        let before = buf.len();
-        let handshaking = t.session.is_handshaking();
-        if let Err(e) = t.session.feed(&t.raw, buf) {
-            if handshaking {
-                tracing::info!("TLS handshake failed for client {}: {e}", t.client);
-            } else {
-                tracing::debug!("TLS error on client {}: {e}", t.client);
-            }
-            // The alert tells the peer why; best effort, the connection ends either way.
-            t.session.take_tls_output(&mut queue.buf);
-            let _ = try_send(fd.get_ref(), queue);
-            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+        return Ok(TlsRead::Eof);
+    }
+    let before = buf.len();
+    let handshaking = t.session.is_handshaking();
+    if let Err(e) = t.session.feed(raw, buf) {
+        if handshaking {
+            tracing::info!("TLS handshake failed for client {}: {e}", t.client);
+        } else {
+            tracing::debug!("TLS error on client {}: {e}", t.client);
         }
+        // The alert tells the peer why; best effort, the connection ends either way.
         t.session.take_tls_output(&mut queue.buf);
-        let got = buf.len() - before;
-        if got > 0 {
-            return Ok(got);
-        }
-        if t.session.peer_closed() {
-            return Ok(0);
+        let _ = try_send(sock, queue);
+        return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+    }
+    t.session.take_tls_output(&mut queue.buf);
+    if !queue.is_empty() {
+        try_send(sock, queue)?;
+    }
+    let got = buf.len() - before;
+    if got == 0 && t.session.peer_closed() {
+        return Ok(TlsRead::Eof);
+    }
+    Ok(TlsRead::Data { got, full: n == room })
+}
+
+impl TlsLayer {
+    /// A client's TLS side; `client` names it in log lines.
+    pub(crate) fn new(session: TlsSession, client: u64) -> Box<TlsLayer> {
+        Box::new(TlsLayer { session, raw: Vec::new(), plain: BytesMut::new(), client })
+    }
+
+    /// The session (peer certificate names, protocol).
+    pub(crate) fn session(&self) -> &TlsSession {
+        &self.session
+    }
+
+    /// Encrypts `data` as records into the queue and sends what the kernel takes.
+    pub(crate) fn write(&mut self, sock: &socket2::Socket, queue: &mut OutQueue, data: &[u8]) -> io::Result<()> {
+        self.session.write_plaintext(data);
+        self.session.take_tls_output(&mut queue.buf);
+        try_send(sock, queue).map(drop)
+    }
+
+    /// Tells the peer the session ends (close_notify), if the kernel takes it at once.
+    pub(crate) fn close(&mut self, sock: &socket2::Socket, queue: &mut OutQueue) {
+        if !self.session.is_handshaking() {
+            self.session.close();
+            self.session.take_tls_output(&mut queue.buf);
+            let _ = try_send(sock, queue);
         }
     }
 }

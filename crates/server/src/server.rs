@@ -261,7 +261,7 @@ pub struct Server {
     /// A handle to this server's own `Arc`, for code that has only `&Server` and must spawn
     /// tasks (CONFIG SET port).
     pub this: std::sync::OnceLock<std::sync::Weak<Server>>,
-    /// The event loops that serve plain-text clients (`event-loop`), started by the first.
+    /// The event loops that serve clients (`event-loop`), started by the first.
     pub loops: std::sync::OnceLock<Option<crate::evloop::Loops>>,
     /// Whether the cron runs the active expire cycle (DEBUG SET-ACTIVE-EXPIRE).
     pub active_expire: AtomicBool,

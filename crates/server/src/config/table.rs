@@ -208,7 +208,7 @@ directives! {
     WORKER_THREADS = "worker-threads" [] "general.worker_threads": int(0, 1024), "0", I, H,
         "hotkv: threads that run connections and commands; 0 = one per CPU.";
     EVENT_LOOP = "event-loop" [] "general.event_loop": B, "yes", I, H,
-        "hotkv: serve plain-text clients on one event loop per worker thread (no: a runtime task per client).";
+        "hotkv: serve clients on one event loop per worker thread (no: a runtime task per client).";
     HZ = "hz" [] "general.hz": int(0, INT), "10", M, ENGINE,
         "Background task frequency (active expiry, timeouts, stats); kept within 1-500.";
     DYNAMIC_HZ = "dynamic-hz" [] "general.dynamic_hz": B, "yes", M | NE, H,
