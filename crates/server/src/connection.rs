@@ -1,5 +1,8 @@
-//! One task per client connection: read what is available, run every complete command in
-//! the buffer, and answer the whole batch with one write.
+//! A client connection: read what is available, run every complete command in the buffer,
+//! and answer the whole batch with one write. `Conn` holds what that takes; an event loop
+//! (evloop.rs) drives it while the client only runs commands, and the task here from the
+//! point where the client has to wait for something (or for every client, under
+//! `event-loop no`).
 
 use std::any::Any;
 use std::future::Future;

@@ -129,8 +129,9 @@ impl Socket {
         Ok(Socket { fd, tls, queue: OutQueue::default() })
     }
 
-    /// Takes over a plain connection from the event loop (see `evloop`), with the replies its
-    /// queue still holds, which leave before anything written from now on.
+    /// Takes over a connection from the event loop (see `evloop`), with its TLS side if it
+    /// has one and the bytes its queue still holds, which leave before anything written from
+    /// now on.
     pub(crate) fn resume(
         stream: socket2::Socket,
         tls: Option<Box<TlsLayer>>,
