@@ -124,6 +124,27 @@ fn the_watchdog_reports_a_command_that_runs_too_long() {
     assert_eq!(c.cmd(&["PING"]), Frame::simple("PONG"));
 }
 
+/// A client moves to a task of its own while a command of its waits, and back to an event
+/// loop once it only runs commands again: the thread a later command runs on, which a panic
+/// report names, says where it is.
+#[test]
+fn a_client_served_after_blocking_is_back_on_an_event_loop() {
+    let srv = debug_server(&[]);
+    let mut c = srv.client();
+    c.send(&["BLPOP", "q", "20"]);
+    let blocked = || crate::info_num(&crate::info(&mut srv.client(), "clients"), "blocked_clients") == 1;
+    assert!(hotkv_test_support::wait_for(blocked, WAIT));
+    assert_eq!(srv.cmd(&["RPUSH", "q", "x"]), Frame::Integer(1));
+    assert_eq!(c.read_frame(), Frame::Array(vec![Frame::bulk("q"), Frame::bulk("x")]));
+    assert_eq!(c.cmd(&["PING"]), Frame::simple("PONG"));
+    c.send(&["DEBUG", "CLIENT-PANIC"]);
+    assert!(c.closed_within(WAIT), "the panicking connection stayed open");
+    assert!(srv.wait_for_log("STACK TRACE DONE", WAIT), "{}", srv.log());
+    let log = srv.log();
+    assert!(log.contains("=== PANIC === thread 'hotkv-loop-"), "{log}");
+    assert_eq!(srv.cmd(&["PING"]), Frame::simple("PONG"));
+}
+
 #[test]
 fn a_panic_in_a_command_is_reported_and_the_server_lives() {
     let mut srv = debug_server(&[]);

@@ -58,6 +58,14 @@ pub async fn serve(srv: Arc<Server>, stream: socket2::Socket, info: Arc<ClientIn
     serve_from(srv, sock, conn, sess, Resume::Read).await;
 }
 
+/// How a connection's task ended.
+enum Served {
+    /// The client is gone (or must go).
+    Closed,
+    /// The client only runs commands again: an event loop takes it back.
+    ToLoop,
+}
+
 /// Where a connection's task takes up a client the event loop served until now.
 pub(crate) enum Resume {
     /// Wait for the client's next request.
@@ -68,16 +76,51 @@ pub(crate) enum Resume {
     Flow(Flow),
 }
 
-/// Serves a registered client on its own task from `resume` on, then forgets it.
+/// Serves a registered client on its own task from `resume` on, then forgets it, or gives
+/// it back to an event loop once it only runs commands again.
 pub(crate) async fn serve_from(srv: Arc<Server>, mut sock: Socket, mut conn: Box<Conn>, mut sess: Session, resume: Resume) {
     let info = sess.info.clone();
-    // A panic is a bug in hotkv, never the client's doing, but it must cost only this
-    // connection: caught here, the cleanup below still runs (no ghost in CLIENT LIST, no
-    // leaked subscription or watch) and every other client is served on.
-    match CatchUnwind(Box::pin(conn.run(&srv, &mut sock, &mut sess, resume))).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => debug!("client {} closed: {e}", info.id),
-        Err(panic) => log_panic(&srv, &sess, panic.as_ref()),
+    let mut resume = resume;
+    loop {
+        // A panic is a bug in hotkv, never the client's doing, but it must cost only this
+        // connection: caught here, the cleanup below still runs (no ghost in CLIENT LIST, no
+        // leaked subscription or watch) and every other client is served on.
+        match CatchUnwind(Box::pin(conn.run(&srv, &mut sock, &mut sess, resume))).await {
+            Ok(Ok(Served::ToLoop)) => {
+                let Some(loops) = crate::evloop::Loops::get(&srv) else { break };
+                let (stream, tls, queue) = match sock.into_parts() {
+                    Ok(parts) => parts,
+                    Err(e) => {
+                        debug!("client {} could not leave its task: {e}", info.id);
+                        return forget_lost(&srv, &mut sess);
+                    }
+                };
+                match loops.try_adopt(stream, tls, queue, conn, sess) {
+                    Ok(()) => return,
+                    // Every loop is held by a long call meanwhile: the client stays here.
+                    Err((stream, tls, queue, c, s)) => {
+                        (conn, sess) = (c, s);
+                        sock = match Socket::resume(stream, tls, queue, info.id) {
+                            Ok(sock) => sock,
+                            Err(e) => {
+                                debug!("client {} could not be registered again: {e}", info.id);
+                                return forget_lost(&srv, &mut sess);
+                            }
+                        };
+                        resume = Resume::Read;
+                    }
+                }
+            }
+            Ok(Ok(Served::Closed)) => break,
+            Ok(Err(e)) => {
+                debug!("client {} closed: {e}", info.id);
+                break;
+            }
+            Err(panic) => {
+                log_panic(&srv, &sess, panic.as_ref());
+                break;
+            }
+        }
     }
     forget(&srv, &mut sess);
     // From here on CLIENT KILL must not touch the descriptor: it is about to be closed.
@@ -99,6 +142,13 @@ pub(crate) fn log_panic(srv: &Server, sess: &Session, panic: &(dyn Any + Send)) 
         cause = panic_message(panic),
         "bug: panic while serving a client; closing its connection, the server keeps running"
     );
+}
+
+/// Forgets a client whose socket is already gone (closed with the failure that lost it).
+pub(crate) fn forget_lost(srv: &Server, sess: &mut Session) {
+    forget(srv, sess);
+    *sess.info.sock.lock() = None;
+    srv.clients.remove(sess.info.id);
 }
 
 /// Undoes what a client left registered elsewhere (its inbox, subscriptions, watches,
@@ -213,7 +263,7 @@ impl Conn {
         sess
     }
 
-    async fn run(&mut self, srv: &Arc<Server>, stream: &mut Socket, sess: &mut Session, resume: Resume) -> io::Result<()> {
+    async fn run(&mut self, srv: &Arc<Server>, stream: &mut Socket, sess: &mut Session, resume: Resume) -> io::Result<Served> {
         let info = sess.info.clone();
         let mut resume = resume;
         loop {
@@ -222,7 +272,10 @@ impl Conn {
                 Resume::Process => self.process_turn(srv, sess).await,
                 Resume::Read => {
                     if info.is_killed() {
-                        return Ok(());
+                        return Ok(Served::Closed);
+                    }
+                    if self.back_to_loop(srv, stream, sess) {
+                        return Ok(Served::ToLoop);
                     }
                     let room = self.read_room(sess);
                     // A plain client only waits for its socket (CLIENT KILL shuts the socket
@@ -265,13 +318,13 @@ impl Conn {
                     if n == 0 {
                         // A client that half-closed after its last command still gets the
                         // replies its socket held.
-                        return stream.flush().await;
+                        return stream.flush().await.map(|()| Served::Closed);
                     }
                     if let Some(tls) = stream.tls_session() {
                         self.certificate_login(srv, tls, sess);
                     }
                     if !self.took_input(srv, &srv.rt.load(), sess, n) {
-                        return Ok(());
+                        return Ok(Served::Closed);
                     }
                     self.process_turn(srv, sess).await
                 }
@@ -305,7 +358,7 @@ impl Conn {
                     }
                     Flow::Replica(start) => {
                         self.flush(stream, sess).await?;
-                        return self.serve_replica(srv, stream, *start).await;
+                        return self.serve_replica(srv, stream, *start).await.map(|()| Served::Closed);
                     }
                     Flow::Debug(argv) => {
                         self.flush(stream, sess).await?;
@@ -314,19 +367,19 @@ impl Conn {
                     Flow::Shutdown => {
                         self.flush(stream, sess).await?;
                         srv.request_shutdown();
-                        return Ok(());
+                        return Ok(Served::Closed);
                     }
                     Flow::Continue | Flow::Close => {
                         // Gone for clients that redirect their invalidations here from the
                         // moment its last reply (QUIT's OK) can be seen, as in Valkey.
                         info.inbox.close();
                         self.flush(stream, sess).await?;
-                        return Ok(());
+                        return Ok(Served::Closed);
                     }
                 };
                 // The waited-for command has run: carry on with what is buffered after it.
                 flow = match next {
-                    None => return Ok(()),
+                    None => return Ok(Served::Closed),
                     Some(Flow::Continue) if !sess.close_after_reply => self.process(srv, sess),
                     Some(f) => f,
                 };
@@ -338,7 +391,7 @@ impl Conn {
             // Replies are in the buffer: a client whose pending output takes it over
             // `maxmemory-clients` is closed before they are written, as Valkey's is.
             if self.evicted(srv, sess, evict_limit) {
-                return Ok(());
+                return Ok(Served::Closed);
             }
             // Let every other ready connection run its commands first, then write: replies
             // leave in a burst, as Valkey writes all pending replies before it sleeps, so a
@@ -354,9 +407,23 @@ impl Conn {
             }
             self.release_idle_buffers(stream, sess);
             if self.evicted(srv, sess, evict_limit) {
-                return Ok(());
+                return Ok(Served::Closed);
             }
         }
+    }
+
+    /// Whether a client that had to wait (or was handed over during a long call) only runs
+    /// commands again, so that an event loop may take it back before its next read: nothing
+    /// feeds it from elsewhere, its replies leave as soon as they are made, and a loop is free.
+    fn back_to_loop(&self, srv: &Server, stream: &Socket, sess: &Session) -> bool {
+        self.monitor.is_none()
+            && sess.subs.is_none()
+            && !sess.close_after_reply
+            && sess.thaw_after_reply.is_none()
+            && !srv.freeze.frozen()
+            && !self.aof.holds_replies()
+            && stream.queued() == 0
+            && crate::evloop::Loops::get(srv).is_some_and(|l| l.has_free_loop())
     }
 
     /// Runs what was read, in its turn while DEBUG SLEEP stops the server: what was sent

@@ -13,9 +13,10 @@
 //! blocked command, CLIENT PAUSE, MIGRATE's request to another node, a reply held for
 //! `appendfsync always`, a DEBUG SLEEP, the Lua debugger, a replica's PSYNC) and whatever
 //! receives from elsewhere (SUBSCRIBE, MONITOR) moves the client to its own task on the
-//! runtime for the rest of its life, with its buffers, its session and its unsent replies,
-//! at the exact point it reached ([`crate::connection::Resume`]). The loop itself never
-//! waits for anything but its epoll instance, so one client cannot hold up the others on it.
+//! runtime, with its buffers, its session and its unsent replies, at the exact point it
+//! reached ([`crate::connection::Resume`]); once it only runs commands again it comes back
+//! to a loop before its next read ([`Loops::try_adopt`]). The loop itself never waits for
+//! anything but its epoll instance, so one client cannot hold up the others on it.
 //!
 //! A call that holds the thread for long (a script past its busy threshold) hands the
 //! loop's other clients to runtime tasks before it goes on ([`on_long_run`]), so they get
@@ -39,7 +40,7 @@ use mio::{Events, Interest, Poll, Registry, Token};
 use parking_lot::Mutex;
 use tracing::{debug, error};
 
-use crate::connection::{Conn, MAX_QUEUED, Resume, forget, log_panic, serve_from};
+use crate::connection::{Conn, MAX_QUEUED, Resume, forget, forget_lost, log_panic, serve_from};
 use crate::io::{OutQueue, Socket, TlsLayer, TlsRead, grow_exactly, read_tls_once};
 use crate::registry::Flow;
 use crate::server::{Runtime, Server};
@@ -62,8 +63,9 @@ struct Shared {
     busy: AtomicBool,
 }
 
-/// A client handed to a loop: its socket, its TLS side if any, its connection state.
-type Adopted = (socket2::Socket, Option<Box<TlsLayer>>, Box<Conn>, Session);
+/// A client handed to a loop: its socket, its TLS side if any, what its queue holds, its
+/// connection state.
+type Adopted = (socket2::Socket, Option<Box<TlsLayer>>, OutQueue, Box<Conn>, Session);
 
 #[derive(Default)]
 struct Queue {
@@ -114,6 +116,41 @@ impl Loops {
         Ok(Loops { loops, next: AtomicUsize::new(0) })
     }
 
+    /// Whether some loop is not held by a long call.
+    pub(crate) fn has_free_loop(&self) -> bool {
+        self.loops.iter().any(|l| !l.busy.load(Ordering::Relaxed))
+    }
+
+    /// Hands a client back from its task to a loop, with what its queue still holds; gives
+    /// it all back when every loop is held by a long call.
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn try_adopt(
+        &self,
+        sock: socket2::Socket,
+        tls: Option<Box<TlsLayer>>,
+        queue: OutQueue,
+        conn: Box<Conn>,
+        sess: Session,
+    ) -> Result<(), (socket2::Socket, Option<Box<TlsLayer>>, OutQueue, Box<Conn>, Session)> {
+        match self.free_loop() {
+            Some(shared) => {
+                shared.queue.lock().adopted.push((sock, tls, queue, conn, sess));
+                if let Err(e) = shared.waker.wake() {
+                    error!("Can't wake an event loop: {e}");
+                }
+                Ok(())
+            }
+            None => Err((sock, tls, queue, conn, sess)),
+        }
+    }
+
+    /// The next loop not held by a long call, round robin.
+    fn free_loop(&self) -> Option<&Arc<Shared>> {
+        let n = self.loops.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..n).map(|i| &self.loops[(start + i) % n]).find(|l| !l.busy.load(Ordering::Relaxed))
+    }
+
     /// Hands a registered client (counted in CLIENT LIST already) to a loop; to its own
     /// task when every loop is held by a long call.
     pub(crate) fn adopt(
@@ -124,20 +161,9 @@ impl Loops {
         conn: Box<Conn>,
         sess: Session,
     ) {
-        let n = self.loops.len();
-        let start = self.next.fetch_add(1, Ordering::Relaxed);
-        for i in 0..n {
-            let shared = &self.loops[(start + i) % n];
-            if shared.busy.load(Ordering::Relaxed) {
-                continue;
-            }
-            shared.queue.lock().adopted.push((sock, tls, conn, sess));
-            if let Err(e) = shared.waker.wake() {
-                error!("Can't wake an event loop: {e}");
-            }
-            return;
+        if let Err((sock, tls, queue, conn, sess)) = self.try_adopt(sock, tls, OutQueue::default(), conn, sess) {
+            spawn_task(srv, sock, tls, queue, conn, sess, Resume::Read);
         }
-        spawn_task(srv, sock, tls, OutQueue::default(), conn, sess, Resume::Read);
     }
 }
 
@@ -287,8 +313,8 @@ fn run(srv: Arc<Server>, handle: tokio::runtime::Handle, shared: Arc<Shared>, mu
             std::mem::swap(&mut q.mail, &mut mail);
             std::mem::swap(&mut q.adopted, &mut adopted);
         }
-        for (sock, tls, conn, sess) in adopted.drain(..) {
-            if let Some(t) = admit(&srv, &shared, sock, tls, conn, sess) {
+        for (sock, tls, queue, conn, sess) in adopted.drain(..) {
+            if let Some(t) = admit(&srv, &shared, sock, tls, queue, conn, sess) {
                 // Registered edge-triggered: what the client sent before counts as an event.
                 ready.push((t, false, false));
                 mail.push(t);
@@ -327,6 +353,7 @@ fn admit(
     shared: &Arc<Shared>,
     sock: socket2::Socket,
     tls: Option<Box<TlsLayer>>,
+    mut queue: OutQueue,
     conn: Box<Conn>,
     mut sess: Session,
 ) -> Option<usize> {
@@ -359,7 +386,7 @@ fn admit(
     };
     *info.sock.lock() = Some(fd);
     let waker = Waker::from(Arc::new(MailWaker { shared: shared.clone(), token: t }));
-    let queue = OutQueue::published(info.omem.clone());
+    queue.publish_to(info.omem.clone());
     let c = Box::new(Client { sock, tls, queue, conn, sess, waker, readable: false, hung_up: false, pending: false, write_queued: false, closing: false });
     put_back(t, c);
     Some(t)
@@ -483,9 +510,7 @@ fn spawn_task(
             }
             Err(e) => {
                 debug!("client {id} could not be registered: {e}");
-                forget(&srv, &mut sess);
-                *sess.info.sock.lock() = None;
-                srv.clients.remove(id);
+                forget_lost(&srv, &mut sess);
             }
         }
     });
@@ -514,8 +539,8 @@ pub fn on_long_run() {
         let resume = if c.closing { Resume::Flow(Flow::Close) } else { Resume::Flow(Flow::Continue) };
         hand_over(&srv, t, c, resume);
     }
-    for (sock, tls, conn, sess) in adopted {
-        spawn_task(&srv, sock, tls, OutQueue::default(), conn, sess, Resume::Read);
+    for (sock, tls, queue, conn, sess) in adopted {
+        spawn_task(&srv, sock, tls, queue, conn, sess, Resume::Read);
     }
     STATE.with(|s| {
         if let Some(st) = s.borrow_mut().as_mut() {

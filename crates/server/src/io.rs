@@ -45,11 +45,10 @@ pub(crate) struct OutQueue {
 }
 
 impl OutQueue {
-    /// A queue that publishes its length to `gauge`.
-    pub(crate) fn published(gauge: Arc<AtomicUsize>) -> OutQueue {
-        let q = OutQueue { gauge: Some(gauge), ..OutQueue::default() };
-        q.publish();
-        q
+    /// Publishes the queue's length to `gauge` from now on.
+    pub(crate) fn publish_to(&mut self, gauge: Arc<AtomicUsize>) {
+        self.gauge = Some(gauge);
+        self.publish();
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -142,6 +141,13 @@ impl Socket {
         sock.tls = tls;
         sock.queue = queue;
         Ok(sock)
+    }
+
+    /// The socket back from the runtime (deregistered), with its TLS side and what its
+    /// queue still holds: for an event loop to take the connection over.
+    pub(crate) fn into_parts(self) -> io::Result<(socket2::Socket, Option<Box<TlsLayer>>, OutQueue)> {
+        let Socket { fd, tls, queue } = self;
+        Ok((fd.into_inner(), tls, queue))
     }
 
     /// A TCP connection tokio accepted, ready for [`Socket::new`].

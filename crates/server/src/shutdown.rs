@@ -105,8 +105,16 @@ pub fn request(
             None => {
                 let (outcome, rx) = watch::channel(None);
                 let id = co.next_id.fetch_add(1, Ordering::Relaxed);
-                *st = Some(Pending { id, deadline_ms: None, outcome });
-                tokio::spawn(drive(srv.clone(), id, opts, client));
+                // The wait for replicas starts here, as Valkey's prepareForShutdown starts it
+                // before the caller blocks: whoever sees the caller blocked sees the
+                // deadline in INFO and writes paused, not only once the task has run.
+                let timeout_s = srv.settings.load().int(t::SHUTDOWN_TIMEOUT).max(0);
+                let deadline = (!opts.now && timeout_s != 0 && !replicas_caught_up(srv)).then(|| unix_ms() + timeout_s * 1000);
+                *st = Some(Pending { id, deadline_ms: deadline, outcome });
+                if deadline.is_some() {
+                    srv.pause.pause_for_shutdown(unix_ms());
+                }
+                tokio::spawn(drive(srv.clone(), id, opts, client, deadline));
                 rx
             }
         }
@@ -129,7 +137,7 @@ pub fn abort(srv: &Server) -> bool {
 }
 
 /// The shutdown `id` from start to end: the wait for replicas, then [`finish`].
-async fn drive(srv: Arc<Server>, id: u64, mut opts: Opts, client: Option<String>) {
+async fn drive(srv: Arc<Server>, id: u64, mut opts: Opts, client: Option<String>, deadline: Option<i64>) {
     // A half-loaded dataset must not replace the file it is being loaded from.
     if srv.persist.loading() {
         opts.save = false;
@@ -139,13 +147,11 @@ async fn drive(srv: Arc<Server>, id: u64, mut opts: Opts, client: Option<String>
         Some(c) => info!("User requested shutdown... (user request from '{c}')"),
         None => info!("User requested shutdown..."),
     }
-    let timeout_s = srv.settings.load().int(t::SHUTDOWN_TIMEOUT).max(0);
-    if !opts.now && timeout_s != 0 && !replicas_caught_up(&srv) {
-        let deadline = unix_ms() + timeout_s * 1000;
+    if let Some(deadline) = deadline {
+        // Aborted before this task ran: the abort has answered the callers.
         if !set_deadline(&srv, id, Some(deadline)) {
             return;
         }
-        srv.pause.pause_for_shutdown(unix_ms());
         // From here the offset only grows by what the replicas need (GETACK, PING).
         srv.pause.drain_writes(&srv.ks);
         info!("Waiting for replicas before shutting down.");

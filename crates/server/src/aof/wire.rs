@@ -141,6 +141,11 @@ impl Aof {
         self.flush_sleep.store(micros, Ordering::Relaxed);
     }
 
+    /// Whether replies wait for their writes to be on disk (`appendfsync always`).
+    pub fn holds_replies(&self) -> bool {
+        self.has_writer.load(Ordering::Relaxed) && self.writer.load().as_ref().is_some_and(|w| w.replies_wait())
+    }
+
     /// The `-MISCONF` reply while the writer reports a write or fsync error (Valkey's
     /// `writeCommandsDeniedByDiskError`, `DISK_ERROR_TYPE_AOF`).
     pub fn misconf(&self) -> Option<String> {
