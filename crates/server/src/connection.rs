@@ -78,7 +78,13 @@ pub(crate) enum Resume {
 
 /// Serves a registered client on its own task from `resume` on, then forgets it, or gives
 /// it back to an event loop once it only runs commands again.
-pub(crate) async fn serve_from(srv: Arc<Server>, mut sock: Socket, mut conn: Box<Conn>, mut sess: Session, resume: Resume) {
+pub(crate) async fn serve_from(
+    srv: Arc<Server>,
+    mut sock: Socket,
+    mut conn: Box<Conn>,
+    mut sess: Session,
+    resume: Resume,
+) {
     let info = sess.info.clone();
     let mut resume = resume;
     loop {
@@ -263,7 +269,13 @@ impl Conn {
         sess
     }
 
-    async fn run(&mut self, srv: &Arc<Server>, stream: &mut Socket, sess: &mut Session, resume: Resume) -> io::Result<Served> {
+    async fn run(
+        &mut self,
+        srv: &Arc<Server>,
+        stream: &mut Socket,
+        sess: &mut Session,
+        resume: Resume,
+    ) -> io::Result<Served> {
         let info = sess.info.clone();
         let mut resume = resume;
         loop {
@@ -848,7 +860,13 @@ impl Conn {
     /// [`Conn::process`] with the settings snapshots the caller holds (an event loop keeps
     /// them in an `arc_swap::Cache`, which costs a pointer compare where a load takes a
     /// debt slot: six loads were a tenth of a pipeline-1 SET's instructions).
-    pub(crate) fn process_with(&mut self, srv: &Server, engine: &EngineConfig, rt: &Runtime, sess: &mut Session) -> Flow {
+    pub(crate) fn process_with(
+        &mut self,
+        srv: &Server,
+        engine: &EngineConfig,
+        rt: &Runtime,
+        sess: &mut Session,
+    ) -> Flow {
         let now_ms = unix_ms();
         sess.info.last_interaction.store(now_ms, Ordering::Relaxed);
         let batch = Batch { srv, engine, rt, now_ms };
@@ -1064,7 +1082,11 @@ impl Conn {
     }
 
     /// Passes the batch's replies to `write` (the socket's queue) and empties the buffer.
-    pub(crate) fn write_replies(&mut self, sess: &Session, write: impl FnOnce(&[u8]) -> io::Result<()>) -> io::Result<()> {
+    pub(crate) fn write_replies(
+        &mut self,
+        sess: &Session,
+        write: impl FnOnce(&[u8]) -> io::Result<()>,
+    ) -> io::Result<()> {
         let len = self.out.len();
         sess.info.reply_buf.note(len);
         write(self.out.as_bytes())?;

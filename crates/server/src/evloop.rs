@@ -65,7 +65,7 @@ struct Shared {
 
 /// A client handed to a loop: its socket, its TLS side if any, what its queue holds, its
 /// connection state.
-type Adopted = (socket2::Socket, Option<Box<TlsLayer>>, OutQueue, Box<Conn>, Session);
+pub(crate) type Adopted = (socket2::Socket, Option<Box<TlsLayer>>, OutQueue, Box<Conn>, Session);
 
 #[derive(Default)]
 struct Queue {
@@ -108,9 +108,7 @@ impl Loops {
             let waker = mio::Waker::new(poll.registry(), WAKE)?;
             let shared = Arc::new(Shared { waker, queue: Mutex::default(), busy: AtomicBool::new(false) });
             let (srv, handle, sh) = (srv.clone(), handle.clone(), shared.clone());
-            std::thread::Builder::new()
-                .name(format!("hotkv-loop-{i}"))
-                .spawn(move || run(srv, handle, sh, poll))?;
+            std::thread::Builder::new().name(format!("hotkv-loop-{i}")).spawn(move || run(srv, handle, sh, poll))?;
             loops.push(shared);
         }
         Ok(Loops { loops, next: AtomicUsize::new(0) })
@@ -123,7 +121,7 @@ impl Loops {
 
     /// Hands a client back from its task to a loop, with what its queue still holds; gives
     /// it all back when every loop is held by a long call.
-    #[allow(clippy::result_large_err)]
+    #[allow(clippy::result_large_err)] // the error is the client itself, given back
     pub(crate) fn try_adopt(
         &self,
         sock: socket2::Socket,
@@ -131,7 +129,7 @@ impl Loops {
         queue: OutQueue,
         conn: Box<Conn>,
         sess: Session,
-    ) -> Result<(), (socket2::Socket, Option<Box<TlsLayer>>, OutQueue, Box<Conn>, Session)> {
+    ) -> Result<(), Adopted> {
         match self.free_loop() {
             Some(shared) => {
                 shared.queue.lock().adopted.push((sock, tls, queue, conn, sess));
@@ -337,10 +335,10 @@ fn run(srv: Arc<Server>, handle: tokio::runtime::Handle, shared: Arc<Shared>, mu
         }
         writes.clear();
         STATE.with(|s| {
-            if let Some(st) = s.borrow_mut().as_mut() {
-                if st.writes.is_empty() {
-                    st.writes = writes;
-                }
+            if let Some(st) = s.borrow_mut().as_mut()
+                && st.writes.is_empty()
+            {
+                st.writes = writes;
             }
         });
         shared.busy.store(false, Ordering::Relaxed);
@@ -387,7 +385,19 @@ fn admit(
     *info.sock.lock() = Some(fd);
     let waker = Waker::from(Arc::new(MailWaker { shared: shared.clone(), token: t }));
     queue.publish_to(info.omem.clone());
-    let c = Box::new(Client { sock, tls, queue, conn, sess, waker, readable: false, hung_up: false, pending: false, write_queued: false, closing: false });
+    let c = Box::new(Client {
+        sock,
+        tls,
+        queue,
+        conn,
+        sess,
+        waker,
+        readable: false,
+        hung_up: false,
+        pending: false,
+        write_queued: false,
+        closing: false,
+    });
     put_back(t, c);
     Some(t)
 }

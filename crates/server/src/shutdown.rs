@@ -109,7 +109,8 @@ pub fn request(
                 // before the caller blocks: whoever sees the caller blocked sees the
                 // deadline in INFO and writes paused, not only once the task has run.
                 let timeout_s = srv.settings.load().int(t::SHUTDOWN_TIMEOUT).max(0);
-                let deadline = (!opts.now && timeout_s != 0 && !replicas_caught_up(srv)).then(|| unix_ms() + timeout_s * 1000);
+                let deadline =
+                    (!opts.now && timeout_s != 0 && !replicas_caught_up(srv)).then(|| unix_ms() + timeout_s * 1000);
                 *st = Some(Pending { id, deadline_ms: deadline, outcome });
                 if deadline.is_some() {
                     srv.pause.pause_for_shutdown(unix_ms());
