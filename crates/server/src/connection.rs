@@ -98,7 +98,7 @@ pub(crate) async fn serve_from(
                     Ok(parts) => parts,
                     Err(e) => {
                         debug!("client {} could not leave its task: {e}", info.id);
-                        return forget_lost(&srv, &mut sess);
+                        return forget_closed(&srv, &mut sess, || {});
                     }
                 };
                 match loops.try_adopt(stream, tls, queue, conn, sess) {
@@ -110,7 +110,7 @@ pub(crate) async fn serve_from(
                             Ok(sock) => sock,
                             Err(e) => {
                                 debug!("client {} could not be registered again: {e}", info.id);
-                                return forget_lost(&srv, &mut sess);
+                                return forget_closed(&srv, &mut sess, || {});
                             }
                         };
                         resume = Resume::Read;
@@ -128,11 +128,7 @@ pub(crate) async fn serve_from(
             }
         }
     }
-    forget(&srv, &mut sess);
-    // From here on CLIENT KILL must not touch the descriptor: it is about to be closed.
-    *info.sock.lock() = None;
-    sock.shutdown();
-    srv.clients.remove(info.id);
+    forget_closed(&srv, &mut sess, || sock.shutdown());
 }
 
 /// The log line of a panic caught while serving a client.
@@ -150,16 +146,19 @@ pub(crate) fn log_panic(srv: &Server, sess: &Session, panic: &(dyn Any + Send)) 
     );
 }
 
-/// Forgets a client whose socket is already gone (closed with the failure that lost it).
-pub(crate) fn forget_lost(srv: &Server, sess: &mut Session) {
+/// Forgets a client as its connection ends: what it left registered elsewhere, then its
+/// descriptor, which CLIENT KILL must not touch from here on since it is about to be closed
+/// (`close` shuts the socket down; nothing for one already lost), then its CLIENT LIST entry.
+pub(crate) fn forget_closed(srv: &Server, sess: &mut Session, close: impl FnOnce()) {
     forget(srv, sess);
     *sess.info.sock.lock() = None;
+    close();
     srv.clients.remove(sess.info.id);
 }
 
 /// Undoes what a client left registered elsewhere (its inbox, subscriptions, watches,
 /// tracking, MONITOR), before its socket closes.
-pub(crate) fn forget(srv: &Server, sess: &mut Session) {
+fn forget(srv: &Server, sess: &mut Session) {
     let info = &sess.info;
     info.inbox.close();
     if let Some(mut subs) = sess.subs.take() {

@@ -40,7 +40,7 @@ use mio::{Events, Interest, Poll, Registry, Token};
 use parking_lot::Mutex;
 use tracing::{debug, error};
 
-use crate::connection::{Conn, MAX_QUEUED, Resume, forget, forget_lost, log_panic, serve_from};
+use crate::connection::{Conn, MAX_QUEUED, Resume, forget_closed, log_panic, serve_from};
 use crate::io::{OutQueue, Socket, TlsLayer, TlsRead, grow_exactly, read_tls_once};
 use crate::registry::Flow;
 use crate::server::{Runtime, Server};
@@ -86,11 +86,7 @@ impl Loops {
                 }
                 let srv = srv.this.get()?.upgrade()?;
                 let handle = tokio::runtime::Handle::try_current().ok()?;
-                let n = match settings.int(crate::config::table::WORKER_THREADS) {
-                    0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-                    n => n as usize,
-                };
-                match Loops::start(srv, handle, n) {
+                match Loops::start(srv, handle, crate::worker_threads(&settings)) {
                     Ok(loops) => Some(loops),
                     Err(e) => {
                         tracing::warn!("Can't start the event loops, serving clients on runtime tasks: {e}");
@@ -278,7 +274,7 @@ fn run(srv: Arc<Server>, handle: tokio::runtime::Handle, shared: Arc<Shared>, mu
     let mut rt_cache = arc_swap::Cache::new(&srv.rt);
     let mut engine_cache = arc_swap::Cache::new(&srv.engine);
     let mut events = Events::with_capacity(1024);
-    let mut ready: Vec<(usize, bool, bool)> = Vec::with_capacity(1024);
+    let mut ready: Vec<(usize, bool)> = Vec::with_capacity(1024);
     let mut mail = Vec::new();
     let mut adopted = Vec::new();
     loop {
@@ -298,12 +294,12 @@ fn run(srv: Arc<Server>, handle: tokio::runtime::Handle, shared: Arc<Shared>, mu
             if ev.token() == WAKE {
                 woken = true;
             } else {
-                ready.push((ev.token().0, ev.is_writable(), ev.is_read_closed() || ev.is_error()));
+                ready.push((ev.token().0, ev.is_read_closed() || ev.is_error()));
             }
         }
         STATE.with(|s| {
             if let Some(st) = s.borrow_mut().as_mut() {
-                ready.extend(st.again.drain(..).map(|t| (t, false, false)));
+                ready.extend(st.again.drain(..).map(|t| (t, false)));
             }
         });
         if woken {
@@ -314,13 +310,13 @@ fn run(srv: Arc<Server>, handle: tokio::runtime::Handle, shared: Arc<Shared>, mu
         for (sock, tls, queue, conn, sess) in adopted.drain(..) {
             if let Some(t) = admit(&srv, &shared, sock, tls, queue, conn, sess) {
                 // Registered edge-triggered: what the client sent before counts as an event.
-                ready.push((t, false, false));
+                ready.push((t, false));
                 mail.push(t);
             }
         }
-        for &(t, writable, closed) in &ready {
+        for &(t, closed) in &ready {
             let snap = Snap { rt: rt_cache.load(), engine: engine_cache.load() };
-            turn(&srv, &snap, t, Op::Event { writable, closed });
+            turn(&srv, &snap, t, Op::Event { closed });
         }
         for t in mail.drain(..) {
             let snap = Snap { rt: rt_cache.load(), engine: engine_cache.load() };
@@ -378,8 +374,7 @@ fn admit(
         }
     });
     let Some(t) = registered else {
-        forget(srv, &mut sess);
-        srv.clients.remove(info.id);
+        forget_closed(srv, &mut sess, || {});
         return None;
     };
     *info.sock.lock() = Some(fd);
@@ -411,8 +406,8 @@ struct Snap<'a> {
 /// What the loop asks of a client.
 #[derive(Clone, Copy)]
 enum Op {
-    /// An epoll event (or a read still owed: neither writable nor closed then).
-    Event { writable: bool, closed: bool },
+    /// An epoll event (or a read still owed: not closed then).
+    Event { closed: bool },
     /// Its inbox rang.
     Mail,
     /// The end of the turn: write its replies.
@@ -425,7 +420,7 @@ fn turn(srv: &Arc<Server>, snap: &Snap<'_>, token: usize, op: Op) {
     let Some(mut c) = take(token) else { return };
     let next = catch_unwind(AssertUnwindSafe(|| {
         crate::crash::in_connection(|| match op {
-            Op::Event { writable, closed } => c.serve(srv, snap, writable, closed),
+            Op::Event { closed } => c.serve(srv, snap, closed),
             Op::Mail => c.take_mail(),
             Op::Write => c.write(srv, snap.rt),
         })
@@ -450,7 +445,7 @@ fn turn(srv: &Arc<Server>, snap: &Snap<'_>, token: usize, op: Op) {
             }
         }
         Ok(Next::Close) => close(srv, token, c),
-        Ok(Next::Task(resume)) => hand_over(srv, token, c, resume),
+        Ok(Next::Task(resume)) => to_task(srv, token, c, resume),
         Err(panic) => {
             log_panic(srv, &c.sess, panic.as_ref());
             close(srv, token, c);
@@ -459,17 +454,15 @@ fn turn(srv: &Arc<Server>, snap: &Snap<'_>, token: usize, op: Op) {
 }
 
 /// Forgets a client and closes its socket.
-fn close(srv: &Server, token: usize, mut c: Box<Client>) {
+fn close(srv: &Server, token: usize, c: Box<Client>) {
     deregister(token, &c.sock);
-    forget(srv, &mut c.sess);
-    let info = &c.sess.info;
-    // From here on CLIENT KILL must not touch the descriptor: it is about to be closed.
-    *info.sock.lock() = None;
-    if let Some(t) = c.tls.as_deref_mut() {
-        t.close(&c.sock, &mut c.queue);
-    }
-    let _ = c.sock.shutdown(std::net::Shutdown::Both);
-    srv.clients.remove(info.id);
+    let Client { sock, mut tls, mut queue, mut sess, .. } = *c;
+    forget_closed(srv, &mut sess, || {
+        if let Some(t) = tls.as_deref_mut() {
+            t.close(&sock, &mut queue);
+        }
+        let _ = sock.shutdown(std::net::Shutdown::Both);
+    });
 }
 
 fn deregister(token: usize, sock: &socket2::Socket) {
@@ -484,7 +477,7 @@ fn deregister(token: usize, sock: &socket2::Socket) {
 }
 
 /// Moves a client to a task of its own, which takes it up at `resume`.
-fn hand_over(srv: &Arc<Server>, token: usize, c: Box<Client>, resume: Resume) {
+fn to_task(srv: &Arc<Server>, token: usize, c: Box<Client>, resume: Resume) {
     deregister(token, &c.sock);
     let Client { sock, tls, queue, conn, sess, .. } = *c;
     spawn_task(srv, sock, tls, queue, conn, sess, resume);
@@ -504,8 +497,7 @@ fn spawn_task(
     let handle = match handle.or_else(|| tokio::runtime::Handle::try_current().ok()) {
         Some(h) => h,
         None => {
-            forget(&srv, &mut sess);
-            srv.clients.remove(sess.info.id);
+            forget_closed(&srv, &mut sess, || {});
             return;
         }
     };
@@ -520,7 +512,7 @@ fn spawn_task(
             }
             Err(e) => {
                 debug!("client {id} could not be registered: {e}");
-                forget_lost(&srv, &mut sess);
+                forget_closed(&srv, &mut sess, || {});
             }
         }
     });
@@ -547,7 +539,7 @@ pub fn on_long_run() {
     let Some((srv, moved, adopted)) = moved else { return };
     for (t, c) in moved {
         let resume = if c.closing { Resume::Flow(Flow::Close) } else { Resume::Flow(Flow::Continue) };
-        hand_over(&srv, t, c, resume);
+        to_task(&srv, t, c, resume);
     }
     for (sock, tls, queue, conn, sess) in adopted {
         spawn_task(&srv, sock, tls, queue, conn, sess, Resume::Read);
@@ -567,11 +559,12 @@ impl Client {
         queued > MAX_QUEUED && queued > rt.obuf_normal.hard
     }
 
-    /// A readiness event (or a read still owed): sends what is queued, then reads once and
-    /// runs every complete command read.
-    fn serve(&mut self, srv: &Server, snap: &Snap<'_>, writable: bool, closed: bool) -> Next {
+    /// A readiness event (or a read still owed): sends what is queued (any event may be the
+    /// one that says the socket takes more), then reads once and runs every complete command
+    /// read.
+    fn serve(&mut self, srv: &Server, snap: &Snap<'_>, closed: bool) -> Next {
         self.hung_up |= closed;
-        if writable || !self.queue.is_empty() {
+        if !self.queue.is_empty() {
             match self.queue.send(&self.sock) {
                 Err(_) => return Next::Close,
                 Ok(true) if self.closing => return Next::Close,

@@ -85,10 +85,7 @@ pub fn main() -> i32 {
         return 1;
     }
     crash::install(&settings);
-    let workers = match settings.int(config::table::WORKER_THREADS) {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n as usize,
-    };
+    let workers = worker_threads(&settings);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .thread_name("hotkv-worker")
@@ -143,6 +140,14 @@ pub fn main() -> i32 {
     }
     let srv = srv.into_arc();
     runtime.block_on(process::serve(srv, loaded.no_effect, loaded.warnings))
+}
+
+/// `worker-threads`, with 0 read as one per CPU: the runtime's workers and the event loops.
+pub(crate) fn worker_threads(settings: &Settings) -> usize {
+    match settings.int(config::table::WORKER_THREADS) {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n as usize,
+    }
 }
 
 /// The settings a fresh node runs with, for tests and tools.
