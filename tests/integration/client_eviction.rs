@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use hotkv_test_support::{RawClient, TestServer, wait_for};
+use hotkv_test_support::{Frame, RawClient, TestServer, wait_for};
 
 use crate::{assert_err, ok, server, server_with};
 
@@ -235,6 +235,31 @@ fn a_limit_set_by_config_set_counts_idle_clients_and_evicts_before_it_answers() 
     assert!(!connected(&mut ctl, &clients[1].1));
     assert!(connected(&mut ctl, &clients[0].1));
     assert_eq!(evicted_clients(&mut ctl), 2);
+}
+
+/// The query buffer a thread lends a client for one read is not that client's memory, as
+/// Valkey's shared query buffer is not: counting it made a client that runs CONFIG SET or
+/// CLIENT LIST 16 KiB larger than it is, and eviction take one client too many. A buffer that
+/// holds part of a command is the client's own and counts.
+#[test]
+fn the_threads_shared_query_buffer_is_not_a_clients_memory() {
+    let s = server();
+    let mut ctl = control(&s);
+    ok(&mut ctl, &["CONFIG", "SET", "maxmemory-clients", "10mb"]);
+    let mut c = s.client();
+    let id = client_id(&mut c);
+    let own = c.cmd(&["CLIENT", "LIST", "ID", &id]).text();
+    let field = |line: &str| -> usize {
+        line.split_whitespace().find_map(|f| f.strip_prefix("tot-mem=")).unwrap().parse().unwrap()
+    };
+    assert!(field(&own) < 16 << 10, "{own}");
+    let idle = client_field(&mut ctl, &id, "tot-mem");
+    assert!(idle < 16 << 10, "{idle}");
+    // Half a command waits in the buffer: now it is the client's.
+    c.send_raw(b"*2\r\n$3\r\nGET\r\n");
+    assert!(wait_for(|| client_field(&mut ctl, &id, "tot-mem") > idle, WAIT));
+    c.send_raw(b"$1\r\nk\r\n");
+    assert_eq!(c.read_frame(), Frame::NullBulk);
 }
 
 /// Sends `GET big` `n` times without reading a reply.

@@ -847,7 +847,11 @@ impl Conn {
 
     /// Records what this connection uses now (CLIENT LIST `tot-mem`, `maxmemory-clients`).
     fn note_memory(&self, sess: &Session) {
-        let used = crate::client_evict::usage(sess, self.rbuf.capacity(), self.out.capacity());
+        // The thread's shared query buffer, lent for one read, is not the client's memory
+        // (Valkey does not count its `thread_shared_qb` either).
+        let own = self.rbuf_kept || self.decoder.big_arg_start().is_some();
+        let rbuf = if own { self.rbuf.capacity() } else { 0 };
+        let used = crate::client_evict::usage(sess, rbuf, self.out.capacity());
         sess.info.used.store(used, Ordering::Relaxed);
     }
 
