@@ -64,12 +64,12 @@ impl OutQueue {
         if self.is_empty() {
             let taken = send_now(sock, data)?;
             if taken < data.len() {
-                self.buf.extend_from_slice(&data[taken..]);
+                self.tail().extend_from_slice(&data[taken..]);
                 self.publish();
             }
             Ok(())
         } else {
-            self.buf.extend_from_slice(data);
+            self.tail().extend_from_slice(data);
             try_send(sock, self).map(drop)
         }
     }
@@ -77,6 +77,22 @@ impl OutQueue {
     /// Sends as much as the kernel takes now; true once nothing is left.
     pub(crate) fn send(&mut self, sock: &socket2::Socket) -> io::Result<bool> {
         try_send(sock, self)
+    }
+
+    /// The buffer to append to. What was sent leaves its front first once it is half of it
+    /// or more: a client that always lags a little (its queue never empties) would otherwise
+    /// keep every byte ever queued for it. So the allocation stays within a small multiple of
+    /// what waits, and the bytes moved are no more than those appended since the last move.
+    fn tail(&mut self) -> &mut Vec<u8> {
+        if self.sent > 0 && self.sent * 2 >= self.buf.len() {
+            self.buf.drain(..self.sent);
+            self.sent = 0;
+            let keep = 2 * self.buf.len().max(RAW_CHUNK);
+            if self.buf.capacity() > 2 * keep {
+                self.buf.shrink_to(keep);
+            }
+        }
+        &mut self.buf
     }
 
     /// Drops a drained queue's buffer when it grew past one record's size.
@@ -523,11 +539,11 @@ pub(crate) fn read_tls_once(
             tracing::debug!("TLS error on client {}: {e}", t.client);
         }
         // The alert tells the peer why; best effort, the connection ends either way.
-        t.session.take_tls_output(&mut queue.buf);
+        t.session.take_tls_output(queue.tail());
         let _ = try_send(sock, queue);
         return Err(io::Error::new(io::ErrorKind::InvalidData, e));
     }
-    t.session.take_tls_output(&mut queue.buf);
+    t.session.take_tls_output(queue.tail());
     if !queue.is_empty() {
         try_send(sock, queue)?;
     }
@@ -552,7 +568,7 @@ impl TlsLayer {
     /// Encrypts `data` as records into the queue and sends what the kernel takes.
     pub(crate) fn write(&mut self, sock: &socket2::Socket, queue: &mut OutQueue, data: &[u8]) -> io::Result<()> {
         self.session.write_plaintext(data);
-        self.session.take_tls_output(&mut queue.buf);
+        self.session.take_tls_output(queue.tail());
         try_send(sock, queue).map(drop)
     }
 
@@ -560,7 +576,7 @@ impl TlsLayer {
     pub(crate) fn close(&mut self, sock: &socket2::Socket, queue: &mut OutQueue) {
         if !self.session.is_handshaking() {
             self.session.close();
-            self.session.take_tls_output(&mut queue.buf);
+            self.session.take_tls_output(queue.tail());
             let _ = try_send(sock, queue);
         }
     }
@@ -620,7 +636,7 @@ impl AsyncRead for Socket {
             };
             let fed = t.session.feed(&t.raw, &mut t.plain);
             // Whatever the session has to say (an alert, a key update) goes out as it can.
-            t.session.take_tls_output(&mut this.queue.buf);
+            t.session.take_tls_output(this.queue.tail());
             try_send(this.fd.get_ref(), &mut this.queue)?;
             if let Err(e) = fed {
                 return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, e)));
@@ -645,7 +661,7 @@ impl AsyncWrite for Socket {
             },
             Some(t) => {
                 t.session.write_plaintext(data);
-                t.session.take_tls_output(&mut this.queue.buf);
+                t.session.take_tls_output(this.queue.tail());
                 try_send(this.fd.get_ref(), &mut this.queue)?;
                 Poll::Ready(Ok(data.len()))
             }
@@ -680,4 +696,56 @@ pub fn shutdown_fd(fd: RawFd) {
     // SAFETY: the caller holds the lock that keeps the owning connection from closing fd.
     let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     let _ = SockRef::from(&borrowed).shutdown(std::net::Shutdown::Both);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    /// A reader that always lags a little: the queue never empties, and what was sent must
+    /// not stay allocated (it used to: the buffer was only cleared once empty).
+    #[test]
+    fn a_queue_that_never_empties_keeps_only_about_what_waits() {
+        let (w, mut r) = std::os::unix::net::UnixStream::pair().unwrap();
+        w.set_nonblocking(true).unwrap();
+        let w = socket2::Socket::from(std::os::fd::OwnedFd::from(w));
+        let mut q = OutQueue::default();
+        let chunk = [7u8; 4096];
+        let mut got = vec![0u8; 4096];
+        let mut written = 0;
+        // Fill the kernel's buffer, and queue a megabyte beyond it.
+        while q.len() < 1 << 20 {
+            q.write(&w, &chunk).unwrap();
+            written += chunk.len();
+        }
+        let mut received = 0;
+        while written < 64 << 20 {
+            q.write(&w, &chunk).unwrap();
+            written += chunk.len();
+            // As much as was appended: the queue stays about a megabyte long.
+            r.read_exact(&mut got).unwrap();
+            received += got.len();
+            q.send(&w).unwrap();
+            assert!(!q.is_empty(), "the reader must stay behind for the test to mean anything");
+        }
+        assert!(
+            q.buf.capacity() <= 4 * q.len().max(RAW_CHUNK),
+            "capacity {} for {} waiting",
+            q.buf.capacity(),
+            q.len()
+        );
+        // Every byte still arrives.
+        r.set_nonblocking(true).unwrap();
+        while received < written {
+            q.send(&w).unwrap();
+            match r.read(&mut got) {
+                Ok(n) => received += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(q.is_empty());
+        assert_eq!(received, written);
+    }
 }
