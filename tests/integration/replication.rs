@@ -978,3 +978,49 @@ fn a_paused_replica_reads_the_stream_and_applies_it_after_the_pause() {
     assert!(wait_for(|| replica_offset(&mut r) == now, LINK_WAIT));
     assert_eq!(r.cmd(&["GET", "during"]), Frame::bulk("2"));
 }
+
+/// One field of INFO memory.
+fn memory_field(c: &mut RawClient, field: &str) -> u64 {
+    let text = c.cmd(&["INFO", "memory"]).text();
+    text.lines().find_map(|l| l.strip_prefix(&format!("{field}:"))).and_then(|v| v.trim().parse().ok()).unwrap()
+}
+
+/// A replica that stops reading makes its part of the replication buffer grow; that part is
+/// not counted against `maxmemory` (INFO `mem_not_counted_for_evict`), as in Valkey, so the
+/// primary evicts no key for it. Evicting would only feed the replica more (the deletions).
+#[test]
+fn a_stalled_replicas_buffer_evicts_no_key() {
+    let (a, b) = (server(), server());
+    let mut ca = a.client();
+    for i in 0..100 {
+        assert!(ca.cmd(&["SETRANGE", &format!("key:{i}"), "100000", "x"]).int() > 0);
+    }
+    ok(&mut ca, &["CONFIG", "SET", "repl-backlog-size", "16384"]);
+    ok(&mut ca, &["CONFIG", "SET", "maxmemory-policy", "allkeys-random"]);
+    replicaof(&b, a.port());
+    wait_link_up(&b);
+    assert_eq!(ca.cmd(&["WAIT", "1", "10000"]).int(), 1);
+    let limit = memory_field(&mut ca, "used_memory") - memory_field(&mut ca, "mem_not_counted_for_evict") + (512 << 10);
+    ok(&mut ca, &["CONFIG", "SET", "maxmemory", &limit.to_string()]);
+    b.signal(SIGSTOP);
+    // Writes that leave the dataset's size alone: only the replica's buffer grows, to several
+    // times the room left under the limit.
+    let value = "A".repeat(1000);
+    for _ in 0..8000 {
+        assert_eq!(ca.cmd(&["SETRANGE", "key:0", "0", &value]).int(), 100001);
+    }
+    let dbsize = ca.cmd(&["DBSIZE"]).int();
+    let evicted =
+        ca.cmd(&["INFO", "stats"]).text().lines().find(|l| l.starts_with("evicted_keys:")).map(str::to_string);
+    let not_counted = memory_field(&mut ca, "mem_not_counted_for_evict");
+    let replicas = memory_field(&mut ca, "mem_clients_slaves");
+    b.signal(SIGCONT);
+    assert_eq!((dbsize, evicted.as_deref()), (100, Some("evicted_keys:0")));
+    assert!(replicas > 2 << 20 && not_counted >= replicas, "{replicas} {not_counted}");
+    // The replica catches up with every write once it reads again.
+    assert_eq!(ca.cmd(&["WAIT", "1", "30000"]).int(), 1);
+    let mut cb = b.client();
+    assert_eq!(ca.cmd(&["DBSIZE"]).int(), 100);
+    assert_eq!(cb.cmd(&["DBSIZE"]).int(), 100);
+    assert_eq!(cb.cmd(&["GETRANGE", "key:0", "0", "999"]).text(), value);
+}

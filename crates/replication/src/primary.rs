@@ -313,6 +313,16 @@ impl Primary {
         self.state.lock().backlog.as_ref().map_or(0, ReplBuffer::memory)
     }
 
+    /// The replication buffer's memory, and the part of it beyond `backlog_size` while
+    /// replicas are attached: what only they keep alive (Valkey's `mem_clients_slaves`, and
+    /// what its `freeMemoryGetNotCountedMemory` leaves out of `maxmemory`).
+    pub fn buffer_memory_split(&self, backlog_size: usize) -> (usize, usize) {
+        let st = self.state.lock();
+        let total = st.backlog.as_ref().map_or(0, ReplBuffer::memory);
+        let replicas = if st.replicas.is_empty() { 0 } else { total.saturating_sub(backlog_size) };
+        (total, replicas)
+    }
+
     /// The attached replicas in the order they attached (`slave0`, `slave1`, ...).
     pub fn replicas(&self) -> Vec<ReplicaSummary> {
         let st = self.state.lock();

@@ -26,6 +26,9 @@ use crate::session::{ClientInfo, Session, flag};
 /// (Valkey's floor, 128 KiB).
 pub const MIN_LIMIT: usize = 128 * 1024;
 
+/// `ClientInfo::freeing` once the connection is gone.
+const GONE: usize = usize::MAX;
+
 /// What a connection costs besides its buffers: its task, session and client record.
 const FIXED: usize = 2048;
 
@@ -50,6 +53,9 @@ pub struct ClientMemory {
     /// Held by the connection that evicts: another one that finds the total over the limit
     /// meanwhile leaves it to that one.
     evicting: Mutex<()>,
+    /// What clients being closed for their memory (evicted, or over their output limit) held
+    /// when they were told to close, until their connections are gone.
+    freeing: AtomicUsize,
 }
 
 impl ClientMemory {
@@ -80,10 +86,48 @@ impl ClientMemory {
         self.total.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    /// `info` stops counting (it closed, or it is being evicted).
+    /// `info` stops counting.
     pub fn forget(&self, info: &ClientInfo) {
         let old = info.mem.swap(0, Ordering::Relaxed);
         self.total.fetch_sub(old, Ordering::Relaxed);
+    }
+
+    /// `info` is told to close for its memory: it stops counting at once, and what it holds
+    /// counts as about to be freed until its connection is gone (Valkey frees such a client
+    /// before it serves anyone else; here its own thread closes it). A connection that is
+    /// already gone adds nothing.
+    pub fn closing(&self, info: &ClientInfo) {
+        self.forget(info);
+        let held = info.memory();
+        // Added before it is recorded, so that a close racing with this never takes away
+        // more than was added.
+        self.freeing.fetch_add(held, Ordering::Relaxed);
+        let mut was = info.freeing.load(Ordering::Relaxed);
+        loop {
+            if was == GONE {
+                self.freeing.fetch_sub(held, Ordering::Relaxed);
+                return;
+            }
+            match info.freeing.compare_exchange(was, held, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(now) => was = now,
+            }
+        }
+        self.freeing.fetch_sub(was, Ordering::Relaxed);
+    }
+
+    /// The connection of `info` is gone.
+    pub fn closed(&self, info: &ClientInfo) {
+        self.forget(info);
+        let was = info.freeing.swap(GONE, Ordering::Relaxed);
+        if was != GONE {
+            self.freeing.fetch_sub(was, Ordering::Relaxed);
+        }
+    }
+
+    /// What clients told to close for their memory still hold (see [`ClientMemory::closing`]).
+    pub fn freeing(&self) -> usize {
+        self.freeing.load(Ordering::Relaxed)
     }
 }
 
@@ -176,7 +220,7 @@ pub fn evict(srv: &Server) {
         let current = crate::cmd::client::Current { id: 0, cmd: "NULL", argv_mem: 0 };
         let line = crate::cmd::client::client_line(&srv.registry, &c, now, &current);
         tracing::info!(client = c.id, "Evicting client: {line}");
-        memory.forget(&c);
+        memory.closing(&c);
         // Counted before the client sees its connection close.
         srv.stats.evicted_clients.fetch_add(1, Ordering::Relaxed);
         c.kill();
@@ -216,5 +260,28 @@ mod tests {
         m.forget(&b);
         m.forget(&b);
         assert_eq!(m.total(), 0);
+    }
+
+    #[test]
+    fn a_client_closed_for_its_memory_counts_as_freeing_until_its_connection_is_gone() {
+        let m = ClientMemory::default();
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 1));
+        let (a, b) = (ClientInfo::new(1, addr, addr, -1, 0), ClientInfo::new(2, addr, addr, -1, 0));
+        a.used.store(1000, Ordering::Relaxed);
+        b.used.store(300, Ordering::Relaxed);
+        m.report(&a, a.memory());
+        m.closing(&a);
+        assert_eq!((m.total(), m.freeing()), (0, 1000));
+        // Told twice (evicted, then over its output limit): counted once.
+        m.closing(&a);
+        assert_eq!(m.freeing(), 1000);
+        m.closed(&a);
+        assert_eq!(m.freeing(), 0);
+        m.closed(&a);
+        assert_eq!(m.freeing(), 0);
+        // Gone before it was told: nothing stays counted.
+        m.closed(&b);
+        m.closing(&b);
+        assert_eq!((m.total(), m.freeing()), (0, 0));
     }
 }

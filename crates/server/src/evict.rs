@@ -72,9 +72,35 @@ pub fn limit_changed(srv: &Server) {
     }
 }
 
+/// The replication buffer's memory, and the part of it only replicas keep alive (beyond
+/// `repl-backlog-size`).
+pub fn replication_buffer(srv: &Server) -> (usize, usize) {
+    let backlog = srv.settings.load().int(crate::config::table::REPL_BACKLOG_SIZE).max(0) as usize;
+    srv.repl.primary.buffer_memory_split(backlog)
+}
+
+/// Memory that `maxmemory` does not count (INFO's `mem_not_counted_for_evict`): what replicas
+/// keep in the replication buffer, as in Valkey, so a slow replica does not make the primary
+/// evict keys, whose deletions it would then have to send that replica too; and what clients
+/// closed for their memory still hold until their connections are gone, which Valkey frees
+/// before it serves anyone else.
+pub fn not_counted(srv: &Server) -> u64 {
+    (replication_buffer(srv).1 + srv.clients.memory.freeing()) as u64
+}
+
+/// `used_memory` as `maxmemory` counts it, given the figure from the allocator.
+fn counted(srv: &Server, used: u64) -> u64 {
+    used.saturating_sub(not_counted(srv))
+}
+
 /// One eviction pass, bounded by `maxmemory-eviction-tenacity`'s time budget.
 fn pass(srv: &Server, cfg: &EngineConfig, now_ms: i64) -> Pass {
     let used = srv.memory.current(now_ms);
+    // What is not counted is only looked at when it matters (it takes the replication lock).
+    if used <= cfg.maxmemory {
+        return Pass::Within;
+    }
+    let used = counted(srv, used);
     if used <= cfg.maxmemory {
         return Pass::Within;
     }
@@ -83,7 +109,7 @@ fn pass(srv: &Server, cfg: &EngineConfig, now_ms: i64) -> Pass {
     }
     // One evictor at a time: others go on and are judged on the figure the evictor leaves.
     let Some(_guard) = srv.evict_lock.try_lock() else {
-        return if srv.memory.used() > cfg.maxmemory { Pass::Full } else { Pass::Within };
+        return if counted(srv, srv.memory.used()) > cfg.maxmemory { Pass::Full } else { Pass::Within };
     };
     let start = Instant::now();
     let budget = time_budget(cfg.eviction_tenacity);
@@ -99,7 +125,7 @@ fn pass(srv: &Server, cfg: &EngineConfig, now_ms: i64) -> Pass {
         freed_any |= done.keys > 0;
         // Not refresh_at: within the same millisecond it would return the figure from before
         // the eviction and the loop would evict until its budget ran out.
-        let used = srv.memory.refresh();
+        let used = counted(srv, srv.memory.refresh());
         if used <= cfg.maxmemory {
             return Pass::Within;
         }

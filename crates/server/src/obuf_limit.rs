@@ -113,7 +113,7 @@ pub fn close(srv: &Server, c: &ClientInfo, by_cron: bool) {
     tracing::warn!("Client id={} addr={} {how} for overcoming of output buffer limits.", c.id, c.addr);
     srv.stats.obuf_limit_disconnections.fetch_add(1, Ordering::Relaxed);
     c.kill();
-    srv.clients.memory.forget(c);
+    srv.clients.memory.closing(c);
 }
 
 /// The clients cron's check (Valkey's `closeClientOnOutputBufferLimitReached(c, 0)`): a client

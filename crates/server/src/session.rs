@@ -292,6 +292,8 @@ pub struct ClientInfo {
     /// What [`ClientInfo::memory`] was when last counted in the clients' total for
     /// `maxmemory-clients` (0 while no limit is set); see `client_evict`.
     pub mem: AtomicUsize,
+    /// What it held when it was told to close for its memory (see `ClientMemory::closing`).
+    pub freeing: AtomicUsize,
     /// Bytes read.
     pub net_in: AtomicU64,
     /// Bytes written.
@@ -348,6 +350,7 @@ impl ClientInfo {
             used: AtomicUsize::new(0),
             pubsub_queued: Arc::new(AtomicUsize::new(0)),
             mem: AtomicUsize::new(0),
+            freeing: AtomicUsize::new(0),
             net_in: AtomicU64::new(0),
             net_out: AtomicU64::new(0),
             commands: AtomicU64::new(0),
@@ -514,7 +517,7 @@ impl Clients {
         let removed = self.map.lock().remove(&id);
         if let Some(info) = removed {
             self.count.fetch_sub(1, Ordering::Relaxed);
-            self.memory.forget(&info);
+            self.memory.closed(&info);
         }
     }
 

@@ -223,14 +223,8 @@ fn server(srv: &Server, o: &mut String) {
 /// and the replicas share one buffer, and what exceeds `repl-backlog-size` while replicas are
 /// attached is theirs (Valkey's `getMemoryOverheadData`).
 fn replication_buffers(srv: &Server) -> (u64, u64, u64) {
-    let primary = &srv.repl.primary;
-    let total = primary.buffer_memory() as u64;
-    let backlog_size = srv.settings.load().int(crate::config::table::REPL_BACKLOG_SIZE).max(0) as u64;
-    if total > backlog_size && !primary.replicas().is_empty() {
-        (total, backlog_size, total - backlog_size)
-    } else {
-        (total, total, 0)
-    }
+    let (total, replicas) = crate::evict::replication_buffer(srv);
+    (total as u64, (total - replicas) as u64, replicas as u64)
 }
 
 fn clients(srv: &Server, o: &mut String) {
@@ -325,7 +319,7 @@ fn memory(srv: &Server, o: &mut String) {
         "rss_overhead_bytes" => signed(rss, resident),
         "mem_fragmentation_ratio" => ratio(rss, used),
         "mem_fragmentation_bytes" => signed(rss, used),
-        "mem_not_counted_for_evict" => 0,
+        "mem_not_counted_for_evict" => crate::evict::not_counted(srv),
         "mem_replication_backlog" => repl_backlog,
         "mem_total_replication_buffers" => repl_total,
         "mem_clients_slaves" => repl_replicas,
