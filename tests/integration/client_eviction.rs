@@ -262,6 +262,37 @@ fn the_threads_shared_query_buffer_is_not_a_clients_memory() {
     assert_eq!(c.read_frame(), Frame::NullBulk);
 }
 
+/// Replies queued because the client read slowly leave the server's memory once sent, even
+/// while the client keeps part of a command in its query buffer (which kept the drained queue
+/// at its largest until the cron found the client idle, counted nowhere).
+#[test]
+fn a_drained_output_queue_gives_its_memory_back_at_once() {
+    let s = server();
+    let mut c = s.client();
+    ok(&mut c, &["SET", "v", &"x".repeat(100_000)]);
+    let used = |c: &mut RawClient| -> i64 {
+        let text = c.cmd(&["INFO", "memory"]).text();
+        text.lines().find_map(|l| l.strip_prefix("used_memory:")).unwrap().trim().parse().unwrap()
+    };
+    let before = used(&mut c);
+    // 20 MB of replies, more than the socket buffers take, then half a PING.
+    let mut burst = Vec::new();
+    for _ in 0..200 {
+        burst.extend_from_slice(b"*2\r\n$3\r\nGET\r\n$1\r\nv\r\n");
+    }
+    burst.extend_from_slice(b"*1\r\n$4\r\nPI");
+    let mut writer = c.writer_clone().unwrap();
+    let sender = std::thread::spawn(move || std::io::Write::write_all(&mut writer, &burst).unwrap());
+    for _ in 0..200 {
+        assert_eq!(c.read_frame().text().len(), 100_000);
+    }
+    sender.join().unwrap();
+    c.send_raw(b"NG\r\n");
+    assert_eq!(c.read_frame(), Frame::simple("PONG"));
+    let after = used(&mut c);
+    assert!(after - before < 1 << 20, "used_memory {before} before, {after} after");
+}
+
 /// Sends `GET big` `n` times without reading a reply.
 fn unread_gets(c: &mut RawClient, n: usize) {
     for _ in 0..n {

@@ -699,9 +699,9 @@ impl Client {
                     self.pending = true;
                 }
                 None => {
-                    if self.conn.apply_query_buffer_request(&self.sess) {
-                        self.queue.release_idle();
-                    }
+                    // The loop's socket holds no idle buffer of its own (the queue lets go
+                    // of its room as it drains, the ciphertext buffer is the thread's).
+                    self.conn.apply_query_buffer_request(&self.sess);
                 }
             }
         }
@@ -722,9 +722,7 @@ impl Client {
                 return Next::Close;
             }
         }
-        if self.conn.release_idle(&self.sess) {
-            self.queue.release_idle();
-        }
+        self.conn.release_idle(&self.sess);
         if self.conn.evicted(srv, &self.sess, rt.client_eviction_limit) {
             return Next::Close;
         }

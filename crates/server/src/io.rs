@@ -95,13 +95,6 @@ impl OutQueue {
         &mut self.buf
     }
 
-    /// Drops a drained queue's buffer when it grew past one record's size.
-    pub(crate) fn release_idle(&mut self) {
-        if self.is_empty() && self.buf.capacity() > RAW_CHUNK {
-            self.buf = Vec::new();
-        }
-    }
-
     fn publish(&self) {
         if let Some(g) = &self.gauge {
             let len = self.len();
@@ -237,14 +230,14 @@ impl Socket {
         flush_queue(&self.fd, &mut self.queue).await
     }
 
-    /// Drops buffers an idle connection does not need.
+    /// Drops the TLS ciphertext buffer, which an idle connection does not need (the queue
+    /// lets go of its room by itself as it drains).
     pub fn release_idle(&mut self) {
         if let Some(t) = self.tls.as_deref_mut()
             && t.raw.capacity() > 0
         {
             t.raw = Vec::new();
         }
-        self.queue.release_idle();
     }
 
     /// Closes both directions (graceful end of a connection). A TLS peer is told with a
@@ -439,7 +432,14 @@ fn try_send(sock: &socket2::Socket, queue: &mut OutQueue) -> io::Result<bool> {
             return Ok(false);
         }
     }
-    queue.buf.clear();
+    // A drained queue keeps no more than one record's room: what a burst made it hold is
+    // not counted anywhere once sent (`omem` is what waits), and it stayed until the client
+    // went idle.
+    if queue.buf.capacity() > RAW_CHUNK {
+        queue.buf = Vec::new();
+    } else {
+        queue.buf.clear();
+    }
     queue.sent = 0;
     queue.publish();
     Ok(true)
