@@ -308,11 +308,6 @@ impl Primary {
         st.backlog.as_ref().map_or((0, 0), |b| (b.first_byte_offset(), b.histlen()))
     }
 
-    /// Bytes of memory the replication buffer holds.
-    pub fn buffer_memory(&self) -> usize {
-        self.state.lock().backlog.as_ref().map_or(0, ReplBuffer::memory)
-    }
-
     /// The replication buffer's memory, and the part of it beyond `backlog_size` while
     /// replicas are attached: what only they keep alive (Valkey's `mem_clients_slaves`, and
     /// what its `freeMemoryGetNotCountedMemory` leaves out of `maxmemory`).
