@@ -16,7 +16,10 @@ over 25% of its median is marked noisy. Raw numbers and the exact commands go to
 results file next to the markdown table.
 
 Usage: benches/run.sh [--quick] [--rounds N] [--seconds S] [--mode percore|allcores|both]
-                      [--cells a,b,c] [--out DIR]
+                      [--cells a,b,c] [--out DIR] [--memtier PATH]
+
+With --memtier (or MEMTIER=PATH), memtier_benchmark drives the SET and GET cells instead of
+redis-benchmark, with the same connections, value size, key range and pipeline.
 """
 
 import argparse
@@ -257,6 +260,72 @@ def run_bench(argv, timeout):
     return rps, p50, p99
 
 
+def cell_opt(cell, flag, default):
+    return cell.args[cell.args.index(flag) + 1] if flag in cell.args else default
+
+
+class RedisBenchmark:
+    """redis-benchmark: every cell. `n` requests in all."""
+    name = "redis-benchmark"
+
+    def supports(self, cell):
+        return True
+
+    def fill(self, server, cell, pki, client_cpus):
+        fill = Cell("setup", "set", with_pipeline(cell.args, 16))
+        run_bench(bench_cmd(server, fill, 200000, pki, client_cpus), timeout=300)
+
+    def run(self, server, cell, n, pki, client_cpus, timeout):
+        """(ops/s, p50 ms, p99 ms, requests sent, argv)"""
+        argv = bench_cmd(server, cell, n, pki, client_cpus)
+        return run_bench(argv, timeout) + (n, argv)
+
+
+class Memtier:
+    """memtier_benchmark (one thread, the cell's connections, value size, key range and
+    pipeline, random keys): the issue's own load generator, for the SET and GET cells only.
+    Its keys are `key:N` without redis-benchmark's padding, so GET cells fill their own."""
+    name = "memtier_benchmark"
+
+    def __init__(self, binary):
+        self.binary = binary
+
+    def supports(self, cell):
+        return cell.tests in ("set", "get") and not cell.command and "--user" not in cell.args
+
+    def argv(self, server, cell, pki, client_cpus, extra):
+        a = [self.binary, "-s", "127.0.0.1", "-p", str(server.tls_port if cell.tls else server.port),
+             "-t", "1", "-c", cell_opt(cell, "-c", "50"), "-d", cell_opt(cell, "-d", "3"),
+             "--key-prefix", "key:", "--key-minimum", "1",
+             "--key-maximum", cell_opt(cell, "-r", "100000"), "--hide-histogram"] + extra
+        if cell.tls:
+            a += ["--tls", "--cacert", str(pki.d / "ca.crt")]
+        return (["taskset", "-c", client_cpus] if client_cpus is not None else []) + a
+
+    def invoke(self, argv, timeout):
+        with tempfile.NamedTemporaryFile(suffix=".json") as f:
+            out = subprocess.run(argv + ["--json-out-file", f.name], capture_output=True, text=True,
+                                 timeout=timeout)
+            if out.returncode != 0:
+                raise RuntimeError(f"{' '.join(argv)} failed: {out.stderr.strip()[-300:]}")
+            totals = json.loads(Path(f.name).read_text())["ALL STATS"]["Totals"]
+        pct = totals["Percentile Latencies"]
+        return totals["Ops/sec"], pct["p50.00"], pct["p99.00"], totals["Count"]
+
+    def fill(self, server, cell, pki, client_cpus):
+        self.invoke(self.argv(server, cell, pki, client_cpus,
+                              ["--ratio", "1:0", "--key-pattern", "P:P", "--pipeline", "16",
+                               "--requests", "allkeys"]), timeout=300)
+
+    def run(self, server, cell, n, pki, client_cpus, timeout):
+        conns = int(cell_opt(cell, "-c", "50"))
+        ratio = "1:0" if cell.tests == "set" else "0:1"
+        argv = self.argv(server, cell, pki, client_cpus,
+                         ["--ratio", ratio, "--key-pattern", "R:R", "--pipeline", cell_opt(cell, "-P", "1"),
+                          "--requests", str(max(1, n // conns))])
+        return self.invoke(argv, timeout) + (argv,)
+
+
 # The restricted user of the acl-* cells: SET and what redis-benchmark asks at startup.
 ACL_USER = ["bench", "on", ">benchpw", "resetkeys", "~key:*", "-@all", "+set", "+ping", "+config|get"]
 
@@ -326,14 +395,14 @@ def median(xs):
 def measure_cell(mode, cell, usable, skipped, pki, client_cpus, args):
     """Runs `cell` on every usable server for --rounds rounds in rotated order; its result row:
     median ops/s, latency and server CPU per request for each server, paired ratios."""
+    gen = args.gen
     # Size the run so each measurement lasts about --seconds on redis.
     ref = next(s for s in usable if s.name == "redis")
     if cell.setup:
         # Populate the keys the GET cells read, with the cell's key range and size.
-        fill = Cell("setup", "set", with_pipeline(cell.args, 16))
         for s in usable:
-            run_bench(bench_cmd(s, fill, 200000, pki, client_cpus), timeout=300)
-    probe, _, _ = run_bench(bench_cmd(ref, cell, 20000, pki, client_cpus), timeout=300)
+            gen.fill(s, cell, pki, client_cpus)
+    probe = gen.run(ref, cell, 20000, pki, client_cpus, timeout=300)[0]
     n = max(20000, int(probe * args.seconds))
     per = {s.name: {"rps": [], "p50": [], "p99": [], "cpu_us": []} for s in usable}
     ratios = {s.name: [] for s in usable if s.name != "redis"}
@@ -343,13 +412,13 @@ def measure_cell(mode, cell, usable, skipped, pki, client_cpus, args):
         order = usable[rnd % len(usable):] + usable[:rnd % len(usable)]
         round_rps = {}
         for s in order:
-            argv = bench_cmd(s, cell, n, pki, client_cpus)
-            commands[s.name] = " ".join(argv)
             cpu0 = s.cpu_seconds()
-            rps, p50, p99 = run_bench(argv, timeout=max(120, args.seconds * 20))
+            rps, p50, p99, sent, argv = gen.run(s, cell, n, pki, client_cpus,
+                                                timeout=max(120, args.seconds * 20))
+            commands[s.name] = " ".join(argv)
             # Server CPU per request: per-core efficiency even when the single-threaded
             # client, not the server, limits throughput (pipeline 1 cells).
-            per[s.name]["cpu_us"].append((s.cpu_seconds() - cpu0) * 1e6 / n)
+            per[s.name]["cpu_us"].append((s.cpu_seconds() - cpu0) * 1e6 / sent)
             per[s.name]["rps"].append(rps)
             per[s.name]["p50"].append(p50)
             per[s.name]["p99"].append(p99)
@@ -359,6 +428,7 @@ def measure_cell(mode, cell, usable, skipped, pki, client_cpus, args):
         if "valkey" in round_rps:
             vs_valkey.append(round_rps["hotkv"] / round_rps["valkey"])
     row = {"mode": mode, "cell": cell.name, "requests": n, "rounds": args.rounds, "servers": {},
+           "loadgen": gen.name,
            "commands": commands, "skipped": skipped}
     for name, m in per.items():
         med = median(m["rps"])
@@ -396,6 +466,10 @@ def run_mode(mode, servers, pki, args, results):
         for cell in selected:
             usable = [s for s in servers if (not cell.tls or s.tls_ok) and (not cell.requires or knows(s, cell.requires))]
             skipped = sorted({s.name for s in servers} - {s.name for s in usable})
+            if not args.gen.supports(cell):
+                results["cells"].append({"mode": mode, "cell": cell.name, "skipped": [args.gen.name]})
+                print(f"[{mode}] {cell.name}: skipped ({args.gen.name} cannot run it)", file=sys.stderr)
+                continue
             if not any(s.name == "hotkv" for s in usable) or not any(s.name == "redis" for s in usable):
                 results["cells"].append({"mode": mode, "cell": cell.name, "skipped": skipped})
                 print(f"[{mode}] {cell.name}: skipped ({', '.join(skipped)} cannot run it)", file=sys.stderr)
@@ -429,15 +503,16 @@ def run_mode(mode, servers, pki, args, results):
 
 def markdown(results):
     valkey = any("valkey" in r.get("servers", {}) for r in results["cells"])
-    extra_head = " valkey ops/s (min-max) | hotkv/valkey | valkey p50/p99 ms |" if valkey else ""
+    extra_head = (" valkey ops/s (min-max) | hotkv/valkey | valkey p50/p99 ms | valkey CPU µs/op |"
+                  if valkey else "")
     lines = ["| mode | cell | hotkv ops/s (min-max) | redis ops/s (min-max) | hotkv/redis | hotkv p50/p99 ms | redis p50/p99 ms "
              "| server CPU µs/op hotkv / redis | CPU ratio |" + extra_head,
-             "|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if valkey else "")]
+             "|---|---|---|---|---|---|---|---|---|" + ("---|---|---|---|" if valkey else "")]
     fmt = lambda s: f"{s['rps_median']:.0f} ({s['rps_min']:.0f}-{s['rps_max']:.0f}){' noisy' if s['noisy'] else ''}"
     for r in results["cells"]:
         if "servers" not in r:
             lines.append(f"| {r['mode']} | {r['cell']} | skipped ({', '.join(r['skipped'])}) | | | | | | |"
-                         + (" | | |" if valkey else ""))
+                         + (" | | | |" if valkey else ""))
             continue
         h, d = r["servers"]["hotkv"], r["servers"]["redis"]
         hc, dc = h.get("cpu_us_per_op", float("nan")), d.get("cpu_us_per_op", float("nan"))
@@ -446,8 +521,8 @@ def markdown(results):
                 f"{hc:.2f} / {dc:.2f} | {dc / hc if hc else float('nan'):.2f} |")
         if valkey:
             v = r["servers"].get("valkey")
-            line += (f" {fmt(v)} | {h['ratio_vs_valkey']:.2f} | {v['p50_ms']:.3f}/{v['p99_ms']:.3f} |" if v
-                     else " n/a | | |")
+            line += (f" {fmt(v)} | {h['ratio_vs_valkey']:.2f} | {v['p50_ms']:.3f}/{v['p99_ms']:.3f} | "
+                     f"{v.get('cpu_us_per_op', float('nan')):.2f} |" if v else " n/a | | | |")
         lines.append(line)
     if results["memory"]:
         names = ["hotkv", "redis"] + (["valkey"] if valkey else [])
@@ -479,7 +554,11 @@ def main():
     ap.add_argument("--no-tls", action="store_true")
     ap.add_argument("--quick", action="store_true", help="3 rounds of 1 s, 100k keys for memory")
     ap.add_argument("--out", default=str(ROOT / "benches" / "results"))
+    ap.add_argument("--memtier", default=os.environ.get("MEMTIER"), metavar="PATH",
+                    help="drive the SET and GET cells with this memtier_benchmark instead of "
+                         "redis-benchmark (also the MEMTIER environment variable)")
     args = ap.parse_args()
+    args.gen = Memtier(args.memtier) if args.memtier else RedisBenchmark()
     if args.quick:
         args.rounds, args.seconds, args.mem_keys = 3, 1.0, 100000
     if os.cpu_count() < 2 and args.mode != "allcores":
@@ -488,11 +567,12 @@ def main():
     if os.environ.get("VALKEY_SERVER"):
         servers.append(Server("valkey", redis_argv(os.environ["VALKEY_SERVER"])))
     results = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "host": os.uname().nodename,
-               "cpus": os.cpu_count(), "args": vars(args), "cells": [], "memory": [],
+               "cpus": os.cpu_count(), "args": {k: v for k, v in vars(args).items() if k != "gen"}, "cells": [], "memory": [],
                "versions": {
                    "redis": subprocess.run([args.redis, "--version"], capture_output=True, text=True).stdout.strip(),
                    "hotkv": subprocess.run([args.hotkv, "--version"], capture_output=True, text=True).stdout.strip(),
-                   "redis-benchmark": subprocess.run(["redis-benchmark", "--version"], capture_output=True, text=True).stdout.strip()}}
+                   "redis-benchmark": subprocess.run(["redis-benchmark", "--version"], capture_output=True, text=True).stdout.strip(),
+                   "loadgen": args.gen.name}}
     with tempfile.TemporaryDirectory(prefix="bench-pki-") as d:
         pki = None if args.no_tls else Pki(d)
         for mode in (["percore", "allcores"] if args.mode == "both" else [args.mode]):
