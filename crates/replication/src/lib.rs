@@ -44,7 +44,9 @@ use std::pin::Pin;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use info::{InfoExtra, render_info};
-pub use primary::{Primary, PrimarySettings, ReplicaState, ReplicaSummary, SyncDecision, SyncPoint, SyncRequest};
+pub use primary::{
+    Primary, PrimarySettings, ReplicaState, ReplicaSummary, SyncDecision, SyncPoint, SyncRequest, hold_wakes,
+};
 pub use replica::{
     Applier, Connector, CredentialSource, LinkState, LinkStatus, LiveDuration, ReplicaConfig, ReplicaHandle,
     ReplicaLink, StreamBatch,

@@ -249,6 +249,8 @@ fn run(srv: Arc<Server>, handle: tokio::runtime::Handle, shared: Arc<Shared>, mu
     // Commands that start background work (BGSAVE, CONFIG SET of a port) spawn it on the
     // runtime from here.
     let _runtime = handle.enter();
+    // Replicas' senders are woken once per turn, below, not once per batch.
+    hotkv_replication::hold_wakes();
     let registry = match poll.registry().try_clone() {
         Ok(r) => r,
         Err(e) => {
@@ -324,7 +326,10 @@ fn run(srv: Arc<Server>, handle: tokio::runtime::Handle, shared: Arc<Shared>, mu
         }
         // Valkey's beforeSleep: the replies of every client served this turn leave now.
         let writes = STATE.with(|s| s.borrow_mut().as_mut().map(|st| std::mem::take(&mut st.writes)));
-        let Some(mut writes) = writes else { return };
+        let Some(mut writes) = writes else {
+            srv.repl.primary.release_wakes();
+            return;
+        };
         for &t in &writes {
             let snap = Snap { rt: rt_cache.load(), engine: engine_cache.load() };
             turn(&srv, &snap, t, Op::Write);
@@ -337,6 +342,8 @@ fn run(srv: Arc<Server>, handle: tokio::runtime::Handle, shared: Arc<Shared>, mu
                 st.writes = writes;
             }
         });
+        // And what the turn's writes added to the stream goes to the replicas.
+        srv.repl.primary.release_wakes();
         shared.busy.store(false, Ordering::Relaxed);
     }
 }
