@@ -234,6 +234,10 @@ struct Entry {
     /// Set when the primary drops the replica; its sender stops.
     dropped: Option<&'static str>,
     kill: Arc<Notify>,
+    /// Bytes of the still-filling block its sender copied and has not finished writing: a
+    /// replica that stops reading keeps up to a block of them alive, which is its buffer's
+    /// memory as much as the blocks it pins.
+    copied: usize,
 }
 
 impl Primary {
@@ -313,7 +317,8 @@ impl Primary {
     /// what its `freeMemoryGetNotCountedMemory` leaves out of `maxmemory`).
     pub fn buffer_memory_split(&self, backlog_size: usize) -> (usize, usize) {
         let st = self.state.lock();
-        let total = st.backlog.as_ref().map_or(0, ReplBuffer::memory);
+        let copied: usize = st.replicas.values().map(|e| e.copied).sum();
+        let total = st.backlog.as_ref().map_or(0, ReplBuffer::memory) + copied;
         let replicas = if st.replicas.is_empty() { 0 } else { total.saturating_sub(backlog_size) };
         (total, replicas)
     }
@@ -471,6 +476,7 @@ impl Primary {
                 start_on_ack: false,
                 dropped: None,
                 kill: kill.clone(),
+                copied: 0,
             },
         );
         let replid = st.replid.clone();
@@ -766,17 +772,21 @@ impl Primary {
 
     /// Collects stream bytes for replica `id` into `out`; returns the position after them.
     pub(crate) fn read_stream(&self, id: u64, max: usize, out: &mut Vec<Bytes>) -> Result<u64, Error> {
-        let st = self.state.lock();
-        let entry = st.replicas.get(&id).ok_or(Error::Dropped("detached"))?;
+        let mut st = self.state.lock();
+        let State { replicas, backlog, .. } = &mut *st;
+        let entry = replicas.get_mut(&id).ok_or(Error::Dropped("detached"))?;
         if let Some(why) = entry.dropped {
             return Err(Error::Dropped(why));
         }
-        let buf = st.backlog.as_ref().ok_or(Error::Dropped("backlog freed"))?;
+        let buf = backlog.as_ref().ok_or(Error::Dropped("backlog freed"))?;
         let pos = buf.position(id).ok_or(Error::Dropped("detached"))?;
         if entry.start_on_ack {
             return Ok(pos);
         }
-        Ok(buf.read(pos, max, out))
+        let end = buf.read(pos, max, out);
+        // What came from the tail is a copy (see `ReplBuffer::read`), alive until `advance`.
+        entry.copied = end.saturating_sub(pos.max(buf.tail_start())) as usize;
+        Ok(end)
     }
 
     /// Why replica `id` was dropped, for its session's error.
@@ -787,6 +797,9 @@ impl Primary {
     /// Records that replica `id` has been sent everything up to `pos`.
     pub(crate) fn advance(&self, id: u64, pos: u64) {
         let mut st = self.state.lock();
+        if let Some(e) = st.replicas.get_mut(&id) {
+            e.copied = 0;
+        }
         if let Some(b) = st.backlog.as_mut() {
             b.advance(id, pos);
         }
