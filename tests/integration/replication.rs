@@ -1008,6 +1008,35 @@ fn a_stalled_replicas_many_small_writes_evict_no_key() {
     stalled_replica_writes(10240, 64 << 10, 100, 150_000, 1);
 }
 
+/// CLIENT KILL of a replica releases its share of the replication buffer before it answers,
+/// as Valkey frees the client there and then: an INFO right after it (Valkey's "slave buffer
+/// are counted correctly") no longer counts megabytes that only the dead replica needed.
+#[test]
+fn killing_a_stalled_replica_releases_its_buffer_before_the_reply() {
+    let (a, b) = (server(), server());
+    let mut ca = a.client();
+    ok(&mut ca, &["CONFIG", "SET", "repl-backlog-size", "16384"]);
+    replicaof(&b, a.port());
+    wait_link_up(&b);
+    assert_eq!(ca.cmd(&["SET", "k", "v"]).text(), "OK");
+    assert_eq!(ca.cmd(&["WAIT", "1", "10000"]).int(), 1);
+    let before = memory_field(&mut ca, "used_memory") - memory_field(&mut ca, "mem_not_counted_for_evict");
+    b.signal(SIGSTOP);
+    let value = "A".repeat(1000);
+    for _ in 0..8000 {
+        assert_eq!(ca.cmd(&["SETRANGE", "k", "0", &value]).int(), 1000);
+    }
+    let held = memory_field(&mut ca, "mem_clients_slaves");
+    assert_eq!(ca.cmd(&["CLIENT", "KILL", "TYPE", "slave"]).int(), 1);
+    let used = memory_field(&mut ca, "used_memory");
+    let not_counted = memory_field(&mut ca, "mem_not_counted_for_evict");
+    b.signal(SIGCONT);
+    assert!(held > 2 << 20, "{held}");
+    // What its sender has in hand (at most one write round, 256 KiB) may still be alive.
+    assert!(used - not_counted < before + (512 << 10), "before {before}, after {used} - {not_counted}, held {held}");
+    assert_eq!(memory_field(&mut ca, "mem_clients_slaves"), 0);
+}
+
 /// A primary with 100 keys of 100 KB, a replica stopped with SIGSTOP, and `count` SETRANGEs
 /// of `len` bytes over key:0 (sent `batch` at a time), with `room` bytes under `maxmemory`.
 fn stalled_replica_writes(backlog: usize, room: u64, len: usize, count: usize, batch: usize) {

@@ -382,6 +382,18 @@ impl Primary {
         self.disconnect_replicas("promoted to primary");
     }
 
+    /// Drops the replica served on connection `client_id` (CLIENT KILL), releasing what it
+    /// pinned in the buffer before the command answers, as Valkey's `freeClient` does; its
+    /// session then ends on its own thread. False when no replica has that connection.
+    pub fn disconnect_client(&self, client_id: u64, why: &'static str) -> bool {
+        let mut st = self.state.lock();
+        let ids: Vec<u64> = st.replicas.iter().filter(|(_, e)| e.client_id == client_id).map(|(&id, _)| id).collect();
+        for &id in &ids {
+            st.drop_replica(id, why);
+        }
+        !ids.is_empty()
+    }
+
     /// Drops every attached replica (`disconnectReplicas`).
     pub fn disconnect_replicas(&self, why: &'static str) {
         let mut st = self.state.lock();
@@ -1158,6 +1170,22 @@ mod tests {
         assert!(rx.has_changed().unwrap());
         assert_eq!(*rx.borrow_and_update(), p.offset());
         p.done_waiting();
+    }
+
+    #[test]
+    fn disconnecting_a_replicas_connection_releases_its_buffer_at_once() {
+        let p = Primary::new(PrimarySettings { backlog_size: 16 * 1024, ..PrimarySettings::default() });
+        let _s = full_sync_replica(&p);
+        let value = "A".repeat(1000);
+        for _ in 0..2000 {
+            p.append(&effects(&[(0, &["SET", "k", &value])]));
+        }
+        let (total, replicas) = p.buffer_memory_split(16 * 1024);
+        assert!(replicas > 1 << 20, "{total} {replicas}");
+        assert!(!p.disconnect_client(10, "killed"), "no replica on connection 10");
+        assert!(p.disconnect_client(9, "killed"));
+        let (total, replicas) = p.buffer_memory_split(16 * 1024);
+        assert!(total < 64 * 1024 && replicas < 64 * 1024, "{total} {replicas}");
     }
 
     #[test]

@@ -436,6 +436,11 @@ fn kill(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) ->
             me = true;
         } else {
             c.kill();
+            // A replica's share of the replication buffer goes now, not when its session
+            // notices: INFO right after the kill must not still count it.
+            if ClientType::of(&c) == ClientType::Replica {
+                srv.repl.primary.disconnect_client(c.id, "killed by CLIENT KILL");
+            }
         }
         killed += 1;
     }

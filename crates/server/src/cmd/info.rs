@@ -107,8 +107,10 @@ type Section = (&'static str, &'static str, fn(&Server, &mut String));
 pub fn generate(srv: &Server, sel: &Selection) -> String {
     // used_memory is taken before the text it goes into is allocated, so INFO does not count
     // its own reply (a client polling INFO against maxmemory would see a few KB too many).
+    // A fresh read, not one from earlier in the same millisecond: that one would still count
+    // what was freed since, on another thread (a replica's buffer, right after CLIENT KILL).
     if sel.wants("memory") {
-        srv.memory.refresh_at(unix_ms());
+        srv.memory.refresh();
     }
     let mut out = String::with_capacity(4096);
     let sections: &[Section] = &[
