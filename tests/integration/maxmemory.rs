@@ -75,6 +75,29 @@ fn volatile_lru_evicts_only_keys_with_a_ttl() {
     assert!(c.cmd(&["DBSIZE"]).int() < (persistent + 1000) as i64, "nothing was evicted");
 }
 
+/// Valkey's "propagation with eviction in MULTI": a CONFIG SET maxmemory inside EXEC. The
+/// transaction holds its keys' slot locks, so evicting before the CONFIG SET's reply would
+/// wait on them from the same thread: EXEC hung and held x's slot for ever. The eviction
+/// now runs once EXEC is over, with no further command, as Valkey's eviction timer does.
+#[test]
+fn lowering_maxmemory_inside_exec_evicts_after_it() {
+    let srv = server_with(&[("maxmemory-policy", "allkeys-lru")]);
+    let mut c = srv.client();
+    c.set_timeout(Duration::from_secs(10));
+    ok(&mut c, &["MULTI"]);
+    for cmd in [&["INCR", "x"][..], &["CONFIG", "SET", "maxmemory", "1"], &["INCR", "x"]] {
+        assert_eq!(c.cmd(cmd), Frame::Simple("QUEUED".into()));
+    }
+    assert_eq!(c.cmd(&["EXEC"]).items(), [Frame::Integer(1), Frame::Simple("OK".into()), Frame::Integer(2)]);
+    let mut other = srv.client();
+    assert!(
+        hotkv_test_support::wait_for(|| other.cmd(&["DBSIZE"]) == Frame::Integer(0), Duration::from_secs(10)),
+        "x was never evicted"
+    );
+    assert_eq!(info_num(&info(&mut other, "stats"), "evicted_keys"), 1);
+    ok(&mut c, &["CONFIG", "SET", "maxmemory", "0"]);
+}
+
 #[test]
 fn lowering_maxmemory_below_usage_evicts_before_the_reply() {
     let srv = server_with(&[("maxmemory-policy", "allkeys-lru"), ("notify-keyspace-events", "Ee")]);

@@ -51,6 +51,14 @@ pub fn warn_below_usage(srv: &Server) {
     }
 }
 
+/// [`limit_changed`] for a CONFIG SET inside EXEC: on a blocking thread of the runtime, which
+/// waits for the transaction's slot locks like any other client.
+pub fn limit_changed_after_exec(srv: &Server) {
+    if let (Some(srv), Ok(rt)) = (srv.arc(), tokio::runtime::Handle::try_current()) {
+        rt.spawn_blocking(move || limit_changed(&srv));
+    }
+}
+
 /// After a CONFIG SET changed `maxmemory`: a limit below the memory in use evicts at once,
 /// not on the next write. Valkey starts its eviction timer, whose first pass runs before the
 /// CONFIG SET reply goes out and whose later ones go on until memory is within the limit or

@@ -131,7 +131,14 @@ fn set(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
     }
     // Only now that nothing can be rolled back: a lower maxmemory evicts before the reply.
     if outcome.hooks.iter().any(|run| run.hook == Hook::Maxmemory) {
-        crate::evict::limit_changed(srv);
+        if sess.in_exec {
+            // EXEC holds its keys' slot locks, which a pass run here would wait on from this
+            // very thread for ever: the eviction runs beside it and proceeds once EXEC is over,
+            // as Valkey's eviction timer runs after the command.
+            crate::evict::limit_changed_after_exec(srv);
+        } else {
+            crate::evict::limit_changed(srv);
+        }
     }
     if outcome.hooks.iter().any(|run| matches!(run.hook, Hook::Maxmemory | Hook::Clients)) {
         crate::client_evict::limit_changed(srv);
