@@ -15,6 +15,10 @@ use crate::server::{Server, unix_ms};
 enum Pass {
     /// Memory is within the limit.
     Within,
+    /// The evicted keys add up to what the pass set out to free, though memory is still over:
+    /// what the evictions themselves made (invalidation messages to tracking clients, events)
+    /// is not evicted for in the same pass, as in Valkey, or every eviction would call for more.
+    Freed,
     /// Still over: the time budget ran out while keys were being evicted, so another pass
     /// can free more.
     OutOfTime,
@@ -140,10 +144,15 @@ fn pass(srv: &Server, cfg: &EngineConfig, now_ms: i64) -> Pass {
         if done.keys == 0 {
             return if freed_any { Pass::Exhausted } else { Pass::Full };
         }
+        if done.bytes >= to_free {
+            return Pass::Freed;
+        }
         if start.elapsed() >= budget {
             return Pass::OutOfTime;
         }
-        to_free = used - cfg.maxmemory;
+        // Valkey's performEvictions counts down what its deletions freed from one target
+        // set at the start: re-measuring here would add what the evictions caused meanwhile.
+        to_free -= done.bytes;
     }
 }
 
