@@ -386,21 +386,22 @@ impl Primary {
     /// pinned in the buffer before the command answers, as Valkey's `freeClient` does; its
     /// session then ends on its own thread. False when no replica has that connection.
     pub fn disconnect_client(&self, client_id: u64, why: &'static str) -> bool {
-        let mut st = self.state.lock();
-        let ids: Vec<u64> = st.replicas.iter().filter(|(_, e)| e.client_id == client_id).map(|(&id, _)| id).collect();
-        for &id in &ids {
-            st.drop_replica(id, why);
-        }
-        !ids.is_empty()
+        self.drop_replicas_where(why, |e| e.client_id == client_id) > 0
     }
 
     /// Drops every attached replica (`disconnectReplicas`).
     pub fn disconnect_replicas(&self, why: &'static str) {
+        self.drop_replicas_where(why, |_| true);
+    }
+
+    /// Drops the replicas `which` picks; how many there were.
+    fn drop_replicas_where(&self, why: &'static str, which: impl Fn(&Entry) -> bool) -> usize {
         let mut st = self.state.lock();
-        let ids: Vec<u64> = st.replicas.keys().copied().collect();
-        for id in ids {
+        let ids: Vec<u64> = st.replicas.iter().filter(|(_, e)| which(e)).map(|(&id, _)| id).collect();
+        for &id in &ids {
             st.drop_replica(id, why);
         }
+        ids.len()
     }
 
     /// The consistency point of a snapshot for a full resync: the id and offset the snapshot
@@ -928,8 +929,7 @@ impl Primary {
     /// the last call that found a sender waiting.
     pub fn release_wakes(&self) {
         if WAKE_PENDING.replace(false) {
-            let end = self.state.lock().offset;
-            self.stream.send_replace(end);
+            self.stream.send_replace(self.offset());
         }
     }
 }

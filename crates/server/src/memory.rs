@@ -163,11 +163,12 @@ impl MemoryGauge {
         self.allocated.load(Ordering::Relaxed)
     }
 
-    /// `used_memory` now, for a decision on the command path (maxmemory): the last refresh
+    /// `used_memory` now, as the command path's first look at maxmemory: the last refresh
     /// plus what the checking threads allocated since, each as of its own last check (this
     /// thread's as of now). Costs a few loads; a full refresh happens once a millisecond.
-    /// Threads publish at most one command late, so the figure errs high, never low, by
-    /// about what other threads allocated in one command.
+    /// It errs high, never low: what a thread allocated before a refresh and publishes after
+    /// it counts twice until the next one (83 KB once, a connection's set-up). So it only
+    /// clears a command; eviction decides on [`MemoryGauge::refresh`] (`evict::pass`).
     pub fn current(&self, now_ms: i64) -> u64 {
         if self.stale(now_ms) {
             return self.refresh_at(now_ms);
