@@ -18,7 +18,7 @@ Rounds (--rounds) alternate which kind goes first; medians are reported. Raw fig
 benches/results/replication-<time>.json and a markdown table to
 benches/results/latest-replication.md.
 
-Usage: benches/run.sh replication [--rounds N] [--requests N] [--no-pin]
+Usage: benches/run.sh replication [--rounds N] [--requests N] [--no-pin] [--hotkv PATH] [--hotkv-b PATH]
 """
 
 import argparse
@@ -98,9 +98,13 @@ def main():
     ap.add_argument("--requests", type=int, default=2_000_000)
     ap.add_argument("--no-pin", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "benches" / "results"))
+    ap.add_argument("--hotkv", default=str(ROOT / "target" / "release" / "hotkv"))
+    ap.add_argument("--hotkv-b", metavar="PATH",
+                    help="a second hotkv binary run as kind hotkv-b in the same rounds (an A/B of a change)")
     args = ap.parse_args()
-    kinds = [("hotkv", hotkv_argv(str(ROOT / "target" / "release" / "hotkv"))),
-             ("redis", redis_argv("redis-server"))]
+    kinds = [("hotkv", hotkv_argv(args.hotkv)), ("redis", redis_argv("redis-server"))]
+    if args.hotkv_b:
+        kinds.insert(1, ("hotkv-b", hotkv_argv(args.hotkv_b)))
     rounds = []
     for r in range(args.rounds):
         order = kinds if r % 2 == 0 else kinds[::-1]

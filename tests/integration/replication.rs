@@ -1082,3 +1082,52 @@ fn stalled_replica_writes(backlog: usize, room: u64, len: usize, count: usize, b
     assert_eq!(cb.cmd(&["DBSIZE"]).int(), 100);
     assert_eq!(cb.cmd(&["GETRANGE", "key:0", "0", &(len - 1).to_string()]).text(), value);
 }
+
+/// An event loop sends the stream on a plain replica's socket itself while the replica's
+/// sender waits, and the sender takes over whatever the socket does not take at once. With
+/// two loops and four pipelining writers, and the replica stopped until far more than a
+/// socket holds is waiting, every write arrives once and in order (lists and one string
+/// appended to by every writer).
+#[test]
+fn a_stream_sent_by_the_loops_and_by_the_sender_in_turn_arrives_whole_and_in_order() {
+    let primary = server_with(&[("worker-threads", "2")]);
+    let replica = server();
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU64::new(0));
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let (mut c, stop, rounds) = (primary.client(), stop.clone(), rounds.clone());
+            std::thread::spawn(move || {
+                let pad = "p".repeat(300);
+                let mut round = 0u64;
+                while !stop.load(Ordering::Relaxed) || round < 20 {
+                    for i in 0..100 {
+                        c.send(&["RPUSH", &format!("list:{w}"), &format!("{round}:{i}:{pad}")]);
+                        c.send(&["APPEND", "log", &format!("{w}.{round}.{i};")]);
+                    }
+                    for _ in 0..200 {
+                        assert!(matches!(c.read_frame(), Frame::Integer(_)));
+                    }
+                    round += 1;
+                    rounds.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let mut p = primary.client();
+    assert!(wait_for(|| rounds.load(Ordering::Relaxed) >= 20, LINK_WAIT));
+    replica.signal(SIGSTOP);
+    let stopped_at: u64 = info_field(&mut p, "master_repl_offset").unwrap().parse().unwrap();
+    // 16 MB is more than the kernel's buffers on both ends of a loopback connection hold.
+    let grown = wait_for(
+        || info_field(&mut p, "master_repl_offset").unwrap().parse::<u64>().unwrap() > stopped_at + (16 << 20),
+        LINK_WAIT,
+    );
+    replica.signal(SIGCONT);
+    assert!(grown, "the writers stalled");
+    stop_and_compare(&stop, writers, &primary, &replica);
+    // All of it through the one stream: the stall cost no resync.
+    assert_eq!((info_stat(&mut p, "sync_full"), info_stat(&mut p, "sync_partial_ok")), (Some(1), Some(0)));
+}

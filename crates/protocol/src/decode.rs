@@ -404,30 +404,55 @@ impl<'a> Args<'a> {
     pub fn resp_frame(&self) -> Option<&'a [u8]> {
         let &(first, _) = self.spans.first()?;
         let &(_, last) = self.spans.last()?;
-        let mut count = itoa::Buffer::new();
-        let count = count.format(self.spans.len()).as_bytes();
-        let mut first_len = itoa::Buffer::new();
-        let first_len = first_len.format(self.spans[0].1 - first).as_bytes();
-        let start = first.checked_sub(1 + count.len() + 2 + 1 + first_len.len() + 2)?;
-        let frame = self.buf.get(start..last.checked_add(2)?)?;
-        let at = |pos: usize, want: &[u8]| self.buf.get(pos..pos + want.len()) == Some(want);
-        if !(at(start, b"*") && at(start + 1, count) && at(start + 1 + count.len(), b"\r\n")) {
-            return None;
-        }
-        let mut pos = start + 1 + count.len() + 2;
-        let mut digits = itoa::Buffer::new();
+        let buf = self.buf;
+        // Checked a byte at a time: slice compares of one- to three-byte strings went through
+        // memcmp calls, 1.5% of a primary's CPU with a replica attached (SET -P16).
+        let header = 1 + decimal_len(self.spans.len()) + 2 + 1 + decimal_len(self.spans[0].1 - first) + 2;
+        let start = first.checked_sub(header)?;
+        let frame = buf.get(start..last.checked_add(2)?)?;
+        let mut pos = canonical_number(buf, start, b'*', self.spans.len())?;
         for &(s, e) in self.spans {
-            let len = digits.format(e - s).as_bytes();
-            if !(at(pos, b"$") && at(pos + 1, len) && at(pos + 1 + len.len(), b"\r\n")) {
-                return None;
-            }
-            if pos + 1 + len.len() + 2 != s || !at(e, b"\r\n") {
+            pos = canonical_number(buf, pos, b'$', e - s)?;
+            if pos != s || buf.get(e) != Some(&b'\r') || buf.get(e + 1) != Some(&b'\n') {
                 return None;
             }
             pos = e + 2;
         }
         Some(frame)
     }
+}
+
+/// How many decimal digits `n` takes.
+fn decimal_len(mut n: usize) -> usize {
+    let mut len = 1;
+    while n >= 10 {
+        n /= 10;
+        len += 1;
+    }
+    len
+}
+
+/// Whether `buf` holds `<mark><n>\r\n` at `pos`, with `n` written as a canonical encoder
+/// writes it (no sign, no leading zero); the position after it.
+fn canonical_number(buf: &[u8], pos: usize, mark: u8, n: usize) -> Option<usize> {
+    if buf.get(pos) != Some(&mark) {
+        return None;
+    }
+    let first = pos + 1;
+    let mut at = first;
+    let mut value: usize = 0;
+    while let Some(&d) = buf.get(at).filter(|d| d.is_ascii_digit()) {
+        value = value.checked_mul(10)?.checked_add(usize::from(d - b'0'))?;
+        at += 1;
+    }
+    let digits = at - first;
+    if digits == 0 || value != n || (digits > 1 && buf[first] == b'0') {
+        return None;
+    }
+    if buf.get(at) != Some(&b'\r') || buf.get(at + 1) != Some(&b'\n') {
+        return None;
+    }
+    Some(at + 2)
 }
 
 impl fmt::Debug for Args<'_> {

@@ -24,6 +24,7 @@
 //!   what it applied to the node's own [`Primary`] so chained replicas see the same stream.
 
 mod buffer;
+mod direct;
 mod info;
 mod primary;
 mod replica;
@@ -43,6 +44,7 @@ use std::pin::Pin;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
+pub use direct::DirectOut;
 pub use info::{InfoExtra, render_info};
 pub use primary::{
     Primary, PrimarySettings, ReplicaState, ReplicaSummary, SyncDecision, SyncPoint, SyncRequest, hold_wakes,

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::buffer::ReplBuffer;
+use crate::direct::Direct;
 use crate::sender::{Handshake, ReplicaSession};
 use crate::{Error, ProtocolViolation, random_hex40};
 
@@ -238,6 +239,8 @@ struct Entry {
     /// replica that stops reading keeps up to a block of them alive, which is its buffer's
     /// memory as much as the blocks it pins.
     copied: usize,
+    /// Its socket, when an event loop may send the stream on it (see `direct`).
+    direct: Option<Arc<Direct>>,
 }
 
 impl Primary {
@@ -490,6 +493,7 @@ impl Primary {
                 dropped: None,
                 kill: kill.clone(),
                 copied: 0,
+                direct: None,
             },
         );
         let replid = st.replid.clone();
@@ -925,13 +929,96 @@ pub fn hold_wakes() {
 }
 
 impl Primary {
-    /// The end of a turn on a thread that holds its wakes: one wake for every append since
-    /// the last call that found a sender waiting.
-    pub fn release_wakes(&self) {
-        if WAKE_PENDING.replace(false) {
+    /// The end of a turn on a thread that holds its wakes, for every append since the last
+    /// call that found a sender waiting. With `direct`, the thread first sends the stream
+    /// itself on the sockets that waiting senders parked (see [`crate::DirectOut`]); the
+    /// senders are woken only when one of them still has something to send. The server passes
+    /// false while DEBUG SLEEP stops it, when nothing may reach the replicas.
+    pub fn release_wakes(&self, direct: bool) {
+        if !WAKE_PENDING.replace(false) {
+            return;
+        }
+        let served = if direct { self.send_direct() } else { 0 };
+        // A waiting sender that was not served, or one between its look and its wait.
+        if self.waiting.load(Ordering::SeqCst) > served {
             self.stream.send_replace(self.offset());
         }
     }
+
+    /// Sends the stream to every replica whose sender parked its socket; the number of them
+    /// left with nothing to send.
+    fn send_direct(&self) -> usize {
+        let mut loans: Vec<Loan> = Vec::new();
+        let mut served = 0;
+        {
+            let mut st = self.state.lock();
+            let State { replicas, backlog, offset, .. } = &mut *st;
+            let Some(buf) = backlog.as_ref() else { return 0 };
+            for (&id, e) in replicas.iter_mut() {
+                let Some(d) = &e.direct else { continue };
+                if e.dropped.is_some() || e.state != ReplicaState::Online || !d.try_lend() {
+                    continue;
+                }
+                let Some(from) = buf.position(id).filter(|_| !e.start_on_ack) else {
+                    // Its stream starts at its first ACK, which wakes it.
+                    d.give_back();
+                    served += 1;
+                    continue;
+                };
+                let mut chunks = Vec::new();
+                let to = buf.read(from, crate::sender::BATCH, &mut chunks);
+                e.copied = to.saturating_sub(from.max(buf.tail_start())) as usize;
+                // Beyond one send's worth, the sender takes it from there.
+                loans.push(Loan { id, direct: d.clone(), from, to, all: to >= *offset, chunks, sent: from });
+            }
+        }
+        if loans.is_empty() {
+            return served;
+        }
+        for l in &mut loans {
+            l.sent = l.from + l.direct.try_send(&l.chunks) as u64;
+        }
+        {
+            let mut st = self.state.lock();
+            for l in &loans {
+                if let Some(e) = st.replicas.get_mut(&l.id) {
+                    e.copied = 0;
+                }
+                if let Some(b) = st.backlog.as_mut() {
+                    b.advance(l.id, l.sent);
+                }
+            }
+        }
+        for l in &loans {
+            // Given back only once its position is recorded: the sender reads from there.
+            l.direct.give_back();
+            if l.sent == l.to && l.all {
+                served += 1;
+            }
+        }
+        served
+    }
+
+    /// Lets event loops send the stream on replica `id`'s socket while its sender waits.
+    pub(crate) fn lend_socket(&self, id: u64, direct: Arc<Direct>) {
+        if let Some(e) = self.state.lock().replicas.get_mut(&id) {
+            e.direct = Some(direct);
+        }
+    }
+}
+
+/// A replica's socket lent to a loop for one send.
+struct Loan {
+    id: u64,
+    direct: Arc<Direct>,
+    /// Its position when lent, and after the bytes read for it.
+    from: u64,
+    to: u64,
+    /// Those bytes were all the stream had.
+    all: bool,
+    chunks: Vec<Bytes>,
+    /// The position after what the socket took.
+    sent: u64,
 }
 
 impl State {
@@ -1155,20 +1242,101 @@ mod tests {
         .unwrap();
         assert!(!rx.has_changed().unwrap(), "a held append woke the sender");
         // The release is the holding thread's own: another thread's finds nothing pending.
-        p.release_wakes();
+        p.release_wakes(true);
         assert!(!rx.has_changed().unwrap());
         let p2 = p.clone();
         std::thread::spawn(move || {
             hold_wakes();
             p2.append(&effects(&[(0, &["SET", "c", "1"])]));
             p2.append(&effects(&[(0, &["SET", "c", "2"])]));
-            p2.release_wakes();
-            p2.release_wakes();
+            p2.release_wakes(true);
+            p2.release_wakes(true);
         })
         .join()
         .unwrap();
         assert!(rx.has_changed().unwrap());
         assert_eq!(*rx.borrow_and_update(), p.offset());
+        p.done_waiting();
+    }
+
+    /// A replica's socket as a loop sees it: takes up to `room` bytes, keeps what it took.
+    struct Socketish {
+        room: std::sync::atomic::AtomicUsize,
+        got: Mutex<Vec<u8>>,
+    }
+
+    impl crate::DirectOut for Arc<Socketish> {
+        fn try_send(&self, chunks: &[Bytes]) -> std::io::Result<usize> {
+            let mut got = self.got.lock();
+            let mut n = 0;
+            for c in chunks {
+                let take = c.len().min(self.room.load(Ordering::SeqCst) - n);
+                got.extend_from_slice(&c[..take]);
+                n += take;
+            }
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_loop_sends_the_stream_on_a_parked_socket_and_wakes_the_sender_only_for_what_it_could_not() {
+        let p = Primary::new(PrimarySettings::default());
+        let _first = full_sync_replica(&p);
+        p.append(&effects(&[(0, &["SET", "a", "0"])]));
+        let req = SyncRequest { replid: p.replid(), offset: p.offset() as i64 + 1, psync: true };
+        let session = p.accept_sync(&req, &Handshake::default(), 2, "127.0.0.1:6000");
+        let sock = Arc::new(Socketish { room: usize::MAX.into(), got: Mutex::default() });
+        let direct = Direct::new(Box::new(sock.clone()));
+        p.lend_socket(session.id, direct.clone());
+        let mut rx = p.subscribe();
+        rx.borrow_and_update();
+        let from = p.offset();
+        let on_a_loop = |p: &Arc<Primary>, cmds: &'static [(usize, &'static [&'static str])], direct: bool| {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                hold_wakes();
+                p.append(&effects(cmds));
+                p.release_wakes(direct);
+            })
+            .join()
+            .unwrap();
+        };
+        // The sender has not parked its socket: the loop wakes it, as before.
+        p.will_wait();
+        on_a_loop(&p, &[(0, &["SET", "b", "1"])], true);
+        assert!(rx.has_changed().unwrap());
+        rx.borrow_and_update();
+        assert!(sock.got.lock().is_empty());
+        // It catches up and parks: the loop sends the next turn's bytes itself, from the
+        // replica's position, and the sender sleeps on.
+        let mut chunks = Vec::new();
+        let pos = p.read_stream(session.id, 1 << 20, &mut chunks).unwrap();
+        p.advance(session.id, pos);
+        direct.park();
+        let before = p.offset();
+        on_a_loop(&p, &[(0, &["SET", "c", "2"]), (0, &["SET", "d", "3"])], true);
+        assert!(!rx.has_changed().unwrap(), "the loop sent it all, yet woke the sender");
+        assert_eq!(sock.got.lock().as_slice(), &p.stream_after(before)[..]);
+        assert!(from < before);
+        // While the server is stopped (DEBUG SLEEP) the loop leaves the socket alone.
+        on_a_loop(&p, &[(0, &["SET", "e", "4"])], false);
+        assert!(rx.has_changed().unwrap());
+        rx.borrow_and_update();
+        let mut chunks = Vec::new();
+        let pos = p.read_stream(session.id, 1 << 20, &mut chunks).unwrap();
+        p.advance(session.id, pos);
+        // A socket that takes 5 bytes: the loop records those and wakes the sender for the rest.
+        sock.got.lock().clear();
+        sock.room.store(5, Ordering::SeqCst);
+        let before = p.offset();
+        on_a_loop(&p, &[(0, &["SET", "f", "5"])], true);
+        assert!(rx.has_changed().unwrap());
+        let mut chunks = Vec::new();
+        p.read_stream(session.id, 1 << 20, &mut chunks).unwrap();
+        let rest: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+        let whole = p.stream_after(before);
+        assert_eq!(sock.got.lock().as_slice(), &whole[..5]);
+        assert_eq!(rest, &whole[5..]);
         p.done_waiting();
     }
 

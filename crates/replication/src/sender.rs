@@ -12,6 +12,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 use tracing::{info, warn};
 
+use crate::direct::{Direct, DirectOut};
 use crate::primary::{Primary, SyncDecision, SyncPoint};
 use crate::{BoxFuture, Error, ProtocolViolation, random_hex40};
 
@@ -125,7 +126,7 @@ pub trait SnapshotSource: Send + Sync {
 /// (or [`ReplicaSession::run`] returning) detaches the replica.
 pub struct ReplicaSession {
     primary: Arc<Primary>,
-    id: u64,
+    pub(crate) id: u64,
     decision: SyncDecision,
     /// False for the old `SYNC`, which gets no `+FULLRESYNC` line.
     psync: bool,
@@ -133,6 +134,8 @@ pub struct ReplicaSession {
     handshake: Handshake,
     name: String,
     kill: Arc<Notify>,
+    /// Its socket as event loops may send on it, when the server lent it.
+    direct: Option<Arc<Direct>>,
 }
 
 impl ReplicaSession {
@@ -147,7 +150,16 @@ impl ReplicaSession {
         name: String,
         kill: Arc<Notify>,
     ) -> Self {
-        ReplicaSession { primary, id, decision, psync, replid, handshake, name, kill }
+        ReplicaSession { primary, id, decision, psync, replid, handshake, name, kill, direct: None }
+    }
+
+    /// Lets the event loops that append to the stream send it on the replica's connection
+    /// themselves while this session waits for more (see [`DirectOut`]). Only for a
+    /// connection whose bytes need no further processing: plain TCP.
+    pub fn lend_socket(&mut self, out: Box<dyn DirectOut>) {
+        let direct = Direct::new(out);
+        self.primary.lend_socket(self.id, direct.clone());
+        self.direct = Some(direct);
     }
 
     /// Whether this session continues the replica's stream or sends a snapshot first.
@@ -174,6 +186,7 @@ impl ReplicaSession {
                             "+CONTINUE\r\n".to_string()
                         };
                         wr.write_all(line.as_bytes()).await?;
+                        wr.flush().await?;
                     }
                     SyncDecision::FullResync => self.full_sync(&mut wr, source).await?,
                 }
@@ -252,9 +265,15 @@ impl ReplicaSession {
             // Registered and marked seen before reading: an append after the read wakes us.
             let waiting = WaitGuard::new(&self.primary);
             rx.borrow_and_update();
+            if let Some(d) = &self.direct {
+                d.take().await;
+            }
             chunks.clear();
             let pos = self.primary.read_stream(self.id, BATCH, &mut chunks)?;
             if chunks.is_empty() {
+                if let Some(d) = &self.direct {
+                    d.park();
+                }
                 let woken = rx.changed().await;
                 drop(waiting);
                 if woken.is_err() {
@@ -339,8 +358,8 @@ async fn keepalive<W: AsyncWrite + Unpin, F: Future>(wr: &mut W, fut: F) -> Resu
     }
 }
 
-/// How much stream one write round sends.
-const BATCH: usize = 256 * 1024;
+/// How much stream one write round sends (a loop's send too).
+pub(crate) const BATCH: usize = 256 * 1024;
 /// `NET_HOST_STR_LEN`.
 const MAX_HOST_LEN: usize = 256;
 const KEEPALIVE: Duration = Duration::from_secs(1);

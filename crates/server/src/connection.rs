@@ -482,8 +482,12 @@ impl Conn {
     ) -> io::Result<()> {
         let leftover = std::mem::take(&mut self.rbuf);
         let source = crate::replication::snapshots(srv);
+        let mut session = start.session;
+        if let Some(dup) = stream.plain_duplicate() {
+            session.lend_socket(Box::new(crate::replication::LentSocket(dup)));
+        }
         let gated = crate::freeze::Gated::new(stream, srv.clone());
-        let _ = start.session.run(gated, &leftover, source.as_ref()).await;
+        let _ = session.run(gated, &leftover, source.as_ref()).await;
         Ok(())
     }
 

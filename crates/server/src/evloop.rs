@@ -249,7 +249,8 @@ fn run(srv: Arc<Server>, handle: tokio::runtime::Handle, shared: Arc<Shared>, mu
     // Commands that start background work (BGSAVE, CONFIG SET of a port) spawn it on the
     // runtime from here.
     let _runtime = handle.enter();
-    // Replicas' senders are woken once per turn, below, not once per batch.
+    // Replicas' senders are woken (or their sockets written) once per turn, below, not once
+    // per batch.
     hotkv_replication::hold_wakes();
     let registry = match poll.registry().try_clone() {
         Ok(r) => r,
@@ -327,7 +328,7 @@ fn run(srv: Arc<Server>, handle: tokio::runtime::Handle, shared: Arc<Shared>, mu
         // Valkey's beforeSleep: the replies of every client served this turn leave now.
         let writes = STATE.with(|s| s.borrow_mut().as_mut().map(|st| std::mem::take(&mut st.writes)));
         let Some(mut writes) = writes else {
-            srv.repl.primary.release_wakes();
+            srv.repl.primary.release_wakes(false);
             return;
         };
         for &t in &writes {
@@ -342,8 +343,9 @@ fn run(srv: Arc<Server>, handle: tokio::runtime::Handle, shared: Arc<Shared>, mu
                 st.writes = writes;
             }
         });
-        // And what the turn's writes added to the stream goes to the replicas.
-        srv.repl.primary.release_wakes();
+        // And what the turn's writes added to the stream goes to the replicas, on their
+        // sockets from here when their senders wait (not while DEBUG SLEEP stops the server).
+        srv.repl.primary.release_wakes(!srv.freeze.frozen());
         shared.busy.store(false, Ordering::Relaxed);
     }
 }

@@ -174,6 +174,16 @@ impl Socket {
         self.fd.get_ref().as_raw_fd()
     }
 
+    /// A second descriptor of a plain connection, for another thread to send on while this
+    /// one does not (a replica's stream, see `hotkv_replication::DirectOut`); None under TLS,
+    /// whose records only this socket's session can make.
+    pub fn plain_duplicate(&self) -> Option<socket2::Socket> {
+        if self.tls.is_some() || !self.queue.is_empty() {
+            return None;
+        }
+        self.fd.get_ref().try_clone().ok()
+    }
+
     /// Whether this is a TLS connection.
     pub fn is_tls(&self) -> bool {
         self.tls.is_some()
