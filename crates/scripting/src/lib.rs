@@ -12,6 +12,7 @@ pub mod functions;
 pub mod ldb;
 pub mod libs;
 mod raw;
+mod strip;
 pub mod vm;
 
 pub use body::{Sha, flag, sha1_hex};

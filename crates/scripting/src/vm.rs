@@ -266,7 +266,7 @@ impl Vm {
         }?;
         statics.raw_set("call", call_fn)?;
         statics.raw_set("pcall", pcall_fn)?;
-        let api: Function = lua.load(include_str!("api.lua")).set_name("=api").into_function()?;
+        let api = api_chunk(&lua)?;
         type Api = (Table, Function, Function, Function, Function, Table);
         let (env, make_runner, make_fn_runner, intact, load_library, dbg): Api =
             api.call((current.slot.clone(), statics))?;
@@ -637,6 +637,27 @@ impl Vm {
         if account(self.epoch, now, self.reported) {
             self.reported = now;
         }
+    }
+}
+
+/// The API chunk (api.lua), compiled once per process and kept without its debug information
+/// (see `strip`): its prototypes live as long as each VM, and the line table and names were
+/// a third of them.
+fn api_chunk(lua: &Lua) -> mlua::Result<Function> {
+    static STRIPPED: std::sync::OnceLock<Option<Vec<u8>>> = std::sync::OnceLock::new();
+    let text = || lua.load(include_str!("api.lua")).set_name("=api").into_function();
+    let stripped = match STRIPPED.get() {
+        Some(s) => s,
+        None => {
+            let made = crate::strip::strip(&text()?.dump(false))
+                .inspect_err(|e| tracing::warn!("Lua API chunk kept with its debug information: {e:?}"))
+                .ok();
+            STRIPPED.get_or_init(|| made)
+        }
+    };
+    match stripped {
+        Some(bytes) => lua.load(&bytes[..]).set_name("=api").set_mode(mlua::ChunkMode::Binary).into_function(),
+        None => text(),
     }
 }
 
