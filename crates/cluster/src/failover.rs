@@ -755,8 +755,9 @@ impl ClusterState {
         info!(epoch, "New configEpoch set to {epoch}");
     }
 
-    /// A pseudo-random number (xorshift): the election jitter needs no more.
-    fn random(&mut self) -> u64 {
+    /// A pseudo-random number (xorshift): the election jitter and the choice of gossip need no
+    /// more.
+    pub(crate) fn random(&mut self) -> u64 {
         let mut x = self.rng;
         x ^= x << 13;
         x ^= x >> 7;

@@ -644,10 +644,14 @@ impl ClusterState {
         }
     }
 
-    /// A PING, PONG or MEET with gossip about a few other nodes, the most recently silent
-    /// first (those are where news matters), plus every node this one suspects.
+    /// A PING, PONG or MEET with gossip about every node this one suspects, plus a few other
+    /// nodes picked at random, as Valkey's `clusterSendPing` picks them. The pick must be
+    /// random: taking the nodes heard from longest ago, which each ping here did before, could
+    /// leave a node out of every ping of a node that hears it often, and with ten nodes some
+    /// learned of a new one 20-28 s late (Valkey's cluster tests wait 50 s for ten nodes).
     fn gossip_message(&mut self, kind: Kind, to: Option<NodeId>, now: i64) -> Message {
-        // Sized once and sorted in place: one allocation whatever the number of nodes.
+        let mut seed = self.random() | 1;
+        // Sized once and shuffled in place: one allocation whatever the number of nodes.
         let mut candidates: Vec<&Entry> = Vec::with_capacity(self.nodes.len());
         candidates.extend(
             self.nodes
@@ -655,12 +659,20 @@ impl ClusterState {
                 .filter(|e| e.node.id != self.me && Some(e.node.id) != to && !e.node.flags.has(NodeFlags::HANDSHAKE))
                 .filter(|e| !e.node.flags.has(NodeFlags::NOADDR)),
         );
+        // Suspected nodes first, all of them: their failure reports travel this way.
+        candidates.sort_unstable_by_key(|e| !e.node.flags.has(NodeFlags::PFAIL));
+        let suspected = candidates.iter().take_while(|e| e.node.flags.has(NodeFlags::PFAIL)).count();
         // Redis gossips about a tenth of the nodes, at least three; small clusters hear about
         // everyone every time.
-        let wanted = (self.nodes.len() / 10).max(3);
-        candidates.sort_unstable_by_key(|e| (!e.node.flags.has(NodeFlags::PFAIL), e.node.pong_received_ms));
-        let wanted = wanted.max(candidates_pfail(&self.nodes));
-        let mut entries = GossipSection::with_capacity(wanted.min(candidates.len()));
+        let wanted = ((self.nodes.len() / 10).max(3) + suspected).min(candidates.len());
+        for i in suspected..wanted {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let j = i + (seed % (candidates.len() - i) as u64) as usize;
+            candidates.swap(i, j);
+        }
+        let mut entries = GossipSection::with_capacity(wanted);
         for e in candidates.into_iter().take(wanted) {
             entries.push(&Gossip {
                 id: e.node.id,
@@ -2152,11 +2164,6 @@ const WRITABLE_DELAY_MS: i64 = 2000;
 /// The shortest and longest wait between two ticks (see [`ClusterState::next_tick_in`]).
 const TICK_MIN_MS: i64 = 100;
 const TICK_MAX_MS: i64 = 1000;
-
-/// How many nodes are suspected: all of them go into every gossip section.
-fn candidates_pfail(nodes: &HashMap<NodeId, Entry>) -> usize {
-    nodes.values().filter(|e| e.node.flags.has(NodeFlags::PFAIL)).count()
-}
 
 #[cfg(test)]
 #[path = "state_tests.rs"]
