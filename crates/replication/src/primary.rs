@@ -800,10 +800,7 @@ impl Primary {
         if entry.start_on_ack {
             return Ok(pos);
         }
-        let end = buf.read(pos, max, out);
-        // What came from the tail is a copy (see `ReplBuffer::read`), alive until `advance`.
-        entry.copied = end.saturating_sub(pos.max(buf.tail_start())) as usize;
-        Ok(end)
+        Ok(entry.read(buf, pos, max, out))
     }
 
     /// Why replica `id` was dropped, for its session's error.
@@ -813,13 +810,7 @@ impl Primary {
 
     /// Records that replica `id` has been sent everything up to `pos`.
     pub(crate) fn advance(&self, id: u64, pos: u64) {
-        let mut st = self.state.lock();
-        if let Some(e) = st.replicas.get_mut(&id) {
-            e.copied = 0;
-        }
-        if let Some(b) = st.backlog.as_mut() {
-            b.advance(id, pos);
-        }
+        self.state.lock().sent(id, pos);
     }
 
     /// `REPLCONF ACK <offset> [FACK <aofoffset>]` from replica `id`, or a bare newline
@@ -955,7 +946,7 @@ impl Primary {
             let State { replicas, backlog, offset, .. } = &mut *st;
             let Some(buf) = backlog.as_ref() else { return 0 };
             for (&id, e) in replicas.iter_mut() {
-                let Some(d) = &e.direct else { continue };
+                let Some(d) = e.direct.clone() else { continue };
                 if e.dropped.is_some() || e.state != ReplicaState::Online || !d.try_lend() {
                     continue;
                 }
@@ -966,10 +957,9 @@ impl Primary {
                     continue;
                 };
                 let mut chunks = Vec::new();
-                let to = buf.read(from, crate::sender::BATCH, &mut chunks);
-                e.copied = to.saturating_sub(from.max(buf.tail_start())) as usize;
+                let to = e.read(buf, from, crate::sender::BATCH, &mut chunks);
                 // Beyond one send's worth, the sender takes it from there.
-                loans.push(Loan { id, direct: d.clone(), from, to, all: to >= *offset, chunks, sent: from });
+                loans.push(Loan { id, direct: d, from, to, all: to >= *offset, chunks, sent: from });
             }
         }
         if loans.is_empty() {
@@ -981,12 +971,7 @@ impl Primary {
         {
             let mut st = self.state.lock();
             for l in &loans {
-                if let Some(e) = st.replicas.get_mut(&l.id) {
-                    e.copied = 0;
-                }
-                if let Some(b) = st.backlog.as_mut() {
-                    b.advance(l.id, l.sent);
-                }
+                st.sent(l.id, l.sent);
             }
         }
         for l in &loans {
@@ -1021,7 +1006,29 @@ struct Loan {
     sent: u64,
 }
 
+impl Entry {
+    /// Collects the stream after `from` (up to about `max` bytes) for this replica into `out`;
+    /// the position after it.
+    fn read(&mut self, buf: &ReplBuffer, from: u64, max: usize, out: &mut Vec<Bytes>) -> u64 {
+        let to = buf.read(from, max, out);
+        // What came from the tail is a copy (see `ReplBuffer::read`), alive until `sent`.
+        self.copied = to.saturating_sub(from.max(buf.tail_start())) as usize;
+        to
+    }
+}
+
 impl State {
+    /// Replica `id` has been sent everything up to `pos`: its copy of the tail is gone and
+    /// what only it held may be trimmed.
+    fn sent(&mut self, id: u64, pos: u64) {
+        if let Some(e) = self.replicas.get_mut(&id) {
+            e.copied = 0;
+        }
+        if let Some(b) = self.backlog.as_mut() {
+            b.advance(id, pos);
+        }
+    }
+
     /// PSYNC's partial path; `Some(pos)` when the replica can continue after `pos`.
     fn try_partial(&self, req: &SyncRequest, name: &str) -> Option<u64> {
         if !req.psync {
