@@ -85,10 +85,11 @@ redis.VALKEY_VERSION = static.version
 redis.VALKEY_VERSION_NUM = static.version_num
 redis.SERVER_NAME = 'valkey'
 
--- Read-only tables: an empty proxy whose reads go to the real table and whose writes fail,
--- with a metatable that is itself read-only. `protected` lists every proxy so the functions
--- that write raw (rawset, table.insert...) refuse them too, and so the VM can check after a run
--- that none was tampered with.
+-- Read-only tables: an empty proxy whose reads go to the real table and whose writes fail.
+-- `protected` lists every proxy so the functions that write raw (rawset, table.insert...)
+-- refuse them too, and so the VM can check after a run that none was tampered with. Nothing a
+-- script can reach leads to a real table: not a proxy's metatable (getmetatable shows a stand-in
+-- instead), not what pairs and ipairs return, not a built-in function's environment.
 local protected = setmetatable({}, {__mode = 'k'})
 local backing = setmetatable({}, {__mode = 'k'})
 local function ro()
@@ -97,10 +98,20 @@ end
 local function missing(_, name)
   error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
 end
--- `strict`: reading a missing field is an error too (the library-loading API's tables).
-local function readonly(t, strict)
+-- What getmetatable shows of a read-only table: an empty read-only table, whose `__index`
+-- reads `index`. Valkey's read-only tables have no metatable but _G, whose `__index` is the
+-- function reporting a missing global.
+local function stand_in(index)
   local shown = {}
-  setmetatable(shown, {__index = {__index = t}, __newindex = ro, __metatable = false})
+  local mt = {__newindex = ro, __metatable = false}
+  if index ~= nil then mt.__index = {__index = index} end
+  setmetatable(shown, mt)
+  protected[shown] = true
+  return shown
+end
+local hidden = stand_in(nil)
+-- `strict`: reading a missing field is an error too (the library-loading API's tables).
+local function readonly(t, strict, shown)
   local index = t
   if strict then
     index = function(_, k)
@@ -111,26 +122,32 @@ local function readonly(t, strict)
       return v
     end
   end
-  local proxy = setmetatable({}, {__index = index, __newindex = ro, __metatable = shown})
+  local proxy = setmetatable({}, {__index = index, __newindex = ro, __metatable = shown or hidden})
   protected[proxy] = true
-  protected[shown] = true
   backing[proxy] = t
   return proxy
 end
 
 -- Lua 5.1 has no __pairs: next, pairs and ipairs look through a proxy to its table, so
--- `for k in pairs(os)` lists os's functions as it does in Valkey.
+-- `for k in pairs(os)` lists os's functions as it does in Valkey. The state they hand the loop
+-- is the proxy itself, never the table behind it.
 local rawnext, rawpairs, rawipairs = next, pairs, ipairs
-G.next = function(t, k)
+local function pnext(t, k)
   return rawnext(backing[t] or t, k)
 end
+local function inext(p, i)
+  i = i + 1
+  local v = rawget(backing[p], i)
+  if v ~= nil then return i, v end
+end
+G.next = pnext
 G.pairs = function(t)
-  local b = backing[t]
-  if b then return rawnext, b, nil end
+  if backing[t] then return pnext, t, nil end
   return rawpairs(t)
 end
 G.ipairs = function(t)
-  return rawipairs(backing[t] or t)
+  if backing[t] then return inext, t, 0 end
+  return rawipairs(t)
 end
 local function refuse(t)
   if protected[t] then error('Attempt to modify a readonly table', 3) end
@@ -212,9 +229,24 @@ G.load = function(fn, name)
   if f then setfenv(f, env) end
   return f, e
 end
+-- The built-in functions (the base library's, this API's, the libraries') have the real
+-- globals as their environment: a script sees the read-only proxy in its place, and cannot
+-- give a built-in another one. A level counts from the script's caller, past this wrapper.
+local function level(f)
+  if type(f) == 'number' and f > 0 then return f + 1 end
+  return f
+end
+G.getfenv = function(f)
+  local e = getfenv(level(f or 1))
+  if e == G then return env end
+  return e
+end
 G.setfenv = function(f, t)
   if f == 0 then error('Attempt to modify a readonly table', 2) end
-  return setfenv(f, t)
+  f = level(f)
+  if getfenv(f) == G then error('Attempt to modify a readonly table', 2) end
+  local r = setfenv(f, t)
+  return r
 end
 
 -- Rust helpers answer (ok, value); a failure is raised here, at the caller's line.
@@ -254,11 +286,11 @@ rawset(G, 'server', rawget(G, 'redis'))
 -- Strings' methods come from the read-only string table, and their metatable cannot be had.
 local smeta = getmetatable('')
 smeta.__index = rawget(G, 'string')
-smeta.__metatable = readonly({})
+smeta.__metatable = hidden
 
 -- Reading an undeclared global is an error; the globals seen by scripts are read-only.
 setmetatable(G, {__index = missing})
-env = readonly(G)
+env = readonly(G, false, stand_in(missing))
 rawset(G, '_G', env)
 
 -- FUNCTION libraries. Their code runs with `fenv` as its globals: while a library loads,
@@ -352,7 +384,7 @@ local lib_api = {
 }
 local lib_api_ro = readonly(lib_api, true)
 local lib_globals = readonly({redis = lib_api_ro, server = lib_api_ro}, true)
-local fmeta = {__index = G, __newindex = ro, __metatable = readonly({})}
+local fmeta = {__index = G, __newindex = ro, __metatable = hidden}
 local fenv = setmetatable({}, fmeta)
 protected[fenv] = true
 

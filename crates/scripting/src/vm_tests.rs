@@ -198,6 +198,60 @@ fn the_sandbox_holds() {
     assert_eq!(eval(&mut vm, &mut h, "return #KEYS", &[], &[]), ":0\r\n");
 }
 
+/// The ways around a read-only proxy to the table behind it: its metatable, the state pairs and
+/// ipairs return, the environment of a built-in function. Each must fail or find nothing to
+/// write, and no later script may see a change.
+#[test]
+fn the_tables_behind_the_read_only_globals_cannot_be_reached() {
+    let (mut vm, mut h) = (Vm::new().unwrap(), Fake::default());
+    let evil = "function() return 'pwned' end";
+    for trick in [
+        format!("getmetatable(redis).__index.call = {evil}"),
+        format!("rawset(getmetatable(redis).__index, 'call', {evil})"),
+        format!("getmetatable(_G).__index.redis = {{call = {evil}}}"),
+        format!("local _, t = pairs(redis) t.call = {evil}"),
+        format!("local _, t = ipairs(redis) t.call = {evil}"),
+        format!("local _, t = pairs(_G) t.redis = {{call = {evil}}}"),
+        format!("getfenv(pairs).redis = {{call = {evil}}}"),
+        format!("getfenv(redis.status_reply).redis = {{call = {evil}}}"),
+        format!("getfenv(cjson.encode).redis = {{call = {evil}}}"),
+        format!("getfenv(redis.call).redis = {{call = {evil}}}"),
+        format!("setfenv(redis.status_reply, {{select = {evil}}})"),
+        format!("setfenv(pairs, {{}})"),
+    ] {
+        let _ = eval(&mut vm, &mut h, &trick, &[], &[]);
+        assert_eq!(eval(&mut vm, &mut h, "return redis.call('ping')", &[], &[]), "+PONG\r\n", "after {trick}");
+        assert_eq!(eval(&mut vm, &mut h, "return redis.status_reply('x')", &[], &[]), "+x\r\n", "after {trick}");
+        let r = eval(&mut vm, &mut h, "local n = 0 for k in pairs(redis) do n = n + 1 end return n", &[], &[]);
+        assert!(r.starts_with(':') && r != ":0\r\n", "after {trick}: {r}");
+    }
+    // What the metatables show: _G's reports a missing global, as Valkey's does; the others
+    // show nothing, and none can be written.
+    let r = eval(&mut vm, &mut h, "return type(getmetatable(_G).__index)", &[], &[]);
+    assert_eq!(r, "$8\r\nfunction\r\n");
+    let r = eval(&mut vm, &mut h, "return getmetatable(_G).__index(nil, 'zz')", &[], &[]);
+    assert!(r.contains("Script attempted to access nonexistent global variable 'zz'"), "{r}");
+    assert_eq!(eval(&mut vm, &mut h, "return getmetatable(redis).__index == nil", &[], &[]), ":1\r\n");
+    let r = eval(&mut vm, &mut h, "getmetatable(redis).x = 1", &[], &[]);
+    assert!(r.contains("Attempt to modify a readonly table"), "{r}");
+    let r = eval(&mut vm, &mut h, "rawset(getmetatable(cjson), 'x', 1)", &[], &[]);
+    assert!(r.contains("Attempt to modify a readonly table"), "{r}");
+    // Iterating a library still lists it, with ipairs and next as well as pairs.
+    let r = eval(&mut vm, &mut h, "local n = 0 for k in pairs(_G) do n = n + 1 end return n > 10", &[], &[]);
+    assert_eq!(r, ":1\r\n");
+    let r = eval(&mut vm, &mut h, "return next(os)", &[], &[]);
+    assert_eq!(r, "$5\r\nclock\r\n");
+    let r = eval(&mut vm, &mut h, "local n = 0 for i in ipairs(redis) do n = n + 1 end return n", &[], &[]);
+    assert_eq!(r, ":0\r\n");
+    let r = eval(&mut vm, &mut h, "local n = 0 for i, v in ipairs({5, 6, 7}) do n = n + v end return n", &[], &[]);
+    assert_eq!(r, ":18\r\n");
+    // A script's own functions keep their environment to change.
+    let r = eval(&mut vm, &mut h, "local function f() return x end setfenv(f, {x = 3}) return f()", &[], &[]);
+    assert_eq!(r, ":3\r\n");
+    let r = eval(&mut vm, &mut h, "return getfenv(1) == _G and getfenv(0) == _G and getfenv(pairs) == _G", &[], &[]);
+    assert_eq!(r, ":1\r\n");
+}
+
 #[test]
 fn resp3_and_api_helpers() {
     let (mut vm, mut h) = (Vm::new().unwrap(), Fake::default());
