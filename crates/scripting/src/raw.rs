@@ -166,6 +166,71 @@ pub(crate) unsafe fn push_list(l: *mut lua_State, items: &[&[u8]]) {
     }
 }
 
+/// The most entries a KEYS or ARGV table may hold to be refilled for the next run rather than
+/// replaced: beyond it, clearing costs more than a new table, and a table a script filled
+/// would keep its size.
+const REFILL_MAX: usize = 32;
+
+/// Sets the global `name` (the real global table at stack index `g`, an absolute index) to a
+/// list of `items`, Valkey's `luaCreateArray` + `lua_setglobal`, refilling the list the previous
+/// run left there when it is still a plain table of at most [`REFILL_MAX`] entries. An EVAL
+/// script cannot keep a reference to KEYS or ARGV past its run (the globals are read-only), so
+/// a refilled table is as good as a new one, and a short script no longer leaves two tables
+/// for the collector each run. Whatever the last run put in it, it is emptied first.
+///
+/// # Safety
+/// As [`push_reply`], with room for four values.
+pub(crate) unsafe fn set_list(l: *mut lua_State, g: c_int, name: &std::ffi::CStr, items: &[&[u8]]) {
+    // SAFETY: the caller's promise; every access is raw, so no metamethod runs, and the
+    // traversal only clears fields that exist (which `lua_next` allows).
+    unsafe {
+        ffi::lua_pushstring_(l, name.as_ptr());
+        ffi::lua_rawget(l, g);
+        if items.len() <= REFILL_MAX && emptied(l) {
+            for (i, item) in (1..).zip(items) {
+                push_bytes(l, item);
+                ffi::lua_rawseti_(l, -2, i);
+            }
+            ffi::lua_pop(l, 1);
+            return;
+        }
+        ffi::lua_pop(l, 1);
+        ffi::lua_pushstring_(l, name.as_ptr());
+        push_list(l, items);
+        ffi::lua_rawset(l, g);
+    }
+}
+
+/// Whether the value on top is a table with no metatable and at most [`REFILL_MAX`] entries,
+/// which are then cleared. The value stays on the stack either way.
+unsafe fn emptied(l: *mut lua_State) -> bool {
+    // SAFETY: the caller's promise of three free slots beyond the value; `lua_next` is given
+    // only keys it returned itself.
+    unsafe {
+        if ffi::lua_type(l, -1) != ffi::LUA_TTABLE {
+            return false;
+        }
+        if ffi::lua_getmetatable(l, -1) != 0 {
+            ffi::lua_pop(l, 1);
+            return false;
+        }
+        let mut seen = 0;
+        ffi::lua_pushnil(l);
+        while ffi::lua_next(l, -2) != 0 {
+            ffi::lua_pop(l, 1);
+            seen += 1;
+            if seen > REFILL_MAX {
+                ffi::lua_pop(l, 1);
+                return false;
+            }
+            ffi::lua_pushvalue(l, -1);
+            ffi::lua_pushnil(l);
+            ffi::lua_rawset(l, -4);
+        }
+        true
+    }
+}
+
 /// Appends the call argument at stack index `i` to `out` as Valkey's `luaRedisGenericCommand`
 /// takes it: a string as it is, a number as an integer when it is one (Valkey's `double2ll`),
 /// else in its shortest round-trip form. `false` for any other type.

@@ -93,6 +93,9 @@ pub struct Vm {
     functions_generation: u64,
     /// Runs so far, to pace the sandbox check and the memory report.
     runs: u64,
+    /// The heap after the last full collection, or lower if it was seen lower since (see
+    /// [`Vm::keep_heap_near_live`]).
+    gc_floor: usize,
     /// What this VM last added to [`lua_memory`].
     reported: usize,
     /// The generation it was made in (see [`reset_all`]).
@@ -271,8 +274,9 @@ impl Vm {
         let (env, make_runner, make_fn_runner, intact, load_library, dbg): Api =
             api.call((current.slot.clone(), statics))?;
         lua.set_globals(env)?;
-        // What setting up left behind (the API chunk, library tables' temporaries) goes now,
-        // so a fresh VM reports what it keeps.
+        // What setting up left behind (the API chunk's main function, 4.5 KB, and library
+        // tables' temporaries) goes now, so a fresh VM reports what it keeps.
+        drop(api);
         lua.gc_collect()?;
         let epoch = vm_epoch();
         let mut vm = Vm {
@@ -288,10 +292,12 @@ impl Vm {
             functions: HashMap::default(),
             functions_generation: u64::MAX,
             runs: 0,
+            gc_floor: 0,
             reported: 0,
             epoch,
         };
         vm.install_hook();
+        vm.gc_floor = vm.lua.used_memory();
         vm.report_memory();
         Ok(vm)
     }
@@ -478,8 +484,9 @@ impl Vm {
         out: &mut ReplyBuf,
     ) -> Outcome {
         let (lua, globals) = (self.lua.clone(), self.globals.clone());
-        // One protected call sets KEYS and ARGV and runs the runner: mlua's own calls each
-        // cost a protected call of their own (and, on Lua 5.1, a C closure to collect).
+        // One protected call sets KEYS and ARGV (refilling last run's tables) and runs the
+        // runner: mlua's own calls each cost a protected call of their own (and, on Lua 5.1, a
+        // C closure to collect).
         #[allow(unsafe_code)]
         // SAFETY: inside mlua's protected call, with the real global table at index 1 and the
         // runner at 2, the stack grown for what is pushed at once. The runner catches the
@@ -488,11 +495,8 @@ impl Vm {
         let run = || unsafe {
             lua.exec_raw::<(bool, Value)>((globals, f), |l| {
                 mlua::ffi::lua_checkstack(l, 4);
-                for (name, items) in [(c"KEYS", call.keys), (c"ARGV", call.args)] {
-                    mlua::ffi::lua_pushstring_(l, name.as_ptr());
-                    crate::raw::push_list(l, items);
-                    mlua::ffi::lua_rawset(l, 1);
-                }
+                crate::raw::set_list(l, 1, c"KEYS", call.keys);
+                crate::raw::set_list(l, 1, c"ARGV", call.args);
                 mlua::ffi::lua_call(l, 0, 2);
                 mlua::ffi::lua_remove(l, 1);
             })
@@ -572,11 +576,7 @@ impl Vm {
             }
         };
         self.runs += 1;
-        // No forced GC step here (Valkey's LUA_GC_CYCLE_PERIOD, a 50 KB step every 50 runs):
-        // a step that size finishes a whole cycle, marking the VM's ~90 KB of live objects
-        // every 50 runs however little garbage they left, which was 12% of a short EVALSHA's
-        // instructions. Lua 5.1's own collector is incremental, paced by what is allocated:
-        // its work follows the garbage, and the heap stays within twice what is live.
+        self.keep_heap_near_live();
         // Every proxy was written through a refusing path unless something was missed: the
         // check is defense in depth, cheap enough every 64 runs and after every raised error
         // (where a probing script would show itself).
@@ -631,6 +631,33 @@ impl Vm {
         Outcome::Failed { counted }
     }
 
+    /// Collects the VM's garbage once its heap has grown past what the last full collection
+    /// left (`gc_floor`) by an eighth, at least [`GC_SLACK_MIN`]: so a VM stays near its live
+    /// size, as Valkey's does with its forced step (`LUA_GC_CYCLE_PERIOD`, 50 KB every 50 runs),
+    /// but pays for a collection only when runs leave garbage. That forced step finished a whole
+    /// cycle each time, marking every live object every 50 runs however little the runs left:
+    /// 12% of a short EVALSHA's instructions. Lua 5.1's own pacing (a cycle once the heap is
+    /// twice the live size) let `used_memory_lua` reach 2.5 times the live size. A VM holding
+    /// more than [`GC_FULL_MAX`] is left to that incremental collector, so no run waits for a
+    /// whole large heap to be marked.
+    fn keep_heap_near_live(&mut self) {
+        let used = self.lua.used_memory();
+        self.gc_floor = self.gc_floor.min(used);
+        if self.gc_floor > GC_FULL_MAX || used <= self.gc_floor + (self.gc_floor / 8).max(GC_SLACK_MIN) {
+            return;
+        }
+        if self.lua.gc_collect().is_ok() {
+            self.gc_floor = self.lua.used_memory();
+            self.report_memory();
+        }
+    }
+
+    /// The bytes the VM's heap holds now.
+    #[cfg(test)]
+    pub(crate) fn heap(&self) -> usize {
+        self.lua.used_memory()
+    }
+
     /// Brings [`lua_memory`] up to date with this VM's size.
     fn report_memory(&mut self) {
         let now = self.lua.used_memory();
@@ -660,6 +687,11 @@ fn api_chunk(lua: &Lua) -> mlua::Result<Function> {
         None => text(),
     }
 }
+
+/// The least growth of a VM's heap that makes it collect (see [`Vm::keep_heap_near_live`]).
+const GC_SLACK_MIN: usize = 8 << 10;
+/// The largest heap [`Vm::keep_heap_near_live`] collects whole after a run.
+const GC_FULL_MAX: usize = 1 << 20;
 
 /// A Lua state with the standard libraries Valkey opens, the debug library among them.
 #[allow(unsafe_code)]

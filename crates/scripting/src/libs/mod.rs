@@ -17,6 +17,9 @@ mod cjson;
 mod cmsgpack;
 mod strukt;
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
 /// Creates the global tables `cjson`, `cmsgpack`, `bit` and `struct` with all their functions,
@@ -78,15 +81,26 @@ pub(crate) fn raise<T>(msg: impl Into<String>) -> LibResult<T> {
     Err(Fail::Raise(msg.into()))
 }
 
+/// A library function's body, as the dispatcher calls it.
+type Body = Rc<dyn Fn(&Lua, MultiValue) -> mlua::Result<MultiValue>>;
+
 /// The Lua-side adapters that turn a returned failure into `error(msg, 0)`.
+///
+/// Every library function is a small Lua closure over its number, calling one Rust dispatcher
+/// shared by all of them. A Rust callback of its own per function (mlua's userdata and C
+/// closure, and the adapter's two closures) cost about 400 bytes each, 12 KB of every VM for
+/// the 31 functions; a VM's size is what each full collection marks (see `Vm`).
 #[derive(Clone)]
 pub(crate) struct Wrappers {
-    /// Wraps a callback returning `true, results...` or `false, msg`.
+    /// Makes the closure for a function whose dispatcher returns `true, results...` or
+    /// `false, msg`.
     plain: Function,
-    /// Wraps a callback returning `true, table, n` (results spread with `unpack`) or
-    /// `false, msg`; used where a function can return thousands of values, which mlua could
-    /// not hold as references at once.
+    /// Makes the closure for a function whose dispatcher returns `true, table, n` (results
+    /// spread with `unpack`) or `false, msg`; used where a function can return thousands of
+    /// values, which mlua could not hold as references at once.
     spread: Function,
+    /// The bodies, by the number their closure passes to the dispatcher.
+    bodies: Rc<RefCell<Vec<Body>>>,
     /// The base library's `next` (raw `lua_next`), which lets an explicit-stack walk resume a
     /// table's traversal from a key.
     pub(crate) next: Function,
@@ -98,40 +112,68 @@ impl Wrappers {
         let error: Function = globals.raw_get("error")?;
         let unpack: Function = globals.raw_get("unpack")?;
         let next: Function = globals.raw_get("next")?;
-        let plain = lua.load(WRAP_PLAIN).set_name("=libs").into_function()?.call::<Function>(error.clone())?;
-        let spread = lua.load(WRAP_SPREAD).set_name("=libs").into_function()?.call::<Function>((error, unpack))?;
-        Ok(Wrappers { plain, spread, next })
+        let bodies: Rc<RefCell<Vec<Body>>> = Rc::default();
+        let all = bodies.clone();
+        let dispatch = lua.create_function(move |lua, mut args: MultiValue| {
+            let body = match args.pop_front() {
+                Some(Value::Integer(i)) => usize::try_from(i).ok(),
+                Some(Value::Number(n)) => Some(n as usize),
+                _ => None,
+            }
+            .and_then(|i| all.borrow().get(i).cloned());
+            // A body may run Lua (cjson's walk calls `next`), so no borrow is held through it.
+            match body {
+                Some(body) => body(lua, args),
+                None => Err(mlua::Error::runtime("no such library function")),
+            }
+        })?;
+        let plain = lua
+            .load(WRAP_PLAIN)
+            .set_name("=libs")
+            .into_function()?
+            .call::<Function>((error.clone(), dispatch.clone()))?;
+        let spread =
+            lua.load(WRAP_SPREAD).set_name("=libs").into_function()?.call::<Function>((error, unpack, dispatch))?;
+        Ok(Wrappers { plain, spread, bodies, next })
+    }
+
+    /// The closure `make` returns for a new body.
+    fn closure(&self, make: &Function, body: Body) -> mlua::Result<Function> {
+        let mut bodies = self.bodies.borrow_mut();
+        let id = bodies.len();
+        bodies.push(body);
+        drop(bodies);
+        make.call::<Function>(id)
     }
 
     /// Sets `table[name]` to a Lua function running `body`; `body` returns its results.
-    pub(crate) fn set<F>(&self, lua: &Lua, table: &Table, name: &'static str, body: F) -> mlua::Result<()>
+    pub(crate) fn set<F>(&self, _lua: &Lua, table: &Table, name: &'static str, body: F) -> mlua::Result<()>
     where
         F: Fn(&Lua, Args<'_>) -> LibResult<MultiValue> + 'static,
     {
-        let callback = lua.create_function(move |lua, args: MultiValue| {
+        let body: Body = Rc::new(move |lua: &Lua, args: MultiValue| {
             let mut out = match body(lua, Args::new(lua, args, name)) {
                 Ok(values) => values,
                 Err(fail) => return failure(lua, fail),
             };
             out.push_front(Value::Boolean(true));
             Ok(out)
-        })?;
-        table.raw_set(name, self.plain.call::<Function>(callback)?)
+        });
+        table.raw_set(name, self.closure(&self.plain, body)?)
     }
 
     /// Like [`Wrappers::set`] for a body that returns its results in a table of `n` entries.
-    pub(crate) fn set_spread<F>(&self, lua: &Lua, table: &Table, name: &'static str, body: F) -> mlua::Result<()>
+    pub(crate) fn set_spread<F>(&self, _lua: &Lua, table: &Table, name: &'static str, body: F) -> mlua::Result<()>
     where
         F: Fn(&Lua, Args<'_>) -> LibResult<(Table, usize)> + 'static,
     {
-        let callback =
-            lua.create_function(move |lua, args: MultiValue| match body(lua, Args::new(lua, args, name)) {
-                Ok((t, n)) => {
-                    Ok(MultiValue::from_vec(vec![Value::Boolean(true), Value::Table(t), Value::Number(n as f64)]))
-                }
-                Err(fail) => failure(lua, fail),
-            })?;
-        table.raw_set(name, self.spread.call::<Function>(callback)?)
+        let body: Body = Rc::new(move |lua: &Lua, args: MultiValue| match body(lua, Args::new(lua, args, name)) {
+            Ok((t, n)) => {
+                Ok(MultiValue::from_vec(vec![Value::Boolean(true), Value::Table(t), Value::Number(n as f64)]))
+            }
+            Err(fail) => failure(lua, fail),
+        });
+        table.raw_set(name, self.closure(&self.spread, body)?)
     }
 }
 
@@ -286,28 +328,28 @@ pub(crate) fn number_to_integer(d: f64) -> i64 {
     if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&d) { d as i64 } else { i64::MIN }
 }
 
-/// Adapter for a callback returning `true, results...` or `false, msg`. A tail call keeps it
+/// Adapter for a dispatcher returning `true, results...` or `false, msg`. A tail call keeps it
 /// cheap; `error` is an upvalue so a script reassigning the global cannot change it.
 const WRAP_PLAIN: &str = r#"
-local error = ...
-return function(impl)
-  local function finish(ok, ...)
-    if ok then return ... end
-    error((...), 0)
-  end
-  return function(...) return finish(impl(...)) end
+local error, dispatch = ...
+local function finish(ok, ...)
+  if ok then return ... end
+  error((...), 0)
+end
+return function(id)
+  return function(...) return finish(dispatch(id, ...)) end
 end
 "#;
 
-/// Adapter for a callback returning `true, table, n`: the results are spread from the table.
+/// Adapter for a dispatcher returning `true, table, n`: the results are spread from the table.
 const WRAP_SPREAD: &str = r#"
-local error, unpack = ...
-return function(impl)
-  local function finish(ok, t, n)
-    if ok then return unpack(t, 1, n) end
-    error(t, 0)
-  end
-  return function(...) return finish(impl(...)) end
+local error, unpack, dispatch = ...
+local function finish(ok, t, n)
+  if ok then return unpack(t, 1, n) end
+  error(t, 0)
+end
+return function(id)
+  return function(...) return finish(dispatch(id, ...)) end
 end
 "#;
 
