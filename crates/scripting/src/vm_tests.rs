@@ -490,8 +490,9 @@ fn many_short_runs_leave_the_heap_near_its_live_size() {
         }
         most = most.max(vm.heap());
     }
-    // The slack is an eighth of the live size, at least 8 KiB; one run adds a few hundred bytes.
-    assert!(most <= start + start / 8 + 4096, "heap reached {most} from {start}");
+    // The slack is a quarter of the live size, at least 16 KiB; one run adds a few hundred
+    // bytes.
+    assert!(most <= start + start / 4 + 4096, "heap reached {most} from {start}");
 }
 
 /// KEYS and ARGV are refilled for the next run, not replaced: whatever a run did to them, the
