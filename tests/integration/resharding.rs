@@ -303,13 +303,27 @@ fn redis_cli_adds_rebalances_removes_fixes_and_imports() {
         assert!(check.contains(&format!("[OK] {keys} keys in {masters} masters.")), "{check}");
         assert!(check.contains("[OK] All 16384 slots covered.") && !check.contains("[WARNING]"), "{check}");
     };
+    // A function library, loaded on every node as a user would: add-node copies it to the
+    // newcomer (FUNCTION DUMP from the node named, FUNCTION RESTORE into the new one).
+    let lib =
+        "#!lua name=counters\nserver.register_function('bump', function(keys) return server.call('INCR', keys[1]) end)";
+    for n in &ns[..3] {
+        assert_eq!(n.cmd(&["FUNCTION", "LOAD", lib]), Frame::bulk("counters"));
+    }
     // add-node as a primary, then rebalance onto it.
     let out = tool(&["add-node", &addr(&ns[3]), &at]);
     assert!(out.contains("[OK] New node added correctly."), "{out}");
+    assert!(out.contains(&format!(">>> Send FUNCTION RESTORE to {}", addr(&ns[3]))), "{out}");
+    let listed = ns[3].cmd(&["FUNCTION", "LIST"]).to_string();
+    assert!(listed.contains("counters") && listed.contains("bump"), "{listed}");
     assert!(agreed(&[&ns[0], &ns[1], &ns[2], &ns[3]], 4));
     tool(&["rebalance", &at, "--cluster-use-empty-masters"]);
     keys_in(4, 2000);
     assert!(ns[3].cmd(&["DBSIZE"]).int() > 0);
+    // The copied library runs on the keys the newcomer now serves.
+    let mine = ns[3].cmd(&["RANDOMKEY"]).text();
+    let before: i64 = ns[3].cmd(&["GET", &mine]).text().parse().unwrap();
+    assert_eq!(ns[3].cmd(&["FCALL", "bump", "1", &mine]).int(), before + 1);
     // Empty it again, and remove it.
     let id3 = ns[3].cmd(&["CLUSTER", "MYID"]).text();
     tool(&["rebalance", &at, "--cluster-weight", &format!("{id3}=0")]);
