@@ -176,7 +176,9 @@ const REFILL_MAX: usize = 32;
 /// run left there when it is still a plain table of at most [`REFILL_MAX`] entries. An EVAL
 /// script cannot keep a reference to KEYS or ARGV past its run (the globals are read-only), so
 /// a refilled table is as good as a new one, and a short script no longer leaves two tables
-/// for the collector each run. Whatever the last run put in it, it is emptied first.
+/// for the collector each run. Whatever the last run put in it, it is emptied first. The
+/// emptying walks the table's array part, which a script may have grown and emptied: the VM
+/// drops both tables every 64 runs (see `Vm::invoke`), so such a table is not kept for long.
 ///
 /// # Safety
 /// As [`push_reply`], with room for four values.

@@ -526,6 +526,16 @@ fn each_run_sees_only_its_own_keys_and_arguments() {
             "after {tamper}"
         );
     }
+    // A run that grows KEYS and empties it again leaves the table small in entries and large
+    // in size; within 64 runs it is replaced, and the memory goes with it.
+    let fresh = vm.live();
+    let grow = "for i = 1, 100000 do KEYS[i] = i end for i = 1, 100000 do KEYS[i] = nil end return #KEYS";
+    assert_eq!(eval(&mut vm, &mut h, grow, &["k"], &[]), ":0\r\n");
+    assert!(vm.live() > fresh + 1_000_000);
+    for _ in 0..64 {
+        assert!(see(&mut vm, &mut h, &["p"], &["q", "r"]).starts_with("*6\r\n:3\r\n"));
+    }
+    assert!(vm.live() < fresh + 16_384, "{} from {fresh}", vm.live());
     let many: Vec<String> = (0..40).map(|i| i.to_string()).collect();
     let many: Vec<&str> = many.iter().map(String::as_str).collect();
     assert!(see(&mut vm, &mut h, &many, &many).starts_with("*6\r\n:80\r\n:40\r\n:40\r\n"));
