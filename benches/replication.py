@@ -12,7 +12,12 @@ For each kind, in turn (one pair at a time, so they never share the CPU with eac
    again, then wait until the replica's offset equals the primary's, so the stream was
    really carried;
 3. the figure is with/without for each kind: the issue's target is hotkv within 10% of its
-   own no-replica throughput, and the ratio hotkv/redis-server of both.
+   own no-replica throughput, and the ratio hotkv/redis-server of both;
+4. a control, with pinning: a fresh primary alone again, while a stand-in process on CPU 1
+   burns the CPU share the replica used there in step 2. On two cores the replica slows the
+   client it shares a core with, so the primary gets smaller batches per read and spends more
+   per request whoever sends the stream; the control shows how much of step 2's rise that
+   alone explains, and with/control is what the replica itself costs the primary.
 
 Rounds (--rounds) alternate which kind goes first; medians are reported. Raw figures go to
 benches/results/replication-<time>.json and a markdown table to
@@ -23,6 +28,7 @@ Usage: benches/run.sh replication [--rounds N] [--requests N] [--no-pin] [--hotk
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -55,6 +61,24 @@ def wait(cond, timeout=60.0):
     return False
 
 
+# The control's stand-in for the replica's CPU use on the client's core: busy for `share` of
+# every 2 ms, asleep for the rest.
+HOG = """
+import sys, time
+share, period = float(sys.argv[1]), 0.002
+while True:
+    end = time.perf_counter() + share * period
+    while time.perf_counter() < end:
+        pass
+    time.sleep((1 - share) * period)
+"""
+
+
+def proc_cpu_seconds(pid):
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def one_kind(name, argv_fn, args):
     primary = Server(f"{name}-primary", argv_fn)
     replica = Server(f"{name}-replica", argv_fn)
@@ -75,20 +99,50 @@ def one_kind(name, argv_fn, args):
             argv = bench[:]
             at = argv.index("redis-benchmark") + 1
             argv[at:at] = ["-p", str(primary.port)]
-            cpu0 = primary.cpu_seconds()
+            cpu0, wall0 = primary.cpu_seconds(), time.time()
+            rcpu0 = replica.cpu_seconds() if label == "with_replica" else 0.0
             rps, p50, p99 = run_bench(argv, timeout=600)
-            cpu = primary.cpu_seconds() - cpu0
+            cpu, wall = primary.cpu_seconds() - cpu0, time.time() - wall0
             out[label] = {"rps": rps, "p50_ms": p50, "p99_ms": p99,
                           "primary_cpu_us_per_req": cpu * 1e6 / args.requests}
             if label == "with_replica":
+                out[label]["replica_cpu_share"] = (replica.cpu_seconds() - rcpu0) / wall
                 target = field(primary.port, "replication", "master_repl_offset")
                 caught_up = wait(lambda: field(replica.port, "replication", "slave_repl_offset") == target)
                 out[label]["replica_caught_up"] = caught_up
                 out[label]["stream_bytes"] = int(target or 0)
         out["ratio"] = out["with_replica"]["rps"] / out["alone"]["rps"]
+        if pin:
+            replica.stop()
+            primary.stop()
+            out["control"] = control(name, argv_fn, bench, out["with_replica"]["replica_cpu_share"], args)
+            out["with_vs_control_cpu"] = (out["with_replica"]["primary_cpu_us_per_req"]
+                                          / out["control"]["primary_cpu_us_per_req"])
         return out
     finally:
         replica.stop()
+        primary.stop()
+
+
+def control(name, argv_fn, bench, share, args):
+    """Step 4 of the module doc: a fresh primary alone, CPU 1 loaded as the replica loaded it."""
+    primary = Server(f"{name}-control", argv_fn)
+    hog = None
+    try:
+        primary.start(None, "percore", "0")
+        hog = subprocess.Popen(["taskset", "-c", "1", sys.executable, "-c", HOG, f"{min(share, 0.95):.3f}"])
+        argv = bench[:]
+        at = argv.index("redis-benchmark") + 1
+        argv[at:at] = ["-p", str(primary.port)]
+        cpu0, hog0, wall0 = primary.cpu_seconds(), proc_cpu_seconds(hog.pid), time.time()
+        rps, p50, p99 = run_bench(argv, timeout=600)
+        cpu, wall = primary.cpu_seconds() - cpu0, time.time() - wall0
+        return {"rps": rps, "p50_ms": p50, "p99_ms": p99, "primary_cpu_us_per_req": cpu * 1e6 / args.requests,
+                "stand_in_cpu_share": (proc_cpu_seconds(hog.pid) - hog0) / wall}
+    finally:
+        if hog:
+            hog.kill()
+            hog.wait()
         primary.stop()
 
 
@@ -119,6 +173,14 @@ def main():
             "alone_cpu_us": median([x[name]["alone"]["primary_cpu_us_per_req"] for x in rounds]),
             "with_cpu_us": median([x[name]["with_replica"]["primary_cpu_us_per_req"] for x in rounds]),
         }
+        if not args.no_pin:
+            med[name].update({
+                "control_rps": median([x[name]["control"]["rps"] for x in rounds]),
+                "control_cpu_us": median([x[name]["control"]["primary_cpu_us_per_req"] for x in rounds]),
+                "with_vs_control_cpu": median([x[name]["with_vs_control_cpu"] for x in rounds]),
+                "replica_share": median([x[name]["with_replica"]["replica_cpu_share"] for x in rounds]),
+                "stand_in_share": median([x[name]["control"]["stand_in_cpu_share"] for x in rounds]),
+            })
     lines = [
         "| kind | SET -P16 alone (ops/s) | with 1 replica (ops/s) | with/alone | primary CPU µs/req alone | with replica |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -127,6 +189,18 @@ def main():
         m = med[name]
         lines.append(f"| {name} | {m['alone_rps']:.0f} | {m['with_rps']:.0f} | {m['ratio']:.3f} | "
                      f"{m['alone_cpu_us']:.3f} | {m['with_cpu_us']:.3f} |")
+    if not args.no_pin:
+        lines += [
+            "",
+            "Control: a fresh primary alone while a stand-in burns the replica's CPU share on the client's core.",
+            "",
+            "| kind | replica's share of CPU 1 | stand-in's | control ops/s | primary CPU µs/req control | with replica / control |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for name, _ in kinds:
+            m = med[name]
+            lines.append(f"| {name} | {m['replica_share']:.2f} | {m['stand_in_share']:.2f} | {m['control_rps']:.0f} | "
+                         f"{m['control_cpu_us']:.3f} | {m['with_vs_control_cpu']:.3f} |")
     h, rd = med["hotkv"], med["redis"]
     lines.append("")
     lines.append(f"hotkv/redis-server with a replica: {h['with_rps'] / rd['with_rps']:.2f}x ops/s, "
