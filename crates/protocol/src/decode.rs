@@ -110,6 +110,13 @@ pub struct Decoder {
     inline: bool,
     /// Total buffer length needed to finish the big argument being read, if any.
     want: usize,
+    /// Where the multibulk command being decoded starts (its `*`).
+    frame_start: usize,
+    /// Whether every byte of that command so far is what a canonical encoder writes: headers
+    /// taken by `quick_header` and followed by `\n`, payloads followed by `\r\n` (the parser
+    /// itself tolerates other forms, as Valkey's does). Noted while parsing, so the write
+    /// stream can take the request's bytes as they are without checking them again.
+    canonical: bool,
 }
 
 impl Decoder {
@@ -133,6 +140,8 @@ impl Decoder {
             if first != b'*' {
                 return self.inline_command(buf);
             }
+            self.frame_start = self.cursor;
+            self.canonical = true;
             match self.multibulk_header(buf, limits)? {
                 Some(0) => {
                     self.consumed = self.cursor;
@@ -156,8 +165,11 @@ impl Decoder {
             if buf.len() - self.cursor < len.saturating_add(2) {
                 return Ok(Step::Incomplete);
             }
-            // Like Valkey, the two bytes after the payload are skipped, not checked.
-            self.spans.push((self.cursor, self.cursor + len));
+            // Like Valkey, the two bytes after the payload are skipped, not refused; they only
+            // decide whether the request is canonical.
+            let end = self.cursor + len;
+            self.canonical &= buf[end] == b'\r' && buf[end + 1] == b'\n';
+            self.spans.push((self.cursor, end));
             self.cursor += len + 2;
             self.bulk_len = None;
             self.remaining -= 1;
@@ -170,8 +182,23 @@ impl Decoder {
     /// The arguments of the command last returned as [`Step::Command`]. `buf` must be the
     /// buffer passed to that call.
     pub fn args<'a>(&'a self, buf: &'a [u8]) -> Args<'a> {
-        let buf = if self.inline { &self.scratch[..] } else { buf };
-        Args { buf, spans: &self.spans }
+        if self.inline {
+            return Args { buf: &self.scratch[..], spans: &self.spans, frame: Frame::Not };
+        }
+        Args { buf, spans: &self.spans, frame: self.frame() }
+    }
+
+    /// Where the command last returned as [`Step::Command`] starts in the buffer, when its
+    /// bytes are canonical RESP (see [`Args::resp_frame`]); `None` for anything else.
+    pub fn frame_start(&self) -> Option<usize> {
+        (!self.inline && self.canonical).then_some(self.frame_start)
+    }
+
+    fn frame(&self) -> Frame {
+        match self.frame_start() {
+            Some(at) => Frame::At(at),
+            None => Frame::Not,
+        }
     }
 
     /// Bytes at the front of the buffer that belong to complete commands.
@@ -189,6 +216,7 @@ impl Decoder {
         self.consumed = 0;
         self.cursor -= n;
         if self.remaining > 0 && !self.inline {
+            self.frame_start -= n;
             for span in &mut self.spans {
                 span.0 -= n;
                 span.1 -= n;
@@ -260,11 +288,16 @@ impl Decoder {
     /// Parses `*N\r\n` at the cursor; `Some(0)` for an empty or negative count.
     fn multibulk_header(&mut self, buf: &[u8], limits: Limits) -> Result<Option<usize>, ProtocolError> {
         let (n, line) = match quick_header(buf, self.cursor) {
-            Some((n, line)) => (n as i64, line),
+            Some((n, line)) => {
+                self.canonical &= buf[line + 1] == b'\n';
+                (n as i64, line)
+            }
             None => {
                 let Some(line) = header_line(buf, self.cursor, ProtocolError::TooBigMbulkCount)? else {
                     return Ok(None);
                 };
+                // A whole header quick_header did not take: not as an encoder writes it.
+                self.canonical = false;
                 (crate::number::parse_i64(&buf[self.cursor + 1..line]).ok_or(ProtocolError::InvalidMultibulkLen)?, line)
             }
         };
@@ -281,11 +314,15 @@ impl Decoder {
     /// Parses `$N\r\n` at the cursor.
     fn bulk_header(&mut self, buf: &[u8], limits: Limits) -> Result<Option<usize>, ProtocolError> {
         let (n, line) = match quick_header(buf, self.cursor) {
-            Some((n, line)) if buf[self.cursor] == b'$' => (n as i64, line),
+            Some((n, line)) if buf[self.cursor] == b'$' => {
+                self.canonical &= buf[line + 1] == b'\n';
+                (n as i64, line)
+            }
             _ => {
                 let Some(line) = header_line(buf, self.cursor, ProtocolError::TooBigBulkCount)? else {
                     return Ok(None);
                 };
+                self.canonical = false;
                 if buf[self.cursor] != b'$' {
                     return Err(ProtocolError::ExpectedDollar(buf[self.cursor]));
                 }
@@ -348,13 +385,36 @@ fn header_line(buf: &[u8], start: usize, too_big: ProtocolError) -> Result<Optio
 pub struct Args<'a> {
     buf: &'a [u8],
     spans: &'a [(usize, usize)],
+    frame: Frame,
+}
+
+/// What the decoder knows of the bytes around a command's arguments (see
+/// [`Args::resp_frame`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Frame {
+    /// Nothing: arguments put together by a caller; [`Args::resp_frame`] checks the bytes.
+    Unchecked,
+    /// A canonical multibulk request starting at this offset of the buffer.
+    At(usize),
+    /// Not canonical RESP (an inline request, or one the parser tolerated).
+    Not,
 }
 
 impl<'a> Args<'a> {
     /// Arguments built from separately owned slices' backing buffer and ranges; used by
     /// callers that replay stored commands (MULTI queues, tests).
     pub fn from_parts(buf: &'a [u8], spans: &'a [(usize, usize)]) -> Self {
-        Args { buf, spans }
+        Args { buf, spans, frame: Frame::Unchecked }
+    }
+
+    /// Arguments a decoder returned, kept as ranges of its buffer for a batch: `frame_start`
+    /// is what [`Decoder::frame_start`] said of them.
+    pub fn decoded(buf: &'a [u8], spans: &'a [(usize, usize)], frame_start: Option<usize>) -> Self {
+        let frame = match frame_start {
+            Some(at) => Frame::At(at),
+            None => Frame::Not,
+        };
+        Args { buf, spans, frame }
     }
 
     /// Number of arguments, the command name included.
@@ -402,6 +462,20 @@ impl<'a> Args<'a> {
     /// arguments sit side by side, and requests the decoder tolerated but that are not
     /// canonical (`$03`, or other bytes where a `\r\n` belongs after a payload).
     pub fn resp_frame(&self) -> Option<&'a [u8]> {
+        let frame = match self.frame {
+            Frame::At(start) => {
+                let &(_, last) = self.spans.last()?;
+                self.buf.get(start..last + 2)
+            }
+            Frame::Not => None,
+            Frame::Unchecked => self.checked_frame(),
+        };
+        debug_assert_eq!(frame, self.checked_frame(), "the decoder's account of a request's bytes");
+        frame
+    }
+
+    /// [`Args::resp_frame`] found by checking every byte around the arguments.
+    fn checked_frame(&self) -> Option<&'a [u8]> {
         let &(first, _) = self.spans.first()?;
         let &(_, last) = self.spans.last()?;
         let buf = self.buf;
@@ -500,6 +574,10 @@ mod tests {
         assert_eq!(frame_of(b"*2\r\n$3\r\nGET\r\n$01\r\nk\r\n"), None);
         assert_eq!(frame_of(b"*01\r\n$4\r\nPING\r\n"), None);
         assert_eq!(frame_of(b"SET k v\r\n"), None, "inline");
+        // A header or a payload followed by `\r` and some other byte (Valkey skips both).
+        assert_eq!(frame_of(b"*2\r\n$3\r\nGET\r\n$1\r\nk\rX"), None);
+        assert_eq!(frame_of(b"*2\r\n$3\r\nGET\r\n$1\rXk\r\n"), None);
+        assert_eq!(frame_of(b"*1\rX$4\r\nPING\r\n"), None);
         let flat = b"SETkv";
         let spans = [(0, 3), (3, 4), (4, 5)];
         assert_eq!(Args::from_parts(flat, &spans).resp_frame(), None, "stored");
@@ -683,6 +761,46 @@ mod tests {
             let mut d = Decoder::new();
             proptest::prop_assert_eq!(d.next(&wire, Limits::default()).unwrap(), Step::Command);
             proptest::prop_assert_eq!(d.args(&wire).resp_frame(), Some(&wire[..]));
+        }
+
+        /// Fed in pieces, with the consumed prefix discarded between them, the decoder's
+        /// account of each request's bytes (what a batch keeps, `Decoder::frame_start`) gives
+        /// the frame that checking the bytes gives.
+        #[test]
+        fn the_decoders_account_of_a_frame_holds_across_reads(
+            parts in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n".to_vec()),
+                    proptest::strategy::Just(b"*1\r\n$4\r\nPING\r\n".to_vec()),
+                    proptest::strategy::Just(b"*2\r\n$3\r\nGET\r\n$1\rXk\r\n".to_vec()),
+                    proptest::strategy::Just(b"*2\r\n$3\r\nGET\r\n$1\r\nk\rX".to_vec()),
+                    proptest::strategy::Just(b"*1\r\n$4\r\nPINGxx".to_vec()),
+                    proptest::strategy::Just(b"PING\r\n".to_vec()),
+                    proptest::strategy::Just(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$40\r\n0123456789012345678901234567890123456789\r\n".to_vec()),
+                ],
+                1..12,
+            ),
+            cuts in proptest::collection::vec(1usize..40, 1..40),
+        ) {
+            let wire: Vec<u8> = parts.concat();
+            let (mut d, mut buf, mut fed, mut seen) = (Decoder::new(), Vec::new(), 0, 0);
+            let mut cuts = cuts.into_iter().cycle();
+            while fed < wire.len() {
+                let n = cuts.next().unwrap_or(1).min(wire.len() - fed);
+                buf.extend_from_slice(&wire[fed..fed + n]);
+                fed += n;
+                while let Ok(Step::Command) = d.next(&buf, Limits::default()) {
+                    seen += 1;
+                    let args = d.args(&buf);
+                    let kept = Args::decoded(&buf, args.spans(), d.frame_start());
+                    let checked = Args::from_parts(&buf, args.spans()).resp_frame();
+                    proptest::prop_assert_eq!(args.resp_frame(), checked);
+                    proptest::prop_assert_eq!(kept.resp_frame(), checked);
+                }
+                let n = d.discard_consumed();
+                buf.drain(..n);
+            }
+            proptest::prop_assert_eq!(seen, parts.len());
         }
 
         /// Whatever the decoder accepts, a frame it vouches for is the canonical encoding.

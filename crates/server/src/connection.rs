@@ -205,8 +205,9 @@ pub(crate) const MAX_QUEUED: usize = 64 << 20;
 const MAX_BATCH: usize = 64;
 
 pub(crate) struct Conn {
-    /// Decoded commands of the batch: (first span, argument count, end offset).
-    cmds: Vec<(usize, usize, usize)>,
+    /// Decoded commands of the batch: (first span, argument count, end offset, where the
+    /// request starts when its bytes are canonical RESP: see `Decoder::frame_start`).
+    cmds: Vec<(usize, usize, usize, Option<usize>)>,
     /// Their argument ranges.
     spans: Vec<(usize, usize)>,
     /// (slot, table hash) of each decoded command's second argument (its key, for nearly
@@ -907,7 +908,7 @@ impl Conn {
                         let args = self.decoder.args(&self.rbuf);
                         let at = self.spans.len();
                         self.spans.extend_from_slice(args.spans());
-                        self.cmds.push((at, args.len(), self.decoder.consumed()));
+                        self.cmds.push((at, args.len(), self.decoder.consumed(), self.decoder.frame_start()));
                         if one_at_a_time || self.cmds.len() >= MAX_BATCH {
                             break;
                         }
@@ -930,8 +931,8 @@ impl Conn {
             self.prefetch(srv, sess.db);
             let mut stopped = false;
             for i in 0..self.cmds.len() {
-                let (at, n, end) = self.cmds[i];
-                let args = hotkv_protocol::Args::from_parts(&self.rbuf, &self.spans[at..at + n]);
+                let (at, n, end, frame) = self.cmds[i];
+                let args = hotkv_protocol::Args::decoded(&self.rbuf, &self.spans[at..at + n], frame);
                 commands += 1;
                 if let Some(Some((slot, hash))) = self.hints.get(i) {
                     let at = args.get(1).as_ptr() as usize;
@@ -1006,7 +1007,7 @@ impl Conn {
             return;
         }
         let (rbuf, spans) = (&self.rbuf, &self.spans);
-        let keys = self.cmds.iter().map(|&(at, n, _)| (n >= 2).then(|| &rbuf[spans[at + 1].0..spans[at + 1].1]));
+        let keys = self.cmds.iter().map(|&(at, n, _, _)| (n >= 2).then(|| &rbuf[spans[at + 1].0..spans[at + 1].1]));
         prefetch_keys(srv, db, keys, &mut self.hints);
     }
 
