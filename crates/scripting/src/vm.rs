@@ -514,18 +514,26 @@ impl Vm {
         host: &mut dyn Host,
         out: &mut ReplyBuf,
     ) -> Outcome {
-        // As in `eval`: the lists are made and the runner called in one protected call.
-        let lua = self.lua.clone();
+        // As in `eval`: the lists are made and the runner called in one protected call. The
+        // KEYS and ARGV an EVAL left as globals go first: Valkey's functions run in a Lua
+        // state of their own, where reading the global KEYS is a missing-global error.
+        let (lua, globals) = (self.lua.clone(), self.globals.clone());
         #[allow(unsafe_code)]
-        // SAFETY: inside mlua's protected call, with the runner at index 1 and the stack grown
-        // for what is pushed at once; the runner catches the function's errors itself, and
-        // nothing in this closure has a destructor.
+        // SAFETY: inside mlua's protected call, with the real global table at index 1, the
+        // runner at 2 and the stack grown for what is pushed at once; the runner catches the
+        // function's errors itself, and nothing in this closure has a destructor.
         let run = || unsafe {
-            lua.exec_raw::<(bool, Value)>(f, |l| {
+            lua.exec_raw::<(bool, Value)>((globals, f), |l| {
                 mlua::ffi::lua_checkstack(l, 4);
+                for name in [c"KEYS", c"ARGV"] {
+                    mlua::ffi::lua_pushstring_(l, name.as_ptr());
+                    mlua::ffi::lua_pushnil(l);
+                    mlua::ffi::lua_rawset(l, 1);
+                }
                 crate::raw::push_list(l, call.keys);
                 crate::raw::push_list(l, call.args);
                 mlua::ffi::lua_call(l, 2, 2);
+                mlua::ffi::lua_remove(l, 1);
             })
         };
         self.invoke(name, host, out, run)

@@ -495,6 +495,23 @@ fn many_short_runs_leave_the_heap_near_its_live_size() {
     assert!(most <= start + start / 4 + 4096, "heap reached {most} from {start}");
 }
 
+/// A library function gets its keys and arguments as its parameters only: the globals an EVAL
+/// set are gone, as in Valkey, whose functions have a Lua state of their own.
+#[test]
+fn a_function_does_not_see_the_globals_an_eval_set() {
+    let (mut vm, mut h) = (Vm::new().unwrap(), Fake::default());
+    let lib = b"#!lua name=g\nserver.register_function('f', function(keys, args) return {keys[1], KEYS} end)";
+    let md = crate::functions::metadata(lib).unwrap();
+    let f = vm.load_library(lib, &md, std::time::Duration::from_secs(5)).unwrap().into_iter().next().unwrap().1;
+    for _ in 0..3 {
+        assert_eq!(eval(&mut vm, &mut h, "return KEYS[1]", &["from-eval"], &[]), "$9\r\nfrom-eval\r\n");
+        let mut out = ReplyBuf::new();
+        let _ = vm.fcall(&f, "f", Call { keys: &[b"mine"], args: &[] }, &mut h, &mut out);
+        let text = String::from_utf8_lossy(out.as_bytes()).into_owned();
+        assert!(text.contains("Script attempted to access nonexistent global variable 'KEYS'"), "{text}");
+    }
+}
+
 /// KEYS and ARGV are refilled for the next run, not replaced: whatever a run did to them, the
 /// next one sees exactly its own keys and arguments.
 #[test]
