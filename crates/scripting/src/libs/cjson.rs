@@ -58,7 +58,7 @@ pub(crate) fn module(lua: &Lua, w: &Wrappers) -> mlua::Result<Table> {
         &mut c.encode_invalid_numbers
     })?;
     enum_setting(lua, w, &t, &cfg, "decode_invalid_numbers", BOOL_OPTIONS, |c| &mut c.decode_invalid_numbers)?;
-    let wrappers = w.clone();
+    let wrappers = w.at_run_time();
     w.set(lua, &t, "new", move |lua, _| Ok(one(Value::Table(module(lua, &wrappers)?))))?;
 
     t.raw_set("null", Value::LightUserData(LightUserData(std::ptr::null_mut())))?;
@@ -1239,5 +1239,22 @@ mod tests {
             "1000 3 true cjson 2.1.0"
         );
         assert_eq!(eval("return type(cjson.new().new().encode)"), "function");
+    }
+
+    /// A script may call `cjson.new()` on every run: what each call makes goes with its table,
+    /// none of it into the dispatcher's list, which lives as long as the VM.
+    #[test]
+    fn new_tables_leave_nothing_behind() {
+        let lua = mlua::Lua::new();
+        let w = super::super::Wrappers::new(&lua).unwrap();
+        lua.globals().set("cjson", super::module(&lua, &w).unwrap()).unwrap();
+        let made = w.bodies();
+        let r = crate::libs::tests::eval_in(
+            &lua,
+            "local n = 0 for i = 1, 200 do local c = cjson.new() c.encode_max_depth(2) \
+             n = n + #c.encode({i}) + (pcall(c.encode, {{{}}}) and 0 or 1) end return n",
+        );
+        assert_eq!(r, (1..=200).map(|i: usize| i.to_string().len() + 2 + 1).sum::<usize>().to_string());
+        assert_eq!(w.bodies(), made);
     }
 }

@@ -89,7 +89,10 @@ type Body = Rc<dyn Fn(&Lua, MultiValue) -> mlua::Result<MultiValue>>;
 /// Every library function is a small Lua closure over its number, calling one Rust dispatcher
 /// shared by all of them. A Rust callback of its own per function (mlua's userdata and C
 /// closure, and the adapter's two closures) cost about 400 bytes each, 12 KB of every VM for
-/// the 31 functions; a VM's size is what each full collection marks (see `Vm`).
+/// the 31 functions; a VM's size is what each full collection marks (see `Vm`). The tables
+/// `cjson.new()` makes at run time are the exception: their functions get callbacks of their
+/// own, which Lua collects with the table, where entries in the dispatcher's list would stay
+/// for the VM's life.
 #[derive(Clone)]
 pub(crate) struct Wrappers {
     /// Makes the closure for a function whose dispatcher returns `true, results...` or
@@ -101,6 +104,8 @@ pub(crate) struct Wrappers {
     spread: Function,
     /// The bodies, by the number their closure passes to the dispatcher.
     bodies: Rc<RefCell<Vec<Body>>>,
+    /// Whether functions made now belong to a table made at run time (`cjson.new()`).
+    at_run_time: bool,
     /// The base library's `next` (raw `lua_next`), which lets an explicit-stack walk resume a
     /// table's traversal from a key.
     pub(crate) next: Function,
@@ -134,11 +139,25 @@ impl Wrappers {
             .call::<Function>((error.clone(), dispatch.clone()))?;
         let spread =
             lua.load(WRAP_SPREAD).set_name("=libs").into_function()?.call::<Function>((error, unpack, dispatch))?;
-        Ok(Wrappers { plain, spread, bodies, next })
+        Ok(Wrappers { plain, spread, bodies, at_run_time: false, next })
+    }
+
+    /// These wrappers, for a table a script makes at run time (see the type's doc).
+    pub(crate) fn at_run_time(&self) -> Wrappers {
+        Wrappers { at_run_time: true, ..self.clone() }
+    }
+
+    /// How many bodies the dispatcher holds.
+    #[cfg(test)]
+    pub(crate) fn bodies(&self) -> usize {
+        self.bodies.borrow().len()
     }
 
     /// The closure `make` returns for a new body.
-    fn closure(&self, make: &Function, body: Body) -> mlua::Result<Function> {
+    fn closure(&self, lua: &Lua, make: &Function, body: Body) -> mlua::Result<Function> {
+        if self.at_run_time {
+            return make.call::<Function>(lua.create_function(move |lua, args: MultiValue| body(lua, args))?);
+        }
         let mut bodies = self.bodies.borrow_mut();
         let id = bodies.len();
         bodies.push(body);
@@ -147,7 +166,7 @@ impl Wrappers {
     }
 
     /// Sets `table[name]` to a Lua function running `body`; `body` returns its results.
-    pub(crate) fn set<F>(&self, _lua: &Lua, table: &Table, name: &'static str, body: F) -> mlua::Result<()>
+    pub(crate) fn set<F>(&self, lua: &Lua, table: &Table, name: &'static str, body: F) -> mlua::Result<()>
     where
         F: Fn(&Lua, Args<'_>) -> LibResult<MultiValue> + 'static,
     {
@@ -159,11 +178,11 @@ impl Wrappers {
             out.push_front(Value::Boolean(true));
             Ok(out)
         });
-        table.raw_set(name, self.closure(&self.plain, body)?)
+        table.raw_set(name, self.closure(lua, &self.plain, body)?)
     }
 
     /// Like [`Wrappers::set`] for a body that returns its results in a table of `n` entries.
-    pub(crate) fn set_spread<F>(&self, _lua: &Lua, table: &Table, name: &'static str, body: F) -> mlua::Result<()>
+    pub(crate) fn set_spread<F>(&self, lua: &Lua, table: &Table, name: &'static str, body: F) -> mlua::Result<()>
     where
         F: Fn(&Lua, Args<'_>) -> LibResult<(Table, usize)> + 'static,
     {
@@ -173,7 +192,7 @@ impl Wrappers {
             }
             Err(fail) => failure(lua, fail),
         });
-        table.raw_set(name, self.closure(&self.spread, body)?)
+        table.raw_set(name, self.closure(lua, &self.spread, body)?)
     }
 }
 
@@ -336,8 +355,12 @@ local function finish(ok, ...)
   if ok then return ... end
   error((...), 0)
 end
-return function(id)
-  return function(...) return finish(dispatch(id, ...)) end
+-- `impl`: the body's number for the dispatcher, or a callback of its own.
+return function(impl)
+  if type(impl) == 'number' then
+    return function(...) return finish(dispatch(impl, ...)) end
+  end
+  return function(...) return finish(impl(...)) end
 end
 "#;
 
@@ -348,8 +371,11 @@ local function finish(ok, t, n)
   if ok then return unpack(t, 1, n) end
   error(t, 0)
 end
-return function(id)
-  return function(...) return finish(dispatch(id, ...)) end
+return function(impl)
+  if type(impl) == 'number' then
+    return function(...) return finish(dispatch(impl, ...)) end
+  end
+  return function(...) return finish(impl(...)) end
 end
 "#;
 
