@@ -182,23 +182,14 @@ impl Decoder {
     /// The arguments of the command last returned as [`Step::Command`]. `buf` must be the
     /// buffer passed to that call.
     pub fn args<'a>(&'a self, buf: &'a [u8]) -> Args<'a> {
-        if self.inline {
-            return Args { buf: &self.scratch[..], spans: &self.spans, frame: Frame::Not };
-        }
-        Args { buf, spans: &self.spans, frame: self.frame() }
+        let buf = if self.inline { &self.scratch[..] } else { buf };
+        Args::decoded(buf, &self.spans, self.frame_start())
     }
 
     /// Where the command last returned as [`Step::Command`] starts in the buffer, when its
     /// bytes are canonical RESP (see [`Args::resp_frame`]); `None` for anything else.
     pub fn frame_start(&self) -> Option<usize> {
         (!self.inline && self.canonical).then_some(self.frame_start)
-    }
-
-    fn frame(&self) -> Frame {
-        match self.frame_start() {
-            Some(at) => Frame::At(at),
-            None => Frame::Not,
-        }
     }
 
     /// Bytes at the front of the buffer that belong to complete commands.
