@@ -946,10 +946,11 @@ impl Primary {
             let State { replicas, backlog, offset, .. } = &mut *st;
             let Some(buf) = backlog.as_ref() else { return 0 };
             for (&id, e) in replicas.iter_mut() {
-                let Some(d) = e.direct.clone() else { continue };
+                let Some(d) = e.direct.as_ref() else { continue };
                 if e.dropped.is_some() || e.state != ReplicaState::Online || !d.try_lend() {
                     continue;
                 }
+                let d = d.clone();
                 let Some(from) = buf.position(id).filter(|_| !e.start_on_ack) else {
                     // Its stream starts at its first ACK, which wakes it.
                     d.give_back();
