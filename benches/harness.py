@@ -110,13 +110,17 @@ class Server:
 
     def cpu_seconds(self):
         """User + system CPU time of the server process so far (all its threads)."""
-        pid = self.proc.pid
-        try:
-            # With taskset in front, the server is taskset's exec'd image: same pid.
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            return float("nan")
+        # With taskset in front, the server is taskset's exec'd image: same pid.
+        return cpu_seconds_of(self.proc.pid)
+
+
+def cpu_seconds_of(pid):
+    """User + system CPU time of process `pid` so far (all its threads); NaN once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
 
     def info(self, section):
         out = subprocess.run(["redis-cli", "-p", str(self.port), "INFO", section],

@@ -28,14 +28,13 @@ Usage: benches/run.sh replication [--rounds N] [--requests N] [--no-pin] [--hotk
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.dont_write_bytecode = True  # importing must not leave a __pycache__ in benches/
-from harness import Server, hotkv_argv, median, redis_argv, run_bench  # noqa: E402
+from harness import Server, cpu_seconds_of, hotkv_argv, median, redis_argv, run_bench  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,9 +73,18 @@ while True:
 """
 
 
-def proc_cpu_seconds(pid):
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def measure(primary, bench, args, beside=None):
+    """Runs `bench` against `primary`: ops/s, latencies and the primary's CPU per request, and
+    the share of wall time process `beside` (the replica, the stand-in) spent on a CPU meanwhile."""
+    argv = bench[:]
+    at = argv.index("redis-benchmark") + 1
+    argv[at:at] = ["-p", str(primary.port)]
+    cpu0, beside0, wall0 = primary.cpu_seconds(), cpu_seconds_of(beside) if beside else 0.0, time.time()
+    rps, p50, p99 = run_bench(argv, timeout=600)
+    cpu, wall = primary.cpu_seconds() - cpu0, time.time() - wall0
+    row = {"rps": rps, "p50_ms": p50, "p99_ms": p99, "primary_cpu_us_per_req": cpu * 1e6 / args.requests}
+    share = (cpu_seconds_of(beside) - beside0) / wall if beside else None
+    return row, share
 
 
 def one_kind(name, argv_fn, args):
@@ -96,17 +104,9 @@ def one_kind(name, argv_fn, args):
                 cli(replica.port, "REPLICAOF", "127.0.0.1", str(primary.port))
                 if not wait(lambda: field(replica.port, "replication", "master_link_status") == "up"):
                     raise RuntimeError(f"{name} replica never linked (log {replica.log.name})")
-            argv = bench[:]
-            at = argv.index("redis-benchmark") + 1
-            argv[at:at] = ["-p", str(primary.port)]
-            cpu0, wall0 = primary.cpu_seconds(), time.time()
-            rcpu0 = replica.cpu_seconds() if label == "with_replica" else 0.0
-            rps, p50, p99 = run_bench(argv, timeout=600)
-            cpu, wall = primary.cpu_seconds() - cpu0, time.time() - wall0
-            out[label] = {"rps": rps, "p50_ms": p50, "p99_ms": p99,
-                          "primary_cpu_us_per_req": cpu * 1e6 / args.requests}
+            out[label], share = measure(primary, bench, args, replica.proc.pid if label == "with_replica" else None)
             if label == "with_replica":
-                out[label]["replica_cpu_share"] = (replica.cpu_seconds() - rcpu0) / wall
+                out[label]["replica_cpu_share"] = share
                 target = field(primary.port, "replication", "master_repl_offset")
                 caught_up = wait(lambda: field(replica.port, "replication", "slave_repl_offset") == target)
                 out[label]["replica_caught_up"] = caught_up
@@ -131,14 +131,9 @@ def control(name, argv_fn, bench, share, args):
     try:
         primary.start(None, "percore", "0")
         hog = subprocess.Popen(["taskset", "-c", "1", sys.executable, "-c", HOG, f"{min(share, 0.95):.3f}"])
-        argv = bench[:]
-        at = argv.index("redis-benchmark") + 1
-        argv[at:at] = ["-p", str(primary.port)]
-        cpu0, hog0, wall0 = primary.cpu_seconds(), proc_cpu_seconds(hog.pid), time.time()
-        rps, p50, p99 = run_bench(argv, timeout=600)
-        cpu, wall = primary.cpu_seconds() - cpu0, time.time() - wall0
-        return {"rps": rps, "p50_ms": p50, "p99_ms": p99, "primary_cpu_us_per_req": cpu * 1e6 / args.requests,
-                "stand_in_cpu_share": (proc_cpu_seconds(hog.pid) - hog0) / wall}
+        row, share = measure(primary, bench, args, hog.pid)
+        row["stand_in_cpu_share"] = share
+        return row
     finally:
         if hog:
             hog.kill()
