@@ -1131,3 +1131,104 @@ fn a_stream_sent_by_the_loops_and_by_the_sender_in_turn_arrives_whole_and_in_ord
     // All of it through the one stream: the stall cost no resync.
     assert_eq!((info_stat(&mut p, "sync_full"), info_stat(&mut p, "sync_partial_ok")), (Some(1), Some(0)));
 }
+
+/// One field of INFO persistence.
+fn persistence_field(c: &mut RawClient, field: &str) -> Option<String> {
+    let text = c.cmd(&["INFO", "persistence"]).text();
+    text.lines().find_map(|l| l.strip_prefix(&format!("{field}:")).map(str::to_string))
+}
+
+/// Makes `primary`'s snapshots last: large values (so the stream's first pieces leave before
+/// it ends) written 100 ms apart, 30 s for the 300 keys. A test stops such a sync itself.
+fn slow_snapshots(primary: &TestServer) {
+    let mut p = primary.client();
+    let big = "x".repeat(100_000);
+    for i in 0..300 {
+        ok(&mut p, &["SET", &format!("big:{i}"), &big]);
+    }
+    ok(&mut p, &["CONFIG", "SET", "rdbcompression", "no"]);
+    ok(&mut p, &["CONFIG", "SET", "rdb-key-save-delay", "100000"]);
+}
+
+#[test]
+fn swapdb_keeps_serving_the_old_data_of_the_same_history_while_a_full_sync_loads() {
+    // Valkey's async loading (repl-diskless-load swapdb, and the primary's replication id is
+    // the replica's): clients read the old data during the load; a failed load leaves it, a
+    // finished one replaces it at once.
+    let primary = server();
+    let replica = server_with(&[("repl-diskless-load", "swapdb"), ("replica-read-only", "no")]);
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    let mut p = primary.client();
+    fill(&mut p, 30, "a");
+    assert_eq!(p.cmd(&["WAIT", "1", "10000"]).int(), 1);
+    wait_same(&primary, &replica);
+    let mut r = replica.client();
+    ok(&mut r, &["SET", "mine", "old"]);
+    slow_snapshots(&primary);
+    assert_eq!(p.cmd(&["WAIT", "1", "10000"]).int(), 1);
+    let keys = r.cmd(&["DBSIZE"]).int();
+    // A full sync of the same history: the replica is cut while the backlog is too small
+    // for what it missed.
+    ok(&mut p, &["CONFIG", "SET", "repl-backlog-size", "16384"]);
+    assert_eq!(p.cmd(&["CLIENT", "KILL", "TYPE", "replica"]).int(), 1);
+    for i in 0..4 {
+        ok(&mut p, &["SET", &format!("pad{i}"), &"A".repeat(16384)]);
+    }
+    assert!(
+        wait_for(|| persistence_field(&mut r, "async_loading").as_deref() == Some("1"), LINK_WAIT),
+        "never async loading:\n{}",
+        replica.log()
+    );
+    assert_eq!(persistence_field(&mut r, "loading").as_deref(), Some("0"));
+    // The old data, readable and writable as before.
+    assert_eq!(r.cmd(&["GET", "mine"]), Frame::bulk("old"));
+    assert_eq!(r.cmd(&["DBSIZE"]).int(), keys);
+    ok(&mut r, &["SET", "during", "1"]);
+    // What would change the node's role or persistence under the load waits.
+    assert_err(&r.cmd(&["REPLICAOF", "NO", "ONE"]), "LOADING Valkey is loading the dataset in memory");
+    assert_err(&r.cmd(&["CONFIG", "SET", "appendonly", "no"]), "LOADING Valkey is loading the dataset in memory");
+    // The load fails: the old data stays.
+    ok(&mut p, &["CONFIG", "SET", "repl-diskless-sync-delay", "1"]);
+    assert_eq!(p.cmd(&["CLIENT", "KILL", "TYPE", "replica"]).int(), 1);
+    assert!(wait_for(|| persistence_field(&mut r, "async_loading").as_deref() == Some("0"), LINK_WAIT));
+    assert_eq!(r.cmd(&["MGET", "mine", "during"]), Frame::Array(vec![Frame::bulk("old"), Frame::bulk("1")]));
+    assert!(replica.log().contains("Discarding temporary DB in background"), "{}", replica.log());
+    // The next one, at full speed, replaces everything at once.
+    ok(&mut p, &["CONFIG", "SET", "rdb-key-save-delay", "0"]);
+    wait_link_up(&replica);
+    wait_same(&primary, &replica);
+    assert_eq!(r.cmd(&["EXISTS", "mine", "during"]).int(), 0);
+    assert!(replica.log().contains("Swapping active DB with loaded DB"), "{}", replica.log());
+}
+
+#[test]
+fn swapdb_restores_a_replicas_own_data_when_a_sync_from_a_new_primary_fails() {
+    // Another history: clients get -LOADING meanwhile, but the data is kept until the load
+    // succeeds (Valkey's "old database is exposed after replication fails").
+    let primary = server();
+    slow_snapshots(&primary);
+    let replica = server_with(&[("repl-diskless-load", "swapdb")]);
+    let mut r = replica.client();
+    fill(&mut r, 12, "own");
+    ok(&mut r, &["SET", "mykey", "myvalue"]);
+    let keys = r.cmd(&["DBSIZE"]).int();
+    replicaof(&replica, primary.port());
+    assert!(
+        wait_for(|| persistence_field(&mut r, "loading").as_deref() == Some("1"), LINK_WAIT),
+        "never loading:\n{}",
+        replica.log()
+    );
+    assert_eq!(persistence_field(&mut r, "async_loading").as_deref(), Some("0"));
+    assert_err(&r.cmd(&["GET", "mykey"]), "LOADING Valkey is loading the dataset in memory");
+    let mut p = primary.client();
+    ok(&mut p, &["CONFIG", "SET", "repl-diskless-sync-delay", "1"]);
+    assert_eq!(p.cmd(&["CLIENT", "KILL", "TYPE", "replica"]).int(), 1);
+    assert!(wait_for(|| persistence_field(&mut r, "loading").as_deref() == Some("0"), LINK_WAIT));
+    assert_eq!(r.cmd(&["GET", "mykey"]), Frame::bulk("myvalue"));
+    assert_eq!(r.cmd(&["DBSIZE"]).int(), keys);
+    ok(&mut p, &["CONFIG", "SET", "rdb-key-save-delay", "0"]);
+    wait_link_up(&replica);
+    wait_same(&primary, &replica);
+    assert_eq!(r.cmd(&["EXISTS", "mykey"]).int(), 0);
+}

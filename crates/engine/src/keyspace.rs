@@ -395,6 +395,62 @@ impl Keyspace {
     pub fn total_keys(&self) -> usize {
         self.dbs.iter().filter_map(OnceLock::get).map(Db::len).sum()
     }
+
+    /// Exchanges the contents of every database with `other`'s, holding every slot lock of
+    /// both at once, so no client sees half of each: a replica's full sync loaded into `other`
+    /// (`repl-diskless-load swapdb`) while its clients went on with the old data. Afterwards
+    /// `other` holds the old data, for the caller to drop. As Valkey's swap of its temporary
+    /// databases: WATCHes of keys that either side holds see the change, and `events` hears a
+    /// flush (client-side caching invalidates everything) and a change of each database.
+    /// Returns the keys now held.
+    pub fn swap_in(&self, other: &Keyspace, now_ms: i64, events: &dyn crate::ctx::Events) -> usize {
+        use crate::ctx::KeyState;
+        let n = self.databases().min(other.databases());
+        let used: Vec<usize> =
+            (0..n).filter(|&i| self.db_if_used(i).is_some() || other.db_if_used(i).is_some()).collect();
+        let watched: Vec<Vec<Vec<u8>>> = used.iter().map(|&i| events.watched_keys(i)).collect();
+        let mut mine = self.lock_all(&used);
+        let mut theirs = other.lock_all(&used);
+        let state = |t: &Table, key: &[u8]| match t.find(key, crate::hash::key_hash(key)) {
+            None => KeyState::Missing,
+            Some(i) if t.at(i).expire().is_some_and(|when| now_ms > when) => KeyState::Stale,
+            Some(_) => KeyState::Live,
+        };
+        let mut changed = Vec::new();
+        {
+            // Both sets hold the same ids in the same order: database by database, slot by slot.
+            let mut a: Vec<_> = mine.tables_mut().collect();
+            let mut b: Vec<_> = theirs.tables_mut().collect();
+            for ((_, x, xs), (_, y, ys)) in a.iter_mut().zip(b.iter_mut()) {
+                std::mem::swap(&mut **x, &mut **y);
+                xs.sync(x);
+                ys.sync(y);
+            }
+            for (at, keys) in watched.iter().enumerate() {
+                for key in keys {
+                    let i = at * SLOTS + crate::slot::key_slot(key) as usize;
+                    let (before, after) = (state(b[i].1, key), state(a[i].1, key));
+                    if before != KeyState::Missing || after != KeyState::Missing {
+                        changed.push((used[at], key.clone(), before, after));
+                    }
+                }
+            }
+        }
+        for &i in &used {
+            self.db(i).swap_field_ttls(other.db(i));
+        }
+        let held = used.iter().map(|&i| self.db(i).len()).sum();
+        drop(theirs);
+        drop(mine);
+        events.flushed();
+        for (db, key, before, after) in &changed {
+            events.key_replaced(*db, key, *before, *after);
+        }
+        for &i in &used {
+            events.db_changed(i);
+        }
+        held
+    }
 }
 
 /// How [`LockSet::add`] went.

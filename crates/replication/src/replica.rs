@@ -36,8 +36,11 @@ pub trait Connector: Send + Sync {
 /// link feeds the primary's bytes unchanged to this node's own [`Primary`] instead, so
 /// chained replicas get exactly the stream the primary sent.
 pub trait Applier: Send {
-    /// A full resync starts: the RDB that follows replaces the whole dataset.
-    fn begin_full_sync(&mut self) -> Result<(), String>;
+    /// A full resync starts: the RDB that follows replaces the whole dataset. `same_history`:
+    /// the primary's replication id is the one this node already follows, so the data it holds
+    /// is an earlier point of the same history (Valkey then keeps serving it while it loads,
+    /// with `repl-diskless-load swapdb`).
+    fn begin_full_sync(&mut self, same_history: bool) -> Result<(), String>;
 
     /// The next piece of the RDB file, in order, as it arrives.
     fn load_rdb(&mut self, chunk: &[u8]) -> Result<(), String>;
@@ -611,10 +614,11 @@ impl ReplicaLink {
             }
             _ => info!("PRIMARY <-> REPLICA sync: receiving streamed RDB from primary with EOF to parser"),
         }
+        let same_history = self.primary.replid() == point.replid;
         // Our history ends here: our own replicas must resync, and the backlog restarts at
         // the primary's offset once the load succeeds.
         self.primary.upstream_full_sync_started();
-        self.applier.begin_full_sync().map_err(Error::Local)?;
+        self.applier.begin_full_sync(same_history).map_err(Error::Local)?;
         self.loading = true;
         match header {
             BulkHeader::Len(n) => self.read_sized(conn, n).await?,
@@ -935,7 +939,7 @@ mod tests {
     fn a_batch_hands_over_each_command_whole() {
         struct Seen(Vec<(Vec<Vec<u8>>, Vec<u8>)>);
         impl Applier for Seen {
-            fn begin_full_sync(&mut self) -> Result<(), String> {
+            fn begin_full_sync(&mut self, _: bool) -> Result<(), String> {
                 Ok(())
             }
             fn load_rdb(&mut self, _: &[u8]) -> Result<(), String> {

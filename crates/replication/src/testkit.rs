@@ -172,7 +172,7 @@ impl TestApplier {
 }
 
 impl Applier for TestApplier {
-    fn begin_full_sync(&mut self) -> Result<(), String> {
+    fn begin_full_sync(&mut self, _same_history: bool) -> Result<(), String> {
         let mut a = self.0.lock();
         a.begun += 1;
         a.rdb.clear();

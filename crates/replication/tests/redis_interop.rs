@@ -104,7 +104,7 @@ struct Seen {
 struct Recorder(Arc<Mutex<Seen>>);
 
 impl Applier for Recorder {
-    fn begin_full_sync(&mut self) -> Result<(), String> {
+    fn begin_full_sync(&mut self, _same_history: bool) -> Result<(), String> {
         let mut s = self.0.lock();
         s.rdb.clear();
         s.synced = false;

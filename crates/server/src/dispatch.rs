@@ -507,6 +507,11 @@ fn check_replication(b: &Batch<'_>, cmd: &Command, flags: u32, sess: &Session) -
     if loading && flags & flags::LOADING == 0 {
         return Err(CommandError::raw("LOADING Valkey is loading the dataset in memory"));
     }
+    // While a full sync loads beside the data clients use, what would change the node's
+    // role or persistence under it waits (Valkey's CMD_NO_ASYNC_LOADING).
+    if replica && flags & flags::NO_ASYNC_LOADING != 0 && repl.async_loading() {
+        return Err(CommandError::raw("LOADING Valkey is loading the dataset in memory"));
+    }
     Ok(())
 }
 

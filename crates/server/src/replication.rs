@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hotkv_engine::plan::KeyHint;
 use hotkv_engine::rdb::{LoadStats, Loader, RdbReader};
-use hotkv_engine::{Effects, WriteSink};
+use hotkv_engine::{Effects, Keyspace, WriteSink};
 use hotkv_protocol::{Args, ReplyBuf};
 use hotkv_replication::{
     Applier, AsyncStream, BoxFuture, Connector, CredentialSource, GroupSettings, LinkState, LinkStatus, Primary,
@@ -24,6 +24,7 @@ use crate::config::Settings;
 use crate::config::table as t;
 use crate::config::value::Value;
 use crate::dispatch::{Batch, Scratch, dispatch};
+use crate::events::CmdEvents;
 use crate::freeze::Gated;
 use crate::server::{Server, unix_ms};
 use crate::session::{ClientInfo, Session, flag};
@@ -37,6 +38,9 @@ pub struct Replication {
     replica: Arc<AtomicBool>,
     /// Whether a full sync is being loaded (commands answer -LOADING).
     loading: AtomicBool,
+    /// Whether a full sync is being loaded beside the data clients keep using (`async_loading`:
+    /// `repl-diskless-load swapdb` and the primary's history is ours).
+    async_loading: AtomicBool,
     /// The link to our primary.
     link: Mutex<Option<ReplicaHandle>>,
     /// A coordinated failover (FAILOVER) this node runs as the primary.
@@ -59,6 +63,7 @@ impl Replication {
             primary: Primary::new(primary_settings(settings)),
             replica: Arc::new(AtomicBool::new(false)),
             loading: AtomicBool::new(false),
+            async_loading: AtomicBool::new(false),
             link: Mutex::new(None),
             failover: Default::default(),
             own_keys: Default::default(),
@@ -103,6 +108,12 @@ impl Replication {
     /// Whether a full sync is being loaded.
     pub fn loading(&self) -> bool {
         self.loading.load(Ordering::Acquire)
+    }
+
+    /// Whether a full sync is being loaded while clients go on with the old data (INFO's
+    /// `async_loading`): commands flagged `no_async_loading` answer -LOADING meanwhile.
+    pub fn async_loading(&self) -> bool {
+        self.async_loading.load(Ordering::Acquire)
     }
 
     /// The link's status, when this node is a replica.
@@ -378,6 +389,11 @@ struct MasterClient {
     /// A full sync began and none of its snapshot has arrived yet: the old data stays, and
     /// keeps serving reads, until the first piece does.
     sync_pending: bool,
+    /// The sync in progress loads beside the live data (`repl-diskless-load swapdb`); `true`
+    /// when clients keep being served the old data meanwhile (the primary's history is ours).
+    swapdb: Option<bool>,
+    /// Where that load goes, once its first piece arrived.
+    beside: Option<Keyspace>,
 }
 
 impl MasterClient {
@@ -396,22 +412,45 @@ impl MasterClient {
             load: (0, LoadStats::default()),
             errors: 0,
             sync_pending: false,
+            swapdb: None,
+            beside: None,
         }
     }
 
-    /// Drops the old data and starts the load of the snapshot now arriving.
+    /// Starts the load of the snapshot now arriving: into the keyspace, once the old data is
+    /// dropped, or beside it with `repl-diskless-load swapdb` (Valkey's temporary databases).
     fn start_load(&mut self) {
-        info!("MASTER <-> REPLICA sync: Flushing old data");
-        self.srv.repl.loading.store(true, Ordering::Release);
-        announce_loading(&self.srv);
+        match self.swapdb {
+            Some(serving) => {
+                if serving {
+                    // An earlier point of the same history: as good to read as any stale data.
+                    info!(
+                        "MASTER <-> REPLICA sync: Loading DB in memory, serving the old data meanwhile (async loading)"
+                    );
+                    self.srv.repl.async_loading.store(true, Ordering::Release);
+                } else {
+                    info!("MASTER <-> REPLICA sync: Loading DB in memory, keeping the old data until it succeeds");
+                    self.srv.repl.loading.store(true, Ordering::Release);
+                    announce_loading(&self.srv);
+                }
+                self.beside = Some(Keyspace::new(self.srv.ks.databases()));
+            }
+            None => {
+                info!("MASTER <-> REPLICA sync: Flushing old data");
+                self.srv.repl.loading.store(true, Ordering::Release);
+                announce_loading(&self.srv);
+            }
+        }
         // A transaction the old stream left open never completes: the new history starts
         // after the snapshot.
         if self.sess.multi.is_some() {
             crate::cmd::multi::discard_transaction(&self.srv, &mut self.sess);
         }
         self.sess.db = 0;
-        let (flat, spans) = crate::dispatch::flatten(&[b"FLUSHALL".to_vec()]);
-        self.run(Args::from_parts(&flat, &spans));
+        if self.beside.is_none() {
+            let (flat, spans) = crate::dispatch::flatten(&[b"FLUSHALL".to_vec()]);
+            self.run(Args::from_parts(&flat, &spans));
+        }
         self.reader = Some(RdbReader::new(self.srv.rt.load().proto_max_bulk_len));
         self.load = (0, LoadStats::default());
     }
@@ -422,9 +461,10 @@ impl MasterClient {
         reader.feed(chunk);
         let engine = self.srv.engine.load();
         let (db, stats) = std::mem::take(&mut self.load);
+        let into = self.beside.as_ref().unwrap_or(&self.srv.ks);
         // Keys past their TTL are loaded too, as a Valkey replica does: the primary's DELs
         // remove them, and until then both sides hold the same keys (DEBUG DIGEST agrees).
-        let mut loader = Loader::resume(&self.srv.ks, &engine, unix_ms(), db, stats).keep_expired();
+        let mut loader = Loader::resume(into, &engine, unix_ms(), db, stats).keep_expired();
         let delay = self.srv.settings.load().int(t::KEY_LOAD_DELAY);
         let mut result = Ok(());
         loop {
@@ -453,7 +493,12 @@ impl MasterClient {
     /// Ends the load (`ok`: the whole snapshot arrived) and applies what came with it.
     fn finish_load(&mut self, ok: bool) -> Result<(), String> {
         let reader = self.reader.take();
+        let done = ok && reader.as_ref().is_some_and(RdbReader::is_done);
+        if let Some(loaded) = self.beside.take() {
+            self.swap_in(loaded, done);
+        }
         self.srv.repl.loading.store(false, Ordering::Release);
+        self.srv.repl.async_loading.store(false, Ordering::Release);
         announce_loading(&self.srv);
         if !ok {
             return Ok(());
@@ -479,6 +524,35 @@ impl MasterClient {
             Some(r) => Err(r.finish().err().map_or_else(|| "snapshot incomplete".to_string(), |e| e.to_string())),
             None => Err("no full sync in progress".into()),
         }
+    }
+
+    /// A load beside the live data ended: `done`, it replaces the live data at once; either
+    /// way the dataset left over is freed on a thread of its own, as Valkey frees it in the
+    /// background.
+    fn swap_in(&mut self, loaded: Keyspace, done: bool) {
+        let srv = self.srv.clone();
+        if done {
+            info!("MASTER <-> REPLICA sync: Swapping active DB with loaded DB");
+            let events = CmdEvents::new(&srv, srv.rt.load().notify);
+            srv.ks.swap_in(&loaded, unix_ms(), &events);
+            // Keys written on this replica went with the old data.
+            srv.repl.own_keys.lock().clear();
+            // A client blocked on a key the new data holds runs its command again and finds it.
+            for (db, key) in events.take_ready() {
+                for w in srv.blocked.waiters(db, &key) {
+                    if let Some(tx) = w.claim() {
+                        srv.blocked.unregister(&w);
+                        let _ = tx.send(crate::blocking::Wakeup::Retry);
+                    }
+                }
+            }
+            info!("MASTER <-> REPLICA sync: Discarding old DB in background");
+        } else {
+            info!("MASTER <-> REPLICA sync: Discarding temporary DB in background");
+        }
+        let freed = std::thread::Builder::new().name("hotkv-lazyfree".into()).spawn(move || drop(loaded));
+        // On failure the closure, and the dataset with it, was already dropped by spawn.
+        let _ = freed;
     }
 
     fn run(&mut self, args: Args<'_>) {
@@ -510,10 +584,12 @@ impl MasterClient {
 }
 
 impl Applier for MasterClient {
-    fn begin_full_sync(&mut self) -> Result<(), String> {
+    fn begin_full_sync(&mut self, same_history: bool) -> Result<(), String> {
         // The primary may take long to send its first byte (a slow or delayed snapshot): the
         // old data is dropped only when the new one starts to arrive.
         self.sync_pending = true;
+        let swapdb = self.srv.settings.load().str(t::REPL_DISKLESS_LOAD) == "swapdb";
+        self.swapdb = swapdb.then_some(same_history);
         Ok(())
     }
 
@@ -521,13 +597,14 @@ impl Applier for MasterClient {
         // Valkey loads in its one thread, so no client sees a snapshot half loaded: each piece
         // loads here with clients held (as DEBUG SLEEP holds them), and one that arrives
         // whole is never answered -LOADING.
+        // Loaded beside the live data, the snapshot is seen only whole (see `swap_in`).
         let srv = self.srv.clone();
-        let _held = srv.freeze.begin();
+        let _held = self.swapdb.is_none().then(|| srv.freeze.begin());
         if std::mem::take(&mut self.sync_pending) {
             self.start_load();
         }
         let result = self.feed(chunk);
-        if self.reader.as_ref().is_some_and(RdbReader::is_done) {
+        if self.beside.is_none() && self.reader.as_ref().is_some_and(RdbReader::is_done) {
             self.srv.repl.loading.store(false, Ordering::Release);
         }
         result
@@ -796,7 +873,7 @@ mod tests {
         let mut c = client(&replica, 0);
         c.run(&replica, &["SET", "old", "1"]);
         let mut mc = MasterClient::new(&replica);
-        mc.begin_full_sync().unwrap();
+        mc.begin_full_sync(false).unwrap();
         // The primary has not sent a byte yet: the old data still serves reads.
         assert!(!replica.repl.loading());
         assert_eq!(c.run(&replica, &["GET", "old"]), "$1\r\n1\r\n");
@@ -809,12 +886,47 @@ mod tests {
     }
 
     #[test]
+    fn swapdb_loads_beside_the_old_data_and_swaps_in_only_a_whole_snapshot() {
+        let primary = server();
+        client(&primary, 0).run(&primary, &["SET", "new", "1"]);
+        let rdb = snapshot_of(&primary);
+        let replica = server();
+        let mut c = client(&replica, 0);
+        assert_eq!(c.run(&replica, &["CONFIG", "SET", "repl-diskless-load", "swapdb"]), "+OK\r\n");
+        c.run(&replica, &["SET", "old", "1"]);
+        for same_history in [true, false] {
+            // A load cut halfway: the old data was there all along, and stays.
+            let mut mc = MasterClient::new(&replica);
+            mc.begin_full_sync(same_history).unwrap();
+            mc.load_rdb(&rdb[..rdb.len() / 2]).unwrap();
+            assert_eq!((replica.repl.async_loading(), replica.repl.loading()), (same_history, !same_history));
+            let during = c.run(&replica, &["GET", "old"]);
+            if same_history {
+                assert_eq!(during, "$1\r\n1\r\n");
+            } else {
+                assert!(during.starts_with("-LOADING"), "{during}");
+            }
+            mc.end_full_sync(false).unwrap();
+            assert!(!replica.repl.async_loading() && !replica.repl.loading());
+            assert_eq!(c.run(&replica, &["MGET", "old", "new"]), "*2\r\n$1\r\n1\r\n$-1\r\n");
+        }
+        // A whole one replaces everything when it ends, not before.
+        let mut mc = MasterClient::new(&replica);
+        mc.begin_full_sync(true).unwrap();
+        mc.load_rdb(&rdb).unwrap();
+        assert_eq!(c.run(&replica, &["MGET", "old", "new"]), "*2\r\n$1\r\n1\r\n$-1\r\n");
+        mc.end_full_sync(true).unwrap();
+        assert_eq!(c.run(&replica, &["MGET", "old", "new"]), "*2\r\n$-1\r\n$1\r\n1\r\n");
+        assert!(!replica.repl.async_loading());
+    }
+
+    #[test]
     fn a_full_sync_that_fails_before_its_snapshot_arrives_leaves_the_old_data() {
         let replica = server();
         let mut c = client(&replica, 0);
         c.run(&replica, &["SET", "old", "1"]);
         let mut mc = MasterClient::new(&replica);
-        mc.begin_full_sync().unwrap();
+        mc.begin_full_sync(false).unwrap();
         mc.end_full_sync(false).unwrap();
         assert!(!replica.repl.loading());
         assert_eq!(c.run(&replica, &["GET", "old"]), "$1\r\n1\r\n");

@@ -550,6 +550,59 @@ mod tests {
     }
 
     #[test]
+    fn a_loaded_keyspace_swaps_in_whole_and_watches_see_it() {
+        use crate::ctx::{Events, KeyState};
+        /// Watches `w`, `gone`, `new` and `never` in database 0, and records what it hears.
+        #[derive(Default)]
+        struct Watching(std::sync::Mutex<Vec<String>>);
+        impl Events for Watching {
+            fn watched_keys(&self, db: usize) -> Vec<Vec<u8>> {
+                if db == 0 { ["w", "gone", "new", "never"].map(|k| k.as_bytes().to_vec()).to_vec() } else { vec![] }
+            }
+            fn key_replaced(&self, db: usize, key: &[u8], before: KeyState, after: KeyState) {
+                let line = format!("{db}:{} {before:?}->{after:?}", String::from_utf8_lossy(key));
+                self.0.lock().unwrap().push(line);
+            }
+            fn flushed(&self) {
+                self.0.lock().unwrap().push("flushed".into());
+            }
+            fn db_changed(&self, db: usize) {
+                self.0.lock().unwrap().push(format!("changed@{db}"));
+            }
+        }
+        let mut old = TestKit::default();
+        for k in ["w", "gone", "only-old"] {
+            old.run(&["SET", k, "old"]);
+        }
+        old.run(&["HSET", "h", "f", "v"]);
+        old.run(&["HPEXPIRE", "h", "100000", "FIELDS", "1", "f"]);
+        let mut new = TestKit::default();
+        new.run(&["SET", "w", "new"]);
+        new.run(&["SET", "new", "1", "EX", "100"]);
+        new.run(&["SELECT", "3"]);
+        new.run(&["SET", "in3", "x"]);
+        let events = Watching::default();
+        assert_eq!(old.ks.swap_in(&new.ks, old.now_ms, &events), 3);
+        let heard = events.0.lock().unwrap().clone();
+        assert_eq!(heard[0], "flushed");
+        let mut touched = heard[1..heard.len() - 2].to_vec();
+        touched.sort();
+        assert_eq!(touched, ["0:gone Live->Missing", "0:new Missing->Live", "0:w Live->Live"]);
+        assert_eq!(heard[heard.len() - 2..], ["changed@0", "changed@3"]);
+        assert_eq!(old.run(&["MGET", "w", "gone", "only-old", "new"]), "*4\r\n$3\r\nnew\r\n$-1\r\n$-1\r\n$1\r\n1\r\n");
+        assert_eq!(old.run(&["TTL", "new"]), ":100\r\n");
+        assert_eq!(old.run(&["DBSIZE"]), ":2\r\n");
+        assert_eq!(old.ks.db(0).volatile(), 1);
+        old.run(&["SELECT", "3"]);
+        assert_eq!(old.run(&["GET", "in3"]), "$1\r\nx\r\n");
+        // The old data went the other way, the hash's field TTL with it.
+        assert_eq!(new.ks.db(0).len(), 4);
+        assert_eq!(new.ks.db(0).field_ttls_filed(), 1);
+        assert_eq!(old.ks.db(0).field_ttls_filed(), 0);
+        assert_eq!(new.ks.db(3).len(), 0);
+    }
+
+    #[test]
     fn move_between_databases() {
         let mut t = TestKit::default();
         t.run(&["SET", "k", "v", "EX", "100"]);

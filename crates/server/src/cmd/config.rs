@@ -100,7 +100,7 @@ fn set(srv: &Server, sess: &mut Session, args: Args<'_>, out: &mut ReplyBuf) -> 
     }
     let pairs: Vec<(&[u8], &[u8])> = (2..args.len()).step_by(2).map(|i| (args.get(i), args.get(i + 1))).collect();
     // Refused first, as Valkey gives the loading error precedence (a client may wait and retry).
-    if srv.repl.loading() || srv.persist.loading() {
+    if srv.repl.loading() || srv.repl.async_loading() || srv.persist.loading() {
         use crate::config::table::{DENY_LOADING, TABLE, find};
         let denied =
             |name: &[u8]| std::str::from_utf8(name).ok().and_then(find).is_some_and(|d| TABLE[d].has(DENY_LOADING));

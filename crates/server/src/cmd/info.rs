@@ -345,7 +345,7 @@ fn persistence(srv: &Server, o: &mut String) {
     let perc = if total > 0 { done as f64 * 100.0 / total as f64 } else { 0.0 };
     fields!(o,
         "loading" => u8::from(f.loading.is_some() || srv.repl.loading()),
-        "async_loading" => 0,
+        "async_loading" => u8::from(srv.repl.async_loading()),
         "current_cow_peak" => 0,
         "current_cow_size" => 0,
         "current_cow_size_age" => 0,
