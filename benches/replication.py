@@ -17,7 +17,11 @@ For each kind, in turn (one pair at a time, so they never share the CPU with eac
    burns the CPU share the replica used there in step 2. On two cores the replica slows the
    client it shares a core with, so the primary gets smaller batches per read and spends more
    per request whoever sends the stream; the control shows how much of step 2's rise that
-   alone explains, and with/control is what the replica itself costs the primary.
+   alone explains, and with/control is what the replica itself costs the primary;
+5. a CPU budget: the CPU per request of the client (redis-benchmark), the primary and the
+   replica, added up. Two cores give at most 2 s of CPU per second, so with/alone can be no
+   better than (client + primary alone) / (client + primary + replica with), however the
+   three are scheduled: the ceiling a replica that costs its primary nothing would reach.
 
 Rounds (--rounds) alternate which kind goes first; medians are reported. Raw figures go to
 benches/results/replication-<time>.json and a markdown table to
@@ -28,6 +32,7 @@ Usage: benches/run.sh replication [--rounds N] [--requests N] [--no-pin] [--hotk
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import time
@@ -73,17 +78,31 @@ while True:
 """
 
 
+def children_cpu():
+    """CPU seconds of this process's waited-for children: around `run_bench`, redis-benchmark's."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def measure(primary, bench, args, beside=None):
-    """Runs `bench` against `primary`: ops/s, latencies and the primary's CPU per request, and
-    the share of wall time process `beside` (the replica, the stand-in) spent on a CPU meanwhile."""
+    """Runs `bench` against `primary`: ops/s, latencies, the CPU per request of the primary and
+    of the client, and the share of wall time process `beside` (the replica, the stand-in) spent
+    on a CPU meanwhile, with its CPU per request."""
     argv = bench[:]
     at = argv.index("redis-benchmark") + 1
     argv[at:at] = ["-p", str(primary.port)]
     cpu0, beside0, wall0 = primary.cpu_seconds(), cpu_seconds_of(beside) if beside else 0.0, time.time()
+    client0 = children_cpu()
     rps, p50, p99 = run_bench(argv, timeout=600)
     cpu, wall = primary.cpu_seconds() - cpu0, time.time() - wall0
-    row = {"rps": rps, "p50_ms": p50, "p99_ms": p99, "primary_cpu_us_per_req": cpu * 1e6 / args.requests}
-    share = (cpu_seconds_of(beside) - beside0) / wall if beside else None
+    per_req = 1e6 / args.requests
+    row = {"rps": rps, "p50_ms": p50, "p99_ms": p99, "primary_cpu_us_per_req": cpu * per_req,
+           "client_cpu_us_per_req": (children_cpu() - client0) * per_req}
+    share = None
+    if beside:
+        beside_cpu = cpu_seconds_of(beside) - beside0
+        share = beside_cpu / wall
+        row["beside_cpu_us_per_req"] = beside_cpu * per_req
     return row, share
 
 
@@ -167,6 +186,9 @@ def main():
             "ratio": median([x[name]["ratio"] for x in rounds]),
             "alone_cpu_us": median([x[name]["alone"]["primary_cpu_us_per_req"] for x in rounds]),
             "with_cpu_us": median([x[name]["with_replica"]["primary_cpu_us_per_req"] for x in rounds]),
+            "client_alone_us": median([x[name]["alone"]["client_cpu_us_per_req"] for x in rounds]),
+            "client_with_us": median([x[name]["with_replica"]["client_cpu_us_per_req"] for x in rounds]),
+            "replica_us": median([x[name]["with_replica"]["beside_cpu_us_per_req"] for x in rounds]),
         }
         if not args.no_pin:
             med[name].update({
@@ -196,6 +218,24 @@ def main():
             m = med[name]
             lines.append(f"| {name} | {m['replica_share']:.2f} | {m['stand_in_share']:.2f} | {m['control_rps']:.0f} | "
                          f"{m['control_cpu_us']:.3f} | {m['with_vs_control_cpu']:.3f} |")
+    lines += [
+        "",
+        "CPU budget (µs of CPU per request, all processes): what two cores allow at best, whatever the scheduling.",
+        "",
+        "| kind | alone: client + primary | with: client + primary + replica | two-core ceiling with/alone | "
+        "measured with/alone | replica's cost 0.9 would allow |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, _ in kinds:
+        m = med[name]
+        alone = m["client_alone_us"] + m["alone_cpu_us"]
+        with_ = m["client_with_us"] + m["with_cpu_us"] + m["replica_us"]
+        m["ceiling_ratio"] = alone / with_
+        # Even with a primary that paid nothing for its replica: budget_alone / 0.9 - budget_alone.
+        m["replica_us_for_0_9"] = alone / 0.9 - alone
+        lines.append(f"| {name} | {m['client_alone_us']:.2f} + {m['alone_cpu_us']:.2f} = {alone:.2f} | "
+                     f"{m['client_with_us']:.2f} + {m['with_cpu_us']:.2f} + {m['replica_us']:.2f} = {with_:.2f} | "
+                     f"{m['ceiling_ratio']:.2f} | {m['ratio']:.2f} | {m['replica_us_for_0_9']:.2f} |")
     h, rd = med["hotkv"], med["redis"]
     lines.append("")
     lines.append(f"hotkv/redis-server with a replica: {h['with_rps'] / rd['with_rps']:.2f}x ops/s, "
