@@ -406,11 +406,22 @@ impl Keyspace {
     pub fn swap_in(&self, other: &Keyspace, now_ms: i64, events: &dyn crate::ctx::Events) -> usize {
         use crate::ctx::KeyState;
         let n = self.databases().min(other.databases());
-        let used: Vec<usize> =
-            (0..n).filter(|&i| self.db_if_used(i).is_some() || other.db_if_used(i).is_some()).collect();
-        let watched: Vec<Vec<Vec<u8>>> = used.iter().map(|&i| events.watched_keys(i)).collect();
-        let mut mine = self.lock_all(&used);
-        let mut theirs = other.lock_all(&used);
+        let in_use = || -> Vec<usize> {
+            (0..n).filter(|&i| self.db_if_used(i).is_some() || other.db_if_used(i).is_some()).collect()
+        };
+        // Asked before any slot is locked, as FLUSHALL asks.
+        let watched_in: Vec<Vec<Vec<u8>>> = (0..n).map(|i| events.watched_keys(i)).collect();
+        // A database that comes into use while the others are being locked would keep its keys
+        // through the swap: it is caught once all are locked, and the locking starts over.
+        let (used, mut mine, mut theirs) = loop {
+            let used = in_use();
+            let mine = self.lock_all(&used);
+            let theirs = other.lock_all(&used);
+            if in_use() == used {
+                break (used, mine, theirs);
+            }
+        };
+        let watched: Vec<&Vec<Vec<u8>>> = used.iter().map(|&i| &watched_in[i]).collect();
         let state = |t: &Table, key: &[u8]| match t.find(key, crate::hash::key_hash(key)) {
             None => KeyState::Missing,
             Some(i) if t.at(i).expire().is_some_and(|when| now_ms > when) => KeyState::Stale,
@@ -427,7 +438,7 @@ impl Keyspace {
                 ys.sync(y);
             }
             for (at, keys) in watched.iter().enumerate() {
-                for key in keys {
+                for key in keys.iter() {
                     let i = at * SLOTS + crate::slot::key_slot(key) as usize;
                     let (before, after) = (state(b[i].1, key), state(a[i].1, key));
                     if before != KeyState::Missing || after != KeyState::Missing {
