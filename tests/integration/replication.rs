@@ -847,6 +847,42 @@ fn a_sleeping_replica_reconnects_only_when_it_wakes() {
     assert!(wait_for(|| info_stat(&mut p, "sync_partial_ok") == Some(1), LINK_WAIT));
 }
 
+#[test]
+fn a_replica_whose_master_client_is_killed_in_its_sleep_applies_nothing_that_came_meanwhile() {
+    // Valkey's unit/cluster/slave-selection leaves one replica behind its sibling this way
+    // (MULTI, DEBUG SLEEP, CLIENT KILL of the master client, EXEC, writes meanwhile) and wants
+    // the other one elected: Valkey's link never reads the bytes that arrived in the sleep.
+    // Waking, the link may find the kill and those bytes both ready (when it did not run
+    // between the kill and the wake, which on a loaded machine it often does not); it must
+    // take the kill first. On an idle machine it runs in between, so this passes without that
+    // order too: the Valkey suite, with fifteen servers on two cores, is what catches it.
+    let primary = server();
+    let replica = sleepy_server(&[]);
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    let mut p = primary.client();
+    for round in 1..=4 {
+        let mut r = replica.client();
+        let before = replica_offset(&mut r);
+        ok(&mut r, &["MULTI"]);
+        assert_eq!(r.cmd(&["DEBUG", "SLEEP", "60"]), Frame::simple("QUEUED"));
+        assert_eq!(r.cmd(&["CLIENT", "KILL", "TYPE", "master"]), Frame::simple("QUEUED"));
+        r.send(&["EXEC"]);
+        wait_stopped(&replica, round);
+        let key = format!("during:{round}");
+        ok(&mut p, &["SET", &key, "1"]);
+        // Time for the bytes to reach the sleeping replica's socket (it cannot say).
+        std::thread::sleep(Duration::from_millis(100));
+        replica.signal(SIGALRM);
+        assert_eq!(r.read_frame().items(), &[Frame::ok(), Frame::Integer(1)]);
+        // The link starts over a second after it ends: until then nothing else can arrive.
+        assert_eq!(replica_offset(&mut r), before, "round {round}: the killed link applied what came in the sleep");
+        assert_eq!(r.cmd(&["EXISTS", &key]).int(), 0, "round {round}");
+        wait_link_up(&replica);
+        wait_same(&primary, &replica);
+    }
+}
+
 /// Acts as a replica asking for a full sync on a raw socket; returns the diskless RDB
 /// payload (between the `$EOF:` line and its 40-byte end mark) and how long it took from
 /// the PSYNC to its last byte.

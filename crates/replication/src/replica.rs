@@ -713,8 +713,12 @@ impl ReplicaLink {
                 if more {
                     // A long backlog is applied in slices, letting the clients that share this
                     // worker thread run in between (a task that never yields keeps them waiting:
-                    // INFO on a replica catching up took seconds).
-                    tokio::task::yield_now().await;
+                    // INFO on a replica catching up took seconds). A kill meanwhile stops it.
+                    tokio::select! {
+                        biased;
+                        () = &mut killed => return Err(killed_link()),
+                        () = tokio::task::yield_now() => {}
+                    }
                     continue;
                 }
             }
@@ -725,7 +729,15 @@ impl ReplicaLink {
                 }
             };
             conn.buf.reserve(READ_CHUNK);
+            // The kill first. A CLIENT KILL of the master client that ran while the server was
+            // stopped (`MULTI`, `DEBUG SLEEP`, `CLIENT KILL`, `EXEC`) wakes this task; when it
+            // does not run before the server wakes (a loaded machine), the kill and the bytes
+            // that arrived in the sleep are both ready, and Valkey's link never reads those
+            // bytes. Picked at random, the read made this replica as far along as its sibling,
+            // and unit/cluster/slave-selection's election chose the wrong one in 2 runs of 5.
             tokio::select! {
+                biased;
+                () = &mut killed => return Err(killed_link()),
                 () = released => {}
                 r = timeout_at(last_io + self.cfg.timeout.get(), conn.stream.read_buf(&mut conn.buf)) => {
                     let n = match r {
@@ -747,10 +759,6 @@ impl ReplicaLink {
                 _ = ack_tick.tick() => {
                     let fack = self.applier.aof_fsynced(offset);
                     send_ack(&mut conn, offset, fack).await?;
-                }
-                () = &mut killed => {
-                    info!("Connection with primary lost: its client was killed");
-                    return Err(Error::Local("the primary's client was killed".into()));
                 }
             }
         }
@@ -822,6 +830,12 @@ impl ReplicaLink {
     fn set_state(&self, state: LinkState) {
         self.status.lock().state = state;
     }
+}
+
+/// The end of a link whose master client was killed (CLIENT KILL).
+fn killed_link() -> Error {
+    info!("Connection with primary lost: its client was killed");
+    Error::Local("the primary's client was killed".into())
 }
 
 /// Most commands of the stream applied before the link lets other tasks run.
