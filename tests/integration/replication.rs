@@ -186,6 +186,8 @@ fn a_replica_gets_the_dataset_then_the_stream_and_refuses_writes() {
     assert!(replica.log().contains(&line), "{}", replica.log());
     assert!(replica.log().contains(&format!("Replication: connecting to primary 127.0.0.1:{}", primary.port())));
     assert!(replica.log().contains(&format!("Replication: connected to primary 127.0.0.1:{}", primary.port())));
+    // Valkey's suites wait for this line to know a load began, whatever repl-diskless-load says.
+    assert!(replica.log().contains("sync: Loading DB in memory"), "{}", replica.log());
 
     // The stream: writes whose replay must be deterministic, in several databases.
     fill(&mut p, 60, "after");

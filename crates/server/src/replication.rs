@@ -450,6 +450,8 @@ impl MasterClient {
         if self.beside.is_none() {
             let (flat, spans) = crate::dispatch::flatten(&[b"FLUSHALL".to_vec()]);
             self.run(Args::from_parts(&flat, &spans));
+            // Valkey's line for every kind of load (its tests wait for it).
+            info!("MASTER <-> REPLICA sync: Loading DB in memory");
         }
         self.reader = Some(RdbReader::new(self.srv.rt.load().proto_max_bulk_len));
         self.load = (0, LoadStats::default());
