@@ -470,7 +470,8 @@ directives! {
         "replication.repl_diskless_sync_max_replicas": int(0, INT), "0", M | U, H,
         "Start a delayed full sync as soon as this many replicas wait (0: wait the whole delay).";
     REPL_DISKLESS_LOAD = "repl-diskless-load" [] "replication.repl_diskless_load":
-        Ty::Enum(&["disabled", "on-empty-db", "swapdb"]), "disabled", M | NE | DENY_LOADING, H, "Load a full sync from the socket.";
+        Ty::Enum(&["disabled", "on-empty-db", "swapdb"]), "disabled", M | U | DENY_LOADING, H,
+        "How a replica loads a full sync (always from the socket): `disabled` and `on-empty-db` drop the old data first; `swapdb` loads beside it and swaps at the end, serving the old data meanwhile when the primary's history is the replica's.";
     DUAL_CHANNEL_REPLICATION_ENABLED = "dual-channel-replication-enabled" []
         "replication.dual_channel_replication_enabled": B, "no", M | NE, H,
         "Stream the backlog on a second connection during a full sync.";
