@@ -145,6 +145,16 @@ impl Blocked {
         self.count.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Sends `w`'s client back to run its command again, unless it was already claimed (served
+    /// or timing out): what it waits on changed under it (its slot moved to another node, a
+    /// full sync replaced the dataset).
+    pub fn retry(&self, w: &Arc<Waiter>) {
+        if let Some(tx) = w.claim() {
+            self.unregister(w);
+            let _ = tx.send(Wakeup::Retry);
+        }
+    }
+
     /// Removes a waiter from every queue (served, timed out, disconnected); idempotent.
     pub fn unregister(&self, w: &Arc<Waiter>) {
         {

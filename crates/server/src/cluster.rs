@@ -238,10 +238,7 @@ pub fn redirect_blocked(srv: &Server, seen: &mut u64) {
         if !matches!(node.router.route(&w.plan, &ctx), Route::Moved { .. } | Route::Down(_)) {
             continue;
         }
-        if let Some(tx) = w.claim() {
-            srv.blocked.unregister(&w);
-            let _ = tx.send(crate::blocking::Wakeup::Retry);
-        }
+        srv.blocked.retry(&w);
     }
 }
 

@@ -542,10 +542,7 @@ impl MasterClient {
             // A client blocked on a key the new data holds runs its command again and finds it.
             for (db, key) in events.take_ready() {
                 for w in srv.blocked.waiters(db, &key) {
-                    if let Some(tx) = w.claim() {
-                        srv.blocked.unregister(&w);
-                        let _ = tx.send(crate::blocking::Wakeup::Retry);
-                    }
+                    srv.blocked.retry(&w);
                 }
             }
             info!("MASTER <-> REPLICA sync: Discarding old DB in background");
