@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 sys.dont_write_bytecode = True  # importing harness.py must not leave a __pycache__ in benches/
-from harness import NOISY_SPREAD, Pki, free_port, median  # noqa: E402
+from harness import NOISY_SPREAD, Pki, cpu_seconds_of, free_port, median  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("hotkv", "redis")
@@ -99,11 +99,7 @@ class Node:
 
     def cpu_seconds(self):
         """User + system CPU time of the node so far, all its threads (taskset execs: same pid)."""
-        try:
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            return float("nan")
+        return cpu_seconds_of(self.proc.pid)
 
     def context_switches(self):
         """Voluntary + involuntary context switches summed over the node's threads: wakeups."""

@@ -178,64 +178,62 @@ def main():
         order = kinds if r % 2 == 0 else kinds[::-1]
         rounds.append({name: one_kind(name, fn, args) for name, fn in order})
         print(json.dumps(rounds[-1]), flush=True)
-    med = {}
-    for name, _ in kinds:
-        med[name] = {
-            "alone_rps": median([x[name]["alone"]["rps"] for x in rounds]),
-            "with_rps": median([x[name]["with_replica"]["rps"] for x in rounds]),
-            "ratio": median([x[name]["ratio"] for x in rounds]),
-            "alone_cpu_us": median([x[name]["alone"]["primary_cpu_us_per_req"] for x in rounds]),
-            "with_cpu_us": median([x[name]["with_replica"]["primary_cpu_us_per_req"] for x in rounds]),
-            "client_alone_us": median([x[name]["alone"]["client_cpu_us_per_req"] for x in rounds]),
-            "client_with_us": median([x[name]["with_replica"]["client_cpu_us_per_req"] for x in rounds]),
-            "replica_us": median([x[name]["with_replica"]["beside_cpu_us_per_req"] for x in rounds]),
-        }
-        if not args.no_pin:
-            med[name].update({
-                "control_rps": median([x[name]["control"]["rps"] for x in rounds]),
-                "control_cpu_us": median([x[name]["control"]["primary_cpu_us_per_req"] for x in rounds]),
-                "with_vs_control_cpu": median([x[name]["with_vs_control_cpu"] for x in rounds]),
-                "replica_share": median([x[name]["with_replica"]["replica_cpu_share"] for x in rounds]),
-                "stand_in_share": median([x[name]["control"]["stand_in_cpu_share"] for x in rounds]),
-            })
-    lines = [
-        "| kind | SET -P16 alone (ops/s) | with 1 replica (ops/s) | with/alone | primary CPU µs/req alone | with replica |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for name, _ in kinds:
-        m = med[name]
-        lines.append(f"| {name} | {m['alone_rps']:.0f} | {m['with_rps']:.0f} | {m['ratio']:.3f} | "
-                     f"{m['alone_cpu_us']:.3f} | {m['with_cpu_us']:.3f} |")
+    # Each median's place in a round's figures for one kind.
+    fields = {
+        "alone_rps": ("alone", "rps"),
+        "with_rps": ("with_replica", "rps"),
+        "ratio": ("ratio",),
+        "alone_cpu_us": ("alone", "primary_cpu_us_per_req"),
+        "with_cpu_us": ("with_replica", "primary_cpu_us_per_req"),
+        "client_alone_us": ("alone", "client_cpu_us_per_req"),
+        "client_with_us": ("with_replica", "client_cpu_us_per_req"),
+        "replica_us": ("with_replica", "beside_cpu_us_per_req"),
+    }
     if not args.no_pin:
-        lines += [
-            "",
-            "Control: a fresh primary alone while a stand-in burns the replica's CPU share on the client's core.",
-            "",
-            "| kind | replica's share of CPU 1 | stand-in's | control ops/s | primary CPU µs/req control | with replica / control |",
-            "| --- | --- | --- | --- | --- | --- |",
-        ]
-        for name, _ in kinds:
-            m = med[name]
-            lines.append(f"| {name} | {m['replica_share']:.2f} | {m['stand_in_share']:.2f} | {m['control_rps']:.0f} | "
-                         f"{m['control_cpu_us']:.3f} | {m['with_vs_control_cpu']:.3f} |")
-    lines += [
-        "",
-        "CPU budget (µs of CPU per request, all processes): what two cores allow at best, whatever the scheduling.",
-        "",
-        "| kind | alone: client + primary | with: client + primary + replica | two-core ceiling with/alone | "
-        "measured with/alone | replica's cost 0.9 would allow |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for name, _ in kinds:
-        m = med[name]
-        alone = m["client_alone_us"] + m["alone_cpu_us"]
-        with_ = m["client_with_us"] + m["with_cpu_us"] + m["replica_us"]
-        m["ceiling_ratio"] = alone / with_
+        fields.update({
+            "control_rps": ("control", "rps"),
+            "control_cpu_us": ("control", "primary_cpu_us_per_req"),
+            "with_vs_control_cpu": ("with_vs_control_cpu",),
+            "replica_share": ("with_replica", "replica_cpu_share"),
+            "stand_in_share": ("control", "stand_in_cpu_share"),
+        })
+
+    def at(figures, path):
+        for step in path:
+            figures = figures[step]
+        return figures
+
+    med = {name: {key: median([at(x[name], path) for x in rounds]) for key, path in fields.items()}
+           for name, _ in kinds}
+    for m in med.values():
+        m["budget_alone_us"] = m["client_alone_us"] + m["alone_cpu_us"]
+        m["budget_with_us"] = m["client_with_us"] + m["with_cpu_us"] + m["replica_us"]
+        m["ceiling_ratio"] = m["budget_alone_us"] / m["budget_with_us"]
         # Even with a primary that paid nothing for its replica: budget_alone / 0.9 - budget_alone.
-        m["replica_us_for_0_9"] = alone / 0.9 - alone
-        lines.append(f"| {name} | {m['client_alone_us']:.2f} + {m['alone_cpu_us']:.2f} = {alone:.2f} | "
-                     f"{m['client_with_us']:.2f} + {m['with_cpu_us']:.2f} + {m['replica_us']:.2f} = {with_:.2f} | "
-                     f"{m['ceiling_ratio']:.2f} | {m['ratio']:.2f} | {m['replica_us_for_0_9']:.2f} |")
+        m["replica_us_for_0_9"] = m["budget_alone_us"] / 0.9 - m["budget_alone_us"]
+
+    def table(headers, row):
+        out = ["| kind | " + " | ".join(headers) + " |", "| --- |" + " --- |" * len(headers)]
+        out += [f"| {name} | " + " | ".join(row(med[name])) + " |" for name, _ in kinds]
+        return out
+
+    lines = table(["SET -P16 alone (ops/s)", "with 1 replica (ops/s)", "with/alone", "primary CPU µs/req alone",
+                   "with replica"],
+                  lambda m: [f"{m['alone_rps']:.0f}", f"{m['with_rps']:.0f}", f"{m['ratio']:.3f}",
+                             f"{m['alone_cpu_us']:.3f}", f"{m['with_cpu_us']:.3f}"])
+    if not args.no_pin:
+        lines += ["", "Control: a fresh primary alone while a stand-in burns the replica's CPU share on the client's core.", ""]
+        lines += table(["replica's share of CPU 1", "stand-in's", "control ops/s", "primary CPU µs/req control",
+                        "with replica / control"],
+                       lambda m: [f"{m['replica_share']:.2f}", f"{m['stand_in_share']:.2f}", f"{m['control_rps']:.0f}",
+                                  f"{m['control_cpu_us']:.3f}", f"{m['with_vs_control_cpu']:.3f}"])
+    lines += ["", "CPU budget (µs of CPU per request, all processes): what two cores allow at best, whatever the scheduling.", ""]
+    lines += table(["alone: client + primary", "with: client + primary + replica", "two-core ceiling with/alone",
+                    "measured with/alone", "replica's cost 0.9 would allow"],
+                   lambda m: [f"{m['client_alone_us']:.2f} + {m['alone_cpu_us']:.2f} = {m['budget_alone_us']:.2f}",
+                              f"{m['client_with_us']:.2f} + {m['with_cpu_us']:.2f} + {m['replica_us']:.2f} = "
+                              f"{m['budget_with_us']:.2f}",
+                              f"{m['ceiling_ratio']:.2f}", f"{m['ratio']:.2f}", f"{m['replica_us_for_0_9']:.2f}"])
     h, rd = med["hotkv"], med["redis"]
     lines.append("")
     lines.append(f"hotkv/redis-server with a replica: {h['with_rps'] / rd['with_rps']:.2f}x ops/s, "
