@@ -18,6 +18,11 @@ For each kind, in turn (one pair at a time, so they never share the CPU with eac
    client it shares a core with, so the primary gets smaller batches per read and spends more
    per request whoever sends the stream; the control shows how much of step 2's rise that
    alone explains, and with/control is what the replica itself costs the primary;
+   a second control, the replay: a fresh primary alone again, while on CPU 1 a replica of the
+   same kind applies SETs at step 2's rate, streamed by a stand-in primary
+   (benches/stand_in_primary.py). CPU 1 then does what it did in step 2, cache and wakeups
+   included, except the real primary's part of the stream: with/replay is the primary's own
+   cost of replicating;
 5. a CPU budget: the CPU per request of the client (redis-benchmark), the primary and the
    replica, added up. Two cores give at most 2 s of CPU per second, so with/alone can be no
    better than (client + primary alone) / (client + primary + replica with), however the
@@ -35,6 +40,7 @@ import json
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -137,6 +143,9 @@ def one_kind(name, argv_fn, args):
             out["control"] = control(name, argv_fn, bench, out["with_replica"]["replica_cpu_share"], args)
             out["with_vs_control_cpu"] = (out["with_replica"]["primary_cpu_us_per_req"]
                                           / out["control"]["primary_cpu_us_per_req"])
+            out["replay"] = replay(name, argv_fn, bench, out["with_replica"]["rps"], args)
+            out["with_vs_replay_cpu"] = (out["with_replica"]["primary_cpu_us_per_req"]
+                                         / out["replay"]["primary_cpu_us_per_req"])
         return out
     finally:
         replica.stop()
@@ -158,6 +167,39 @@ def control(name, argv_fn, bench, share, args):
             hog.kill()
             hog.wait()
         primary.stop()
+
+
+def replay(name, argv_fn, bench, rate, args):
+    """Step 4's second control: a fresh primary alone, CPU 1 running a replica of the same kind
+    that a stand-in primary feeds at `rate` SETs a second."""
+    primary = Server(f"{name}-replay", argv_fn)
+    replica = Server(f"{name}-replay-replica", argv_fn)
+    feeder = None
+    with tempfile.TemporaryDirectory(prefix="bench-replay-") as work:
+        port_file = Path(work) / "port"
+        try:
+            primary.start(None, "percore", "0")
+            feeder = subprocess.Popen(["taskset", "-c", "1", sys.executable, str(ROOT / "benches/stand_in_primary.py"),
+                                       str(port_file), f"{rate:.0f}"], stdin=subprocess.PIPE, text=True)
+            if not wait(lambda: port_file.exists() and port_file.read_text().strip() != ""):
+                raise RuntimeError("the stand-in primary never listened")
+            replica.start(None, "percore", "1")
+            cli(replica.port, "REPLICAOF", "127.0.0.1", port_file.read_text().strip())
+            if not wait(lambda: field(replica.port, "replication", "master_link_status") == "up"):
+                raise RuntimeError(f"{name} replay replica never linked (log {replica.log.name})")
+            feeder0 = cpu_seconds_of(feeder.pid)
+            feeder.stdin.write("go\n")
+            feeder.stdin.flush()
+            row, share = measure(primary, bench, args, replica.proc.pid)
+            row["replica_cpu_share"] = share
+            row["feeder_cpu_us_per_req"] = (cpu_seconds_of(feeder.pid) - feeder0) * 1e6 / args.requests
+            return row
+        finally:
+            if feeder:
+                feeder.kill()
+                feeder.wait()
+            replica.stop()
+            primary.stop()
 
 
 def main():
@@ -196,6 +238,12 @@ def main():
             "with_vs_control_cpu": ("with_vs_control_cpu",),
             "replica_share": ("with_replica", "replica_cpu_share"),
             "stand_in_share": ("control", "stand_in_cpu_share"),
+            "replay_rps": ("replay", "rps"),
+            "replay_cpu_us": ("replay", "primary_cpu_us_per_req"),
+            "with_vs_replay_cpu": ("with_vs_replay_cpu",),
+            "replay_share": ("replay", "replica_cpu_share"),
+            "replay_replica_us": ("replay", "beside_cpu_us_per_req"),
+            "feeder_us": ("replay", "feeder_cpu_us_per_req"),
         })
 
     def at(figures, path):
@@ -227,6 +275,13 @@ def main():
                         "with replica / control"],
                        lambda m: [f"{m['replica_share']:.2f}", f"{m['stand_in_share']:.2f}", f"{m['control_rps']:.0f}",
                                   f"{m['control_cpu_us']:.3f}", f"{m['with_vs_control_cpu']:.3f}"])
+        lines += ["", "Replay: a fresh primary alone while, on the client's core, a replica of the same kind applies "
+                  "SETs at the with-replica rate from a stand-in primary.", ""]
+        lines += table(["replay replica's share of CPU 1", "its CPU µs/req", "stand-in's CPU µs/req", "replay ops/s",
+                        "primary CPU µs/req replay", "with replica / replay"],
+                       lambda m: [f"{m['replay_share']:.2f}", f"{m['replay_replica_us']:.3f}", f"{m['feeder_us']:.3f}",
+                                  f"{m['replay_rps']:.0f}", f"{m['replay_cpu_us']:.3f}",
+                                  f"{m['with_vs_replay_cpu']:.3f}"])
     lines += ["", "CPU budget (µs of CPU per request, all processes): what two cores allow at best, whatever the scheduling.", ""]
     lines += table(["alone: client + primary", "with: client + primary + replica", "two-core ceiling with/alone",
                     "measured with/alone", "replica's cost 0.9 would allow"],
