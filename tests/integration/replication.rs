@@ -1179,6 +1179,29 @@ fn persistence_field(c: &mut RawClient, field: &str) -> Option<String> {
     text.lines().find_map(|l| l.strip_prefix(&format!("{field}:")).map(str::to_string))
 }
 
+#[test]
+fn a_killed_replica_is_gone_from_info_when_the_kill_answers() {
+    // Valkey frees a killed replica's client in CLIENT KILL itself: INFO right after says
+    // connected_slaves:0 (its replica-in-sync test asserts it with no wait). The session's
+    // own end comes later, on its thread.
+    let primary = server();
+    let replica = server();
+    replicaof(&replica, primary.port());
+    let mut p = primary.client();
+    for round in 0..10 {
+        ok(&mut p, &["CONFIG", "SET", "requirepass", ""]);
+        wait_link_up(&replica);
+        assert!(wait_for(|| info_field(&mut p, "connected_slaves").as_deref() == Some("1"), LINK_WAIT));
+        // Back only once the password goes: the replica has none.
+        ok(&mut p, &["CONFIG", "SET", "requirepass", "asdf"]);
+        assert_eq!(p.cmd(&["CLIENT", "KILL", "TYPE", "replica"]).int(), 1);
+        let text = p.cmd(&["INFO", "replication"]).text();
+        assert!(text.contains("connected_slaves:0\r\n"), "round {round}: {text}");
+        assert!(!text.contains("slave0:"), "round {round}: {text}");
+        assert_eq!(p.cmd(&["WAIT", "1", "1"]).int(), 0, "round {round}: a dropped replica counted for WAIT");
+    }
+}
+
 /// Makes `primary`'s snapshots last: large values (so the stream's first pieces leave before
 /// it ends) written 100 ms apart, 30 s for the 300 keys. A test stops such a sync itself.
 fn slow_snapshots(primary: &TestServer) {

@@ -330,7 +330,9 @@ impl Primary {
     pub fn replicas(&self) -> Vec<ReplicaSummary> {
         let st = self.state.lock();
         let now = Instant::now();
-        st.replicas.values().map(|e| e.summary(now)).collect()
+        // A dropped replica is gone for INFO from the moment it is dropped, as Valkey frees
+        // its client at once: its session only notices later, on its own thread.
+        st.replicas.values().filter(|e| e.attached()).map(|e| e.summary(now)).collect()
     }
 
     /// DEBUG CHANGE-REPL-ID: a new id and no second one (`changeReplicationId` and
@@ -541,13 +543,13 @@ impl Primary {
     /// The number of online replicas whose ACK reached `offset` (`replicationCountAcksByOffset`).
     pub fn count_acked(&self, offset: u64) -> usize {
         let st = self.state.lock();
-        st.replicas.values().filter(|e| e.state == ReplicaState::Online && e.ack_off >= offset).count()
+        st.replicas.values().filter(|e| e.online() && e.ack_off >= offset).count()
     }
 
     /// The number of online replicas that acknowledged the given AOF offset (`WAITAOF`).
     pub fn count_aof_acked(&self, offset: u64) -> usize {
         let st = self.state.lock();
-        st.replicas.values().filter(|e| e.state == ReplicaState::Online && e.aof_off >= offset).count()
+        st.replicas.values().filter(|e| e.online() && e.aof_off >= offset).count()
     }
 
     /// Online replicas whose lag is at most `min-replicas-max-lag` (`repl_good_replicas_count`).
@@ -555,7 +557,7 @@ impl Primary {
         let st = self.state.lock();
         let now = Instant::now();
         let max_lag = st.settings.min_replicas_max_lag;
-        st.replicas.values().filter(|e| e.state == ReplicaState::Online && e.lag(now) <= max_lag).count()
+        st.replicas.values().filter(|e| e.online() && e.lag(now) <= max_lag).count()
     }
 
     /// Whether writes are allowed under `min-replicas-to-write` / `min-replicas-max-lag`; the
@@ -591,12 +593,8 @@ impl Primary {
             self.stream.send_replace(st.offset);
         }
         let timeout = st.settings.timeout;
-        let timed_out: Vec<u64> = st
-            .replicas
-            .iter()
-            .filter(|(_, e)| e.state == ReplicaState::Online && e.dropped.is_none() && now - e.ack_time > timeout)
-            .map(|(&id, _)| id)
-            .collect();
+        let timed_out: Vec<u64> =
+            st.replicas.iter().filter(|(_, e)| e.online() && now - e.ack_time > timeout).map(|(&id, _)| id).collect();
         for id in timed_out {
             let name = st.replicas.get(&id).map(|e| replica_name(&e.ip, e.port)).unwrap_or_default();
             warn!(replica = %name, "Disconnecting timedout replica (streaming sync): {}", name);
@@ -947,7 +945,7 @@ impl Primary {
             let Some(buf) = backlog.as_ref() else { return 0 };
             for (&id, e) in replicas.iter_mut() {
                 let Some(d) = e.direct.as_ref() else { continue };
-                if e.dropped.is_some() || e.state != ReplicaState::Online || !d.try_lend() {
+                if !e.online() || !d.try_lend() {
                     continue;
                 }
                 let d = d.clone();
@@ -1146,6 +1144,16 @@ impl State {
 }
 
 impl Entry {
+    /// Not dropped: its session may still be winding down, but it counts no more.
+    fn attached(&self) -> bool {
+        self.dropped.is_none()
+    }
+
+    /// Attached and streaming: what WAIT and `min-replicas-to-write` count.
+    fn online(&self) -> bool {
+        self.attached() && self.state == ReplicaState::Online
+    }
+
     fn lag(&self, now: Instant) -> u64 {
         now.saturating_duration_since(self.ack_time).as_secs()
     }
