@@ -1202,6 +1202,50 @@ fn a_killed_replica_is_gone_from_info_when_the_kill_answers() {
     }
 }
 
+#[test]
+fn a_loading_replica_answers_its_clients_between_pieces_of_the_snapshot() {
+    // Valkey loads a full sync in its event loop and serves events every
+    // loading-process-events-interval-bytes: a client's INFO is answered mid-load, with
+    // loading:1 (Valkey's replica-in-sync test waits on that). Each piece of the load holds
+    // the clients, so none sees the data half loaded; between two, those that waited run.
+    let primary = server();
+    let mut p = primary.client();
+    // Pieces are counted in snapshot bytes, as Valkey counts them: uncompressed, a key is one.
+    ok(&mut p, &["CONFIG", "SET", "rdbcompression", "no"]);
+    let value = "A".repeat(1000);
+    for i in 0..20 {
+        ok(&mut p, &["SET", &format!("k{i}"), &value]);
+    }
+    // 40 ms a key: the load lasts at least 0.8 s, in pieces of about one key.
+    let replica = server_with(&[("key-load-delay", "40000"), ("loading-process-events-interval-bytes", "1024")]);
+    let mut r = replica.client();
+    replicaof(&replica, primary.port());
+    let (mut answered_loading, mut refused) = (0, 0);
+    let up = wait_for(
+        || {
+            let text = r.cmd(&["INFO", "everything"]).text();
+            let get = |name: &str| text.lines().find_map(|l| l.strip_prefix(&format!("{name}:"))).map(str::to_string);
+            if get("loading").as_deref() == Some("1") {
+                answered_loading += 1;
+                // Reads wait for the whole snapshot, as in Valkey.
+                if r.cmd(&["GET", "k0"]).error_text().as_deref()
+                    == Some("LOADING Valkey is loading the dataset in memory")
+                {
+                    refused += 1;
+                }
+            }
+            get("master_link_status").as_deref() == Some("up")
+        },
+        LINK_WAIT,
+    );
+    assert!(up, "link never came up:\n{}", replica.log());
+    // Twenty pieces: one INFO between almost every two. Held for a whole read of the socket,
+    // as before, an INFO got in only between two reads, a few times at most.
+    assert!(answered_loading >= 5, "INFO answered during the load only {answered_loading} times");
+    assert!(refused >= 1, "no GET was refused during the load");
+    wait_same(&primary, &replica);
+}
+
 /// Makes `primary`'s snapshots last: large values (so the stream's first pieces leave before
 /// it ends) written 100 ms apart, 30 s for the 300 keys. A test stops such a sync itself.
 fn slow_snapshots(primary: &TestServer) {

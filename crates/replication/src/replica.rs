@@ -45,6 +45,19 @@ pub trait Applier: Send {
     /// The next piece of the RDB file, in order, as it arrives.
     fn load_rdb(&mut self, chunk: &[u8]) -> Result<(), String>;
 
+    /// How many bytes of the RDB to load between two chances for the server's clients to run
+    /// ([`Applier::let_clients_in`]); the default loads each piece as it arrives.
+    fn load_piece_bytes(&self) -> usize {
+        usize::MAX
+    }
+
+    /// Called after every [`Applier::load_piece_bytes`] loaded: a future that ends once the
+    /// server let in what waited while the pieces loaded (Valkey, which loads in its event
+    /// loop, processes events every `loading-process-events-interval-bytes`), or `None`.
+    fn let_clients_in(&mut self) -> Option<BoxFuture<'static, ()>> {
+        None
+    }
+
     /// The RDB ended (`ok`) or the transfer failed (`!ok`: the link will retry). An error
     /// from a complete RDB (it did not parse) fails the sync too.
     fn end_full_sync(&mut self, ok: bool) -> Result<(), String>;
@@ -335,6 +348,8 @@ pub struct ReplicaLink {
     stop: watch::Receiver<bool>,
     /// Whether the applier is inside begin/end_full_sync.
     loading: bool,
+    /// Snapshot bytes loaded since the applier last let its clients in.
+    loaded_since_let_in: usize,
     batch: BatchBuf,
 }
 
@@ -372,6 +387,7 @@ impl ReplicaLink {
             status: status.clone(),
             stop: stop_rx,
             loading: false,
+            loaded_since_let_in: 0,
             batch: BatchBuf::default(),
         };
         let task = tokio::spawn(link.run());
@@ -620,6 +636,7 @@ impl ReplicaLink {
         self.primary.upstream_full_sync_started();
         self.applier.begin_full_sync(same_history).map_err(Error::Local)?;
         self.loading = true;
+        self.loaded_since_let_in = 0;
         match header {
             BulkHeader::Len(n) => self.read_sized(conn, n).await?,
             BulkHeader::EofMark(mark) => self.read_marked(conn, &mark).await?,
@@ -635,13 +652,33 @@ impl ReplicaLink {
         Ok(())
     }
 
+    /// Hands `bytes` of the snapshot to the applier in pieces of its size, and lets its
+    /// clients in after each whole piece.
+    async fn load(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        let piece = self.applier.load_piece_bytes().max(1);
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            if self.loaded_since_let_in >= piece {
+                if let Some(wait) = self.applier.let_clients_in() {
+                    wait.await;
+                }
+                self.loaded_since_let_in = 0;
+            }
+            let n = rest.len().min(piece - self.loaded_since_let_in);
+            self.applier.load_rdb(&rest[..n]).map_err(Error::Local)?;
+            self.loaded_since_let_in += n;
+            rest = &rest[n..];
+        }
+        Ok(())
+    }
+
     /// `$<len>`: exactly `len` bytes; what follows is the stream.
     async fn read_sized(&mut self, conn: &mut Conn, len: u64) -> Result<(), Error> {
         let mut left = len;
         loop {
             let take = (conn.buf.len() as u64).min(left) as usize;
             if take > 0 {
-                self.applier.load_rdb(&conn.buf[..take]).map_err(Error::Local)?;
+                self.load(&conn.buf[..take]).await?;
                 conn.buf.advance(take);
                 left -= take as u64;
                 self.note_transfer(take);
@@ -659,7 +696,7 @@ impl ReplicaLink {
         loop {
             if let Some(at) = find(&conn.buf, mark) {
                 if at > 0 {
-                    self.applier.load_rdb(&conn.buf[..at]).map_err(Error::Local)?;
+                    self.load(&conn.buf[..at]).await?;
                 }
                 self.note_transfer(at);
                 conn.buf.advance(at + REPLID_LEN);
@@ -668,7 +705,7 @@ impl ReplicaLink {
             // Everything but what could be the start of a mark split across reads.
             let safe = conn.buf.len().saturating_sub(REPLID_LEN - 1);
             if safe > 0 {
-                self.applier.load_rdb(&conn.buf[..safe]).map_err(Error::Local)?;
+                self.load(&conn.buf[..safe]).await?;
                 conn.buf.advance(safe);
                 self.note_transfer(safe);
             }

@@ -609,6 +609,19 @@ impl Applier for MasterClient {
         result
     }
 
+    fn load_piece_bytes(&self) -> usize {
+        self.srv.settings.load().int(t::LOADING_PROCESS_EVENTS_INTERVAL_BYTES).max(1) as usize
+    }
+
+    fn let_clients_in(&mut self) -> Option<BoxFuture<'static, ()>> {
+        // Loaded beside the live data, the pieces hold no one.
+        if self.swapdb.is_some() {
+            return None;
+        }
+        let srv = self.srv.clone();
+        Some(Box::pin(async move { srv.freeze.let_in().await }))
+    }
+
     fn end_full_sync(&mut self, ok: bool) -> Result<(), String> {
         if std::mem::take(&mut self.sync_pending) && !ok {
             // Nothing arrived: the old data was never touched.

@@ -433,8 +433,8 @@ directives! {
     KEY_LOAD_DELAY = "key-load-delay" [] "persistence.key_load_delay": int(IMIN, INT), "0", M | HID | U, H,
         "Delay per key while loading (tests).";
     LOADING_PROCESS_EVENTS_INTERVAL_BYTES = "loading-process-events-interval-bytes" []
-        "persistence.loading_process_events_interval_bytes": int(1024, INT), "2097152", M | HID | NE, H,
-        "Bytes loaded between event processing (tests).";
+        "persistence.loading_process_events_interval_bytes": int(1024, INT), "2097152", M | HID | U, H,
+        "Bytes of a full sync's snapshot a replica loads, holding its clients, before it lets them (and the cluster bus) run again.";
     // replication
     REPLICAOF = "replicaof" ["slaveof"] "replication.replicaof": Ty::ReplicaOf, "", I, H,
         "Replicate <host> <port> at startup.";
