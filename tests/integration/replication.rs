@@ -506,7 +506,12 @@ fn killing_the_master_client_reconnects_with_a_partial_resync() {
 }
 
 fn info_stat(c: &mut RawClient, field: &str) -> Option<u64> {
-    let text = c.cmd(&["INFO", "stats"]).text();
+    info_num(c, "stats", field)
+}
+
+/// A numeric field of an INFO section.
+fn info_num(c: &mut RawClient, section: &str, field: &str) -> Option<u64> {
+    let text = c.cmd(&["INFO", section]).text();
     text.lines().find_map(|l| l.strip_prefix(&format!("{field}:")).and_then(|v| v.parse().ok()))
 }
 
@@ -713,6 +718,20 @@ fn failover_refuses_as_valkey_times_out_and_aborts() {
     b.signal(SIGCONT);
     wait_same(&a, &b);
     assert_eq!(role(&a), "master");
+    assert_eq!(role(&b), "slave");
+
+    // A target that refuses PSYNC ends the failover: Valkey's line, logged once (its
+    // integration/failover counts it), and the old primary serves on, listing no master client.
+    let mut cb = b.client();
+    ok(&mut cb, &["ACL", "SETUSER", "default", "-psync"]);
+    ok(&mut ca, &["FAILOVER", "TO", "127.0.0.1", &bp]);
+    assert!(wait_for(|| info_field(&mut ca, "master_failover_state").as_deref() == Some("no-failover"), LINK_WAIT));
+    assert!(wait_for(|| role(&a) == "master", LINK_WAIT));
+    assert_eq!(a.log().matches("Failover target rejected psync request").count(), 1, "{}", a.log());
+    assert!(!ca.cmd(&["CLIENT", "LIST"]).text().contains(" flags=M "));
+    ok(&mut cb, &["ACL", "SETUSER", "default", "+psync"]);
+    ok(&mut ca, &["SET", "k", "4"]);
+    wait_same(&a, &b);
     assert_eq!(role(&b), "slave");
 }
 
@@ -1199,6 +1218,27 @@ fn a_killed_replica_is_gone_from_info_when_the_kill_answers() {
         assert!(text.contains("connected_slaves:0\r\n"), "round {round}: {text}");
         assert!(!text.contains("slave0:"), "round {round}: {text}");
         assert_eq!(p.cmd(&["WAIT", "1", "1"]).int(), 0, "round {round}: a dropped replica counted for WAIT");
+    }
+}
+
+#[test]
+fn a_replica_turned_primary_lists_no_master_client() {
+    // The link's task is stopped in the middle of its stream; the master client it listed
+    // must go with it, as Valkey frees it (integration/failover counts connected_clients on a
+    // node that was a replica a moment before).
+    let primary = server();
+    let replica = server();
+    let mut r = replica.client();
+    for round in 0..3 {
+        replicaof(&replica, primary.port());
+        wait_link_up(&replica);
+        let list = r.cmd(&["CLIENT", "LIST"]).text();
+        assert_eq!(list.matches(" flags=M ").count(), 1, "round {round}: {list}");
+        assert_eq!(info_num(&mut r, "clients", "connected_clients"), Some(2), "round {round}");
+        ok(&mut r, &["REPLICAOF", "NO", "ONE"]);
+        let gone = wait_for(|| !r.cmd(&["CLIENT", "LIST"]).text().contains(" flags=M "), LINK_WAIT);
+        assert!(gone, "round {round}: {}", r.cmd(&["CLIENT", "LIST"]).text());
+        assert_eq!(info_num(&mut r, "clients", "connected_clients"), Some(1), "round {round}");
     }
 }
 

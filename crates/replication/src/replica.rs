@@ -350,6 +350,8 @@ pub struct ReplicaLink {
     loading: bool,
     /// Snapshot bytes loaded since the applier last let its clients in.
     loaded_since_let_in: usize,
+    /// Whether the applier is between stream_started and stream_ended.
+    streaming: bool,
     batch: BatchBuf,
 }
 
@@ -388,6 +390,7 @@ impl ReplicaLink {
             stop: stop_rx,
             loading: false,
             loaded_since_let_in: 0,
+            streaming: false,
             batch: BatchBuf::default(),
         };
         let task = tokio::spawn(link.run());
@@ -411,6 +414,11 @@ impl ReplicaLink {
                 if let Err(e) = self.applier.end_full_sync(false) {
                     warn!(cause = %e, "abandoning the partial snapshot failed");
                 }
+            }
+            // A stop drops the session mid-stream: its end is told here instead (the server
+            // would otherwise go on listing the master client of a link that is gone).
+            if std::mem::take(&mut self.streaming) {
+                self.applier.stream_ended();
             }
             let was_up = self.status.lock().state == LinkState::Connected;
             {
@@ -461,7 +469,9 @@ impl ReplicaLink {
         self.handshake(&mut conn).await?;
         let offset = self.psync(&mut conn).await?;
         let killed = self.applier.stream_started(&format!("{}:{}", self.cfg.host, self.cfg.port));
+        self.streaming = true;
         let r = self.stream(conn, offset, killed).await;
+        self.streaming = false;
         self.applier.stream_ended();
         r
     }
@@ -571,7 +581,13 @@ impl ReplicaLink {
             let rejected = outcome.is_err();
             self.applier.failover_outcome(outcome);
             if rejected {
-                return Err(Error::Refused("Failover target rejected psync request".into()));
+                // The abort logged Valkey's line, once (its tests count it); the link's own
+                // warning says what the target answered.
+                let said = match &reply {
+                    PsyncReply::Error(s) | PsyncReply::TryLater(s) => s.as_str(),
+                    _ => "",
+                };
+                return Err(Error::Refused(format!("the failover target answered PSYNC with '{said}'")));
             }
         }
         match reply {
