@@ -838,6 +838,30 @@ fn a_sleeping_primary_sends_its_replica_nothing() {
     assert!(wait_for(|| (0..=1).contains(&last_io(&mut r)), LINK_WAIT));
 }
 
+#[test]
+fn a_lowered_repl_timeout_reaches_a_handshake_already_waiting() {
+    // Valkey's "Slave is able to detect timeout during handshake": the primary holds the
+    // PSYNC answer (a diskless sync that waits for more replicas) and keeps the link alive
+    // with newlines; the replica's repl-timeout is lowered, then the primary goes silent.
+    let primary = sleepy_server(&[("repl-diskless-sync", "yes"), ("repl-diskless-sync-delay", "1000")]);
+    let replica = server();
+    let mut r = replica.client();
+    replicaof(&replica, primary.port());
+    let mut p = primary.client();
+    assert!(wait_for(|| p.cmd(&["INFO", "replication"]).text().contains("state=wait_bgsave"), LINK_WAIT));
+    ok(&mut r, &["CONFIG", "SET", "repl-timeout", "1"]);
+    let mut sleeper = primary.client();
+    sleeper.send(&["DEBUG", "SLEEP", "600"]);
+    wait_stopped(&primary, 1);
+    assert!(
+        replica.wait_for_log("Timeout connecting to the PRIMARY...", LINK_WAIT),
+        "the replica waited on: {}",
+        replica.log()
+    );
+    primary.signal(SIGALRM);
+    assert_eq!(sleeper.read_frame(), Frame::ok());
+}
+
 /// What Valkey's integration/replication-psync does to force partial resyncs after a delay.
 #[test]
 fn a_sleeping_replica_reconnects_only_when_it_wakes() {

@@ -702,7 +702,7 @@ impl ReplicaLink {
             if left == 0 {
                 return Ok(());
             }
-            conn.fill(&self.cfg, "Timeout receiving bulk data from PRIMARY... If the problem persists try to set the 'repl-timeout' parameter in valkey.conf to a larger value.").await?;
+            conn.fill("Timeout receiving bulk data from PRIMARY... If the problem persists try to set the 'repl-timeout' parameter in valkey.conf to a larger value.").await?;
         }
     }
 
@@ -725,7 +725,7 @@ impl ReplicaLink {
                 conn.buf.advance(safe);
                 self.note_transfer(safe);
             }
-            conn.fill(&self.cfg, "Timeout receiving bulk data from PRIMARY... If the problem persists try to set the 'repl-timeout' parameter in valkey.conf to a larger value.").await?;
+            conn.fill("Timeout receiving bulk data from PRIMARY... If the problem persists try to set the 'repl-timeout' parameter in valkey.conf to a larger value.").await?;
         }
     }
 
@@ -935,23 +935,36 @@ impl Conn {
                 return Err(ProtocolViolation::LineTooLong.into());
             }
             self.buf.reserve(1024);
-            let n = timeout(self.timeout.get(), self.stream.read_buf(&mut self.buf)).await.map_err(|_| {
-                warn!("Timeout connecting to the PRIMARY...");
-                Error::Timeout("handshake")
-            })??;
-            if n == 0 {
-                return Err(Error::Io(io::ErrorKind::UnexpectedEof.into()));
-            }
+            self.read_more("Timeout connecting to the PRIMARY...", "handshake").await?;
         }
     }
 
     /// Reads more bytes into the buffer, within `repl-timeout`.
-    async fn fill(&mut self, cfg: &ReplicaConfig, on_timeout: &'static str) -> Result<(), Error> {
+    async fn fill(&mut self, on_timeout: &'static str) -> Result<(), Error> {
         self.buf.reserve(READ_CHUNK);
-        let n = timeout(cfg.timeout.get(), self.stream.read_buf(&mut self.buf)).await.map_err(|_| {
-            warn!("{}", on_timeout);
-            Error::Timeout("receiving the snapshot")
-        })??;
+        self.read_more(on_timeout, "receiving the snapshot").await
+    }
+
+    /// One read, given up after `repl-timeout` without a byte (logging `on_timeout`). The
+    /// setting is read again every second while the read waits, as Valkey's replication cron
+    /// checks it, so a CONFIG SET reaches a read already waiting (Valkey's "Slave is able to
+    /// detect timeout during handshake" lowers it under a primary that then goes silent).
+    async fn read_more(&mut self, on_timeout: &'static str, during: &'static str) -> Result<(), Error> {
+        let since = Instant::now();
+        let Conn { stream, buf, timeout } = self;
+        let read = stream.read_buf(buf);
+        tokio::pin!(read);
+        let n = loop {
+            let left = timeout.get().saturating_sub(since.elapsed());
+            if left.is_zero() {
+                warn!("{}", on_timeout);
+                return Err(Error::Timeout(during));
+            }
+            tokio::select! {
+                n = &mut read => break n?,
+                _ = tokio::time::sleep(left.min(Duration::from_secs(1))) => {}
+            }
+        };
         if n == 0 {
             return Err(Error::Io(io::ErrorKind::UnexpectedEof.into()));
         }
