@@ -862,6 +862,50 @@ fn a_lowered_repl_timeout_reaches_a_handshake_already_waiting() {
     assert_eq!(sleeper.read_frame(), Frame::ok());
 }
 
+#[test]
+fn a_replica_that_stops_reading_its_full_sync_is_dropped_and_the_others_finish() {
+    // Two replicas share one snapshot, paced by the slower. One stops reading (SIGSTOP before
+    // the first byte): after repl-timeout without progress the primary drops it, as Valkey's
+    // cron does, and the other gets the whole dataset instead of waiting for it forever.
+    let primary = sleepy_server(&[
+        ("repl-diskless-sync", "yes"),
+        ("repl-diskless-sync-delay", "2"),
+        ("repl-diskless-sync-max-replicas", "0"),
+        ("repl-timeout", "2"),
+        ("rdbcompression", "no"),
+    ]);
+    let mut p = primary.client();
+    // 30 MB: more than both ends' socket buffers hold.
+    ok(&mut p, &["DEBUG", "POPULATE", "3000", "key", "10000"]);
+    let (fast, slow) = (server(), server());
+    replicaof(&fast, primary.port());
+    replicaof(&slow, primary.port());
+    let slow_port = format!("port={},", slow.port());
+    let listed = wait_for(
+        || {
+            let text = p.cmd(&["INFO", "replication"]).text();
+            text.lines().filter(|l| l.starts_with("slave") && l.contains("state=wait_bgsave")).count() == 2
+        },
+        LINK_WAIT,
+    );
+    assert!(listed, "{}", p.cmd(&["INFO", "replication"]).text());
+    // Still inside the group's two seconds: not a byte of the snapshot has left.
+    slow.signal(SIGSTOP);
+    assert!(
+        primary.wait_for_log("Disconnecting timedout replica (full sync)", LINK_WAIT),
+        "the stalled replica was never dropped:\n{}",
+        primary.log()
+    );
+    assert!(primary.wait_for_log("Diskless rdb transfer, done reading from pipe, 1 replicas still up.", LINK_WAIT));
+    wait_link_up(&fast);
+    assert_eq!(fast.client().cmd(&["DBSIZE"]).int(), 3000);
+    assert!(!p.cmd(&["INFO", "replication"]).text().contains(&slow_port));
+    // Once it reads again, it dials and syncs like any replica.
+    slow.signal(SIGCONT);
+    wait_link_up(&slow);
+    wait_same(&primary, &slow);
+}
+
 /// What Valkey's integration/replication-psync does to force partial resyncs after a delay.
 #[test]
 fn a_sleeping_replica_reconnects_only_when_it_wakes() {

@@ -223,7 +223,7 @@ impl ReplicaSession {
             let mark = random_hex40();
             wr.write_all(format!("$EOF:{mark}\r\n").as_bytes()).await?;
             while let Some(chunk) = rdb.recv().await {
-                wr.write_all(&chunk.map_err(|e| Error::Local(format!("snapshot failed: {e}")))?).await?;
+                self.write_bulk(wr, &chunk.map_err(|e| Error::Local(format!("snapshot failed: {e}")))?).await?;
             }
             wr.write_all(mark.as_bytes()).await?;
             wr.flush().await?;
@@ -248,12 +248,32 @@ impl ReplicaSession {
             let len: usize = gathered.iter().map(Bytes::len).sum();
             wr.write_all(format!("${len}\r\n").as_bytes()).await?;
             for c in &gathered {
-                wr.write_all(c).await?;
+                self.write_bulk(wr, c).await?;
             }
             wr.flush().await?;
             self.primary.set_online(self.id, false);
         }
         info!(replica = %self.name, "Synchronization with replica {} succeeded", self.name);
+        Ok(())
+    }
+
+    /// Writes snapshot bytes, giving the replica up when a write makes no progress for
+    /// `repl-timeout` (read again at each write, so CONFIG SET applies to a transfer under
+    /// way), as Valkey's replication cron drops a replica whose full sync stalled: one that
+    /// stopped reading would otherwise hold every replica that shares its snapshot.
+    async fn write_bulk<W: AsyncWrite + Unpin>(&self, wr: &mut W, mut bytes: &[u8]) -> Result<(), Error> {
+        while !bytes.is_empty() {
+            let limit = self.primary.settings().timeout;
+            match tokio::time::timeout(limit, wr.write(bytes)).await {
+                Ok(Ok(0)) => return Err(Error::Io(io::ErrorKind::WriteZero.into())),
+                Ok(Ok(n)) => bytes = &bytes[n..],
+                Ok(Err(e)) => return Err(e.into()),
+                Err(_) => {
+                    warn!(replica = %self.name, "Disconnecting timedout replica (full sync): {}", self.name);
+                    return Err(Error::Dropped("timeout during the full sync"));
+                }
+            }
+        }
         Ok(())
     }
 

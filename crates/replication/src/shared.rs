@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc, oneshot};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::BoxFuture;
 use crate::sender::{Snapshot, SnapshotSource};
@@ -104,8 +104,13 @@ async fn serve(inner: &dyn SnapshotSource, members: Vec<oneshot::Sender<io::Resu
             outs.push(tx);
         }
     }
+    // Valkey's lines about its RDB pipe, which this loop stands for (its tests wait for them).
     while !outs.is_empty() {
-        let Some(chunk) = rdb.recv().await else { return };
+        let Some(chunk) = rdb.recv().await else {
+            outs.retain(|tx| !tx.is_closed());
+            info!("Diskless rdb transfer, done reading from pipe, {} replicas still up.", outs.len());
+            return;
+        };
         match chunk {
             Ok(b) => {
                 for tx in &outs {
@@ -114,6 +119,9 @@ async fn serve(inner: &dyn SnapshotSource, members: Vec<oneshot::Sender<io::Resu
                 // A replica that went away stops counting; when none is left, dropping
                 // `rdb` ends the snapshot.
                 outs.retain(|tx| !tx.is_closed());
+                if outs.is_empty() {
+                    warn!("Diskless rdb transfer, last replica dropped, killing fork child.");
+                }
             }
             Err(e) => {
                 for tx in &outs {
