@@ -871,7 +871,6 @@ fn a_replica_that_stops_reading_its_full_sync_is_dropped_and_the_others_finish()
         ("repl-diskless-sync", "yes"),
         ("repl-diskless-sync-delay", "2"),
         ("repl-diskless-sync-max-replicas", "0"),
-        ("repl-timeout", "2"),
         ("rdbcompression", "no"),
     ]);
     let mut p = primary.client();
@@ -891,12 +890,23 @@ fn a_replica_that_stops_reading_its_full_sync_is_dropped_and_the_others_finish()
     assert!(listed, "{}", p.cmd(&["INFO", "replication"]).text());
     // Still inside the group's two seconds: not a byte of the snapshot has left.
     slow.signal(SIGSTOP);
+    // Lowered once the transfer runs, as Valkey's rdb-pipe test does: a write already waiting
+    // on the stopped replica goes by the new value.
+    assert!(fast.wait_for_log("Loading DB in memory", LINK_WAIT));
+    ok(&mut p, &["CONFIG", "SET", "repl-timeout", "2"]);
     assert!(
         primary.wait_for_log("Disconnecting timedout replica (full sync)", LINK_WAIT),
         "the stalled replica was never dropped:\n{}",
         primary.log()
     );
-    assert!(primary.wait_for_log("Diskless rdb transfer, done reading from pipe, 1 replicas still up.", LINK_WAIT));
+    // As Valkey's replication child, the snapshot counts as a background save until the
+    // last byte left its pipe: by the time INFO says it ended, the pipe's line is logged.
+    assert!(wait_for(|| persistence_field(&mut p, "rdb_bgsave_in_progress").as_deref() == Some("0"), LINK_WAIT));
+    assert!(
+        primary.log().contains("Diskless rdb transfer, done reading from pipe, 1 replicas still up."),
+        "{}",
+        primary.log()
+    );
     wait_link_up(&fast);
     assert_eq!(fast.client().cmd(&["DBSIZE"]).int(), 3000);
     assert!(!p.cmd(&["INFO", "replication"]).text().contains(&slow_port));

@@ -113,6 +113,10 @@ pub struct Snapshot {
     /// The RDB bytes in order; the channel closes after the last chunk. An `Err` aborts the
     /// transfer (the replica is dropped and retries).
     pub rdb: mpsc::Receiver<io::Result<Bytes>>,
+    /// Whatever the source keeps alive until the transfer is done with the snapshot (the
+    /// server counts a full sync as running meanwhile, as Valkey counts its replication child
+    /// until the last byte left its pipe).
+    pub hold: Option<Box<dyn std::any::Any + Send>>,
 }
 
 /// Produces snapshots for full resyncs. The server implements it with the engine's RDB writer.
@@ -212,7 +216,7 @@ impl ReplicaSession {
         info!(replica = %self.name, "Starting BGSAVE for SYNC with target: replicas sockets");
         let snap =
             keepalive(wr, source.snapshot()).await?.map_err(|e| Error::Local(format!("snapshot failed: {e}")))?;
-        let Snapshot { point, mut rdb } = snap;
+        let Snapshot { point, mut rdb, hold: _hold } = snap;
         self.primary.begin_bulk(self.id, &point)?;
         if self.psync {
             let line = format!("+FULLRESYNC {} {}\r\n", point.replid, point.offset);
@@ -258,21 +262,30 @@ impl ReplicaSession {
     }
 
     /// Writes snapshot bytes, giving the replica up when a write makes no progress for
-    /// `repl-timeout` (read again at each write, so CONFIG SET applies to a transfer under
-    /// way), as Valkey's replication cron drops a replica whose full sync stalled: one that
-    /// stopped reading would otherwise hold every replica that shares its snapshot.
+    /// `repl-timeout`, as Valkey's replication cron drops a replica whose full sync stalled:
+    /// one that stopped reading would otherwise hold every replica that shares its snapshot.
+    /// The setting is read again every second while a write waits, as the cron reads it, so
+    /// a CONFIG SET reaches a transfer under way (Valkey's rdb-pipe tests lower it mid-sync).
     async fn write_bulk<W: AsyncWrite + Unpin>(&self, wr: &mut W, mut bytes: &[u8]) -> Result<(), Error> {
         while !bytes.is_empty() {
-            let limit = self.primary.settings().timeout;
-            match tokio::time::timeout(limit, wr.write(bytes)).await {
-                Ok(Ok(0)) => return Err(Error::Io(io::ErrorKind::WriteZero.into())),
-                Ok(Ok(n)) => bytes = &bytes[n..],
-                Ok(Err(e)) => return Err(e.into()),
-                Err(_) => {
+            let since = tokio::time::Instant::now();
+            let write = wr.write(bytes);
+            tokio::pin!(write);
+            let n = loop {
+                let left = self.primary.settings().timeout.saturating_sub(since.elapsed());
+                if left.is_zero() {
                     warn!(replica = %self.name, "Disconnecting timedout replica (full sync): {}", self.name);
                     return Err(Error::Dropped("timeout during the full sync"));
                 }
+                tokio::select! {
+                    n = &mut write => break n?,
+                    _ = tokio::time::sleep(left.min(Duration::from_secs(1))) => {}
+                }
+            };
+            if n == 0 {
+                return Err(Error::Io(io::ErrorKind::WriteZero.into()));
             }
+            bytes = &bytes[n..];
         }
         Ok(())
     }

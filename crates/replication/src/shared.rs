@@ -88,7 +88,8 @@ impl SnapshotSource for SharedSnapshots {
 
 /// Takes one snapshot and sends each chunk to every member still listening, in order.
 async fn serve(inner: &dyn SnapshotSource, members: Vec<oneshot::Sender<io::Result<Snapshot>>>) {
-    let Snapshot { point, mut rdb } = match inner.snapshot().await {
+    // The source's hold lasts until every member is done, as this loop does.
+    let Snapshot { point, mut rdb, hold: _hold } = match inner.snapshot().await {
         Ok(s) => s,
         Err(e) => {
             for m in members {
@@ -100,7 +101,7 @@ async fn serve(inner: &dyn SnapshotSource, members: Vec<oneshot::Sender<io::Resu
     let mut outs = Vec::with_capacity(members.len());
     for m in members {
         let (tx, rx) = mpsc::channel(MEMBER_AHEAD);
-        if m.send(Ok(Snapshot { point: point.clone(), rdb: rx })).is_ok() {
+        if m.send(Ok(Snapshot { point: point.clone(), rdb: rx, hold: None })).is_ok() {
             outs.push(tx);
         }
     }
@@ -153,13 +154,13 @@ mod tests {
                         let _ = tx.send(Ok(Bytes::from(format!("{part}{n}")))).await;
                     }
                 });
-                Ok(Snapshot { point: SyncPoint { replid: "r".repeat(40), offset: n as u64 }, rdb: rx })
+                Ok(Snapshot { point: SyncPoint { replid: "r".repeat(40), offset: n as u64 }, rdb: rx, hold: None })
             })
         }
     }
 
     async fn read_all(s: &SharedSnapshots) -> (u64, String) {
-        let Snapshot { point, mut rdb } = s.snapshot().await.unwrap();
+        let Snapshot { point, mut rdb, .. } = s.snapshot().await.unwrap();
         let mut text = String::new();
         while let Some(c) = rdb.recv().await {
             text.push_str(std::str::from_utf8(&c.unwrap()).unwrap());

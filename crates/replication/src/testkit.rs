@@ -231,7 +231,7 @@ impl SnapshotSource for TestSource {
                     }
                 }
             });
-            Ok(Snapshot { point, rdb: rx })
+            Ok(Snapshot { point, rdb: rx, hold: None })
         })
     }
 }

@@ -742,11 +742,14 @@ impl SnapshotSource for EngineSnapshots {
             let srv = srv.ok_or_else(|| io::Error::other("server is shutting down"))?;
             let (tx, rx) = mpsc::channel(SNAPSHOT_AHEAD);
             let (point_tx, point_rx) = tokio::sync::oneshot::channel();
+            // Running from the wait for the keyspace's snapshot until the transfer is done
+            // with its last byte (or the replica went away).
+            let running = crate::persistence::SyncSnapshot::begin(srv.clone());
             std::thread::Builder::new()
                 .name("hotkv-snapshot".into())
                 .spawn(move || write_snapshot(&srv, tx, point_tx))?;
             let point = point_rx.await.map_err(|_| io::Error::other("the snapshot did not start"))?;
-            Ok(Snapshot { point, rdb: rx })
+            Ok(Snapshot { point, rdb: rx, hold: Some(Box::new(running)) })
         })
     }
 }
@@ -756,7 +759,6 @@ fn write_snapshot(
     tx: mpsc::Sender<io::Result<Bytes>>,
     point_tx: tokio::sync::oneshot::Sender<hotkv_replication::SyncPoint>,
 ) {
-    let _running = crate::persistence::SyncSnapshot::begin(srv);
     // A BGSAVE may hold the keyspace's one snapshot: the replica waits for it, as a Valkey
     // replica waits for the next BGSAVE when the running one cannot serve it.
     let retry = || {

@@ -194,7 +194,9 @@ pub fn figures(srv: &Server) -> Figures {
     let now = unix_ms() / 1000;
     Figures {
         changes: changes_since_save(srv),
-        bgsave_in_progress: run.as_ref().is_some_and(|r| r.kind == SaveKind::Background),
+        // Valkey's socket-target RDB child (a full sync) counts as a background save too.
+        bgsave_in_progress: run.as_ref().is_some_and(|r| r.kind == SaveKind::Background)
+            || p.sync_snapshots.load(Ordering::Acquire) > 0,
         last_ok: p.last_ok(),
         last_time_sec: p.last_time_sec.load(Ordering::Relaxed),
         current_time_sec: run.as_ref().filter(|r| r.kind == SaveKind::Background).map_or(-1, |r| now - r.started_unix),
@@ -343,23 +345,25 @@ fn finish(srv: &Server, kind: SaveKind, result: Result<u64, String>) -> SaveResu
 }
 
 /// Marks a full-sync snapshot as running for as long as it lives (from the wait for the
-/// keyspace's snapshot until the last byte is handed over or the replica went away), so the AOF
-/// holds its fsyncs meanwhile under `no-appendfsync-on-rewrite yes`.
-pub struct SyncSnapshot<'a>(&'a Server);
+/// keyspace's snapshot until the transfer is done with its last byte or the replica went
+/// away), so the AOF holds its fsyncs meanwhile under `no-appendfsync-on-rewrite yes`, and
+/// INFO says `rdb_bgsave_in_progress:1`, as Valkey does for its replication child until the
+/// last byte left its pipe.
+pub struct SyncSnapshot(Arc<Server>);
 
-impl<'a> SyncSnapshot<'a> {
+impl SyncSnapshot {
     /// Counts one more full-sync snapshot.
-    pub fn begin(srv: &'a Server) -> SyncSnapshot<'a> {
+    pub fn begin(srv: Arc<Server>) -> SyncSnapshot {
         srv.persist.sync_snapshots.fetch_add(1, Ordering::AcqRel);
-        crate::aof::wire::refresh_fsync_hold(srv);
+        crate::aof::wire::refresh_fsync_hold(&srv);
         SyncSnapshot(srv)
     }
 }
 
-impl Drop for SyncSnapshot<'_> {
+impl Drop for SyncSnapshot {
     fn drop(&mut self) {
         self.0.persist.sync_snapshots.fetch_sub(1, Ordering::AcqRel);
-        crate::aof::wire::refresh_fsync_hold(self.0);
+        crate::aof::wire::refresh_fsync_hold(&self.0);
     }
 }
 
