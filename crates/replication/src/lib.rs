@@ -192,3 +192,49 @@ fn fallback_random(out: &mut [u8]) {
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Runs `io` until it completes, or until `limit()` has passed since it began without it
+/// completing (`None`). The limit is read again every second while `io` waits, as Valkey's
+/// replication cron checks `repl-timeout` once a second, so a CONFIG SET reaches a read or
+/// write already waiting (Valkey's tests lower it under a peer that then goes silent).
+pub(crate) async fn within_live_limit<F: Future>(io: F, limit: impl Fn() -> std::time::Duration) -> Option<F::Output> {
+    let since = tokio::time::Instant::now();
+    tokio::pin!(io);
+    loop {
+        let left = limit().saturating_sub(since.elapsed());
+        if left.is_zero() {
+            return None;
+        }
+        tokio::select! {
+            biased;
+            out = &mut io => return Some(out),
+            _ = tokio::time::sleep(left.min(std::time::Duration::from_secs(1))) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    use super::within_live_limit;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_limit_lowered_while_waiting_ends_the_wait_within_a_second() {
+        let limit = AtomicU64::new(60);
+        let started = tokio::time::Instant::now();
+        let waiting =
+            within_live_limit(std::future::pending::<()>(), || Duration::from_secs(limit.load(Ordering::SeqCst)));
+        let lower = async {
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            limit.store(2, Ordering::SeqCst);
+        };
+        let (out, ()) = tokio::join!(waiting, lower);
+        assert_eq!(out, None);
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(2500) && took <= Duration::from_millis(3500), "{took:?}");
+        // What completes in time is returned.
+        assert_eq!(within_live_limit(async { 7 }, || Duration::from_secs(1)).await, Some(7));
+    }
+}

@@ -19,7 +19,7 @@ use tracing::{info, warn};
 
 use crate::primary::{Primary, SyncPoint};
 use crate::reply::{BulkHeader, PsyncReply, parse_bulk_header, parse_psync_reply, ping_reply_ok};
-use crate::{AsyncStream, BoxFuture, Error, ProtocolViolation, REPLID_LEN};
+use crate::{AsyncStream, BoxFuture, Error, ProtocolViolation, REPLID_LEN, within_live_limit};
 
 /// Dials the primary. The server implements it over plain TCP or hotkv-tls depending on
 /// `tls-replication`.
@@ -945,27 +945,16 @@ impl Conn {
         self.read_more(on_timeout, "receiving the snapshot").await
     }
 
-    /// One read, given up after `repl-timeout` without a byte (logging `on_timeout`). The
-    /// setting is read again every second while the read waits, as Valkey's replication cron
-    /// checks it, so a CONFIG SET reaches a read already waiting (Valkey's "Slave is able to
-    /// detect timeout during handshake" lowers it under a primary that then goes silent).
+    /// One read, given up after `repl-timeout` without a byte (logging `on_timeout`), the
+    /// setting followed while the read waits (Valkey's "Slave is able to detect timeout
+    /// during handshake" lowers it under a primary that then goes silent).
     async fn read_more(&mut self, on_timeout: &'static str, during: &'static str) -> Result<(), Error> {
-        let since = Instant::now();
         let Conn { stream, buf, timeout } = self;
-        let read = stream.read_buf(buf);
-        tokio::pin!(read);
-        let n = loop {
-            let left = timeout.get().saturating_sub(since.elapsed());
-            if left.is_zero() {
-                warn!("{}", on_timeout);
-                return Err(Error::Timeout(during));
-            }
-            tokio::select! {
-                n = &mut read => break n?,
-                _ = tokio::time::sleep(left.min(Duration::from_secs(1))) => {}
-            }
+        let Some(n) = within_live_limit(stream.read_buf(buf), || timeout.get()).await else {
+            warn!("{}", on_timeout);
+            return Err(Error::Timeout(during));
         };
-        if n == 0 {
+        if n? == 0 {
             return Err(Error::Io(io::ErrorKind::UnexpectedEof.into()));
         }
         Ok(())

@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use crate::direct::{Direct, DirectOut};
 use crate::primary::{Primary, SyncDecision, SyncPoint};
-use crate::{BoxFuture, Error, ProtocolViolation, random_hex40};
+use crate::{BoxFuture, Error, ProtocolViolation, random_hex40, within_live_limit};
 
 /// What a replica told us with `REPLCONF` before `PSYNC`. The server keeps one per client
 /// connection and feeds it every `REPLCONF` the client sends.
@@ -262,26 +262,16 @@ impl ReplicaSession {
     }
 
     /// Writes snapshot bytes, giving the replica up when a write makes no progress for
-    /// `repl-timeout`, as Valkey's replication cron drops a replica whose full sync stalled:
-    /// one that stopped reading would otherwise hold every replica that shares its snapshot.
-    /// The setting is read again every second while a write waits, as the cron reads it, so
-    /// a CONFIG SET reaches a transfer under way (Valkey's rdb-pipe tests lower it mid-sync).
+    /// `repl-timeout` (followed while the write waits: Valkey's rdb-pipe tests lower it
+    /// mid-sync), as Valkey's replication cron drops a replica whose full sync stalled: one
+    /// that stopped reading would otherwise hold every replica that shares its snapshot.
     async fn write_bulk<W: AsyncWrite + Unpin>(&self, wr: &mut W, mut bytes: &[u8]) -> Result<(), Error> {
         while !bytes.is_empty() {
-            let since = tokio::time::Instant::now();
-            let write = wr.write(bytes);
-            tokio::pin!(write);
-            let n = loop {
-                let left = self.primary.settings().timeout.saturating_sub(since.elapsed());
-                if left.is_zero() {
-                    warn!(replica = %self.name, "Disconnecting timedout replica (full sync): {}", self.name);
-                    return Err(Error::Dropped("timeout during the full sync"));
-                }
-                tokio::select! {
-                    n = &mut write => break n?,
-                    _ = tokio::time::sleep(left.min(Duration::from_secs(1))) => {}
-                }
+            let Some(n) = within_live_limit(wr.write(bytes), || self.primary.settings().timeout).await else {
+                warn!(replica = %self.name, "Disconnecting timedout replica (full sync): {}", self.name);
+                return Err(Error::Dropped("timeout during the full sync"));
             };
+            let n = n?;
             if n == 0 {
                 return Err(Error::Io(io::ErrorKind::WriteZero.into()));
             }
