@@ -20,8 +20,17 @@ const LINK_WAIT: Duration = Duration::from_secs(30);
 
 /// One field of INFO replication.
 fn info_field(c: &mut RawClient, field: &str) -> Option<String> {
-    let text = c.cmd(&["INFO", "replication"]).text();
-    text.lines().find_map(|l| l.strip_prefix(&format!("{field}:")).map(str::to_string))
+    info_in(c, "replication", field)
+}
+
+/// One field of an INFO section.
+fn info_in(c: &mut RawClient, section: &str, field: &str) -> Option<String> {
+    field_of(&c.cmd(&["INFO", section]).text(), field)
+}
+
+/// One field of an INFO reply's text.
+fn field_of(text: &str, field: &str) -> Option<String> {
+    text.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':')).map(str::to_string)
 }
 
 /// Waits until `replica`'s link to its primary is up.
@@ -511,8 +520,7 @@ fn info_stat(c: &mut RawClient, field: &str) -> Option<u64> {
 
 /// A numeric field of an INFO section.
 fn info_num(c: &mut RawClient, section: &str, field: &str) -> Option<u64> {
-    let text = c.cmd(&["INFO", section]).text();
-    text.lines().find_map(|l| l.strip_prefix(&format!("{field}:")).and_then(|v| v.parse().ok()))
+    info_in(c, section, field)?.trim().parse().ok()
 }
 
 #[test]
@@ -1116,8 +1124,7 @@ fn a_paused_replica_reads_the_stream_and_applies_it_after_the_pause() {
 
 /// One field of INFO memory.
 fn memory_field(c: &mut RawClient, field: &str) -> u64 {
-    let text = c.cmd(&["INFO", "memory"]).text();
-    text.lines().find_map(|l| l.strip_prefix(&format!("{field}:"))).and_then(|v| v.trim().parse().ok()).unwrap()
+    info_num(c, "memory", field).unwrap()
 }
 
 /// A replica that stops reading makes its part of the replication buffer grow; that part is
@@ -1272,8 +1279,7 @@ fn a_stream_sent_by_the_loops_and_by_the_sender_in_turn_arrives_whole_and_in_ord
 
 /// One field of INFO persistence.
 fn persistence_field(c: &mut RawClient, field: &str) -> Option<String> {
-    let text = c.cmd(&["INFO", "persistence"]).text();
-    text.lines().find_map(|l| l.strip_prefix(&format!("{field}:")).map(str::to_string))
+    info_in(c, "persistence", field)
 }
 
 #[test]
@@ -1344,9 +1350,9 @@ fn a_loading_replica_answers_its_clients_between_pieces_of_the_snapshot() {
     let (mut answered_loading, mut refused) = (0, 0);
     let up = wait_for(
         || {
+            // Both fields from one reply.
             let text = r.cmd(&["INFO", "everything"]).text();
-            let get = |name: &str| text.lines().find_map(|l| l.strip_prefix(&format!("{name}:"))).map(str::to_string);
-            if get("loading").as_deref() == Some("1") {
+            if field_of(&text, "loading").as_deref() == Some("1") {
                 answered_loading += 1;
                 // Reads wait for the whole snapshot, as in Valkey.
                 if r.cmd(&["GET", "k0"]).error_text().as_deref()
@@ -1355,7 +1361,7 @@ fn a_loading_replica_answers_its_clients_between_pieces_of_the_snapshot() {
                     refused += 1;
                 }
             }
-            get("master_link_status").as_deref() == Some("up")
+            field_of(&text, "master_link_status").as_deref() == Some("up")
         },
         LINK_WAIT,
     );
