@@ -349,6 +349,11 @@ def knows(server, command):
 # memory
 
 
+def resp(parts):
+    """One command as RESP: what redis-benchmark and client libraries send."""
+    return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
+
+
 def mem_cell(server, kind, count):
     """Bytes per item of `kind` by used_memory and RSS deltas after loading `count` items."""
     subprocess.run(["redis-cli", "-p", str(server.port), "FLUSHALL"], capture_output=True, timeout=60)
@@ -372,9 +377,7 @@ def mem_cell(server, kind, count):
                 parts = [b"GEOADD", b"geo", b"%.6f" % lon, b"%.6f" % lat, b"member:%08d" % i]
             else:
                 parts = [b"ZADD", key] + [x for j in range(100) for x in (b"%d" % j, b"member:%06d" % j)]
-            f.write(b"*%d\r\n" % len(parts))
-            for p in parts:
-                f.write(b"$%d\r\n%s\r\n" % (len(p), p))
+            f.write(resp(parts))
         path = f.name
     with open(path, "rb") as inp:
         r = subprocess.run(["redis-cli", "-p", str(server.port), "--pipe"], stdin=inp,

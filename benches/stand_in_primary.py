@@ -19,6 +19,9 @@ import sys
 import threading
 import time
 
+sys.dont_write_bytecode = True  # importing must not leave a __pycache__ in benches/
+from harness import resp  # noqa: E402
+
 # An empty RDB 9 (every server of interest loads it): header, EOF opcode, checksum 0 (the
 # "saved without checksum" mark both redis-server and hotkv accept).
 EMPTY_RDB = b"REDIS0009" + b"\xff" + b"\x00" * 8
@@ -26,48 +29,35 @@ REPLID = b"%040x" % random.getrandbits(160)
 VALUE = b"x" * 32
 
 
-def command(key):
-    k = b"key:%012d" % key
-    return b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(k), k, len(VALUE), VALUE)
-
-
-def handshake(conn):
-    """Answers the replica until its PSYNC, then sends the full sync of an empty dataset."""
+def lines(conn):
+    """The replica's lines, as they arrive."""
     buf = b""
     while True:
+        while b"\r\n" in buf:
+            line, buf = buf.split(b"\r\n", 1)
+            yield line
         data = conn.recv(4096)
         if not data:
             raise SystemExit("replica left during the handshake")
         buf += data
-        while b"\r\n" in buf:
-            # Inline or multibulk: only the command's name and line count matter here.
-            if buf.startswith(b"*"):
-                n = int(buf[1:buf.index(b"\r\n")])
-                parts, rest = [], buf[buf.index(b"\r\n") + 2:]
-                complete = True
-                for _ in range(n):
-                    if b"\r\n" not in rest:
-                        complete = False
-                        break
-                    ln = int(rest[1:rest.index(b"\r\n")])
-                    start = rest.index(b"\r\n") + 2
-                    if len(rest) < start + ln + 2:
-                        complete = False
-                        break
-                    parts.append(rest[start:start + ln])
-                    rest = rest[start + ln + 2:]
-                if not complete:
-                    break
-                buf = rest
-            else:
-                line, buf = buf.split(b"\r\n", 1)
-                parts = line.split()
-            name = parts[0].upper() if parts else b""
-            if name == b"PSYNC" or name == b"SYNC":
-                conn.sendall(b"+FULLRESYNC " + REPLID + b" 0\r\n")
-                conn.sendall(b"$%d\r\n" % len(EMPTY_RDB) + EMPTY_RDB)
-                return
-            conn.sendall(b"+PONG\r\n" if name == b"PING" else b"+OK\r\n")
+
+
+def handshake(conn):
+    """Answers the replica until its PSYNC, then sends the full sync of an empty dataset. No
+    argument of a handshake holds a line break, so a multibulk command is its `*N` line and
+    N pairs of `$len` and argument lines."""
+    replica = lines(conn)
+    for line in replica:
+        if line.startswith(b"*"):
+            parts = [next(replica) for _ in range(2 * int(line[1:]))][1::2]
+        else:
+            parts = line.split()
+        name = parts[0].upper() if parts else b""
+        if name in (b"PSYNC", b"SYNC"):
+            conn.sendall(b"+FULLRESYNC " + REPLID + b" 0\r\n")
+            conn.sendall(b"$%d\r\n" % len(EMPTY_RDB) + EMPTY_RDB)
+            return
+        conn.sendall(b"+PONG\r\n" if name == b"PING" else b"+OK\r\n")
 
 
 def drain(conn):
@@ -81,6 +71,14 @@ def drain(conn):
 
 def main():
     port_file, rate = sys.argv[1], float(sys.argv[2])
+    # Every command has the same length, so a run of n commands is a slice of n * size bytes
+    # of a buffer that holds 100k random ones twice over (a slice may start anywhere in the
+    # first copy). Built before the port is published, so that none of this work lands in
+    # the measured run on the client's core.
+    rng = random.Random(1)
+    cmds = b"".join(resp([b"SET", b"key:%012d" % rng.randrange(100000), VALUE]) for _ in range(100000))
+    size = len(cmds) // 100000
+    ring = cmds + cmds
     lst = socket.socket()
     lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     lst.bind(("127.0.0.1", 0))
@@ -90,15 +88,8 @@ def main():
     conn, _ = lst.accept()
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     handshake(conn)
-    conn.sendall(b"*2\r\n$6\r\nSELECT\r\n$1\r\n0\r\n")
+    conn.sendall(resp([b"SELECT", b"0"]))
     threading.Thread(target=drain, args=(conn,), daemon=True).start()
-    # Every command has the same length, so a run of n commands is a slice of n * size bytes
-    # of a buffer that holds 100k random ones twice over (a slice may start anywhere in the
-    # first copy).
-    rng = random.Random(1)
-    cmds = b"".join(command(rng.randrange(100000)) for _ in range(100000))
-    size = len(cmds) // 100000
-    ring = cmds + cmds
     sys.stdin.readline()
     start, sent = time.perf_counter(), 0
     while True:
