@@ -354,7 +354,7 @@ impl Drop for PrintOnPanic {
     }
 }
 
-/// Reads from the replica until `needle` has arrived; returns everything read.
+/// Reads from the replica until `needle` has arrived, adding what it read to `seen`.
 async fn read_until(s: &mut DuplexStream, seen: &mut Vec<u8>, needle: &[u8]) {
     let mut buf = [0u8; 4096];
     while !seen.windows(needle.len()).any(|w| w == needle) {
@@ -711,5 +711,34 @@ mod fuzz {
             }
             run_case("+FULLRESYNC 1111111111222222222233333333334444444444 0\r\n$0\r\n", stream);
         }
+    }
+}
+
+/// Valkey says `wait_bgsave` for a replica while its diskless snapshot streams (the save child
+/// writes the socket) and `send_bulk` only when a gathered snapshot goes out behind its length;
+/// Valkey's integration/replication waits for `wait_bgsave` during a diskless transfer.
+#[tokio::test]
+async fn a_streamed_snapshot_reads_wait_bgsave_and_a_gathered_one_send_bulk() {
+    for capa_eof in [true, false] {
+        let p = Primary::new(PrimarySettings::default());
+        let src = TestSource::new(&p);
+        let (ours, mut theirs) = tokio::io::duplex(64);
+        let session = p.accept_sync(
+            &SyncRequest { replid: "?".into(), offset: -1, psync: true },
+            &Handshake { capa_eof, ..Handshake::default() },
+            1,
+            "127.0.0.1:1",
+        );
+        let task = tokio::spawn(async move { session.run(ours, &[], &*src).await });
+        // Some of the snapshot is out and the rest waits on the replica.
+        let mut seen = Vec::new();
+        read_until(&mut theirs, &mut seen, b"REDIS0011").await;
+        let text = String::from_utf8_lossy(&seen);
+        assert!(text.starts_with("+FULLRESYNC "), "{text}");
+        assert_eq!(text.contains("\r\n$EOF:"), capa_eof, "{text}");
+        let want = if capa_eof { ReplicaState::WaitBgsave } else { ReplicaState::SendBulk };
+        assert_eq!(p.replicas()[0].state, want, "capa eof {capa_eof}");
+        assert_eq!(want.as_str(), if capa_eof { "wait_bgsave" } else { "send_bulk" });
+        task.abort();
     }
 }

@@ -118,9 +118,10 @@ pub struct SyncPoint {
 /// A replica's replication state, as `INFO` names it (`replstateToString`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReplicaState {
-    /// Waiting for the snapshot to start or to be produced.
+    /// Waiting for the snapshot, or receiving it in the diskless (EOF-marked) form: Valkey
+    /// streams that form from its save child and says `wait_bgsave` until it ends.
     WaitBgsave,
-    /// Receiving the snapshot.
+    /// Receiving the snapshot in the length-prefixed form, gathered first (Valkey's disk form).
     SendBulk,
     /// Receiving the stream.
     Online,
@@ -753,7 +754,7 @@ impl Primary {
         self.waiting.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// Moves a full-sync replica's pin to the snapshot's point and marks it receiving.
+    /// Moves a full-sync replica's pin to the snapshot's point.
     pub(crate) fn begin_bulk(&self, id: u64, point: &SyncPoint) -> Result<(), Error> {
         let mut st = self.state.lock();
         let State { backlog, replicas, offset, replid, .. } = &mut *st;
@@ -770,8 +771,14 @@ impl Primary {
             return Err(Error::Local("replication id changed during the snapshot".into()));
         }
         buf.advance(id, point.offset);
-        entry.state = ReplicaState::SendBulk;
         Ok(())
+    }
+
+    /// A gathered snapshot's bytes start going out.
+    pub(crate) fn set_sending(&self, id: u64) {
+        if let Some(e) = self.state.lock().replicas.get_mut(&id) {
+            e.state = ReplicaState::SendBulk;
+        }
     }
 
     /// The snapshot is sent: the replica is online; with `wait_ack` the stream starts at its

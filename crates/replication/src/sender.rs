@@ -250,6 +250,7 @@ impl ReplicaSession {
             .await?
             .map_err(|e| Error::Local(format!("snapshot failed: {e}")))?;
             let len: usize = gathered.iter().map(Bytes::len).sum();
+            self.primary.set_sending(self.id);
             wr.write_all(format!("${len}\r\n").as_bytes()).await?;
             for c in &gathered {
                 self.write_bulk(wr, c).await?;
