@@ -496,6 +496,29 @@ async fn hostile_primaries_are_dropped_and_retried() {
     }
 }
 
+/// A primary gone in the middle of its snapshot: the half-loaded data is dropped, with the
+/// lines Valkey logs for a short read (its tests and operators look for "Internal error in
+/// RDB"), and the link tries again.
+#[tokio::test]
+async fn a_snapshot_cut_short_is_logged_as_valkey_does_and_retried() {
+    let (logs, _guard) = Logs::capture();
+    let _print = PrintOnPanic(logs.clone());
+    let mut script = format!("+FULLRESYNC {ID} 0\r\n$EOF:{}\r\nREDIS0011", "m".repeat(40)).into_bytes();
+    script.extend_from_slice(&[b'x'; 100]);
+    let conn = TestConnector::new(Target::Script(scripted_with(script, None, true)));
+    let r = replica_of(conn.clone(), cfg());
+    until("a retry", 10, || conn.connects.load(Ordering::SeqCst) >= 2).await;
+    r.link.stop().await;
+    assert!(r.applied.lock().ended_failed >= 1, "the partial load was abandoned");
+    let text = logs.text();
+    for line in [
+        "Internal error in RDB reading offset 70 -> Unexpected EOF reading RDB file. Failure loading rdb format from socket, assuming connection error, resuming operation.",
+        "Failed trying to load the PRIMARY synchronization DB from socket, check server logs.",
+    ] {
+        assert!(text.contains(line), "missing {line:?}");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn silent_primary_times_out() {
     let conn = TestConnector::new(Target::Script(scripted(format!("+FULLRESYNC {ID} 0\r\n$0\r\n").into_bytes(), None)));

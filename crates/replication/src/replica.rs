@@ -653,10 +653,14 @@ impl ReplicaLink {
         self.applier.begin_full_sync(same_history).map_err(Error::Local)?;
         self.loading = true;
         self.loaded_since_let_in = 0;
-        match header {
-            BulkHeader::Len(n) => self.read_sized(conn, n).await?,
-            BulkHeader::EofMark(mark) => self.read_marked(conn, &mark).await?,
+        let read = match header {
+            BulkHeader::Len(n) => self.read_sized(conn, n).await,
+            BulkHeader::EofMark(mark) => self.read_marked(conn, &mark).await,
             BulkHeader::KeepAlive | BulkHeader::Error(_) => unreachable!("handled above"),
+        };
+        if let Err(e) = read {
+            self.log_failed_load(&e);
+            return Err(e);
         }
         self.loading = false;
         self.applier.end_full_sync(true).map_err(Error::Local)?;
@@ -666,6 +670,25 @@ impl ReplicaLink {
         // only when it sees it.
         conn.send(&[b"REPLCONF", b"ACK", point.offset.to_string().as_bytes()]).await?;
         Ok(())
+    }
+
+    /// Valkey's lines for a snapshot that stopped loading part way (tests and operators look
+    /// for "Internal error in RDB"); the run loop then discards what was loaded. A short read
+    /// is a lost connection and the link retries, as in Valkey; bad data is also retried here,
+    /// where Valkey exits: nothing a primary sends may stop this node.
+    fn log_failed_load(&self, e: &Error) {
+        let at = self.status.lock().transfer_read;
+        match e {
+            Error::Local(reason) => {
+                warn!("Internal error in RDB reading offset {} -> {}. Failure loading rdb format", at, reason)
+            }
+            _ => warn!(
+                cause = %e,
+                "Internal error in RDB reading offset {} -> Unexpected EOF reading RDB file. Failure loading rdb format from socket, assuming connection error, resuming operation.",
+                at
+            ),
+        }
+        warn!("Failed trying to load the PRIMARY synchronization DB from socket, check server logs.");
     }
 
     /// Hands `bytes` of the snapshot to the applier in pieces of its size, and lets its

@@ -246,6 +246,7 @@ pub(crate) async fn until(what: &str, secs: u64, mut cond: impl FnMut() -> bool)
 }
 
 /// Captured log output of the current thread, for checking exact log lines.
+#[derive(Clone)]
 pub(crate) struct Logs(Arc<Mutex<Vec<u8>>>);
 
 impl Logs {

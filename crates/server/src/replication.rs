@@ -425,18 +425,18 @@ impl MasterClient {
                 if serving {
                     // An earlier point of the same history: as good to read as any stale data.
                     info!(
-                        "MASTER <-> REPLICA sync: Loading DB in memory, serving the old data meanwhile (async loading)"
+                        "PRIMARY <-> REPLICA sync: Loading DB in memory, serving the old data meanwhile (async loading)"
                     );
                     self.srv.repl.async_loading.store(true, Ordering::Release);
                 } else {
-                    info!("MASTER <-> REPLICA sync: Loading DB in memory, keeping the old data until it succeeds");
+                    info!("PRIMARY <-> REPLICA sync: Loading DB in memory, keeping the old data until it succeeds");
                     self.srv.repl.loading.store(true, Ordering::Release);
                     announce_loading(&self.srv);
                 }
                 self.beside = Some(Keyspace::new(self.srv.ks.databases()));
             }
             None => {
-                info!("MASTER <-> REPLICA sync: Flushing old data");
+                info!("PRIMARY <-> REPLICA sync: Flushing old data");
                 self.srv.repl.loading.store(true, Ordering::Release);
                 announce_loading(&self.srv);
             }
@@ -451,7 +451,7 @@ impl MasterClient {
             let (flat, spans) = crate::dispatch::flatten(&[b"FLUSHALL".to_vec()]);
             self.run(Args::from_parts(&flat, &spans));
             // Valkey's line for every kind of load (its tests wait for it).
-            info!("MASTER <-> REPLICA sync: Loading DB in memory");
+            info!("PRIMARY <-> REPLICA sync: Loading DB in memory");
         }
         self.reader = Some(RdbReader::new(self.srv.rt.load().proto_max_bulk_len));
         self.load = (0, LoadStats::default());
@@ -507,9 +507,14 @@ impl MasterClient {
         }
         match reader {
             Some(r) if r.is_done() => {
+                // Valkey's rdbLoad line; the link says "Finished with success" next.
+                let stats = &self.load.1;
                 info!(
-                    keys = self.load.1.loaded,
-                    "MASTER <-> REPLICA sync: Finished with success ({} keys loaded)", self.load.1.loaded
+                    keys = stats.loaded,
+                    expired = stats.expired,
+                    "Done loading RDB, keys loaded: {}, keys expired: {}.",
+                    stats.loaded,
+                    stats.expired
                 );
                 // The primary's libraries replace ours, as its keys did.
                 crate::script::install_functions(&self.srv, &self.load.1.functions);
@@ -534,7 +539,7 @@ impl MasterClient {
     fn swap_in(&mut self, loaded: Keyspace, done: bool) {
         let srv = self.srv.clone();
         if done {
-            info!("MASTER <-> REPLICA sync: Swapping active DB with loaded DB");
+            info!("PRIMARY <-> REPLICA sync: Swapping active DB with loaded DB");
             let events = CmdEvents::new(&srv, srv.rt.load().notify);
             srv.ks.swap_in(&loaded, unix_ms(), &events);
             // Keys written on this replica went with the old data.
@@ -545,9 +550,9 @@ impl MasterClient {
                     srv.blocked.retry(&w);
                 }
             }
-            info!("MASTER <-> REPLICA sync: Discarding old DB in background");
+            info!("PRIMARY <-> REPLICA sync: Discarding old DB in background");
         } else {
-            info!("MASTER <-> REPLICA sync: Discarding temporary DB in background");
+            info!("PRIMARY <-> REPLICA sync: Discarding temporary DB in background");
         }
         let freed = std::thread::Builder::new().name("hotkv-lazyfree".into()).spawn(move || drop(loaded));
         // On failure the closure, and the dataset with it, was already dropped by spawn.
