@@ -1467,3 +1467,52 @@ fn swapdb_restores_a_replicas_own_data_when_a_sync_from_a_new_primary_fails() {
     wait_same(&primary, &replica);
     assert_eq!(r.cmd(&["EXISTS", "mykey"]).int(), 0);
 }
+
+/// A replica's link carries the stream one way: a command sent on it that would have a reply
+/// ends the link, as in Valkey, whose integration/replication checks the lines below; a
+/// command on the keyspace is refused first. A PSYNC whose offset is not a number is an error
+/// and no sync.
+#[test]
+fn a_replica_that_sends_a_command_with_a_reply_is_disconnected() {
+    use std::io::{Read, Write};
+    let primary = server();
+    let mut p = primary.client();
+    for (cmd, name, keyspace) in [
+        ("*1\r\n$4\r\nPING\r\n", "ping", false),
+        ("*2\r\n$5\r\nXINFO\r\n$4\r\nHELP\r\n", "xinfo|help", false),
+        ("*2\r\n$3\r\nGET\r\n$3\r\nfoo\r\n", "get", true),
+    ] {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", primary.port())).expect("connect");
+        s.set_read_timeout(Some(LINK_WAIT)).unwrap();
+        s.write_all(b"*3\r\n$5\r\nPSYNC\r\n$1\r\n?\r\n$2\r\n-1\r\n").unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.starts_with(b"+FULLRESYNC ") || !got.contains(&b'\n') {
+            let n = s.read(&mut buf).expect("the PSYNC answer");
+            assert!(n > 0, "closed before the answer");
+            got.extend_from_slice(&buf[..n]);
+        }
+        // REPLCONF ACK and GETACK are what a replica may send; they keep it.
+        s.write_all(b"*3\r\n$8\r\nREPLCONF\r\n$3\r\nACK\r\n$1\r\n0\r\n").unwrap();
+        s.write_all(cmd.as_bytes()).unwrap();
+        // The link ends (whatever of the snapshot was on its way is read first).
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        let text = String::from_utf8_lossy(&got);
+        assert!(!text.contains("PONG") && !text.contains("-ERR"), "no reply goes to a replica: {text}");
+        let line = format!("Replica generated a reply to command '{name}', disconnecting it: ");
+        assert!(primary.wait_for_log(&line, LINK_WAIT), "{name}: {}", primary.log());
+        let critical = format!(
+            "== CRITICAL == This primary is sending an error to its replica: 'Replica can't interact with the keyspace' after processing the command '{name}'"
+        );
+        assert_eq!(primary.log().contains(&critical), keyspace, "{name}");
+        assert!(wait_for(|| info_field(&mut p, "connected_slaves").as_deref() == Some("0"), LINK_WAIT));
+    }
+    assert_err(&p.cmd(&["PSYNC", "replicationid", "offset_str"]), "ERR value is not an integer or out of range");
+    assert!(primary.log().contains("asks for synchronization but with a wrong offset"), "{}", primary.log());
+    assert_eq!(p.cmd(&["PING"]), Frame::Simple("PONG".into()));
+}

@@ -54,7 +54,7 @@ pub use replica::{
     ReplicaLink, StreamBatch,
 };
 pub use reply::{BulkHeader, PsyncReply, parse_bulk_header, parse_psync_reply};
-pub use sender::{Handshake, ReplconfReply, ReplicaSession, Snapshot, SnapshotSource};
+pub use sender::{DescribeCommand, Handshake, LinkCommand, ReplconfReply, ReplicaSession, Snapshot, SnapshotSource};
 pub use shared::{GroupSettings, SharedSnapshots};
 
 /// A boxed future, so the traits the server implements stay object safe.

@@ -140,7 +140,21 @@ pub struct ReplicaSession {
     kill: Arc<Notify>,
     /// Its socket as event loops may send on it, when the server lent it.
     direct: Option<Arc<Direct>>,
+    /// Names the commands a replica must not send (see [`ReplicaSession::describe_commands`]).
+    describe: Option<DescribeCommand>,
 }
+
+/// What the server knows of a command a replica sent on its link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkCommand {
+    /// Valkey's full name: `get`, `xinfo|help`.
+    pub name: String,
+    /// It reads or writes the keyspace (or may replicate).
+    pub keyspace: bool,
+}
+
+/// How the server describes a command; without one, a command is named by its first word.
+pub type DescribeCommand = Box<dyn Fn(&hotkv_protocol::Args<'_>) -> LinkCommand + Send + Sync>;
 
 impl ReplicaSession {
     #[allow(clippy::too_many_arguments)]
@@ -154,7 +168,12 @@ impl ReplicaSession {
         name: String,
         kill: Arc<Notify>,
     ) -> Self {
-        ReplicaSession { primary, id, decision, psync, replid, handshake, name, kill, direct: None }
+        ReplicaSession { primary, id, decision, psync, replid, handshake, name, kill, direct: None, describe: None }
+    }
+
+    /// How to name a command the replica sends on its link for the log line that drops it.
+    pub fn describe_commands(&mut self, describe: DescribeCommand) {
+        self.describe = Some(describe);
     }
 
     /// Lets the event loops that append to the stream send it on the replica's connection
@@ -334,10 +353,8 @@ impl ReplicaSession {
                     Step::Empty => self.primary.ack(self.id, None, None),
                     Step::Command => {
                         let args = dec.args(&buf);
-                        if args.len() >= 3
-                            && args.get(0).eq_ignore_ascii_case(b"REPLCONF")
-                            && args.get(1).eq_ignore_ascii_case(b"ACK")
-                        {
+                        let replconf = args.get(0).eq_ignore_ascii_case(b"REPLCONF") && args.len() >= 2;
+                        if replconf && args.len() >= 3 && args.get(1).eq_ignore_ascii_case(b"ACK") {
                             let off = hotkv_protocol::parse_u64(args.get(2));
                             let fack = match (args.opt(3), args.opt(4)) {
                                 (Some(k), Some(v)) if k.eq_ignore_ascii_case(b"FACK") => hotkv_protocol::parse_u64(v),
@@ -346,6 +363,8 @@ impl ReplicaSession {
                             if off.is_some() {
                                 self.primary.ack(self.id, off, fack);
                             }
+                        } else if !(replconf && args.get(1).eq_ignore_ascii_case(b"GETACK")) {
+                            return Err(self.refuse(&args));
                         }
                     }
                 }
@@ -356,6 +375,32 @@ impl ReplicaSession {
                 return Err(Error::Io(io::ErrorKind::UnexpectedEof.into()));
             }
         }
+    }
+}
+
+impl ReplicaSession {
+    /// A command on the link that would have a reply: the stream is one-way, so a reply
+    /// would land in the middle of it. Valkey runs the command (refusing those that touch
+    /// the keyspace), then frees the replica when the reply is produced; the end is the same
+    /// without running it.
+    fn refuse(&self, args: &hotkv_protocol::Args<'_>) -> Error {
+        let cmd = match &self.describe {
+            Some(describe) => describe(args),
+            None => LinkCommand { name: String::from_utf8_lossy(args.get(0)).to_lowercase(), keyspace: false },
+        };
+        if cmd.keyspace {
+            warn!(
+                replica = %self.name,
+                "== CRITICAL == This primary is sending an error to its replica: 'Replica can't interact with the keyspace' after processing the command '{}'",
+                cmd.name
+            );
+        }
+        warn!(
+            replica = %self.name,
+            "Replica generated a reply to command '{}', disconnecting it: id={} replica={}",
+            cmd.name, self.id, self.name
+        );
+        Error::Dropped("sent a command on the replication link")
     }
 }
 

@@ -837,6 +837,27 @@ pub struct SyncStart {
     pub session: hotkv_replication::ReplicaSession,
 }
 
+/// Names a command a replica sent on its link as Valkey's log does (`xinfo|help`), and says
+/// whether it touches the keyspace (Valkey refuses those with an error first).
+pub fn describe_link_commands(srv: &Arc<Server>) -> hotkv_replication::DescribeCommand {
+    let weak = Arc::downgrade(srv);
+    Box::new(move |args| {
+        let first = String::from_utf8_lossy(args.get(0)).to_lowercase();
+        let Some(srv) = weak.upgrade() else {
+            return hotkv_replication::LinkCommand { name: first, keyspace: false };
+        };
+        match srv.registry.lookup(args) {
+            crate::registry::Lookup::Found(id) => {
+                let cmd = srv.registry.get(id);
+                use hotkv_engine::command::flags;
+                let keyspace = cmd.spec.flags() & (flags::WRITE | flags::READONLY | flags::MAY_REPLICATE) != 0;
+                hotkv_replication::LinkCommand { name: cmd.full_name.clone(), keyspace }
+            }
+            _ => hotkv_replication::LinkCommand { name: first, keyspace: false },
+        }
+    })
+}
+
 /// A plain replica connection's second descriptor, on which the event loop that ends a turn
 /// sends the stream itself while the replica's session waits (it never blocks: the socket is
 /// non-blocking, and the descriptor shares that mode).
