@@ -119,8 +119,9 @@ fn fill(c: &mut RawClient, n: usize, tag: &str) {
 fn persistence_less_nodes_keep_no_rdb_file_from_a_full_sync() {
     // `rdb-del-sync-files yes` on nodes without save rules or AOF: Valkey deletes the RDB a
     // disk-based full sync wrote (the primary's BGSAVE, the replica's received file). hotkv's
-    // full syncs stream on both ends, even with the directives that make Valkey use files, so
-    // no RDB file may appear in either directory at any point.
+    // primary streams its snapshot whatever `repl-diskless-sync` says, so no file appears
+    // there at any point; the replica receives to disk (`repl-diskless-load disabled`) and
+    // removes the file once loaded.
     let conf = [
         ("save", "\"\""),
         ("appendonly", "no"),
@@ -132,10 +133,9 @@ fn persistence_less_nodes_keep_no_rdb_file_from_a_full_sync() {
     let mut p = primary.client();
     fill(&mut p, 300, "k");
     replicaof(&replica, primary.port());
-    let rdb_files = || {
-        [primary.dir(), replica.dir()]
-            .iter()
-            .flat_map(|d| std::fs::read_dir(d).expect("dir"))
+    let rdb_files = |d: &std::path::Path| {
+        std::fs::read_dir(d)
+            .expect("dir")
             .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
             .filter(|n| n.ends_with(".rdb"))
             .collect::<Vec<_>>()
@@ -143,15 +143,23 @@ fn persistence_less_nodes_keep_no_rdb_file_from_a_full_sync() {
     let mut seen = Vec::new();
     let synced = wait_for(
         || {
-            seen.extend(rdb_files());
+            seen.extend(rdb_files(primary.dir()));
             info_field(&mut replica.client(), "master_link_status").as_deref() == Some("up")
         },
         LINK_WAIT,
     );
     assert!(synced, "link never came up; replica log:\n{}", replica.log());
     wait_same(&primary, &replica);
-    seen.extend(rdb_files());
-    assert!(seen.is_empty(), "RDB files during or after the full sync: {seen:?}");
+    seen.extend(rdb_files(primary.dir()));
+    assert!(seen.is_empty(), "RDB files on the primary: {seen:?}");
+    assert_eq!(rdb_files(replica.dir()), Vec::<String>::new(), "the replica kept its synced file");
+    let log = replica.log();
+    for line in [
+        "PRIMARY <-> REPLICA sync: receiving streamed RDB from primary with EOF to disk",
+        "Removing the RDB file obtained from the primary. This replica has persistence disabled",
+    ] {
+        assert!(log.contains(line), "missing {line:?} in\n{log}");
+    }
 }
 
 /// With `repl-diskless-sync-delay`, replicas that ask together share one snapshot: the first
@@ -900,7 +908,7 @@ fn a_replica_that_stops_reading_its_full_sync_is_dropped_and_the_others_finish()
     slow.signal(SIGSTOP);
     // Lowered once the transfer runs, as Valkey's rdb-pipe test does: a write already waiting
     // on the stopped replica goes by the new value.
-    assert!(fast.wait_for_log("Loading DB in memory", LINK_WAIT));
+    assert!(fast.wait_for_log("receiving streamed RDB from primary with EOF", LINK_WAIT));
     ok(&mut p, &["CONFIG", "SET", "repl-timeout", "2"]);
     assert!(
         primary.wait_for_log("Disconnecting timedout replica (full sync)", LINK_WAIT),
@@ -1515,4 +1523,116 @@ fn a_replica_that_sends_a_command_with_a_reply_is_disconnected() {
     assert_err(&p.cmd(&["PSYNC", "replicationid", "offset_str"]), "ERR value is not an integer or out of range");
     assert!(primary.log().contains("asks for synchronization but with a wrong offset"), "{}", primary.log());
     assert_eq!(p.cmd(&["PING"]), Frame::Simple("PONG".into()));
+}
+
+/// A replica switching to a primary that dies before its snapshot is whole loses nothing
+/// (`repl-diskless-load disabled`, the default: the snapshot goes to disk first): it served
+/// its old data all along, its own replica stayed linked, and going back to the first primary
+/// continues the old history with a partial resync. Valkey's integration/replication ("Don't
+/// disconnect with replicas before loading transferred RDB", "Discard cache master before
+/// loading transferred RDB") checks the same.
+#[test]
+fn a_snapshot_that_never_completes_leaves_the_replica_its_data_and_history() {
+    let first = server();
+    let mut f = first.client();
+    fill(&mut f, 50, "first");
+    let mut second = server_with(&[("enable-debug-command", "yes")]);
+    let mut s = second.client();
+    // A snapshot of ten keys at a second each: the transfer is under way for long.
+    ok(&mut s, &["DEBUG", "POPULATE", "10", "second", "10"]);
+    ok(&mut s, &["CONFIG", "SET", "rdb-key-save-delay", "1000000"]);
+    let (replica, sub) = (server(), server());
+    replicaof(&replica, first.port());
+    wait_link_up(&replica);
+    replicaof(&sub, replica.port());
+    wait_link_up(&sub);
+    let before = wait_same(&first, &sub);
+    let mut r = replica.client();
+    let full_before = info_in(&mut f, "stats", "sync_full");
+    let partial_before: u64 = info_in(&mut f, "stats", "sync_partial_ok").unwrap().parse().unwrap();
+
+    replicaof(&replica, second.port());
+    // The first sync logged the line once already.
+    assert!(wait_for(
+        || replica.log().matches("receiving streamed RDB from primary with EOF to disk").count() == 2,
+        LINK_WAIT
+    ));
+    // Mid-transfer: the old data serves, nothing is loading.
+    assert_eq!(info_in(&mut r, "persistence", "loading").as_deref(), Some("0"));
+    assert_eq!(info_field(&mut r, "master_sync_in_progress").as_deref(), Some("1"), "{}", replica.log());
+    assert_eq!(redis_dataset(&mut r), before);
+    second.signal(hotkv_test_support::SIGKILL);
+    let _ = second.wait_exit(LINK_WAIT);
+
+    replicaof(&replica, first.port());
+    wait_link_up(&replica);
+    assert!(replica.wait_for_log("Successful partial resynchronization with primary.", LINK_WAIT), "{}", replica.log());
+    assert_eq!(info_in(&mut f, "stats", "sync_full"), full_before, "no second full sync");
+    let partial: u64 = info_in(&mut f, "stats", "sync_partial_ok").unwrap().parse().unwrap();
+    assert_eq!(partial, partial_before + 1);
+    // The chain goes on from where it was: a write reaches the sub-replica, which never
+    // lost its link.
+    ok(&mut f, &["SET", "after", "1"]);
+    wait_same(&first, &sub);
+    assert!(!sub.log().contains("Connection with primary lost"), "{}", sub.log());
+    let dir_files: Vec<_> = std::fs::read_dir(replica.dir())
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| n.starts_with("temp-"))
+        .collect();
+    assert!(dir_files.is_empty(), "temp files left: {dir_files:?}");
+}
+
+/// The received snapshot must be renamed over `dbfilename` before it loads; when that fails
+/// (Valkey's test puts a directory there), the replica keeps its old data, says why in
+/// Valkey's words, and succeeds once the obstacle is gone.
+#[test]
+fn a_synced_file_that_cannot_be_put_in_place_keeps_the_old_data_and_retries() {
+    let primary = server();
+    ok(&mut primary.client(), &["SET", "primary_key", "primary_value"]);
+    let replica = server();
+    let mut r = replica.client();
+    ok(&mut r, &["SET", "replica_key", "replica_value"]);
+    let blocker = replica.dir().join("dump.rdb");
+    std::fs::create_dir_all(blocker.join("inside")).unwrap();
+    replicaof(&replica, primary.port());
+    assert!(
+        replica.wait_for_log(
+            "Failed trying to rename the temp DB into dump.rdb in PRIMARY <-> REPLICA synchronization: ",
+            LINK_WAIT
+        ),
+        "{}",
+        replica.log()
+    );
+    assert_eq!(r.cmd(&["GET", "replica_key"]), Frame::Bulk(b"replica_value".to_vec()));
+    assert_eq!(r.cmd(&["GET", "primary_key"]), Frame::NullBulk);
+    std::fs::remove_dir_all(&blocker).unwrap();
+    wait_link_up(&replica);
+    wait_same(&primary, &replica);
+    // The synced file stays as the replica's dump.rdb (rdb-del-sync-files no).
+    assert!(blocker.is_file());
+}
+
+/// Loaded from the socket (`on-empty-db` on an empty replica), a snapshot cut short leaves
+/// nothing behind: the half-loaded keys are dropped, as Valkey drops them.
+#[test]
+fn a_snapshot_cut_short_while_loading_from_the_socket_leaves_no_keys() {
+    let mut primary = server_with(&[("rdbcompression", "no"), ("enable-debug-command", "yes")]);
+    let mut p = primary.client();
+    ok(&mut p, &["DEBUG", "POPULATE", "2000", "key", "100"]);
+    ok(&mut p, &["CONFIG", "SET", "rdb-key-save-delay", "2000"]);
+    let replica = server_with(&[("repl-diskless-load", "on-empty-db")]);
+    let mut r = replica.client();
+    replicaof(&replica, primary.port());
+    assert!(replica.wait_for_log("PRIMARY <-> REPLICA sync: Loading DB in memory", LINK_WAIT));
+    primary.signal(hotkv_test_support::SIGKILL);
+    let _ = primary.wait_exit(LINK_WAIT);
+    assert!(
+        replica.wait_for_log("PRIMARY <-> REPLICA sync: Discarding the half-loaded data", LINK_WAIT),
+        "{}",
+        replica.log()
+    );
+    assert!(replica.log().contains("Internal error in RDB reading offset"), "{}", replica.log());
+    // The flag drops right after the line.
+    assert!(wait_for(|| r.cmd(&["DBSIZE"]) == Frame::Integer(0), LINK_WAIT));
 }

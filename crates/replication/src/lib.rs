@@ -31,6 +31,7 @@ mod replica;
 mod reply;
 mod sender;
 mod shared;
+mod staging;
 
 #[cfg(test)]
 mod e2e_tests;
@@ -56,6 +57,7 @@ pub use replica::{
 pub use reply::{BulkHeader, PsyncReply, parse_bulk_header, parse_psync_reply};
 pub use sender::{DescribeCommand, Handshake, LinkCommand, ReplconfReply, ReplicaSession, Snapshot, SnapshotSource};
 pub use shared::{GroupSettings, SharedSnapshots};
+pub use staging::Staging;
 
 /// A boxed future, so the traits the server implements stay object safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

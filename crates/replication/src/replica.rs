@@ -19,6 +19,7 @@ use tracing::{info, warn};
 
 use crate::primary::{Primary, SyncPoint};
 use crate::reply::{BulkHeader, PsyncReply, parse_bulk_header, parse_psync_reply, ping_reply_ok};
+use crate::staging::{Installed, StagedFile, Staging};
 use crate::{AsyncStream, BoxFuture, Error, ProtocolViolation, REPLID_LEN, within_live_limit};
 
 /// Dials the primary. The server implements it over plain TCP or hotkv-tls depending on
@@ -41,6 +42,13 @@ pub trait Applier: Send {
     /// is an earlier point of the same history (Valkey then keeps serving it while it loads,
     /// with `repl-diskless-load swapdb`).
     fn begin_full_sync(&mut self, same_history: bool) -> Result<(), String>;
+
+    /// Asked as a full sync's snapshot begins to arrive: `Some` to receive it into a file
+    /// first and load it once whole (Valkey's disk-based load), `None` to load it as it
+    /// arrives. The default loads as it arrives.
+    fn staging(&mut self) -> Option<Staging> {
+        None
+    }
 
     /// The next piece of the RDB file, in order, as it arrives.
     fn load_rdb(&mut self, chunk: &[u8]) -> Result<(), String>;
@@ -353,6 +361,8 @@ pub struct ReplicaLink {
     /// Whether the applier is between stream_started and stream_ended.
     streaming: bool,
     batch: BatchBuf,
+    /// The file a disk-based full sync is being received into.
+    staged: Option<StagedFile>,
 }
 
 impl ReplicaLink {
@@ -392,6 +402,7 @@ impl ReplicaLink {
             loaded_since_let_in: 0,
             streaming: false,
             batch: BatchBuf::default(),
+            staged: None,
         };
         let task = tokio::spawn(link.run());
         ReplicaHandle { status, stop: stop_tx, task: Some(task) }
@@ -639,12 +650,17 @@ impl ReplicaLink {
                 h => break h,
             }
         };
+        let staging = self.applier.staging();
+        let to = if staging.is_some() { "disk" } else { "parser" };
         match &header {
             BulkHeader::Len(n) => {
-                info!("PRIMARY <-> REPLICA sync: receiving {} bytes from primary to parser", n);
+                info!("PRIMARY <-> REPLICA sync: receiving {} bytes from primary to {}", n, to);
                 self.status.lock().transfer_size = *n;
             }
-            _ => info!("PRIMARY <-> REPLICA sync: receiving streamed RDB from primary with EOF to parser"),
+            _ => info!("PRIMARY <-> REPLICA sync: receiving streamed RDB from primary with EOF to {}", to),
+        }
+        if let Some(stage) = staging {
+            return self.full_sync_via_disk(conn, point, header, stage).await;
         }
         let same_history = self.primary.replid() == point.replid;
         // Our history ends here: our own replicas must resync, and the backlog restarts at
@@ -670,6 +686,84 @@ impl ReplicaLink {
         // only when it sees it.
         conn.send(&[b"REPLCONF", b"ACK", point.offset.to_string().as_bytes()]).await?;
         Ok(())
+    }
+
+    /// [`ReplicaLink::full_sync`] into a file: the old data and history stay until the
+    /// snapshot is whole and in place (see [`crate::staging`]), then it loads from the file.
+    async fn full_sync_via_disk(
+        &mut self,
+        conn: &mut Conn,
+        point: SyncPoint,
+        header: BulkHeader,
+        stage: Staging,
+    ) -> Result<(), Error> {
+        let staged = StagedFile::create(stage).map_err(|e| {
+            warn!("{}", e);
+            Error::Local(e.to_string())
+        })?;
+        self.staged = Some(staged);
+        let read = match header {
+            BulkHeader::Len(n) => self.read_sized(conn, n).await,
+            BulkHeader::EofMark(mark) => self.read_marked(conn, &mark).await,
+            BulkHeader::KeepAlive | BulkHeader::Error(_) => unreachable!("handled by full_sync"),
+        };
+        // Dropped on failure, the temp file goes with it.
+        let staged = self.staged.take().expect("staged above");
+        read?;
+        let mut installed = staged.install().await.map_err(|e| {
+            warn!("{}", e);
+            Error::Local(e.to_string())
+        })?;
+        // From here the history is the new primary's (Valkey's replicationAttachToNewPrimary).
+        let same_history = self.primary.replid() == point.replid;
+        self.primary.upstream_full_sync_started();
+        self.applier.begin_full_sync(same_history).map_err(Error::Local)?;
+        self.loading = true;
+        self.loaded_since_let_in = 0;
+        let loaded = self.load_file(&mut installed).await;
+        let remove = installed.stage.remove_after_load;
+        let loaded = match loaded {
+            Ok(()) => {
+                self.loading = false;
+                self.applier.end_full_sync(true).map_err(Error::Local)
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = &loaded {
+            warn!(cause = %e, "Failed trying to load the PRIMARY synchronization DB from disk, check server logs.");
+        }
+        if remove {
+            info!("Removing the RDB file obtained from the primary. This replica has persistence disabled");
+            let _ = std::fs::remove_file(&installed.stage.target);
+        }
+        loaded?;
+        self.primary.upstream_full_sync_done(&point);
+        info!("PRIMARY <-> REPLICA sync: Finished with success");
+        conn.send(&[b"REPLCONF", b"ACK", point.offset.to_string().as_bytes()]).await?;
+        Ok(())
+    }
+
+    /// Loads a staged snapshot in the applier's pieces.
+    async fn load_file(&mut self, file: &mut Installed) -> Result<(), Error> {
+        let mut buf = vec![0u8; self.applier.load_piece_bytes().clamp(4096, 4 << 20)];
+        loop {
+            let n = file.read(&mut buf).map_err(|e| Error::Local(format!("reading the synced RDB file: {e}")))?;
+            if n == 0 {
+                return Ok(());
+            }
+            self.load(&buf[..n]).await?;
+        }
+    }
+
+    /// Where received snapshot bytes go: the staged file, or the applier.
+    async fn take_snapshot_bytes(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        match &mut self.staged {
+            Some(f) => f.write(bytes).map_err(|e| {
+                warn!("{}", e);
+                Error::Local(e.to_string())
+            }),
+            None => self.load(bytes).await,
+        }
     }
 
     /// Valkey's lines for a snapshot that stopped loading part way (tests and operators look
@@ -717,7 +811,7 @@ impl ReplicaLink {
         loop {
             let take = (conn.buf.len() as u64).min(left) as usize;
             if take > 0 {
-                self.load(&conn.buf[..take]).await?;
+                self.take_snapshot_bytes(&conn.buf[..take]).await?;
                 conn.buf.advance(take);
                 left -= take as u64;
                 self.note_transfer(take);
@@ -735,7 +829,7 @@ impl ReplicaLink {
         loop {
             if let Some(at) = find(&conn.buf, mark) {
                 if at > 0 {
-                    self.load(&conn.buf[..at]).await?;
+                    self.take_snapshot_bytes(&conn.buf[..at]).await?;
                 }
                 self.note_transfer(at);
                 conn.buf.advance(at + REPLID_LEN);
@@ -744,7 +838,7 @@ impl ReplicaLink {
             // Everything but what could be the start of a mark split across reads.
             let safe = conn.buf.len().saturating_sub(REPLID_LEN - 1);
             if safe > 0 {
-                self.load(&conn.buf[..safe]).await?;
+                self.take_snapshot_bytes(&conn.buf[..safe]).await?;
                 conn.buf.advance(safe);
                 self.note_transfer(safe);
             }

@@ -496,8 +496,15 @@ impl MasterClient {
     fn finish_load(&mut self, ok: bool) -> Result<(), String> {
         let reader = self.reader.take();
         let done = ok && reader.as_ref().is_some_and(RdbReader::is_done);
+        let half_loaded = !done && reader.is_some() && self.beside.is_none();
         if let Some(loaded) = self.beside.take() {
             self.swap_in(loaded, done);
+        }
+        if half_loaded {
+            // A replica must not serve part of a snapshot as its data (Valkey empties it).
+            info!("PRIMARY <-> REPLICA sync: Discarding the half-loaded data");
+            let (flat, spans) = crate::dispatch::flatten(&[b"FLUSHALL".to_vec()]);
+            self.run(Args::from_parts(&flat, &spans));
         }
         self.srv.repl.loading.store(false, Ordering::Release);
         self.srv.repl.async_loading.store(false, Ordering::Release);
@@ -595,6 +602,29 @@ impl Applier for MasterClient {
         let swapdb = self.srv.settings.load().str(t::REPL_DISKLESS_LOAD) == "swapdb";
         self.swapdb = swapdb.then_some(same_history);
         Ok(())
+    }
+
+    fn staging(&mut self) -> Option<hotkv_replication::Staging> {
+        let s = self.srv.settings.load();
+        // Valkey loads from the socket with swapdb, and with on-empty-db when there is
+        // nothing to lose; otherwise the snapshot goes to disk first, so a transfer that fails
+        // leaves the old data, and the history with it, as they were.
+        let from_socket = match s.str(t::REPL_DISKLESS_LOAD) {
+            "swapdb" => true,
+            "on-empty-db" => self.srv.ks.total_keys() == 0,
+            _ => false,
+        };
+        if from_socket {
+            return None;
+        }
+        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let temp = std::path::Path::new(s.str(t::DIR)).join(format!("temp-{secs}.{}.rdb", std::process::id()));
+        let persists = !s.ints(t::SAVE).is_empty() || s.bool(t::APPENDONLY);
+        Some(hotkv_replication::Staging {
+            temp,
+            target: crate::persistence::file::rdb_path(&self.srv),
+            remove_after_load: s.bool(t::RDB_DEL_SYNC_FILES) && !persists,
+        })
     }
 
     fn load_rdb(&mut self, chunk: &[u8]) -> Result<(), String> {

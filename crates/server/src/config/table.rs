@@ -399,7 +399,7 @@ directives! {
     // Valkey deletes the RDB a disk-based full sync wrote when persistence is off; hotkv's full
     // syncs write no file on either end (docs/persistence.md), so there is nothing to read it.
     RDB_DEL_SYNC_FILES = "rdb-del-sync-files" [] "persistence.rdb_del_sync_files": B, "no", M | U, H,
-        "Delete snapshot files made only for replication (hotkv's full syncs write none).";
+        "On a node that persists nothing, delete the snapshot file a replica received from its primary once loaded.";
     RDB_SAVE_INCREMENTAL_FSYNC = "rdb-save-incremental-fsync" [] "persistence.rdb_save_incremental_fsync": B, "yes",
         M | U, H, "Fsync snapshots every 4 MB while writing.";
     STOP_WRITES_ON_BGSAVE_ERROR = "stop-writes-on-bgsave-error" [] "persistence.stop_writes_on_bgsave_error": B,
@@ -471,7 +471,7 @@ directives! {
         "Start a delayed full sync as soon as this many replicas wait (0: wait the whole delay).";
     REPL_DISKLESS_LOAD = "repl-diskless-load" [] "replication.repl_diskless_load":
         Ty::Enum(&["disabled", "on-empty-db", "swapdb"]), "disabled", M | U | DENY_LOADING, H,
-        "How a replica loads a full sync (always from the socket): `disabled` and `on-empty-db` drop the old data first; `swapdb` loads beside it and swaps at the end, serving the old data meanwhile when the primary's history is the replica's.";
+        "How a replica loads a full sync: `disabled` receives it into a file first, keeping the old data and history until it is whole; `on-empty-db` loads from the socket when the replica holds no key, as `disabled` otherwise; `swapdb` loads from the socket beside the old data and swaps at the end, serving the old data meanwhile when the primary's history is the replica's.";
     DUAL_CHANNEL_REPLICATION_ENABLED = "dual-channel-replication-enabled" []
         "replication.dual_channel_replication_enabled": B, "no", M | NE, H,
         "Stream the backlog on a second connection during a full sync.";
