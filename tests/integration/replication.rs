@@ -1546,41 +1546,53 @@ fn a_snapshot_that_never_completes_leaves_the_replica_its_data_and_history() {
     wait_link_up(&replica);
     replicaof(&sub, replica.port());
     wait_link_up(&sub);
-    let before = wait_same(&first, &sub);
     let mut r = replica.client();
-    let full_before = info_in(&mut f, "stats", "sync_full");
-    let partial_before: u64 = info_in(&mut f, "stats", "sync_partial_ok").unwrap().parse().unwrap();
-
-    replicaof(&replica, second.port());
-    // The first sync logged the line once already.
-    assert!(wait_for(
-        || replica.log().matches("receiving streamed RDB from primary with EOF to disk").count() == 2,
-        LINK_WAIT
-    ));
-    // Mid-transfer: the old data serves, nothing is loading.
-    assert_eq!(info_in(&mut r, "persistence", "loading").as_deref(), Some("0"));
-    assert_eq!(info_field(&mut r, "master_sync_in_progress").as_deref(), Some("1"), "{}", replica.log());
-    assert_eq!(redis_dataset(&mut r), before);
-    second.signal(hotkv_test_support::SIGKILL);
-    let _ = second.wait_exit(LINK_WAIT);
-
-    replicaof(&replica, first.port());
-    wait_link_up(&replica);
-    assert!(replica.wait_for_log("Successful partial resynchronization with primary.", LINK_WAIT), "{}", replica.log());
-    assert_eq!(info_in(&mut f, "stats", "sync_full"), full_before, "no second full sync");
-    let partial: u64 = info_in(&mut f, "stats", "sync_partial_ok").unwrap().parse().unwrap();
-    assert_eq!(partial, partial_before + 1);
-    // The chain goes on from where it was: a write reaches the sub-replica, which never
-    // lost its link.
-    ok(&mut f, &["SET", "after", "1"]);
-    wait_same(&first, &sub);
-    assert!(!sub.log().contains("Connection with primary lost"), "{}", sub.log());
-    let dir_files: Vec<_> = std::fs::read_dir(replica.dir())
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-        .filter(|n| n.starts_with("temp-"))
-        .collect();
-    assert!(dir_files.is_empty(), "temp files left: {dir_files:?}");
+    let temp_files = || {
+        std::fs::read_dir(replica.dir())
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .filter(|n| n.starts_with("temp-"))
+            .collect::<Vec<_>>()
+    };
+    // Round 1 ends the transfer by going back (REPLICAOF cuts the link's task), round 2 by
+    // killing the new primary: both leave the replica as it was.
+    for round in 1..=2 {
+        let before = wait_same(&first, &sub);
+        let full_before = info_in(&mut f, "stats", "sync_full");
+        let partial_before: u64 = info_in(&mut f, "stats", "sync_partial_ok").unwrap().parse().unwrap();
+        replicaof(&replica, second.port());
+        // The first sync logged the line once already.
+        let transfers = round + 1;
+        assert!(wait_for(
+            || replica.log().matches("receiving streamed RDB from primary with EOF to disk").count() == transfers,
+            LINK_WAIT
+        ));
+        // Mid-transfer: the old data serves, nothing is loading.
+        assert_eq!(info_in(&mut r, "persistence", "loading").as_deref(), Some("0"));
+        assert_eq!(info_field(&mut r, "master_sync_in_progress").as_deref(), Some("1"), "{}", replica.log());
+        assert_eq!(temp_files().len(), 1, "round {round}");
+        assert_eq!(redis_dataset(&mut r), before);
+        if round == 2 {
+            second.signal(hotkv_test_support::SIGKILL);
+            let _ = second.wait_exit(LINK_WAIT);
+        }
+        replicaof(&replica, first.port());
+        wait_link_up(&replica);
+        let continued = wait_for(
+            || replica.log().matches("Successful partial resynchronization with primary.").count() == round,
+            LINK_WAIT,
+        );
+        assert!(continued, "round {round}: {}", replica.log());
+        assert_eq!(info_in(&mut f, "stats", "sync_full"), full_before, "round {round}: no second full sync");
+        let partial: u64 = info_in(&mut f, "stats", "sync_partial_ok").unwrap().parse().unwrap();
+        assert_eq!(partial, partial_before + 1, "round {round}");
+        // The chain goes on from where it was: a write reaches the sub-replica, which never
+        // lost its link.
+        ok(&mut f, &["SET", &format!("after{round}"), "1"]);
+        wait_same(&first, &sub);
+        assert!(!sub.log().contains("Connection with primary lost"), "{}", sub.log());
+        assert!(wait_for(|| temp_files().is_empty(), LINK_WAIT), "round {round}: temp files left: {:?}", temp_files());
+    }
 }
 
 /// The received snapshot must be renamed over `dbfilename` before it loads; when that fails

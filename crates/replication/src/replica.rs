@@ -420,6 +420,8 @@ impl ReplicaLink {
                 r = self.session() => Some(r),
                 _ = stop.wait_for(|s| *s) => None,
             };
+            // A stop cuts a transfer to disk without reaching its cleanup: the temp file goes.
+            self.staged = None;
             if self.loading {
                 self.loading = false;
                 if let Err(e) = self.applier.end_full_sync(false) {

@@ -376,9 +376,7 @@ impl ReplicaSession {
             }
         }
     }
-}
 
-impl ReplicaSession {
     /// A command on the link that would have a reply: the stream is one-way, so a reply
     /// would land in the middle of it. Valkey runs the command (refusing those that touch
     /// the keyspace), then frees the replica when the reply is produced; the end is the same
