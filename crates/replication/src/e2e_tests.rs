@@ -9,7 +9,7 @@ use hotkv_engine::{Effects, WriteSink};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
-use crate::testkit::{Applied, Logs, Script, Target, TestApplier, TestConnector, TestSource, until};
+use crate::testkit::{Applied, Logs, Script, Target, TempDir, TestApplier, TestConnector, TestSource, until};
 use crate::{
     Handshake, InfoExtra, LinkState, Primary, PrimarySettings, ReplicaConfig, ReplicaHandle, ReplicaLink, ReplicaState,
     SyncDecision, SyncRequest, render_info,
@@ -40,6 +40,15 @@ struct Node {
 fn replica_of(connector: Arc<TestConnector>, config: ReplicaConfig) -> Node {
     let primary = Primary::new(PrimarySettings::default());
     let (applier, applied) = TestApplier::recording();
+    let link = ReplicaLink::spawn(config, connector, applier, primary.clone());
+    Node { primary, applied, link }
+}
+
+/// As [`replica_of`], receiving full syncs into files in `dir` first.
+fn replica_staged_in(connector: Arc<TestConnector>, config: ReplicaConfig, dir: &std::path::Path) -> Node {
+    let primary = Primary::new(PrimarySettings::default());
+    let (applier, applied) = TestApplier::recording();
+    applied.lock().stage_in = Some(dir.to_path_buf());
     let link = ReplicaLink::spawn(config, connector, applier, primary.clone());
     Node { primary, applied, link }
 }
@@ -318,6 +327,27 @@ async fn soft_limit_drops_after_its_duration() {
     p.cron();
     let result = task.await.expect("no panic");
     assert!(matches!(result, Err(crate::Error::Dropped(_))));
+}
+
+/// Received to disk (both forms), the snapshot loads whole from the file, which stays as
+/// `dbfilename`; no temp file is left, and the stream follows.
+#[tokio::test]
+async fn a_full_sync_received_to_disk_loads_whole_then_streams() {
+    for no_eof in [false, true] {
+        let dir = TempDir::new(&format!("e2e-staged-{no_eof}"));
+        let p = Primary::new(PrimarySettings::default());
+        let src = TestSource::new(&p);
+        let conn = TestConnector::new(Target::Primary { primary: p.clone(), source: src.clone(), no_eof });
+        let r = replica_staged_in(conn, cfg(), dir.path());
+        until("the snapshot", 10, || r.applied.lock().ended_ok == 1).await;
+        assert_eq!(r.applied.lock().rdb, src.payload, "no_eof {no_eof}");
+        assert_eq!(std::fs::read(dir.path().join("dump.rdb")).unwrap(), src.payload);
+        assert_eq!(dir.files("temp-"), Vec::<String>::new());
+        p.append(&set(0, "a", "1"));
+        synced(&p, &r).await;
+        assert_eq!(commands(&r.applied), vec!["*2 $6 SELECT $1 0 ", "*3 $3 SET $1 a $1 1 "]);
+        r.link.stop().await;
+    }
 }
 
 #[tokio::test]
@@ -679,6 +709,11 @@ mod fuzz {
     /// Random bytes where the PSYNC reply, the bulk header or the stream belong: the link
     /// must survive (drop and retry), never panic, and never hold more than its bounds.
     fn run_case(prefix: &str, garbage: Vec<u8>) {
+        run_case_in(prefix, garbage, None);
+    }
+
+    /// With `dir`, full syncs are received there first; no temp file may be left.
+    fn run_case_in(prefix: &str, garbage: Vec<u8>, dir: Option<&TempDir>) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         rt.block_on(async move {
             let mut script = prefix.as_bytes().to_vec();
@@ -689,12 +724,18 @@ mod fuzz {
                 timeout: crate::replica::LiveDuration::new(Duration::from_secs(2)),
                 ..cfg()
             };
-            let r = replica_of(conn.clone(), config);
+            let r = match dir {
+                Some(d) => replica_staged_in(conn.clone(), config, d.path()),
+                None => replica_of(conn.clone(), config),
+            };
             until("two connection attempts", 10, || conn.connects.load(Ordering::SeqCst) >= 2).await;
             assert_ne!(r.link.status().state, LinkState::Stopped);
             // Whatever was applied came from complete commands of bounded size.
             assert!(r.applied.lock().commands.iter().all(|c| c.len() <= 64 * 1024 + 1024));
             r.link.stop().await;
+            if let Some(d) = dir {
+                assert_eq!(d.files("temp-"), Vec::<String>::new());
+            }
         });
     }
 
@@ -709,6 +750,21 @@ mod fuzz {
         #[test]
         fn garbage_bulk(garbage in proptest::collection::vec(any::<u8>(), 0..300)) {
             run_case("+FULLRESYNC 1111111111222222222233333333334444444444 0\r\n", garbage);
+        }
+
+        /// Random snapshot bodies received to disk, cut short or ended by their mark.
+        #[test]
+        fn garbage_bulk_received_to_disk(
+            mut garbage in proptest::collection::vec(any::<u8>(), 0..300),
+            ended in any::<bool>(),
+        ) {
+            let dir = TempDir::new("fuzz-staged");
+            let mark = "m".repeat(40);
+            if ended {
+                garbage.extend_from_slice(mark.as_bytes());
+            }
+            let prefix = format!("+FULLRESYNC 1111111111222222222233333333334444444444 0\r\n$EOF:{mark}\r\n");
+            run_case_in(&prefix, garbage, Some(&dir));
         }
 
         #[test]

@@ -141,28 +141,7 @@ fn sync_parent(path: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A directory of its own for one test, removed after it.
-    struct Dir(PathBuf);
-
-    impl Dir {
-        fn new(name: &str) -> Dir {
-            let p = std::env::temp_dir().join(format!("hotkv-staging-{}-{name}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&p);
-            std::fs::create_dir_all(&p).unwrap();
-            Dir(p)
-        }
-
-        fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::testkit::TempDir as Dir;
 
     fn stage_in(dir: &Path) -> Staging {
         Staging { temp: dir.join("temp-1.2.rdb"), target: dir.join("dump.rdb"), remove_after_load: false }

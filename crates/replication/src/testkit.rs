@@ -151,9 +151,45 @@ pub(crate) async fn serve_replica(
     }
 }
 
+/// A directory of its own for one test, removed after it.
+pub(crate) struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    pub(crate) fn new(name: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("hotkv-repl-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("a temp dir");
+        TempDir(p)
+    }
+
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+
+    /// Names of the files in it that start with `prefix`.
+    pub(crate) fn files(&self, prefix: &str) -> Vec<String> {
+        std::fs::read_dir(&self.0)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+                    .filter(|n| n.starts_with(prefix))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// What the applier saw.
 #[derive(Default, Debug)]
 pub(crate) struct Applied {
+    /// Set: full syncs are received into files here first (`Applier::staging`).
+    pub(crate) stage_in: Option<std::path::PathBuf>,
+    pub(crate) staged: usize,
     pub(crate) rdb: Vec<u8>,
     pub(crate) begun: usize,
     pub(crate) ended_ok: usize,
@@ -178,6 +214,17 @@ impl Applier for TestApplier {
         a.rdb.clear();
         a.commands.clear();
         Ok(())
+    }
+
+    fn staging(&mut self) -> Option<crate::Staging> {
+        let mut a = self.0.lock();
+        let dir = a.stage_in.clone()?;
+        a.staged += 1;
+        Some(crate::Staging {
+            temp: dir.join(format!("temp-{}.rdb", a.staged)),
+            target: dir.join("dump.rdb"),
+            remove_after_load: false,
+        })
     }
 
     fn load_rdb(&mut self, chunk: &[u8]) -> Result<(), String> {
