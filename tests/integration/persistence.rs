@@ -57,7 +57,7 @@ fn string_at(ks: &Keyspace, key: &[u8]) -> Option<Vec<u8>> {
     }
 }
 
-fn load_file(path: &Path) -> Keyspace {
+pub(crate) fn load_file(path: &Path) -> Keyspace {
     let ks = Keyspace::new(16);
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     rdb::load(&bytes[..], &ks, &EngineConfig::default(), wall_ms()).expect("the file loads");

@@ -1648,3 +1648,28 @@ fn a_snapshot_cut_short_while_loading_from_the_socket_leaves_no_keys() {
     // The flag drops right after the line.
     assert!(wait_for(|| r.cmd(&["DBSIZE"]) == Frame::Integer(0), LINK_WAIT));
 }
+
+/// A background save of the old data still running when a synced snapshot is put in place
+/// is abandoned (Valkey kills its RDB child there): otherwise it would rename its file over
+/// the primary's snapshot, and a restart would bring the old data back.
+#[test]
+fn a_background_save_of_the_old_data_does_not_overwrite_the_synced_file() {
+    let primary = server();
+    ok(&mut primary.client(), &["SET", "primary_key", "primary_value"]);
+    let replica = server_with(&[("enable-debug-command", "yes")]);
+    let mut r = replica.client();
+    ok(&mut r, &["DEBUG", "POPULATE", "20", "old", "10"]);
+    // Twenty keys at 0.2 s each: the save is still writing when the sync lands.
+    ok(&mut r, &["CONFIG", "SET", "rdb-key-save-delay", "200000"]);
+    assert_eq!(r.cmd(&["BGSAVE"]), Frame::Simple("Background saving started".into()));
+    replicaof(&replica, primary.port());
+    wait_link_up(&replica);
+    assert!(
+        replica.log().contains("there is a background save running. Aborting it and removing its temp file"),
+        "{}",
+        replica.log()
+    );
+    assert!(wait_for(|| info_in(&mut r, "persistence", "rdb_bgsave_in_progress").as_deref() == Some("0"), LINK_WAIT));
+    let file = crate::persistence::load_file(&replica.dir().join("dump.rdb"));
+    assert_eq!(file.total_keys(), 1, "dump.rdb holds the old data again");
+}

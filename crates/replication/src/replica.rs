@@ -50,6 +50,13 @@ pub trait Applier: Send {
         None
     }
 
+    /// A snapshot received to disk is whole and about to replace `dbfilename`: a future that
+    /// ends once nothing else may write that file (a background save of the old data, which
+    /// would rename its own file over it), or `None`.
+    fn before_install(&mut self) -> Option<BoxFuture<'static, ()>> {
+        None
+    }
+
     /// The next piece of the RDB file, in order, as it arrives.
     fn load_rdb(&mut self, chunk: &[u8]) -> Result<(), String>;
 
@@ -712,6 +719,9 @@ impl ReplicaLink {
         // Dropped on failure, the temp file goes with it.
         let staged = self.staged.take().expect("staged above");
         read?;
+        if let Some(wait) = self.applier.before_install() {
+            wait.await;
+        }
         let mut installed = staged.install().await.map_err(|e| {
             warn!("{}", e);
             Error::Local(e.to_string())

@@ -627,6 +627,20 @@ impl Applier for MasterClient {
         })
     }
 
+    fn before_install(&mut self) -> Option<BoxFuture<'static, ()>> {
+        if !crate::persistence::abort_for_synced_file(&self.srv) {
+            return None;
+        }
+        let srv = self.srv.clone();
+        Some(Box::pin(async move {
+            // An aborted save stops at its next slot; the bound only guards a stuck disk.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while srv.persist.in_progress() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }))
+    }
+
     fn load_rdb(&mut self, chunk: &[u8]) -> Result<(), String> {
         // Valkey loads in its one thread, so no client sees a snapshot half loaded: each piece
         // loads here with clients held (as DEBUG SLEEP holds them), and one that arrives

@@ -484,6 +484,22 @@ pub fn bgsave(srv: &Arc<Server>, schedule: bool, in_exec: bool) -> Result<&'stat
     }
 }
 
+/// A replica is about to put the snapshot its primary sent in place of `dbfilename`: a
+/// background save of the old data would rename its own file over it when done, so it is
+/// abandoned, as Valkey kills its RDB child at that point. Returns whether one was running
+/// (the caller waits for [`Persistence::in_progress`] to end).
+pub fn abort_for_synced_file(srv: &Server) -> bool {
+    let p = &srv.persist;
+    let background = p.running.lock().as_ref().is_some_and(|r| r.kind == SaveKind::Background);
+    if background {
+        info!(
+            "Replica is about to load the RDB file received from the primary, but there is a background save running. Aborting it and removing its temp file to avoid any race"
+        );
+        p.abort.store(true, Ordering::Release);
+    }
+    background
+}
+
 /// BGSAVE CANCEL (Valkey 8.1; 8.0 has none): the running background save gives up (no file, no error), or
 /// the scheduled one is dropped; the reply text, or the error.
 pub fn bgsave_cancel(srv: &Server) -> Result<&'static str, String> {
