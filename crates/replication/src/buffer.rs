@@ -95,8 +95,8 @@ impl ReplBuffer {
         self.trim();
     }
 
-    /// Appends bytes at the end of the stream.
-    pub(crate) fn append(&mut self, mut data: &[u8]) {
+    /// Appends bytes at the end of the stream; whether a new block was started.
+    pub(crate) fn append(&mut self, mut data: &[u8]) -> bool {
         let mut new_block = false;
         while !data.is_empty() {
             if self.tail.len() == self.tail.capacity() {
@@ -119,6 +119,7 @@ impl ReplBuffer {
         if new_block {
             self.trim();
         }
+        new_block
     }
 
     /// Adds a reader positioned after byte `pos` (it next reads `pos + 1`). The caller has

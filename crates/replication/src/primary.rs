@@ -879,17 +879,21 @@ impl WriteSink for Primary {
         let mut st = self.state.lock();
         let State { backlog, seldb, offset, .. } = &mut *st;
         let Some(buf) = backlog.as_mut() else { return };
+        let mut new_block = false;
         for (db, bytes) in effects.iter() {
             if db != hotkv_engine::propagate::NO_DB && *seldb != Some(db) {
                 let mut select = Vec::with_capacity(32);
                 hotkv_engine::propagate::write_select(&mut select, db);
-                buf.append(&select);
+                new_block |= buf.append(&select);
                 *seldb = Some(db);
             }
-            buf.append(bytes);
+            new_block |= buf.append(bytes);
         }
         *offset = buf.offset();
-        if !st.replicas.is_empty() && st.any_over_soft() {
+        // Output limits are looked at when the stream starts a block (every 16 KiB or more),
+        // as Valkey's feedReplicationBuffer does, and by the cron: a look per write cost a
+        // walk of the replicas under the stream's lock for every SET.
+        if new_block && !st.replicas.is_empty() && st.any_over_soft() {
             st.check_limits(Instant::now());
         }
         let end = st.offset;
@@ -1086,8 +1090,6 @@ impl State {
         }
     }
 
-    /// Drops replicas over the hard output limit, or over the soft one for too long
-    /// (`checkClientOutputBufferLimits` with Valkey's replica class).
     /// Whether a replica is past the soft (or hard) output limit: the common case, none is,
     /// costs no clock read.
     fn any_over_soft(&self) -> bool {
@@ -1100,6 +1102,8 @@ impl State {
             .any(|(id, pending)| pending >= limit || self.replicas.get(&id).is_some_and(|e| e.soft_since.is_some()))
     }
 
+    /// Drops replicas over the hard output limit, or over the soft one for too long
+    /// (`checkClientOutputBufferLimits` with Valkey's replica class).
     fn check_limits(&mut self, now: Instant) {
         let Some(buf) = self.backlog.as_ref() else { return };
         let s = &self.settings;

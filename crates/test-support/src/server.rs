@@ -357,10 +357,17 @@ impl TestServer {
         wait_for(|| self.log().contains(needle), timeout)
     }
 
-    /// Sends a signal (e.g. `libc::SIGTERM`) to the process.
+    /// Sends a signal (e.g. `libc::SIGTERM`) to the process. `SIGSTOP` returns once every
+    /// thread has stopped: the kernel stops a thread that is running on another core only
+    /// when it next enters the kernel, and on a loaded machine a replica went on to apply and
+    /// acknowledge a write sent after the signal.
     pub fn signal(&self, sig: i32) {
         if let Err(e) = process::signal(self.pid(), sig) {
             panic!("cannot signal server pid {}: {e}", self.pid());
+        }
+        if sig == libc::SIGSTOP {
+            let stopped = wait_for(|| all_threads_stopped(self.pid()), Duration::from_secs(10));
+            assert!(stopped, "server pid {} did not stop", self.pid());
         }
     }
 
@@ -546,4 +553,14 @@ fn output_report(dir: &TempDir, log: Option<&Path>) -> String {
         }
     }
     out
+}
+
+/// Whether every thread of `pid` is stopped (`T` in its stat line, or gone).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return true };
+    tasks.filter_map(Result::ok).all(|t| {
+        let stat = fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()).is_none_or(|c| c == 'T' || c == 't')
+    })
 }
