@@ -358,9 +358,9 @@ impl TestServer {
     }
 
     /// Sends a signal (e.g. `libc::SIGTERM`) to the process. `SIGSTOP` returns once every
-    /// thread has stopped: the kernel stops a thread that is running on another core only
-    /// when it next enters the kernel, and on a loaded machine a replica went on to apply and
-    /// acknowledge a write sent after the signal.
+    /// thread has stopped: `kill` returns before that (each thread stops when it next handles
+    /// its signals), and on a loaded machine a replica went on to apply and acknowledge a
+    /// write sent after the signal.
     pub fn signal(&self, sig: i32) {
         if let Err(e) = process::signal(self.pid(), sig) {
             panic!("cannot signal server pid {}: {e}", self.pid());
