@@ -91,6 +91,15 @@ fn stop_and_compare(
     wait_same(primary, replica);
 }
 
+/// Names of the files in `dir` that `keep` accepts.
+fn files_in(dir: &std::path::Path, keep: impl Fn(&str) -> bool) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("dir")
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| keep(n))
+        .collect()
+}
+
 fn replicaof(replica: &TestServer, port: u16) {
     let mut c = replica.client();
     ok(&mut c, &["REPLICAOF", "127.0.0.1", &port.to_string()]);
@@ -133,13 +142,7 @@ fn persistence_less_nodes_keep_no_rdb_file_from_a_full_sync() {
     let mut p = primary.client();
     fill(&mut p, 300, "k");
     replicaof(&replica, primary.port());
-    let rdb_files = |d: &std::path::Path| {
-        std::fs::read_dir(d)
-            .expect("dir")
-            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-            .filter(|n| n.ends_with(".rdb"))
-            .collect::<Vec<_>>()
-    };
+    let rdb_files = |d: &std::path::Path| files_in(d, |n| n.ends_with(".rdb"));
     let mut seen = Vec::new();
     let synced = wait_for(
         || {
@@ -1555,13 +1558,7 @@ fn a_snapshot_that_never_completes_leaves_the_replica_its_data_and_history() {
     replicaof(&sub, replica.port());
     wait_link_up(&sub);
     let mut r = replica.client();
-    let temp_files = || {
-        std::fs::read_dir(replica.dir())
-            .unwrap()
-            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-            .filter(|n| n.starts_with("temp-"))
-            .collect::<Vec<_>>()
-    };
+    let temp_files = || files_in(replica.dir(), |n| n.starts_with("temp-"));
     // Round 1 ends the transfer by going back (REPLICAOF cuts the link's task), round 2 by
     // killing the new primary: both leave the replica as it was.
     for round in 1..=2 {

@@ -19,7 +19,7 @@ use tracing::{info, warn};
 
 use crate::primary::{Primary, SyncPoint};
 use crate::reply::{BulkHeader, PsyncReply, parse_bulk_header, parse_psync_reply, ping_reply_ok};
-use crate::staging::{Installed, StagedFile, Staging};
+use crate::staging::{Installed, StageError, StagedFile, Staging};
 use crate::{AsyncStream, BoxFuture, Error, ProtocolViolation, REPLID_LEN, within_live_limit};
 
 /// Dials the primary. The server implements it over plain TCP or hotkv-tls depending on
@@ -427,8 +427,6 @@ impl ReplicaLink {
                 r = self.session() => Some(r),
                 _ = stop.wait_for(|s| *s) => None,
             };
-            // A stop cuts a transfer to disk without reaching its cleanup: the temp file goes.
-            self.staged = None;
             if self.loading {
                 self.loading = false;
                 if let Err(e) = self.applier.end_full_sync(false) {
@@ -668,27 +666,17 @@ impl ReplicaLink {
             }
             _ => info!("PRIMARY <-> REPLICA sync: receiving streamed RDB from primary with EOF to {}", to),
         }
-        if let Some(stage) = staging {
-            return self.full_sync_via_disk(conn, point, header, stage).await;
+        match staging {
+            None => {
+                self.begin_load(&point)?;
+                if let Err(e) = self.read_snapshot(conn, header).await {
+                    self.log_failed_load(&e);
+                    return Err(e);
+                }
+                self.end_load()?;
+            }
+            Some(stage) => self.load_via_disk(conn, header, &point, stage).await?,
         }
-        let same_history = self.primary.replid() == point.replid;
-        // Our history ends here: our own replicas must resync, and the backlog restarts at
-        // the primary's offset once the load succeeds.
-        self.primary.upstream_full_sync_started();
-        self.applier.begin_full_sync(same_history).map_err(Error::Local)?;
-        self.loading = true;
-        self.loaded_since_let_in = 0;
-        let read = match header {
-            BulkHeader::Len(n) => self.read_sized(conn, n).await,
-            BulkHeader::EofMark(mark) => self.read_marked(conn, &mark).await,
-            BulkHeader::KeepAlive | BulkHeader::Error(_) => unreachable!("handled above"),
-        };
-        if let Err(e) = read {
-            self.log_failed_load(&e);
-            return Err(e);
-        }
-        self.loading = false;
-        self.applier.end_full_sync(true).map_err(Error::Local)?;
         self.primary.upstream_full_sync_done(&point);
         info!("PRIMARY <-> REPLICA sync: Finished with success");
         // The first ACK at once: a primary that sent an EOF-marked snapshot starts the stream
@@ -697,62 +685,63 @@ impl ReplicaLink {
         Ok(())
     }
 
-    /// [`ReplicaLink::full_sync`] into a file: the old data and history stay until the
-    /// snapshot is whole and in place (see [`crate::staging`]), then it loads from the file.
-    async fn full_sync_via_disk(
-        &mut self,
-        conn: &mut Conn,
-        point: SyncPoint,
-        header: BulkHeader,
-        stage: Staging,
-    ) -> Result<(), Error> {
-        let staged = StagedFile::create(stage).map_err(|e| {
-            warn!("{}", e);
-            Error::Local(e.to_string())
-        })?;
-        self.staged = Some(staged);
-        let read = match header {
+    /// The snapshot's bytes, in the form the header announced.
+    async fn read_snapshot(&mut self, conn: &mut Conn, header: BulkHeader) -> Result<(), Error> {
+        match header {
             BulkHeader::Len(n) => self.read_sized(conn, n).await,
             BulkHeader::EofMark(mark) => self.read_marked(conn, &mark).await,
-            BulkHeader::KeepAlive | BulkHeader::Error(_) => unreachable!("handled by full_sync"),
-        };
+            BulkHeader::KeepAlive | BulkHeader::Error(_) => unreachable!("full_sync reads past these"),
+        }
+    }
+
+    /// The load starts and our history ends (Valkey's replicationAttachToNewPrimary): our own
+    /// replicas must resync, and the backlog restarts at the primary's offset once the load
+    /// succeeds.
+    fn begin_load(&mut self, point: &SyncPoint) -> Result<(), Error> {
+        let same_history = self.primary.replid() == point.replid;
+        self.primary.upstream_full_sync_started();
+        self.applier.begin_full_sync(same_history).map_err(Error::Local)?;
+        self.loading = true;
+        self.loaded_since_let_in = 0;
+        Ok(())
+    }
+
+    fn end_load(&mut self) -> Result<(), Error> {
+        self.loading = false;
+        self.applier.end_full_sync(true).map_err(Error::Local)
+    }
+
+    /// The snapshot into a file first: the old data and history stay until it is whole and in
+    /// place (see [`crate::staging`]), then it loads from the file.
+    async fn load_via_disk(
+        &mut self,
+        conn: &mut Conn,
+        header: BulkHeader,
+        point: &SyncPoint,
+        stage: Staging,
+    ) -> Result<(), Error> {
+        self.staged = Some(StagedFile::create(stage).map_err(stage_failed)?);
+        let read = self.read_snapshot(conn, header).await;
         // Dropped on failure, the temp file goes with it.
         let staged = self.staged.take().expect("staged above");
         read?;
         if let Some(wait) = self.applier.before_install() {
             wait.await;
         }
-        let mut installed = staged.install().await.map_err(|e| {
-            warn!("{}", e);
-            Error::Local(e.to_string())
-        })?;
-        // From here the history is the new primary's (Valkey's replicationAttachToNewPrimary).
-        let same_history = self.primary.replid() == point.replid;
-        self.primary.upstream_full_sync_started();
-        self.applier.begin_full_sync(same_history).map_err(Error::Local)?;
-        self.loading = true;
-        self.loaded_since_let_in = 0;
-        let loaded = self.load_file(&mut installed).await;
-        let remove = installed.stage.remove_after_load;
-        let loaded = match loaded {
-            Ok(()) => {
-                self.loading = false;
-                self.applier.end_full_sync(true).map_err(Error::Local)
-            }
+        let mut installed = staged.install().await.map_err(stage_failed)?;
+        self.begin_load(point)?;
+        let loaded = match self.load_file(&mut installed).await {
+            Ok(()) => self.end_load(),
             Err(e) => Err(e),
         };
         if let Err(e) = &loaded {
             warn!(cause = %e, "Failed trying to load the PRIMARY synchronization DB from disk, check server logs.");
         }
-        if remove {
+        if installed.stage.remove_after_load {
             info!("Removing the RDB file obtained from the primary. This replica has persistence disabled");
             let _ = std::fs::remove_file(&installed.stage.target);
         }
-        loaded?;
-        self.primary.upstream_full_sync_done(&point);
-        info!("PRIMARY <-> REPLICA sync: Finished with success");
-        conn.send(&[b"REPLCONF", b"ACK", point.offset.to_string().as_bytes()]).await?;
-        Ok(())
+        loaded
     }
 
     /// Loads a staged snapshot in the applier's pieces.
@@ -770,10 +759,7 @@ impl ReplicaLink {
     /// Where received snapshot bytes go: the staged file, or the applier.
     async fn take_snapshot_bytes(&mut self, bytes: &[u8]) -> Result<(), Error> {
         match &mut self.staged {
-            Some(f) => f.write(bytes).map_err(|e| {
-                warn!("{}", e);
-                Error::Local(e.to_string())
-            }),
+            Some(f) => f.write(bytes).map_err(stage_failed),
             None => self.load(bytes).await,
         }
     }
@@ -1118,6 +1104,12 @@ const MAX_LINE: usize = 64 * 1024;
 const READ_CHUNK: usize = 64 * 1024;
 /// What we announce with `REPLCONF version` (the Valkey release whose protocol we speak).
 const VERSION: &str = "8.0.1";
+
+/// A staged file that could not be made or put in place: logged in Valkey's words.
+fn stage_failed(e: StageError) -> Error {
+    warn!("{}", e);
+    Error::Local(e.to_string())
+}
 
 #[cfg(test)]
 mod tests {

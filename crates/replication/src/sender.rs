@@ -153,8 +153,9 @@ pub struct LinkCommand {
     pub keyspace: bool,
 }
 
-/// How the server describes a command; without one, a command is named by its first word.
-pub type DescribeCommand = Box<dyn Fn(&hotkv_protocol::Args<'_>) -> LinkCommand + Send + Sync>;
+/// How the server describes a command; a command it does not know (or without one) is named
+/// by its first word.
+pub type DescribeCommand = Box<dyn Fn(&hotkv_protocol::Args<'_>) -> Option<LinkCommand> + Send + Sync>;
 
 impl ReplicaSession {
     #[allow(clippy::too_many_arguments)]
@@ -382,10 +383,10 @@ impl ReplicaSession {
     /// the keyspace), then frees the replica when the reply is produced; the end is the same
     /// without running it.
     fn refuse(&self, args: &hotkv_protocol::Args<'_>) -> Error {
-        let cmd = match &self.describe {
-            Some(describe) => describe(args),
-            None => LinkCommand { name: String::from_utf8_lossy(args.get(0)).to_lowercase(), keyspace: false },
-        };
+        let cmd = self.describe.as_ref().and_then(|describe| describe(args)).unwrap_or_else(|| LinkCommand {
+            name: String::from_utf8_lossy(args.get(0)).to_lowercase(),
+            keyspace: false,
+        });
         if cmd.keyspace {
             warn!(
                 replica = %self.name,

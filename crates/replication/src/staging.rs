@@ -147,12 +147,18 @@ mod tests {
         Staging { temp: dir.join("temp-1.2.rdb"), target: dir.join("dump.rdb"), remove_after_load: false }
     }
 
-    #[tokio::test]
-    async fn a_whole_file_replaces_the_target_and_reads_back_from_its_start() {
-        let dir = Dir::new("whole");
+    /// A directory holding an old dump.rdb, and a staged file over it with `bytes` written.
+    fn staged_over_old(name: &str, bytes: &[u8]) -> (Dir, StagedFile) {
+        let dir = Dir::new(name);
         std::fs::write(dir.path().join("dump.rdb"), b"old").unwrap();
         let mut f = StagedFile::create(stage_in(dir.path())).unwrap();
-        f.write(b"REDIS0011").unwrap();
+        f.write(bytes).unwrap();
+        (dir, f)
+    }
+
+    #[tokio::test]
+    async fn a_whole_file_replaces_the_target_and_reads_back_from_its_start() {
+        let (dir, mut f) = staged_over_old("whole", b"REDIS0011");
         f.write(b"-rest").unwrap();
         let mut installed = f.install().await.unwrap();
         assert!(!dir.path().join("temp-1.2.rdb").exists());
@@ -174,10 +180,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_abandoned_transfer_leaves_no_file_and_the_old_target() {
-        let dir = Dir::new("abandoned");
-        std::fs::write(dir.path().join("dump.rdb"), b"old").unwrap();
-        let mut f = StagedFile::create(stage_in(dir.path())).unwrap();
-        f.write(b"REDIS00").unwrap();
+        let (dir, f) = staged_over_old("abandoned", b"REDIS00");
         drop(f);
         assert!(!dir.path().join("temp-1.2.rdb").exists());
         assert_eq!(std::fs::read(dir.path().join("dump.rdb")).unwrap(), b"old");

@@ -448,8 +448,7 @@ impl MasterClient {
         }
         self.sess.db = 0;
         if self.beside.is_none() {
-            let (flat, spans) = crate::dispatch::flatten(&[b"FLUSHALL".to_vec()]);
-            self.run(Args::from_parts(&flat, &spans));
+            self.flush_all();
             // Valkey's line for every kind of load (its tests wait for it).
             info!("PRIMARY <-> REPLICA sync: Loading DB in memory");
         }
@@ -503,8 +502,7 @@ impl MasterClient {
         if half_loaded {
             // A replica must not serve part of a snapshot as its data (Valkey empties it).
             info!("PRIMARY <-> REPLICA sync: Discarding the half-loaded data");
-            let (flat, spans) = crate::dispatch::flatten(&[b"FLUSHALL".to_vec()]);
-            self.run(Args::from_parts(&flat, &spans));
+            self.flush_all();
         }
         self.srv.repl.loading.store(false, Ordering::Release);
         self.srv.repl.async_loading.store(false, Ordering::Release);
@@ -564,6 +562,12 @@ impl MasterClient {
         let freed = std::thread::Builder::new().name("hotkv-lazyfree".into()).spawn(move || drop(loaded));
         // On failure the closure, and the dataset with it, was already dropped by spawn.
         let _ = freed;
+    }
+
+    /// Empties every database, run as the master client's own command.
+    fn flush_all(&mut self) {
+        let (flat, spans) = crate::dispatch::flatten(&[b"FLUSHALL".to_vec()]);
+        self.run(Args::from_parts(&flat, &spans));
     }
 
     fn run(&mut self, args: Args<'_>) {
@@ -886,19 +890,12 @@ pub struct SyncStart {
 pub fn describe_link_commands(srv: &Arc<Server>) -> hotkv_replication::DescribeCommand {
     let weak = Arc::downgrade(srv);
     Box::new(move |args| {
-        let first = String::from_utf8_lossy(args.get(0)).to_lowercase();
-        let Some(srv) = weak.upgrade() else {
-            return hotkv_replication::LinkCommand { name: first, keyspace: false };
-        };
-        match srv.registry.lookup(args) {
-            crate::registry::Lookup::Found(id) => {
-                let cmd = srv.registry.get(id);
-                use hotkv_engine::command::flags;
-                let keyspace = cmd.spec.flags() & (flags::WRITE | flags::READONLY | flags::MAY_REPLICATE) != 0;
-                hotkv_replication::LinkCommand { name: cmd.full_name.clone(), keyspace }
-            }
-            _ => hotkv_replication::LinkCommand { name: first, keyspace: false },
-        }
+        use hotkv_engine::command::flags;
+        let srv = weak.upgrade()?;
+        let crate::registry::Lookup::Found(id) = srv.registry.lookup(args) else { return None };
+        let cmd = srv.registry.get(id);
+        let keyspace = cmd.spec.flags() & (flags::WRITE | flags::READONLY | flags::MAY_REPLICATE) != 0;
+        Some(hotkv_replication::LinkCommand { name: cmd.full_name.clone(), keyspace })
     })
 }
 

@@ -184,11 +184,11 @@ fn psync(srv: &Server, sess: &mut Session, args: Args<'_>, _: &mut ReplyBuf) -> 
         let port = sess.handshake.as_ref().map_or(0, |h| h.listening_port);
         format!("{}:{}", sess.info.addr.ip_text(), port)
     };
-    if args.get(0).eq_ignore_ascii_case(b"psync") && hotkv_protocol::parse_i64(args.get(2)).is_none() {
+    // The arities leave the offset as the one thing that can fail to parse.
+    let Some(req) = SyncRequest::parse(args.iter()) else {
         tracing::warn!("Replica {} asks for synchronization but with a wrong offset", peer);
         return Err(CommandError::NotInteger);
-    }
-    let req = SyncRequest::parse(args.iter()).ok_or(CommandError::Syntax)?;
+    };
     let hs = sess.handshake.take().map(|h| *h).unwrap_or_default();
     let session = srv.repl.primary.accept_sync(&req, &hs, sess.id, &peer);
     sess.set_flag(flag::REPLICA, true);
