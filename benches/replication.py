@@ -32,7 +32,11 @@ Rounds (--rounds) alternate which kind goes first; medians are reported. Raw fig
 benches/results/replication-<time>.json and a markdown table to
 benches/results/latest-replication.md.
 
+With --paired N, instead of the rounds: N pairs of short segments, one on a primary with its
+replica and one on a replay primary, both kept running side by side (see `paired`).
+
 Usage: benches/run.sh replication [--rounds N] [--requests N] [--no-pin] [--hotkv PATH] [--hotkv-b PATH]
+       benches/run.sh replication --paired N [--segment N] [--hotkv PATH] [--hotkv-b PATH]
 """
 
 import argparse
@@ -202,6 +206,96 @@ def replay(name, argv_fn, bench, rate, args):
             primary.stop()
 
 
+def paired(name, argv_fn, args):
+    """--paired: the replay control's comparison in short alternating segments. A primary with
+    its replica and a replay primary (alone, its core's neighbour a replica fed by the stand-in
+    at the with-replica rate) run side by side for the whole run; segments of --segment SETs go
+    to one and then the other (the order alternates), so each pair of figures is taken within
+    about a second of host time. On a shared host whose speed drifts by 10-20% between runs
+    minutes apart, the per-pair ratios are what can tell a few percent."""
+    primary, replica = Server(f"{name}-paired", argv_fn), Server(f"{name}-paired-replica", argv_fn)
+    lone, fed = Server(f"{name}-paired-replay", argv_fn), Server(f"{name}-paired-replay-replica", argv_fn)
+    bench = ["taskset", "-c", "1", "redis-benchmark", "-t", "set", "-P", "16", "-c", "50", "-r", "100000",
+             "-d", "32", "-n", str(args.segment), "--csv"]
+    per_segment = argparse.Namespace(requests=args.segment)
+    feeder = None
+    with tempfile.TemporaryDirectory(prefix="bench-paired-") as work:
+        port_file = Path(work) / "port"
+        try:
+            primary.start(None, "percore", "0")
+            replica.start(None, "percore", "1")
+            cli(replica.port, "REPLICAOF", "127.0.0.1", str(primary.port))
+            lone.start(None, "percore", "0")
+            feeder = subprocess.Popen(["taskset", "-c", "1", sys.executable, str(ROOT / "benches/stand_in_primary.py"),
+                                       str(port_file), "0"], stdin=subprocess.PIPE)
+            if not wait(lambda: port_file.exists() and port_file.read_text().strip() != ""):
+                raise RuntimeError("the stand-in primary never listened")
+            fed.start(None, "percore", "1")
+            cli(fed.port, "REPLICAOF", "127.0.0.1", port_file.read_text().strip())
+            for r in (replica, fed):
+                if not wait(lambda: field(r.port, "replication", "master_link_status") == "up"):
+                    raise RuntimeError(f"{r.name} never linked (log {r.log.name})")
+
+            def with_replica():
+                row, _ = measure(primary, bench, per_segment, replica.proc.pid)
+                target = field(primary.port, "replication", "master_repl_offset")
+                # The stream is applied before the other primary's segment takes the core.
+                if not wait(lambda: field(replica.port, "replication", "slave_repl_offset") == target):
+                    raise RuntimeError(f"{name} replica did not catch up (log {replica.log.name})")
+                return row
+
+            def replay_at(rate):
+                feeder.stdin.write(f"go {rate:.0f}\n".encode())
+                feeder.stdin.flush()
+                try:
+                    row, _ = measure(lone, bench, per_segment, fed.proc.pid)
+                finally:
+                    feeder.stdin.write(b"stop\n")
+                    feeder.stdin.flush()
+                return row
+
+            rate = with_replica()["rps"]  # a warm-up, and the first replay's rate
+            pairs = []
+            for i in range(args.paired):
+                if i % 2 == 0:
+                    w = with_replica()
+                    p = replay_at(w["rps"])
+                else:
+                    p = replay_at(rate)
+                    w = with_replica()
+                rate = w["rps"]
+                pairs.append({"with": w, "replay": p,
+                              "ratio": w["primary_cpu_us_per_req"] / p["primary_cpu_us_per_req"]})
+            return pairs
+        finally:
+            if feeder:
+                feeder.kill()
+                feeder.wait()
+            for s in (replica, primary, fed, lone):
+                s.stop()
+
+
+def paired_report(results, args):
+    """The table of --paired: per kind, the with-replica / replay CPU ratio of each pair, their
+    median and mean with a 95% interval, and the pooled ratio (total CPU over total CPU)."""
+    lines = [f"Paired segments ({args.paired} pairs of {args.segment} SETs, alternating order): the primary's CPU per "
+             "request with its replica / replay control.", "",
+             "| kind | median | mean ± 95% | pooled | pairs over 1.10 | with µs/req | replay µs/req |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, pairs in results.items():
+        ratios = [p["ratio"] for p in pairs]
+        n = len(ratios)
+        mean = sum(ratios) / n
+        sd = (sum((r - mean) ** 2 for r in ratios) / (n - 1)) ** 0.5 if n > 1 else 0.0
+        half = 1.96 * sd / n ** 0.5
+        w = sum(p["with"]["primary_cpu_us_per_req"] for p in pairs) / n
+        r = sum(p["replay"]["primary_cpu_us_per_req"] for p in pairs) / n
+        over = sum(1 for x in ratios if x > 1.10)
+        lines.append(f"| {name} | {median(ratios):.3f} | {mean:.3f} ± {half:.3f} | {w / r:.3f} | {over}/{n} | "
+                     f"{w:.3f} | {r:.3f} |")
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -211,10 +305,23 @@ def main():
     ap.add_argument("--hotkv", default=str(ROOT / "target" / "release" / "hotkv"))
     ap.add_argument("--hotkv-b", metavar="PATH",
                     help="a second hotkv binary run as kind hotkv-b in the same rounds (an A/B of a change)")
+    ap.add_argument("--paired", type=int, default=0, metavar="PAIRS",
+                    help="instead of rounds, the replay comparison in PAIRS alternating pairs of segments")
+    ap.add_argument("--segment", type=int, default=500_000, help="SETs per --paired segment")
     args = ap.parse_args()
     kinds = [("hotkv", hotkv_argv(args.hotkv)), ("redis", redis_argv("redis-server"))]
     if args.hotkv_b:
         kinds.insert(1, ("hotkv-b", hotkv_argv(args.hotkv_b)))
+    if args.paired:
+        results = {name: paired(name, fn, args) for name, fn in kinds}
+        text = "\n".join(paired_report(results, args)) + "\n"
+        print(text)
+        outdir = Path(args.out)
+        outdir.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        (outdir / f"replication-paired-{stamp}.json").write_text(json.dumps(results, indent=1))
+        (outdir / "latest-replication-paired.md").write_text(text)
+        return
     rounds = []
     for r in range(args.rounds):
         order = kinds if r % 2 == 0 else kinds[::-1]

@@ -2,7 +2,7 @@
 """A stand-in primary for replication.py's replay control: it takes one replica (hotkv or
 redis-server) through the handshake and a full sync of an empty dataset, then, from the line
 "go" on stdin, streams the SETs redis-benchmark's `-t set -r 100000 -d 32` sends, paced at
-`rate` commands a second, until it is killed.
+`rate` commands a second ("go RATE": at RATE), until the line "stop" or until it is killed.
 
 The replica it feeds then does on its core what a replica of the real primary does (decode,
 apply, acknowledge, at that rate) while the real primary runs alone: what that primary then
@@ -12,6 +12,7 @@ it, the loopback path's work on its CPU), which is what the control isolates.
 Usage: stand_in_primary.py PORT_FILE RATE  (writes the port it listens on to PORT_FILE)
 """
 
+import os
 import random
 import select
 import socket
@@ -90,10 +91,29 @@ def main():
     handshake(conn)
     conn.sendall(resp([b"SELECT", b"0"]))
     threading.Thread(target=drain, args=(conn,), daemon=True).start()
-    sys.stdin.readline()
-    start, sent = time.perf_counter(), 0
+    # Lines on stdin steer it: "go" streams at the rate given on the command line, "go RATE"
+    # at RATE, "stop" pauses (replication.py's paired segments run it only while their
+    # replay primary is measured).
+    rate_now, pending = None, b""
     while True:
-        due = int((time.perf_counter() - start) * rate)
+        if b"\n" not in pending and (rate_now is None or select.select([0], [], [], 0)[0]):
+            # Read from the descriptor itself: a buffered reader could hold a line select
+            # would not see.
+            data = os.read(0, 4096)
+            if not data:
+                return
+            pending += data
+            continue
+        if b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            words = line.decode().split() or ["stop"]
+            if words[0] == "go":
+                rate_now = float(words[1]) if len(words) > 1 else rate
+                start, sent = time.perf_counter(), 0
+            else:
+                rate_now = None
+            continue
+        due = int((time.perf_counter() - start) * rate_now)
         n = min(due - sent, 100000)
         if n > 0:
             at = (sent % 100000) * size
