@@ -176,7 +176,17 @@ impl Effects {
     /// What consumer `to` gets, when some commands are limited to others: a copy without
     /// them (and without a MULTI/EXEC left with nothing inside). `None` when every command
     /// goes everywhere, which is the rule.
+    #[inline]
     pub fn only_for(&self, to: u8) -> Option<Effects> {
+        // Inline and first: every write asks, and only a script's set_repl fills `targets`.
+        if self.targets.is_empty() {
+            return None;
+        }
+        self.only_for_limited(to)
+    }
+
+    #[cold]
+    fn only_for_limited(&self, to: u8) -> Option<Effects> {
         if self.targets.iter().all(|&t| t & to != 0) {
             return None;
         }

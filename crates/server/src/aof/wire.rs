@@ -166,7 +166,7 @@ pub fn fan_out(srv: &Server) -> Arc<dyn WriteSink> {
 }
 
 struct FanOut {
-    repl: Arc<dyn WriteSink>,
+    repl: crate::replication::Sink,
     aof: Arc<Aof>,
 }
 
