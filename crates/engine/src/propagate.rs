@@ -220,10 +220,16 @@ impl Effects {
     /// applies them as one unit (a transaction, or a command that writes several effects).
     /// MULTI and EXEC belong to no database ([`NO_DB`]): a SELECT the commands need goes
     /// inside the transaction, where Valkey writes it.
+    #[inline]
     pub fn wrap_multi(&mut self) {
-        if self.cmds.len() < 2 {
-            return;
+        // Inline and first: nearly every call recorded one command.
+        if self.cmds.len() >= 2 {
+            self.wrap_several();
         }
+    }
+
+    #[cold]
+    fn wrap_several(&mut self) {
         let first_db = NO_DB as u32;
         let mut wrapped = Vec::with_capacity(self.buf.len() + 32);
         write_command(&mut wrapped, [&b"MULTI"[..]].into_iter(), 1);
