@@ -19,7 +19,7 @@ use tracing::{info, warn};
 
 use crate::primary::{Primary, SyncPoint};
 use crate::reply::{BulkHeader, PsyncReply, parse_bulk_header, parse_psync_reply, ping_reply_ok};
-use crate::staging::{Installed, StageError, StagedFile, Staging};
+use crate::staging::{Installed, Installing, StageError, StagedFile, Staging};
 use crate::{AsyncStream, BoxFuture, Error, ProtocolViolation, REPLID_LEN, within_live_limit};
 
 /// Dials the primary. The server implements it over plain TCP or hotkv-tls depending on
@@ -370,6 +370,8 @@ pub struct ReplicaLink {
     batch: BatchBuf,
     /// The file a disk-based full sync is being received into.
     staged: Option<StagedFile>,
+    /// Its install, while it runs (see [`Installing`]).
+    installing: Option<Installing>,
 }
 
 impl ReplicaLink {
@@ -410,6 +412,7 @@ impl ReplicaLink {
             streaming: false,
             batch: BatchBuf::default(),
             staged: None,
+            installing: None,
         };
         let task = tokio::spawn(link.run());
         ReplicaHandle { status, stop: stop_tx, task: Some(task) }
@@ -427,6 +430,9 @@ impl ReplicaLink {
                 r = self.session() => Some(r),
                 _ = stop.wait_for(|s| *s) => None,
             };
+            if let Some(install) = self.installing.take() {
+                install.abandon().await;
+            }
             if self.loading {
                 self.loading = false;
                 if let Err(e) = self.applier.end_full_sync(false) {
@@ -728,7 +734,10 @@ impl ReplicaLink {
         if let Some(wait) = self.applier.before_install() {
             wait.await;
         }
-        let mut installed = staged.install().await.map_err(stage_failed)?;
+        let installing = self.installing.insert(staged.install());
+        let installed = installing.finish().await;
+        self.installing = None;
+        let mut installed = installed.map_err(stage_failed)?;
         self.begin_load(point)?;
         let loaded = match self.load_file(&mut installed).await {
             Ok(()) => self.end_load(),

@@ -10,6 +10,8 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Where a full sync's snapshot is written before it loads; the server's answer to
 /// [`crate::Applier::staging`].
@@ -31,6 +33,8 @@ pub(crate) enum StageError {
     Sync(io::Error),
     Rename(PathBuf, io::Error),
     SyncDir(PathBuf, io::Error),
+    /// The link stopped before the rename.
+    Abandoned,
 }
 
 impl std::fmt::Display for StageError {
@@ -51,6 +55,7 @@ impl std::fmt::Display for StageError {
                 "Failed trying to rename the temp DB into {} in PRIMARY <-> REPLICA synchronization: {e}",
                 to.file_name().map_or_else(|| to.display().to_string(), |n| n.to_string_lossy().into_owned())
             ),
+            StageError::Abandoned => write!(f, "Replication stopped before the synced DB was put in place"),
             StageError::SyncDir(to, e) => {
                 write!(
                     f,
@@ -82,29 +87,61 @@ impl StagedFile {
         file.write_all(bytes).map_err(StageError::Write)
     }
 
-    /// Makes the whole file durable and renames it over the target, the directory synced
-    /// too; returns the file, positioned at its start, to load from. On a thread of its own:
-    /// an fsync of a large snapshot takes a while.
-    pub(crate) async fn install(mut self) -> Result<Installed, StageError> {
+    /// Starts making the whole file durable and renaming it over the target, the directory
+    /// synced too, on a thread of its own (an fsync of a large snapshot takes a while);
+    /// [`Installing::finish`] gives the file, positioned at its start, to load from.
+    pub(crate) fn install(mut self) -> Installing {
         let file = self.file.take().expect("installed once");
         let stage = self.stage.clone();
-        let done = tokio::task::spawn_blocking(move || {
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let seen = abandoned.clone();
+        let task = tokio::task::spawn_blocking(move || {
             let mut file = file;
             let cleanup = |e| {
                 let _ = std::fs::remove_file(&stage.temp);
                 e
             };
             file.sync_all().map_err(|e| cleanup(StageError::Sync(e)))?;
+            if seen.load(Ordering::SeqCst) {
+                return Err(cleanup(StageError::Abandoned));
+            }
             std::fs::rename(&stage.temp, &stage.target)
                 .map_err(|e| cleanup(StageError::Rename(stage.target.clone(), e)))?;
             sync_parent(&stage.target).map_err(|e| StageError::SyncDir(stage.target.clone(), e))?;
             file.seek(SeekFrom::Start(0)).map_err(StageError::Sync)?;
             Ok(Installed { file, stage })
-        })
-        .await;
+        });
+        Installing { task: Some(task), abandoned }
+    }
+}
+
+/// An install under way on a blocking thread. The link keeps it outside its session, so a
+/// stop that drops the session mid-install can abandon it and wait for the thread: when the
+/// stop returns the temp file is gone, or was already renamed, never renamed later over a
+/// `dbfilename` the node has moved on from.
+pub(crate) struct Installing {
+    /// None once finished.
+    task: Option<tokio::task::JoinHandle<Result<Installed, StageError>>>,
+    abandoned: Arc<AtomicBool>,
+}
+
+impl Installing {
+    /// Waits for the install; cancel-safe (the link abandons what a stop left here).
+    pub(crate) async fn finish(&mut self) -> Result<Installed, StageError> {
+        let Some(task) = self.task.as_mut() else { return Err(StageError::Abandoned) };
+        let done = task.await;
+        self.task = None;
         match done {
             Ok(r) => r,
             Err(join) => Err(StageError::Sync(io::Error::other(join.to_string()))),
+        }
+    }
+
+    /// Stops the install before its rename if it has not got there, and waits for its thread.
+    pub(crate) async fn abandon(self) {
+        self.abandoned.store(true, Ordering::SeqCst);
+        if let Some(task) = self.task {
+            let _ = task.await;
         }
     }
 }
@@ -160,7 +197,7 @@ mod tests {
     async fn a_whole_file_replaces_the_target_and_reads_back_from_its_start() {
         let (dir, mut f) = staged_over_old("whole", b"REDIS0011");
         f.write(b"-rest").unwrap();
-        let mut installed = f.install().await.unwrap();
+        let mut installed = f.install().finish().await.unwrap();
         assert!(!dir.path().join("temp-1.2.rdb").exists());
         assert_eq!(std::fs::read(dir.path().join("dump.rdb")).unwrap(), b"REDIS0011-rest");
         // A save renaming its own file over the target now cannot change what loads.
@@ -187,6 +224,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_abandoned_install_has_ended_when_abandon_returns() {
+        // Abandoned at once (before its fsync ends) or after its thread got to the rename:
+        // either way, once `abandon` returns nothing is left to happen to the files.
+        for round in 0..20 {
+            let (dir, f) = staged_over_old(&format!("abandon-install-{round}"), b"REDIS0011");
+            let installing = f.install();
+            if round % 2 == 1 {
+                tokio::task::yield_now().await;
+            }
+            installing.abandon().await;
+            assert!(!dir.path().join("temp-1.2.rdb").exists());
+            let target = std::fs::read(dir.path().join("dump.rdb")).unwrap();
+            assert!(target == b"old" || target == b"REDIS0011", "{target:?}");
+        }
+        let (dir, f) = staged_over_old("abandon-install-late", b"REDIS0011");
+        let mut installing = f.install();
+        installing.finish().await.unwrap();
+        installing.abandon().await;
+        assert_eq!(std::fs::read(dir.path().join("dump.rdb")).unwrap(), b"REDIS0011");
+    }
+
+    #[tokio::test]
     async fn a_target_that_cannot_be_replaced_is_valkeys_rename_error_and_no_temp_file() {
         let dir = Dir::new("rename");
         // Valkey's test: a directory where dump.rdb should be.
@@ -194,7 +253,7 @@ mod tests {
         std::fs::write(dir.path().join("dump.rdb").join("x"), b"x").unwrap();
         let mut f = StagedFile::create(stage_in(dir.path())).unwrap();
         f.write(b"REDIS0011").unwrap();
-        let err = f.install().await.err().expect("the rename fails");
+        let err = f.install().finish().await.err().expect("the rename fails");
         assert!(
             err.to_string().starts_with(
                 "Failed trying to rename the temp DB into dump.rdb in PRIMARY <-> REPLICA synchronization: "
