@@ -574,6 +574,35 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// Hands what the call (or a transaction) recorded to the write stream, while its locks
+    /// are still held: calls on a common slot reach the stream in the order they ran.
+    pub fn emit(&mut self) {
+        if self.effects.is_empty() {
+            return;
+        }
+        self.effects.wrap_multi();
+        self.ks.sink().append(&self.effects);
+        self.effects.begin(false);
+    }
+
+    /// [`Ctx::record_call`] then [`Ctx::emit`], for a call run on its own. A call whose only
+    /// effect is its request as it arrived goes to the stream straight from the request's
+    /// bytes.
+    pub fn finish_call(&mut self, db: usize, args: &hotkv_protocol::Args<'_>, dirty_before: u64) {
+        if self.effects.on()
+            && self.effects.is_empty()
+            && self.stats.dirty > dirty_before
+            && !self.effects.replaced()
+            && let Some(resp) = args.resp_frame()
+        {
+            self.ks.sink().append_resp(db, resp);
+            self.effects.begin(false);
+            return;
+        }
+        self.record_call(db, args, dirty_before);
+        self.emit();
+    }
+
     /// Whether a blocking command without data may block now (see [`BlockMode`]).
     pub fn can_block(&self) -> bool {
         !matches!(self.block_mode, BlockMode::Immediate | BlockMode::TimedOut)

@@ -20,6 +20,17 @@ pub trait WriteSink: Send + Sync {
     /// Appends the effects of one call. Called with the call's slot locks still held; it must
     /// not take a slot lock and should be short.
     fn append(&self, effects: &Effects);
+
+    /// Appends one call whose only effect is its own request, `resp` (canonical RESP, as it
+    /// arrived), in database `db`: most writes. Same contract as [`WriteSink::append`]. Sinks
+    /// on the write path implement it to take the bytes where they lie: staging them in an
+    /// [`Effects`] first was a copy and its bookkeeping on every SET.
+    fn append_resp(&self, db: usize, resp: &[u8]) {
+        let mut e = Effects::default();
+        e.begin(true);
+        e.push_resp(db, resp);
+        self.append(&e);
+    }
 }
 
 /// A sink that consumes nothing: a node with no replica, no backlog and no AOF.
@@ -30,6 +41,7 @@ impl WriteSink for NoSink {
         false
     }
     fn append(&self, _effects: &Effects) {}
+    fn append_resp(&self, _db: usize, _resp: &[u8]) {}
 }
 
 /// The effects of one call: RESP-encoded commands, each in a database. Reused from call to

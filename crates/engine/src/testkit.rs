@@ -232,13 +232,11 @@ impl TestKit {
                 out.error(&e.message());
             }
             let restart = ctx.restart.take();
+            // As the dispatcher: the call's effects reach the stream before its locks go.
             if restart.is_none() {
-                // As the dispatcher: the call's effects reach the stream before its locks go.
-                ctx.record_call(self.db, &args, dirty);
-            }
-            ctx.effects.wrap_multi();
-            if !ctx.effects.is_empty() {
-                self.ks.sink().append(&ctx.effects);
+                ctx.finish_call(self.db, &args, dirty);
+            } else {
+                ctx.emit();
             }
             if let Some(more) = restart {
                 out.truncate(before);

@@ -873,14 +873,26 @@ impl WriteSink for Primary {
     }
 
     fn append(&self, effects: &Effects) {
-        if effects.is_empty() {
-            return;
+        if !effects.is_empty() {
+            self.append_cmds(effects.iter());
         }
+    }
+
+    fn append_resp(&self, db: usize, resp: &[u8]) {
+        self.append_cmds(std::iter::once((db, resp)));
+    }
+}
+
+impl Primary {
+    /// Appends commands (database, RESP bytes) to the stream, with a SELECT where the database
+    /// changes.
+    #[inline]
+    fn append_cmds<'c>(&self, cmds: impl Iterator<Item = (usize, &'c [u8])>) {
         let mut st = self.state.lock();
         let State { backlog, seldb, offset, .. } = &mut *st;
         let Some(buf) = backlog.as_mut() else { return };
         let mut new_block = false;
-        for (db, bytes) in effects.iter() {
+        for (db, bytes) in cmds {
             if db != hotkv_engine::propagate::NO_DB && *seldb != Some(db) {
                 let mut select = Vec::with_capacity(32);
                 hotkv_engine::propagate::write_select(&mut select, db);

@@ -698,8 +698,7 @@ fn run_engine(
             if sess.tracking.is_some() && cmd.spec.flags() & flags::READONLY != 0 {
                 crate::tracking::remember_reads(b.srv, sess, &args, plan.keys());
             }
-            ctx.record_call(sess.db, &args, dirty);
-            emit(&mut ctx);
+            ctx.finish_call(sess.db, &args, dirty);
             let mut flow = Flow::Continue;
             if let Some(request) = ctx.remote.take()
                 && r.is_ok()
@@ -730,7 +729,7 @@ fn run_engine(
         // order (SORT BY/GET). It wrote nothing, but what it found expired is gone: that goes
         // to the stream before the locks are released, as any call's effects do.
         out.truncate(mark);
-        emit(&mut ctx);
+        ctx.emit();
         serve_blocked(b, &mut ctx, &events);
         scratch.effects = std::mem::take(&mut ctx.effects);
         drop(ctx);
@@ -837,8 +836,7 @@ pub(crate) fn serve_blocked(b: &Batch<'_>, ctx: &mut Ctx<'_>, events: &CmdEvents
             ctx.effects.begin(ctx.ks.sink().active());
             let dirty = ctx.stats.dirty;
             let r = (ecmd.run)(ctx, args, &mut reply);
-            ctx.record_call(w.db, &args, dirty);
-            emit(ctx);
+            ctx.finish_call(w.db, &args, dirty);
             let still_blocked = ctx.block.take();
             ctx.db = saved_db;
             ctx.block_mode = saved_mode;
@@ -864,17 +862,6 @@ pub(crate) fn serve_blocked(b: &Batch<'_>, ctx: &mut Ctx<'_>, events: &CmdEvents
             ready.extend(events.take_ready());
         }
     }
-}
-
-/// Hands what a call (or a transaction) did to the write stream, while its locks are still
-/// held: calls on a common slot reach the stream in the order they ran.
-pub(crate) fn emit(ctx: &mut Ctx<'_>) {
-    if ctx.effects.is_empty() {
-        return;
-    }
-    ctx.effects.wrap_multi();
-    ctx.ks.sink().append(&ctx.effects);
-    ctx.effects.begin(false);
 }
 
 /// A stored argument vector as one buffer and the spans `Args::from_parts` takes.

@@ -218,7 +218,7 @@ fn run(
         account(b, sess, cmd, &args, nanos, result.is_err());
     }
     // The transaction reaches the stream as one MULTI/EXEC, before its locks go.
-    crate::dispatch::emit(&mut ctx);
+    ctx.emit();
     serve_blocked(b, &mut ctx, &events);
     scratch.effects = std::mem::take(&mut ctx.effects);
     let db = ctx.db;

@@ -164,6 +164,13 @@ impl WriteSink for Sink {
             self.primary.append(effects);
         }
     }
+
+    #[inline]
+    fn append_resp(&self, db: usize, resp: &[u8]) {
+        if !self.replica.load(Ordering::Acquire) {
+            self.primary.append_resp(db, resp);
+        }
+    }
 }
 
 /// Wires replication into a started server: the keyspace's sink, and the link to the primary

@@ -26,7 +26,7 @@ use hotkv_engine::{AddLock, BlockMode, CommandError, Ctx, DownReason, EngineConf
 use hotkv_protocol::{Args, ReplyBuf};
 use hotkv_scripting::{Call, Host, LogLevel, Outcome, Script, flag as sflag};
 
-use crate::dispatch::{Batch, Scratch, account_as, dataset_config, emit, reply_error, serve_blocked};
+use crate::dispatch::{Batch, Scratch, account_as, dataset_config, reply_error, serve_blocked};
 use crate::events::CmdEvents;
 use crate::registry::{Command, Flow, Lookup, Spec};
 use crate::session::{Session, flag};
@@ -142,7 +142,7 @@ pub fn run(
         let restart = run_in(b, sess, &target, ro, numkeys, &args, out, &mut ctx, may_restart, &mut scratch.debugger);
         // Whatever ran reaches the stream as one MULTI/EXEC before the locks go: a run that
         // starts over wrote nothing but may have deleted keys found expired.
-        emit(&mut ctx);
+        ctx.emit();
         if rolled_back {
             ctx.stats.dirty = dirty;
         } else {

@@ -193,6 +193,19 @@ impl WriteSink for FanOut {
             WriteSink::append(&**w, for_aof.as_ref().unwrap_or(effects));
         }
     }
+
+    fn append_resp(&self, db: usize, resp: &[u8]) {
+        if LOADING_HERE.get() {
+            return;
+        }
+        self.repl.append_resp(db, resp);
+        if self.aof.has_writer.load(Ordering::Relaxed)
+            && let Some(w) = self.aof.writer.load().as_ref()
+            && !resp.starts_with(PUBLISH)
+        {
+            w.append_resp(db, resp);
+        }
+    }
 }
 
 thread_local! {

@@ -217,6 +217,12 @@ impl AofWriter {
     /// Appends one call's commands; returns the stream offset just past them. Called with
     /// the call's slot locks held: copies under a short lock and never touches the disk.
     pub fn append(&self, effects: &Effects) -> u64 {
+        self.append_cmds(effects.iter())
+    }
+
+    /// [`AofWriter::append`] of commands given as (database, RESP bytes).
+    #[inline]
+    fn append_cmds<'c>(&self, cmds: impl Iterator<Item = (usize, &'c [u8])>) -> u64 {
         let inner = &self.inner;
         let mut p = inner.pending.lock();
         let before = p.buf.len();
@@ -227,7 +233,7 @@ impl AofWriter {
                 p.buf.extend_from_slice(format!("#TS:{now}\r\n").as_bytes());
             }
         }
-        for (db, bytes) in effects.iter() {
+        for (db, bytes) in cmds {
             if db != hotkv_engine::propagate::NO_DB && p.seldb != Some(db) {
                 write_select(&mut p.buf, db);
                 p.seldb = Some(db);
@@ -472,6 +478,10 @@ impl WriteSink for AofWriter {
         if !effects.is_empty() {
             AofWriter::append(self, effects);
         }
+    }
+
+    fn append_resp(&self, db: usize, resp: &[u8]) {
+        self.append_cmds(std::iter::once((db, resp)));
     }
 }
 
