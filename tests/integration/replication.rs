@@ -764,6 +764,14 @@ fn failover_force_hands_over_to_a_replica_that_is_behind() {
     wait_link_up(&b);
     let mut ca = a.client();
     b.signal(SIGSTOP);
+    // Writes b will find in its socket when it wakes, enough that applying them takes a
+    // while, and few enough (about 60 KB) for the socket's buffers to hold them all.
+    for i in 0..1500 {
+        ca.send(&["SET", &format!("late:{i}"), "0123456789"]);
+    }
+    for _ in 0..1500 {
+        assert_eq!(ca.read_frame().text(), "OK");
+    }
     ok(&mut ca, &["SET", "late", "1"]);
     ok(&mut ca, &["FAILOVER", "TO", "127.0.0.1", &b.port().to_string(), "TIMEOUT", "100", "FORCE"]);
     assert!(wait_for(
@@ -776,7 +784,15 @@ fn failover_force_hands_over_to_a_replica_that_is_behind() {
     assert!(a.log().contains("time out exceeded, failing over."), "{}", a.log());
     assert_eq!(role(&b), "master");
     wait_link_up(&a);
-    ok(&mut b.client(), &["SET", "after", "1"]);
+    // The writes were in b's socket when b woke, ahead of the PSYNC FAILOVER: b applies
+    // them before it takes over, so none is lost and the old primary continues partially,
+    // as Valkey's integration/failover checks ("failover to a replica with force works").
+    let mut cb = b.client();
+    assert_eq!(cb.cmd(&["GET", "late"]).text(), "1");
+    assert_eq!(cb.cmd(&["DBSIZE"]).int(), 1501);
+    assert_eq!(info_in(&mut cb, "stats", "sync_partial_ok").as_deref(), Some("1"));
+    assert_eq!(info_in(&mut cb, "stats", "sync_full").as_deref(), Some("0"));
+    ok(&mut cb, &["SET", "after", "1"]);
     wait_same(&b, &a);
 }
 

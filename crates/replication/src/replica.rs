@@ -258,6 +258,26 @@ pub struct ReplicaHandle {
     status: Arc<Mutex<LinkStatus>>,
     stop: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
+    drain: Arc<Drain>,
+}
+
+/// A request to the streaming link to apply what its primary already sent before it stops
+/// ([`ReplicaHandle::drain_and_stop`]).
+#[derive(Default)]
+struct Drain {
+    asked: tokio::sync::Notify,
+    done: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    /// The link is in its command stream, where a request is answered.
+    streaming: std::sync::atomic::AtomicBool,
+}
+
+/// Clears [`Drain::streaming`] when the stream ends, however it ends.
+struct Streaming(Arc<Drain>);
+
+impl Drop for Streaming {
+    fn drop(&mut self) {
+        self.0.streaming.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl ReplicaHandle {
@@ -273,6 +293,23 @@ impl ReplicaHandle {
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
+    }
+
+    /// Stops the link once it has applied what its primary already sent: the bytes waiting
+    /// in this side's socket and buffer. For PSYNC FAILOVER, where the primary hands its role
+    /// to this node: a write it streamed before the handover must not be lost because this
+    /// node had not read it yet (a stopped or slow replica: Valkey reads its primary's bytes
+    /// before the PSYNC that arrived after them, as its event loop takes them in order).
+    /// Waits at most `limit` for the link (one not streaming has nothing to apply).
+    pub async fn drain_and_stop(self, limit: Duration) {
+        use std::sync::atomic::Ordering;
+        if self.drain.streaming.load(Ordering::SeqCst) {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            *self.drain.done.lock() = Some(tx);
+            self.drain.asked.notify_one();
+            let _ = timeout(limit, rx).await;
+        }
+        self.stop().await;
     }
 }
 
@@ -372,6 +409,7 @@ pub struct ReplicaLink {
     staged: Option<StagedFile>,
     /// Its install, while it runs (see [`Installing`]).
     installing: Option<Installing>,
+    drain: Arc<Drain>,
 }
 
 impl ReplicaLink {
@@ -400,7 +438,9 @@ impl ReplicaLink {
             tls: connector.is_tls(),
         }));
         let (stop_tx, stop_rx) = watch::channel(false);
+        let drain = Arc::new(Drain::default());
         let link = ReplicaLink {
+            drain: drain.clone(),
             cfg,
             connector,
             applier,
@@ -415,7 +455,7 @@ impl ReplicaLink {
             installing: None,
         };
         let task = tokio::spawn(link.run());
-        ReplicaHandle { status, stop: stop_tx, task: Some(task) }
+        ReplicaHandle { status, stop: stop_tx, task: Some(task), drain }
     }
 
     async fn run(mut self) {
@@ -874,6 +914,9 @@ impl ReplicaLink {
         let mut dec = Decoder::new();
         let mut ack_tick = tokio::time::interval(self.cfg.ack_period);
         let mut last_io = Instant::now();
+        let drain = self.drain.clone();
+        drain.streaming.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _streaming = Streaming(drain.clone());
         loop {
             let held = self.applier.held();
             if held.is_none() {
@@ -915,6 +958,14 @@ impl ReplicaLink {
             tokio::select! {
                 biased;
                 () = &mut killed => return Err(killed_link()),
+                () = drain.asked.notified() => {
+                    self.drain_now(&mut conn, &mut dec, limits, &mut offset, read_offset)?;
+                    if let Some(done) = drain.done.lock().take() {
+                        let _ = done.send(());
+                    }
+                    // Nothing more is read: the stop that follows ends this task.
+                    std::future::pending::<()>().await;
+                }
                 () = released => {}
                 r = timeout_at(last_io + self.cfg.timeout.get(), conn.stream.read_buf(&mut conn.buf)) => {
                     let n = match r {
@@ -939,6 +990,37 @@ impl ReplicaLink {
                 }
             }
         }
+    }
+
+    /// Reads what has arrived without waiting for more, and applies every complete command
+    /// ([`ReplicaHandle::drain_and_stop`]). Not while the applier holds the stream (DEBUG
+    /// SLEEP, a pause): then nothing may be applied, as with any stop.
+    fn drain_now(
+        &mut self,
+        conn: &mut Conn,
+        dec: &mut Decoder,
+        limits: Limits,
+        offset: &mut u64,
+        mut read_offset: u64,
+    ) -> Result<(), Error> {
+        if self.applier.held().is_some() {
+            return Ok(());
+        }
+        // Polled once each with a waker that does nothing: a read that would wait ends it.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        loop {
+            conn.buf.reserve(READ_CHUNK);
+            let mut read = std::pin::pin!(conn.stream.read_buf(&mut conn.buf));
+            match std::future::Future::poll(read.as_mut(), &mut cx) {
+                std::task::Poll::Ready(Ok(n)) if n > 0 => read_offset += n as u64,
+                _ => break,
+            }
+        }
+        while self.process(&mut conn.buf, dec, limits, offset)?.1 {}
+        let mut st = self.status.lock();
+        st.offset = Some(*offset);
+        st.read_offset = read_offset;
+        Ok(())
     }
 
     /// Applies the complete commands in `buf`, at most [`APPLY_SLICE`] of them; returns the

@@ -483,7 +483,7 @@ impl Conn {
     ) -> io::Result<()> {
         let leftover = std::mem::take(&mut self.rbuf);
         let source = crate::replication::snapshots(srv);
-        let mut session = start.session;
+        let mut session = start.session(srv).await;
         session.describe_commands(crate::replication::describe_link_commands(srv));
         if let Some(dup) = stream.plain_duplicate() {
             session.lend_socket(Box::new(crate::replication::LentSocket(dup)));

@@ -322,6 +322,22 @@ pub fn promote(srv: &Arc<Server>, why: &str) {
         tokio::spawn(old.stop());
         info!("MASTER MODE enabled ({})", why);
     }
+    become_primary(srv);
+}
+
+/// PSYNC FAILOVER: [`promote`] once the link has applied what the primary handing over
+/// already sent (see `ReplicaHandle::drain_and_stop`), so its PSYNC, which follows those
+/// bytes, finds them counted and continues partially.
+pub async fn promote_after_draining(srv: &Arc<Server>, why: &str) {
+    let old = srv.repl.link.lock().take();
+    if let Some(old) = old {
+        old.drain_and_stop(Duration::from_secs(1)).await;
+        info!("MASTER MODE enabled ({})", why);
+    }
+    become_primary(srv);
+}
+
+fn become_primary(srv: &Arc<Server>) {
     srv.repl.loading.store(false, Ordering::Release);
     // A primary's own active expiry covers every key from now on.
     srv.repl.own_keys.lock().clear();
@@ -891,9 +907,36 @@ pub(crate) fn key_load_delay(delay: i64) {
 
 /// What a replica's connection runs after its PSYNC: the session the primary accepted (the
 /// bytes the replica sent past PSYNC stay in the connection's read buffer).
-pub struct SyncStart {
+pub enum SyncStart {
     /// The replica's session.
-    pub session: hotkv_replication::ReplicaSession,
+    Accepted(hotkv_replication::ReplicaSession),
+    /// PSYNC ... FAILOVER from this node's own primary: accepted once this node has applied
+    /// what that primary sent and become a primary ([`promote_after_draining`]).
+    Failover {
+        /// The PSYNC.
+        req: hotkv_replication::SyncRequest,
+        /// What its REPLCONFs said.
+        handshake: hotkv_replication::Handshake,
+        /// The connection's client id.
+        client_id: u64,
+        /// `ip:listening-port`.
+        peer: String,
+        /// The end of the "MASTER MODE enabled (...)" line.
+        why: String,
+    },
+}
+
+impl SyncStart {
+    /// The replica's session, once this node may serve it.
+    pub async fn session(self, srv: &Arc<Server>) -> hotkv_replication::ReplicaSession {
+        match self {
+            SyncStart::Accepted(session) => session,
+            SyncStart::Failover { req, handshake, client_id, peer, why } => {
+                promote_after_draining(srv, &why).await;
+                srv.repl.primary.accept_sync(&req, &handshake, client_id, &peer)
+            }
+        }
+    }
 }
 
 /// Names a command a replica sent on its link as Valkey's log does (`xinfo|help`), and says

@@ -152,6 +152,7 @@ fn psync(srv: &Server, sess: &mut Session, args: Args<'_>, _: &mut ReplyBuf) -> 
         return Ok(Flow::Continue);
     }
     // PSYNC <replid> <offset> FAILOVER: our primary hands its role to us (FAILOVER TO).
+    let mut failover = None;
     if args.len() > 3 && args.get(0).eq_ignore_ascii_case(b"psync") && args.get(3).eq_ignore_ascii_case(b"failover") {
         let replid = args.get(1);
         tracing::info!("Failover request received for replid {}.", String::from_utf8_lossy(replid));
@@ -168,14 +169,15 @@ fn psync(srv: &Server, sess: &mut Session, args: Args<'_>, _: &mut ReplyBuf) -> 
                 "PSYNC FAILOVER not allowed in cluster mode. Use CLUSTER FAILOVER command instead.",
             ));
         }
-        let arc = srv.arc().ok_or_else(|| CommandError::err("server is shutting down"))?;
-        crate::replication::promote(&arc, &format!("failover request from 'id={} addr={}'", sess.id, sess.info.addr));
-    }
-    if srv.repl.failover.active() {
-        return Err(CommandError::raw("NOMASTERLINK Can't SYNC while failing over"));
-    }
-    if srv.repl.is_replica() && !srv.repl.link_up() {
-        return Err(CommandError::raw("NOMASTERLINK Can't SYNC while not connected with my master"));
+        // Promoted by the session's start, after the link has applied what this primary sent.
+        failover = Some(format!("failover request from 'id={} addr={}'", sess.id, sess.info.addr));
+    } else {
+        if srv.repl.failover.active() {
+            return Err(CommandError::raw("NOMASTERLINK Can't SYNC while failing over"));
+        }
+        if srv.repl.is_replica() && !srv.repl.link_up() {
+            return Err(CommandError::raw("NOMASTERLINK Can't SYNC while not connected with my master"));
+        }
     }
     if sess.has_flag(flag::PUBSUB) || sess.has_flag(flag::MONITOR) {
         return Err(CommandError::err("Replica can't be a subscriber or a monitor"));
@@ -190,9 +192,12 @@ fn psync(srv: &Server, sess: &mut Session, args: Args<'_>, _: &mut ReplyBuf) -> 
         return Err(CommandError::NotInteger);
     };
     let hs = sess.handshake.take().map(|h| *h).unwrap_or_default();
-    let session = srv.repl.primary.accept_sync(&req, &hs, sess.id, &peer);
+    let start = match failover {
+        Some(why) => SyncStart::Failover { req, handshake: hs, client_id: sess.id, peer, why },
+        None => SyncStart::Accepted(srv.repl.primary.accept_sync(&req, &hs, sess.id, &peer)),
+    };
     sess.set_flag(flag::REPLICA, true);
-    Ok(Flow::Replica(Box::new(SyncStart { session })))
+    Ok(Flow::Replica(Box::new(start)))
 }
 
 fn role(srv: &Server, _: &mut Session, _: Args<'_>, out: &mut ReplyBuf) -> Result<Flow, CommandError> {
