@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 
 use hotkv_engine::slot::key_slot;
 use hotkv_test_support::tools::redis_cli_output;
-use hotkv_test_support::{Frame, RawClient, SIGCONT, SIGKILL, SIGSTOP, TestServer, wait_for};
+use hotkv_test_support::{Frame, RawClient, SIGCONT, SIGKILL, SIGSTOP, TestServer, free_port, wait_for};
 
 use crate::cluster::{NODE_TIMEOUT, cluster_state, create, nodes, one_cluster_at_a_time};
+use crate::pki::Pki;
 use crate::{assert_err, builder, info_field};
 
 /// A cluster client for writers that must live through a failover: it follows MOVED, and on a
@@ -196,7 +197,38 @@ fn link_up(n: &TestServer) -> bool {
 /// Six nodes, three primaries with a replica each, every role known everywhere and every
 /// replica in sync. Returns the nodes and, per primary index, its replica's index.
 fn six_nodes(extra: &[(&str, &str)]) -> (Vec<TestServer>, Vec<(usize, usize)>) {
-    let ns = nodes(6, extra);
+    settle_six(nodes(6, extra))
+}
+
+/// The directives of a node whose cluster bus and replication links run over mutual TLS, with
+/// its own TLS port (the clients of these tests keep the plain ports).
+fn tls_directives(pki: &Pki) -> Vec<(String, String)> {
+    let mut d = pki.server_config(free_port());
+    d.push(("tls-cluster".into(), "yes".into()));
+    d.push(("tls-replication".into(), "yes".into()));
+    d
+}
+
+/// [`six_nodes`] with the bus and replication over TLS ([`tls_directives`]).
+fn six_tls_nodes(pki: &Pki) -> (Vec<TestServer>, Vec<(usize, usize)>) {
+    let ns = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..6)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut b = builder().config("cluster-enabled", "yes").config("cluster-node-timeout", NODE_TIMEOUT);
+                    for (k, v) in tls_directives(pki) {
+                        b = b.config(&k, &v);
+                    }
+                    b.spawn()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("node start")).collect()
+    });
+    settle_six(ns)
+}
+
+fn settle_six(ns: Vec<TestServer>) -> (Vec<TestServer>, Vec<(usize, usize)>) {
     create(&ns, 1);
     assert!(wait_for(|| ns.iter().all(|n| cluster_state(n) == "ok"), Duration::from_secs(20)));
     let ids: Vec<String> = ns.iter().map(myid).collect();
@@ -425,8 +457,12 @@ fn force_and_takeover_fail_over_while_the_primary_is_frozen() {
 #[test]
 fn twenty_kills_of_a_primary_in_a_row_lose_no_write_that_wait_acknowledged() {
     let _alone = one_cluster_at_a_time();
-    let (ns, pairs) = six_nodes(&[]);
+    // The cluster: the bus and the replication links on mutual TLS.
+    let pki = Pki::new();
+    let (ns, pairs) = six_tls_nodes(&pki);
+    let tls_link = |n: &TestServer| n.log().contains("over TLS");
     let (p, r) = pairs[0];
+    assert!(tls_link(&ns[r]), "the replication link is not TLS\n{}", ns[r].log());
     // The two nodes of the shard under fire take turns; each keeps its data directory.
     let dirs = [ns[p].dir().to_path_buf(), ns[r].dir().to_path_buf()];
     let mut live: [Option<TestServer>; 2] = [None, None];
@@ -450,7 +486,9 @@ fn twenty_kills_of_a_primary_in_a_row_lose_no_write_that_wait_acknowledged() {
         assert!(wait_for(took_over, Duration::from_secs(30)), "round {round}\n{}", node(heir).log());
         times.push(killed.elapsed().as_millis());
         let conf = std::fs::read_to_string(dirs[primary].join("nodes.conf")).unwrap_or_default();
-        let back = restart_in(&dirs[primary], &[]);
+        let tls = tls_directives(&pki);
+        let tls: Vec<(&str, &str)> = tls.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let back = restart_in(&dirs[primary], &tls);
         assert!(
             wait_for(|| replicates(&back, &heir_id) && link_up(&back), Duration::from_secs(30)),
             "round {round}\n{conf}\n{}\n{}\n{}",
@@ -458,6 +496,7 @@ fn twenty_kills_of_a_primary_in_a_row_lose_no_write_that_wait_acknowledged() {
             back.cmd(&["INFO", "replication"]).text(),
             back.log()
         );
+        assert!(tls_link(&back), "round {round}: the replication link is not TLS\n{}", back.log());
         live[primary] = Some(back);
         primary = heir;
     }
