@@ -80,6 +80,12 @@ impl Replication {
         Sink { primary: self.primary.clone(), replica: self.replica.clone() }
     }
 
+    /// Sets the full-sync load flag, for tests of what must wait for it.
+    #[cfg(test)]
+    pub(crate) fn set_loading_for_test(&self, on: bool) {
+        self.loading.store(on, Ordering::Release);
+    }
+
     /// Whether this node follows a primary.
     pub fn is_replica(&self) -> bool {
         self.replica.load(Ordering::Acquire)

@@ -381,9 +381,12 @@ impl Drop for SaveDone<'_> {
 /// thread (Valkey's `serverCron`).
 pub fn cron(srv: &Arc<Server>) {
     let p = &srv.persist;
-    // Valkey's cron starts no save while any child runs, an AOF rewrite included.
+    // Valkey's cron starts no save while any child runs, an AOF rewrite included, nor while
+    // the dataset loads: from the file, or a replica's full sync, whose half-loaded data
+    // saved with the new primary's id and offset would let a restart continue partially
+    // with keys missing (Valkey's load blocks its cron).
     let rewriting = crate::aof::wire::rewrite_in_progress(srv).is_some();
-    if p.in_progress() || rewriting || p.loading() || srv.is_shutting_down() {
+    if p.in_progress() || rewriting || p.loading() || srv.repl.loading() || srv.is_shutting_down() {
         return;
     }
     let now = unix_ms() / 1000;
@@ -679,6 +682,25 @@ mod tests {
         assert_eq!(figures(&srv).saves, 1);
         // Inside EXEC: scheduled without trying.
         assert_eq!(bgsave(&srv, false, true), Ok("Background saving scheduled"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_save_rules_wait_for_a_full_sync_to_finish_loading() {
+        let (srv, dir) = server_in_temp_dir();
+        let mut s = (**srv.settings.load()).clone();
+        s.set(t::SAVE, Value::Ints(vec![1, 1]));
+        srv.install_settings(s);
+        let mut c = crate::cmd::testutil::client(&srv, 40001);
+        assert_eq!(c.run(&srv, &["SET", "k", "v"]), "+OK\r\n");
+        srv.lastsave.store(0, Ordering::Relaxed);
+        srv.repl.set_loading_for_test(true);
+        cron(&srv);
+        assert!(!srv.persist.in_progress(), "a save started while a full sync loads");
+        srv.repl.set_loading_for_test(false);
+        cron(&srv);
+        wait_idle(&srv);
+        assert!(dir.join("dump.rdb").exists(), "the rule's save once the load is over");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
