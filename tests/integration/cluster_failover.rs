@@ -460,7 +460,9 @@ fn twenty_kills_of_a_primary_in_a_row_lose_no_write_that_wait_acknowledged() {
     // The cluster: the bus and the replication links on mutual TLS.
     let pki = Pki::new();
     let (ns, pairs) = six_tls_nodes(&pki);
-    let tls_link = |n: &TestServer| n.log().contains("over TLS");
+    let tls_link = |n: &TestServer| {
+        n.log().lines().any(|l| l.contains("Replication: connected to primary") && l.contains(" over TLS"))
+    };
     let (p, r) = pairs[0];
     assert!(tls_link(&ns[r]), "the replication link is not TLS\n{}", ns[r].log());
     // The two nodes of the shard under fire take turns; each keeps its data directory.
