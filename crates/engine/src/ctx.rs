@@ -564,7 +564,7 @@ impl<'a> Ctx<'a> {
     /// its effect, in database `db` (the one it started in). A call that failed after writing
     /// still propagates what it wrote, as Valkey's `call()` does.
     pub fn record_call(&mut self, db: usize, args: &hotkv_protocol::Args<'_>, dirty_before: u64) {
-        if self.effects.on() && self.stats.dirty > dirty_before && !self.effects.replaced() {
+        if self.request_is_effect(dirty_before) {
             // A request that arrived as canonical RESP is copied whole: re-encoding it was
             // 3% of a primary's CPU with a replica attached (SET -P16).
             match args.resp_frame() {
@@ -572,6 +572,12 @@ impl<'a> Ctx<'a> {
                 None => self.effects.push_parts(db, args.iter()),
             }
         }
+    }
+
+    /// Whether the call's own request is among its effects: it records, it changed the
+    /// dataset, and its handler recorded nothing in its place.
+    fn request_is_effect(&self, dirty_before: u64) -> bool {
+        self.effects.on() && self.stats.dirty > dirty_before && !self.effects.replaced()
     }
 
     /// Hands what the call (or a transaction) recorded to the write stream, while its locks
@@ -589,10 +595,8 @@ impl<'a> Ctx<'a> {
     /// effect is its request as it arrived goes to the stream straight from the request's
     /// bytes.
     pub fn finish_call(&mut self, db: usize, args: &hotkv_protocol::Args<'_>, dirty_before: u64) {
-        if self.effects.on()
-            && self.effects.is_empty()
-            && self.stats.dirty > dirty_before
-            && !self.effects.replaced()
+        if self.effects.is_empty()
+            && self.request_is_effect(dirty_before)
             && let Some(resp) = args.resp_frame()
         {
             self.ks.sink().append_resp(db, resp);

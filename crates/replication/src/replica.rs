@@ -267,17 +267,6 @@ pub struct ReplicaHandle {
 struct Drain {
     asked: tokio::sync::Notify,
     done: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
-    /// The link is in its command stream, where a request is answered.
-    streaming: std::sync::atomic::AtomicBool,
-}
-
-/// Clears [`Drain::streaming`] when the stream ends, however it ends.
-struct Streaming(Arc<Drain>);
-
-impl Drop for Streaming {
-    fn drop(&mut self) {
-        self.0.streaming.store(false, std::sync::atomic::Ordering::SeqCst);
-    }
 }
 
 impl ReplicaHandle {
@@ -302,8 +291,8 @@ impl ReplicaHandle {
     /// before the PSYNC that arrived after them, as its event loop takes them in order).
     /// Waits at most `limit` for the link (one not streaming has nothing to apply).
     pub async fn drain_and_stop(self, limit: Duration) {
-        use std::sync::atomic::Ordering;
-        if self.drain.streaming.load(Ordering::SeqCst) {
+        // `Connected` is the command stream's state, the one place a request is answered.
+        if self.status.lock().state == LinkState::Connected {
             let (tx, rx) = tokio::sync::oneshot::channel();
             *self.drain.done.lock() = Some(tx);
             self.drain.asked.notify_one();
@@ -915,8 +904,6 @@ impl ReplicaLink {
         let mut ack_tick = tokio::time::interval(self.cfg.ack_period);
         let mut last_io = Instant::now();
         let drain = self.drain.clone();
-        drain.streaming.store(true, std::sync::atomic::Ordering::SeqCst);
-        let _streaming = Streaming(drain.clone());
         loop {
             let held = self.applier.held();
             if held.is_none() {
