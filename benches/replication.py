@@ -173,6 +173,26 @@ def control(name, argv_fn, bench, share, args):
         primary.stop()
 
 
+def fed_replica(replica, work):
+    """Starts the stand-in primary (paused until a "go" line on its stdin) on CPU 1 and
+    `replica` on CPU 1 following it, and waits for the link; the stand-in's process."""
+    port_file = Path(work) / "port"
+    feeder = subprocess.Popen(["taskset", "-c", "1", sys.executable, str(ROOT / "benches/stand_in_primary.py"),
+                               str(port_file), "0"], stdin=subprocess.PIPE, text=True)
+    try:
+        if not wait(lambda: port_file.exists() and port_file.read_text().strip() != ""):
+            raise RuntimeError("the stand-in primary never listened")
+        replica.start(None, "percore", "1")
+        cli(replica.port, "REPLICAOF", "127.0.0.1", port_file.read_text().strip())
+        if not wait(lambda: field(replica.port, "replication", "master_link_status") == "up"):
+            raise RuntimeError(f"{replica.name} never linked (log {replica.log.name})")
+    except BaseException:
+        feeder.kill()
+        feeder.wait()
+        raise
+    return feeder
+
+
 def replay(name, argv_fn, bench, rate, args):
     """Step 4's second control: a fresh primary alone, CPU 1 running a replica of the same kind
     that a stand-in primary feeds at `rate` SETs a second."""
@@ -180,19 +200,11 @@ def replay(name, argv_fn, bench, rate, args):
     replica = Server(f"{name}-replay-replica", argv_fn)
     feeder = None
     with tempfile.TemporaryDirectory(prefix="bench-replay-") as work:
-        port_file = Path(work) / "port"
         try:
             primary.start(None, "percore", "0")
-            feeder = subprocess.Popen(["taskset", "-c", "1", sys.executable, str(ROOT / "benches/stand_in_primary.py"),
-                                       str(port_file), f"{rate:.0f}"], stdin=subprocess.PIPE, text=True)
-            if not wait(lambda: port_file.exists() and port_file.read_text().strip() != ""):
-                raise RuntimeError("the stand-in primary never listened")
-            replica.start(None, "percore", "1")
-            cli(replica.port, "REPLICAOF", "127.0.0.1", port_file.read_text().strip())
-            if not wait(lambda: field(replica.port, "replication", "master_link_status") == "up"):
-                raise RuntimeError(f"{name} replay replica never linked (log {replica.log.name})")
+            feeder = fed_replica(replica, work)
             feeder0 = cpu_seconds_of(feeder.pid)
-            feeder.stdin.write("go\n")
+            feeder.stdin.write(f"go {rate:.0f}\n")
             feeder.stdin.flush()
             row, share = measure(primary, bench, args, replica.proc.pid)
             row["replica_cpu_share"] = share
@@ -220,21 +232,14 @@ def paired(name, argv_fn, args):
     per_segment = argparse.Namespace(requests=args.segment)
     feeder = None
     with tempfile.TemporaryDirectory(prefix="bench-paired-") as work:
-        port_file = Path(work) / "port"
         try:
             primary.start(None, "percore", "0")
             replica.start(None, "percore", "1")
             cli(replica.port, "REPLICAOF", "127.0.0.1", str(primary.port))
+            if not wait(lambda: field(replica.port, "replication", "master_link_status") == "up"):
+                raise RuntimeError(f"{replica.name} never linked (log {replica.log.name})")
             lone.start(None, "percore", "0")
-            feeder = subprocess.Popen(["taskset", "-c", "1", sys.executable, str(ROOT / "benches/stand_in_primary.py"),
-                                       str(port_file), "0"], stdin=subprocess.PIPE)
-            if not wait(lambda: port_file.exists() and port_file.read_text().strip() != ""):
-                raise RuntimeError("the stand-in primary never listened")
-            fed.start(None, "percore", "1")
-            cli(fed.port, "REPLICAOF", "127.0.0.1", port_file.read_text().strip())
-            for r in (replica, fed):
-                if not wait(lambda: field(r.port, "replication", "master_link_status") == "up"):
-                    raise RuntimeError(f"{r.name} never linked (log {r.log.name})")
+            feeder = fed_replica(fed, work)
 
             def with_replica():
                 row, _ = measure(primary, bench, per_segment, replica.proc.pid)
@@ -245,12 +250,12 @@ def paired(name, argv_fn, args):
                 return row
 
             def replay_at(rate):
-                feeder.stdin.write(f"go {rate:.0f}\n".encode())
+                feeder.stdin.write(f"go {rate:.0f}\n")
                 feeder.stdin.flush()
                 try:
                     row, _ = measure(lone, bench, per_segment, fed.proc.pid)
                 finally:
-                    feeder.stdin.write(b"stop\n")
+                    feeder.stdin.write("stop\n")
                     feeder.stdin.flush()
                 return row
 
