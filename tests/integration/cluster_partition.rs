@@ -232,7 +232,7 @@ fn a_flapping_link_loses_no_acknowledged_write_and_the_cluster_settles() {
             panic!("{key}: {got:?}, expected {value}\n{}\n{}", tables(&ns), logs.join("\n"));
         }
     }
-    println!("flapping link: 20 cuts and heals; {} acknowledged writes checked, none lost", acked.len());
+    println!("flapping link: 20 isolations and heals; {} acknowledged writes checked, none lost", acked.len());
 }
 
 /// The last `n` lines of `text`.
